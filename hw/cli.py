@@ -1,0 +1,94 @@
+"""``bpsa``: the command-line front end (generation, simulation, synthesis, reports)."""
+
+import argparse
+import sys
+
+from .config import ConfigError, load_config
+
+__all__ = ["main"]
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit status 2."""
+
+
+def _config(args):
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        raise UserError(f"invalid configuration: {e}") from None
+
+
+def cmd_verilog(args):
+    from .verilog import TOPS, write_verilog
+    if args.top not in TOPS:
+        raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
+    config = _config(args)
+    path = write_verilog(config, args.top, args.output)
+    print(f"wrote {path} and {path.with_suffix('.json')} ({config.name}: "
+          f"{config.rows}x{config.cols}, dataflows {', '.join(config.dataflows)})")
+
+
+def cmd_synth(args):
+    from . import synth
+    config = _config(args)
+    if args.pe_overheads:
+        report = synth.pe_overhead_report(config, args.output, targets=args.targets)
+    else:
+        report = synth.synth_report(config, args.top, args.output, targets=args.targets)
+    print(report.markdown_path.read_text(), end="")
+    print(f"wrote {report.markdown_path} and {report.json_path}")
+
+
+def cmd_zeros(args):
+    from sim import zero_report
+    sys.exit(zero_report.main(["--json"] if args.json else []))
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="bpsa", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add_config(sp):
+        sp.add_argument("--config", default="small",
+                        help="preset name (configs/NAME.toml) or path to a TOML file "
+                             "(default: small)")
+
+    sp = sub.add_parser("verilog", help="write Verilog and the configuration JSON")
+    add_config(sp)
+    sp.add_argument("--top", default="pe", help="component to generate (default: pe)")
+    sp.add_argument("-o", "--output", default="build", help="output directory (default: build)")
+    sp.set_defaults(func=cmd_verilog)
+
+    sp = sub.add_parser("synth", help="Yosys area report (Markdown and JSON)")
+    add_config(sp)
+    sp.add_argument("--top", default="pe", help="component to synthesize (default: pe)")
+    sp.add_argument("-o", "--output", default="build/synth",
+                    help="output directory (default: build/synth)")
+    sp.add_argument("--targets", nargs="+", default=["generic", "ice40", "ecp5"],
+                    choices=["generic", "ice40", "ecp5"], help="synthesis targets")
+    sp.add_argument("--pe-overheads", action="store_true",
+                    help="synthesize PE variants (plain MAC, + zero gating, + reserve "
+                         "registers, + held-operand dataflows, + interleave) and report "
+                         "overheads over the plain PE")
+    sp.set_defaults(func=cmd_synth)
+
+    sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
+                                      "matrices for the stride>=2 workload layers")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_zeros)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"bpsa: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

