@@ -1,5 +1,5 @@
 # backprop-systolic: everyday commands. Every tool comes from PyPI into .venv.
-PYTHON  ?= python3.11
+PYTHON  ?= $(shell command -v python3.11 || command -v python3)
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 CONFIG  ?= small

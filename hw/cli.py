@@ -31,6 +31,9 @@ def cmd_verilog(args):
 
 def cmd_synth(args):
     from . import synth
+    from .verilog import TOPS
+    if args.top not in TOPS:
+        raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
     if args.pe_overheads:
         report = synth.pe_overhead_report(config, args.output, targets=args.targets)

@@ -35,8 +35,8 @@ def _check_int(name, value, lo, hi):
 
 
 def _check_pow2(name, value, lo, hi):
-    _check_int(name, value, lo, hi)
-    if value & (value - 1):
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi \
+            or value & (value - 1):
         raise ConfigError(f"{name} must be a power of two in [{lo}, {hi}], not {value!r}")
 
 
@@ -65,6 +65,9 @@ class Config:
         ``feeder_bus_width`` elements per SRAM word (power of two, 1..64), ``feeder_lane_regs``
         (M, 1..16), ``feeder_pattern_width`` (kernel-pattern bits, 1..64),
         ``feeder_fifo_depth`` (1..64).
+    Layer descriptors
+        ``dim_width``: bits of every shape field in a layer descriptor (N, C, H, W, K, R, S,
+        stride, padding, dilation), 4..16; shapes up to ``2**dim_width - 1``.
     Buffers
         ``buf_a_depth``, ``buf_b_depth``, ``buf_p_depth``: words, powers of two, 16..65536.
     """
@@ -82,6 +85,7 @@ class Config:
     feeder_lane_regs: int = 3
     feeder_pattern_width: int = 16
     feeder_fifo_depth: int = 4
+    dim_width: int = 12
     buf_a_depth: int = 1024
     buf_b_depth: int = 1024
     buf_p_depth: int = 1024
@@ -117,6 +121,7 @@ class Config:
         _check_int("feeder_lane_regs", self.feeder_lane_regs, 1, 16)
         _check_int("feeder_pattern_width", self.feeder_pattern_width, 1, 64)
         _check_int("feeder_fifo_depth", self.feeder_fifo_depth, 1, 64)
+        _check_int("dim_width", self.dim_width, 4, 16)
         for name in ("buf_a_depth", "buf_b_depth", "buf_p_depth"):
             _check_pow2(name, getattr(self, name), 16, 65536)
         if not isinstance(self.name, str) or not self.name:

@@ -4,15 +4,20 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+import importlib
+
 from .config import Config
-from .pe import PE
 
 __all__ = ["TOPS", "elaborate_top", "generate_verilog", "write_verilog"]
 
-#: Tops that can be generated: name -> constructor taking a Config. Later issues add the array
-#: and the accelerator.
+#: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
+#: lazily, so a block's module is loaded only when that block is generated.
 TOPS = {
-    "pe": PE,
+    "pe": "hw.pe:PE",
+    "array": "hw.array:SystolicArray",
+    "feeder": "hw.feeder:DataFeeder",
+    "bp_loss_addr": "hw.bp_im2col:TransposedAddressGenerator",
+    "bp_grad_addr": "hw.bp_im2col:DilatedAddressGenerator",
 }
 
 
@@ -20,7 +25,8 @@ def elaborate_top(config, top):
     """The component for ``top`` (a key of :data:`TOPS`) built for ``config``."""
     if top not in TOPS:
         raise ValueError(f"top must be one of {sorted(TOPS)}, not {top!r}")
-    return TOPS[top](config)
+    module, cls = TOPS[top].split(":")
+    return getattr(importlib.import_module(module), cls)(config)
 
 
 def generate_verilog(config, top="pe", *, name=None):

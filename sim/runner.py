@@ -4,6 +4,7 @@ Each (top, configuration) pair builds once into its own directory under ``sim_bu
 reused by later runs; a changed Verilog file triggers a rebuild.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -49,9 +50,12 @@ def build_top(config, top="pe", *, build_root=SIM_BUILD):
         v_path.write_text(text)
     (build_dir / f"{top}.json").write_text(config.to_json())
     runner = get_runner("verilator")
-    runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
-                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
-                 log_file=build_dir / "build.log")
+    # pytest-xdist workers may build the same design at once: one builds, the others wait.
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
+                     build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
+                     log_file=build_dir / "build.log")
     return runner, build_dir
 
 

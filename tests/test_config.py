@@ -1,0 +1,111 @@
+"""The generator configuration: validation, TOML presets, JSON."""
+
+import json
+
+import pytest
+
+from hw.config import DATAFLOWS, Config, ConfigError, load_config, preset_names
+
+
+def test_defaults_are_valid():
+    c = Config()
+    assert (c.rows, c.cols) == (4, 4)
+    assert c.dataflows == DATAFLOWS
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("rows", 0, r"rows must be in \[1, 64\], not 0"),
+    ("rows", 65, r"rows must be in \[1, 64\], not 65"),
+    ("cols", 1.5, r"cols must be an integer in \[1, 64\], not 1.5"),
+    ("cols", True, r"cols must be an integer"),
+    ("operand_width", 1, r"operand_width must be in \[2, 32\], not 1"),
+    ("operand_signed", 1, r"operand_signed must be true or false, not 1"),
+    ("acc_width", 15, r"acc_width must be in \[16, 64\], not 15"),
+    ("acc_width", 65, r"acc_width must be in \[16, 64\], not 65"),
+    ("dataflows", [], r"dataflows must be a non-empty list"),
+    ("dataflows", ["os", "xs"], r"dataflows must be .*not \['os', 'xs'\]"),
+    ("dataflows", ["os", "os"], r"dataflows must be .*distinct"),
+    ("arithmetic", "fp8", r"arithmetic must be one of \['int'\], not 'fp8'"),
+    ("zero_gating", "yes", r"zero_gating must be true or false"),
+    ("feeder_bus_width", 12, r"feeder_bus_width must be a power of two in \[1, 64\], not 12"),
+    ("feeder_lane_regs", 0, r"feeder_lane_regs must be in \[1, 16\], not 0"),
+    ("feeder_pattern_width", 65, r"feeder_pattern_width must be in \[1, 64\], not 65"),
+    ("feeder_fifo_depth", 0, r"feeder_fifo_depth must be in \[1, 64\]"),
+    ("dim_width", 3, r"dim_width must be in \[4, 16\], not 3"),
+    ("buf_a_depth", 1000, r"buf_a_depth must be a power of two in \[16, 65536\], not 1000"),
+    ("buf_p_depth", 8, r"buf_p_depth must be a power of two"),
+    ("name", "", r"name must be a non-empty string"),
+])
+def test_invalid_field_names_field_value_and_range(field, value, match):
+    with pytest.raises(ConfigError, match=match):
+        Config(**{field: value})
+
+
+def test_reserve_registers_only_removable_for_os_only():
+    Config(dataflows=["os"], reserve_registers=False)
+    with pytest.raises(ConfigError, match=r"reserve_registers may only be false"):
+        Config(dataflows=["os", "ws"], reserve_registers=False)
+
+
+def test_acc_width_range_follows_operand_width():
+    Config(operand_width=16, acc_width=32)
+    with pytest.raises(ConfigError, match=r"acc_width must be in \[32, 64\], not 24"):
+        Config(operand_width=16, acc_width=24)
+
+
+def test_frozen():
+    with pytest.raises(Exception):
+        Config().rows = 8
+
+
+def test_presets_load_and_include_small_and_16x16():
+    names = preset_names()
+    assert "small" in names and "paper16" in names
+    for name in names:
+        c = load_config(name)
+        assert c.name == name
+    assert (load_config("small").rows, load_config("small").cols) == (4, 4)
+    big = load_config("paper16")
+    assert (big.rows, big.cols, big.operand_width) == (16, 16, 16)
+
+
+def test_toml_subset_keeps_defaults(tmp_path):
+    p = tmp_path / "tall.toml"
+    p.write_text("rows = 8\n")
+    c = load_config(str(p))
+    assert (c.rows, c.cols, c.acc_width, c.name) == (8, Config().cols, Config().acc_width, "tall")
+
+
+def test_toml_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("rows = 99\n")
+    with pytest.raises(ConfigError, match=r"rows must be in \[1, 64\], not 99"):
+        load_config(str(bad))
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("rowz = 4\n")
+    with pytest.raises(ConfigError, match=r"unknown configuration field\(s\) \['rowz'\]"):
+        load_config(str(unknown))
+    broken = tmp_path / "broken.toml"
+    broken.write_text("rows = = 4\n")
+    with pytest.raises(ConfigError, match=r"broken.toml: not valid TOML"):
+        load_config(str(broken))
+    with pytest.raises(ConfigError, match=r"unknown preset 'nope'"):
+        load_config("nope")
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_config(str(tmp_path / "missing.toml"))
+
+
+def test_json_round_trip():
+    c = load_config("nonsquare")
+    d = json.loads(c.to_json())
+    assert d["rows"] == 3 and d["cols"] == 5 and d["dataflows"] == list(DATAFLOWS)
+    assert Config.from_dict(d) == c
+
+
+def test_derived_values():
+    assert Config(dataflows=["os"]).vertical_width == Config().operand_width
+    assert Config(dataflows=["os", "ws"]).vertical_width == Config().acc_width
+    assert Config(dataflows=["ws"]).has_accumulator is False
+    assert Config(dataflows=["interleaved"]).has_held_operand is True
+    with pytest.raises(ValueError, match="dataflow must be one of"):
+        Config().has("xs")
