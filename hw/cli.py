@@ -43,6 +43,42 @@ def cmd_synth(args):
     print(f"wrote {report.markdown_path} and {report.json_path}")
 
 
+def _dims(text):
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise UserError(f"--gemm must be three positive integers M,K,N, not {text!r}")
+    return dims
+
+
+def cmd_sim(args):
+    import json
+
+    from sim.simcmd import run_gemm
+    config = _config(args)
+    if args.gemm is None:
+        raise UserError("give a problem: --gemm M,K,N")
+    dims = _dims(args.gemm)
+    if not config.has(args.dataflow):
+        raise UserError(f"dataflow {args.dataflow!r} is not generated in configuration "
+                        f"{config.name!r} (dataflows {list(config.dataflows)})")
+    if args.sgd_shift is not None and args.dataflow != "interleaved":
+        raise UserError("--sgd-shift applies only to --dataflow interleaved")
+    result = run_gemm(config, args.dataflow, dims, seed=args.seed, sgd_shift=args.sgd_shift)
+    result["config"] = config.name
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        width = max(len(k) for k in result)
+        for k in sorted(result):
+            v = result[k]
+            print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if not result["match"]:
+        sys.exit(1)
+
+
 def cmd_zeros(args):
     from sim import zero_report
     sys.exit(zero_report.main(["--json"] if args.json else []))
@@ -75,6 +111,19 @@ def build_parser():
                          "registers, + held-operand dataflows, + interleave) and report "
                          "overheads over the plain PE")
     sp.set_defaults(func=cmd_synth)
+
+    sp = sub.add_parser("sim", help="run a random problem through the generated RTL under "
+                                     "Verilator and compare with numpy")
+    add_config(sp)
+    sp.add_argument("--gemm", metavar="M,K,N",
+                    help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
+                         "batch Bt)")
+    sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
+    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--sgd-shift", type=int, default=None,
+                    help="interleaved: apply the in-place update W -= G >> SHIFT")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_sim)
 
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")

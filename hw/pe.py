@@ -12,7 +12,15 @@ from amaranth.lib.wiring import In, Out
 
 from .arith import arith_for
 
-__all__ = ["PE", "PEMode"]
+__all__ = ["PE", "PEMode", "vertical_shape"]
+
+
+def vertical_shape(config):
+    """Shape of the vertical channel: partial sums need the accumulator width when any
+    held-operand dataflow is generated; otherwise it carries operands."""
+    if config.has_held_operand:
+        return signed(config.vertical_width)
+    return arith_for(config).operand_shape
 
 
 class PEMode(enum.Enum, shape=2):
@@ -85,7 +93,7 @@ class PE(wiring.Component):
         self.arith = arith_for(config)
         op = self.arith.operand_shape
         acc = self.arith.acc_shape
-        vshape = signed(config.vertical_width) if config.has_held_operand else op
+        vshape = vertical_shape(config)
         members = {
             "mode": In(PEMode),
             "h_in": In(op), "h_valid_in": In(1), "h_last_in": In(1),
