@@ -4,8 +4,8 @@ the generated RTL under Verilator (results checked against numpy).
 
     python -m sim.bench_array [--config paper16] [--gemm 256,256,256] [--fc 256,64,256] [--json]
 
-``--fc O,Bt,I``: W is O x I, batch Bt. The separate baseline computes dA^T = delta^T W holding W
-(ws) and G = delta a^T (os).
+``--fc O,Bt,I``: W is O x I, batch Bt. The separate baseline computes dA = W^T delta holding the
+weights (ws) and G = delta a^T (os).
 """
 
 import argparse
@@ -52,7 +52,7 @@ def main(argv=None):
         fc["il_sgd"] = run(f"fc {o}x{i} b{bt} interleaved+sgd", "interleaved", args.fc,
                            sgd_shift=4)
     if cfg.has("ws") and cfg.has("os"):
-        fc["ws"] = run(f"fc {o}x{i} b{bt} dA by ws", "ws", (bt, o, i))
+        fc["ws"] = run(f"fc {o}x{i} b{bt} dA by ws", "ws", (i, o, bt))
         fc["os"] = run(f"fc {o}x{i} b{bt} G by os", "os", (o, bt, i))
 
     if args.json:

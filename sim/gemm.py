@@ -8,11 +8,13 @@ Dataflows (see ``hw/array.py`` for the port-level contract):
 
 ``os``
     ``C = A @ B``; one context per (R-row, C-column) output tile, streaming all of K.
-``ws``
-    ``C = A @ B`` holding B tiles (R rows of K x C columns of N); A rows stream; the partial sums
-    of the K tiles are added as they leave the array (the partial-sum buffer's job).
 ``is``
-    ``C = A @ B`` holding A (the input) as ``A^T`` tiles and streaming B: ``C^T = B^T A^T``.
+    ``C = A @ B`` holding B (BP-im2col's stationary input matrix) in tiles of R rows of K x C
+    columns of N; the rows of A (the dynamic matrix) stream; the partial sums of the K tiles are
+    added as they leave the array (the partial-sum buffer's job).
+``ws``
+    ``C = A @ B`` holding A (the weights, in BP-im2col's convention that A is the dynamic,
+    weight-like operand) as ``A^T`` tiles and streaming the columns of B: ``C^T = B^T A^T``.
 ``interleaved``
     FC backward pass (InterGrad): given W (O x I), delta (O x Bt) and activations (I x Bt),
     ``dA = W^T delta`` and ``G = delta a^T`` in one pass, each delta read once and held two
@@ -295,11 +297,10 @@ def program(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_sh
         raise ValueError(f"GEMM shapes do not chain: A {a.shape}, B {b.shape}")
     if flow == "os":
         return _os(a, b, s)
-    if flow == "ws":
-        return _hold(a, b, s, "ws")
-    # is: hold A^T, stream B^T: C^T = B^T @ A^T, stored transposed back into C.
-    prog = _hold(b.T, a.T, s, "is", result="ct")
-    return prog
+    if flow == "is":
+        return _hold(a, b, s, "is")
+    # ws: hold A^T (the weights), stream B^T: C^T = B^T @ A^T.
+    return _hold(b.T, a.T, s, "ws", result="ct")
 
 
 def collect_outputs(shape, values):
@@ -318,9 +319,9 @@ def expected(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_s
     """What numpy says the program's results are (wrapped to the accumulator width)."""
     s = shape if isinstance(shape, ArrayShape) else ArrayShape.of(shape)
     wr = np.vectorize(lambda x: wrap(int(x), s.acc_width), otypes=[np.int64])
-    if flow in ("os", "ws"):
+    if flow in ("os", "is"):
         return {"c": wr(np.asarray(a, dtype=np.int64) @ np.asarray(b, dtype=np.int64))}
-    if flow == "is":
+    if flow == "ws":
         return {"ct": wr((np.asarray(a, dtype=np.int64) @ np.asarray(b, dtype=np.int64)).T)}
     w, delta, act = (np.asarray(x, dtype=np.int64) for x in (w, delta, act))
     g = wr(delta @ act.T)

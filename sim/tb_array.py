@@ -12,7 +12,7 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge, Timer
+from cocotb.triggers import FallingEdge, RisingEdge
 
 from sim.gemm import ArrayShape, collect_outputs, expected, program, random_problem, summary
 from sim.runner import load_config_json
@@ -41,14 +41,16 @@ async def run_program(dut, prog):
     inputs = {p: getattr(dut, p) for p in prog.port_values({}) if hasattr(dut, p)}
     drains, psums = [], []
     last = {}
+    # One trigger per cycle: at each falling edge, read what the rising edge before it produced
+    # and set the inputs the next rising edge samples.
+    await FallingEdge(dut.clk)
     for cycle in prog.cycles:
         # Write only the ports that change: every write is a simulator call.
         for port, value in prog.port_values(cycle).items():
             if port in inputs and last.get(port) != value:
                 inputs[port].value = value
                 last[port] = value
-        await RisingEdge(dut.clk)
-        await ReadOnly()
+        await FallingEdge(dut.clk)
         values = {}
         for valid, fields in (("drain_valid", ("drain_row", "drain_data")),
                               ("psum_valid", ("psum_data",))):
@@ -60,7 +62,6 @@ async def run_program(dut, prog):
             drains.append(drain)
         if psum is not None:
             psums.append(psum)
-        await Timer(1, unit="ns")
     assert int(dut.error.value) == 0, "array flagged a protocol error"
     counters = {c: int(getattr(dut, c).value) for c in COUNTERS}
     return prog.assemble(drains, psums), counters
