@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .lanes import pack, unpack
-from .pe_model import wrap
+from .pe_model import PEParams, wrap
 
 __all__ = ["ArrayShape", "Program", "program", "DATAFLOW_CODES", "collect_outputs", "expected",
            "random_problem", "summary"]
@@ -39,31 +39,15 @@ DATAFLOW_CODES = {"os": 0, "ws": 1, "is": 2, "interleaved": 3}
 
 
 @dataclass(frozen=True)
-class ArrayShape:
-    rows: int
-    cols: int
-    operand_width: int
-    operand_signed: bool
-    acc_width: int
-    dataflows: tuple
+class ArrayShape(PEParams):
+    """What the driver needs to know of a configuration: the PE's formats plus the array size."""
+    rows: int = 1
+    cols: int = 1
 
     @classmethod
     def of(cls, cfg):
         get = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
-        return cls(get("rows"), get("cols"), get("operand_width"), get("operand_signed"),
-                   get("acc_width"), tuple(get("dataflows")))
-
-    @property
-    def held(self):
-        return any(d in self.dataflows for d in ("ws", "is", "interleaved"))
-
-    @property
-    def vertical_width(self):
-        return self.acc_width if self.held else self.operand_width
-
-    @property
-    def vertical_signed(self):
-        return True if self.held else self.operand_signed
+        return cls(**vars(PEParams.of(cfg)), rows=get("rows"), cols=get("cols"))
 
     def operand_range(self):
         w = self.operand_width
