@@ -35,8 +35,12 @@ def cmd_synth(args):
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
+    if args.pe_overheads and args.array_overheads:
+        raise UserError("give --pe-overheads or --array-overheads, not both")
     if args.pe_overheads:
         report = synth.pe_overhead_report(config, args.output, targets=args.targets)
+    elif args.array_overheads:
+        report = synth.array_overhead_report(config, args.output, targets=args.targets)
     else:
         report = synth.synth_report(config, args.top, args.output, targets=args.targets)
     print(report.markdown_path.read_text(), end="")
@@ -53,20 +57,47 @@ def _dims(text):
     return dims
 
 
+def _sim_forward(args, config):
+    """``bpsa sim --phase forward``: the summary of one layer through ConvForward."""
+    from hw.conv_forward import check_config
+    from sim.conv_forward_run import descriptor, parse_layer, run_forward
+    if args.gemm is not None:
+        raise UserError("--gemm does not apply to --phase forward; give --layer")
+    if args.layer is None:
+        raise UserError("give a layer: --phase forward --layer C=..,H=..,W=..,K=..,R=..,S=..,"
+                        "stride=..,pad=..,dilation=..,N=..")
+    if args.dataflow != "os" or args.sgd_shift is not None:
+        raise UserError("--phase forward runs the os dataflow; --dataflow and --sgd-shift do "
+                        "not apply")
+    try:
+        check_config(config)
+        layer = parse_layer(args.layer)
+        descriptor(config, layer)
+    except ValueError as e:
+        raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
+    return run_forward(config, layer, seed=args.seed)
+
+
 def cmd_sim(args):
     import json
 
     from sim.simcmd import run_gemm
     config = _config(args)
-    if args.gemm is None:
-        raise UserError("give a problem: --gemm M,K,N")
-    dims = _dims(args.gemm)
-    if not config.has(args.dataflow):
-        raise UserError(f"dataflow {args.dataflow!r} is not generated in configuration "
-                        f"{config.name!r} (dataflows {list(config.dataflows)})")
-    if args.sgd_shift is not None and args.dataflow != "interleaved":
-        raise UserError("--sgd-shift applies only to --dataflow interleaved")
-    result = run_gemm(config, args.dataflow, dims, seed=args.seed, sgd_shift=args.sgd_shift)
+    if args.phase == "forward":
+        result = _sim_forward(args, config)
+    else:
+        if args.layer is not None:
+            raise UserError("--layer needs --phase forward")
+        if args.gemm is None:
+            raise UserError("give a problem: --gemm M,K,N (or --phase forward --layer ...)")
+        dims = _dims(args.gemm)
+        if not config.has(args.dataflow):
+            raise UserError(f"dataflow {args.dataflow!r} is not generated in configuration "
+                            f"{config.name!r} (dataflows {list(config.dataflows)})")
+        if args.sgd_shift is not None and args.dataflow != "interleaved":
+            raise UserError("--sgd-shift applies only to --dataflow interleaved")
+        result = run_gemm(config, args.dataflow, dims, seed=args.seed,
+                          sgd_shift=args.sgd_shift)
     result["config"] = config.name
     if args.json:
         print(json.dumps(result, sort_keys=True))
@@ -110,6 +141,10 @@ def build_parser():
                     help="synthesize PE variants (plain MAC, + zero gating, + reserve "
                          "registers, + held-operand dataflows, + interleave) and report "
                          "overheads over the plain PE")
+    sp.add_argument("--array-overheads", action="store_true",
+                    help="synthesize the whole array (--config size) in the same variants, "
+                         "keeping the hierarchy and synthesizing identical PEs once, and report "
+                         "overheads over the plain OS array")
     sp.set_defaults(func=cmd_synth)
 
     sp = sub.add_parser("sim", help="run a random problem through the generated RTL under "
@@ -119,6 +154,13 @@ def build_parser():
                     help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
                          "batch Bt)")
     sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
+    sp.add_argument("--phase", choices=["forward"], default=None,
+                    help="forward: run a convolution layer (--layer) through the data feeder, "
+                         "weight fetcher and OS array (ConvForward) instead of a GEMM")
+    sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
+                                       "dilation=..,N=..",
+                    help="--phase forward: the layer (W defaults to H, S to R, N to 1, stride "
+                         "to 1, pad to 0, dilation to 1; stride/pad/dilation may be HxW)")
     sp.add_argument("--seed", type=int, default=1)
     sp.add_argument("--sgd-shift", type=int, default=None,
                     help="interleaved: apply the in-place update W -= G >> SHIFT")

@@ -18,6 +18,7 @@ TOPS = {
     "feeder": "hw.feeder:DataFeeder",
     "bp_loss_addr": "hw.bp_im2col:TransposedAddressGenerator",
     "bp_grad_addr": "hw.bp_im2col:DilatedAddressGenerator",
+    "conv_forward": "hw.conv_forward:ConvForward",
 }
 
 
