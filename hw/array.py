@@ -68,10 +68,9 @@ cycles, a_words, b_words, drained, psums, fired, gated : Out
     vectors, psum vectors, MACs performed, MACs gated by zero operands.
 """
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from .arith import arith_for
 from .pe import PE, PEMode, vertical_shape

@@ -75,7 +75,6 @@ class Program:
     def port_values(self, cycle):
         """Packed port values of one cycle (every input port, defaults included)."""
         s = self.shape
-        R, C = s.rows, s.cols
         return {
             "a_data": pack(cycle.get("a", ()), s.operand_width),
             "a_valid": cycle.get("a_valid", 0),
@@ -91,7 +90,7 @@ class Program:
     def assemble(self, drains, psums):
         """Results from the output vectors in arrival order: ``drains`` is a list of
         ``(row, lanes)``, ``psums`` a list of lanes. Checks the counts."""
-        R, C = self.shape.rows, self.shape.cols
+        R = self.shape.rows
         if len(drains) != R * len(self.drain_targets):
             raise AssertionError(f"{len(drains)} drain vectors, expected "
                                  f"{R * len(self.drain_targets)}")

@@ -61,7 +61,7 @@ class PEParams:
 
 class PEModel:
     def __init__(self, cfg):
-        self.p = p = PEParams.of(cfg)
+        self.p = PEParams.of(cfg)
         self.acc = 0
         self.res = 0
         self.w = 0
