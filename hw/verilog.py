@@ -19,6 +19,9 @@ TOPS = {
     "bp_loss_addr": "hw.bp_im2col:TransposedAddressGenerator",
     "bp_grad_addr": "hw.bp_im2col:DilatedAddressGenerator",
     "conv_forward": "hw.conv_forward:ConvForward",
+    "conv_backward": "hw.conv_backward:ConvBackward",
+    "axil_regs": "hw.axi_lite:RegisterFile",
+    "dma": "hw.dma:DmaEngine",
 }
 
 
