@@ -78,16 +78,39 @@ def _sim_forward(args, config):
     return run_forward(config, layer, seed=args.seed)
 
 
+def _sim_backward(args, config):
+    """``bpsa sim --phase loss|gradient``: the summary of one layer through ConvBackward."""
+    from sim.conv_backward_run import check_layer, parse_layer, run_backward
+    if args.gemm is not None:
+        raise UserError(f"--gemm does not apply to --phase {args.phase}; give --layer")
+    if args.layer is None:
+        raise UserError(f"give a layer: --phase {args.phase} --layer C=..,H=..,W=..,K=..,R=..,"
+                        "S=..,stride=..,pad=..,dilation=..,N=..")
+    if args.dataflow != "os" or args.sgd_shift is not None:
+        raise UserError(f"--phase {args.phase} runs the is dataflow; --dataflow and "
+                        "--sgd-shift do not apply")
+    try:
+        layer = parse_layer(args.layer)
+        check_layer(config, layer, args.phase, args.baseline)
+    except ValueError as e:
+        raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
+    return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed)
+
+
 def cmd_sim(args):
     import json
 
     from sim.simcmd import run_gemm
     config = _config(args)
-    if args.phase == "forward":
+    if args.baseline and args.phase not in ("loss", "gradient"):
+        raise UserError("--baseline applies only to --phase loss|gradient")
+    if args.phase in ("loss", "gradient"):
+        result = _sim_backward(args, config)
+    elif args.phase == "forward":
         result = _sim_forward(args, config)
     else:
         if args.layer is not None:
-            raise UserError("--layer needs --phase forward")
+            raise UserError("--layer needs --phase forward|loss|gradient")
         if args.gemm is None:
             raise UserError("give a problem: --gemm M,K,N (or --phase forward --layer ...)")
         dims = _dims(args.gemm)
@@ -154,13 +177,19 @@ def build_parser():
                     help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
                          "batch Bt)")
     sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
-    sp.add_argument("--phase", choices=["forward"], default=None,
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient"], default=None,
                     help="forward: run a convolution layer (--layer) through the data feeder, "
-                         "weight fetcher and OS array (ConvForward) instead of a GEMM")
+                         "weight fetcher and OS array (ConvForward) instead of a GEMM; "
+                         "loss|gradient: its backward phase through BP-im2col and the IS "
+                         "array (ConvBackward)")
+    sp.add_argument("--baseline", action="store_true",
+                    help="--phase loss|gradient: the traditional flow (zero-spaced copy "
+                         "written into the buffer, then read densely) on the same hardware")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
-                    help="--phase forward: the layer (W defaults to H, S to R, N to 1, stride "
-                         "to 1, pad to 0, dilation to 1; stride/pad/dilation may be HxW)")
+                    help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "
+                         "to 1, stride to 1, pad to 0, dilation to 1; stride/pad/dilation may "
+                         "be HxW)")
     sp.add_argument("--seed", type=int, default=1)
     sp.add_argument("--sgd-shift", type=int, default=None,
                     help="interleaved: apply the in-place update W -= G >> SHIFT")

@@ -1,0 +1,132 @@
+"""cocotb testbench of ConvBackward (generated Verilog under Verilator) against
+``sim.golden.conv2d_input_grad`` / ``conv2d_weight_grad``.
+
+For each layer: random dY, W and X; the phase's operands written into buffers A and B through
+the write ports; the descriptor and ``start``; every ``out`` vector collected until ``done``;
+dX / dW assembled (the K-tile partial sums added on this side) and compared bit-exactly with
+the golden model wrapped to ``acc_width``; ``error`` must stay low.
+
+Environment: ``BPSA_LAYERS`` (JSON list of :class:`sim.conv_forward_run.ConvLayer` fields) or
+``BPSA_LAYER`` (one layer string), ``BPSA_PHASE`` (``loss`` or ``gradient``), ``BPSA_SEED``,
+``BPSA_BASELINE`` (non-empty: baseline mode), ``BPSA_SUMMARY`` (a path: the JSON list of the
+layers' summaries is written there, also when a layer mismatches).
+"""
+
+import json
+import os
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+from hw.config import Config
+from hw.conv_backward import COUNTERS, backward_layout, out_layout
+from sim.conv_backward_run import (assemble, descriptor, expected, geometry, images,
+                                   random_tensors, summary)
+from sim.conv_forward_run import ConvLayer, pack_struct, parse_layer, unpack_struct
+from sim.lanes import pack
+from sim.runner import load_config_json
+
+
+def _layers():
+    if os.environ.get("BPSA_LAYERS"):
+        return [ConvLayer(**d) for d in json.loads(os.environ["BPSA_LAYERS"])]
+    return [parse_layer(os.environ.get("BPSA_LAYER", "C=2,H=6,W=7,K=3,R=3,stride=2,pad=1"))]
+
+
+async def _reset(dut):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for port in ("start", "layer", "a_write__en", "a_write__addr", "a_write__data",
+                 "b_write__en", "b_write__addr", "b_write__data"):
+        getattr(dut, port).value = 0
+    await RisingEdge(dut.clk)
+    await RisingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+async def _write(dut, port, first, words, width):
+    for i, word in enumerate(words):
+        getattr(dut, f"{port}__en").value = 1
+        getattr(dut, f"{port}__addr").value = first + i
+        getattr(dut, f"{port}__data").value = pack([word], width)
+        await RisingEdge(dut.clk)
+    getattr(dut, f"{port}__en").value = 0
+
+
+def _max_cycles(cfg, layer, phase):
+    """A generous bound on a run's cycles (a hang fails instead of running forever)."""
+    g = geometry(cfg, layer, phase)
+    beats = g["m"] * (1 + g["kg"] // max(1, g["hd"] * g["wd"]))
+    return 4 * (g["za"] + g["zb"]) + g["tiles"] * (beats + 4 * cfg.rows + cfg.cols + 8) + 1000
+
+
+async def run_layer(dut, cfg, desc, max_cycles):
+    """Start ``desc`` and collect the ``out`` vectors until ``done``. Returns ``(outputs,
+    counters, error)``."""
+    olay = out_layout(cfg)
+    arrays = {"data": (cfg.vertical_width, cfg.cols, True)}
+    await RisingEdge(dut.clk)
+    dut.layer.value = pack_struct(backward_layout(cfg), desc)
+    dut.start.value = 1
+    await RisingEdge(dut.clk)
+    dut.start.value = 0
+    outs = []
+    for _ in range(max_cycles):
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        if int(dut.out__valid.value):
+            f = unpack_struct(olay, int(dut.out__payload.value), arrays)
+            outs.append((f["row"], f["tile"], f["data"]))
+        if int(dut.done.value):
+            break
+    else:
+        raise AssertionError(f"{desc}: not done after {max_cycles} cycles")
+    counters = {c: int(getattr(dut, c).value) for c in COUNTERS}
+    error = int(dut.error.value)
+    await RisingEdge(dut.clk)
+    return outs, counters, error
+
+
+@cocotb.test()
+async def backward_matches_golden(dut):
+    """Every layer of the environment: dX / dW equals the golden model, no error."""
+    cfg = Config.from_dict(load_config_json())
+    rng = np.random.default_rng(int(os.environ.get("BPSA_SEED", "1")))
+    baseline = bool(os.environ.get("BPSA_BASELINE"))
+    phase = os.environ.get("BPSA_PHASE", "loss")
+    await _reset(dut)
+    results, failures = [], []
+    for layer in _layers():
+        tensors = random_tensors(cfg, layer, rng)
+        for side, (first, words) in images(cfg, layer, phase, tensors,
+                                           baseline=baseline).items():
+            await _write(dut, f"{side}_write", first, words, cfg.operand_width)
+        desc = descriptor(cfg, layer, phase, baseline=baseline)
+        outs, counters, error = await run_layer(dut, cfg, desc,
+                                                _max_cycles(cfg, layer, phase))
+        want = expected(cfg, layer, phase, tensors)
+        try:
+            got, problem = assemble(cfg, layer, phase, outs), None
+        except AssertionError as e:
+            got, problem = None, str(e)
+        result = summary(cfg, layer, phase, got, want, counters, baseline=baseline)
+        result["error"] = error
+        if error:
+            result["match"] = False
+            problem = "error raised"
+        elif got is not None and not result["match"]:
+            bad = np.argwhere(got != want)
+            problem = f"{len(bad)} of {want.size} values differ, first at {tuple(bad[0])}"
+        results.append(result)
+        dut._log.info(f"{layer.text()} ({phase}, {result['mode']}): "
+                      f"{'match' if problem is None else problem}; {result['cycles']} cycles "
+                      f"(prologue {result['cycles_prologue']}, reorg {result['cycles_reorg']}), "
+                      f"words read {result['buffer_words_read']}")
+        if problem is not None:
+            failures.append(f"{layer.text()}: {problem}")
+    if os.environ.get("BPSA_SUMMARY"):
+        with open(os.environ["BPSA_SUMMARY"], "w") as f:
+            json.dump(results, f)
+    assert not failures, "; ".join(failures)

@@ -1,0 +1,267 @@
+"""The backward convolution top (loss through BP-im2col or the zero-spaced baseline on the IS
+array): dX against ``sim.golden.conv2d_input_grad`` in the Amaranth simulator and, as
+generated Verilog, under Verilator; counters against closed forms; refused layers; the host
+helpers and ``bpsa sim --phase loss``."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.config import Config, load_config
+from hw.conv_backward import COUNTERS, ConvBackward, backward_layout
+from sim import golden
+from sim.conv_backward_run import (assemble, check_layer, descriptor, expected, geometry,
+                                   images, random_tensors)
+from sim.conv_forward_run import ConvLayer, parse_layer
+
+#: A 2x3 array (non-square, short tiles), small buffers.
+CFG_TINY = Config(name="cb_r2_c3", rows=2, cols=3, dim_width=6, buf_a_depth=512,
+                  buf_b_depth=512, dataflows=["is"])
+
+
+def simulate(cfg, runs, max_cycles=40000):
+    """Run ``runs`` (``(layer, phase, baseline, tensors)`` or a raw descriptor dict) back to
+    back on one ConvBackward in the Amaranth simulator. Returns per run ``(outputs, counters,
+    error)``."""
+    dut = ConvBackward(cfg)
+    layout = backward_layout(cfg)
+    results = []
+
+    async def tb(ctx):
+        for run in runs:
+            if isinstance(run, dict):
+                desc = run
+            else:
+                layer, phase, baseline, tensors = run
+                imgs = images(cfg, layer, phase, tensors, baseline=baseline)
+                for port, (base, words) in ((dut.a_write, imgs["a"]), (dut.b_write, imgs["b"])):
+                    for i, word in enumerate(words):
+                        ctx.set(port.en, 1)
+                        ctx.set(port.addr, base + i)
+                        ctx.set(port.data, word)
+                        await ctx.tick()
+                    ctx.set(port.en, 0)
+                desc = descriptor(cfg, layer, phase, baseline=baseline)
+            ctx.set(dut.layer, layout.const(desc))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            outs = []
+            for _ in range(max_cycles):
+                if ctx.get(dut.out.valid):
+                    p = ctx.get(dut.out.payload)
+                    outs.append((p.row, p.tile, [int(v) for v in p.data]))
+                if ctx.get(dut.done):
+                    break
+                await ctx.tick()
+            else:
+                raise AssertionError(f"{desc}: not done after {max_cycles} cycles")
+            results.append((outs, {c: ctx.get(getattr(dut, c)) for c in COUNTERS},
+                            ctx.get(dut.error)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return results
+
+
+LAYERS = [
+    ConvLayer.conv(1, 2, 5, 5, 3, 3, 3, stride=2, pad=1),
+    ConvLayer.conv(1, 3, 6, 5, 2, 1, 1, stride=2),
+    ConvLayer.conv(2, 1, 5, 7, 2, 2, 3, stride=(1, 3), pad=(0, 2)),
+    ConvLayer.conv(1, 2, 7, 6, 1, 3, 2, stride=1, pad=(3, 1), dil=2),
+    ConvLayer.conv(1, 1, 9, 9, 2, 3, 3, stride=3, pad=3),
+]
+
+
+def _kept(layer):
+    """dY pixels inside the loss's zero-spaced copy (padding past ``d(R-1)`` crops some)."""
+    oh, ow = layer.out_hw
+    count = 1
+    for size, out, k, s, p, d in ((layer.height, oh, layer.kernel_h, layer.stride_h,
+                                   layer.pad_h, layer.dil_h),
+                                  (layer.width, ow, layer.kernel_w, layer.stride_w,
+                                   layer.pad_w, layer.dil_w)):
+        first = d * (k - 1) - p
+        count *= sum(0 <= first + o * s < size + d * (k - 1) for o in range(out))
+    return count * layer.batch * layer.out_channels
+
+
+def _kept_x(layer):
+    """X pixels inside the gradient's padded, cropped copy."""
+    g = geometry(CFG_TINY, layer, "gradient")
+    h = min(layer.height, g["hd"] + layer.dil_h * (layer.kernel_h - 1) - layer.pad_h)
+    w = min(layer.width, g["wd"] + layer.dil_w * (layer.kernel_w - 1) - layer.pad_w)
+    return layer.batch * layer.channels * h * w
+
+
+def _lowered(layer, phase, tensors):
+    """The explicit (zero-spaced) GEMM operands ``(a, b)`` of ``sim.golden``."""
+    args = (layer.stride, layer.pad, layer.dil)
+    if phase == "loss":
+        low = golden.lower_input_grad(tensors["dy"], tensors["w"],
+                                      (layer.height, layer.width), *args)
+    else:
+        low = golden.lower_weight_grad(tensors["x"], tensors["dy"],
+                                       (layer.kernel_h, layer.kernel_w), *args)
+    return low.a, low.b
+
+
+@pytest.mark.parametrize("baseline", [False, True], ids=["bp", "baseline"])
+@pytest.mark.parametrize("phase", ["loss", "gradient"])
+def test_matches_golden(phase, baseline):
+    """Every layer back to back on one top: dX / dW equals the golden model; words read,
+    zeros sent, vectors and tiles equal their closed forms."""
+    rng = np.random.default_rng(3)
+    runs = [(layer, phase, baseline, random_tensors(CFG_TINY, layer, rng)) for layer in LAYERS]
+    for layer in LAYERS:
+        check_layer(CFG_TINY, layer, phase, baseline)
+    results = simulate(CFG_TINY, runs)
+    R, C = CFG_TINY.rows, CFG_TINY.cols
+    for (layer, _, _, tensors), (outs, counters, error) in zip(runs, results):
+        assert not error, layer.text()
+        np.testing.assert_array_equal(assemble(CFG_TINY, layer, phase, outs),
+                                      expected(CFG_TINY, layer, phase, tensors),
+                                      err_msg=layer.text())
+        g = geometry(CFG_TINY, layer, phase)
+        a, b = _lowered(layer, phase, tensors)
+        blocks = -(-g["ng"] // C)
+        assert counters["tiles"] == g["tiles"]
+        assert counters["vectors"] == g["tiles"] * g["m"]
+        # Random data without zeros: every zero sent is structural or past the matrix edge.
+        assert counters["zeros_b"] == g["tiles"] * R * C - np.count_nonzero(b)
+        assert counters["zeros_a"] == blocks * (g["m"] * g["kt"] * R - np.count_nonzero(a))
+        dense_a = blocks * g["m"] * g["kg"]
+        if phase == "loss":
+            assert counters["a_words"] == dense_a
+        if baseline:
+            assert counters["reorg_writes"] == g["za"] + g["zb"]
+            assert counters["cycles_reorg"] >= g["za"] + g["zb"]
+            assert counters["b_words"] == g["kg"] * g["ng"]      # dense, zeros included
+            kept = _kept(layer) if phase == "loss" else g["dy"] + _kept_x(layer)
+            assert counters["reorg_reads"] == kept
+            assert counters["a_words"] == dense_a
+        else:
+            assert counters["reorg_writes"] == 0 and counters["cycles_reorg"] == 0
+            assert counters["b_words"] == np.count_nonzero(b)
+            assert counters["a_words"] == blocks * np.count_nonzero(a)
+
+
+def test_refusals_and_recovery():
+    """A dY too large for buffer B (loss) or A (gradient) raises ``error`` without output; a
+    legal layer runs afterwards."""
+    layer = LAYERS[0]
+    tensors = random_tensors(CFG_TINY, layer, np.random.default_rng(0))
+    big = ConvLayer.conv(2, 1, 40, 40, 1, 1, 1)       # dY: 3200 elements
+    runs = [descriptor(CFG_TINY, big, "loss"), descriptor(CFG_TINY, big, "gradient"),
+            (layer, "gradient", False, tensors)]
+    results = simulate(CFG_TINY, runs)
+    for outs, _, error in results[:2]:
+        assert error == 1 and outs == []
+    assert results[2][2] == 0
+    np.testing.assert_array_equal(assemble(CFG_TINY, layer, "gradient", results[2][0]),
+                                  expected(CFG_TINY, layer, "gradient", tensors))
+
+
+def test_check_layer():
+    cfg = load_config("small")
+    check_layer(cfg, parse_layer("C=2,H=8,K=3,R=3,stride=2,pad=1"))
+    check_layer(cfg, parse_layer("C=2,H=8,K=3,R=3,stride=2,pad=1"), "gradient", True)
+    with pytest.raises(ValueError, match="not one of"):
+        check_layer(cfg, parse_layer("C=2,H=8,K=3,R=3"), "forward")
+    with pytest.raises(ValueError, match="buffer B"):
+        check_layer(cfg, parse_layer("C=2,H=30,K=8,R=3,pad=1"), "loss", True)
+    with pytest.raises(ValueError, match="buffer A"):
+        check_layer(cfg, parse_layer("C=2,H=30,K=8,R=3,pad=1"), "gradient", True)
+    with pytest.raises(ValueError, match="dim_width"):
+        check_layer(CFG_TINY, parse_layer("C=2,H=70,K=1,R=1,stride=4"))
+
+
+def test_constructor_checks():
+    with pytest.raises(TypeError, match="Config"):
+        ConvBackward("small")
+    with pytest.raises(ValueError, match="'is'"):
+        ConvBackward(Config(name="os_only", dataflows=["os"]))
+
+
+#: Verilator layers per preset: strides 1-4, padding 0..3 (also past d(R-1), cropping dY),
+#: kernels 1x1..11x11 (7x7 / 3x3 / 1x1 at stride 2), dilation 1-2, batch 1-2, non-square.
+VERILATOR_LAYERS = {
+    "small": [
+        ConvLayer.conv(1, 2, 9, 9, 2, 7, 7, stride=2, pad=3),
+        ConvLayer.conv(2, 3, 6, 7, 3, 3, 3, stride=2, pad=1),
+        ConvLayer.conv(1, 3, 6, 5, 4, 1, 1, stride=2),
+        ConvLayer.conv(1, 2, 10, 9, 2, 5, 3, stride=(3, 4), pad=(2, 0)),
+        ConvLayer.conv(1, 2, 6, 5, 2, 3, 3, pad=3, dil=2),
+        ConvLayer.conv(2, 1, 8, 8, 2, 2, 2, stride=4),
+    ],
+    "nonsquare": [
+        ConvLayer.conv(2, 2, 7, 6, 2, 3, 3, stride=2, pad=2, dil=2),
+        ConvLayer.conv(1, 2, 6, 7, 3, 4, 2, stride=(2, 1), pad=(1, 3)),
+        ConvLayer.conv(1, 1, 11, 10, 2, 3, 5, stride=(4, 3), pad=(0, 1), dil=(1, 2)),
+        ConvLayer.conv(1, 4, 5, 5, 3, 1, 1, stride=1, pad=2),
+        ConvLayer.conv(1, 1, 11, 12, 1, 11, 11, stride=4, pad=2),
+    ],
+}
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("preset", sorted(VERILATOR_LAYERS))
+def test_verilator(preset):
+    """The generated Verilog of ConvBackward: every layer's dX and dW equal
+    ``sim.golden.conv2d_input_grad`` / ``conv2d_weight_grad`` bit-exactly in both modes (one
+    build per preset, four runs); the baseline reads more words, sends the same zeros to the
+    array and stores the zero-spaced copies."""
+    from sim.conv_backward_run import run_backward_layers
+    cfg = load_config(preset)
+    layers = VERILATOR_LAYERS[preset]
+    for phase in ("loss", "gradient"):
+        bp = run_backward_layers(cfg, layers, phase=phase, seed=7)
+        base = run_backward_layers(cfg, layers, phase=phase, seed=7, baseline=True)
+        assert [r["match"] for r in bp + base] == [True] * (2 * len(layers)), phase
+        for layer, b, z in zip(layers, bp, base):
+            g = geometry(cfg, layer, phase)
+            rb, rz = b["buffer_words_read"], z["buffer_words_read"]
+            assert rb["a"] + rb["b"] < rz["a"] + rz["b"], layer.text()
+            assert b["zeros_sent"] == z["zeros_sent"]
+            assert z["cycles_reorg"] > g["za"] + g["zb"] and b["cycles_reorg"] == 0
+            assert z["extra_storage_words"] == g["za"] + g["zb"]
+            assert b["extra_storage_words"] == 0
+            if phase == "loss":
+                assert rz["b"] == g["kg"] * g["ng"] + _kept(layer)
+
+
+def test_cli_refuses_bad_layers(capsys):
+    """One-line errors for what cannot run (no simulation is started)."""
+    from hw.cli import main
+    cases = [
+        (["--phase", "gradient", "--baseline", "--layer", "C=2,H=30,K=8,R=3,pad=1"],
+         "buffer A"),
+        (["--phase", "forward", "--baseline", "--layer", "C=2,H=6,K=2,R=3"],
+         "--baseline applies only"),
+        (["--phase", "loss"], "give a layer"),
+        (["--phase", "loss", "--baseline", "--layer", "C=2,H=30,K=8,R=3,pad=1"], "buffer B"),
+        (["--phase", "loss", "--layer", "C=2,H=3,K=2,R=5"], "cannot run layer"),
+        (["--baseline", "--gemm", "4,4,4"], "--baseline applies only"),
+    ]
+    for argv, message in cases:
+        assert main(["sim"] + argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.cocotb
+def test_cli_backward(capsys):
+    """``bpsa sim --phase loss|gradient --layer ... [--baseline]`` prints the summary."""
+    from hw.cli import main
+    for phase, extra in (("loss", []), ("gradient", ["--baseline"])):
+        assert main(["sim", "--phase", phase, "--layer", "C=2,H=7,K=3,R=3,stride=2,pad=1",
+                     "--seed", "4"] + extra) == 0
+        out = capsys.readouterr().out
+        fields = dict(line.split(None, 1) for line in out.strip().splitlines())
+        assert fields["match"] == "True" and fields["phase"] == phase
+        for key in ("cycles", "cycles_prologue", "cycles_compute", "cycles_reorg",
+                    "buffer_words_read", "zeros_sent", "footprint_words"):
+            assert key in fields
