@@ -16,7 +16,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-fast verilog sim synth bench-array clean help
+.PHONY: install test test-fast verilog sim synth bench-array bench-backward clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
@@ -25,6 +25,7 @@ help:
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
+	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +50,9 @@ synth:
 # Long measurements (minutes): figures for the issue notes and the README.
 bench-array:
 	$(BIN)/python -m sim.bench_array --config $(BENCH_CONFIG)
+
+bench-backward:
+	$(BIN)/python -m sim.bench_backward --config $(BENCH_CONFIG)
 
 clean:
 	rm -rf $(BUILD) sim_build .pytest_cache
