@@ -18,6 +18,7 @@ TOPS = {
     "feeder": "hw.feeder:DataFeeder",
     "bp_loss_addr": "hw.bp_im2col:TransposedAddressGenerator",
     "bp_grad_addr": "hw.bp_im2col:DilatedAddressGenerator",
+    "im2col_addr": "hw.im2col_addr:Im2colAddressGenerator",
     "conv_forward": "hw.conv_forward:ConvForward",
     "conv_backward": "hw.conv_backward:ConvBackward",
     "axil_regs": "hw.axi_lite:RegisterFile",
