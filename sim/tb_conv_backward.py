@@ -17,42 +17,23 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.config import Config
 from hw.conv_backward import COUNTERS, backward_layout, out_layout
 from sim.conv_backward_run import (assemble, descriptor, expected, geometry, images,
                                    random_tensors, summary)
-from sim.conv_forward_run import ConvLayer, pack_struct, parse_layer, unpack_struct
-from sim.lanes import pack
+from sim.conv_forward_run import pack_struct, unpack_struct
 from sim.runner import load_config_json
+from sim.tb_util import layers_from_env, reset, write_words
 
 
 def _layers():
-    if os.environ.get("BPSA_LAYERS"):
-        return [ConvLayer(**d) for d in json.loads(os.environ["BPSA_LAYERS"])]
-    return [parse_layer(os.environ.get("BPSA_LAYER", "C=2,H=6,W=7,K=3,R=3,stride=2,pad=1"))]
+    return layers_from_env("C=2,H=6,W=7,K=3,R=3,stride=2,pad=1")
 
 
 async def _reset(dut):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    for port in ("start", "layer", "a_write__en", "a_write__addr", "a_write__data",
-                 "b_write__en", "b_write__addr", "b_write__data"):
-        getattr(dut, port).value = 0
-    await RisingEdge(dut.clk)
-    await RisingEdge(dut.clk)
-    dut.rst.value = 0
-
-
-async def _write(dut, port, first, words, width):
-    for i, word in enumerate(words):
-        getattr(dut, f"{port}__en").value = 1
-        getattr(dut, f"{port}__addr").value = first + i
-        getattr(dut, f"{port}__data").value = pack([word], width)
-        await RisingEdge(dut.clk)
-    getattr(dut, f"{port}__en").value = 0
+    await reset(dut, ("a_write", "b_write"))
 
 
 def _max_cycles(cfg, layer, phase):
@@ -102,7 +83,8 @@ async def backward_matches_golden(dut):
         tensors = random_tensors(cfg, layer, rng)
         for side, (first, words) in images(cfg, layer, phase, tensors,
                                            baseline=baseline).items():
-            await _write(dut, f"{side}_write", first, words, cfg.operand_width)
+            await write_words(dut, f"{side}_write", first, [[w] for w in words],
+                              cfg.operand_width)
         desc = descriptor(cfg, layer, phase, baseline=baseline)
         outs, counters, error = await run_layer(dut, cfg, desc,
                                                 _max_cycles(cfg, layer, phase))

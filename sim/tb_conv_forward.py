@@ -17,42 +17,22 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.config import Config
 from hw.conv_forward import COUNTERS, conv_layer_layout, y_layout
 from sim.conv_forward_run import (ConvLayer, assemble, descriptor, expected_y, pack_struct,
-                                  parse_layer, random_operands, summary, unpack_struct,
-                                  w_image, x_image)
-from sim.lanes import pack
+                                  random_operands, summary, unpack_struct, w_image, x_image)
 from sim.runner import load_config_json
+from sim.tb_util import layers_from_env, reset, write_words
 
 
 def _layers():
-    if os.environ.get("BPSA_LAYERS"):
-        return [ConvLayer(**d) for d in json.loads(os.environ["BPSA_LAYERS"])]
-    return [parse_layer(os.environ.get("BPSA_LAYER", "C=2,H=6,W=7,K=5,R=3"))]
+    return layers_from_env("C=2,H=6,W=7,K=5,R=3")
 
 
 async def _reset(dut):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    for port in ("start", "layer", "x_write__en", "x_write__addr", "x_write__data",
-                 "w_write__en", "w_write__addr", "w_write__data"):
-        getattr(dut, port).value = 0
-    await RisingEdge(dut.clk)
-    await RisingEdge(dut.clk)
-    dut.rst.value = 0
-
-
-async def _write(dut, port, first, words, width):
-    for i, word in enumerate(words):
-        getattr(dut, f"{port}__en").value = 1
-        getattr(dut, f"{port}__addr").value = first + i
-        getattr(dut, f"{port}__data").value = pack(word, width)
-        await RisingEdge(dut.clk)
-    getattr(dut, f"{port}__en").value = 0
+    await reset(dut, ("x_write", "w_write"))
 
 
 def _max_cycles(cfg, layer):
@@ -114,8 +94,8 @@ async def forward_matches_golden(dut):
             w_base = int(rng.integers(0, min(5, cfg.buf_b_depth - len(wwords)) + 1))
         desc = descriptor(cfg, layer, x_base, w_base)
         first, xwords = x_image(cfg, layer, x, x_base)
-        await _write(dut, "x_write", first, xwords, cfg.operand_width)
-        await _write(dut, "w_write", w_base, wwords, cfg.operand_width)
+        await write_words(dut, "x_write", first, xwords, cfg.operand_width)
+        await write_words(dut, "w_write", w_base, wwords, cfg.operand_width)
         rows, counters, error, cycles = await run_layer(dut, cfg, desc,
                                                         _max_cycles(cfg, layer))
         want = expected_y(cfg, layer, x, w)
@@ -172,8 +152,8 @@ async def illegal_layers_raise_error(dut):
         assert counters["words_read"] == 0 and counters["vectors"] == 0, f"{fields}: {counters}"
     layer = ConvLayer.conv(1, 2, 5, 6, cfg.cols + 1, 2, 3, pad=1)
     x, w = random_operands(cfg, layer, np.random.default_rng(0))
-    await _write(dut, "x_write", *x_image(cfg, layer, x), cfg.operand_width)
-    await _write(dut, "w_write", 0, w_image(cfg, layer, w), cfg.operand_width)
+    await write_words(dut, "x_write", *x_image(cfg, layer, x), cfg.operand_width)
+    await write_words(dut, "w_write", 0, w_image(cfg, layer, w), cfg.operand_width)
     rows, _, error, _ = await run_layer(dut, cfg, descriptor(cfg, layer), 5000)
     assert error == 0
     np.testing.assert_array_equal(assemble(cfg, layer, rows), expected_y(cfg, layer, x, w))
