@@ -39,8 +39,7 @@ from amaranth.utils import ceil_log2
 
 from .arith import arith_for
 from .array import COUNTER_WIDTH, Dataflow, SystolicArray
-from .config import Config
-from .feeder import DataFeeder, _addr_width, _coord_width, _ptr_width
+from .feeder import DataFeeder, _addr_width, _check_config, _coord_width, _ptr_width
 from .feeder import check_layer as feeder_check_layer
 
 __all__ = [
@@ -62,12 +61,6 @@ COUNTERS = ("cycles", "words_read", "w_words_read", "stall_cycles", "fifo_stall_
 
 
 # --- layouts -------------------------------------------------------------------------------
-
-def _check_config(config):
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a Config, not {config!r}")
-    return config
-
 
 def _waddr_width(config):
     """Bits of a W buffer word address."""

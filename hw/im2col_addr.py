@@ -29,6 +29,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from .bp_im2col import _lanes_layout, _popcount
 from .config import Config
 
 __all__ = ["COUNTERS", "DESC_FIELDS", "Im2colAddressGenerator", "Im2colError",
@@ -66,22 +67,6 @@ def desc_layout(config):
     fields["base_a"] = unsigned(exact_log2(config.buf_a_depth))
     fields["base_b"] = unsigned(exact_log2(config.buf_b_depth))
     return data.StructLayout(fields)
-
-
-def _lanes_layout(addr_width, lanes):
-    return data.StructLayout({
-        "addr": data.ArrayLayout(unsigned(addr_width), lanes),
-        "mask": unsigned(lanes),
-        "last": 1,
-        "end": 1,
-    })
-
-
-def _popcount(bits):
-    total = 0
-    for b in bits:
-        total = total + b
-    return total
 
 
 class Im2colAddressGenerator(wiring.Component):
