@@ -60,7 +60,7 @@ __all__ = ["Phase", "COUNTERS", "backward_layout", "out_layout", "ConvBackward"]
 
 #: Counter outputs (32 bits), cleared at ``start``.
 COUNTERS = ("cycles", "cycles_prologue", "cycles_reorg", "a_words", "b_words", "reorg_reads",
-            "reorg_writes", "zeros_a", "zeros_b", "vectors", "tiles")
+            "reorg_writes", "zeros_a", "zeros_b", "vectors", "tiles", "fired", "gated")
 COUNTER_WIDTH = 32
 TILE_WIDTH = 24
 
@@ -118,7 +118,8 @@ class ConvBackward(wiring.Component):
         compute pass; reorganization reads (compact source elements) and writes (copies);
         zero elements sent to the array in A vectors (``zeros_a``) and in held B tiles
         (``zeros_b``), masked or read as zero, lanes past the matrix edge included; A vectors
-        (slices); tiles.
+        (slices); tiles; the array's MACs performed (``fired``) and skipped by zero gating
+        (``gated``).
     """
 
     def __init__(self, config):
@@ -358,6 +359,7 @@ class ConvBackward(wiring.Component):
                             m.d.comb += arr.preload[j].eq(tile_regs[b][r][j])
 
         m.d.comb += arr.clear.eq(0)
+        m.d.comb += [self.fired.eq(arr.fired), self.gated.eq(arr.gated)]
         m.d.sync += self.done.eq(0)
         with m.If(self.busy):
             inc("cycles")
@@ -373,7 +375,8 @@ class ConvBackward(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [d.eq(self.layer), self.error.eq(0),
                                  self.error_code.eq(BPError.NONE)]
-                    m.d.sync += [c.eq(0) for c in cnt.values()]
+                    m.d.sync += [c.eq(0) for n_, c in cnt.items() if n_ not in ("fired", "gated")]
+                    m.d.comb += arr.clear.eq(1)
                     m.d.sync += [issued.eq(0), gathered.eq(0), shifted.eq(0), ended.eq(0),
                                  grow.eq(0), tile.eq(0), out_m.eq(0), out_t.eq(0),
                                  seen_a.eq(0), idx.eq(0)]

@@ -23,6 +23,7 @@ TOPS = {
     "conv_backward": "hw.conv_backward:ConvBackward",
     "axil_regs": "hw.axi_lite:RegisterFile",
     "dma": "hw.dma:DmaEngine",
+    "accelerator": "hw.accelerator:Accelerator",
 }
 
 

@@ -1,0 +1,742 @@
+"""The whole accelerator: host registers, DMA, the compute engines, the partial-sum buffer and
+the layer controller.
+
+Blocks
+    :class:`hw.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START, STATUS,
+    DMA window, counters); :class:`hw.dma.DmaEngine` (AXI4 master ``mem``); the forward engine
+    :class:`hw.conv_forward.ConvForward` (feeder + output-stationary array; generated when the
+    configuration has the ``os`` dataflow) and the backward engine
+    :class:`hw.conv_backward.ConvBackward` (BP-im2col generators + input-stationary array;
+    generated with ``is``); the P buffer (``buf_p_depth`` words of ``cols`` accumulators,
+    read-add-write accumulation of every result vector, a clear pass, DMA stores); and the
+    controller below. The address generation stays in the engines: the controller only cuts a
+    layer into tiles that fit the buffers and moves them.
+
+External memory layout (element sizes: :func:`hw.dma.element_bytes` of ``operand_width`` for
+operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
+    ========  =====================================  ========================================
+    phase     inputs                                 output (ADDR_OUT)
+    ========  =====================================  ========================================
+    forward   X: N x C x H x W (ADDR_X);             Y blocked: N x KT x OH x OW x cols
+              W blocked: KT x C x R x S x cols        (lane j of block t: channel t*cols + j;
+              (ADDR_W; KT = ceil(K / cols); lanes     lanes past K hold 0)
+              past K hold 0)
+    loss      W: K x C x R x S (ADDR_W);             dX: N x C x H x W
+              dY: N x K x OH x OW (ADDR_DY)
+    gradient  dY: N x K x OH x OW (ADDR_DY);         dW: K x C x R x S
+              X: N x C x H x W (ADDR_X)
+    ========  =====================================  ========================================
+    ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
+    :mod:`sim.driver` lays tensors out this way and back.
+
+Tiling (all loops in hardware; a *group* is one engine run)
+    forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
+    each group of ``CG`` input channels load X[n, group] and the group's W words and run the
+    engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
+    groups (word ``oh * OW + ow``); store it. ``CG = min(C, X capacity // (H W), W buffer //
+    (R S))``.
+    loss: for each image n: clear P, then for each group of ``KG`` output channels load
+    W[group] into buffer A and dY[n, group] into buffer B and run the loss on them; P
+    accumulates dX[n]^T (row c, ``ceil(H W / cols)`` words a row); store one row per channel.
+    ``KG = min(K, buf_a_depth // (C R S), buf_b_depth // (OH OW))``.
+    gradient: for each group of ``CG`` input channels: clear P, then for each image n and
+    group of ``KG`` output channels load dY[n, group] into A and X[n, channel group] into B and
+    run the gradient; P accumulates dW[:, channel group] (row k); store one row per output
+    channel. ``KG = min(K, buf_a_depth // (OH OW))``, ``CG = min(C, buf_b_depth // (H W),
+    (buf_p_depth // K) * cols // (R S))``.
+    A load is skipped when its buffer already holds the same tensor slice (same address and
+    length since START). Loads, runs and stores follow each other: the DMA is not overlapped
+    with compute in this version (``dma_busy_cycles`` and ``compute_cycles`` show the split).
+
+Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
+    Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, FC
+    backward, or a phase whose engine is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
+    ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
+    wider than ``dim_width``), ``TOO_LARGE`` (a single channel / image slice does not fit its
+    buffer, or the P rows of one tile do not fit the P buffer), ``ALIGN`` (an address not a
+    multiple of its element size), ``WINDOW`` (a tensor of the phase, input or output, not
+    inside ``[WINDOW_LO, WINDOW_HI]`` or past 4 GiB). Later failures stop the layer at once:
+    ``DMA_BUS | code`` (a bus error response; :class:`hw.dma.DmaError` in the low bits) and
+    ``ENGINE | code`` (an engine refused a tile: the low bits are the backward engine's
+    :class:`hw.bp_im2col.BPError`, 0 for the forward engine; e.g. a dilated kernel wider than
+    ``feeder_pattern_width``).
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .arith import arith_for
+from .axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
+from .config import Config
+from .dma import Direction, DmaEngine, DmaError, ElementKind, axi4_signature, element_bytes
+from .seq_arith import ArithOp, SeqMulDiv
+
+__all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
+
+#: High bits of ERROR for failures after the layer started; the low bits carry the detail.
+ERROR_DMA_BUS = 0x10
+ERROR_ENGINE = 0x20
+
+#: Bits of the set-up arithmetic (sizes in elements and bytes).
+_W = 48
+
+
+class AccelError(enum.Enum, shape=8):
+    """STATUS.ERROR values checked before the layer starts (see the module docstring)."""
+    NONE = 0
+    PHASE = 1
+    ZERO_SIZE = 2
+    ZERO_STEP = 3
+    KERNEL_TOO_LARGE = 4
+    DIM = 5
+    TOO_LARGE = 6
+    ALIGN = 7
+    WINDOW = 8
+
+
+class _Target(enum.Enum, shape=2):
+    """Which buffer a DMA load writes."""
+    FWD_X = 0
+    FWD_W = 1
+    BWD_A = 2
+    BWD_B = 3
+
+
+class Accelerator(wiring.Component):
+    """The accelerator top (see the module docstring).
+
+    Members
+    -------
+    axil : In(axi_lite_signature(12))
+        Host register interface (:mod:`hw.axi_lite`; Verilog ports ``axil__*``).
+    mem : Out(axi4_signature())
+        External memory (:mod:`hw.dma`; Verilog ports ``mem__*``).
+    irq : Out(1)
+        STATUS.DONE.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        if not (config.has("os") or config.has("is")):
+            raise ValueError(f"Accelerator needs the 'os' dataflow (forward) or the 'is' "
+                             f"dataflow (loss, gradient), not dataflows "
+                             f"{list(config.dataflows)!r}")
+        self.config = config
+        self.has_forward = config.has("os") and config.reserve_registers
+        self.has_backward = config.has("is")
+        super().__init__({
+            "axil": In(axi_lite_signature(ADDR_WIDTH)),
+            "mem": Out(axi4_signature()),
+            "irq": Out(1),
+        })
+
+    # ------------------------------------------------------------------------------------------
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        R, C, B = cfg.rows, cfg.cols, cfg.feeder_bus_width
+        acc_w, op_w = cfg.acc_width, cfg.operand_width
+        obs = exact_log2(element_bytes(op_w))
+        abs_ = exact_log2(element_bytes(acc_w))
+        dim = cfg.dim_width
+        paw = exact_log2(cfg.buf_p_depth)
+
+        rf = m.submodules.regs = RegisterFile(cfg)
+        wiring.connect(m, wiring.flipped(self.axil), rf.axil)
+        dma = m.submodules.dma = DmaEngine(cfg)
+        wiring.connect(m, dma.axi, wiring.flipped(self.mem))
+        m.d.comb += [dma.window_lo.eq(rf.window_lo), dma.window_hi.eq(rf.window_hi),
+                     dma.clear_counters.eq(rf.clear)]
+        alu = m.submodules.setup_alu = SeqMulDiv(_W)
+        d = rf.desc
+
+        fwd = bwd = None
+        if self.has_forward:
+            from .conv_forward import ConvForward
+            fwd = m.submodules.forward = ConvForward(cfg)
+        if self.has_backward:
+            from .conv_backward import ConvBackward
+            from .conv_backward import Phase as BwdPhase
+            bwd = m.submodules.backward = ConvBackward(cfg)
+
+        # --- P buffer: accumulate / clear / DMA store ---------------------------------------
+        pmem = m.submodules.buf_p = Memory(shape=data.ArrayLayout(signed(acc_w), C),
+                                           depth=cfg.buf_p_depth, init=[])
+        pw = pmem.write_port()
+        pr = pmem.read_port(transparent_for=(pw,))
+
+        # accumulate pipeline: stage 1 (address), stage 2 (read), stage 3 (add, write)
+        v1, v2 = Signal(), Signal()
+        a1, a2 = Signal(paw), Signal(paw)
+        x1 = Signal(data.ArrayLayout(signed(acc_w), C))
+        x2 = Signal.like(x1)
+        p_row = Signal(_W)            # rows per P row block: nb (words per result row)
+        row_base = Signal(dim + 1)    # gradient: first output channel of the group
+        ow_reg = Signal(dim)
+        m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
+        if fwd is not None:
+            y = fwd.y.payload
+            pix = Signal(dim + 1)
+            m.d.comb += pix.eq(y.ow0 + y.row)
+            with m.If(fwd.y.valid & (pix < ow_reg)):
+                m.d.sync += [v1.eq(1), a1.eq(y.oh * ow_reg + pix)]
+                for j in range(C):
+                    m.d.sync += x1[j].eq(y.data[j])
+        if bwd is not None:
+            o = bwd.out.payload
+            cur_tile = Signal.like(o.tile)
+            blk, tib = Signal(paw + 1), Signal(_W)
+            kt_rows = Signal(_W)          # row tiles per column block of the current run
+            blk_now, tib_now = Signal.like(blk), Signal.like(tib)
+            m.d.comb += [blk_now.eq(blk), tib_now.eq(tib)]
+            with m.If(o.tile != cur_tile):
+                with m.If(tib + 1 == kt_rows):
+                    m.d.comb += [blk_now.eq(blk + 1), tib_now.eq(0)]
+                with m.Else():
+                    m.d.comb += tib_now.eq(tib + 1)
+            with m.If(bwd.out.valid):
+                m.d.sync += [cur_tile.eq(o.tile), blk.eq(blk_now), tib.eq(tib_now),
+                             v1.eq(1), a1.eq((o.row + row_base) * p_row[:paw + 1] + blk_now)]
+                for j in range(C):
+                    m.d.sync += x1[j].eq(o.data[j])
+        sums = Signal.like(x1)
+        for j in range(C):
+            m.d.comb += sums[j].eq(pr.data[j] + x2[j])
+        acc_busy = Signal()
+        m.d.comb += acc_busy.eq(v1 | v2)
+
+        # --- counters -------------------------------------------------------------------------
+        cnt = {name: Signal(64, name=f"count_{name}") for name in (
+            "cycles", "busy_cycles", "compute_cycles", "stall_cycles", "macs", "gated_macs",
+            "buf_a_reads", "buf_a_writes", "buf_b_reads", "buf_b_writes", "buf_p_reads",
+            "buf_p_writes")}
+        for name, sig in cnt.items():
+            m.d.comb += getattr(rf.counters, name).eq(sig)
+        m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
+                     rf.counters.dma_write_bytes.eq(dma.write_bytes),
+                     rf.counters.dma_busy_cycles.eq(dma.busy_cycles)]
+
+        busy = Signal()
+        done = Signal()
+        err = Signal(8)
+        m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err),
+                     self.irq.eq(done)]
+        m.d.sync += done.eq(0)
+
+        def inc(name, by=1):
+            m.d.sync += cnt[name].eq(cnt[name] + by)
+
+        with m.If(rf.clear):
+            for sig in cnt.values():
+                m.d.sync += sig.eq(0)
+        with m.Else():
+            inc("cycles")
+            with m.If(busy):
+                inc("busy_cycles")
+            with m.If(pw.en):
+                inc("buf_p_writes")
+            with m.If(pr.en & ~v1):
+                inc("buf_p_reads")
+            with m.If(v1):
+                inc("buf_p_reads")
+
+        # --- DMA: command, buffer ports ---------------------------------------------------------
+        cmd = dma.cmd.payload
+        target = Signal(_Target)
+        storing = Signal()
+        bw = dma.buf_write
+        if fwd is not None:
+            m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
+                         fwd.x_write.en.eq(bw.en & (target == _Target.FWD_X)),
+                         fwd.w_write.addr.eq(bw.addr), fwd.w_write.data.eq(bw.data),
+                         fwd.w_write.en.eq(bw.en & (target == _Target.FWD_W))]
+        if bwd is not None:
+            m.d.comb += [bwd.a_write.addr.eq(bw.addr), bwd.a_write.data.eq(bw.data),
+                         bwd.a_write.en.eq(bw.en & (target == _Target.BWD_A)),
+                         bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
+                         bwd.b_write.en.eq(bw.en & (target == _Target.BWD_B))]
+        with m.If(bw.en & ~rf.clear):
+            with m.If((target == _Target.FWD_X) | (target == _Target.BWD_A)):
+                inc("buf_a_writes")
+            with m.Else():
+                inc("buf_b_writes")
+        m.d.comb += dma.buf_read.data.eq(pr.data.as_value())
+
+        # P ports: the accumulate pipeline, else the clear pass, else the DMA's reads
+        clearing = Signal()
+        clr_addr = Signal(paw + 1)
+        with m.If(v1):
+            m.d.comb += [pr.addr.eq(a1), pr.en.eq(1)]
+        with m.Else():
+            m.d.comb += [pr.addr.eq(dma.buf_read.addr), pr.en.eq(dma.buf_read.en & storing)]
+        with m.If(v2):
+            m.d.comb += [pw.addr.eq(a2), pw.data.eq(sums), pw.en.eq(1)]
+        with m.Elif(clearing):
+            m.d.comb += [pw.addr.eq(clr_addr), pw.data.eq(0), pw.en.eq(1)]
+
+        # --- the controller ---------------------------------------------------------------------
+        r = {name: Signal(_W, name=name) for name in (
+            "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3",
+            "cg", "kg", "kt", "nb", "np", "t", "hd", "ktr", "rowlen", "len_a", "len_b",
+            "cur", "tot")}
+        ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
+            "xn", "xg", "x", "w", "dy", "out", "outg")}
+        loop = {name: Signal(_W, name=f"loop_{name}") for name in (
+            "n", "c0", "k0", "kti", "row", "pword")}
+        cache = {t: (Signal(33, name=f"cache_{t}_addr"), Signal(_W, name=f"cache_{t}_len"),
+                     Signal(name=f"cache_{t}_valid")) for t in ("a", "b")}
+
+        phase = d.phase
+        is_fwd = Signal()
+        is_loss = Signal()
+        is_grad = Signal()
+        m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_loss.eq(phase == Phase.LOSS),
+                     is_grad.eq(phase == Phase.GRADIENT)]
+        phase_ok = Const(0, 1)
+        if fwd is not None:
+            phase_ok = phase_ok | is_fwd
+        if bwd is not None:
+            phase_ok = phase_ok | is_loss | is_grad
+
+        def mn(*vals):
+            out = vals[0]
+            for v in vals[1:]:
+                out = Mux(v < out, v, out)
+            return out
+
+        # engine descriptors (held while a run is in flight)
+        grp_c = Signal(_W)    # channels of the current group
+        grp_k = Signal(_W)    # output channels of the current group
+        if fwd is not None:
+            lay = fwd.layer
+            m.d.comb += [lay.batch.eq(1), lay.channels.eq(grp_c), lay.height.eq(d.h),
+                         lay.width.eq(d.w), lay.kernel_h.eq(d.r), lay.kernel_w.eq(d.s),
+                         lay.stride_h.eq(d.stride_h), lay.stride_w.eq(d.stride_w),
+                         lay.pad_h.eq(d.pad_h), lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
+                         lay.dil_w.eq(d.dil_w), lay.out_channels.eq(grp_k), lay.x_base.eq(0),
+                         lay.w_base.eq(0)]
+        if bwd is not None:
+            bl = bwd.layer
+            m.d.comb += [bl.phase.eq(Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS)),
+                         bl.baseline.eq(0), bl.n.eq(1), bl.c.eq(grp_c), bl.h.eq(d.h),
+                         bl.w.eq(d.w), bl.k.eq(grp_k), bl.r.eq(d.r), bl.s.eq(d.s),
+                         bl.oh.eq(r["oh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
+                         bl.stride_w.eq(d.stride_w), bl.pad_h.eq(d.pad_h),
+                         bl.pad_w.eq(d.pad_w), bl.dil_h.eq(d.dil_h), bl.dil_w.eq(d.dil_w),
+                         bl.src_base_a.eq(0), bl.src_base_b.eq(0)]
+
+        # engine status, summed into the counters when a run ends
+        run_busy = Signal()
+        m.d.comb += run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
+                                | (bwd.busy if bwd is not None else 0))
+        with m.If(run_busy & ~rf.clear):
+            inc("compute_cycles")
+
+        xcap = cfg.buf_a_depth * B
+        wcap = cfg.buf_b_depth
+        pcap = cfg.buf_p_depth
+
+        def window_check(addr, count, shift):
+            """(misaligned, outside): the tensor of ``count`` elements of ``1 << shift`` bytes
+            from ``addr``."""
+            end = addr + (count << shift) - 1
+            mis = addr[:shift].any() if shift else Const(0)
+            out = (count[32:].any() | (addr < rf.window_lo) | (end > rf.window_hi)
+                   | end[32:].any())
+            return mis, out
+
+        with m.FSM(name="ctrl") as fsm:
+
+            def program(name, steps, then):
+                """FSM states running ``steps`` in order, then going to ``then``. A step is
+                ``("mul"|"div", dst, a, b)``, ``("set", [statements])`` or ``("check",
+                condition, error)``."""
+                names = [f"{name}_{i}" for i in range(len(steps))] + [then]
+                for i, step in enumerate(steps):
+                    nxt = names[i + 1]
+                    kind = step[0]
+                    if kind in ("mul", "div"):
+                        _, dst, a, b = step
+                        with m.State(names[i]):
+                            m.d.comb += [alu.start.eq(~alu.busy & ~alu.done), alu.a.eq(a),
+                                         alu.b.eq(b),
+                                         alu.op.eq(ArithOp.MUL if kind == "mul"
+                                                   else ArithOp.DIV)]
+                            with m.If(alu.done):
+                                m.d.sync += dst.eq(alu.result)
+                                with m.If(alu.overflow):
+                                    fail(AccelError.TOO_LARGE)
+                                with m.Else():
+                                    m.next = nxt
+                    elif kind == "set":
+                        with m.State(names[i]):
+                            m.d.sync += step[1]
+                            m.next = nxt
+                    else:
+                        _, cond, code = step
+                        with m.State(names[i]):
+                            with m.If(cond):
+                                fail(code)
+                            with m.Else():
+                                m.next = nxt
+
+            def fail(code):
+                m.d.sync += [err.eq(code), done.eq(1)]
+                m.next = "IDLE"
+
+            with m.State("IDLE"):
+                with m.If(rf.start):
+                    m.d.sync += [err.eq(0)]
+                    for _, _, valid in cache.values():
+                        m.d.sync += valid.eq(0)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                zero = ((d.n == 0) | (d.c == 0) | (d.h == 0) | (d.w == 0) | (d.k == 0)
+                        | (d.r == 0) | (d.s == 0))
+                zstep = (d.stride_h == 0) | (d.stride_w == 0) | (d.dil_h == 0) | (d.dil_w == 0)
+                with m.If(~phase_ok):
+                    fail(AccelError.PHASE)
+                with m.Elif(zero):
+                    fail(AccelError.ZERO_SIZE)
+                with m.Elif(zstep):
+                    fail(AccelError.ZERO_STEP)
+                with m.Else():
+                    m.next = "GEO_0"
+
+            # geometry shared by all phases
+            limit = (1 << dim) - 1
+            program("GEO", [
+                ("mul", r["drh"], d.dil_h, d.r - 1),
+                ("mul", r["drw"], d.dil_w, d.s - 1),
+                ("check", (r["drh"] >= d.h + 2 * d.pad_h) | (r["drw"] >= d.w + 2 * d.pad_w),
+                 AccelError.KERNEL_TOO_LARGE),
+                ("div", r["oh"], d.h + 2 * d.pad_h - r["drh"] - 1, d.stride_h),
+                ("div", r["ow"], d.w + 2 * d.pad_w - r["drw"] - 1, d.stride_w),
+                ("set", [r["oh"].eq(r["oh"] + 1), r["ow"].eq(r["ow"] + 1)]),
+                ("check", (r["oh"] > limit) | (r["ow"] > limit), AccelError.DIM),
+                ("mul", r["hw"], d.h, d.w),
+                ("mul", r["ohow"], r["oh"], r["ow"]),
+                ("mul", r["rs"], d.r, d.s),
+                ("mul", r["crs"], d.c, r["rs"]),
+                ("mul", r["chw"], d.c, r["hw"]),
+            ], "PHASE_SETUP")
+            with m.State("PHASE_SETUP"):
+                m.d.sync += ow_reg.eq(r["ow"])
+                with m.If(is_fwd):
+                    m.next = "FSET_0"
+                with m.Elif(is_loss):
+                    m.next = "LSET_0"
+                with m.Else():
+                    m.next = "GSET_0"
+
+            def addr_checks(name, tensors, then):
+                """Steps checking alignment and the window of ``(addr, count, shift)``."""
+                steps = []
+                for addr, count_steps, shift in tensors:
+                    steps += count_steps
+                    mis, out = window_check(addr, r["tot"], shift)
+                    steps.append(("check", mis, AccelError.ALIGN))
+                    steps.append(("check", out, AccelError.WINDOW))
+                program(name, steps, then)
+
+            # forward set-up
+            program("FSET", [
+                ("div", r["q1"], xcap, r["hw"]),
+                ("div", r["q2"], wcap, r["rs"]),
+                ("set", [r["cg"].eq(mn(d.c, r["q1"], r["q2"]))]),
+                ("check", (r["cg"] == 0) | (r["ohow"] > pcap), AccelError.TOO_LARGE),
+                ("div", r["kt"], d.k + (C - 1), C),
+                ("mul", r["rowlen"], r["ohow"], C),
+            ], "FCHK_0")
+            addr_checks("FCHK", [
+                (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
+                (d.addr_w, [("mul", r["t"], r["kt"], r["crs"]),
+                            ("mul", r["tot"], r["t"], C)], obs),
+                (d.addr_out, [("mul", r["t"], d.n, r["kt"]),
+                              ("mul", r["tot"], r["t"], r["rowlen"])], abs_),
+            ], "FWD_INIT")
+            # loss set-up
+            program("LSET", [
+                ("div", r["q1"], cfg.buf_a_depth, r["crs"]),
+                ("div", r["q2"], cfg.buf_b_depth, r["ohow"]),
+                ("set", [r["kg"].eq(mn(d.k, r["q1"], r["q2"]))]),
+                ("div", r["nb"], r["hw"] + (C - 1), C),
+                ("mul", r["np"], d.c, r["nb"]),
+                ("check", (r["kg"] == 0) | (r["np"] > pcap), AccelError.TOO_LARGE),
+            ], "LCHK_0")
+            addr_checks("LCHK", [
+                (d.addr_w, [("mul", r["tot"], d.k, r["crs"])], obs),
+                (d.addr_dy, [("mul", r["t"], d.n, d.k), ("mul", r["tot"], r["t"], r["ohow"])],
+                 obs),
+                (d.addr_out, [("mul", r["tot"], d.n, r["chw"])], abs_),
+            ], "LOSS_INIT")
+            # gradient set-up
+            program("GSET", [
+                ("div", r["q1"], cfg.buf_a_depth, r["ohow"]),
+                ("set", [r["kg"].eq(mn(d.k, r["q1"]))]),
+                ("div", r["q2"], cfg.buf_b_depth, r["hw"]),
+                ("div", r["t"], pcap, d.k),
+                ("mul", r["t"], r["t"], C),
+                ("div", r["q3"], r["t"], r["rs"]),
+                ("set", [r["cg"].eq(mn(d.c, r["q2"], r["q3"]))]),
+                ("check", (r["kg"] == 0) | (r["cg"] == 0), AccelError.TOO_LARGE),
+                ("mul", r["hd"], d.stride_h, r["oh"] - 1),
+                ("mul", r["t"], d.stride_w, r["ow"] - 1),
+                ("mul", r["t"], r["hd"] + 1, r["t"] + 1),
+                ("div", r["ktr"], r["t"] + (R - 1), R),
+            ], "GCHK_0")
+            addr_checks("GCHK", [
+                (d.addr_dy, [("mul", r["t"], d.n, d.k), ("mul", r["tot"], r["t"], r["ohow"])],
+                 obs),
+                (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
+                (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
+            ], "GRAD_INIT")
+
+            # --- DMA helpers -------------------------------------------------------------------
+            def dma_load(name, tgt, cache_key, addr, length, lanes, then):
+                """States ``name`` (issue, or skip when cached) and ``name_WAIT``."""
+                caddr, clen, cvalid = cache[cache_key]
+                with m.State(name):
+                    with m.If(cvalid & (caddr == addr) & (clen == length)):
+                        m.next = then
+                    with m.Else():
+                        m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
+                                     cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(addr),
+                                     cmd.buf_addr.eq(0), cmd.length.eq(length),
+                                     cmd.lanes.eq(lanes)]
+                        m.d.sync += target.eq(tgt)
+                        with m.If(dma.cmd.ready):
+                            m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
+                            m.next = f"{name}_WAIT"
+                with m.State(f"{name}_WAIT"):
+                    with m.If(dma.done):
+                        with m.If(dma.error != DmaError.NONE):
+                            fail(ERROR_DMA_BUS | dma.error.as_value())
+                        with m.Else():
+                            m.d.sync += cvalid.eq(1)
+                            m.next = then
+
+            def dma_store(name, addr, length, buf_addr, then):
+                with m.State(name):
+                    m.d.comb += [storing.eq(1), dma.cmd.valid.eq(1),
+                                 cmd.direction.eq(Direction.STORE),
+                                 cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(addr),
+                                 cmd.buf_addr.eq(buf_addr), cmd.length.eq(length),
+                                 cmd.lanes.eq(C)]
+                    with m.If(dma.cmd.ready):
+                        m.next = f"{name}_WAIT"
+                with m.State(f"{name}_WAIT"):
+                    m.d.comb += [storing.eq(1)]
+                    with m.If(dma.done):
+                        with m.If(dma.error != DmaError.NONE):
+                            fail(ERROR_DMA_BUS | dma.error.as_value())
+                        with m.Else():
+                            m.next = then
+
+            def clear_p(name, words, then):
+                with m.State(name):
+                    m.d.comb += [clearing.eq(1)]
+                    m.d.sync += clr_addr.eq(clr_addr + 1)
+                    with m.If(clr_addr + 1 >= words):
+                        m.d.sync += clr_addr.eq(0)
+                        m.next = then
+
+            def run(name, engine, then):
+                """Start ``engine`` and wait for its end; its refusal stops the layer."""
+                with m.State(name):
+                    m.d.comb += [engine.start.eq(1)]
+                    if bwd is not None and engine is bwd:
+                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0)]
+                    m.next = f"{name}_WAIT"
+                with m.State(f"{name}_WAIT"):
+                    if engine is fwd:
+                        ended = ~engine.busy
+                        code = 0
+                    else:
+                        ended = engine.done
+                        code = engine.error_code.as_value()
+                    with m.If(ended):
+                        add_engine_counters(engine)
+                        with m.If(engine.error):
+                            fail(ERROR_ENGINE | code)
+                        with m.Else():
+                            m.next = then
+
+            def add_engine_counters(engine):
+                if engine is fwd:
+                    pairs = [("macs", fwd.fired), ("gated_macs", fwd.gated),
+                             ("stall_cycles", fwd.stall_cycles),
+                             ("buf_a_reads", fwd.words_read), ("buf_b_reads", fwd.w_words_read)]
+                else:
+                    pairs = [("macs", bwd.fired), ("gated_macs", bwd.gated),
+                             ("buf_a_reads", bwd.a_words), ("buf_b_reads", bwd.b_words)]
+                for name, val in pairs:
+                    m.d.sync += cnt[name].eq(cnt[name] + val)
+
+            def wait_acc(name, then):
+                with m.State(name):
+                    with m.If(~acc_busy):
+                        m.next = then
+
+            def finish(name):
+                with m.State(name):
+                    m.d.sync += done.eq(1)
+                    m.next = "IDLE"
+
+            # --- forward loops -------------------------------------------------------------------
+            if fwd is not None:
+                with m.State("FWD_INIT"):
+                    m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
+                                 ptr["xn"].eq(d.addr_x), ptr["w"].eq(d.addr_w),
+                                 ptr["out"].eq(d.addr_out)]
+                    m.next = "FWD_OUTER"
+                with m.State("FWD_OUTER"):       # image n, output-channel block kti
+                    m.d.sync += [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"]),
+                                 grp_k.eq(mn(C, d.k - loop["k0"]))]
+                    m.next = "FWD_CLEAR"
+                clear_p("FWD_CLEAR", r["ohow"], "FWD_GROUP_0")
+                program("FWD_GROUP", [
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["len_a"], grp_c, r["hw"]),
+                    ("mul", r["t"], grp_c, r["rs"]),
+                    ("mul", r["len_b"], r["t"], C),
+                ], "FWD_LOAD_X")
+                dma_load("FWD_LOAD_X", _Target.FWD_X, "a", ptr["x"], r["len_a"], B,
+                         "FWD_LOAD_W")
+                dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C, "FWD_RUN")
+                run("FWD_RUN", fwd, "FWD_NEXT")
+                with m.State("FWD_NEXT"):
+                    m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                 ptr["x"].eq(ptr["x"] + (r["len_a"] << obs)),
+                                 ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
+                    with m.If(loop["c0"] + grp_c < d.c):
+                        m.next = "FWD_GROUP_0"
+                    with m.Else():
+                        m.next = "FWD_DRAIN"
+                wait_acc("FWD_DRAIN", "FWD_STORE")
+                dma_store("FWD_STORE", ptr["out"], r["rowlen"], 0, "FWD_STEP")
+                with m.State("FWD_STEP"):
+                    m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))
+                    with m.If(loop["kti"] + 1 < r["kt"]):
+                        m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
+                                     loop["k0"].eq(loop["k0"] + C)]
+                        m.next = "FWD_OUTER"
+                    with m.Elif(loop["n"] + 1 < d.n):
+                        m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
+                                     loop["n"].eq(loop["n"] + 1),
+                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
+                                     ptr["w"].eq(d.addr_w)]
+                        m.next = "FWD_OUTER"
+                    with m.Else():
+                        m.next = "DONE"
+
+            # --- loss loops ----------------------------------------------------------------------
+            if bwd is not None:
+                with m.State("LOSS_INIT"):
+                    m.d.sync += [loop["n"].eq(0), ptr["dy"].eq(d.addr_dy),
+                                 ptr["out"].eq(d.addr_out), p_row.eq(r["nb"]), row_base.eq(0)]
+                    m.next = "LOSS_OUTER"
+                with m.State("LOSS_OUTER"):      # image n
+                    m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c)]
+                    m.next = "LOSS_CLEAR"
+                clear_p("LOSS_CLEAR", r["np"], "LOSS_GROUP_0")
+                program("LOSS_GROUP", [
+                    ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
+                    ("mul", r["len_a"], grp_k, r["crs"]),
+                    ("mul", r["len_b"], grp_k, r["ohow"]),
+                    ("mul", r["t"], grp_k, r["rs"]),
+                    ("div", kt_rows, r["t"] + (R - 1), R),
+                ], "LOSS_LOAD_A")
+                dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
+                         "LOSS_LOAD_B")
+                dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
+                         "LOSS_RUN")
+                run("LOSS_RUN", bwd, "LOSS_NEXT")
+                with m.State("LOSS_NEXT"):
+                    m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                                 ptr["w"].eq(ptr["w"] + (r["len_a"] << obs)),
+                                 ptr["dy"].eq(ptr["dy"] + (r["len_b"] << obs))]
+                    with m.If(loop["k0"] + grp_k < d.k):
+                        m.next = "LOSS_GROUP_0"
+                    with m.Else():
+                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
+                        m.next = "LOSS_DRAIN"
+                wait_acc("LOSS_DRAIN", "LOSS_STORE")
+                dma_store("LOSS_STORE", ptr["out"], r["hw"], loop["pword"], "LOSS_STEP")
+                with m.State("LOSS_STEP"):
+                    m.d.sync += [ptr["out"].eq(ptr["out"] + (r["hw"] << abs_)),
+                                 loop["pword"].eq(loop["pword"] + r["nb"]),
+                                 loop["row"].eq(loop["row"] + 1)]
+                    with m.If(loop["row"] + 1 < d.c):
+                        m.next = "LOSS_STORE"
+                    with m.Elif(loop["n"] + 1 < d.n):
+                        m.d.sync += loop["n"].eq(loop["n"] + 1)
+                        m.next = "LOSS_OUTER"
+                    with m.Else():
+                        m.next = "DONE"
+
+                # --- gradient loops --------------------------------------------------------------
+                with m.State("GRAD_INIT"):
+                    m.d.sync += [loop["c0"].eq(0), ptr["xg"].eq(d.addr_x),
+                                 ptr["outg"].eq(d.addr_out), kt_rows.eq(r["ktr"])]
+                    m.next = "GRAD_OUTER_0"
+                program("GRAD_OUTER", [          # channel group c0
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["rowlen"], grp_c, r["rs"]),
+                    ("div", r["nb"], r["rowlen"] + (C - 1), C),
+                    ("mul", r["np"], d.k, r["nb"]),
+                    ("mul", r["len_b"], grp_c, r["hw"]),
+                    ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), loop["k0"].eq(0),
+                             ptr["dy"].eq(d.addr_dy), ptr["xn"].eq(ptr["xg"])]),
+                ], "GRAD_CLEAR")
+                clear_p("GRAD_CLEAR", r["np"], "GRAD_GROUP_0")
+                program("GRAD_GROUP", [          # image n, output-channel group k0
+                    ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"])), row_base.eq(loop["k0"])]),
+                    ("mul", r["len_a"], grp_k, r["ohow"]),
+                ], "GRAD_LOAD_A")
+                dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                         "GRAD_LOAD_B")
+                dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["xn"], r["len_b"], 1,
+                         "GRAD_RUN")
+                run("GRAD_RUN", bwd, "GRAD_NEXT")
+                with m.State("GRAD_NEXT"):
+                    m.d.sync += ptr["dy"].eq(ptr["dy"] + (r["len_a"] << obs))
+                    with m.If(loop["k0"] + grp_k < d.k):
+                        m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
+                        m.next = "GRAD_GROUP_0"
+                    with m.Elif(loop["n"] + 1 < d.n):
+                        m.d.sync += [loop["k0"].eq(0), loop["n"].eq(loop["n"] + 1),
+                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
+                        m.next = "GRAD_GROUP_0"
+                    with m.Else():
+                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0),
+                                     ptr["out"].eq(ptr["outg"])]
+                        m.next = "GRAD_DRAIN"
+                wait_acc("GRAD_DRAIN", "GRAD_STORE")
+                dma_store("GRAD_STORE", ptr["out"], r["rowlen"], loop["pword"], "GRAD_STEP")
+                with m.State("GRAD_STEP"):
+                    m.d.sync += [ptr["out"].eq(ptr["out"] + (r["crs"] << abs_)),
+                                 loop["pword"].eq(loop["pword"] + r["nb"]),
+                                 loop["row"].eq(loop["row"] + 1)]
+                    with m.If(loop["row"] + 1 < d.k):
+                        m.next = "GRAD_STORE"
+                    with m.Elif(loop["c0"] + grp_c < d.c):
+                        m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                     ptr["xg"].eq(ptr["xg"] + (r["len_b"] << obs)),
+                                     ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
+                        m.next = "GRAD_OUTER_0"
+                    with m.Else():
+                        m.next = "DONE"
+            finish("DONE")
+            # phases not generated: their set-up chains end in a refusal
+            for missing in (["FWD_INIT"] if fwd is None else []) + \
+                    (["LOSS_INIT", "GRAD_INIT"] if bwd is None else []):
+                with m.State(missing):
+                    fail(AccelError.PHASE)
+        m.d.comb += busy.eq(~fsm.ongoing("IDLE"))
+        return m
+

@@ -1,0 +1,254 @@
+"""Host driver of the accelerator: numpy tensors in, numpy tensors out, over a transport.
+
+A *transport* moves 32-bit register words and bytes of external memory; the driver does not
+care how. It has four coroutines::
+
+    async read32(offset) -> int          # a register, by byte offset (hw.axi_lite.REGISTER_MAP)
+    async write32(offset, value)
+    async read_mem(addr, nbytes) -> bytes
+    async write_mem(addr, data)
+
+``sim.tb_accelerator.CocotbTransport`` is the cocotb/Verilator one (AXI4-Lite master and AXI
+RAM of cocotbext-axi); the serial transport for a board has the same four methods.
+
+The driver lays tensors out as :mod:`hw.accelerator` documents (forward W and Y blocked by
+``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
+in a memory region, writes the descriptor, starts the layer, waits for DONE, raises
+:exc:`AcceleratorError` when STATUS.ERROR is set, reads the result and the counters.
+
+Integers only: operands are ``operand_width``-bit (signed or not, per the configuration),
+results ``acc_width``-bit two's complement (they wrap exactly as the hardware's accumulators
+do). Values out of the operand range are refused with :exc:`ValueError` before anything runs.
+"""
+
+import numpy as np
+
+from hw.axi_lite import COUNTERS, CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
+
+__all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "element_bytes", "error_name",
+           "layer_shapes"]
+
+PHASES = {"forward": 0, "loss": 1, "gradient": 2}
+
+#: STATUS.ERROR codes (hw.accelerator.AccelError; 0x10 | hw.dma.DmaError; 0x20 | engine code).
+ERROR_NAMES = {1: "PHASE", 2: "ZERO_SIZE", 3: "ZERO_STEP", 4: "KERNEL_TOO_LARGE", 5: "DIM",
+               6: "TOO_LARGE", 7: "ALIGN", 8: "WINDOW"}
+_DMA_NAMES = {1: "SLVERR", 2: "DECERR", 3: "WINDOW", 4: "ALIGN", 5: "BUFFER"}
+
+
+def error_name(code):
+    """A readable name of a STATUS.ERROR value."""
+    if code in ERROR_NAMES:
+        return ERROR_NAMES[code]
+    if code & 0xF0 == 0x10:
+        return f"DMA_BUS:{_DMA_NAMES.get(code & 0xF, code & 0xF)}"
+    if code & 0xF0 == 0x20:
+        return f"ENGINE:{code & 0xF}"
+    return f"UNKNOWN:{code:#x}"
+
+
+class AcceleratorError(RuntimeError):
+    """The hardware refused or aborted a layer; ``code`` is STATUS.ERROR."""
+
+    def __init__(self, code, what):
+        self.code = code
+        self.name = error_name(code)
+        super().__init__(f"accelerator refused {what}: error {code:#04x} ({self.name})")
+
+
+def element_bytes(bits):
+    """Bytes of an element of ``bits`` bits in memory (1, 2, 4 or 8)."""
+    for n in (1, 2, 4, 8):
+        if bits <= 8 * n:
+            return n
+    raise ValueError(f"element width {bits} bits is wider than 64")
+
+
+def layer_shapes(n, c, h, w, k, r, s, stride, pad, dil):
+    """``(oh, ow)`` of a layer; stride, pad, dil are ``(h, w)`` pairs."""
+    oh = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * pad[1] - dil[1] * (s - 1) - 1) // stride[1] + 1
+    return oh, ow
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Driver:
+    """Runs layers on the accelerator behind ``transport`` (see the module docstring).
+
+    Parameters
+    ----------
+    transport : object with ``read32``, ``write32``, ``read_mem``, ``write_mem`` coroutines
+    config : hw.config.Config
+        The configuration the hardware was generated for (checked against CFG_ARRAY at
+        :meth:`open`).
+    mem_base, mem_size : int
+        The external memory region the driver may use for tensors; the DMA window is set to
+        it, so the hardware cannot touch anything else.
+    """
+
+    def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64):
+        self.t = transport
+        self.config = config
+        self.mem_base = mem_base
+        self.mem_size = mem_size
+        self.poll_interval = poll_interval
+        self.ob = element_bytes(config.operand_width)
+        self.ab = element_bytes(config.acc_width)
+        self.counters = {}
+
+    # --- registers ----------------------------------------------------------------------------
+    async def open(self):
+        """Check ID, VERSION and the array geometry; set the DMA window."""
+        ident = await self.t.read32(REGISTER_MAP["ID"])
+        if ident != ID_VALUE:
+            raise AcceleratorError(0, f"ID register {ident:#x}, expected {ID_VALUE:#x}")
+        version = await self.t.read32(REGISTER_MAP["VERSION"])
+        if version >> 16 != MAP_VERSION[0]:
+            raise RuntimeError(f"register map version {version >> 16}.{version & 0xFFFF}, "
+                               f"driver speaks {MAP_VERSION[0]}.x")
+        geo = await self.t.read32(REGISTER_MAP["CFG_ARRAY"])
+        cfg = self.config
+        want = cfg.rows | cfg.cols << 8 | cfg.operand_width << 16 | cfg.acc_width << 24
+        if geo != want:
+            raise RuntimeError(f"hardware CFG_ARRAY {geo:#010x} is not configuration "
+                               f"{cfg.name!r} ({want:#010x})")
+        await self.set_window(self.mem_base, self.mem_base + self.mem_size - 1)
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+
+    async def set_window(self, lo, hi):
+        await self.t.write32(REGISTER_MAP["WINDOW_LO"], lo)
+        await self.t.write32(REGISTER_MAP["WINDOW_HI"], hi)
+
+    async def read_counters(self):
+        out = {}
+        for name, _ in COUNTERS:
+            lo = await self.t.read32(REGISTER_MAP[f"{name.upper()}_LO"])
+            hi = await self.t.read32(REGISTER_MAP[f"{name.upper()}_HI"])
+            out[name] = hi << 32 | lo
+        return out
+
+    async def start(self, desc):
+        """Clear DONE, ERROR and the counters, write the descriptor fields of ``desc``
+        (register name -> value), START, wait for DONE. Returns STATUS.ERROR (0: success);
+        the counters then describe this layer alone."""
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        for name, value in desc.items():
+            await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
+        while True:
+            status = await self.t.read32(REGISTER_MAP["STATUS"])
+            if status & 2:
+                return (status >> 8) & 0xFF
+            if hasattr(self.t, "idle"):
+                await self.t.idle(self.poll_interval)
+
+    # --- memory ---------------------------------------------------------------------------------
+    def _check_operand(self, name, t):
+        t = np.asarray(t)
+        if t.dtype.kind not in "iu":
+            raise ValueError(f"{name} must hold integers, not {t.dtype}")
+        bits, signed = self.config.operand_width, self.config.operand_signed
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if t.size and (t.min() < lo or t.max() > hi):
+            raise ValueError(f"{name} has values outside the {bits}-bit "
+                             f"{'signed' if signed else 'unsigned'} operand range [{lo}, {hi}]")
+        return t.astype(np.int64)
+
+    def _to_bytes(self, t, nbytes):
+        return (np.asarray(t, dtype=np.int64).ravel() & ((1 << (8 * nbytes)) - 1)) \
+            .astype(f"<u{nbytes}").tobytes()
+
+    def _from_bytes(self, raw, shape):
+        v = np.frombuffer(raw, dtype=f"<u{self.ab}").astype(np.int64)
+        bits = self.config.acc_width
+        v &= (1 << bits) - 1
+        v = np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
+        return v.reshape(shape)
+
+    def _place(self, sizes):
+        """Byte addresses for regions of ``sizes`` bytes, 64-byte aligned, from mem_base."""
+        addrs, at = [], self.mem_base
+        for size in sizes:
+            addrs.append(at)
+            at += -(-size // 64) * 64
+        if at > self.mem_base + self.mem_size:
+            raise ValueError(f"tensors need {at - self.mem_base} bytes, the memory region has "
+                             f"{self.mem_size}")
+        return addrs
+
+    def blocked_w(self, w):
+        """Forward W (``K x C x R x S``) as ``KT x C x R x S x cols`` (lanes past K zero)."""
+        k, c, r, s = w.shape
+        cols = self.config.cols
+        kt = -(-k // cols)
+        out = np.zeros((kt * cols, c, r, s), dtype=np.int64)
+        out[:k] = w
+        return out.reshape(kt, cols, c, r, s).transpose(0, 2, 3, 4, 1)
+
+    # --- phases ---------------------------------------------------------------------------------
+    async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
+                  stride=1, pad=0, dil=1):
+        """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
+        model's shapes) and keeps the counters in :attr:`counters`.
+
+        forward: ``x`` (N x C x H x W), ``w`` (K x C x R x S); loss: ``dy`` (N x K x OH x OW),
+        ``w``, ``input_hw``; gradient: ``x``, ``dy``, ``kernel_hw``."""
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+        stride, pad, dil = _pair(stride), _pair(pad), _pair(dil)
+        cols = self.config.cols
+        if phase == "forward":
+            x, w = self._check_operand("x", x), self._check_operand("w", w)
+            (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
+        elif phase == "loss":
+            dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
+            (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
+            h, wd = input_hw
+        else:
+            x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
+            (n, c, h, wd), (_, k, _, _) = x.shape, dy.shape
+            r, s = kernel_hw
+        oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
+        kt = -(-k // cols)
+        ins, out_shape = [], None
+        if phase == "forward":
+            ins = [("ADDR_X", x), ("ADDR_W", self.blocked_w(w))]
+            out_elems = n * kt * max(oh, 0) * max(ow, 0) * cols
+        elif phase == "loss":
+            ins = [("ADDR_W", w), ("ADDR_DY", dy)]
+            out_elems, out_shape = n * c * h * wd, (n, c, h, wd)
+        else:
+            ins = [("ADDR_DY", dy), ("ADDR_X", x)]
+            out_elems, out_shape = k * c * r * s, (k, c, r, s)
+        sizes = [t.size * self.ob for _, t in ins] + [max(out_elems, 1) * self.ab]
+        addrs = self._place(sizes)
+        for (_, t), addr in zip(ins, addrs):
+            await self.t.write_mem(addr, self._to_bytes(t, self.ob))
+        desc = {"PHASE": PHASES[phase], "N": n, "C": c, "H": h, "W": wd, "K": k, "R": r, "S": s,
+                "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_H": pad[0],
+                "PAD_W": pad[1], "DIL_H": dil[0], "DIL_W": dil[1]}
+        desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
+        desc["ADDR_OUT"] = addrs[-1]
+        error = await self.start(desc)
+        self.counters = await self.read_counters()
+        if error:
+            raise AcceleratorError(error, f"{phase} layer {desc}")
+        raw = await self.t.read_mem(addrs[-1], out_elems * self.ab)
+        if phase == "forward":
+            y = self._from_bytes(raw, (n, kt, oh, ow, cols))
+            return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
+        return self._from_bytes(raw, out_shape)
+
+    async def forward(self, x, w, stride=1, pad=0, dil=1):
+        return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil)
+
+    async def loss(self, dy, w, input_hw, stride=1, pad=0, dil=1):
+        return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride, pad=pad,
+                              dil=dil)
+
+    async def gradient(self, x, dy, kernel_hw, stride=1, pad=0, dil=1):
+        return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
+                              pad=pad, dil=dil)
