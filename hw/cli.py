@@ -35,9 +35,11 @@ def cmd_synth(args):
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
-    if args.pe_overheads and args.array_overheads:
-        raise UserError("give --pe-overheads or --array-overheads, not both")
-    if args.pe_overheads:
+    if args.pe_overheads + args.array_overheads + args.report > 1:
+        raise UserError("give only one of --report, --pe-overheads and --array-overheads")
+    if args.report:
+        report = synth.design_report(config, args.output, targets=args.targets)
+    elif args.pe_overheads:
         report = synth.pe_overhead_report(config, args.output, targets=args.targets)
     elif args.array_overheads:
         report = synth.array_overhead_report(config, args.output, targets=args.targets)
@@ -97,6 +99,36 @@ def _sim_backward(args, config):
     return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed)
 
 
+def _sim_accelerator(args, config):
+    """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
+    (driver, AXI memory, DMA); ``step`` runs the three phases."""
+    from sim.accel_run import check_job, job, run_jobs, summary
+    from sim.conv_forward_run import parse_layer
+    if args.gemm is not None:
+        raise UserError(f"--gemm does not apply to --phase {args.phase}; give --layer")
+    if args.layer is None:
+        raise UserError(f"give a layer: --phase {args.phase} --layer C=..,H=..,W=..,K=..,R=..,"
+                        "S=..,stride=..,pad=..,dilation=..,N=..")
+    if args.dataflow != "os" or args.sgd_shift is not None:
+        raise UserError(f"--phase {args.phase} picks its dataflow; --dataflow and --sgd-shift "
+                        "do not apply")
+    phases = ["forward", "loss", "gradient"] if args.phase == "step" else [args.phase]
+    try:
+        layer = parse_layer(args.layer)
+        for p in phases:
+            check_job(config, layer, p)
+    except ValueError as e:
+        raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
+    results = run_jobs(config, [job(layer, p, seed=args.seed) for p in phases])
+    sums = [summary(config, r) for r in results]
+    if len(sums) == 1:
+        return sums[0]
+    out = {"match": all(s["match"] for s in sums), "phase": "step"}
+    for s in sums:
+        out.update({f"{s['phase']}_{k}": v for k, v in s.items() if k not in ("phase",)})
+    return out
+
+
 def cmd_sim(args):
     import json
 
@@ -104,7 +136,13 @@ def cmd_sim(args):
     config = _config(args)
     if args.baseline and args.phase not in ("loss", "gradient"):
         raise UserError("--baseline applies only to --phase loss|gradient")
-    if args.phase in ("loss", "gradient"):
+    if args.engine and args.phase not in ("forward", "loss", "gradient"):
+        raise UserError("--engine applies only to --phase forward|loss|gradient")
+    if args.baseline and not args.engine:
+        raise UserError("--baseline runs on the backward engine alone: add --engine")
+    if args.phase is not None and not args.engine:
+        result = _sim_accelerator(args, config)
+    elif args.phase in ("loss", "gradient"):
         result = _sim_backward(args, config)
     elif args.phase == "forward":
         result = _sim_forward(args, config)
@@ -138,6 +176,52 @@ def cmd_zeros(args):
     sys.exit(zero_report.main(["--json"] if args.json else []))
 
 
+def _preset_size(config):
+    """Sort key for ``--config auto``: array multiplier bits, then buffer bits."""
+    return (config.rows * config.cols * config.operand_width ** 2,
+            config.buf_a_depth + config.buf_b_depth + config.buf_p_depth)
+
+
+def cmd_bitstream(args):
+    import time
+    from pathlib import Path
+
+    from . import board
+    from .config import load_config, preset_names
+    t0 = time.monotonic()
+    settings = board.load_board(args.board)
+    out = Path(args.output or f"build/bitstream/{args.board}")
+    try:
+        core = board.load_core(args.core)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"core {args.core or board.DEFAULT_CORE!r} is not available ({e}); "
+                        f"give --core module:Class (e.g. sim.board_tops:StandInCore)") from None
+    spec = args.config or settings.config
+    if spec == "auto":
+        try:
+            candidates = sorted((load_config(n) for n in preset_names()), key=_preset_size,
+                                reverse=True)
+        except ConfigError as e:
+            raise UserError(f"invalid configuration: {e}") from None
+    else:
+        try:
+            candidates = [load_config(spec)]
+        except ConfigError as e:
+            raise UserError(f"invalid configuration: {e}") from None
+    for i, config in enumerate(candidates):
+        last = i == len(candidates) - 1
+        try:            # the fit check runs before place and route
+            report = board.build_bitstream(args.board, config, out, core=core,
+                                           fit_only=args.fit_only)
+            break
+        except board.FitError as e:
+            if last:
+                raise UserError(str(e)) from None
+            print(f"[{args.board}] {e}; trying a smaller preset")
+    print(board.format_report(report))
+    print(f"total wall time {time.monotonic() - t0:.1f} s; report {out / 'report.json'}")
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="bpsa", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -168,6 +252,12 @@ def build_parser():
                     help="synthesize the whole array (--config size) in the same variants, "
                          "keeping the hierarchy and synthesizing identical PEs once, and report "
                          "overheads over the plain OS array")
+    sp.add_argument("--report", action="store_true",
+                    help="whole-design report: every block (pe ... accelerator, --top is "
+                         "ignored), hierarchical, with shares of the accelerator, composite "
+                         "blocks' parts and the feature-overhead table (PE and array variants, "
+                         "feeder, BP-im2col vs im2col) next to the papers' figures; writes "
+                         "design_report.md and design_report.json")
     sp.set_defaults(func=cmd_synth)
 
     sp = sub.add_parser("sim", help="run a random problem through the generated RTL under "
@@ -177,13 +267,16 @@ def build_parser():
                     help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
                          "batch Bt)")
     sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
-    sp.add_argument("--phase", choices=["forward", "loss", "gradient"], default=None,
-                    help="forward: run a convolution layer (--layer) through the data feeder, "
-                         "weight fetcher and OS array (ConvForward) instead of a GEMM; "
-                         "loss|gradient: its backward phase through BP-im2col and the IS "
-                         "array (ConvBackward)")
+    sp.add_argument("--engine", action="store_true",
+                    help="run --phase on the engine top alone (ConvForward / ConvBackward, "
+                         "buffers written directly) instead of the whole accelerator")
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step"], default=None,
+                    help="run a convolution layer (--layer) through the whole accelerator "
+                         "(driver, AXI memory, DMA, tiling controller): forward (feeder + OS "
+                         "array), loss|gradient (BP-im2col + IS array), or step (all three); "
+                         "with --engine, forward|loss|gradient on the engine top alone")
     sp.add_argument("--baseline", action="store_true",
-                    help="--phase loss|gradient: the traditional flow (zero-spaced copy "
+                    help="--engine --phase loss|gradient: the traditional flow (zero-spaced copy "
                          "written into the buffer, then read densely) on the same hardware")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
@@ -195,6 +288,20 @@ def build_parser():
                     help="interleaved: apply the in-place update W -= G >> SHIFT")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_sim)
+
+    sp = sub.add_parser("bitstream", help="FPGA bitstream of the board top (core + UART "
+                                           "bridge + SRAM): Yosys, fit check, nextpnr, pack")
+    sp.add_argument("--board", required=True, choices=["icebreaker", "ulx3s"])
+    sp.add_argument("--config", default=None,
+                    help="preset name or TOML path; 'auto': the largest preset that fits "
+                         "(default: the board's preset in constraints/<board>.toml)")
+    sp.add_argument("--core", default=None,
+                    help="core as module:Class (default hw.accelerator:Accelerator)")
+    sp.add_argument("-o", "--output", default=None,
+                    help="output directory (default: build/bitstream/<board>)")
+    sp.add_argument("--fit-only", action="store_true",
+                    help="stop after synthesis and the fit check (no place and route)")
+    sp.set_defaults(func=cmd_bitstream)
 
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")

@@ -26,7 +26,7 @@ import numpy as np
 from hw.axi_lite import COUNTERS, CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
 
 __all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "element_bytes", "error_name",
-           "layer_shapes"]
+           "layer_shapes", "plan"]
 
 PHASES = {"forward": 0, "loss": 1, "gradient": 2}
 
@@ -71,6 +71,45 @@ def layer_shapes(n, c, h, w, k, r, s, stride, pad, dil):
     return oh, ow
 
 
+def plan(config, phase, n, c, h, w, k, r, s, oh, ow):
+    """The controller's tiling of a layer (see :mod:`hw.accelerator`): a dict of group sizes
+    and run counts, or :exc:`ValueError` naming what does not fit (the hardware refuses the
+    same layers with TOO_LARGE)."""
+    cols, pcap = config.cols, config.buf_p_depth
+    hw_, ohow, rs = h * w, oh * ow, r * s
+    if phase == "forward":
+        xcap = config.buf_a_depth * config.feeder_bus_width
+        cg = min(c, xcap // hw_, config.buf_b_depth // rs)
+        if cg == 0:
+            raise ValueError(f"one channel of X ({hw_} elements) or of W ({rs} words) does not "
+                             f"fit buffer A ({xcap} elements) / B ({config.buf_b_depth} words)")
+        if ohow > pcap:
+            raise ValueError(f"an output plane ({ohow} pixels) does not fit the P buffer "
+                             f"({pcap} words)")
+        kt = -(-k // cols)
+        return {"groups": -(-c // cg), "group": cg, "runs": n * kt * -(-c // cg)}
+    if phase == "loss":
+        crs = c * rs
+        kg = min(k, config.buf_a_depth // crs, config.buf_b_depth // ohow)
+        np_ = c * -(-hw_ // cols)
+        if kg == 0:
+            raise ValueError(f"W of one output channel ({crs} elements) or one dY plane "
+                             f"({ohow}) does not fit buffer A / B ({config.buf_a_depth} / "
+                             f"{config.buf_b_depth} words)")
+        if np_ > pcap:
+            raise ValueError(f"dX of one image ({c} rows of {-(-hw_ // cols)} words) does not "
+                             f"fit the P buffer ({pcap} words)")
+        return {"groups": -(-k // kg), "group": kg, "runs": n * -(-k // kg)}
+    kg = min(k, config.buf_a_depth // ohow)
+    cg = min(c, config.buf_b_depth // hw_, (pcap // k) * cols // rs)
+    if kg == 0 or cg == 0:
+        raise ValueError(f"one dY plane ({ohow}), one X plane ({hw_}) or one dW row block "
+                         f"({k} x {rs}) does not fit buffers A / B / P ({config.buf_a_depth} / "
+                         f"{config.buf_b_depth} / {pcap} words)")
+    return {"groups": -(-c // cg) * -(-k // kg), "group": (cg, kg),
+            "runs": -(-c // cg) * n * -(-k // kg)}
+
+
 def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 
@@ -87,9 +126,16 @@ class Driver:
     mem_base, mem_size : int
         The external memory region the driver may use for tensors; the DMA window is set to
         it, so the hardware cannot touch anything else.
+    check : bool
+        Refuse layers the buffers cannot hold (:func:`plan`) before touching the hardware;
+        ``False`` sends them anyway (the hardware then answers TOO_LARGE).
+    poll_interval, max_polls : int
+        STATUS is read every ``poll_interval`` cycles (when the transport has ``idle``);
+        :exc:`TimeoutError` after ``max_polls`` reads without DONE.
     """
 
-    def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64):
+    def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64,
+                 check=True, max_polls=1_000_000):
         self.t = transport
         self.config = config
         self.mem_base = mem_base
@@ -98,6 +144,9 @@ class Driver:
         self.ob = element_bytes(config.operand_width)
         self.ab = element_bytes(config.acc_width)
         self.counters = {}
+        self.check = check
+        self.max_polls = max_polls
+        self.plan = None
 
     # --- registers ----------------------------------------------------------------------------
     async def open(self):
@@ -138,12 +187,14 @@ class Driver:
         for name, value in desc.items():
             await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
-        while True:
+        for _ in range(self.max_polls):
             status = await self.t.read32(REGISTER_MAP["STATUS"])
             if status & 2:
                 return (status >> 8) & 0xFF
             if hasattr(self.t, "idle"):
                 await self.t.idle(self.poll_interval)
+        raise TimeoutError(f"no DONE after {self.max_polls} STATUS reads (STATUS "
+                           f"{status:#x}); descriptor {desc}")
 
     # --- memory ---------------------------------------------------------------------------------
     def _check_operand(self, name, t):
@@ -212,6 +263,12 @@ class Driver:
             (n, c, h, wd), (_, k, _, _) = x.shape, dy.shape
             r, s = kernel_hw
         oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
+        if oh > 0 and ow > 0 and self.check:
+            try:
+                self.plan = plan(self.config, phase, n, c, h, wd, k, r, s, oh, ow)
+            except ValueError as e:
+                raise ValueError(f"{phase} layer does not fit configuration "
+                                 f"{self.config.name!r}: {e}") from None
         kt = -(-k // cols)
         ins, out_shape = [], None
         if phase == "forward":

@@ -4,8 +4,9 @@ register port ``axil`` and an ``AxiRam`` on the memory port ``mem``.
 
 Tests (each resets the design)
     ``layers``: the jobs of ``BPSA_JOBS`` (a JSON list of ``{"phase", "layer": ConvLayer
-    fields, "seed", "pauses", "zero_prob"}``; default: one small layer per phase), each
-    checked bit-exactly against :mod:`sim.golden`; with ``pauses`` every AXI channel of the
+    fields, "seed", "pauses", "zero_prob", "expect"}``; default: one small layer per phase),
+    each checked bit-exactly against :mod:`sim.golden` (or, with ``expect``, refused by the
+    hardware with that error name); with ``pauses`` every AXI channel of the
     RAM gets random ready/valid pauses. A summary per job (cycles, DMA bytes, buffer words,
     utilization) goes to the JSON file ``BPSA_RESULTS`` when set.
     ``illegal_descriptors``: zero sizes, stride 0, kernel larger than the padded input, phases
@@ -18,14 +19,17 @@ Run one with ``sim.runner.run_cocotb(..., testcase=name)``.
 """
 
 import json
+import logging
 import os
 import random
+import time
 import warnings
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi(\..*)?")
 
@@ -78,6 +82,9 @@ class Harness:
                           size=RAM_SIZE)
         self.driver = Driver(CocotbTransport(dut, self.axil, self.ram), self.cfg,
                              mem_size=RAM_SIZE)
+        # cocotbext-axi logs every transfer at INFO: megabytes of log per layer
+        for bus in ("axil", "mem"):
+            logging.getLogger(f"cocotb.{dut._name}.{bus}").setLevel(logging.WARNING)
 
     def pauses(self, on, seed=0):
         w, r = self.ram.write_if, self.ram.read_if
@@ -88,6 +95,7 @@ class Harness:
                 ch.set_pause_generator(iter(lambda rng=rng: rng.random() < 0.35, None))
             else:
                 ch.clear_pause_generator()
+                ch.pause = False      # clearing the generator keeps its last value
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -143,6 +151,7 @@ async def run_job(h, job):
     args = dict(stride=(lay["stride_h"], lay["stride_w"]), pad=(lay["pad_h"], lay["pad_w"]),
                 dil=(lay["dil_h"], lay["dil_w"]))
     phase = job["phase"]
+    t0, s0 = time.perf_counter(), get_sim_time("ns")
     if phase == "forward":
         got = await drv.forward(t["x"], t["w"], **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
@@ -154,18 +163,17 @@ async def run_job(h, job):
         got = await drv.gradient(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
                                          args["stride"], args["pad"], args["dil"])
+    sim_cycles = int((get_sim_time("ns") - s0) // 10)
+    sim_seconds = time.perf_counter() - t0
     want = wrap(cfg, want)
     c = dict(drv.counters)
-    macs_dense = int(np.prod(want.shape)) * (
-        lay["channels"] * lay["kernel_h"] * lay["kernel_w"] if phase == "forward" else
-        lay["out_channels"] * (lay["kernel_h"] * lay["kernel_w"] if phase == "loss" else
-                               lay["batch"] * t["dy"].shape[2] * t["dy"].shape[3]))
+    # every phase does the forward's multiply-accumulates: N K OH OW C R S
+    macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
                "match": bool(np.array_equal(got, want)), "counters": c,
                "cycles": c["busy_cycles"],
-               "utilization": (c["macs"] + c["gated_macs"]) / max(1, c["busy_cycles"]
-                                                                 * cfg.rows * cfg.cols),
-               "useful_macs": macs_dense}
+               "useful_macs": macs_dense, "sim_cycles": sim_cycles,
+               "sim_seconds": sim_seconds}
     return got, want, summary
 
 
@@ -177,6 +185,18 @@ async def layers(dut):
     summaries = []
     for i, job in enumerate(jobs):
         h.pauses(bool(job.get("pauses")), seed=i)
+        if job.get("expect"):
+            h.driver.check = False
+            try:
+                await run_job(h, job)
+            except AcceleratorError as e:
+                assert e.name == job["expect"], f"job {i} {job}: {e}"
+                summaries.append({"phase": job["phase"], "layer": job["layer"],
+                                  "refused": e.name})
+                continue
+            finally:
+                h.driver.check = True
+            raise AssertionError(f"job {i} {job}: not refused")
         got, want, summary = await run_job(h, job)
         summaries.append(summary)
         if not summary["match"]:

@@ -22,7 +22,7 @@ from sim import golden
 
 __all__ = ["A_SHIFT", "D_SHIFT", "E_SHIFT", "LR_SHIFT", "initial", "reference_step", "train"]
 
-A_SHIFT, E_SHIFT, D_SHIFT, LR_SHIFT = 3, 4, 3, 6
+A_SHIFT, E_SHIFT, D_SHIFT, LR_SHIFT = 3, 6, 3, 10
 
 
 def _range(cfg):

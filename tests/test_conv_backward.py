@@ -245,19 +245,23 @@ def test_cli_refuses_bad_layers(capsys):
         (["--phase", "loss", "--baseline", "--layer", "C=2,H=30,K=8,R=3,pad=1"], "buffer B"),
         (["--phase", "loss", "--layer", "C=2,H=3,K=2,R=5"], "cannot run layer"),
         (["--baseline", "--gemm", "4,4,4"], "--baseline applies only"),
+        (["--phase", "step", "--engine", "--layer", "C=2,H=6,K=2,R=3"],
+         "--engine applies only"),
     ]
     for argv, message in cases:
-        assert main(["sim"] + argv) == 2
+        assert main(["sim", "--engine"] + argv if "--phase" in argv else ["sim"] + argv) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
 
 
 @pytest.mark.cocotb
 def test_cli_backward(capsys):
-    """``bpsa sim --phase loss|gradient --layer ... [--baseline]`` prints the summary."""
+    """``bpsa sim --engine --phase loss|gradient --layer ... [--baseline]`` prints the
+    summary."""
     from hw.cli import main
     for phase, extra in (("loss", []), ("gradient", ["--baseline"])):
-        assert main(["sim", "--phase", phase, "--layer", "C=2,H=7,K=3,R=3,stride=2,pad=1",
+        assert main(["sim", "--engine", "--phase", phase, "--layer",
+                     "C=2,H=7,K=3,R=3,stride=2,pad=1",
                      "--seed", "4"] + extra) == 0
         out = capsys.readouterr().out
         fields = dict(line.split(None, 1) for line in out.strip().splitlines())

@@ -330,7 +330,7 @@ def test_traffic_counts_explicit_im2col():
 
 
 def test_cli_refuses_bad_layers(capsys):
-    """``bpsa sim --phase forward``: a bad layer string or a layer the hardware cannot run is
+    """``bpsa sim --engine --phase forward``: a bad layer string or a layer the hardware cannot run is
     one ``bpsa: error:`` line and exit status 2 (nothing is built)."""
     from hw.cli import main
     for args, reason in [
@@ -340,7 +340,7 @@ def test_cli_refuses_bad_layers(capsys):
         ([], "--layer"),
         (["--layer", "C=1,H=4,K=1,R=1", "--gemm", "4,4,4"], "--gemm"),
     ]:
-        assert main(["sim", "--phase", "forward", *args]) == 2
+        assert main(["sim", "--engine", "--phase", "forward", *args]) == 2
         err = capsys.readouterr().err
         assert err.startswith("bpsa: error: ") and reason in err and err.count("\n") == 1
 
@@ -398,9 +398,10 @@ def test_illegal_layers_verilator():
 
 @pytest.mark.cocotb
 def test_cli_forward(capsys):
-    """``bpsa sim --phase forward --layer ...`` prints the summary (reusing the build)."""
+    """``bpsa sim --engine --phase forward --layer ...`` prints the summary (reusing the
+    build)."""
     from hw.cli import main
-    assert main(["sim", "--phase", "forward", "--layer", "C=2,H=7,K=5,R=3,pad=1",
+    assert main(["sim", "--engine", "--phase", "forward", "--layer", "C=2,H=7,K=5,R=3,pad=1",
                  "--seed", "4"]) == 0
     out = capsys.readouterr().out
     fields = dict(line.split(None, 1) for line in out.strip().splitlines())

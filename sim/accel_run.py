@@ -1,0 +1,66 @@
+"""Layers through the whole accelerator top under Verilator (``bpsa sim --phase ...``,
+``sim.bench_accelerator``): jobs in, one summary per job out."""
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+from sim.driver import layer_shapes, plan
+
+__all__ = ["check_job", "job", "run_jobs", "summary"]
+
+
+def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0):
+    """The testbench job of a :class:`sim.conv_forward_run.ConvLayer`."""
+    return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
+            "pauses": pauses, "zero_prob": zero_prob}
+
+
+def check_job(config, layer, phase):
+    """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
+    cannot run ``phase`` of ``layer``."""
+    need = "os" if phase == "forward" else "is"
+    if not config.has(need):
+        raise ValueError(f"configuration {config.name!r} does not generate the {need!r} "
+                         f"dataflow that the {phase} phase runs on")
+    limit = (1 << config.dim_width) - 1
+    for name, v in dataclasses.asdict(layer).items():
+        if v > limit:
+            raise ValueError(f"{name} = {v} does not fit dim_width {config.dim_width}")
+    oh, ow = layer_shapes(layer.batch, layer.channels, layer.height, layer.width,
+                          layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride,
+                          layer.pad, layer.dil)
+    if oh < 1 or ow < 1:
+        raise ValueError("the dilated kernel is larger than the padded input")
+    return plan(config, phase, layer.batch, layer.channels, layer.height, layer.width,
+                layer.out_channels, layer.kernel_h, layer.kernel_w, oh, ow)
+
+
+def summary(config, result):
+    """The flat summary of one testbench result."""
+    c = result["counters"]
+    out = {"phase": result["phase"], "match": result["match"], "cycles": c["busy_cycles"],
+           "compute_cycles": c["compute_cycles"], "dma_busy_cycles": c["dma_busy_cycles"],
+           "dma_read_bytes": c["dma_read_bytes"], "dma_write_bytes": c["dma_write_bytes"],
+           "buf_a_words": c["buf_a_reads"] + c["buf_a_writes"],
+           "buf_b_words": c["buf_b_reads"] + c["buf_b_writes"],
+           "buf_p_words": c["buf_p_reads"] + c["buf_p_writes"],
+           "macs": c["macs"], "gated_macs": c["gated_macs"],
+           "useful_macs": result["useful_macs"],
+           "utilization": result["useful_macs"] / max(1, c["busy_cycles"] * config.rows
+                                                      * config.cols)}
+    out["dma_overlap"] = max(0, c["dma_busy_cycles"] + c["compute_cycles"]
+                             - c["busy_cycles"]) / max(1, c["dma_busy_cycles"])
+    return out
+
+
+def run_jobs(config, jobs, *, tag="cli"):
+    """Run ``jobs`` through the accelerator top; returns the testbench results."""
+    from sim.runner import run_cocotb
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.json"
+        run_cocotb(config, "sim.tb_accelerator", top="accelerator", testcase="layers",
+                   extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+                   tag=tag)
+        return json.loads(out.read_text())

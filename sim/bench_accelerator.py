@@ -1,0 +1,84 @@
+"""Whole-accelerator benchmark: forward, loss and gradient of scaled-down stride >= 2 layers
+through the accelerator top under Verilator (driver, AXI RAM, DMA, tiling controller).
+
+    python -m sim.bench_accelerator [--config paper16] [--max-channels 4] [--max-size 16]
+                                    [--pauses] [--json]
+
+The layers are those of ``sim.bench_backward`` (``sim/workloads/conv_layers.csv``, stride
+>= 2, scaled until both backward modes fit the buffers), so its BP-im2col-against-baseline
+figures (engine level) describe the same shapes. Every result is checked against the golden
+model. Per layer and phase it prints cycles, array utilization (useful MACs over
+``cycles * rows * cols``), DMA bytes read and written, buffer words (A, B, P: reads + writes),
+the DMA busy cycles, how much of them overlapped compute, and the Verilator speed.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+from hw.config import load_config
+
+from .accel_run import job, run_jobs, summary
+from .bench_backward import scaled_layers
+from .zero_report import DEFAULT_CSV
+
+PHASES = ("forward", "loss", "gradient")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="paper16")
+    ap.add_argument("--csv", default=str(DEFAULT_CSV))
+    ap.add_argument("--max-channels", type=int, default=4)
+    ap.add_argument("--max-size", type=int, default=16)
+    ap.add_argument("--pauses", action="store_true",
+                    help="random ready/valid pauses on every AXI channel of the memory")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    layers = scaled_layers(cfg, args.csv, args.max_channels, args.max_size)
+    jobs = [job(layer, p, seed=i + 1, pauses=args.pauses)
+            for i, (layer, _) in enumerate(layers) for p in PHASES]
+    t0 = time.perf_counter()
+    results = run_jobs(cfg, jobs, tag="bench")
+    wall = time.perf_counter() - t0
+    rows = []
+    for (layer, names), i in zip(layers, range(0, len(results), 3)):
+        for res in results[i:i + 3]:
+            s = summary(cfg, res)
+            s.update(layer=layer.text(), sources=names, sim_cycles=res["sim_cycles"],
+                     sim_seconds=res["sim_seconds"])
+            rows.append(s)
+    total_cycles = sum(r["sim_cycles"] for r in rows)
+    total_sim = sum(r["sim_seconds"] for r in rows)
+    out = {"config": cfg.name, "rows": rows, "wall_seconds": wall,
+           "verilator_cycles_per_second": total_cycles / max(total_sim, 1e-9)}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"# {cfg.name}: {len(layers)} layers, {len(rows)} runs, all checked against the "
+              f"golden model")
+        print(f"{'layer':<44} {'phase':<9} {'cycles':>8} {'util':>6} {'dma_rd_B':>9} "
+              f"{'dma_wr_B':>9} {'bufA':>7} {'bufB':>7} {'bufP':>7} {'dma_cyc':>8} "
+              f"{'overlap':>7}")
+        for r in rows:
+            print(f"{r['layer']:<44} {r['phase']:<9} {r['cycles']:>8} "
+                  f"{r['utilization']:>6.3f} {r['dma_read_bytes']:>9} "
+                  f"{r['dma_write_bytes']:>9} {r['buf_a_words']:>7} {r['buf_b_words']:>7} "
+                  f"{r['buf_p_words']:>7} {r['dma_busy_cycles']:>8} "
+                  f"{r['dma_overlap']:>7.3f}")
+        for p in PHASES:
+            sel = [r for r in rows if r["phase"] == p]
+            dma = sum(r["dma_busy_cycles"] for r in sel)
+            cyc = sum(r["cycles"] for r in sel)
+            print(f"{p}: {cyc} cycles in all, DMA busy {dma} ({dma / max(cyc, 1):.1%} of the "
+                  f"cycles), mean utilization "
+                  f"{sum(r['utilization'] for r in sel) / max(len(sel), 1):.3f}")
+        print(f"Verilator: {out['verilator_cycles_per_second']:.0f} simulated cycles per second "
+              f"(testbench included); wall time {wall:.0f} s")
+    return 0 if all(r["match"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
