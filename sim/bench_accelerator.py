@@ -1,43 +1,71 @@
 """Whole-accelerator benchmark: forward, loss and gradient of scaled-down stride >= 2 layers
 through the accelerator top under Verilator (driver, AXI RAM, DMA, tiling controller).
 
-    python -m sim.bench_accelerator [--config paper16] [--max-channels 4] [--max-size 16]
+    python -m sim.bench_accelerator [--config paper16] [--max-channels 32] [--max-size 32]
                                     [--pauses] [--json]
 
-The layers are those of ``sim.bench_backward`` (``sim/workloads/conv_layers.csv``, stride
->= 2, scaled until both backward modes fit the buffers), so its BP-im2col-against-baseline
-figures (engine level) describe the same shapes. Every result is checked against the golden
+The layers are the stride >= 2 layers of ``sim/workloads/conv_layers.csv`` with channels
+capped at ``--max-channels`` and the input at ``--max-size`` (batch ``--batch``); the
+controller tiles them over the buffers. (``sim.bench_backward`` compares BP-im2col with the
+baseline mode at engine level, on shapes small enough for the baseline's zero-spaced copies.) Every result is checked against the golden
 model. Per layer and phase it prints cycles, array utilization (useful MACs over
 ``cycles * rows * cols``), DMA bytes read and written, buffer words (A, B, P: reads + writes),
 the DMA busy cycles, how much of them overlapped compute, and the Verilator speed.
 """
 
 import argparse
+import csv
 import json
 import sys
 import time
 
 from hw.config import load_config
 
-from .accel_run import job, run_jobs, summary
-from .bench_backward import scaled_layers
+from .accel_run import check_job, job, run_jobs, summary
+from .conv_forward_run import ConvLayer
 from .zero_report import DEFAULT_CSV
 
 PHASES = ("forward", "loss", "gradient")
+
+
+def accel_layers(cfg, csv_path, max_channels, max_size, batch):
+    """The stride >= 2 layers, capped, that the accelerator runs in all three phases: a list
+    of (layer, [source layer names]), identical shapes once."""
+    out, seen = [], {}
+    for row in csv.DictReader(open(csv_path)):
+        if int(row["stride"]) < 2:
+            continue
+        R, S, s, p, d = (int(row[k]) for k in ("R", "S", "stride", "pad", "dilation"))
+        c, k = min(int(row["C"]), max_channels), min(int(row["K"]), max_channels)
+        h = min(int(row["H"]), max_size)
+        layer = ConvLayer.conv(batch, c, h, h, k, R, S, stride=s, pad=p, dil=d)
+        try:
+            for phase in PHASES:
+                check_job(cfg, layer, phase)
+        except ValueError:
+            continue
+        name = f"{row['network']}.{row['layer']}"
+        if layer.text() in seen:
+            seen[layer.text()][1].append(name)
+        else:
+            seen[layer.text()] = (layer, [name])
+            out.append(seen[layer.text()])
+    return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="paper16")
     ap.add_argument("--csv", default=str(DEFAULT_CSV))
-    ap.add_argument("--max-channels", type=int, default=4)
-    ap.add_argument("--max-size", type=int, default=16)
+    ap.add_argument("--max-channels", type=int, default=32)
+    ap.add_argument("--max-size", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--pauses", action="store_true",
                     help="random ready/valid pauses on every AXI channel of the memory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    layers = scaled_layers(cfg, args.csv, args.max_channels, args.max_size)
+    layers = accel_layers(cfg, args.csv, args.max_channels, args.max_size, args.batch)
     jobs = [job(layer, p, seed=i + 1, pauses=args.pauses)
             for i, (layer, _) in enumerate(layers) for p in PHASES]
     t0 = time.perf_counter()
