@@ -29,24 +29,29 @@ operands, of ``acc_width`` for results; every tensor dense, little endian, from 
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`sim.driver` lays tensors out this way and back.
 
-Tiling (all loops in hardware; a *group* is one engine run)
+Tiling and double buffering (all loops in hardware; a *group* is one engine run)
+    Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
+    half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
+    DMA loads group ``g + 1`` into the other bank, so loads hide behind compute. Within an
+    outer step the groups' results accumulate in P; at its end the controller waits for the
+    last run, clears nothing it still needs, stores P and clears it for the next step (stores
+    and clears are not overlapped).
     forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
     each group of ``CG`` input channels load X[n, group] and the group's W words and run the
     engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
-    groups (word ``oh * OW + ow``); store it. ``CG = min(C, X capacity // (H W), W buffer //
-    (R S))``.
+    groups (word ``oh * OW + ow``); store it. ``CG = min(C, X bank // (H W), W bank // (R S))``
+    (X bank: ``buf_a_depth / 2 * feeder_bus_width`` elements; W bank ``buf_b_depth / 2``).
     loss: for each image n: clear P, then for each group of ``KG`` output channels load
     W[group] into buffer A and dY[n, group] into buffer B and run the loss on them; P
     accumulates dX[n]^T (row c, ``ceil(H W / cols)`` words a row); store one row per channel.
-    ``KG = min(K, buf_a_depth // (C R S), buf_b_depth // (OH OW))``.
+    ``KG = min(K, (buf_a_depth / 2) // (C R S), (buf_b_depth / 2) // (OH OW))``.
     gradient: for each group of ``CG`` input channels: clear P, then for each image n and
     group of ``KG`` output channels load dY[n, group] into A and X[n, channel group] into B and
     run the gradient; P accumulates dW[:, channel group] (row k); store one row per output
-    channel. ``KG = min(K, buf_a_depth // (OH OW))``, ``CG = min(C, buf_b_depth // (H W),
-    (buf_p_depth // K) * cols // (R S))``.
-    A load is skipped when its buffer already holds the same tensor slice (same address and
-    length since START). Loads, runs and stores follow each other: the DMA is not overlapped
-    with compute in this version (``dma_busy_cycles`` and ``compute_cycles`` show the split).
+    channel. ``KG = min(K, (buf_a_depth / 2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2)
+    // (H W), (buf_p_depth // K) * cols // (R S))``.
+    A load is skipped when its bank already holds the same tensor slice (same address and
+    length since START).
 
 Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, FC
@@ -176,6 +181,8 @@ class Accelerator(wiring.Component):
         x2 = Signal.like(x1)
         p_row = Signal(_W)            # rows per P row block: nb (words per result row)
         row_base = Signal(dim + 1)    # gradient: first output channel of the group
+        run_row_base = Signal(dim + 1)    # .. of the group the engine runs
+        bank = Signal()               # buffer half of the next load and run
         ow_reg = Signal(dim)
         m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
         if fwd is not None:
@@ -190,17 +197,18 @@ class Accelerator(wiring.Component):
             o = bwd.out.payload
             cur_tile = Signal.like(o.tile)
             blk, tib = Signal(paw + 1), Signal(_W)
-            kt_rows = Signal(_W)          # row tiles per column block of the current run
+            kt_rows = Signal(_W)          # row tiles per column block of the next run
+            run_kt_rows = Signal(_W)      # .. of the run in the engine
             blk_now, tib_now = Signal.like(blk), Signal.like(tib)
             m.d.comb += [blk_now.eq(blk), tib_now.eq(tib)]
             with m.If(o.tile != cur_tile):
-                with m.If(tib + 1 == kt_rows):
+                with m.If(tib + 1 == run_kt_rows):
                     m.d.comb += [blk_now.eq(blk + 1), tib_now.eq(0)]
                 with m.Else():
                     m.d.comb += tib_now.eq(tib + 1)
             with m.If(bwd.out.valid):
                 m.d.sync += [cur_tile.eq(o.tile), blk.eq(blk_now), tib.eq(tib_now),
-                             v1.eq(1), a1.eq((o.row + row_base) * p_row[:paw + 1] + blk_now)]
+                             v1.eq(1), a1.eq((o.row + run_row_base) * p_row[:paw + 1] + blk_now)]
                 for j in range(C):
                     m.d.sync += x1[j].eq(o.data[j])
         sums = Signal.like(x1)
@@ -287,8 +295,9 @@ class Accelerator(wiring.Component):
             "xn", "xg", "x", "w", "dy", "out", "outg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "row", "pword")}
-        cache = {t: (Signal(33, name=f"cache_{t}_addr"), Signal(_W, name=f"cache_{t}_len"),
-                     Signal(name=f"cache_{t}_valid")) for t in ("a", "b")}
+        cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
+                          Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
+                 for t in ("a", "b") for b in (0, 1)}
 
         phase = d.phase
         is_fwd = Signal()
@@ -317,8 +326,9 @@ class Accelerator(wiring.Component):
                          lay.width.eq(d.w), lay.kernel_h.eq(d.r), lay.kernel_w.eq(d.s),
                          lay.stride_h.eq(d.stride_h), lay.stride_w.eq(d.stride_w),
                          lay.pad_h.eq(d.pad_h), lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
-                         lay.dil_w.eq(d.dil_w), lay.out_channels.eq(grp_k), lay.x_base.eq(0),
-                         lay.w_base.eq(0)]
+                         lay.dil_w.eq(d.dil_w), lay.out_channels.eq(grp_k),
+                         lay.x_base.eq(bank * (cfg.buf_a_depth // 2 * B)),
+                         lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
             bl = bwd.layer
             m.d.comb += [bl.phase.eq(Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS)),
@@ -327,7 +337,9 @@ class Accelerator(wiring.Component):
                          bl.oh.eq(r["oh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
                          bl.stride_w.eq(d.stride_w), bl.pad_h.eq(d.pad_h),
                          bl.pad_w.eq(d.pad_w), bl.dil_h.eq(d.dil_h), bl.dil_w.eq(d.dil_w),
-                         bl.src_base_a.eq(0), bl.src_base_b.eq(0)]
+                         bl.src_base_a.eq(0), bl.src_base_b.eq(0),
+                         bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
+                         bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
 
         # engine status, summed into the counters when a run ends
         run_busy = Signal()
@@ -335,9 +347,26 @@ class Accelerator(wiring.Component):
                                 | (bwd.busy if bwd is not None else 0))
         with m.If(run_busy & ~rf.clear):
             inc("compute_cycles")
+        for eng in (fwd, bwd):
+            if eng is None:
+                continue
+            was_busy = Signal(name=f"{'fwd' if eng is fwd else 'bwd'}_was_busy")
+            m.d.sync += was_busy.eq(eng.busy)
+            with m.If(was_busy & ~eng.busy):
+                if eng is fwd:
+                    pairs = [("macs", fwd.fired), ("gated_macs", fwd.gated),
+                             ("stall_cycles", fwd.stall_cycles),
+                             ("buf_a_reads", fwd.words_read), ("buf_b_reads", fwd.w_words_read)]
+                else:
+                    pairs = [("macs", bwd.fired), ("gated_macs", bwd.gated),
+                             ("buf_a_reads", bwd.a_words), ("buf_b_reads", bwd.b_words)]
+                for cname, val in pairs:
+                    inc(cname, val)
 
-        xcap = cfg.buf_a_depth * B
-        wcap = cfg.buf_b_depth
+        # each buffer holds two banks: the group the engine runs and the next one
+        xcap = cfg.buf_a_depth // 2 * B
+        wcap = cfg.buf_b_depth // 2
+        acap, bcap = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
         pcap = cfg.buf_p_depth
 
         def window_check(addr, count, shift):
@@ -390,7 +419,7 @@ class Accelerator(wiring.Component):
 
             with m.State("IDLE"):
                 with m.If(rf.start):
-                    m.d.sync += [err.eq(0)]
+                    m.d.sync += [err.eq(0), bank.eq(0)]
                     for _, _, valid in cache.values():
                         m.d.sync += valid.eq(0)
                     m.next = "CHECK"
@@ -461,8 +490,8 @@ class Accelerator(wiring.Component):
             ], "FWD_INIT")
             # loss set-up
             program("LSET", [
-                ("div", r["q1"], cfg.buf_a_depth, r["crs"]),
-                ("div", r["q2"], cfg.buf_b_depth, r["ohow"]),
+                ("div", r["q1"], acap, r["crs"]),
+                ("div", r["q2"], bcap, r["ohow"]),
                 ("set", [r["kg"].eq(mn(d.k, r["q1"], r["q2"]))]),
                 ("div", r["nb"], r["hw"] + (C - 1), C),
                 ("mul", r["np"], d.c, r["nb"]),
@@ -476,9 +505,9 @@ class Accelerator(wiring.Component):
             ], "LOSS_INIT")
             # gradient set-up
             program("GSET", [
-                ("div", r["q1"], cfg.buf_a_depth, r["ohow"]),
+                ("div", r["q1"], acap, r["ohow"]),
                 ("set", [r["kg"].eq(mn(d.k, r["q1"]))]),
-                ("div", r["q2"], cfg.buf_b_depth, r["hw"]),
+                ("div", r["q2"], bcap, r["hw"]),
                 ("div", r["t"], pcap, d.k),
                 ("mul", r["t"], r["t"], C),
                 ("div", r["q3"], r["t"], r["rs"]),
@@ -498,26 +527,35 @@ class Accelerator(wiring.Component):
 
             # --- DMA helpers -------------------------------------------------------------------
             def dma_load(name, tgt, cache_key, addr, length, lanes, then):
-                """States ``name`` (issue, or skip when cached) and ``name_WAIT``."""
-                caddr, clen, cvalid = cache[cache_key]
+                """States ``name`` (issue into bank ``bank``, or skip when that bank holds the
+                slice already) and ``name_WAIT``."""
+                half = (cfg.buf_a_depth if cache_key == "a" else cfg.buf_b_depth) // 2
+                hits = [cache[cache_key, b][2] & (cache[cache_key, b][0] == addr)
+                        & (cache[cache_key, b][1] == length) for b in (0, 1)]
+                hit = Mux(bank, hits[1], hits[0])
                 with m.State(name):
-                    with m.If(cvalid & (caddr == addr) & (clen == length)):
+                    with m.If(hit):
                         m.next = then
                     with m.Else():
                         m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
                                      cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(addr),
-                                     cmd.buf_addr.eq(0), cmd.length.eq(length),
+                                     cmd.buf_addr.eq(bank * half), cmd.length.eq(length),
                                      cmd.lanes.eq(lanes)]
                         m.d.sync += target.eq(tgt)
                         with m.If(dma.cmd.ready):
-                            m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
+                            for b in (0, 1):
+                                caddr, clen, cvalid = cache[cache_key, b]
+                                with m.If(bank == b):
+                                    m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
                             m.next = f"{name}_WAIT"
                 with m.State(f"{name}_WAIT"):
                     with m.If(dma.done):
                         with m.If(dma.error != DmaError.NONE):
                             fail(ERROR_DMA_BUS | dma.error.as_value())
                         with m.Else():
-                            m.d.sync += cvalid.eq(1)
+                            for b in (0, 1):
+                                with m.If(bank == b):
+                                    m.d.sync += cache[cache_key, b][2].eq(1)
                             m.next = then
 
             def dma_store(name, addr, length, buf_addr, then):
@@ -545,37 +583,28 @@ class Accelerator(wiring.Component):
                         m.d.sync += clr_addr.eq(0)
                         m.next = then
 
-            def run(name, engine, then):
-                """Start ``engine`` and wait for its end; its refusal stops the layer."""
+            def engine_idle(name, engine, then):
+                """State ``name``: wait until ``engine`` has finished its run (if any); its
+                refusal stops the layer."""
                 with m.State(name):
-                    m.d.comb += [engine.start.eq(1)]
-                    if bwd is not None and engine is bwd:
-                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0)]
-                    m.next = f"{name}_WAIT"
-                with m.State(f"{name}_WAIT"):
-                    if engine is fwd:
-                        ended = ~engine.busy
-                        code = 0
-                    else:
-                        ended = engine.done
-                        code = engine.error_code.as_value()
-                    with m.If(ended):
-                        add_engine_counters(engine)
+                    with m.If(~engine.busy):
                         with m.If(engine.error):
+                            code = 0 if engine is fwd else engine.error_code.as_value()
                             fail(ERROR_ENGINE | code)
                         with m.Else():
                             m.next = then
 
-            def add_engine_counters(engine):
-                if engine is fwd:
-                    pairs = [("macs", fwd.fired), ("gated_macs", fwd.gated),
-                             ("stall_cycles", fwd.stall_cycles),
-                             ("buf_a_reads", fwd.words_read), ("buf_b_reads", fwd.w_words_read)]
-                else:
-                    pairs = [("macs", bwd.fired), ("gated_macs", bwd.gated),
-                             ("buf_a_reads", bwd.a_words), ("buf_b_reads", bwd.b_words)]
-                for name, val in pairs:
-                    m.d.sync += cnt[name].eq(cnt[name] + val)
+            def run(name, engine, then):
+                """``name_WAIT``: the previous run has ended; ``name``: start the group just
+                loaded (bank ``bank``), hand the next loads the other bank, go on at once."""
+                engine_idle(f"{name}_WAIT", engine, name)
+                with m.State(name):
+                    m.d.comb += engine.start.eq(1)
+                    m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base)]
+                    if bwd is not None and engine is bwd:
+                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
+                                     run_kt_rows.eq(kt_rows)]
+                    m.next = then
 
             def wait_acc(name, then):
                 with m.State(name):
@@ -607,7 +636,8 @@ class Accelerator(wiring.Component):
                 ], "FWD_LOAD_X")
                 dma_load("FWD_LOAD_X", _Target.FWD_X, "a", ptr["x"], r["len_a"], B,
                          "FWD_LOAD_W")
-                dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C, "FWD_RUN")
+                dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C,
+                         "FWD_RUN_WAIT")
                 run("FWD_RUN", fwd, "FWD_NEXT")
                 with m.State("FWD_NEXT"):
                     m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
@@ -616,7 +646,8 @@ class Accelerator(wiring.Component):
                     with m.If(loop["c0"] + grp_c < d.c):
                         m.next = "FWD_GROUP_0"
                     with m.Else():
-                        m.next = "FWD_DRAIN"
+                        m.next = "FWD_LAST"
+                engine_idle("FWD_LAST", fwd, "FWD_DRAIN")
                 wait_acc("FWD_DRAIN", "FWD_STORE")
                 dma_store("FWD_STORE", ptr["out"], r["rowlen"], 0, "FWD_STEP")
                 with m.State("FWD_STEP"):
@@ -654,7 +685,7 @@ class Accelerator(wiring.Component):
                 dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
                          "LOSS_LOAD_B")
                 dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
-                         "LOSS_RUN")
+                         "LOSS_RUN_WAIT")
                 run("LOSS_RUN", bwd, "LOSS_NEXT")
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
@@ -664,7 +695,8 @@ class Accelerator(wiring.Component):
                         m.next = "LOSS_GROUP_0"
                     with m.Else():
                         m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
-                        m.next = "LOSS_DRAIN"
+                        m.next = "LOSS_LAST"
+                engine_idle("LOSS_LAST", bwd, "LOSS_DRAIN")
                 wait_acc("LOSS_DRAIN", "LOSS_STORE")
                 dma_store("LOSS_STORE", ptr["out"], r["hw"], loop["pword"], "LOSS_STEP")
                 with m.State("LOSS_STEP"):
@@ -701,7 +733,7 @@ class Accelerator(wiring.Component):
                 dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
                          "GRAD_LOAD_B")
                 dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["xn"], r["len_b"], 1,
-                         "GRAD_RUN")
+                         "GRAD_RUN_WAIT")
                 run("GRAD_RUN", bwd, "GRAD_NEXT")
                 with m.State("GRAD_NEXT"):
                     m.d.sync += ptr["dy"].eq(ptr["dy"] + (r["len_a"] << obs))
@@ -715,7 +747,8 @@ class Accelerator(wiring.Component):
                     with m.Else():
                         m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0),
                                      ptr["out"].eq(ptr["outg"])]
-                        m.next = "GRAD_DRAIN"
+                        m.next = "GRAD_LAST"
+                engine_idle("GRAD_LAST", bwd, "GRAD_DRAIN")
                 wait_acc("GRAD_DRAIN", "GRAD_STORE")
                 dma_store("GRAD_STORE", ptr["out"], r["rowlen"], loop["pword"], "GRAD_STEP")
                 with m.State("GRAD_STEP"):

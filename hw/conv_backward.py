@@ -72,12 +72,16 @@ class Phase(enum.Enum, shape=1):
 
 def backward_layout(config):
     """The descriptor: ``phase``, ``baseline``, the layer (:data:`hw.bp_im2col.DESC_FIELDS`,
-    ``dim_width`` bits each) and ``src_base_a`` / ``src_base_b`` (baseline: first word of the
-    compact tensors)."""
+    ``dim_width`` bits each), ``src_base_a`` / ``src_base_b`` (baseline: first word of the
+    compact tensors) and ``base_a`` / ``base_b`` (added to every address the compute pass
+    reads from buffer A / B, wrapping at the buffer's end: the accelerator's double-buffer
+    bank; 0 for the layouts of the module docstring)."""
     fields = {"phase": Phase, "baseline": 1}
     fields.update({name: unsigned(config.dim_width) for name in DESC_FIELDS})
     fields["src_base_a"] = unsigned(exact_log2(config.buf_a_depth))
     fields["src_base_b"] = unsigned(exact_log2(config.buf_b_depth))
+    fields["base_a"] = unsigned(exact_log2(config.buf_a_depth))
+    fields["base_b"] = unsigned(exact_log2(config.buf_b_depth))
     return data.StructLayout(fields)
 
 
@@ -262,7 +266,7 @@ class ConvBackward(wiring.Component):
         m.d.comb += [b_take.eq(running & gb_valid & ((issued - shifted) < 2)),
                      lgen.b.ready.eq(b_take & ~grad), ggen.b.ready.eq(b_take & grad)]
         for j in range(C):
-            m.d.comb += b_ports[j].addr.eq(gb.addr[j])
+            m.d.comb += b_ports[j].addr.eq((gb.addr[j] + d.base_b)[:aw_b])
         m.d.sync += g_v.eq(b_take)
         with m.If(b_take):
             m.d.sync += [g_row.eq(grow), g_bank.eq(issued[0]), g_last.eq(gb.last),
@@ -294,7 +298,8 @@ class ConvBackward(wiring.Component):
                      a_end.eq(Mux(grad, ga.end, la.end)),
                      a_mask.eq(Mux(grad, ga.mask, la.mask))]
         for i in range(R):
-            m.d.comb += a_ports[i].addr.eq(Mux(grad, (ga.addr + i)[:aw_a], la.addr[i]))
+            m.d.comb += a_ports[i].addr.eq(
+                (Mux(grad, (ga.addr + i)[:aw_a], la.addr[i]) + d.base_a)[:aw_a])
         av, alast, aend, aslice, amask = Signal(), Signal(), Signal(), Signal(), Signal(R)
         m.d.sync += av.eq(a_take)
         with m.If(a_take):

@@ -67,7 +67,7 @@ def check_layer(config, layer, phase="loss", baseline=False):
     g = geometry(config, layer, phase)
     limit = (1 << config.dim_width) - 1
     fields = {k: v for k, v in descriptor(config, layer, phase).items()
-              if k not in ("phase", "baseline", "src_base_a", "src_base_b")}
+              if k not in ("phase", "baseline", "src_base_a", "src_base_b", "base_a", "base_b")}
     fields.update(virtual_h=max(layer.height + layer.dil_h * (layer.kernel_h - 1),
                                 g["hd"] + layer.dil_h * (layer.kernel_h - 1)),
                   virtual_w=max(layer.width + layer.dil_w * (layer.kernel_w - 1),
@@ -95,7 +95,7 @@ def descriptor(config, layer, phase="loss", *, baseline=False):
             "oh": oh, "ow": ow, "stride_h": layer.stride_h, "stride_w": layer.stride_w,
             "pad_h": layer.pad_h, "pad_w": layer.pad_w, "dil_h": layer.dil_h,
             "dil_w": layer.dil_w, "src_base_a": g["za"] if baseline else 0,
-            "src_base_b": g["zb"] if baseline else 0}
+            "src_base_b": g["zb"] if baseline else 0, "base_a": 0, "base_b": 0}
 
 
 def _range(config):

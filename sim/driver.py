@@ -77,12 +77,14 @@ def plan(config, phase, n, c, h, w, k, r, s, oh, ow):
     same layers with TOO_LARGE)."""
     cols, pcap = config.cols, config.buf_p_depth
     hw_, ohow, rs = h * w, oh * ow, r * s
+    # the controller splits buffers A and B into two banks (double buffering)
+    acap, bcap = config.buf_a_depth // 2, config.buf_b_depth // 2
     if phase == "forward":
-        xcap = config.buf_a_depth * config.feeder_bus_width
-        cg = min(c, xcap // hw_, config.buf_b_depth // rs)
+        xcap = acap * config.feeder_bus_width
+        cg = min(c, xcap // hw_, bcap // rs)
         if cg == 0:
             raise ValueError(f"one channel of X ({hw_} elements) or of W ({rs} words) does not "
-                             f"fit buffer A ({xcap} elements) / B ({config.buf_b_depth} words)")
+                             f"fit a bank of buffer A ({xcap} elements) / B ({bcap} words)")
         if ohow > pcap:
             raise ValueError(f"an output plane ({ohow} pixels) does not fit the P buffer "
                              f"({pcap} words)")
@@ -90,22 +92,22 @@ def plan(config, phase, n, c, h, w, k, r, s, oh, ow):
         return {"groups": -(-c // cg), "group": cg, "runs": n * kt * -(-c // cg)}
     if phase == "loss":
         crs = c * rs
-        kg = min(k, config.buf_a_depth // crs, config.buf_b_depth // ohow)
+        kg = min(k, acap // crs, bcap // ohow)
         np_ = c * -(-hw_ // cols)
         if kg == 0:
             raise ValueError(f"W of one output channel ({crs} elements) or one dY plane "
-                             f"({ohow}) does not fit buffer A / B ({config.buf_a_depth} / "
-                             f"{config.buf_b_depth} words)")
+                             f"({ohow}) does not fit a bank of buffer A / B ({acap} / {bcap} "
+                             f"words)")
         if np_ > pcap:
             raise ValueError(f"dX of one image ({c} rows of {-(-hw_ // cols)} words) does not "
                              f"fit the P buffer ({pcap} words)")
         return {"groups": -(-k // kg), "group": kg, "runs": n * -(-k // kg)}
-    kg = min(k, config.buf_a_depth // ohow)
-    cg = min(c, config.buf_b_depth // hw_, (pcap // k) * cols // rs)
+    kg = min(k, acap // ohow)
+    cg = min(c, bcap // hw_, (pcap // k) * cols // rs)
     if kg == 0 or cg == 0:
         raise ValueError(f"one dY plane ({ohow}), one X plane ({hw_}) or one dW row block "
-                         f"({k} x {rs}) does not fit buffers A / B / P ({config.buf_a_depth} / "
-                         f"{config.buf_b_depth} / {pcap} words)")
+                         f"({k} x {rs}) does not fit a bank of buffer A / B ({acap} / {bcap} "
+                         f"words) or buffer P ({pcap} words)")
     return {"groups": -(-c // cg) * -(-k // kg), "group": (cg, kg),
             "runs": -(-c // cg) * n * -(-k // kg)}
 
