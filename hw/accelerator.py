@@ -120,13 +120,15 @@ class Accelerator(wiring.Component):
     mem : Out(axi4_signature())
         External memory (:mod:`hw.dma`; Verilog ports ``mem__*``).
     irq : Out(1)
-        STATUS.DONE.
+        STATUS.DONE: high from the end of a layer until CLEAR or the next START.
     """
 
     def __init__(self, config):
         if not isinstance(config, Config):
+            self._MustUse__silence = True
             raise TypeError(f"config must be a Config, not {config!r}")
         if not (config.has("os") or config.has("is")):
+            self._MustUse__silence = True
             raise ValueError(f"Accelerator needs the 'os' dataflow (forward) or the 'is' "
                              f"dataflow (loss, gradient), not dataflows "
                              f"{list(config.dataflows)!r}")
@@ -231,8 +233,12 @@ class Accelerator(wiring.Component):
         busy = Signal()
         done = Signal()
         err = Signal(8)
-        m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err),
-                     self.irq.eq(done)]
+        m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err)]
+        # irq follows STATUS.DONE: set at the end of a layer, cleared by CLEAR or START
+        with m.If(done):
+            m.d.sync += self.irq.eq(1)
+        with m.Elif(rf.clear | rf.start):
+            m.d.sync += self.irq.eq(0)
         m.d.sync += done.eq(0)
 
         def inc(name, by=1):

@@ -40,6 +40,7 @@ class SeqMulDiv(wiring.Component):
 
     def __init__(self, width):
         if not isinstance(width, int) or not 2 <= width <= 64:
+            self._MustUse__silence = True
             raise ValueError(f"width must be an integer in [2, 64], not {width!r}")
         self.width = width
         super().__init__({
