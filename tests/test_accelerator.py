@@ -33,12 +33,18 @@ def test_default_jobs_verilator(tmp_path):
     assert all(r["match"] for r in res)
 
 
+#: Forward only: the loss and gradient phases are not generated.
+FORWARD_ONLY = SMALL.replace(dataflows=("os",), buf_a_depth=64, buf_b_depth=64,
+                             buf_p_depth=64, name="small_forward_only")
+
+
 @pytest.mark.cocotb
-def test_illegal_descriptors_verilator():
+@pytest.mark.parametrize("config", [SMALL, FORWARD_ONLY], ids=lambda c: c.name)
+def test_illegal_descriptors_verilator(config):
     """Every refusal answered with its code, nothing read or written, no hang; good layers of
-    every phase still right afterwards."""
+    every generated phase still right afterwards; phases not generated refused (PHASE)."""
     from sim.runner import run_cocotb
-    tests, failures = run_cocotb(SMALL, "sim.tb_accelerator", top="accelerator",
+    tests, failures = run_cocotb(config, "sim.tb_accelerator", top="accelerator",
                                  testcase="illegal_descriptors", tag="illegal")
     assert tests == 1 and failures == 0
 

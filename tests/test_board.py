@@ -117,7 +117,7 @@ def test_board_verilator():
 @pytest.mark.cocotb
 def test_accelerator_over_serial_verilator():
     """The real accelerator in the board system, driven by the host driver over the serial
-    protocol on a simulated UART line: forward, loss and gradient equal the golden model."""
+    protocol on a simulated UART line: a forward layer equals the golden model."""
     from sim.board_tops import register_tops
     from sim.runner import run_cocotb
     register_tops()
