@@ -2,6 +2,7 @@
 through the accelerator top under Verilator (driver, AXI RAM, DMA, tiling controller).
 
     python -m sim.bench_accelerator [--config paper16] [--max-channels 32] [--max-size 32]
+                                    [--batch 1] [--only NAME,..]
                                     [--pauses] [--json]
 
 The layers are the stride >= 2 layers of ``sim/workloads/conv_layers.csv`` with channels
@@ -60,12 +61,18 @@ def main(argv=None):
     ap.add_argument("--max-channels", type=int, default=32)
     ap.add_argument("--max-size", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--only", default=None, metavar="NAME,NAME",
+                    help="run only the layers whose source names contain one of these")
     ap.add_argument("--pauses", action="store_true",
                     help="random ready/valid pauses on every AXI channel of the memory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     layers = accel_layers(cfg, args.csv, args.max_channels, args.max_size, args.batch)
+    if args.only:
+        keys = args.only.split(",")
+        layers = [(lay, names) for lay, names in layers
+                  if any(k in n for k in keys for n in names)]
     jobs = [job(layer, p, seed=i + 1, pauses=args.pauses)
             for i, (layer, _) in enumerate(layers) for p in PHASES]
     t0 = time.perf_counter()
