@@ -223,7 +223,7 @@ class Accelerator(wiring.Component):
         cnt = {name: Signal(64, name=f"count_{name}") for name in (
             "cycles", "busy_cycles", "compute_cycles", "stall_cycles", "macs", "gated_macs",
             "buf_a_reads", "buf_a_writes", "buf_b_reads", "buf_b_writes", "buf_p_reads",
-            "buf_p_writes")}
+            "buf_p_writes", "overlap_cycles")}
         for name, sig in cnt.items():
             m.d.comb += getattr(rf.counters, name).eq(sig)
         m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
@@ -353,6 +353,8 @@ class Accelerator(wiring.Component):
                                 | (bwd.busy if bwd is not None else 0))
         with m.If(run_busy & ~rf.clear):
             inc("compute_cycles")
+            with m.If(dma.busy):
+                inc("overlap_cycles")
         for eng in (fwd, bwd):
             if eng is None:
                 continue

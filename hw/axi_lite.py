@@ -31,7 +31,8 @@ Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRI
 STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084).
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
-BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES (0x170).
+BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
+OVERLAP_CYCLES (0x178; map version 1.1).
 
 Descriptor registers hold only their field's bits (``dim_width`` bits for shapes, 4 for
 PHASE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
@@ -85,7 +86,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 0)
+MAP_VERSION = (1, 1)
 
 
 class AxiResp(enum.Enum, shape=2):
@@ -170,6 +171,7 @@ COUNTERS = (
     ("buf_b_writes", "buffer B words written"),
     ("buf_p_reads", "buffer P words read"),
     ("buf_p_writes", "buffer P words written"),
+    ("overlap_cycles", "cycles the DMA had a command in flight while an engine computed"),
 )
 
 _DESC_BASE = 0x040

@@ -50,8 +50,8 @@ def summary(config, result):
            "useful_macs": result["useful_macs"],
            "utilization": result["useful_macs"] / max(1, c["busy_cycles"] * config.rows
                                                       * config.cols)}
-    out["dma_overlap"] = max(0, c["dma_busy_cycles"] + c["compute_cycles"]
-                             - c["busy_cycles"]) / max(1, c["dma_busy_cycles"])
+    out["overlap_cycles"] = c["overlap_cycles"]
+    out["dma_overlap"] = c["overlap_cycles"] / max(1, c["dma_busy_cycles"])
     return out
 
 
