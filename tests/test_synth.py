@@ -5,8 +5,9 @@ import json
 import pytest
 
 from hw.config import load_config
-from hw.synth import (ARRAY_VARIANTS, PE_VARIANTS, TARGETS, SynthReport,
-                      array_overhead_report, pe_overhead_report, synth_report, synthesize)
+from hw.synth import (ARRAY_VARIANTS, PAPER_FIGURES, PE_VARIANTS, TARGETS, SynthReport,
+                      array_overhead_report, design_report, pe_overhead_report, synth_report,
+                      synthesize)
 from hw.verilog import write_verilog
 
 
@@ -197,3 +198,207 @@ def test_bad_arguments(small, tmp_path):
         pe_overhead_report({"rows": 4}, tmp_path)
     with pytest.raises(TypeError, match="config must be a Config"):
         array_overhead_report({"rows": 4}, tmp_path)
+    with pytest.raises(TypeError, match="config must be a Config"):
+        design_report({"rows": 4}, tmp_path)
+    with pytest.raises(ValueError, match="targets must be"):
+        design_report(small, tmp_path, targets=())
+
+
+# Whole-design report ---------------------------------------------------------------------------
+
+#: Two instances of a module with a 32 x 8-bit memory (a buffer, kept as a macro by the
+#: generic target) and a 4 x 8-bit memory in the top (a FIFO-sized one, mapped to flip-flops).
+_MEMORY_VERILOG = """
+module sub(input clk, input we, input [4:0] addr, input [7:0] d, output reg [7:0] q);
+  reg [7:0] mem [0:31];
+  always @(posedge clk) begin
+    if (we) mem[addr] <= d;
+    q <= mem[addr];
+  end
+endmodule
+module top(input clk, input we, input [4:0] addr, input [7:0] d, output [7:0] q0,
+           output [7:0] q1, output reg [7:0] r);
+  sub a(clk, we, addr, d, q0);
+  sub b(clk, ~we, addr, d, q1);
+  reg [7:0] small [0:3];
+  always @(posedge clk) begin
+    small[addr[1:0]] <= d;
+    r <= small[addr[1:0]];
+  end
+endmodule
+"""
+
+
+def test_keep_memories_and_parts(tmp_path):
+    """Generic synthesis keeps memories of at least ``keep_memories`` words as ``$mem_v2``
+    cells and counts their bits; a hierarchical run splits the counts into the top's children
+    and its own cells, which add up to the whole."""
+    v_path = tmp_path / "top.v"
+    v_path.write_text(_MEMORY_VERILOG)
+    kept = synthesize(v_path, "top", "generic", flatten=False, keep_memories=16)
+    s = kept["summary"]
+    assert s["memory_bits"] == 2 * 32 * 8
+    assert kept["cells_by_type"]["$mem_v2"] == 2
+    assert kept["instances"] == {"sub": 2}
+    assert list(kept["children"]) == ["sub"]
+    sub = kept["children"]["sub"]
+    assert sub["module"] == "sub" and sub["instances"] == 2
+    assert sub["summary"]["memory_bits"] == 2 * 32 * 8
+    own = kept["own"]
+    assert own["memory_bits"] == 0
+    assert own["ff_bits"] >= 4 * 8         # the small memory, as flip-flops
+    for key in ("cells", "ff_bits", "memory_bits"):
+        assert sub["summary"][key] + own[key] == s[key]
+    # Without keep_memories every memory becomes flip-flops.
+    mapped = synthesize(v_path, "top", "generic", stem="mapped", flatten=False)
+    assert "memory_bits" not in mapped["summary"]
+    assert "$mem_v2" not in mapped["cells_by_type"]
+    assert mapped["summary"]["ff_bits"] >= 2 * 32 * 8 + 4 * 8
+
+
+def test_keep_memories_script():
+    from hw.synth import _script
+    lines = _script("a.v", "a", "generic", "a", keep_memories=64).splitlines()
+    assert lines[1:4] == ["synth -flatten -top a -run :fine",
+                          "tee -q -o a_generic.coarse.json stat -json",
+                          "setattr -set bpsa_sram 1 t:$mem_v2 r:SIZE>=64 %i"]
+    assert "memory_map -attr !bpsa_sram" in lines
+    assert not any(line.startswith("synth") and "fine:" in line for line in lines)
+    assert lines[-2:] == ["memory_unpack", "tee -q -o a_generic.mem.json stat -json"]
+    # The FPGA flows map memories to block RAM: unchanged.
+    assert _script("a.v", "a", "ice40", "a", keep_memories=64) == _script("a.v", "a", "ice40",
+                                                                           "a")
+
+
+@pytest.fixture(scope="module")
+def design(small, tmp_path_factory):
+    """The design report of the small preset for a few blocks (and one name that is not a
+    top), on generic gates, with the array as the total (the accelerator takes minutes)."""
+    return design_report(small, tmp_path_factory.mktemp("design"), targets="generic",
+                         blocks=("pe", "array", "no_such_block", "im2col_addr"), total="array")
+
+
+def test_design_report_files(design):
+    out = design.markdown_path.parent
+    assert design.markdown_path.name == "design_report.md"
+    assert design.json_path.name == "design_report.json"
+    assert json.loads(design.json_path.read_text()) == design.data
+    assert str(out) not in design.json_path.read_text()
+    for block in ("pe", "array", "im2col_addr"):
+        assert (out / f"{block}.v").is_file()
+        assert (out / f"{block}_generic.log").is_file()
+    md = design.markdown_path.read_text()
+    assert "# Synthesis report: `small`" in md
+    assert "skipped `no_such_block`: not registered in hw/verilog.py TOPS" in md
+    for heading in ("## Blocks", "## Feature overheads", "### Variants"):
+        assert heading in md
+    for block in ("pe", "array", "im2col_addr"):
+        assert f"| `{block}` |" in md
+    assert PAPER_FIGURES["reserve_registers"] in md
+
+
+def test_design_report_blocks(small, design):
+    data = design.data
+    assert data["targets"] == ["generic"]
+    assert data["total"] == "array"
+    assert data["skipped"] == {"no_such_block": "not registered in hw/verilog.py TOPS"}
+    assert data["failed"] == {}
+    assert list(data["blocks"]) == ["pe", "array", "im2col_addr"]
+    pes = small.rows * small.cols
+    for name, block in data["blocks"].items():
+        result = block["targets"]["generic"]
+        s = result["summary"]
+        assert s["cells"] > 0 and s["ff_bits"] > 0, name
+        assert s["cells"] == sum(result["cells_by_type"].values())
+        assert s["memory_bits"] == 0         # no buffers in these blocks
+        assert "-flatten" not in result["command"]
+    array = data["blocks"]["array"]["targets"]["generic"]
+    assert array["summary"]["multipliers"] >= pes
+    # The PEs below the array add up, with the array's own cells, to the array.
+    assert sum(c["instances"] for c in array["children"].values()) == pes
+    for key in ("cells", "ff_bits", "multipliers"):
+        assert sum(c["summary"][key] for c in array["children"].values()) \
+            + array["own"][key] == array["summary"][key]
+    # Shares of the total, in generic cells.
+    shares = data["shares"]["generic"]
+    assert shares["array"] == 100.0
+    for name in ("pe", "im2col_addr"):
+        cells = data["blocks"][name]["targets"]["generic"]["summary"]["cells"]
+        assert shares[name] == round(100 * cells / array["summary"]["cells"], 2)
+        assert 0 < shares[name] < 100
+    assert data["instances_in_total"]["generic"]["pe"] == pes
+    assert data["instances_in_total"]["generic"]["im2col_addr"] == 0
+
+
+def test_design_report_features(small, design):
+    data = design.data
+    pe_variants, array_variants = data["variants"]["pe"], data["variants"]["array"]
+    assert list(pe_variants) == [key for key, _, _ in PE_VARIANTS]
+    assert list(array_variants) == [key for key, _, _ in ARRAY_VARIANTS]
+    # The small preset has every feature: its array is the last variant, synthesized once.
+    assert array_variants["il"]["same_as"] == "array"
+    assert array_variants["il"]["targets"] == data["blocks"]["array"]["targets"]
+    assert "same_as" not in pe_variants["il"]
+    rows = data["features"]["generic"]
+    # Without the feeder, conv_forward and BP-im2col blocks only the variant steps are given.
+    assert [r["feature"] for r in rows] == 2 * ["zero_gating", "reserve_registers", "held",
+                                                "interleave"]
+    total = data["blocks"]["array"]["targets"]["generic"]["summary"]["cells"]
+    before = {"zg": "plain", "rr": "zg", "held": "rr", "il": "held"}
+    steps = iter(before.items())
+    for row in rows:
+        key, prev = next(steps, (None, None))
+        if key is None:
+            steps = iter(before.items())
+            key, prev = next(steps)
+        variants = pe_variants if row["label"].endswith(", pe") else array_variants
+        a = variants[key]["targets"]["generic"]["summary"]["cells"]
+        b = variants[prev]["targets"]["generic"]["summary"]["cells"]
+        assert row["delta"] == a - b
+        assert row["share_of_total"] == round(100 * (a - b) / total, 2)
+        assert row["paper"] == PAPER_FIGURES[row["feature"]]
+    # The steps add up to the whole chain.
+    for variants, level in ((pe_variants, "pe"), (array_variants, "array")):
+        chain = [r["delta"] for r in rows if r["label"].endswith(f", {level}")]
+        assert sum(chain) == (variants["il"]["targets"]["generic"]["summary"]["cells"]
+                              - variants["plain"]["targets"]["generic"]["summary"]["cells"])
+    # Zero gating and reserve registers add registers to the array.
+    assert array_variants["plain"]["targets"]["generic"]["summary"]["ff_bits"] \
+        < array_variants["zg"]["targets"]["generic"]["summary"]["ff_bits"] \
+        < array_variants["rr"]["targets"]["generic"]["summary"]["ff_bits"]
+
+
+def test_design_features_feeder_and_bp_im2col():
+    """The feeder and BP-im2col rows, from made-up counts."""
+    from hw.synth import _design_features
+
+    def block(cells, instances=None):
+        result = {"summary": {"cells": cells}}
+        if instances is not None:
+            result["instances"] = instances
+        return {"targets": {"generic": result}}
+
+    blocks = {"feeder": block(70), "conv_forward": block(1000), "bp_loss_addr": block(300),
+              "bp_grad_addr": block(200), "im2col_addr": block(100),
+              "accelerator": block(5000, {"accelerator.forward": 1,
+                                          "accelerator.forward.feeder": 1,
+                                          "accelerator.backward.loss_gen": 1,
+                                          "accelerator.backward.grad_gen": 1})}
+    rows = {r["feature"]: r for r in _design_features(("generic",), blocks, {},
+                                                      "accelerator")["generic"]}
+    assert list(rows) == ["feeder", "bp_im2col"]
+    assert rows["feeder"]["overhead"] == 7.0          # 70 of 1000 cells of conv_forward
+    assert rows["feeder"]["share_of_total"] == 1.4    # 70 of 5000
+    assert rows["bp_im2col"]["ratio"] == 5.0          # (300 + 200) / 100
+    assert rows["bp_im2col"]["share_of_total"] == 10.0
+    assert rows["bp_im2col"]["traditional_share_of_total"] == 2.0
+    # Without a total, no shares.
+    del blocks["accelerator"]
+    rows = _design_features(("generic",), blocks, {}, None)["generic"]
+    assert all(r["share_of_total"] is None for r in rows)
+
+
+def test_cli_report_excludes_other_reports(capsys):
+    from hw.cli import main
+    assert main(["synth", "--report", "--pe-overheads"]) == 2
+    assert "only one of --report" in capsys.readouterr().err
