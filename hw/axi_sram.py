@@ -74,7 +74,11 @@ class AxiSram(wiring.Component):
     """
 
     def __init__(self, size, *, id_width=1, init=()):
-        self.size = check_size(size)
+        try:
+            self.size = check_size(size)
+        except ValueError:
+            self._MustUse__silence = True    # refused: no "created but never used" warning
+            raise
         self.depth = size // _BEAT_BYTES
         self.word_addr_width = exact_log2(self.depth)
         self.init = list(init)

@@ -110,13 +110,19 @@ class SocTop(wiring.Component):
     """
 
     def __init__(self, config, *, core=None, sram_bytes=8192, divisor=104, timeout=None):
-        if not isinstance(config, Config):
-            raise TypeError(f"config must be a Config, not {config!r}")
-        self.config = config
-        self.core_factory = load_core(core)
-        self.sram = AxiSram(sram_bytes)
-        self.bridge = UartBridge(divisor=divisor, mem_addr_width=self.sram.word_addr_width,
-                                 timeout=timeout)
+        try:
+            if not isinstance(config, Config):
+                raise TypeError(f"config must be a Config, not {config!r}")
+            self.config = config
+            self.core_factory = load_core(core)
+            self.sram = AxiSram(sram_bytes)
+            self.bridge = UartBridge(divisor=divisor, mem_addr_width=self.sram.word_addr_width,
+                                     timeout=timeout)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True    # refused: no "created but never used" warning
+            if hasattr(self, "sram"):
+                self.sram._MustUse__silence = True
+            raise
         super().__init__({
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),

@@ -86,7 +86,11 @@ class UartTx(wiring.Component):
     """
 
     def __init__(self, divisor):
-        self.divisor = _check_divisor(divisor)
+        try:
+            self.divisor = _check_divisor(divisor)
+        except ValueError:
+            self._MustUse__silence = True    # refused: no "created but never used" warning
+            raise
         super().__init__({
             "i": In(stream.Signature(8)),
             "tx": Out(1, init=1),
@@ -128,7 +132,11 @@ class UartRx(wiring.Component):
     """
 
     def __init__(self, divisor):
-        self.divisor = _check_divisor(divisor)
+        try:
+            self.divisor = _check_divisor(divisor)
+        except ValueError:
+            self._MustUse__silence = True    # refused: no "created but never used" warning
+            raise
         super().__init__({
             "rx": In(1, init=1),
             "o": Out(stream.Signature(8)),

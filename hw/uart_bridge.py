@@ -118,14 +118,17 @@ class UartBridgeCore(wiring.Component):
     def __init__(self, *, mem_addr_width, timeout=1 << 20, axil_addr_width=AXIL_ADDR_WIDTH):
         if isinstance(mem_addr_width, bool) or not isinstance(mem_addr_width, int) \
                 or not 1 <= mem_addr_width <= 29:
+            self._MustUse__silence = True
             raise ValueError(f"mem_addr_width must be an integer in [1, 29], "
                              f"not {mem_addr_width!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int) \
                 or not 16 <= timeout <= 1 << 32:
+            self._MustUse__silence = True
             raise ValueError(f"timeout must be an integer in [16, {1 << 32}] cycles, "
                              f"not {timeout!r}")
         if isinstance(axil_addr_width, bool) or not isinstance(axil_addr_width, int) \
                 or not 3 <= axil_addr_width <= 32:
+            self._MustUse__silence = True
             raise ValueError(f"axil_addr_width must be an integer in [3, 32], "
                              f"not {axil_addr_width!r}")
         self.mem_addr_width = mem_addr_width
@@ -357,10 +360,14 @@ class UartBridge(wiring.Component):
 
     def __init__(self, *, divisor, mem_addr_width, timeout=None,
                  axil_addr_width=AXIL_ADDR_WIDTH):
-        self.divisor = _check_divisor(divisor)
-        self.timeout = 1000 * 10 * divisor if timeout is None else timeout
-        self.core = UartBridgeCore(mem_addr_width=mem_addr_width, timeout=self.timeout,
-                                   axil_addr_width=axil_addr_width)
+        try:
+            self.divisor = _check_divisor(divisor)
+            self.timeout = 1000 * 10 * divisor if timeout is None else timeout
+            self.core = UartBridgeCore(mem_addr_width=mem_addr_width, timeout=self.timeout,
+                                       axil_addr_width=axil_addr_width)
+        except ValueError:
+            self._MustUse__silence = True    # refused: no "created but never used" warning
+            raise
         super().__init__({
             "rx": In(1, init=1),
             "tx": Out(1, init=1),
