@@ -77,7 +77,7 @@ from .arith import arith_for
 from .axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
 from .config import Config
 from .dma import Direction, DmaEngine, DmaError, ElementKind, axi4_signature, element_bytes
-from .seq_arith import ArithOp, SeqMulDiv
+from .seq_arith import SETUP_WIDTH, ArithOp, SeqMulDiv
 
 __all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
 
@@ -86,7 +86,7 @@ ERROR_DMA_BUS = 0x10
 ERROR_ENGINE = 0x20
 
 #: Bits of the set-up arithmetic (sizes in elements and bytes).
-_W = 48
+_W = SETUP_WIDTH
 
 
 class AccelError(enum.Enum, shape=8):

@@ -21,7 +21,10 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ArithOp", "SeqMulDiv"]
+__all__ = ["SETUP_WIDTH", "ArithOp", "SeqMulDiv", "setup_alu"]
+
+#: Width of the accelerator controller's set-up unit (sizes in elements and bytes).
+SETUP_WIDTH = 48
 
 
 class ArithOp(enum.Enum, shape=1):
@@ -87,3 +90,8 @@ class SeqMulDiv(wiring.Component):
                     m.d.sync += ovf.eq(1)
         return m
 
+
+def setup_alu(config):
+    """The accelerator controller's unit (``SETUP_WIDTH`` bits; ``config`` is not needed, it is
+    taken so that ``hw.verilog`` can generate the unit alone as the top ``setup_alu``)."""
+    return SeqMulDiv(SETUP_WIDTH)

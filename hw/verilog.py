@@ -24,6 +24,7 @@ TOPS = {
     "axil_regs": "hw.axi_lite:RegisterFile",
     "dma": "hw.dma:DmaEngine",
     "accelerator": "hw.accelerator:Accelerator",
+    "setup_alu": "hw.seq_arith:setup_alu",
 }
 
 

@@ -57,3 +57,12 @@ def test_random_and_edges(width):
 def test_width_is_checked():
     with pytest.raises(ValueError, match=r"width must be an integer in \[2, 64\], not 1"):
         SeqMulDiv(1)
+
+
+@pytest.mark.cocotb
+def test_setup_alu_verilator():
+    """The generated Verilog under Verilator (sim.tb_seq_arith)."""
+    from hw.config import load_config
+    from sim.runner import run_cocotb
+    tests, failures = run_cocotb(load_config("small"), "sim.tb_seq_arith", top="setup_alu")
+    assert tests == 1 and failures == 0
