@@ -149,18 +149,10 @@ def register_tops():
         TOPS.setdefault(k, v)
 
 
-class MultiplierCore(wiring.Component):
+class MultiplierCore(StandInCore):
     """A core with the accelerator's interface and ``rows * cols`` multipliers of
     ``operand_width`` bits (and little else): a quick stand-in for a configuration that is too
     large for a device (fit-check tests)."""
-
-    def __init__(self, config):
-        self.config = config
-        super().__init__({
-            "axil": In(axi_lite_signature(ADDR_WIDTH)),
-            "mem": Out(axi4_signature()),
-            "irq": Out(1),
-        })
 
     def elaborate(self, platform):
         m = Module()
