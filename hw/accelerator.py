@@ -53,12 +53,28 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     A load is skipped when its bank already holds the same tensor slice (same address and
     length since START).
 
+Row bands (spatial tiling; :mod:`sim.tiling` is the Python mirror)
+    When a single channel plane does not fit (forward: H W elements in an X bank or OH OW
+    words in P; loss: dX of one image in P or a dY plane in a bank; gradient: a dY plane in a
+    bank of A or an X plane in a bank of B), the layer is cut into bands of rows, one channel
+    (and one output channel) per group so that every load is one contiguous run. forward:
+    bands of ``BH`` output rows; each loads its X rows (halo included) and runs as a layer of
+    its own with asymmetric padding (the engines' ``pad_h`` / ``pad_bottom``); its Y rows are
+    stored at their place. loss: bands of ``BH`` dX rows; each loads the dY rows that reach
+    it, ``[lo, hi]``, and runs with the top padding that puts them where the whole layer does.
+    gradient: bands of ``BH`` dY rows, added up in P like the groups. Band heights:
+    forward ``min(OH, P // OW, (X bank // W - d(R-1) - 1) // s + 1)``; loss ``min(H, (P // C)
+    cols // W, s (B bank // OW - 1) - d(R-1))``; gradient ``min(OH, A bank // OW, (B bank //
+    W - d(R-1) - 1) // s + 1)``. A layer whose single row band does not fit (a very wide row)
+    is refused with TOO_LARGE, and so is a forward / gradient layer that needs bands and pads
+    more rows than its dilated kernel reaches (``pad_h > d(R-1)``).
+
 Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, FC
     backward, or a phase whose engine is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
     ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
-    wider than ``dim_width``), ``TOO_LARGE`` (a single channel / image slice does not fit its
-    buffer, or the P rows of one tile do not fit the P buffer), ``ALIGN`` (an address not a
+    wider than ``dim_width``), ``TOO_LARGE`` (not even one row band fits, or a band would need a
+    padding beyond the kernel's reach; see above), ``ALIGN`` (an address not a
     multiple of its element size), ``WINDOW`` (a tensor of the phase, input or output, not
     inside ``[WINDOW_LO, WINDOW_HI]`` or past 4 GiB). Later failures stop the layer at once:
     ``DMA_BUS | code`` (a bus error response; :class:`hw.dma.DmaError` in the low bits) and
@@ -295,12 +311,16 @@ class Accelerator(wiring.Component):
         # --- the controller ---------------------------------------------------------------------
         r = {name: Signal(_W, name=name) for name in (
             "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3",
-            "cg", "kg", "kt", "nb", "np", "t", "hd", "ktr", "rowlen", "len_a", "len_b",
-            "cur", "tot")}
+            "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x",
+            "tot", "kohow", "wdp1", "yoff", "blen", "pwords", "dyoff", "eohow")}
+        # row bands (sim.tiling): rows per band, this band's rows, the engine's sub-layer
+        r.update({name: Signal(dim + 2, name=name) for name in (
+            "bh", "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
+        banded = Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
-            "xn", "xg", "x", "w", "dy", "out", "outg")}
+            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
-            "n", "c0", "k0", "kti", "row", "pword")}
+            "n", "c0", "k0", "kti", "o0", "row", "pword")}
         cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
                           Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
                  for t in ("a", "b") for b in (0, 1)}
@@ -328,20 +348,22 @@ class Accelerator(wiring.Component):
         grp_k = Signal(_W)    # output channels of the current group
         if fwd is not None:
             lay = fwd.layer
-            m.d.comb += [lay.batch.eq(1), lay.channels.eq(grp_c), lay.height.eq(d.h),
+            m.d.comb += [lay.batch.eq(1), lay.channels.eq(grp_c), lay.height.eq(r["eh"]),
                          lay.width.eq(d.w), lay.kernel_h.eq(d.r), lay.kernel_w.eq(d.s),
                          lay.stride_h.eq(d.stride_h), lay.stride_w.eq(d.stride_w),
-                         lay.pad_h.eq(d.pad_h), lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
+                         lay.pad_h.eq(r["pt"]), lay.pad_bottom.eq(r["pb"]),
+                         lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
                          lay.dil_w.eq(d.dil_w), lay.out_channels.eq(grp_k),
                          lay.x_base.eq(bank * (cfg.buf_a_depth // 2 * B)),
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
             bl = bwd.layer
             m.d.comb += [bl.phase.eq(Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS)),
-                         bl.baseline.eq(0), bl.n.eq(1), bl.c.eq(grp_c), bl.h.eq(d.h),
+                         bl.baseline.eq(0), bl.n.eq(1), bl.c.eq(grp_c), bl.h.eq(r["eh"]),
                          bl.w.eq(d.w), bl.k.eq(grp_k), bl.r.eq(d.r), bl.s.eq(d.s),
-                         bl.oh.eq(r["oh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
-                         bl.stride_w.eq(d.stride_w), bl.pad_h.eq(d.pad_h),
+                         bl.oh.eq(r["eoh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
+                         bl.stride_w.eq(d.stride_w), bl.pad_h.eq(r["pt"]),
+                         bl.pad_bottom.eq(r["pb"]),
                          bl.pad_w.eq(d.pad_w), bl.dil_h.eq(d.dil_h), bl.dil_w.eq(d.dil_w),
                          bl.src_base_a.eq(0), bl.src_base_b.eq(0),
                          bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
@@ -480,55 +502,83 @@ class Accelerator(wiring.Component):
                     steps.append(("check", out, AccelError.WINDOW))
                 program(name, steps, then)
 
-            # forward set-up
+            # forward set-up. Unbanded: groups of CG channels, the whole plane. Banded (a plane
+            # of X does not fit a bank, or the output plane P): one channel a group, bands of
+            # BH output rows (sim.tiling).
             program("FSET", [
+                ("check", r["rs"] > wcap, AccelError.TOO_LARGE),
                 ("div", r["q1"], xcap, r["hw"]),
                 ("div", r["q2"], wcap, r["rs"]),
-                ("set", [r["cg"].eq(mn(d.c, r["q1"], r["q2"]))]),
-                ("check", (r["cg"] == 0) | (r["ohow"] > pcap), AccelError.TOO_LARGE),
+                ("set", [banded.eq((r["q1"] == 0) | (r["ohow"] > pcap))]),
+                ("div", r["q3"], xcap, d.w),
+                ("div", r["t"], Mux(r["q3"] > r["drh"], r["q3"] - r["drh"] - 1, 0), d.stride_h),
+                ("set", [r["t"].eq(Mux(r["q3"] > r["drh"], r["t"] + 1, 0))]),
+                ("div", r["q4"], pcap, r["ow"]),
+                ("set", [r["cg"].eq(Mux(banded, 1, mn(d.c, r["q1"], r["q2"]))),
+                         r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
+                ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
+                 AccelError.TOO_LARGE),
                 ("div", r["kt"], d.k + (C - 1), C),
-                ("mul", r["rowlen"], r["ohow"], C),
             ], "FCHK_0")
             addr_checks("FCHK", [
                 (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
                 (d.addr_w, [("mul", r["t"], r["kt"], r["crs"]),
                             ("mul", r["tot"], r["t"], C)], obs),
                 (d.addr_out, [("mul", r["t"], d.n, r["kt"]),
+                              ("mul", r["rowlen"], r["ohow"], C),
                               ("mul", r["tot"], r["t"], r["rowlen"])], abs_),
             ], "FWD_INIT")
-            # loss set-up
+            # loss set-up. Banded (dX of an image does not fit P, or a dY plane a bank): one
+            # output channel a group, bands of BH dX rows.
             program("LSET", [
                 ("div", r["q1"], acap, r["crs"]),
+                ("check", r["q1"] == 0, AccelError.TOO_LARGE),
                 ("div", r["q2"], bcap, r["ohow"]),
-                ("set", [r["kg"].eq(mn(d.k, r["q1"], r["q2"]))]),
                 ("div", r["nb"], r["hw"] + (C - 1), C),
                 ("mul", r["np"], d.c, r["nb"]),
-                ("check", (r["kg"] == 0) | (r["np"] > pcap), AccelError.TOO_LARGE),
+                ("set", [banded.eq((r["np"] > pcap) | (r["q2"] == 0))]),
+                ("div", r["t"], pcap, d.c),
+                ("mul", r["t"], r["t"], C),
+                ("div", r["q3"], r["t"], d.w),
+                ("div", r["q4"], bcap, r["ow"]),
+                ("mul", r["t"], Mux(r["q4"] > 0, r["q4"] - 1, 0), d.stride_h),
+                ("set", [r["t"].eq(Mux(r["t"] > r["drh"], r["t"] - r["drh"], 0))]),
+                ("set", [r["kg"].eq(Mux(banded, 1, mn(d.k, r["q1"], r["q2"]))),
+                         r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
+                ("check", banded & (r["bh"] == 0), AccelError.TOO_LARGE),
+                ("mul", r["kohow"], d.k, r["ohow"]),
             ], "LCHK_0")
             addr_checks("LCHK", [
                 (d.addr_w, [("mul", r["tot"], d.k, r["crs"])], obs),
-                (d.addr_dy, [("mul", r["t"], d.n, d.k), ("mul", r["tot"], r["t"], r["ohow"])],
-                 obs),
+                (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
                 (d.addr_out, [("mul", r["tot"], d.n, r["chw"])], abs_),
             ], "LOSS_INIT")
-            # gradient set-up
+            # gradient set-up. Banded (a dY plane does not fit a bank of A or an X plane a bank
+            # of B): one input and one output channel a group, bands of BH dY rows.
             program("GSET", [
-                ("div", r["q1"], acap, r["ohow"]),
-                ("set", [r["kg"].eq(mn(d.k, r["q1"]))]),
-                ("div", r["q2"], bcap, r["hw"]),
                 ("div", r["t"], pcap, d.k),
                 ("mul", r["t"], r["t"], C),
                 ("div", r["q3"], r["t"], r["rs"]),
-                ("set", [r["cg"].eq(mn(d.c, r["q2"], r["q3"]))]),
-                ("check", (r["kg"] == 0) | (r["cg"] == 0), AccelError.TOO_LARGE),
-                ("mul", r["hd"], d.stride_h, r["oh"] - 1),
+                ("check", r["q3"] == 0, AccelError.TOO_LARGE),
+                ("div", r["q1"], acap, r["ohow"]),
+                ("div", r["q2"], bcap, r["hw"]),
+                ("set", [banded.eq((r["q1"] == 0) | (r["q2"] == 0))]),
+                ("div", r["q4"], acap, r["ow"]),
+                ("div", r["q1"], bcap, d.w),
+                ("div", r["t"], Mux(r["q1"] > r["drh"], r["q1"] - r["drh"] - 1, 0), d.stride_h),
+                ("set", [r["t"].eq(Mux(r["q1"] > r["drh"], r["t"] + 1, 0))]),
+                ("div", r["q1"], acap, r["ohow"]),
+                ("set", [r["kg"].eq(Mux(banded, 1, mn(d.k, r["q1"]))),
+                         r["cg"].eq(Mux(banded, 1, mn(d.c, r["q2"], r["q3"]))),
+                         r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
+                ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
+                 AccelError.TOO_LARGE),
                 ("mul", r["t"], d.stride_w, r["ow"] - 1),
-                ("mul", r["t"], r["hd"] + 1, r["t"] + 1),
-                ("div", r["ktr"], r["t"] + (R - 1), R),
+                ("set", [r["wdp1"].eq(r["t"] + 1)]),
+                ("mul", r["kohow"], d.k, r["ohow"]),
             ], "GCHK_0")
             addr_checks("GCHK", [
-                (d.addr_dy, [("mul", r["t"], d.n, d.k), ("mul", r["tot"], r["t"], r["ohow"])],
-                 obs),
+                (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
                 (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
                 (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
             ], "GRAD_INIT")
@@ -624,22 +674,54 @@ class Accelerator(wiring.Component):
                     m.d.sync += done.eq(1)
                     m.next = "IDLE"
 
+            # --- row bands -------------------------------------------------------------------------
+            def out_band(name, then):
+                """Band of output rows ``[o0, o0 + obh)`` (forward, gradient): the X rows it
+                loads (``y0``, ``eh``; ``yoff = y0 W``, ``blen = eh W``) and the engine's
+                padding (sim.tiling.bands)."""
+                p = d.pad_h
+                with m.State(name):
+                    m.d.sync += r["obh"].eq(mn(r["bh"], r["oh"] - loop["o0"]))
+                    with m.If(banded):
+                        m.next = f"{name}_B_0"
+                    with m.Else():
+                        m.d.sync += [r["y0"].eq(0), r["eh"].eq(d.h), r["pt"].eq(p),
+                                     r["pb"].eq(p), r["yoff"].eq(0), r["blen"].eq(r["hw"])]
+                        m.next = then
+                program(f"{name}_B", [
+                    ("mul", r["t"], loop["o0"], d.stride_h),
+                    ("mul", r["u"], r["obh"] - 1, d.stride_h),
+                    ("set", [r["y0"].eq(Mux(r["t"] > p, r["t"] - p, 0)),
+                             r["pt"].eq(Mux(r["t"] > p, 0, p - r["t"])),
+                             r["yend"].eq(r["t"] + r["u"] + r["drh"] + 1 - p)]),
+                    ("set", [r["eh"].eq(mn(d.h, r["yend"]) - r["y0"]),
+                             r["pb"].eq(Mux(r["yend"] > d.h, r["yend"] - d.h, 0))]),
+                    ("mul", r["yoff"], r["y0"], d.w),
+                    ("mul", r["blen"], r["eh"], d.w),
+                ], then)
+
             # --- forward loops -------------------------------------------------------------------
             if fwd is not None:
                 with m.State("FWD_INIT"):
                     m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
-                                 ptr["xn"].eq(d.addr_x), ptr["w"].eq(d.addr_w),
+                                 ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
                                  ptr["out"].eq(d.addr_out)]
                     m.next = "FWD_OUTER"
                 with m.State("FWD_OUTER"):       # image n, output-channel block kti
-                    m.d.sync += [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"]),
-                                 grp_k.eq(mn(C, d.k - loop["k0"]))]
-                    m.next = "FWD_CLEAR"
-                clear_p("FWD_CLEAR", r["ohow"], "FWD_GROUP_0")
+                    m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
+                    m.next = "FWD_BAND"
+                out_band("FWD_BAND", "FWD_BANDP_0")
+                program("FWD_BANDP", [           # band o0: P words, first group
+                    ("mul", r["pwords"], r["obh"], r["ow"]),
+                    ("mul", r["rowlen"], r["pwords"], C),
+                    ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
+                             ptr["w"].eq(ptr["wk"])]),
+                ], "FWD_CLEAR")
+                clear_p("FWD_CLEAR", r["pwords"], "FWD_GROUP_0")
                 program("FWD_GROUP", [
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
-                    ("mul", r["len_a"], grp_c, r["hw"]),
-                    ("mul", r["t"], grp_c, r["rs"]),
+                    ("mul", r["len_a"], r["blen"], grp_c),
+                    ("mul", r["t"], r["rs"], grp_c),
                     ("mul", r["len_b"], r["t"], C),
                 ], "FWD_LOAD_X")
                 dma_load("FWD_LOAD_X", _Target.FWD_X, "a", ptr["x"], r["len_a"], B,
@@ -649,7 +731,7 @@ class Accelerator(wiring.Component):
                 run("FWD_RUN", fwd, "FWD_NEXT")
                 with m.State("FWD_NEXT"):
                     m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
-                                 ptr["x"].eq(ptr["x"] + (r["len_a"] << obs)),
+                                 ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
                                  ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
                     with m.If(loop["c0"] + grp_c < d.c):
                         m.next = "FWD_GROUP_0"
@@ -660,15 +742,18 @@ class Accelerator(wiring.Component):
                 dma_store("FWD_STORE", ptr["out"], r["rowlen"], 0, "FWD_STEP")
                 with m.State("FWD_STEP"):
                     m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))
-                    with m.If(loop["kti"] + 1 < r["kt"]):
+                    with m.If(loop["o0"] + r["obh"] < r["oh"]):
+                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                        m.next = "FWD_BAND"
+                    with m.Elif(loop["kti"] + 1 < r["kt"]):
                         m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
-                                     loop["k0"].eq(loop["k0"] + C)]
+                                     loop["k0"].eq(loop["k0"] + C), ptr["wk"].eq(ptr["w"])]
                         m.next = "FWD_OUTER"
                     with m.Elif(loop["n"] + 1 < d.n):
                         m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
                                      loop["n"].eq(loop["n"] + 1),
                                      ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
-                                     ptr["w"].eq(d.addr_w)]
+                                     ptr["wk"].eq(d.addr_w)]
                         m.next = "FWD_OUTER"
                     with m.Else():
                         m.next = "DONE"
@@ -676,18 +761,52 @@ class Accelerator(wiring.Component):
             # --- loss loops ----------------------------------------------------------------------
             if bwd is not None:
                 with m.State("LOSS_INIT"):
-                    m.d.sync += [loop["n"].eq(0), ptr["dy"].eq(d.addr_dy),
-                                 ptr["out"].eq(d.addr_out), p_row.eq(r["nb"]), row_base.eq(0)]
+                    m.d.sync += [loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                                 ptr["outn"].eq(d.addr_out), row_base.eq(0)]
                     m.next = "LOSS_OUTER"
                 with m.State("LOSS_OUTER"):      # image n
-                    m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c)]
+                    m.d.sync += loop["o0"].eq(0)
+                    m.next = "LOSS_BAND"
+                with m.State("LOSS_BAND"):       # band of dX rows [o0, o0 + obh)
+                    m.d.sync += r["obh"].eq(mn(r["bh"], d.h - loop["o0"]))
+                    with m.If(banded):
+                        m.next = "LOSS_BAND_B_0"
+                    with m.Else():
+                        m.d.sync += [r["eh"].eq(d.h), r["eoh"].eq(r["oh"]), r["pt"].eq(d.pad_h),
+                                     r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
+                                     r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
+                        m.next = "LOSS_BANDP"
+                h0, hb, p = loop["o0"], r["obh"], d.pad_h
+                program("LOSS_BAND_B", [         # the dY rows [lo, hi] it needs (sim.tiling)
+                    ("set", [r["t"].eq(Mux(h0 + p > r["drh"], h0 + p - r["drh"], 0)),
+                             r["eh"].eq(hb)]),
+                    ("div", r["lo"], r["t"], d.stride_h),
+                    ("div", r["hi"], h0 + hb - 1 + p, d.stride_h),
+                    ("set", [r["hi"].eq(mn(r["hi"], r["oh"] - 1))]),
+                    ("mul", r["t"], r["lo"], d.stride_h),
+                    ("mul", r["u"], r["hi"], d.stride_h),
+                    ("set", [r["pt"].eq(p + h0 - r["t"]), r["eoh"].eq(r["hi"] - r["lo"] + 1),
+                             r["pb"].eq(Mux(r["u"] + r["drh"] + 1 > p + h0 + hb,
+                                            r["u"] + r["drh"] + 1 - (p + h0 + hb), 0))]),
+                    ("mul", r["dyoff"], r["lo"], r["ow"]),
+                    ("mul", r["eohow"], r["eoh"], r["ow"]),
+                    ("mul", r["yoff"], h0, d.w),
+                    ("mul", r["blen"], hb, d.w),
+                    ("div", r["nb"], r["blen"] + (C - 1), C),
+                    ("mul", r["np"], d.c, r["nb"]),
+                ], "LOSS_BANDP")
+                with m.State("LOSS_BANDP"):
+                    m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c),
+                                 p_row.eq(r["nb"]),
+                                 ptr["dy"].eq(ptr["dyn"] + (r["dyoff"] << obs)),
+                                 ptr["out"].eq(ptr["outn"] + (r["yoff"] << abs_))]
                     m.next = "LOSS_CLEAR"
                 clear_p("LOSS_CLEAR", r["np"], "LOSS_GROUP_0")
                 program("LOSS_GROUP", [
                     ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
-                    ("mul", r["len_a"], grp_k, r["crs"]),
-                    ("mul", r["len_b"], grp_k, r["ohow"]),
-                    ("mul", r["t"], grp_k, r["rs"]),
+                    ("mul", r["len_a"], r["crs"], grp_k),
+                    ("mul", r["len_b"], r["eohow"], grp_k),
+                    ("mul", r["t"], r["rs"], grp_k),
                     ("div", kt_rows, r["t"] + (R - 1), R),
                 ], "LOSS_LOAD_A")
                 dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
@@ -698,7 +817,8 @@ class Accelerator(wiring.Component):
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
                                  ptr["w"].eq(ptr["w"] + (r["len_a"] << obs)),
-                                 ptr["dy"].eq(ptr["dy"] + (r["len_b"] << obs))]
+                                 ptr["dy"].eq(ptr["dy"]
+                                              + (Mux(banded, r["ohow"], r["len_b"]) << obs))]
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.next = "LOSS_GROUP_0"
                     with m.Else():
@@ -706,15 +826,20 @@ class Accelerator(wiring.Component):
                         m.next = "LOSS_LAST"
                 engine_idle("LOSS_LAST", bwd, "LOSS_DRAIN")
                 wait_acc("LOSS_DRAIN", "LOSS_STORE")
-                dma_store("LOSS_STORE", ptr["out"], r["hw"], loop["pword"], "LOSS_STEP")
+                dma_store("LOSS_STORE", ptr["out"], r["blen"], loop["pword"], "LOSS_STEP")
                 with m.State("LOSS_STEP"):
                     m.d.sync += [ptr["out"].eq(ptr["out"] + (r["hw"] << abs_)),
                                  loop["pword"].eq(loop["pword"] + r["nb"]),
                                  loop["row"].eq(loop["row"] + 1)]
                     with m.If(loop["row"] + 1 < d.c):
                         m.next = "LOSS_STORE"
+                    with m.Elif(loop["o0"] + r["obh"] < d.h):
+                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                        m.next = "LOSS_BAND"
                     with m.Elif(loop["n"] + 1 < d.n):
-                        m.d.sync += loop["n"].eq(loop["n"] + 1)
+                        m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                     ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                                     ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
                         m.next = "LOSS_OUTER"
                     with m.Else():
                         m.next = "DONE"
@@ -722,36 +847,56 @@ class Accelerator(wiring.Component):
                 # --- gradient loops --------------------------------------------------------------
                 with m.State("GRAD_INIT"):
                     m.d.sync += [loop["c0"].eq(0), ptr["xg"].eq(d.addr_x),
-                                 ptr["outg"].eq(d.addr_out), kt_rows.eq(r["ktr"])]
+                                 ptr["outg"].eq(d.addr_out)]
                     m.next = "GRAD_OUTER_0"
                 program("GRAD_OUTER", [          # channel group c0
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
-                    ("mul", r["rowlen"], grp_c, r["rs"]),
+                    ("mul", r["rowlen"], r["rs"], grp_c),
                     ("div", r["nb"], r["rowlen"] + (C - 1), C),
                     ("mul", r["np"], d.k, r["nb"]),
-                    ("mul", r["len_b"], grp_c, r["hw"]),
-                    ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), loop["k0"].eq(0),
-                             ptr["dy"].eq(d.addr_dy), ptr["xn"].eq(ptr["xg"])]),
+                    ("mul", r["len_x"], r["hw"], grp_c),
+                    ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                             ptr["xn"].eq(ptr["xg"])]),
                 ], "GRAD_CLEAR")
-                clear_p("GRAD_CLEAR", r["np"], "GRAD_GROUP_0")
-                program("GRAD_GROUP", [          # image n, output-channel group k0
+                clear_p("GRAD_CLEAR", r["np"], "GRAD_IMAGE")
+                with m.State("GRAD_IMAGE"):      # image n
+                    m.d.sync += loop["o0"].eq(0)
+                    m.next = "GRAD_BAND"
+                out_band("GRAD_BAND", "GRAD_BANDP_0")
+                program("GRAD_BANDP", [          # band of dY rows [o0, o0 + obh)
+                    ("mul", r["t"], r["obh"] - 1, d.stride_h),
+                    ("mul", r["t"], r["wdp1"], r["t"] + 1),
+                    ("div", kt_rows, r["t"] + (R - 1), R),
+                    ("mul", r["eohow"], r["obh"], r["ow"]),
+                    ("mul", r["dyoff"], loop["o0"], r["ow"]),
+                    ("mul", r["len_b"], r["blen"], grp_c),
+                    ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(0),
+                             ptr["dy"].eq(ptr["dyn"] + (r["dyoff"] << obs)),
+                             ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs))]),
+                ], "GRAD_GROUP_0")
+                program("GRAD_GROUP", [          # output-channel group k0
                     ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"])), row_base.eq(loop["k0"])]),
-                    ("mul", r["len_a"], grp_k, r["ohow"]),
+                    ("mul", r["len_a"], r["eohow"], grp_k),
                 ], "GRAD_LOAD_A")
                 dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
                          "GRAD_LOAD_B")
-                dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["xn"], r["len_b"], 1,
+                dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
                          "GRAD_RUN_WAIT")
                 run("GRAD_RUN", bwd, "GRAD_NEXT")
                 with m.State("GRAD_NEXT"):
-                    m.d.sync += ptr["dy"].eq(ptr["dy"] + (r["len_a"] << obs))
+                    m.d.sync += ptr["dy"].eq(ptr["dy"]
+                                             + (Mux(banded, r["ohow"], r["len_a"]) << obs))
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
                         m.next = "GRAD_GROUP_0"
+                    with m.Elif(loop["o0"] + r["obh"] < r["oh"]):
+                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                        m.next = "GRAD_BAND"
                     with m.Elif(loop["n"] + 1 < d.n):
-                        m.d.sync += [loop["k0"].eq(0), loop["n"].eq(loop["n"] + 1),
+                        m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                     ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
                                      ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
-                        m.next = "GRAD_GROUP_0"
+                        m.next = "GRAD_IMAGE"
                     with m.Else():
                         m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0),
                                      ptr["out"].eq(ptr["outg"])]
@@ -767,7 +912,7 @@ class Accelerator(wiring.Component):
                         m.next = "GRAD_STORE"
                     with m.Elif(loop["c0"] + grp_c < d.c):
                         m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
-                                     ptr["xg"].eq(ptr["xg"] + (r["len_b"] << obs)),
+                                     ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
                                      ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
                         m.next = "GRAD_OUTER_0"
                     with m.Else():

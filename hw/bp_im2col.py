@@ -53,9 +53,11 @@ __all__ = [
 ]
 
 #: Descriptor fields, each ``dim_width`` bits, in layout order (first field at bit 0):
-#: X is ``n x c x h x w``, W is ``k x c x r x s``, dY is ``n x k x oh x ow``.
+#: X is ``n x c x h x w``, W is ``k x c x r x s``, dY is ``n x k x oh x ow``. ``pad_h`` is the
+#: top padding of X, ``pad_bottom`` its bottom padding (asymmetric padding: the accelerator
+#: cuts layers into row bands with it); ``pad_w`` pads left and right.
 DESC_FIELDS = ("n", "c", "h", "w", "k", "r", "s", "oh", "ow",
-               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
+               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "pad_bottom")
 
 #: Counter ports (``count_<name>``), 32 bits, cleared when a descriptor is accepted.
 COUNTERS = ("prologue", "cycles", "a_beats", "a_addrs", "a_words", "a_zeros", "a_stalls",
@@ -69,8 +71,8 @@ class BPError(enum.Enum, shape=3):
     ``ZERO_SIZE``: a shape field (n, c, h, w, k, r, s, oh, ow) is 0. ``ZERO_STEP``: a stride or
     dilation is 0. ``KERNEL_TOO_LARGE``: the dilated kernel ``d(R-1)+1`` is larger than the
     padded input. ``SHAPE_MISMATCH``: ``oh``/``ow`` is not the forward output size
-    ``(H + 2p - d(R-1) - 1) // s + 1``. ``A_OVERFLOW`` / ``B_OVERFLOW``: the compact tensor
-    read through stream ``a`` / ``b`` has more elements than buffer A / B has words.
+    ``(H + p + p_bottom - d(R-1) - 1) // s + 1`` (``W + 2p`` across). ``A_OVERFLOW`` /
+    ``B_OVERFLOW``: the compact tensor read through stream ``a`` / ``b`` has more elements than buffer A / B has words.
     """
     NONE = 0
     ZERO_SIZE = 1
@@ -184,7 +186,7 @@ class _AddressGenerator(wiring.Component):
                            | (d.dil_w == 0)),
             k.drh.eq(d.dil_h * (d.r - 1)), k.drw.eq(d.dil_w * (d.s - 1)),
             k.soh.eq(d.stride_h * (d.oh - 1)), k.sow.eq(d.stride_w * (d.ow - 1)),
-            k.hp.eq(d.h + 2 * d.pad_h), k.wp.eq(d.w + 2 * d.pad_w),
+            k.hp.eq(d.h + d.pad_h + d.pad_bottom), k.wp.eq(d.w + 2 * d.pad_w),
             k.ohow.eq(d.oh * d.ow), k.rs.eq(d.r * d.s), k.hw.eq(d.h * d.w),
             k.dwh.eq(d.dil_h * d.w), k.pwh.eq(d.pad_h * d.w),
         ]

@@ -240,12 +240,14 @@ class ConvBackward(wiring.Component):
             # loss: the stride-1 loss of the padded, zero-inserted dY with padding d(R-1).
             m.d.comb += [lgen.desc.payload.oh.eq(d.h + drh), lgen.desc.payload.ow.eq(d.w + drw),
                          lgen.desc.payload.stride_h.eq(1), lgen.desc.payload.stride_w.eq(1),
-                         lgen.desc.payload.pad_h.eq(drh), lgen.desc.payload.pad_w.eq(drw)]
+                         lgen.desc.payload.pad_h.eq(drh), lgen.desc.payload.pad_w.eq(drw),
+                         lgen.desc.payload.pad_bottom.eq(drh)]
             # gradient: the stride-1, unpadded gradient of the padded X and the dilated dY.
             m.d.comb += [ggen.desc.payload.oh.eq(hd), ggen.desc.payload.ow.eq(wd),
                          ggen.desc.payload.h.eq(hd + drh), ggen.desc.payload.w.eq(wd + drw),
                          ggen.desc.payload.stride_h.eq(1), ggen.desc.payload.stride_w.eq(1),
-                         ggen.desc.payload.pad_h.eq(0), ggen.desc.payload.pad_w.eq(0)]
+                         ggen.desc.payload.pad_h.eq(0), ggen.desc.payload.pad_w.eq(0),
+                         ggen.desc.payload.pad_bottom.eq(0)]
 
         # --- gatherer: B-tile rows -> two tile registers -------------------------------------
         gb = Signal.like(lgen.b.payload)

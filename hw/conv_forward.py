@@ -50,7 +50,7 @@ __all__ = [
 
 #: Shape fields shared with the feeder's descriptor (same names and meaning).
 _SHAPE_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
-                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
+                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "pad_bottom")
 
 #: Fields of the layer descriptor (:func:`conv_layer_layout`).
 CONV_FIELDS = _SHAPE_FIELDS + ("out_channels", "x_base", "w_base")
@@ -70,7 +70,8 @@ def _waddr_width(config):
 def conv_layer_layout(config):
     """Layout of the layer descriptor (``ConvLayer``), all fields unsigned.
 
-    ``batch`` .. ``dil_w`` (as in :func:`hw.feeder.layer_layout`) and ``out_channels`` (K):
+    ``batch`` .. ``dil_w`` and ``pad_bottom`` (as in :func:`hw.feeder.layer_layout`: ``pad_h``
+    is the top padding, ``pad_bottom`` the bottom one) and ``out_channels`` (K):
     ``dim_width`` bits. ``x_base``: element address of ``X[0, 0, 0, 0]`` in the X SRAM.
     ``w_base``: word address of the first W word in the W buffer.
     """
@@ -132,6 +133,8 @@ def _fields(layer):
         v = get(name)
         if v is None and name in ("pad_h", "pad_w", "x_base", "w_base"):
             v = 0
+        if v is None and name == "pad_bottom":
+            v = values["pad_h"]
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"layer field {name} must be an integer, not {v!r}")
         values[name] = v
@@ -157,7 +160,8 @@ def weight_words(config, layer):
 def check_layer(config, layer):
     """Raise :exc:`ValueError` with the reason when the :class:`ConvForward` generated for
     ``config`` cannot run ``layer`` (an object with the attributes :data:`CONV_FIELDS`, or a
-    dict; missing ``pad_*``, ``x_base`` and ``w_base`` mean 0). The hardware refuses the same
+    dict; missing ``pad_h``, ``pad_w``, ``x_base`` and ``w_base`` mean 0, a missing
+    ``pad_bottom`` means ``pad_h``). The hardware refuses the same
     descriptors with ``error``, except those whose values do not fit the descriptor fields."""
     _check_config(config)
     f = _fields(layer)
@@ -385,7 +389,7 @@ class ConvForward(wiring.Component):
         m.d.comb += [
             rs.eq(lay.stride_w * R),
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w_m1 - 1),
-            lim_y.eq(lay.height + 2 * lay.pad_h - span_h_m1 - 1),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h_m1 - 1),
         ]
 
         # --- issue: feeder vector e + W word e -> array edge (registered) ------------------

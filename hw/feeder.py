@@ -55,9 +55,9 @@ __all__ = [
 #: :func:`check_layer` reads (``sim.feeder_model.Layer`` has exactly these).
 LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
-                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count")
+                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")
 
-_SHAPE_FIELDS = LAYER_FIELDS[:12] + ("ctx_n", "ctx_oh", "ctx_ow")
+_SHAPE_FIELDS = LAYER_FIELDS[:12] + ("ctx_n", "ctx_oh", "ctx_ow", "pad_bottom")
 _NONZERO_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
                    "stride_h", "stride_w", "dil_h", "dil_w")
 
@@ -89,8 +89,11 @@ def _coord_width(config):
 def layer_layout(config):
     """Layout of the layer descriptor (``FeederLayer``).
 
-    All fields unsigned. ``batch`` .. ``dil_w`` and ``ctx_n``, ``ctx_oh``, ``ctx_ow``:
-    ``dim_width`` bits. ``base``: element address of ``X[0, 0, 0, 0]`` (``log2(buf_a_depth *
+    All fields unsigned. ``batch`` .. ``dil_w``, ``ctx_n``, ``ctx_oh``, ``ctx_ow`` and
+    ``pad_bottom``: ``dim_width`` bits. ``pad_h`` pads the top of the input, ``pad_bottom`` its
+    bottom (asymmetric padding; the Python helpers take ``pad_bottom = pad_h`` when it is
+    missing), so ``OH = (H + pad_h + pad_bottom - d_h(R-1) - 1) // s_h + 1``. ``base``: element
+    address of ``X[0, 0, 0, 0]`` (``log2(buf_a_depth *
     feeder_bus_width)`` bits). ``ctx_count``: ``2 * dim_width`` bits, 0 means "to the end of
     the layer".
     """
@@ -137,7 +140,7 @@ def counter_setup_layout(config):
         "y_step": du, "y_limit": cu, "y_pstep": pu,           # d_h; (R-1)*d_h; d_h*W
         "c_limit": du, "c_pstep": pu,                         # C-1; H*W
         "cx_step": cu, "cx_limit": cu,                        # rows*s_w; W + 2p_w - span_w
-        "cy_step": du, "cy_limit": cu, "cy_pstep": pu,        # s_h; H + 2p_h - span_h; s_h*W
+        "cy_step": du, "cy_limit": cu, "cy_pstep": pu,        # s_h; H + p_h + p_bottom - span_h; s_h*W
         "n_limit": du, "n_pstep": pu,                         # N-1; C*H*W
         "ptr0": pu,                                           # base - p_h*W - p_w
         "pad_h": du, "pad_w": du, "height": du, "width": du,
@@ -181,6 +184,8 @@ def _fields(layer):
         if v is None and name in ("pad_h", "pad_w", "base", "ctx_n", "ctx_oh", "ctx_ow",
                                   "ctx_count"):
             v = 0
+        if v is None and name == "pad_bottom":
+            v = values["pad_h"]
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"layer field {name} must be an integer, not {v!r}")
         values[name] = v
@@ -208,16 +213,17 @@ def check_layer(config, layer):
         raise ValueError(
             f"kernel width {f['kernel_w']} with dilation {f['dil_w']} spans {span_w} columns, "
             f"more than feeder_pattern_width {config.feeder_pattern_width}")
-    if span_h > f["height"] + 2 * f["pad_h"] or span_w > f["width"] + 2 * f["pad_w"]:
+    padded_h = f["height"] + f["pad_h"] + f["pad_bottom"]
+    if span_h > padded_h or span_w > f["width"] + 2 * f["pad_w"]:
         raise ValueError(
             f"dilated kernel {span_h} x {span_w} does not fit the padded input "
-            f"{f['height'] + 2 * f['pad_h']} x {f['width'] + 2 * f['pad_w']}")
+            f"{padded_h} x {f['width'] + 2 * f['pad_w']}")
     size = f["batch"] * f["channels"] * f["height"] * f["width"]
     capacity = config.buf_a_depth * config.feeder_bus_width
     if f["base"] + size > capacity:
         raise ValueError(f"X ({size} elements from element {f['base']}) does not fit the "
                          f"SRAM of {capacity} elements")
-    oh_n = (f["height"] + 2 * f["pad_h"] - span_h) // f["stride_h"] + 1
+    oh_n = (padded_h - span_h) // f["stride_h"] + 1
     ow_n = (f["width"] + 2 * f["pad_w"] - span_w) // f["stride_w"] + 1
     if f["ctx_n"] >= f["batch"] or f["ctx_oh"] >= oh_n or f["ctx_ow"] >= ow_n:
         raise ValueError(f"first context (n, oh, ow) = ({f['ctx_n']}, {f['ctx_oh']}, "
@@ -246,7 +252,7 @@ def counter_setup(config, layer):
         "y_step": f["dil_h"], "y_limit": span_h - 1, "y_pstep": (f["dil_h"] * w) & pmask,
         "c_limit": f["channels"] - 1, "c_pstep": (h * w) & pmask,
         "cx_step": config.rows * f["stride_w"], "cx_limit": w + 2 * f["pad_w"] - span_w,
-        "cy_step": f["stride_h"], "cy_limit": h + 2 * f["pad_h"] - span_h,
+        "cy_step": f["stride_h"], "cy_limit": h + f["pad_h"] + f["pad_bottom"] - span_h,
         "cy_pstep": (f["stride_h"] * w) & pmask,
         "n_limit": f["batch"] - 1, "n_pstep": chw & pmask,
         "ptr0": (f["base"] - f["pad_h"] * w - f["pad_w"]) & pmask,
@@ -737,7 +743,7 @@ class DataFeeder(wiring.Component):
         lim_y = Signal(signed(2 * dim + 3))
         m.d.comb += [
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
-            lim_y.eq(lay.height + 2 * lay.pad_h - span_h),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
         ]
         lane_off = [Const(0, cw)]
         for i in range(1, r_n):

@@ -26,7 +26,7 @@ def check_job(config, layer, phase):
                          f"dataflow that the {phase} phase runs on")
     limit = (1 << config.dim_width) - 1
     for name, v in dataclasses.asdict(layer).items():
-        if v > limit:
+        if v is not None and v > limit:
             raise ValueError(f"{name} = {v} does not fit dim_width {config.dim_width}")
     oh, ow = layer_shapes(layer.batch, layer.channels, layer.height, layer.width,
                           layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride,
@@ -34,7 +34,8 @@ def check_job(config, layer, phase):
     if oh < 1 or ow < 1:
         raise ValueError("the dilated kernel is larger than the padded input")
     return plan(config, phase, layer.batch, layer.channels, layer.height, layer.width,
-                layer.out_channels, layer.kernel_h, layer.kernel_w, oh, ow)
+                layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride, layer.pad,
+                layer.dil)
 
 
 def summary(config, result):

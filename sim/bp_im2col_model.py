@@ -55,7 +55,7 @@ __all__ = [
 #: Descriptor fields in the order of the RTL's ``data.StructLayout`` (first field at bit 0),
 #: each ``dim_width`` bits.
 DESC_FIELDS = ("n", "c", "h", "w", "k", "r", "s", "oh", "ow",
-               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w")
+               "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "pad_bottom")
 
 #: Streams: (phase, side).
 STREAMS = ("loss_a", "loss_b", "grad_a", "grad_b")
@@ -117,7 +117,8 @@ class Layer:
                 "r": self.r, "s": self.s, "oh": self.oh, "ow": self.ow,
                 "stride_h": self.stride[0], "stride_w": self.stride[1],
                 "pad_h": self.padding[0], "pad_w": self.padding[1],
-                "dil_h": self.dilation[0], "dil_w": self.dilation[1]}
+                "dil_h": self.dilation[0], "dil_w": self.dilation[1],
+                "pad_bottom": self.padding[0]}
 
     def kwargs(self):
         return {"stride": self.stride, "padding": self.padding, "dilation": self.dilation}

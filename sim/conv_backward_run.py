@@ -94,7 +94,7 @@ def descriptor(config, layer, phase="loss", *, baseline=False):
             "k": layer.out_channels, "r": layer.kernel_h, "s": layer.kernel_w,
             "oh": oh, "ow": ow, "stride_h": layer.stride_h, "stride_w": layer.stride_w,
             "pad_h": layer.pad_h, "pad_w": layer.pad_w, "dil_h": layer.dil_h,
-            "dil_w": layer.dil_w, "src_base_a": g["za"] if baseline else 0,
+            "dil_w": layer.dil_w, "pad_bottom": layer.pad_b, "src_base_a": g["za"] if baseline else 0,
             "src_base_b": g["zb"] if baseline else 0, "base_a": 0, "base_b": 0}
 
 
@@ -137,12 +137,14 @@ def _wrap(config, t):
 def expected(config, layer, phase, tensors):
     """``sim.golden.conv2d_input_grad`` (loss) or ``conv2d_weight_grad`` (gradient), wrapped
     to ``acc_width``."""
-    args = (layer.stride, layer.pad, layer.dil)
+    # rows padded explicitly (top pad_h, bottom pad_b): the golden model pads symmetrically
+    args = (layer.stride, (0, layer.pad_w), layer.dil)
+    hp = layer.height + layer.pad_h + layer.pad_b
     if phase == "loss":
-        out = golden.conv2d_input_grad(tensors["dy"], tensors["w"],
-                                       (layer.height, layer.width), *args)
+        out = golden.conv2d_input_grad(tensors["dy"], tensors["w"], (hp, layer.width), *args)
+        out = out[:, :, layer.pad_h:layer.pad_h + layer.height]
     else:
-        out = golden.conv2d_weight_grad(tensors["x"], tensors["dy"],
+        out = golden.conv2d_weight_grad(layer.padded_rows(tensors["x"]), tensors["dy"],
                                         (layer.kernel_h, layer.kernel_w), *args)
     return _wrap(config, out)
 

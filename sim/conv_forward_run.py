@@ -53,12 +53,24 @@ class ConvLayer:
     pad_w: int = 0
     dil_h: int = 1
     dil_w: int = 1
+    pad_bottom: int | None = None      # bottom padding; None: pad_h (symmetric)
 
     @classmethod
-    def conv(cls, n, c, h, w, k, r, s, stride=1, pad=0, dil=1):
-        """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w))."""
+    def conv(cls, n, c, h, w, k, r, s, stride=1, pad=0, dil=1, pad_bottom=None):
+        """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w));
+        ``pad_bottom`` pads the bottom differently from the top."""
         (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
-        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw)
+        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom)
+
+    @property
+    def pad_b(self):
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
+
+    def padded_rows(self, x):
+        """``x`` with its top / bottom padding made explicit (the golden model's padding is
+        symmetric; the rows' is then 0)."""
+        return np.pad(np.asarray(x, dtype=np.int64),
+                      ((0, 0), (0, 0), (self.pad_h, self.pad_b), (0, 0)))
 
     @property
     def stride(self):
@@ -88,14 +100,15 @@ class ConvLayer:
     @property
     def out_hw(self):
         """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
-        return golden.output_hw((self.height, self.width), (self.kernel_h, self.kernel_w),
-                                self.stride, self.pad, self.dil)
+        return golden.output_hw((self.height + self.pad_h + self.pad_b, self.width),
+                                (self.kernel_h, self.kernel_w), self.stride, (0, self.pad_w),
+                                self.dil)
 
     def feeder_layer(self, x_base=0):
         """The layer as :mod:`sim.feeder_model` sees it (X from element ``x_base``)."""
         return Layer(self.batch, self.channels, self.height, self.width, self.kernel_h,
                      self.kernel_w, self.stride_h, self.stride_w, self.pad_h, self.pad_w,
-                     self.dil_h, self.dil_w, base=x_base)
+                     self.dil_h, self.dil_w, base=x_base, pad_bottom=self.pad_b)
 
     def text(self):
         """The layer string (:func:`parse_layer` reads it back)."""
@@ -166,7 +179,7 @@ def descriptor(config, layer, x_base=0, w_base=0):
     d = {k: getattr(layer, k) for k in ("batch", "channels", "height", "width", "kernel_h",
                                          "kernel_w", "stride_h", "stride_w", "pad_h",
                                          "pad_w", "dil_h", "dil_w", "out_channels")}
-    d.update(x_base=x_base, w_base=w_base)
+    d.update(x_base=x_base, w_base=w_base, pad_bottom=layer.pad_b)
     return layer_value(config, d)
 
 
@@ -210,7 +223,7 @@ def w_image(config, layer, w):
 
 def expected_y(config, layer, x, w):
     """``sim.golden.conv2d`` wrapped to the accumulator width."""
-    y = golden.conv2d(x, w, layer.stride, layer.pad, layer.dil)
+    y = golden.conv2d(layer.padded_rows(x), w, layer.stride, (0, layer.pad_w), layer.dil)
     bits = config.acc_width
     return ((y + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))
 
@@ -250,7 +263,8 @@ def traffic(config, layer, x_base=0):
     bw = config.feeder_bus_width
     zx = np.zeros(layer.x_shape, dtype=np.int64)
     zw = np.zeros((1,) + layer.w_shape[1:], dtype=np.int64)
-    a = golden.lower_forward(zx, zw, layer.stride, layer.pad, layer.dil).a
+    a = golden.lower_forward(layer.padded_rows(zx), zw, layer.stride, (0, layer.pad_w),
+                             layer.dil).a
     words = feeder_traffic(config, layer.feeder_layer(x_base))["words_read"]
     return {"model_words_read": tiles * words, "im2col_elements": tiles * a.size,
             "im2col_words": tiles * -(-a.size // bw),

@@ -24,6 +24,7 @@ do). Values out of the operand range are refused with :exc:`ValueError` before a
 import numpy as np
 
 from hw.axi_lite import COUNTERS, CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
+from sim import tiling
 
 __all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "element_bytes", "error_name",
            "layer_shapes", "plan"]
@@ -71,45 +72,11 @@ def layer_shapes(n, c, h, w, k, r, s, stride, pad, dil):
     return oh, ow
 
 
-def plan(config, phase, n, c, h, w, k, r, s, oh, ow):
-    """The controller's tiling of a layer (see :mod:`hw.accelerator`): a dict of group sizes
-    and run counts, or :exc:`ValueError` naming what does not fit (the hardware refuses the
-    same layers with TOO_LARGE)."""
-    cols, pcap = config.cols, config.buf_p_depth
-    hw_, ohow, rs = h * w, oh * ow, r * s
-    # the controller splits buffers A and B into two banks (double buffering)
-    acap, bcap = config.buf_a_depth // 2, config.buf_b_depth // 2
-    if phase == "forward":
-        xcap = acap * config.feeder_bus_width
-        cg = min(c, xcap // hw_, bcap // rs)
-        if cg == 0:
-            raise ValueError(f"one channel of X ({hw_} elements) or of W ({rs} words) does not "
-                             f"fit a bank of buffer A ({xcap} elements) / B ({bcap} words)")
-        if ohow > pcap:
-            raise ValueError(f"an output plane ({ohow} pixels) does not fit the P buffer "
-                             f"({pcap} words)")
-        kt = -(-k // cols)
-        return {"groups": -(-c // cg), "group": cg, "runs": n * kt * -(-c // cg)}
-    if phase == "loss":
-        crs = c * rs
-        kg = min(k, acap // crs, bcap // ohow)
-        np_ = c * -(-hw_ // cols)
-        if kg == 0:
-            raise ValueError(f"W of one output channel ({crs} elements) or one dY plane "
-                             f"({ohow}) does not fit a bank of buffer A / B ({acap} / {bcap} "
-                             f"words)")
-        if np_ > pcap:
-            raise ValueError(f"dX of one image ({c} rows of {-(-hw_ // cols)} words) does not "
-                             f"fit the P buffer ({pcap} words)")
-        return {"groups": -(-k // kg), "group": kg, "runs": n * -(-k // kg)}
-    kg = min(k, acap // ohow)
-    cg = min(c, bcap // hw_, (pcap // k) * cols // rs)
-    if kg == 0 or cg == 0:
-        raise ValueError(f"one dY plane ({ohow}), one X plane ({hw_}) or one dW row block "
-                         f"({k} x {rs}) does not fit a bank of buffer A / B ({acap} / {bcap} "
-                         f"words) or buffer P ({pcap} words)")
-    return {"groups": -(-c // cg) * -(-k // kg), "group": (cg, kg),
-            "runs": -(-c // cg) * n * -(-k // kg)}
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
+    """The controller's tiling of a layer (:func:`sim.tiling.plan`: group sizes, row bands,
+    run counts), or :exc:`ValueError` naming what does not fit (the hardware refuses the same
+    layers with TOO_LARGE)."""
+    return tiling.plan(config, phase, n, c, h, w, k, r, s, _pair(stride), _pair(pad), _pair(dil))
 
 
 def _pair(v):
@@ -267,7 +234,7 @@ class Driver:
         oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
         if oh > 0 and ow > 0 and self.check:
             try:
-                self.plan = plan(self.config, phase, n, c, h, wd, k, r, s, oh, ow)
+                self.plan = plan(self.config, phase, n, c, h, wd, k, r, s, stride, pad, dil)
             except ValueError as e:
                 raise ValueError(f"{phase} layer does not fit configuration "
                                  f"{self.config.name!r}: {e}") from None

@@ -40,7 +40,7 @@ __all__ = [
 #: Fields of a feeder layer descriptor, in the order of the hardware ``FeederLayer`` layout.
 LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
-                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count")
+                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")
 
 
 def _pair(v):
@@ -55,6 +55,7 @@ class Layer:
     ``kernel_w`` (R x S), stride / padding / dilation per axis. ``base``: element address of
     X[0, 0, 0, 0] in the SRAM. ``ctx_n``, ``ctx_oh``, ``ctx_ow``: output pixel of the first
     context; ``ctx_count``: number of contexts to run (0: to the end of the layer).
+    ``pad_h`` pads the top, ``pad_bottom`` the bottom (``None``: ``pad_h``, symmetric).
     """
     batch: int
     channels: int
@@ -73,6 +74,7 @@ class Layer:
     ctx_oh: int = 0
     ctx_ow: int = 0
     ctx_count: int = 0
+    pad_bottom: int | None = None
 
     @classmethod
     def conv(cls, n, c, h, w, r, s, stride=1, pad=0, dil=1, **kw):
@@ -82,7 +84,14 @@ class Layer:
 
     def fields(self):
         """The descriptor fields as a dict (keys :data:`LAYER_FIELDS`)."""
-        return asdict(self)
+        out = asdict(self)
+        out["pad_bottom"] = self.pad_b
+        return out
+
+    @property
+    def pad_b(self):
+        """Bottom padding (``pad_h`` unless set)."""
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
 
     @property
     def stride(self):
@@ -99,8 +108,9 @@ class Layer:
     @property
     def out_hw(self):
         """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
-        return golden.output_hw((self.height, self.width), (self.kernel_h, self.kernel_w),
-                                self.stride, self.pad, self.dil)
+        return golden.output_hw((self.height + self.pad_h + self.pad_b, self.width),
+                                (self.kernel_h, self.kernel_w), self.stride,
+                                (0, self.pad_w), self.dil)
 
     @property
     def span_w(self):
@@ -265,8 +275,9 @@ def expected_streams(config, layer, x):
     """The lane streams the array needs, from the golden explicit im2col
     (:func:`sim.golden.lower_forward`): ``(data, mask)`` as in :func:`feeder_streams`."""
     x = np.asarray(x, dtype=np.int64)
+    x = np.pad(x, ((0, 0), (0, 0), (layer.pad_h, layer.pad_b), (0, 0)))   # rows: explicit
     w = np.zeros((1, layer.channels, layer.kernel_h, layer.kernel_w), dtype=np.int64)
-    a = golden.lower_forward(x, w, layer.stride, layer.pad, layer.dil).a
+    a = golden.lower_forward(x, w, layer.stride, (0, layer.pad_w), layer.dil).a
     oh_n, ow_n = layer.out_hw
     ctxs = contexts(config, layer)
     data = np.zeros((len(ctxs), config.rows, a.shape[1]), dtype=np.int64)
@@ -343,16 +354,19 @@ def traffic(config, layer, steps=None):
 def random_layer(config, rng, *, max_vectors=2000, max_kernel=8, max_stride=4, max_pad=3,
                  max_dil=3):
     """A random layer that the feeder generated for ``config`` runs (kernel within the pattern
-    width, output not empty, X within the SRAM) and whose run is at most ``max_vectors`` feed
+    width, output not empty, X within the SRAM; half of them with a bottom padding different
+    from the top one) and whose run is at most ``max_vectors`` feed
     vectors (contexts times ``C*R*S``)."""
     while True:
         r, s = (int(v) for v in rng.integers(1, max_kernel + 1, 2))
         sh, sw = (int(v) for v in rng.integers(1, max_stride + 1, 2))
         ph, pw = (int(v) for v in rng.integers(0, max_pad + 1, 2))
         dh, dw = (int(v) for v in rng.integers(1, max_dil + 1, 2))
+        pb = ph if rng.random() < 0.5 else int(rng.integers(0, max_pad + 1))
         layer = Layer.conv(int(rng.integers(1, 3)), int(rng.integers(1, 4)),
                            int(rng.integers(3, 14)), int(rng.integers(3, 18)), r, s,
-                           (sh, sw), (ph, pw), (dh, dw), base=int(rng.integers(0, 40)))
+                           (sh, sw), (ph, pw), (dh, dw), base=int(rng.integers(0, 40)),
+                           pad_bottom=pb)
         if layer.span_w > config.feeder_pattern_width:
             continue
         try:

@@ -69,7 +69,8 @@ TINY = SMALL.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="sm
 
 def random_jobs(config, count, seed):
     """Random layers of every phase that the controller can tile on ``config``, half of them
-    with random AXI pauses, plus one refused layer per phase (a plane too large)."""
+    with random AXI pauses; every third one has planes too large for the buffers (cut into
+    row bands). Then one refused layer per phase (a row wider than a bank)."""
     import random
 
     from sim.driver import layer_shapes, plan
@@ -78,36 +79,46 @@ def random_jobs(config, count, seed):
     phases = ["forward", "loss", "gradient"]
     while len(jobs) < count:
         r, s = rng.randint(1, 3), rng.randint(1, 3)
-        lay = {"batch": rng.randint(1, 3), "channels": rng.randint(1, 9),
-               "height": rng.randint(3, 11), "width": rng.randint(3, 11),
+        big = len(jobs) % 3 == 2
+        size = (12, 22) if big else (3, 11)
+        lay = {"batch": rng.randint(1, 2 if big else 3), "channels": rng.randint(1, 9),
+               "height": rng.randint(*size), "width": rng.randint(*size),
                "out_channels": rng.randint(1, 9), "kernel_h": r, "kernel_w": s,
                "stride_h": rng.randint(1, 3), "stride_w": rng.randint(1, 3),
                "pad_h": rng.randint(0, 2), "pad_w": rng.randint(0, 2),
                "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2)}
+        if big:
+            lay["channels"], lay["out_channels"] = rng.randint(1, 3), rng.randint(1, 5)
+        st, pd, dl = ((lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
+                      (lay["dil_h"], lay["dil_w"]))
         oh, ow = layer_shapes(lay["batch"], lay["channels"], lay["height"], lay["width"],
-                              lay["out_channels"], r, s, (lay["stride_h"], lay["stride_w"]),
-                              (lay["pad_h"], lay["pad_w"]), (lay["dil_h"], lay["dil_w"]))
+                              lay["out_channels"], r, s, st, pd, dl)
         if oh < 1 or ow < 1:
             continue
-        phase = phases[len(jobs) % 3]
+        phase = phases[(len(jobs) // 3 if big else len(jobs)) % 3]
         try:
             p = plan(config, phase, lay["batch"], lay["channels"], lay["height"], lay["width"],
-                     lay["out_channels"], r, s, oh, ow)
+                     lay["out_channels"], r, s, st, pd, dl)
         except ValueError:
             continue
+        if p["banded"] != big or p["runs"] > 200:
+            continue
         jobs.append({"phase": phase, "layer": lay, "seed": rng.randint(0, 1 << 30),
-                     "pauses": len(jobs) % 2 == 1, "groups": p["groups"]})
-    big = {"batch": 1, "channels": 1, "height": 40, "width": 40, "out_channels": 1,
-           "kernel_h": 3, "kernel_w": 3}
-    jobs += [{"phase": p, "layer": big, "expect": "TOO_LARGE"} for p in phases]
+                     "pauses": len(jobs) % 2 == 1, "groups": p["groups"],
+                     "bands": p["bands"]})
+    wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
+            "kernel_h": 3, "kernel_w": 3}
+    jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
     return jobs
 
 
 def test_random_jobs_need_tiling():
-    """The random layers of the Verilator test do exercise multi-group tiling."""
+    """The random layers of the Verilator test do exercise multi-group tiling and row bands
+    in every phase."""
     jobs = random_jobs(TINY, 18, seed=5)
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
+        assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
 
 
 @pytest.mark.cocotb

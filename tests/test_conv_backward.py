@@ -149,6 +149,28 @@ def test_matches_golden(phase, baseline):
             assert counters["a_words"] == blocks * np.count_nonzero(a)
 
 
+ASYMMETRIC = [
+    ConvLayer.conv(1, 2, 6, 5, 2, 3, 3, stride=2, pad=1, pad_bottom=0),
+    ConvLayer.conv(1, 1, 5, 6, 3, 3, 2, stride=1, pad=(0, 1), dil=2, pad_bottom=3),
+    ConvLayer.conv(2, 2, 7, 5, 2, 2, 3, stride=3, pad=(2, 1), pad_bottom=1),
+]
+
+
+@pytest.mark.parametrize("phase", ["loss", "gradient"])
+def test_asymmetric_padding_matches_golden(phase):
+    """Top and bottom padding differ (``pad_bottom``, what the accelerator's row bands use):
+    dX / dW equal the golden model on the explicitly padded input."""
+    rng = np.random.default_rng(7)
+    runs = [(layer, phase, False, random_tensors(CFG_TINY, layer, rng)) for layer in ASYMMETRIC]
+    for layer in ASYMMETRIC:
+        check_layer(CFG_TINY, layer, phase, False)
+    for (layer, _, _, tensors), (outs, _, error) in zip(runs, simulate(CFG_TINY, runs)):
+        assert not error, layer
+        np.testing.assert_array_equal(assemble(CFG_TINY, layer, phase, outs),
+                                      expected(CFG_TINY, layer, phase, tensors),
+                                      err_msg=str(layer))
+
+
 def test_refusals_and_recovery():
     """A dY too large for buffer B (loss) or A (gradient) raises ``error`` without output; a
     legal layer runs afterwards."""

@@ -110,6 +110,8 @@ SIM_LAYERS = [
     (CFG_TINY, ConvLayer.conv(1, 5, 4, 4, 3, 1, 1, 2, 0)),                  # 1x1 stride 2
     (CFG_COL, ConvLayer.conv(1, 3, 5, 9, 2, 2, 4, 1, (0, 2), (1, 2))),      # cols = 1
     (load_config("nonsquare"), ConvLayer.conv(1, 2, 4, 7, 6, 3, 3, 1, 1)),  # a preset
+    (CFG_TINY, ConvLayer.conv(1, 2, 6, 5, 3, 3, 3, 2, 1, pad_bottom=0)),    # bottom pad 0
+    (CFG_TINY, ConvLayer.conv(2, 1, 4, 5, 2, 3, 2, 1, 0, pad_bottom=2)),    # bottom pad only
 ]
 
 
@@ -358,6 +360,7 @@ VERILATOR_LAYERS = {
         ConvLayer.conv(2, 5, 7, 11, 9, 2, 5, (1, 2), (0, 2), (2, 1)),  # non-square, 3 tiles
         ConvLayer.conv(1, 1, 9, 10, 4, 5, 5, 1, 2, 2),             # 5x5 dilation 2
         ConvLayer.conv(1, 2, 13, 17, 4, 3, 3, 4, 0),               # stride 4
+        ConvLayer.conv(1, 2, 9, 8, 5, 3, 3, 2, 2, pad_bottom=0),   # asymmetric padding
     ],
     "nonsquare": [
         ConvLayer.conv(1, 1, 15, 15, 7, 11, 11, 4, 0),             # 11x11 stride 4

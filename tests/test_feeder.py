@@ -347,6 +347,8 @@ FEEDER_LAYERS = [
     (CFG, Layer.conv(1, 9, 4, 4, 3, 3, 1, 1, 1), 1.0),                 # C = 9 > B
     (CFG, Layer.conv(2, 2, 6, 6, 3, 3, 1, 1, 1, ctx_n=0, ctx_oh=3, ctx_ow=4,
                      ctx_count=4), 1.0),                                # partial run
+    (CFG, Layer.conv(1, 2, 6, 7, 3, 3, 2, 1, 1, pad_bottom=0), 0.8),   # bottom pad 0
+    (CFG, Layer.conv(1, 1, 5, 6, 3, 3, 1, 0, 2, pad_bottom=3), 1.0),   # bottom pad only
     (CFG_NARROW, Layer.conv(1, 3, 7, 8, 3, 3, 1, 1, 1), 0.8),          # C = 3 on B = 4
     (CFG_NARROW, Layer.conv(1, 1, 9, 10, 3, 4, (1, 3), (0, 2), (2, 3)), 1.0),
     (CFG_NARROW, Layer.conv(1, 2, 8, 9, 5, 5, 2, 2, 1, base=7), 1.0),
@@ -493,7 +495,7 @@ def test_hardware_refuses_illegal_descriptors():
     async def tb(ctx):
         ctx.set(f.feed.ready, 1)
         for layer, _ in REFUSED:
-            ctx.set(f.layer, vars(layer))
+            ctx.set(f.layer, layer.fields())
             ctx.set(f.start, 1)
             await ctx.tick()
             ctx.set(f.start, 0)

@@ -1,0 +1,158 @@
+"""The accelerator controller's tiling of a layer, in Python: group sizes, row bands and the
+sub-layer each band hands to an engine.
+
+:mod:`hw.accelerator` computes the same values in hardware; :mod:`sim.driver` uses
+:func:`plan` to refuse layers before touching the hardware, and ``tests/test_tiling.py``
+checks, with :mod:`sim.golden` alone, that running every band as its own asymmetrically padded
+sub-layer and putting the pieces together gives the whole layer.
+
+Row bands (*spatial tiling*)
+    When a single channel plane does not fit a buffer bank or the P buffer, the controller cuts
+    the layer into bands of rows and runs every band as a layer of its own, one channel (and
+    one output channel) per group so that every load stays one contiguous run:
+
+    forward, gradient
+        bands of ``bh`` output rows ``[o0, o0 + obh)``. A band reads input rows ``[o0 s - p,
+        (o0 + obh - 1) s - p + d(R-1)]``; the rows inside the image are loaded (``y0``,
+        ``hb``), the rest are the band's top / bottom padding (``pt``, ``pb``). The forward
+        band's Y rows are stored at ``o0``; the gradient's bands add up in P.
+    loss
+        bands of ``bh`` dX rows ``[h0, h0 + hb)``. The band needs dY rows ``[oh_lo, oh_hi]``,
+        ``oh_lo = max(0, (h0 + p - d(R-1)) // s)``, ``oh_hi = min(OH - 1, (h0 + hb - 1 + p)
+        // s)``; with top padding ``pt = p + h0 - oh_lo s`` the band's transposed convolution
+        puts every dY row where the whole layer does. ``pb`` is the bottom padding that makes
+        ``oh_hi - oh_lo + 1`` the band's output height.
+
+    A layer that fits keeps one band (``banded`` is false) and groups of several channels.
+    Banding the forward or the gradient needs ``pad_h <= dil_h (R - 1)`` (else a band could lie
+    wholly in the padding); such layers are refused when they do not fit.
+"""
+
+from dataclasses import dataclass
+
+__all__ = ["Band", "plan", "bands"]
+
+
+@dataclass(frozen=True)
+class Band:
+    """One band: ``out0`` / ``out_rows``: the rows of the banded output (forward: Y rows,
+    loss: dX rows, gradient: dY rows); ``in0`` / ``in_rows``: the rows of the input the band
+    loads (forward, gradient: X rows; loss: dY rows); ``pad_top`` / ``pad_bottom``: the
+    engine's padding; ``engine_h`` / ``engine_oh``: the engine's ``H`` and ``OH``."""
+    out0: int
+    out_rows: int
+    in0: int
+    in_rows: int
+    pad_top: int
+    pad_bottom: int
+    engine_h: int
+    engine_oh: int
+
+
+def _dims(h, w, r, s, stride, pad, dil):
+    drh, drw = dil[0] * (r - 1), dil[1] * (s - 1)
+    oh = (h + 2 * pad[0] - drh - 1) // stride[0] + 1
+    ow = (w + 2 * pad[1] - drw - 1) // stride[1] + 1
+    return drh, oh, ow
+
+
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
+    """The controller's tiling: a dict with ``group`` (channels per group: forward C, loss K,
+    gradient ``(C, K)``), ``groups``, ``banded``, ``band`` (rows per band), ``bands`` and
+    ``runs`` (engine runs); :exc:`ValueError` naming what does not fit (the hardware refuses
+    the same layers with TOO_LARGE)."""
+    cols, pcap = config.cols, config.buf_p_depth
+    # the controller splits buffers A and B into two banks (double buffering)
+    acap, bcap = config.buf_a_depth // 2, config.buf_b_depth // 2
+    drh, oh, ow = _dims(h, w, r, s, stride, pad, dil)
+    sh, ph = stride[0], pad[0]
+    hw_, ohow, rs = h * w, oh * ow, r * s
+    ceil = lambda a, b: -(-a // b)     # noqa: E731
+
+    def banding(bh, what):
+        if bh <= 0:
+            raise ValueError(f"{what}: not even one row band fits")
+        if phase != "loss" and ph > drh:
+            raise ValueError(f"{what}, and a layer whose padding ({ph}) is larger than its "
+                             f"dilated kernel's reach (d(R-1) = {drh}) is not cut into row "
+                             f"bands")
+        return bh
+
+    if phase == "forward":
+        xcap = acap * config.feeder_bus_width
+        if rs > bcap:
+            raise ValueError(f"W of one channel ({rs} words) does not fit a bank of buffer B "
+                             f"({bcap} words)")
+        kt = ceil(k, cols)
+        if hw_ <= xcap and ohow <= pcap:
+            cg = min(c, xcap // hw_, bcap // rs)
+            return {"group": cg, "groups": ceil(c, cg), "banded": False, "band": oh,
+                    "bands": 1, "runs": n * kt * ceil(c, cg)}
+        bh = min(oh, pcap // ow, (xcap // w - drh - 1) // sh + 1 if xcap // w > drh else 0)
+        bh = banding(bh, f"one channel plane of X ({hw_} elements) or of Y ({ohow} words) "
+                         f"does not fit a bank of buffer A ({xcap}) / the P buffer ({pcap})")
+        nb = ceil(oh, bh)
+        return {"group": 1, "groups": c, "banded": True, "band": bh, "bands": nb,
+                "runs": n * kt * nb * c}
+    if phase == "loss":
+        crs = c * rs
+        if crs > acap:
+            raise ValueError(f"W of one output channel ({crs} elements) does not fit a bank of "
+                             f"buffer A ({acap} words)")
+        if c * ceil(hw_, cols) <= pcap and ohow <= bcap:
+            kg = min(k, acap // crs, bcap // ohow)
+            return {"group": kg, "groups": ceil(k, kg), "banded": False, "band": h,
+                    "bands": 1, "runs": n * ceil(k, kg)}
+        bh = min(h, (pcap // c) * cols // w, sh * (bcap // ow - 1) - drh)
+        bh = banding(bh, f"dX of one image ({c} rows of {ceil(hw_, cols)} words) does not fit "
+                         f"the P buffer ({pcap} words), or one dY plane ({ohow}) a bank of "
+                         f"buffer B ({bcap})")
+        nb = ceil(h, bh)
+        return {"group": 1, "groups": k, "banded": True, "band": bh, "bands": nb,
+                "runs": n * nb * k}
+    if phase != "gradient":
+        raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
+    if k * ceil(rs, cols) > pcap:
+        raise ValueError(f"dW of one input channel ({k} rows of {ceil(rs, cols)} words) does "
+                         f"not fit the P buffer ({pcap} words)")
+    if ohow <= acap and hw_ <= bcap:
+        kg = min(k, acap // ohow)
+        cg = min(c, bcap // hw_, (pcap // k) * cols // rs)
+        return {"group": (cg, kg), "groups": ceil(c, cg) * ceil(k, kg), "banded": False,
+                "band": oh, "bands": 1, "runs": ceil(c, cg) * n * ceil(k, kg)}
+    bh = min(oh, acap // ow, (bcap // w - drh - 1) // sh + 1 if bcap // w > drh else 0)
+    bh = banding(bh, f"one dY plane ({ohow}) or one X plane ({hw_}) does not fit a bank of "
+                     f"buffer A / B ({acap} / {bcap} words)")
+    nb = ceil(oh, bh)
+    return {"group": (1, 1), "groups": c * k, "banded": True, "band": bh, "bands": nb,
+            "runs": c * n * nb * k}
+
+
+def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):
+    """The :class:`Band` list of a layer cut into bands of ``band`` rows (one band covering
+    the layer when not ``banded``)."""
+    drh, oh, _ = _dims(h, w, r, s, stride, pad, dil)
+    sh, ph = stride[0], pad[0]
+    out = []
+    if not banded:
+        if phase == "loss":
+            return [Band(0, h, 0, oh, ph, ph, h, oh)]
+        return [Band(0, oh, 0, h, ph, ph, h, oh)]
+    if phase == "loss":
+        for h0 in range(0, h, band):
+            hb = min(band, h - h0)
+            lo = max(0, (h0 + ph - drh) // sh)
+            hi = min(oh - 1, (h0 + hb - 1 + ph) // sh)
+            pt = ph + h0 - lo * sh
+            pb = max(0, hi * sh + drh + 1 - (ph + h0 + hb))
+            out.append(Band(h0, hb, lo, hi - lo + 1, pt, pb, hb, hi - lo + 1))
+        return out
+    for o0 in range(0, oh, band):
+        obh = min(band, oh - o0)
+        t = o0 * sh
+        y0 = max(0, t - ph)
+        pt = max(0, ph - t)
+        yend = t + (obh - 1) * sh + drh + 1 - ph      # one past the band's last input row
+        y1 = min(h, yend)
+        out.append(Band(o0, obh, y0, y1 - y0, pt, yend - y1, y1 - y0, obh))
+    return out
