@@ -33,9 +33,11 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
     half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
     DMA loads group ``g + 1`` into the other bank, so loads hide behind compute. Within an
-    outer step the groups' results accumulate in P; at its end the controller waits for the
-    last run, clears nothing it still needs, stores P and clears it for the next step (stores
-    and clears are not overlapped).
+    outer *step* the groups' results accumulate in P. When a step's last group has started,
+    the controller saves what the step's store needs and goes on at once to the next step,
+    loading its first group into the other bank while that last run computes; then it waits
+    for the run, stores the finished step's P rows and clears P, and starts the new step. The
+    P stores and clears themselves are not overlapped with compute (P has one copy).
     forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
     each group of ``CG`` input channels load X[n, group] and the group's W words and run the
     engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
@@ -198,6 +200,7 @@ class Accelerator(wiring.Component):
         x1 = Signal(data.ArrayLayout(signed(acc_w), C))
         x2 = Signal.like(x1)
         p_row = Signal(_W)            # rows per P row block: nb (words per result row)
+        run_p_row = Signal(paw + 1)   # .. of the run in the engine
         row_base = Signal(dim + 1)    # gradient: first output channel of the group
         run_row_base = Signal(dim + 1)    # .. of the group the engine runs
         bank = Signal()               # buffer half of the next load and run
@@ -226,7 +229,7 @@ class Accelerator(wiring.Component):
                     m.d.comb += tib_now.eq(tib + 1)
             with m.If(bwd.out.valid):
                 m.d.sync += [cur_tile.eq(o.tile), blk.eq(blk_now), tib.eq(tib_now),
-                             v1.eq(1), a1.eq((o.row + run_row_base) * p_row[:paw + 1] + blk_now)]
+                             v1.eq(1), a1.eq((o.row + run_row_base) * run_p_row + blk_now)]
                 for j in range(C):
                     m.d.sync += x1[j].eq(o.data[j])
         sums = Signal.like(x1)
@@ -317,8 +320,13 @@ class Accelerator(wiring.Component):
         r.update({name: Signal(dim + 2, name=name) for name in (
             "bh", "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
         banded = Signal()
+        # steps: the next one's first group is prepared (new_step) while the stored one's
+        # (pend_store; st_*) last run finishes; final: no step follows
+        new_step, pend_store, final = Signal(), Signal(), Signal()
+        r.update({name: Signal(_W, name=name) for name in (
+            "st_rows", "st_len", "st_nb", "st_stride")})
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
-            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg")}
+            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "o0", "row", "pword")}
         cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
@@ -641,34 +649,6 @@ class Accelerator(wiring.Component):
                         m.d.sync += clr_addr.eq(0)
                         m.next = then
 
-            def engine_idle(name, engine, then):
-                """State ``name``: wait until ``engine`` has finished its run (if any); its
-                refusal stops the layer."""
-                with m.State(name):
-                    with m.If(~engine.busy):
-                        with m.If(engine.error):
-                            code = 0 if engine is fwd else engine.error_code.as_value()
-                            fail(ERROR_ENGINE | code)
-                        with m.Else():
-                            m.next = then
-
-            def run(name, engine, then):
-                """``name_WAIT``: the previous run has ended; ``name``: start the group just
-                loaded (bank ``bank``), hand the next loads the other bank, go on at once."""
-                engine_idle(f"{name}_WAIT", engine, name)
-                with m.State(name):
-                    m.d.comb += engine.start.eq(1)
-                    m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base)]
-                    if bwd is not None and engine is bwd:
-                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
-                                     run_kt_rows.eq(kt_rows)]
-                    m.next = then
-
-            def wait_acc(name, then):
-                with m.State(name):
-                    with m.If(~acc_busy):
-                        m.next = then
-
             def finish(name):
                 with m.State(name):
                     m.d.sync += done.eq(1)
@@ -700,24 +680,85 @@ class Accelerator(wiring.Component):
                     ("mul", r["blen"], r["eh"], d.w),
                 ], then)
 
+            # --- steps: the groups of a step add up in P; P is stored and cleared between steps.
+            # The next step's first loads are issued while the step's last group runs; its
+            # store and P's clear follow when that run has drained (st_*: the stored step).
+            def step_run(prefix, engine):
+                """``prefix_RUN_WAIT``: the previous run has ended; at a new step first
+                ``_FLUSH`` (the accumulations have landed), ``_STORE`` (the previous step's P
+                rows, when one is pending) and ``_CLEAR`` (P for the new step); ``prefix_RUN``
+                starts the group just loaded and goes on to ``prefix_NEXT``."""
+                with m.State(f"{prefix}_RUN_WAIT"):
+                    with m.If(~engine.busy):
+                        with m.If(engine.error):
+                            code = 0 if engine is fwd else engine.error_code.as_value()
+                            fail(ERROR_ENGINE | code)
+                        with m.Elif(new_step):
+                            m.next = f"{prefix}_FLUSH"
+                        with m.Else():
+                            m.next = f"{prefix}_RUN"
+                with m.State(f"{prefix}_FLUSH"):
+                    with m.If(~acc_busy):
+                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
+                        with m.If(pend_store):
+                            m.next = f"{prefix}_STORE"
+                        with m.Else():
+                            m.next = f"{prefix}_CLEAR"
+                clear_p(f"{prefix}_CLEAR", r["np"], f"{prefix}_RUN")
+                with m.State(f"{prefix}_RUN"):
+                    m.d.comb += engine.start.eq(1)
+                    m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base), new_step.eq(0),
+                                 run_p_row.eq(p_row)]
+                    if bwd is not None and engine is bwd:
+                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
+                                     run_kt_rows.eq(kt_rows)]
+                    m.next = f"{prefix}_NEXT"
+                # the stored step's rows: st_rows rows of st_len elements, st_stride bytes
+                # apart in memory, st_nb words apart in P
+                dma_store(f"{prefix}_STORE", ptr["st"], r["st_len"], loop["pword"],
+                          f"{prefix}_STORE_STEP")
+                with m.State(f"{prefix}_STORE_STEP"):
+                    m.d.sync += [ptr["st"].eq(ptr["st"] + r["st_stride"]),
+                                 loop["pword"].eq(loop["pword"] + r["st_nb"]),
+                                 loop["row"].eq(loop["row"] + 1)]
+                    with m.If(loop["row"] + 1 < r["st_rows"]):
+                        m.next = f"{prefix}_STORE"
+                    with m.Elif(final):
+                        m.next = "DONE"
+                    with m.Else():
+                        m.d.sync += pend_store.eq(0)
+                        m.next = f"{prefix}_CLEAR"
+                # the layer's last step: wait for its last run, then store it
+                with m.State(f"{prefix}_LAST"):
+                    with m.If(~engine.busy):
+                        with m.If(engine.error):
+                            code = 0 if engine is fwd else engine.error_code.as_value()
+                            fail(ERROR_ENGINE | code)
+                        with m.Else():
+                            m.next = f"{prefix}_FLUSH"
+
+            def save_step(rows, length, nb, stride):
+                """The step whose last group just started: what its store needs."""
+                return [pend_store.eq(1), r["st_rows"].eq(rows), r["st_len"].eq(length),
+                        r["st_nb"].eq(nb), r["st_stride"].eq(stride)]
+
             # --- forward loops -------------------------------------------------------------------
             if fwd is not None:
                 with m.State("FWD_INIT"):
                     m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
                                  ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
-                                 ptr["out"].eq(d.addr_out)]
+                                 ptr["out"].eq(d.addr_out), pend_store.eq(0), final.eq(0)]
                     m.next = "FWD_OUTER"
                 with m.State("FWD_OUTER"):       # image n, output-channel block kti
                     m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
                     m.next = "FWD_BAND"
                 out_band("FWD_BAND", "FWD_BANDP_0")
-                program("FWD_BANDP", [           # band o0: P words, first group
-                    ("mul", r["pwords"], r["obh"], r["ow"]),
-                    ("mul", r["rowlen"], r["pwords"], C),
+                program("FWD_BANDP", [           # step (n, kti, band o0): P words, first group
+                    ("mul", r["np"], r["obh"], r["ow"]),
+                    ("mul", r["rowlen"], r["np"], C),
                     ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
-                             ptr["w"].eq(ptr["wk"])]),
-                ], "FWD_CLEAR")
-                clear_p("FWD_CLEAR", r["pwords"], "FWD_GROUP_0")
+                             ptr["w"].eq(ptr["wk"]), new_step.eq(1)]),
+                ], "FWD_GROUP_0")
                 program("FWD_GROUP", [
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
                     ("mul", r["len_a"], r["blen"], grp_c),
@@ -728,41 +769,41 @@ class Accelerator(wiring.Component):
                          "FWD_LOAD_W")
                 dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C,
                          "FWD_RUN_WAIT")
-                run("FWD_RUN", fwd, "FWD_NEXT")
+                step_run("FWD", fwd)
                 with m.State("FWD_NEXT"):
                     m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
                                  ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
                                  ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
                     with m.If(loop["c0"] + grp_c < d.c):
                         m.next = "FWD_GROUP_0"
-                    with m.Else():
-                        m.next = "FWD_LAST"
-                engine_idle("FWD_LAST", fwd, "FWD_DRAIN")
-                wait_acc("FWD_DRAIN", "FWD_STORE")
-                dma_store("FWD_STORE", ptr["out"], r["rowlen"], 0, "FWD_STEP")
-                with m.State("FWD_STEP"):
-                    m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))
-                    with m.If(loop["o0"] + r["obh"] < r["oh"]):
-                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
-                        m.next = "FWD_BAND"
-                    with m.Elif(loop["kti"] + 1 < r["kt"]):
-                        m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
-                                     loop["k0"].eq(loop["k0"] + C), ptr["wk"].eq(ptr["w"])]
-                        m.next = "FWD_OUTER"
-                    with m.Elif(loop["n"] + 1 < d.n):
-                        m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
-                                     loop["n"].eq(loop["n"] + 1),
-                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
-                                     ptr["wk"].eq(d.addr_w)]
-                        m.next = "FWD_OUTER"
-                    with m.Else():
-                        m.next = "DONE"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(1, r["rowlen"], 0, 0)
+                        m.d.sync += [ptr["st"].eq(ptr["out"]),
+                                     ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
+                        with m.If(loop["o0"] + r["obh"] < r["oh"]):
+                            m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                            m.next = "FWD_BAND"
+                        with m.Elif(loop["kti"] + 1 < r["kt"]):
+                            m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
+                                         loop["k0"].eq(loop["k0"] + C),
+                                         ptr["wk"].eq(ptr["w"] + (r["len_b"] << obs))]
+                            m.next = "FWD_OUTER"
+                        with m.Elif(loop["n"] + 1 < d.n):
+                            m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
+                                         loop["n"].eq(loop["n"] + 1),
+                                         ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
+                                         ptr["wk"].eq(d.addr_w)]
+                            m.next = "FWD_OUTER"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "FWD_LAST"
 
             # --- loss loops ----------------------------------------------------------------------
             if bwd is not None:
                 with m.State("LOSS_INIT"):
                     m.d.sync += [loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
-                                 ptr["outn"].eq(d.addr_out), row_base.eq(0)]
+                                 ptr["outn"].eq(d.addr_out), row_base.eq(0),
+                                 pend_store.eq(0), final.eq(0)]
                     m.next = "LOSS_OUTER"
                 with m.State("LOSS_OUTER"):      # image n
                     m.d.sync += loop["o0"].eq(0)
@@ -795,13 +836,12 @@ class Accelerator(wiring.Component):
                     ("div", r["nb"], r["blen"] + (C - 1), C),
                     ("mul", r["np"], d.c, r["nb"]),
                 ], "LOSS_BANDP")
-                with m.State("LOSS_BANDP"):
+                with m.State("LOSS_BANDP"):      # step (n, band o0)
                     m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c),
-                                 p_row.eq(r["nb"]),
+                                 p_row.eq(r["nb"]), new_step.eq(1),
                                  ptr["dy"].eq(ptr["dyn"] + (r["dyoff"] << obs)),
                                  ptr["out"].eq(ptr["outn"] + (r["yoff"] << abs_))]
-                    m.next = "LOSS_CLEAR"
-                clear_p("LOSS_CLEAR", r["np"], "LOSS_GROUP_0")
+                    m.next = "LOSS_GROUP_0"
                 program("LOSS_GROUP", [
                     ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
                     ("mul", r["len_a"], r["crs"], grp_k),
@@ -813,7 +853,7 @@ class Accelerator(wiring.Component):
                          "LOSS_LOAD_B")
                 dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
                          "LOSS_RUN_WAIT")
-                run("LOSS_RUN", bwd, "LOSS_NEXT")
+                step_run("LOSS", bwd)
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
                                  ptr["w"].eq(ptr["w"] + (r["len_a"] << obs)),
@@ -821,44 +861,35 @@ class Accelerator(wiring.Component):
                                               + (Mux(banded, r["ohow"], r["len_b"]) << obs))]
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.next = "LOSS_GROUP_0"
-                    with m.Else():
-                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
-                        m.next = "LOSS_LAST"
-                engine_idle("LOSS_LAST", bwd, "LOSS_DRAIN")
-                wait_acc("LOSS_DRAIN", "LOSS_STORE")
-                dma_store("LOSS_STORE", ptr["out"], r["blen"], loop["pword"], "LOSS_STEP")
-                with m.State("LOSS_STEP"):
-                    m.d.sync += [ptr["out"].eq(ptr["out"] + (r["hw"] << abs_)),
-                                 loop["pword"].eq(loop["pword"] + r["nb"]),
-                                 loop["row"].eq(loop["row"] + 1)]
-                    with m.If(loop["row"] + 1 < d.c):
-                        m.next = "LOSS_STORE"
-                    with m.Elif(loop["o0"] + r["obh"] < d.h):
-                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
-                        m.next = "LOSS_BAND"
-                    with m.Elif(loop["n"] + 1 < d.n):
-                        m.d.sync += [loop["n"].eq(loop["n"] + 1),
-                                     ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
-                                     ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
-                        m.next = "LOSS_OUTER"
-                    with m.Else():
-                        m.next = "DONE"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(d.c, r["blen"], r["nb"], r["hw"] << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["out"])
+                        with m.If(loop["o0"] + r["obh"] < d.h):
+                            m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                            m.next = "LOSS_BAND"
+                        with m.Elif(loop["n"] + 1 < d.n):
+                            m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                         ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                                         ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
+                            m.next = "LOSS_OUTER"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "LOSS_LAST"
 
                 # --- gradient loops --------------------------------------------------------------
                 with m.State("GRAD_INIT"):
                     m.d.sync += [loop["c0"].eq(0), ptr["xg"].eq(d.addr_x),
-                                 ptr["outg"].eq(d.addr_out)]
+                                 ptr["outg"].eq(d.addr_out), pend_store.eq(0), final.eq(0)]
                     m.next = "GRAD_OUTER_0"
-                program("GRAD_OUTER", [          # channel group c0
+                program("GRAD_OUTER", [          # step: channel group c0
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
                     ("mul", r["rowlen"], r["rs"], grp_c),
                     ("div", r["nb"], r["rowlen"] + (C - 1), C),
                     ("mul", r["np"], d.k, r["nb"]),
                     ("mul", r["len_x"], r["hw"], grp_c),
                     ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
-                             ptr["xn"].eq(ptr["xg"])]),
-                ], "GRAD_CLEAR")
-                clear_p("GRAD_CLEAR", r["np"], "GRAD_IMAGE")
+                             ptr["xn"].eq(ptr["xg"]), new_step.eq(1)]),
+                ], "GRAD_IMAGE")
                 with m.State("GRAD_IMAGE"):      # image n
                     m.d.sync += loop["o0"].eq(0)
                     m.next = "GRAD_BAND"
@@ -882,7 +913,7 @@ class Accelerator(wiring.Component):
                          "GRAD_LOAD_B")
                 dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
                          "GRAD_RUN_WAIT")
-                run("GRAD_RUN", bwd, "GRAD_NEXT")
+                step_run("GRAD", bwd)
                 with m.State("GRAD_NEXT"):
                     m.d.sync += ptr["dy"].eq(ptr["dy"]
                                              + (Mux(banded, r["ohow"], r["len_a"]) << obs))
@@ -897,26 +928,17 @@ class Accelerator(wiring.Component):
                                      ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
                                      ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
                         m.next = "GRAD_IMAGE"
-                    with m.Else():
-                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0),
-                                     ptr["out"].eq(ptr["outg"])]
-                        m.next = "GRAD_LAST"
-                engine_idle("GRAD_LAST", bwd, "GRAD_DRAIN")
-                wait_acc("GRAD_DRAIN", "GRAD_STORE")
-                dma_store("GRAD_STORE", ptr["out"], r["rowlen"], loop["pword"], "GRAD_STEP")
-                with m.State("GRAD_STEP"):
-                    m.d.sync += [ptr["out"].eq(ptr["out"] + (r["crs"] << abs_)),
-                                 loop["pword"].eq(loop["pword"] + r["nb"]),
-                                 loop["row"].eq(loop["row"] + 1)]
-                    with m.If(loop["row"] + 1 < d.k):
-                        m.next = "GRAD_STORE"
-                    with m.Elif(loop["c0"] + grp_c < d.c):
-                        m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
-                                     ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
-                                     ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
-                        m.next = "GRAD_OUTER_0"
-                    with m.Else():
-                        m.next = "DONE"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(d.k, r["rowlen"], r["nb"], r["crs"] << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["outg"])
+                        with m.If(loop["c0"] + grp_c < d.c):
+                            m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                         ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
+                                         ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
+                            m.next = "GRAD_OUTER_0"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "GRAD_LAST"
             finish("DONE")
             # phases not generated: their set-up chains end in a refusal
             for missing in (["FWD_INIT"] if fwd is None else []) + \

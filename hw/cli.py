@@ -119,10 +119,11 @@ def _sim_accelerator(args, config):
     try:
         layer = parse_layer(args.layer)
         for p in phases:
-            check_job(config, layer, p)
+            check_job(config, layer, p, baseline=args.baseline)
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
-    results = run_jobs(config, [job(layer, p, seed=args.seed) for p in phases])
+    results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline)
+                                for p in phases])
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
         return sums[0]
@@ -141,8 +142,6 @@ def cmd_sim(args):
         raise UserError("--baseline applies only to --phase loss|gradient")
     if args.engine and args.phase not in ("forward", "loss", "gradient"):
         raise UserError("--engine applies only to --phase forward|loss|gradient")
-    if args.baseline and not args.engine:
-        raise UserError("--baseline runs on the backward engine alone: add --engine")
     if args.phase is not None and not args.engine:
         result = _sim_accelerator(args, config)
     elif args.phase in ("loss", "gradient"):
@@ -283,8 +282,10 @@ def build_parser():
                          "array), loss|gradient (BP-im2col + IS array), or step (all three); "
                          "with --engine, forward|loss|gradient on the engine top alone")
     sp.add_argument("--baseline", action="store_true",
-                    help="--engine --phase loss|gradient: the traditional flow (zero-spaced copy "
-                         "written into the buffer, then read densely) on the same hardware")
+                    help="--phase loss|gradient: the traditional flow for comparison; through "
+                         "the accelerator, the driver builds the zero-spaced tensors in memory "
+                         "and runs them as a forward convolution; with --engine, the zero-spaced "
+                         "copy is written into the buffer and read densely")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "

@@ -11,15 +11,44 @@ from sim.driver import layer_shapes, plan
 __all__ = ["check_job", "job", "run_jobs", "summary"]
 
 
-def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0):
-    """The testbench job of a :class:`sim.conv_forward_run.ConvLayer`."""
+def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False):
+    """The testbench job of a :class:`sim.conv_forward_run.ConvLayer` (``baseline``: loss or
+    gradient the traditional way, see :func:`baseline_layer`)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
-            "pauses": pauses, "zero_prob": zero_prob}
+            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline}
 
 
-def check_job(config, layer, phase):
+def baseline_layer(layer, phase):
+    """The forward convolution that computes ``phase`` (loss or gradient) of ``layer`` the
+    traditional way, on the zero-spaced tensors :func:`sim.driver.baseline_loss_operands` /
+    :func:`sim.driver.baseline_gradient_operands` build."""
+    from sim.conv_forward_run import ConvLayer
+    oh, ow = layer.out_hw
+    drh, drw = layer.dil_h * (layer.kernel_h - 1), layer.dil_w * (layer.kernel_w - 1)
+    if phase == "loss":
+        return ConvLayer.conv(layer.batch, layer.out_channels, layer.height + drh,
+                              layer.width + drw, layer.channels, layer.kernel_h,
+                              layer.kernel_w, 1, 0, layer.dil)
+    if phase == "gradient":
+        hd, wd = layer.stride_h * (oh - 1) + 1, layer.stride_w * (ow - 1) + 1
+        return ConvLayer.conv(layer.channels, layer.batch, hd + drh, wd + drw,
+                              layer.out_channels, hd, wd, layer.dil, 0, 1)
+    raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")
+
+
+def check_job(config, layer, phase, baseline=False):
     """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
-    cannot run ``phase`` of ``layer``."""
+    cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
+    convolution)."""
+    if baseline:
+        try:
+            return check_job(config, baseline_layer(layer, phase), "forward")
+        except ValueError as e:
+            raise ValueError(f"the baseline's forward convolution: {e}") from None
+    span_w = layer.dil_w * (layer.kernel_w - 1) + 1
+    if phase == "forward" and span_w > config.feeder_pattern_width:
+        raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
+                         f"feeder_pattern_width {config.feeder_pattern_width}")
     need = "os" if phase == "forward" else "is"
     if not config.has(need):
         raise ValueError(f"configuration {config.name!r} does not generate the {need!r} "
@@ -41,7 +70,8 @@ def check_job(config, layer, phase):
 def summary(config, result):
     """The flat summary of one testbench result."""
     c = result["counters"]
-    out = {"phase": result["phase"], "match": result["match"], "cycles": c["busy_cycles"],
+    out = {"phase": result["phase"], "baseline": bool(result.get("baseline")),
+           "match": result["match"], "cycles": c["busy_cycles"],
            "compute_cycles": c["compute_cycles"], "dma_busy_cycles": c["dma_busy_cycles"],
            "dma_read_bytes": c["dma_read_bytes"], "dma_write_bytes": c["dma_write_bytes"],
            "buf_a_words": c["buf_a_reads"] + c["buf_a_writes"],

@@ -26,8 +26,8 @@ import numpy as np
 from hw.axi_lite import COUNTERS, CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
 from sim import tiling
 
-__all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "element_bytes", "error_name",
-           "layer_shapes", "plan"]
+__all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "baseline_gradient_operands",
+           "baseline_loss_operands", "element_bytes", "error_name", "layer_shapes", "plan"]
 
 PHASES = {"forward": 0, "loss": 1, "gradient": 2}
 
@@ -77,6 +77,44 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     run counts), or :exc:`ValueError` naming what does not fit (the hardware refuses the same
     layers with TOO_LARGE)."""
     return tiling.plan(config, phase, n, c, h, w, k, r, s, _pair(stride), _pair(pad), _pair(dil))
+
+
+def baseline_loss_operands(dy, w, input_hw, stride=1, pad=0, dil=1):
+    """``(z, wt, dil)``: the traditional loss as a forward convolution. ``z`` (N x K x (H +
+    d(R-1)) x (W + d(S-1))) is dY with ``s - 1`` zeros between its pixels, shifted by
+    ``d(R-1) - p`` (rows and columns outside ``z`` cropped); ``wt`` (C x K x R x S) is W turned
+    by 180 degrees with its channel axes swapped: ``conv2d(z, wt, 1, 0, dil)`` is dX."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
+    dy, w = np.asarray(dy, dtype=np.int64), np.asarray(w, dtype=np.int64)
+    n, k, oh, ow = dy.shape
+    _, _, r, s = w.shape
+    h, wd = input_hw
+    drh, drw = dh * (r - 1), dw * (s - 1)
+    z = np.zeros((n, k, h + drh, wd + drw), dtype=np.int64)
+    rows = [(drh - ph + i * sh, i) for i in range(oh) if 0 <= drh - ph + i * sh < h + drh]
+    cols = [(drw - pw + j * sw, j) for j in range(ow) if 0 <= drw - pw + j * sw < wd + drw]
+    for zr, i in rows:
+        for zc, j in cols:
+            z[:, :, zr, zc] = dy[:, :, i, j]
+    return z, np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)), (dh, dw)
+
+
+def baseline_gradient_operands(x, dy, kernel_hw, stride=1, pad=0, dil=1):
+    """``(xt, dd, stride)``: the traditional gradient as a forward convolution. ``xt`` (C x N
+    x Hc x Wc) is X zero-padded and cropped to what the gradient reads, channels as the batch;
+    ``dd`` (K x N x Hd x Wd, ``Hd = s(OH-1)+1``) is dY with ``s - 1`` zeros between its pixels:
+    ``conv2d(xt, dd, dil, 0, 1)`` is dW with its first two axes swapped."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
+    x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    n, k, oh, ow = dy.shape
+    r, s = kernel_hw
+    hd, wdd = sh * (oh - 1) + 1, sw * (ow - 1) + 1
+    dd = np.zeros((n, k, hd, wdd), dtype=np.int64)
+    dd[:, :, ::sh, ::sw] = dy
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    xp = xp[:, :, :hd + dh * (r - 1), :wdd + dw * (s - 1)]
+    return (np.ascontiguousarray(xp.transpose(1, 0, 2, 3)),
+            np.ascontiguousarray(dd.transpose(1, 0, 2, 3)), (dh, dw))
 
 
 def _pair(v):
@@ -267,6 +305,23 @@ class Driver:
             y = self._from_bytes(raw, (n, kt, oh, ow, cols))
             return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
         return self._from_bytes(raw, out_shape)
+
+    # --- the traditional flow, for comparison ----------------------------------------------------
+    async def loss_baseline(self, dy, w, input_hw, stride=1, pad=0, dil=1):
+        """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,
+        padded dY (zeros stored in memory) and the rotated, channel-transposed W on the host,
+        and the accelerator runs their stride-1 *forward* convolution. Same result as
+        :meth:`loss`; the counters show what the zero-spaces cost."""
+        zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, pad, dil)
+        return await self.forward(zp, wt, 1, 0, d)
+
+    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, pad=0, dil=1):
+        """dW the traditional way: :func:`baseline_gradient_operands` builds the padded X and
+        the zero-inserted (dilated) dY on the host; the accelerator runs the forward
+        convolution of X (channels as the batch) by dY (the kernel, stride = dilation)."""
+        xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, pad, dil)
+        out = await self.forward(xt, dd, d, 0, 1)
+        return out.transpose(1, 0, 2, 3)
 
     async def forward(self, x, w, stride=1, pad=0, dil=1):
         return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil)

@@ -4,7 +4,9 @@ register port ``axil`` and an ``AxiRam`` on the memory port ``mem``.
 
 Tests (each resets the design)
     ``layers``: the jobs of ``BPSA_JOBS`` (a JSON list of ``{"phase", "layer": ConvLayer
-    fields, "seed", "pauses", "zero_prob", "expect"}``; default: one small layer per phase),
+    fields, "seed", "pauses", "zero_prob", "expect", "baseline"}``; default: one small layer
+    per phase; ``baseline`` runs loss / gradient the traditional way, zero-spaces built by the
+    driver and run as a forward convolution),
     each checked bit-exactly against :mod:`sim.golden` (or, with ``expect``, refused by the
     hardware with that error name); with ``pauses`` every AXI channel of the
     RAM gets random ready/valid pauses. A summary per job (cycles, DMA bytes, buffer words,
@@ -156,11 +158,13 @@ async def run_job(h, job):
         got = await drv.forward(t["x"], t["w"], **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
     elif phase == "loss":
-        got = await drv.loss(t["dy"], t["w"], (lay["height"], lay["width"]), **args)
+        run = drv.loss_baseline if job.get("baseline") else drv.loss
+        got = await run(t["dy"], t["w"], (lay["height"], lay["width"]), **args)
         want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
                                         args["stride"], args["pad"], args["dil"])
     else:
-        got = await drv.gradient(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
+        run = drv.gradient_baseline if job.get("baseline") else drv.gradient
+        got = await run(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
                                          args["stride"], args["pad"], args["dil"])
     sim_cycles = int((get_sim_time("ns") - s0) // 10)
@@ -170,6 +174,7 @@ async def run_job(h, job):
     # every phase does the forward's multiply-accumulates: N K OH OW C R S
     macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
+               "baseline": bool(job.get("baseline")),
                "match": bool(np.array_equal(got, want)), "counters": c,
                "cycles": c["busy_cycles"],
                "useful_macs": macs_dense, "sim_cycles": sim_cycles,

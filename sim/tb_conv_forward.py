@@ -146,7 +146,7 @@ async def illegal_layers_raise_error(dut):
         dict(vars(big), out_channels=0),                                     # no output
     ]
     for fields in cases:
-        fields.update(x_base=0, w_base=0)
+        fields.update(x_base=0, w_base=0, pad_bottom=fields["pad_h"])
         rows, counters, error, cycles = await run_layer(dut, cfg, fields, 200)
         assert error == 1 and rows == [], f"{fields}: error {error}, {len(rows)} rows"
         assert counters["words_read"] == 0 and counters["vectors"] == 0, f"{fields}: {counters}"

@@ -3,6 +3,7 @@ through the host driver (sim.tb_accelerator) against the golden model."""
 
 import json
 
+import numpy as np
 import pytest
 
 from hw.accelerator import Accelerator
@@ -146,16 +147,53 @@ def test_pauses_change_cycles_not_results(tmp_path):
            "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1}
     jobs = [{"phase": p, "layer": lay, "seed": 11, "pauses": pz}
             for p in ("forward", "loss", "gradient") for pz in (False, True)]
+    # the traditional flow of the same loss and gradient, for comparison (bit-exact too)
+    jobs += [{"phase": p, "layer": lay, "seed": 11, "baseline": True}
+             for p in ("loss", "gradient")]
     out = tmp_path / "res.json"
     run_cocotb(TINY, "sim.tb_accelerator", top="accelerator", testcase="layers",
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                tag="pauses")
     res = json.loads(out.read_text())
+    for bp, base in zip(res[2:6:2], res[6:]):
+        assert base["match"] and base["baseline"] and not bp["baseline"]
+        # the zero-spaces travel over the bus and through the buffers
+        assert base["counters"]["dma_read_bytes"] > bp["counters"]["dma_read_bytes"]
+    res = res[:6]
     for plain, paused in zip(res[::2], res[1::2]):
         assert plain["match"] and paused["match"]
         assert paused["cycles"] > plain["cycles"], (plain["phase"], plain["cycles"],
                                                     paused["cycles"])
         assert paused["counters"]["dma_read_bytes"] == plain["counters"]["dma_read_bytes"]
+
+
+def test_baseline_operands_equal_golden():
+    """The traditional flow's zero-spaced operands, convolved forward by ``sim.golden``, give
+    the golden dX and dW (random shapes, strides, paddings, dilations)."""
+    from sim import golden
+    from sim.driver import baseline_gradient_operands, baseline_loss_operands
+    rng = np.random.default_rng(4)
+    done = 0
+    while done < 60:
+        n, c, k = (int(v) for v in rng.integers(1, 3, 3))
+        h, w = (int(v) for v in rng.integers(1, 12, 2))
+        r, s = (int(v) for v in rng.integers(1, 4, 2))
+        st, pd, dl = (tuple(int(v) for v in rng.integers(lo, hi, 2))
+                      for lo, hi in ((1, 4), (0, 3), (1, 3)))
+        try:
+            oh, ow = golden.output_hw((h, w), (r, s), st, pd, dl)
+        except ValueError:
+            continue
+        x = rng.integers(-5, 5, (n, c, h, w))
+        wt = rng.integers(-5, 5, (k, c, r, s))
+        dy = rng.integers(-5, 5, (n, k, oh, ow))
+        z, wr, d = baseline_loss_operands(dy, wt, (h, w), st, pd, dl)
+        assert np.array_equal(golden.conv2d(z, wr, 1, 0, d),
+                              golden.conv2d_input_grad(dy, wt, (h, w), st, pd, dl))
+        xt, dd, d = baseline_gradient_operands(x, dy, (r, s), st, pd, dl)
+        assert np.array_equal(golden.conv2d(xt, dd, d, 0, 1).transpose(1, 0, 2, 3),
+                              golden.conv2d_weight_grad(x, dy, (r, s), st, pd, dl))
+        done += 1
 
 
 def test_cli_refuses_layers_it_cannot_tile(capsys):
@@ -167,7 +205,8 @@ def test_cli_refuses_layers_it_cannot_tile(capsys):
         (["--phase", "gradient", "--layer", "C=1,H=200,K=1,R=3"], "does not fit"),
         (["--phase", "forward", "--baseline", "--layer", "C=1,H=8,K=1,R=3"],
          "--baseline applies only"),
-        (["--phase", "loss", "--baseline", "--layer", "C=1,H=8,K=1,R=3"], "add --engine"),
+        (["--phase", "gradient", "--baseline", "--layer", "C=1,H=40,K=1,R=3,stride=2"],
+         "feeder_pattern_width"),
     ]:
         assert main(["sim"] + argv) == 2
         err = capsys.readouterr().err.strip()
