@@ -58,8 +58,9 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
 Row bands (spatial tiling; :mod:`sim.tiling` is the Python mirror)
     When a single channel plane does not fit (forward: H W elements in an X bank or OH OW
     words in P; loss: dX of one image in P or a dY plane in a bank; gradient: a dY plane in a
-    bank of A or an X plane in a bank of B), the layer is cut into bands of rows, one channel
-    (and one output channel) per group so that every load is one contiguous run. forward:
+    bank of A or an X plane in a bank of B), the layer is cut into bands of rows. A group's
+    band of several (output) channels is loaded as one DMA run per channel; the forward runs
+    one channel a group (the X SRAM packs ``feeder_bus_width`` elements a word). forward:
     bands of ``BH`` output rows; each loads its X rows (halo included) and runs as a layer of
     its own with asymmetric padding (the engines' ``pad_h`` / ``pad_bottom``); its Y rows are
     stored at their place. loss: bands of ``BH`` dX rows; each loads the dY rows that reach
@@ -323,6 +324,8 @@ class Accelerator(wiring.Component):
         # steps: the next one's first group is prepared (new_step) while the stored one's
         # (pend_store; st_*) last run finishes; final: no step follows
         new_step, pend_store, final = Signal(), Signal(), Signal()
+        # a load of several runs (banded layers, several channels a group)
+        ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
         r.update({name: Signal(_W, name=name) for name in (
             "st_rows", "st_len", "st_nb", "st_stride")})
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
@@ -551,9 +554,14 @@ class Accelerator(wiring.Component):
                 ("div", r["q4"], bcap, r["ow"]),
                 ("mul", r["t"], Mux(r["q4"] > 0, r["q4"] - 1, 0), d.stride_h),
                 ("set", [r["t"].eq(Mux(r["t"] > r["drh"], r["t"] - r["drh"], 0))]),
-                ("set", [r["kg"].eq(Mux(banded, 1, mn(d.k, r["q1"], r["q2"]))),
-                         r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
+                ("set", [r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
                 ("check", banded & (r["bh"] == 0), AccelError.TOO_LARGE),
+                # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows per output channel
+                ("div", r["t"], r["bh"] - 1 + r["drh"], d.stride_h),
+                ("mul", r["t"], r["t"] + 2, r["ow"]),
+                ("div", r["q4"], bcap, r["t"]),
+                ("set", [r["kg"].eq(Mux(banded, mn(d.k, r["q1"], r["q4"]),
+                                        mn(d.k, r["q1"], r["q2"])))]),
                 ("mul", r["kohow"], d.k, r["ohow"]),
             ], "LCHK_0")
             addr_checks("LCHK", [
@@ -575,12 +583,19 @@ class Accelerator(wiring.Component):
                 ("div", r["q1"], bcap, d.w),
                 ("div", r["t"], Mux(r["q1"] > r["drh"], r["q1"] - r["drh"] - 1, 0), d.stride_h),
                 ("set", [r["t"].eq(Mux(r["q1"] > r["drh"], r["t"] + 1, 0))]),
-                ("div", r["q1"], acap, r["ohow"]),
-                ("set", [r["kg"].eq(Mux(banded, 1, mn(d.k, r["q1"]))),
-                         r["cg"].eq(Mux(banded, 1, mn(d.c, r["q2"], r["q3"]))),
-                         r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
+                ("set", [r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
                 ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
                  AccelError.TOO_LARGE),
+                # banded: as many output / input channels as a band's rows leave room for
+                ("mul", r["t"], r["bh"], r["ow"]),
+                ("div", r["q4"], acap, r["t"]),
+                ("mul", r["u"], r["bh"] - 1, d.stride_h),
+                ("mul", r["t"], r["u"] + r["drh"] + 1, d.w),
+                ("div", r["u"], bcap, r["t"]),
+                ("div", r["q1"], acap, r["ohow"]),
+                ("set", [r["kg"].eq(Mux(banded, mn(d.k, r["q4"]), mn(d.k, r["q1"]))),
+                         r["cg"].eq(Mux(banded, mn(d.c, r["u"], r["q3"]),
+                                        mn(d.c, r["q2"], r["q3"])))]),
                 ("mul", r["t"], d.stride_w, r["ow"] - 1),
                 ("set", [r["wdp1"].eq(r["t"] + 1)]),
                 ("mul", r["kohow"], d.k, r["ohow"]),
@@ -592,32 +607,49 @@ class Accelerator(wiring.Component):
             ], "GRAD_INIT")
 
             # --- DMA helpers -------------------------------------------------------------------
-            def dma_load(name, tgt, cache_key, addr, length, lanes, then):
+            def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None):
                 """States ``name`` (issue into bank ``bank``, or skip when that bank holds the
-                slice already) and ``name_WAIT``."""
+                slice already), ``name_WAIT`` and ``name_MORE``. ``length`` elements from
+                ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
+                elements ``stride`` bytes apart in memory, packed one after the other into the
+                bank (``length`` is then their total, which names the slice for the cache)."""
                 half = (cfg.buf_a_depth if cache_key == "a" else cfg.buf_b_depth) // 2
                 hits = [cache[cache_key, b][2] & (cache[cache_key, b][0] == addr)
                         & (cache[cache_key, b][1] == length) for b in (0, 1)]
                 hit = Mux(bank, hits[1], hits[0])
+                count, run_len, stride = runs if runs is not None else (1, length, 0)
+
+                def issue(a, buf, n):
+                    m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
+                                 cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(a),
+                                 cmd.buf_addr.eq(buf), cmd.length.eq(n), cmd.lanes.eq(lanes)]
+
                 with m.State(name):
                     with m.If(hit):
                         m.next = then
                     with m.Else():
-                        m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
-                                     cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(addr),
-                                     cmd.buf_addr.eq(bank * half), cmd.length.eq(length),
-                                     cmd.lanes.eq(lanes)]
+                        issue(addr, bank * half, run_len)
                         m.d.sync += target.eq(tgt)
                         with m.If(dma.cmd.ready):
                             for b in (0, 1):
                                 caddr, clen, cvalid = cache[cache_key, b]
                                 with m.If(bank == b):
                                     m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
+                            m.d.sync += [ld_ptr.eq(addr + stride),
+                                         ld_buf.eq(bank * half + run_len), ld_left.eq(count - 1)]
                             m.next = f"{name}_WAIT"
+                with m.State(f"{name}_MORE"):
+                    issue(ld_ptr, ld_buf, run_len)
+                    with m.If(dma.cmd.ready):
+                        m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_len),
+                                     ld_left.eq(ld_left - 1)]
+                        m.next = f"{name}_WAIT"
                 with m.State(f"{name}_WAIT"):
                     with m.If(dma.done):
                         with m.If(dma.error != DmaError.NONE):
                             fail(ERROR_DMA_BUS | dma.error.as_value())
+                        with m.Elif(ld_left != 0):
+                            m.next = f"{name}_MORE"
                         with m.Else():
                             for b in (0, 1):
                                 with m.If(bank == b):
@@ -839,7 +871,6 @@ class Accelerator(wiring.Component):
                 with m.State("LOSS_BANDP"):      # step (n, band o0)
                     m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c),
                                  p_row.eq(r["nb"]), new_step.eq(1),
-                                 ptr["dy"].eq(ptr["dyn"] + (r["dyoff"] << obs)),
                                  ptr["out"].eq(ptr["outn"] + (r["yoff"] << abs_))]
                     m.next = "LOSS_GROUP_0"
                 program("LOSS_GROUP", [
@@ -848,17 +879,19 @@ class Accelerator(wiring.Component):
                     ("mul", r["len_b"], r["eohow"], grp_k),
                     ("mul", r["t"], r["rs"], grp_k),
                     ("div", kt_rows, r["t"] + (R - 1), R),
+                    ("mul", r["t"], r["ohow"], loop["k0"]),
+                    ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
                 ], "LOSS_LOAD_A")
                 dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
                          "LOSS_LOAD_B")
                 dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
-                         "LOSS_RUN_WAIT")
+                         "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
+                                                Mux(banded, r["eohow"], r["len_b"]),
+                                                r["ohow"] << obs))
                 step_run("LOSS", bwd)
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
-                                 ptr["w"].eq(ptr["w"] + (r["len_a"] << obs)),
-                                 ptr["dy"].eq(ptr["dy"]
-                                              + (Mux(banded, r["ohow"], r["len_b"]) << obs))]
+                                 ptr["w"].eq(ptr["w"] + (r["len_a"] << obs))]
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.next = "LOSS_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
@@ -902,21 +935,24 @@ class Accelerator(wiring.Component):
                     ("mul", r["dyoff"], loop["o0"], r["ow"]),
                     ("mul", r["len_b"], r["blen"], grp_c),
                     ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(0),
-                             ptr["dy"].eq(ptr["dyn"] + (r["dyoff"] << obs)),
                              ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs))]),
                 ], "GRAD_GROUP_0")
                 program("GRAD_GROUP", [          # output-channel group k0
                     ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"])), row_base.eq(loop["k0"])]),
                     ("mul", r["len_a"], r["eohow"], grp_k),
+                    ("mul", r["t"], r["ohow"], loop["k0"]),
+                    ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
                 ], "GRAD_LOAD_A")
                 dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
-                         "GRAD_LOAD_B")
+                         "GRAD_LOAD_B", runs=(Mux(banded, grp_k, 1),
+                                              Mux(banded, r["eohow"], r["len_a"]),
+                                              r["ohow"] << obs))
                 dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
-                         "GRAD_RUN_WAIT")
+                         "GRAD_RUN_WAIT", runs=(Mux(banded, grp_c, 1),
+                                                Mux(banded, r["blen"], r["len_b"]),
+                                                r["hw"] << obs))
                 step_run("GRAD", bwd)
                 with m.State("GRAD_NEXT"):
-                    m.d.sync += ptr["dy"].eq(ptr["dy"]
-                                             + (Mux(banded, r["ohow"], r["len_a"]) << obs))
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
                         m.next = "GRAD_GROUP_0"

@@ -8,8 +8,9 @@ sub-layer and putting the pieces together gives the whole layer.
 
 Row bands (*spatial tiling*)
     When a single channel plane does not fit a buffer bank or the P buffer, the controller cuts
-    the layer into bands of rows and runs every band as a layer of its own, one channel (and
-    one output channel) per group so that every load stays one contiguous run:
+    the layer into bands of rows and runs every band as a layer of its own. A group's band of
+    several channels is loaded as one DMA run per channel (forward: one channel a group, since
+    the X SRAM packs ``feeder_bus_width`` elements a word):
 
     forward, gradient
         bands of ``bh`` output rows ``[o0, o0 + obh)``. A band reads input rows ``[o0 s - p,
@@ -108,8 +109,10 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
                          f"the P buffer ({pcap} words), or one dY plane ({ohow}) a bank of "
                          f"buffer B ({bcap})")
         nb = ceil(h, bh)
-        return {"group": 1, "groups": k, "banded": True, "band": bh, "bands": nb,
-                "runs": n * nb * k}
+        # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows of each output channel
+        kg = min(k, acap // crs, bcap // (((bh - 1 + drh) // sh + 2) * ow))
+        return {"group": kg, "groups": ceil(k, kg), "banded": True, "band": bh, "bands": nb,
+                "runs": n * nb * ceil(k, kg)}
     if phase != "gradient":
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
     if k * ceil(rs, cols) > pcap:
@@ -124,8 +127,10 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     bh = banding(bh, f"one dY plane ({ohow}) or one X plane ({hw_}) does not fit a bank of "
                      f"buffer A / B ({acap} / {bcap} words)")
     nb = ceil(oh, bh)
-    return {"group": (1, 1), "groups": c * k, "banded": True, "band": bh, "bands": nb,
-            "runs": c * n * nb * k}
+    kg = min(k, acap // (bh * ow))
+    cg = min(c, bcap // (((bh - 1) * sh + drh + 1) * w), (pcap // k) * cols // rs)
+    return {"group": (cg, kg), "groups": ceil(c, cg) * ceil(k, kg), "banded": True,
+            "band": bh, "bands": nb, "runs": ceil(c, cg) * n * nb * ceil(k, kg)}
 
 
 def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):

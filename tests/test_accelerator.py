@@ -107,6 +107,11 @@ def random_jobs(config, count, seed):
         jobs.append({"phase": phase, "layer": lay, "seed": rng.randint(0, 1 << 30),
                      "pauses": len(jobs) % 2 == 1, "groups": p["groups"],
                      "bands": p["bands"]})
+    # banded with several output channels a group (a load of one DMA run per channel)
+    jobs.append({"phase": "loss", "seed": 3, "pauses": True,
+                 "layer": {"batch": 1, "channels": 8, "height": 40, "width": 4,
+                           "out_channels": 5, "kernel_h": 1, "kernel_w": 1, "stride_h": 2,
+                           "stride_w": 2}})
     wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
             "kernel_h": 3, "kernel_w": 3}
     jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
@@ -115,8 +120,16 @@ def random_jobs(config, count, seed):
 
 def test_random_jobs_need_tiling():
     """The random layers of the Verilator test do exercise multi-group tiling and row bands
-    in every phase."""
+    in every phase, and bands of several channels a group."""
+    from sim.driver import plan
     jobs = random_jobs(TINY, 18, seed=5)
+    multi = []
+    for j in jobs[18:19]:
+        lay = j["layer"]
+        p = plan(TINY, j["phase"], 1, lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], 1, 1, 2)
+        multi.append(p["banded"] and p["group"] > 1)
+    assert multi == [True]
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
         assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
@@ -134,7 +147,7 @@ def test_random_layers_tiled_verilator(tmp_path):
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                tag="random")
     res = json.loads(out.read_text())
-    assert sum(1 for r in res if r.get("match")) == 18
+    assert sum(1 for r in res if r.get("match")) == 19
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
 
