@@ -423,8 +423,9 @@ class Accelerator(wiring.Component):
 
             def program(name, steps, then):
                 """FSM states running ``steps`` in order, then going to ``then``. A step is
-                ``("mul"|"div", dst, a, b)``, ``("set", [statements])`` or ``("check",
-                condition, error)``."""
+                ``("mul"|"div", dst, a, b)``, ``("set", [statements])``, ``("check",
+                condition, error)`` or ``("skip", condition, n)`` (skip the next ``n`` steps
+                when ``condition`` holds)."""
                 names = [f"{name}_{i}" for i in range(len(steps))] + [then]
                 for i, step in enumerate(steps):
                     nxt = names[i + 1]
@@ -446,6 +447,13 @@ class Accelerator(wiring.Component):
                         with m.State(names[i]):
                             m.d.sync += step[1]
                             m.next = nxt
+                    elif kind == "skip":
+                        _, cond, count = step
+                        with m.State(names[i]):
+                            with m.If(cond):
+                                m.next = names[i + 1 + count]
+                            with m.Else():
+                                m.next = nxt
                     else:
                         _, cond, code = step
                         with m.State(names[i]):
@@ -521,6 +529,7 @@ class Accelerator(wiring.Component):
                 ("div", r["q1"], xcap, r["hw"]),
                 ("div", r["q2"], wcap, r["rs"]),
                 ("set", [banded.eq((r["q1"] == 0) | (r["ohow"] > pcap))]),
+                ("skip", ~banded, 4),
                 ("div", r["q3"], xcap, d.w),
                 ("div", r["t"], Mux(r["q3"] > r["drh"], r["q3"] - r["drh"] - 1, 0), d.stride_h),
                 ("set", [r["t"].eq(Mux(r["q3"] > r["drh"], r["t"] + 1, 0))]),
@@ -548,6 +557,7 @@ class Accelerator(wiring.Component):
                 ("div", r["nb"], r["hw"] + (C - 1), C),
                 ("mul", r["np"], d.c, r["nb"]),
                 ("set", [banded.eq((r["np"] > pcap) | (r["q2"] == 0))]),
+                ("skip", ~banded, 6),
                 ("div", r["t"], pcap, d.c),
                 ("mul", r["t"], r["t"], C),
                 ("div", r["q3"], r["t"], d.w),
@@ -557,6 +567,7 @@ class Accelerator(wiring.Component):
                 ("set", [r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
                 ("check", banded & (r["bh"] == 0), AccelError.TOO_LARGE),
                 # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows per output channel
+                ("skip", ~banded, 3),
                 ("div", r["t"], r["bh"] - 1 + r["drh"], d.stride_h),
                 ("mul", r["t"], r["t"] + 2, r["ow"]),
                 ("div", r["q4"], bcap, r["t"]),
@@ -579,6 +590,7 @@ class Accelerator(wiring.Component):
                 ("div", r["q1"], acap, r["ohow"]),
                 ("div", r["q2"], bcap, r["hw"]),
                 ("set", [banded.eq((r["q1"] == 0) | (r["q2"] == 0))]),
+                ("skip", ~banded, 4),
                 ("div", r["q4"], acap, r["ow"]),
                 ("div", r["q1"], bcap, d.w),
                 ("div", r["t"], Mux(r["q1"] > r["drh"], r["q1"] - r["drh"] - 1, 0), d.stride_h),
@@ -587,6 +599,7 @@ class Accelerator(wiring.Component):
                 ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
                  AccelError.TOO_LARGE),
                 # banded: as many output / input channels as a band's rows leave room for
+                ("skip", ~banded, 5),
                 ("mul", r["t"], r["bh"], r["ow"]),
                 ("div", r["q4"], acap, r["t"]),
                 ("mul", r["u"], r["bh"] - 1, d.stride_h),

@@ -306,6 +306,26 @@ class Driver:
             return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
         return self._from_bytes(raw, out_shape)
 
+    async def fc_backward(self, x, w, dy):
+        """Backward pass of a fully connected layer ``y = x w^T`` (``x``: N x C, ``w``: K x C,
+        ``dy``: N x K): ``(dx, dw)`` with ``dx = dy w`` (N x C) and ``dw = dy^T x`` (K x C).
+        Runs as the loss and the gradient of the equivalent 1x1 convolution on 1x1 images:
+        two descriptors on the backward engine, one after the other (the controller does not
+        yet interleave them on the array, InterGrad style; PHASE 3 is refused). The counters
+        are those of the gradient run."""
+        x, w, dy = (np.asarray(t) for t in (x, w, dy))
+        if x.ndim != 2 or w.ndim != 2 or dy.ndim != 2:
+            raise ValueError(f"fc_backward takes matrices x (N x C), w (K x C), dy (N x K), "
+                             f"not shapes {x.shape}, {w.shape}, {dy.shape}")
+        (n, c), (k, c2), (n2, k2) = x.shape, w.shape, dy.shape
+        if c2 != c or n2 != n or k2 != k:
+            raise ValueError(f"fc_backward shapes do not chain: x {x.shape}, w {w.shape}, "
+                             f"dy {dy.shape}")
+        dy4, w4, x4 = dy.reshape(n, k, 1, 1), w.reshape(k, c, 1, 1), x.reshape(n, c, 1, 1)
+        dx = await self.loss(dy4, w4, (1, 1))
+        dw = await self.gradient(x4, dy4, (1, 1))
+        return dx.reshape(n, c), dw.reshape(k, c)
+
     # --- the traditional flow, for comparison ----------------------------------------------------
     async def loss_baseline(self, dy, w, input_hw, stride=1, pad=0, dil=1):
         """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,

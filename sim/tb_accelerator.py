@@ -154,7 +154,12 @@ async def run_job(h, job):
                 dil=(lay["dil_h"], lay["dil_w"]))
     phase = job["phase"]
     t0, s0 = time.perf_counter(), get_sim_time("ns")
-    if phase == "forward":
+    if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
+        x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
+        dx, dw = await drv.fc_backward(x, w, dy)
+        got = np.concatenate([dx.ravel(), dw.ravel()])
+        want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
+    elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
     elif phase == "loss":

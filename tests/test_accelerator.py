@@ -163,12 +163,17 @@ def test_pauses_change_cycles_not_results(tmp_path):
     # the traditional flow of the same loss and gradient, for comparison (bit-exact too)
     jobs += [{"phase": p, "layer": lay, "seed": 11, "baseline": True}
              for p in ("loss", "gradient")]
+    # a fully connected layer's backward pass (dX and dW), under back-pressure
+    jobs.append({"phase": "fc_backward", "seed": 12, "pauses": True,
+                 "layer": {"batch": 6, "channels": 21, "height": 1, "width": 1,
+                           "out_channels": 9, "kernel_h": 1, "kernel_w": 1}})
     out = tmp_path / "res.json"
     run_cocotb(TINY, "sim.tb_accelerator", top="accelerator", testcase="layers",
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                tag="pauses")
     res = json.loads(out.read_text())
-    for bp, base in zip(res[2:6:2], res[6:]):
+    assert res[8]["match"] and res[8]["phase"] == "fc_backward"
+    for bp, base in zip(res[2:6:2], res[6:8]):
         assert base["match"] and base["baseline"] and not bp["baseline"]
         # the zero-spaces travel over the bus and through the buffers
         assert base["counters"]["dma_read_bytes"] > bp["counters"]["dma_read_bytes"]
