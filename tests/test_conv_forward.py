@@ -183,6 +183,8 @@ def test_hardware_refuses_illegal_layers():
     legal = ConvLayer.conv(1, 2, 4, 4, 4, 2, 2)
     x, w = random_operands(cfg, legal, np.random.default_rng(1))
     runs = [dict({"pad_h": 0, "pad_w": 0, "x_base": 0, "w_base": 0}, **f) for f, _ in REFUSED]
+    for f in runs:
+        f["pad_bottom"] = f["pad_h"] if f.get("pad_bottom") is None else f["pad_bottom"]
     results = simulate(cfg, runs + [(legal, x, w, 0, 0)])
     for desc, (rows, c, error) in zip(runs, results):
         assert error == 1 and rows == [], desc
