@@ -16,10 +16,18 @@ System
     needed.
 
 Board settings
-    ``constraints/<board>.toml`` (:func:`load_board`): the platform class, the clock frequency
-    nextpnr checks timing at (the board oscillator: the design runs on it directly), the baud
+    ``constraints/<board>.toml`` (:func:`load_board`): the platform class, the design clock
+    ``clock_hz`` (nextpnr checks timing at it; the UART divisor is computed from it), the baud
     rate, the SRAM size, the default configuration preset, synthesis / place-and-route options
     and the device's capacity for the fit check.
+
+Clock
+    The platform's default clock stays the board oscillator. When ``clock_hz`` equals it the
+    design runs on it directly (the platform's own ``sync`` domain). Otherwise, on ECP5,
+    :class:`BoardTop` makes ``sync`` from an ``EHXPLLL`` (:mod:`hw.pll`; the frequency must be
+    exactly reachable, else :func:`prepare` raises ValueError naming ``clock_hz``) and the
+    timing constraint is on the PLL output (``FREQUENCY NET "pll.clkop"``); on iCE40 a
+    ``clock_hz`` other than the oscillator is refused (no PLL is generated there).
 
 Flow (:func:`build_bitstream`)
     The platform's build plan (Amaranth's templates) is extracted, Yosys synthesizes it and
@@ -41,12 +49,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi_sram import AxiSram
 from .config import Config
+from .pll import ecp5_pll_dividers, Ecp5Pll
 from .uart import uart_divisor
 from .uart_bridge import UartBridge
 
@@ -145,13 +154,28 @@ class SocTop(wiring.Component):
 
 class BoardTop(Elaboratable):
     """:class:`SocTop` on a platform: the UART resource ``uart 0``, ``led 0`` = ``irq``, ``led
-    1`` = a UART framing error has been seen."""
+    1`` = a UART framing error has been seen.
 
-    def __init__(self, soc):
+    ``clock_hz``: the design clock. ``None`` or the platform's default clock frequency: the
+    ``sync`` domain is the platform's own (the oscillator directly). Otherwise (ECP5 only) the
+    ``sync`` domain comes from an ``EHXPLLL`` (:class:`hw.pll.Ecp5Pll`, :attr:`pll`) and the
+    timing constraint is on the PLL output."""
+
+    def __init__(self, soc, clock_hz=None):
         self.soc = soc
+        self.clock_hz = clock_hz
+        self.pll = None
 
     def elaborate(self, platform):
         m = Module()
+        osc = int(platform.default_clk_frequency)
+        if self.clock_hz is not None and int(self.clock_hz) != osc:
+            if getattr(platform, "family", None) != "ecp5":
+                raise ValueError(f"clock_hz {self.clock_hz} differs from the oscillator "
+                                 f"({osc} Hz): a PLL is only generated for ECP5 boards")
+            m.domains.sync = ClockDomain("sync")
+            self.pll = Ecp5Pll(self.clock_hz, domain="sync")
+            m.submodules.pll = self.pll
         m.submodules.soc = soc = self.soc
         uart = platform.request("uart", 0, dir="-")
         m.submodules.rx_buf = rx = io.Buffer("i", uart.rx)
@@ -306,10 +330,16 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
     ``(settings, steps)``."""
     settings = settings or load_board(board)
     platform = settings.platform_class()()
-    osc = platform.default_clk_frequency
-    if int(osc) != settings.clock_hz:
-        raise ValueError(f"clock_hz must be the board oscillator ({int(osc)} Hz) until a PLL "
-                         f"is added, not {settings.clock_hz} ({settings.path})")
+    osc = int(platform.default_clk_frequency)
+    if settings.clock_hz != osc:
+        if settings.family != "ecp5":
+            raise ValueError(f"clock_hz must be the board oscillator ({osc} Hz) on "
+                             f"{settings.family} boards (no PLL is generated there), not "
+                             f"{settings.clock_hz} ({settings.path})")
+        try:                # refuse a frequency the PLL cannot make before elaborating
+            ecp5_pll_dividers(osc, settings.clock_hz)
+        except ValueError as e:
+            raise ValueError(f"{e} ({settings.path})") from None
     soc = SocTop(config, core=core, sram_bytes=settings.sram_bytes,
                  divisor=uart_divisor(settings.clock_hz, settings.baud))
     overrides = {
@@ -318,7 +348,7 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
         "nextpnr_opts": " ".join(("--timing-allow-fail", "--report", f"{name}.report.json")
                                  + settings.nextpnr_opts),
     }
-    plan = platform.prepare(BoardTop(soc), name=name, **overrides)
+    plan = platform.prepare(BoardTop(soc, settings.clock_hz), name=name, **overrides)
     plan.extract(str(out_dir))
     script = Path(out_dir, f"{plan.script}.sh").read_text()
     return settings, _script_steps(script)
@@ -335,9 +365,12 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     settings, steps = prepare(board, config, out_dir, core=core, name=name)
     env = _tool_env()
     times = {"elaborate": round(time.monotonic() - t_start, 2)}
+    osc = int(settings.platform_class()().default_clk_frequency)
     report = {"board": board, "device": settings.device, "config": config.name,
-              "clock_mhz": settings.clock_hz / 1e6, "baud": settings.baud,
-              "sram_bytes": settings.sram_bytes, "times_s": times}
+              "clock_mhz": settings.clock_hz / 1e6, "oscillator_mhz": osc / 1e6,
+              "baud": settings.baud, "sram_bytes": settings.sram_bytes, "times_s": times}
+    if settings.clock_hz != osc:
+        report["pll"] = ecp5_pll_dividers(osc, settings.clock_hz)
 
     (step, args), rest = steps[0], steps[1:]
     log(f"[{board}] synthesis (Yosys) ...")
@@ -380,9 +413,13 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
 def format_report(report):
     """A few lines of text for the ``bpsa bitstream`` summary."""
     u, c = report["synth_cells"], report["capacity"]
+    pll = report.get("pll")
+    clock = (f"clock {report['clock_mhz']:g} MHz" + (
+        f" (PLL from {report['oscillator_mhz']:g} MHz: CLKI_DIV {pll['CLKI_DIV']}, CLKFB_DIV "
+        f"{pll['CLKFB_DIV']}, CLKOP_DIV {pll['CLKOP_DIV']}, VCO {pll['vco_hz'] / 1e6:g} MHz)"
+        if pll else ""))
     lines = [f"board {report['board']} ({report['device']}), configuration {report['config']}, "
-             f"clock {report['clock_mhz']:g} MHz, UART {report['baud']} baud, SRAM "
-             f"{report['sram_bytes']} bytes",
+             f"{clock}, UART {report['baud']} baud, SRAM {report['sram_bytes']} bytes",
              "synthesis: " + ", ".join(f"{r.upper()} {u[r]}/{c[r]}" for r in c)]
     if "utilization" in report:
         lines.append("placed: " + ", ".join(f"{bel} {v['used']}/{v['available']}"

@@ -78,7 +78,10 @@ def test_build_plan(board, tmp_path):
         assert "uart_0__rx__io 6" in pcf and "uart_0__tx__io 9" in pcf
     else:
         lpf = (tmp_path / "top.lpf").read_text()
-        assert "FREQUENCY" in lpf and "25000000" in lpf
+        # The oscillator's port constraint and the design clock's, on the PLL output.
+        assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ' in lpf
+        assert f'FREQUENCY NET "pll.clkop" {float(s.clock_hz)} HZ' in lpf
+        assert "cell \\EHXPLLL " in (tmp_path / "top.il").read_text()
         assert '"M1"' in lpf and '"L4"' in lpf
 
 
