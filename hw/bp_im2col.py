@@ -73,6 +73,8 @@ class BPError(enum.Enum, shape=3):
     padded input. ``SHAPE_MISMATCH``: ``oh``/``ow`` is not the forward output size
     ``(H + p + p_bottom - d(R-1) - 1) // s + 1`` (``W + 2p`` across). ``A_OVERFLOW`` /
     ``B_OVERFLOW``: the compact tensor read through stream ``a`` / ``b`` has more elements than buffer A / B has words.
+    ``NOT_GENERATED``: (:class:`hw.conv_backward.ConvBackward`) the phase needs a dataflow the
+    configuration does not generate.
     """
     NONE = 0
     ZERO_SIZE = 1
@@ -81,6 +83,7 @@ class BPError(enum.Enum, shape=3):
     SHAPE_MISMATCH = 4
     A_OVERFLOW = 5
     B_OVERFLOW = 6
+    NOT_GENERATED = 7
 
 
 def layer_layout(config):

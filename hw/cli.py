@@ -102,6 +102,24 @@ def _sim_backward(args, config):
     return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed)
 
 
+def _sim_fc(args, config):
+    """``bpsa sim --engine --phase fc``: one FC layer's backward pass through ConvBackward's
+    interleaved dataflow."""
+    from sim.fc_backward_run import check_layer, parse_fc, run_fc_layers
+    if args.gemm is not None:
+        raise UserError("--gemm does not apply to --phase fc; give --layer N=..,I=..,O=..")
+    if args.layer is None:
+        raise UserError("give a layer: --phase fc --layer N=..,I=..,O=..")
+    if args.dataflow != "os":
+        raise UserError("--phase fc runs the interleaved dataflow; --dataflow does not apply")
+    try:
+        layer = parse_fc(args.layer)
+        check_layer(config, layer, args.sgd_shift)
+    except ValueError as e:
+        raise UserError(f"cannot run FC layer {args.layer!r} on {config.name!r}: {e}") from None
+    return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed)[0]
+
+
 def _sim_accelerator(args, config):
     """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
     (driver, AXI memory, DMA); ``step`` runs the three phases."""
@@ -140,9 +158,14 @@ def cmd_sim(args):
     config = _config(args)
     if args.baseline and args.phase not in ("loss", "gradient"):
         raise UserError("--baseline applies only to --phase loss|gradient")
-    if args.engine and args.phase not in ("forward", "loss", "gradient"):
-        raise UserError("--engine applies only to --phase forward|loss|gradient")
-    if args.phase is not None and not args.engine:
+    if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
+        raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
+    if args.phase == "fc" and not args.engine:
+        raise UserError("--phase fc runs on the backward engine alone for now: add --engine "
+                        "(the accelerator's controller does not run FC descriptors yet)")
+    if args.phase == "fc":
+        result = _sim_fc(args, config)
+    elif args.phase is not None and not args.engine:
         result = _sim_accelerator(args, config)
     elif args.phase in ("loss", "gradient"):
         result = _sim_backward(args, config)
@@ -276,11 +299,14 @@ def build_parser():
     sp.add_argument("--engine", action="store_true",
                     help="run --phase on the engine top alone (ConvForward / ConvBackward, "
                          "buffers written directly) instead of the whole accelerator")
-    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step"], default=None,
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step", "fc"],
+                    default=None,
                     help="run a convolution layer (--layer) through the whole accelerator "
                          "(driver, AXI memory, DMA, tiling controller): forward (feeder + OS "
                          "array), loss|gradient (BP-im2col + IS array), or step (all three); "
-                         "with --engine, forward|loss|gradient on the engine top alone")
+                         "with --engine, forward|loss|gradient on the engine top alone, and fc "
+                         "(--layer N=..,I=..,O=..: an FC layer's dX and dW in the interleaved "
+                         "dataflow of the backward engine)")
     sp.add_argument("--baseline", action="store_true",
                     help="--phase loss|gradient: the traditional flow for comparison; through "
                          "the accelerator, the driver builds the zero-spaced tensors in memory "
@@ -293,7 +319,7 @@ def build_parser():
                          "be HxW)")
     sp.add_argument("--seed", type=int, default=1)
     sp.add_argument("--sgd-shift", type=int, default=None,
-                    help="interleaved: apply the in-place update W -= G >> SHIFT")
+                    help="interleaved / --phase fc: apply the in-place update W -= G >> SHIFT")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_sim)
 

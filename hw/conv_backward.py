@@ -36,6 +36,21 @@ Schedule
     while tile ``t+1`` is shifted in, ``a_last`` switching the PEs (the schedule of
     ``sim.gemm``'s held-B GEMM); a tile lasts at least ``2 * rows`` cycles.
 
+FC backward (``Phase.FC``, configurations that generate ``interleaved``)
+    InterGrad's interleaved dataflow on the same array: a fully connected layer ``Y = X W^T``
+    with batch ``Bt = n``, ``I = c`` inputs and ``O = k`` outputs gets ``dX = dY W`` and ``dW =
+    dY^T X`` in one pass, every dY element read once and held two cycles. Buffers, batch-major:
+    dY (``Bt x O``) in A from word 0, X (``Bt x I``) in B from word 0 and W (``O x I``) in B
+    from ``src_base_b`` (``>= Bt * I``); ``base_a`` / ``base_b`` are added as above. A dense
+    walker visits the ``R x C`` tiles of W (output tile outer, input tile inner): tile ``t``
+    streams ``(dY[n, o0:o0+R], X[n, i0:i0+C])`` then ``(dY[n, o0:o0+R], 0)`` for every ``n``
+    (at least ``2R`` cycles a tile), while the W tile ``t + 2`` is read into a tile register on
+    the cycles the activations leave buffer B's ports free; the drain of tile ``t - 1`` shifts
+    W tile ``t + 1`` into the reserve chains. ``out`` carries ``dX[n, i0:i0+C]``'s share of
+    tile ``t`` (``row`` = ``n``, ``tile`` = ``t``; the output tiles' shares are added by the
+    receiver) and ``drain`` carries row ``r`` of ``dW[o0:o0+R, i0:i0+C]`` (with ``sgd_en``:
+    the updated weights ``W - (dW >> sgd_shift)``, wrapped to the operand width).
+
 Outputs
     ``out`` carries every psum vector (no backpressure: sample it every cycle) with ``row``
     (``m``: ``c`` or ``k``) and ``tile`` (the tile index ``t``: column block ``t // ceil(Kg /
@@ -43,7 +58,7 @@ Outputs
     side (``sim.conv_backward_run.assemble``); there is no P buffer in this top.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
@@ -56,7 +71,7 @@ from .bp_im2col import (DESC_FIELDS, BPError, CrossbarRecovery, DilatedAddressGe
 from .config import Config
 from .pe import vertical_shape
 
-__all__ = ["Phase", "COUNTERS", "backward_layout", "out_layout", "ConvBackward"]
+__all__ = ["Phase", "COUNTERS", "backward_layout", "out_layout", "drain_layout", "ConvBackward"]
 
 #: Counter outputs (32 bits), cleared at ``start``.
 COUNTERS = ("cycles", "cycles_prologue", "cycles_reorg", "a_words", "b_words", "reorg_reads",
@@ -65,9 +80,10 @@ COUNTER_WIDTH = 32
 TILE_WIDTH = 24
 
 
-class Phase(enum.Enum, shape=1):
+class Phase(enum.Enum, shape=2):
     LOSS = 0
     GRADIENT = 1
+    FC = 2
 
 
 def backward_layout(config):
@@ -75,13 +91,16 @@ def backward_layout(config):
     ``dim_width`` bits each), ``src_base_a`` / ``src_base_b`` (baseline: first word of the
     compact tensors) and ``base_a`` / ``base_b`` (added to every address the compute pass
     reads from buffer A / B, wrapping at the buffer's end: the accelerator's double-buffer
-    bank; 0 for the layouts of the module docstring)."""
+    bank; 0 for the layouts of the module docstring), ``sgd_en`` / ``sgd_shift`` (FC: drain
+    the updated weights instead of dW)."""
     fields = {"phase": Phase, "baseline": 1}
     fields.update({name: unsigned(config.dim_width) for name in DESC_FIELDS})
     fields["src_base_a"] = unsigned(exact_log2(config.buf_a_depth))
     fields["src_base_b"] = unsigned(exact_log2(config.buf_b_depth))
     fields["base_a"] = unsigned(exact_log2(config.buf_a_depth))
     fields["base_b"] = unsigned(exact_log2(config.buf_b_depth))
+    fields["sgd_en"] = unsigned(1)
+    fields["sgd_shift"] = arith_for(config).shift_shape
     return data.StructLayout(fields)
 
 
@@ -89,6 +108,14 @@ def out_layout(config):
     return data.StructLayout({
         "data": data.ArrayLayout(vertical_shape(config), config.cols),
         "row": unsigned(config.dim_width), "tile": unsigned(TILE_WIDTH),
+    })
+
+
+def drain_layout(config):
+    """FC phase: one row of a drained dW (or updated W) tile."""
+    return data.StructLayout({
+        "data": data.ArrayLayout(arith_for(config).acc_shape, config.cols),
+        "row": range(config.rows), "tile": unsigned(TILE_WIDTH),
     })
 
 
@@ -116,6 +143,8 @@ class ConvBackward(wiring.Component):
         Host write ports of buffers A and B (while idle).
     out : Out(Signature(valid, payload: out_layout))
         psum vectors with their ``row`` and ``tile``.
+    drain : Out(Signature(valid, payload: drain_layout))
+        (configurations with ``interleaved``) FC phase: rows of dW tiles.
     cycles ... tiles : Out(32)
         :data:`COUNTERS`: busy cycles; prologue (after any reorganization, until the first A
         vector enters the array); reorganization cycles; words read from buffer A / B by the
@@ -144,6 +173,9 @@ class ConvBackward(wiring.Component):
                                                shape=op)),
             "out": Out(wiring.Signature({"valid": Out(1), "payload": Out(out_layout(config))})),
         }
+        if config.has("interleaved"):
+            members["drain"] = Out(wiring.Signature({"valid": Out(1),
+                                                     "payload": Out(drain_layout(config))}))
         members.update({name: Out(COUNTER_WIDTH) for name in COUNTERS})
         super().__init__(members)
 
@@ -172,6 +204,9 @@ class ConvBackward(wiring.Component):
         d = Signal(backward_layout(cfg))
         grad = Signal()
         m.d.comb += grad.eq(d.phase == Phase.GRADIENT)
+        il = cfg.has("interleaved")
+        fc = Signal()                    # Phase.FC (or the undefined 3, refused)
+        m.d.comb += fc.eq(d.phase.as_value()[1])
         cnt = {name: getattr(self, name) for name in COUNTERS}
 
         def inc(name, by=1):
@@ -186,6 +221,8 @@ class ConvBackward(wiring.Component):
                      hd.eq(d.stride_h * (d.oh - 1) + 1), wd.eq(d.stride_w * (d.ow - 1) + 1),
                      ohow.eq(d.oh * d.ow), hw_.eq(d.h * d.w), nk.eq(d.n * d.k),
                      nc.eq(d.n * d.c)]
+        kc = Signal(2 * dw)                          # FC: O * I (W's words)
+        m.d.sync += kc.eq(d.k * d.c)
 
         # --- baseline reorganization: a compact tensor (from its src_base) -> its zero-spaced
         # copy Z (from word 0), one Z word a cycle. Per axis: source element o sits at Z index
@@ -332,9 +369,109 @@ class ConvBackward(wiring.Component):
         with m.If(vec_v):
             inc("zeros_a", _popcount([v == 0 for v in vec]))
 
+
+        # --- FC backward (interleaved): the dense walker -------------------------------------
+        seen_a = Signal()                # an A vector reached the array (ends the prologue)
+        # Gatherer of W tiles (tile g into tile register g % 2) on the cycles buffer B's ports
+        # are free, and the stream of (dY, X) / (dY, 0) pairs; see the module docstring.
+        wide = aw + 2                    # addresses are used modulo the buffer depth
+        f_issue, f_tag = Signal(), Signal()          # a pair's cycle is issued; its second
+        f_g_active, f_g_idx = Signal(), Signal(TILE_WIDTH)
+        f_g_o0, f_g_i0 = Signal(dw + 1), Signal(dw + 1)
+        f_g_base, f_g_wrow, f_ri = Signal(wide), Signal(wide), Signal(wide)
+        f_g_row, f_g_r1, f_g_b1 = Signal(range(R)), Signal(range(R)), Signal()
+        f_g_v, f_g_mask1 = Signal(), Signal(C)
+        f_o0, f_i0, f_n = Signal(dw + 1), Signal(dw + 1), Signal(dw)
+        f_arow, f_brow = Signal(wide), Signal(wide)  # n * O, n * I
+        f_cyc, f_pad = Signal(range(2 * R + 1)), Signal(range(2 * R + 1))
+        s1_v, s1_tag, s1_last = Signal(), Signal(), Signal()
+        s1_amask, s1_bmask = Signal(R), Signal(C)
+        dr_k, dr_r, dr_tile = Signal(), Signal(range(R)), Signal(TILE_WIDTH)
+        m.d.sync += [f_ri.eq(d.c * R), f_pad.eq(Mux(d.n >= R, 0, 2 * R - 2 * d.n))]
+
+        def start_gather():
+            # the cursor (f_g_row, f_g_wrow) already points at the tile's first row
+            m.d.sync += f_g_active.eq(1)
+
+        if il:
+            g_go = Signal()
+            m.d.comb += g_go.eq(fc & f_g_active & ~(f_issue & ~f_tag))
+            g_mask = Signal(C)
+            m.d.comb += g_mask.eq(Cat(((f_g_o0 + f_g_row) < d.k) & ((f_g_i0 + j) < d.c)
+                                      for j in range(C)))
+            m.d.sync += f_g_v.eq(g_go)
+            with m.If(g_go):
+                for j in range(C):
+                    m.d.comb += b_ports[j].addr.eq((f_g_wrow + f_g_i0 + j + d.base_b)[:aw_b])
+                m.d.sync += [f_g_r1.eq(f_g_row), f_g_b1.eq(f_g_idx[0]), f_g_mask1.eq(g_mask),
+                             f_g_row.eq(f_g_row + 1), f_g_wrow.eq(f_g_wrow + d.c)]
+                inc("b_words", _popcount(g_mask))
+                with m.If(f_g_row == R - 1):
+                    m.d.sync += [f_g_active.eq(0), f_g_idx.eq(f_g_idx + 1), f_g_row.eq(0)]
+                    with m.If(f_g_i0 + C >= d.c):
+                        m.d.sync += [f_g_i0.eq(0), f_g_o0.eq(f_g_o0 + R),
+                                     f_g_base.eq(f_g_base + f_ri),
+                                     f_g_wrow.eq(f_g_base + f_ri)]
+                    with m.Else():
+                        m.d.sync += [f_g_i0.eq(f_g_i0 + C), f_g_wrow.eq(f_g_base)]
+            with m.If(f_g_v):
+                for b in range(2):
+                    for i in range(R):
+                        with m.If((f_g_b1 == b) & (f_g_r1 == i)):
+                            for j in range(C):
+                                m.d.sync += tile_regs[b][i][j].eq(
+                                    Mux(f_g_mask1[j], b_ports[j].data, 0))
+
+            # Stream: issue (addresses), then one registered stage to the array's edges.
+            amask = Cat((f_o0 + i) < d.k for i in range(R))
+            bmask = Cat((f_i0 + j) < d.c for j in range(C))
+            m.d.sync += s1_v.eq(f_issue)
+            with m.If(f_issue):
+                for i in range(R):
+                    m.d.comb += a_ports[i].addr.eq((f_arow + f_o0 + i + d.base_a)[:aw_a])
+                with m.If(~f_tag):
+                    for j in range(C):
+                        m.d.comb += b_ports[j].addr.eq((f_brow + f_i0 + j + d.base_b)[:aw_b])
+                    inc("a_words", _popcount(amask))
+                    inc("b_words", _popcount(bmask))
+                    inc("vectors")
+                m.d.sync += [s1_tag.eq(f_tag), s1_last.eq(f_tag & (f_n + 1 == d.n)),
+                             s1_amask.eq(amask), s1_bmask.eq(bmask)]
+            f_a = [Mux(s1_amask[i], a_ports[i].data, 0) for i in range(R)]
+            f_b = [Mux(~s1_tag & s1_bmask[j], b_ports[j].data, 0) for j in range(C)]
+            with m.If(fc):
+                m.d.comb += [arr.dataflow.eq(Dataflow.INTERLEAVED),
+                             arr.a_valid.eq(s1_v), arr.a_last.eq(s1_v & s1_last),
+                             arr.b_valid.eq(s1_v), arr.b_tag.eq(s1_tag),
+                             arr.sgd_en.eq(d.sgd_en), arr.sgd_shift.eq(d.sgd_shift)]
+                m.d.comb += [arr.a_data[i].eq(f_a[i]) for i in range(R)]
+                m.d.comb += [arr.b_data[j].eq(f_b[j]) for j in range(C)]
+            with m.If(s1_v & ~s1_tag):
+                m.d.sync += seen_a.eq(1)
+                inc("zeros_a", _popcount([v == 0 for v in f_a]))
+                inc("zeros_b", _popcount([v == 0 for v in f_b]))
+
+            # Drains: W tile k + 2 (register k % 2) shifts in, row R-1 first, as dW tile k
+            # leaves.
+            with m.If(fc & arr.drain_shift):
+                for b in range(2):
+                    for r in range(R):
+                        with m.If((dr_k == b) & (dr_r == r)):
+                            m.d.comb += [arr.preload[j].eq(tile_regs[b][R - 1 - r][j])
+                                         for j in range(C)]
+                m.d.sync += dr_r.eq(dr_r + 1)
+                with m.If(dr_r == R - 1):
+                    m.d.sync += [dr_r.eq(0), dr_k.eq(~dr_k)]
+            m.d.comb += [self.drain.valid.eq(fc & arr.drain_valid),
+                         self.drain.payload.data.eq(arr.drain_data),
+                         self.drain.payload.row.eq(arr.drain_row),
+                         self.drain.payload.tile.eq(dr_tile)]
+            with m.If(fc & arr.drain_valid & (arr.drain_row == 0)):
+                m.d.sync += dr_tile.eq(dr_tile + 1)
+
         # --- outputs ------------------------------------------------------------------------
-        rows_m = Signal(dw)              # M: C (loss) or K (gradient)
-        m.d.comb += rows_m.eq(Mux(grad, d.k, d.c))
+        rows_m = Signal(dw)              # M: C (loss) or K (gradient); FC: the batch
+        m.d.comb += rows_m.eq(Mux(fc, d.n, Mux(grad, d.k, d.c)))
         out_m, out_t = Signal(dw), Signal(TILE_WIDTH)
         m.d.comb += [self.out.valid.eq(arr.psum_valid), self.out.payload.data.eq(arr.psum_data),
                      self.out.payload.row.eq(out_m), self.out.payload.tile.eq(out_t)]
@@ -352,7 +489,6 @@ class ConvBackward(wiring.Component):
         cyc = Signal(range(2 * R + 2))   # cycles since the window started (saturating)
         idx = Signal(range(R + 1))
         has_next = Signal()
-        seen_a = Signal()
         lat = Signal(2)
         pad = Signal(range(2 * R + 2))
         m.d.comb += [lat.eq(Mux(grad, 2, 1)),
@@ -387,13 +523,19 @@ class ConvBackward(wiring.Component):
                     m.d.sync += [issued.eq(0), gathered.eq(0), shifted.eq(0), ended.eq(0),
                                  grow.eq(0), tile.eq(0), out_m.eq(0), out_t.eq(0),
                                  seen_a.eq(0), idx.eq(0)]
+                    m.d.sync += [f_g_active.eq(0), f_g_idx.eq(0), f_g_o0.eq(0), f_g_i0.eq(0),
+                                 f_g_row.eq(0), f_o0.eq(0), f_i0.eq(0), f_n.eq(0), f_arow.eq(0),
+                                 f_brow.eq(0), f_cyc.eq(0), f_tag.eq(0), dr_k.eq(0),
+                                 dr_r.eq(0), dr_tile.eq(0)]
                     m.next = "SETUP"
             with m.State("SETUP"):           # products settle into registers
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += idx.eq(idx + 1)
                 with m.If(idx == 1):
                     m.d.sync += idx.eq(0)
-                    with m.If(~d.baseline):
+                    with m.If(fc):
+                        m.next = "FC_CHECK"
+                    with m.Elif(~d.baseline):
                         m.next = "DESC"
                     with m.Elif(grad):
                         m.d.sync += pass2.eq(1)
@@ -459,6 +601,78 @@ class ConvBackward(wiring.Component):
                     m.next = "CROP"
                 with m.Else():
                     m.next = "DESC"
+            with m.State("FC_CHECK"):        # products are valid: refuse, or start the walker
+                m.d.comb += self.busy.eq(1)
+
+                def refuse(code):
+                    m.d.sync += [self.error.eq(1), self.done.eq(1), self.error_code.eq(code)]
+                    m.next = "IDLE"
+                if not il:
+                    refuse(BPError.NOT_GENERATED)
+                else:
+                    with m.If(d.phase.as_value() == 3):
+                        refuse(BPError.NOT_GENERATED)
+                    with m.Elif((d.n == 0) | (d.c == 0) | (d.k == 0)):
+                        refuse(BPError.ZERO_SIZE)
+                    with m.Elif(nk > cfg.buf_a_depth):
+                        refuse(BPError.A_OVERFLOW)
+                    with m.Elif((nc > d.src_base_b) | (d.src_base_b + kc > cfg.buf_b_depth)):
+                        refuse(BPError.B_OVERFLOW)
+                    with m.Else():
+                        m.d.sync += [f_g_base.eq(d.src_base_b), idx.eq(0)]
+                        m.d.sync += [f_g_active.eq(1), f_g_wrow.eq(d.src_base_b), f_g_row.eq(0)]
+                        m.next = "FC_PRO0"
+            if il:
+                gather_done = ~f_g_active & ~f_g_v
+                with m.State("FC_PRO0"):     # W tile 0 is read into register 0
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(gather_done):
+                        start_gather()
+                        m.next = "FC_SHIFT0"
+                with m.State("FC_SHIFT0"):   # ... shifted into the chains and loaded
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(idx == R):
+                        m.d.comb += arr.chain_load.eq(1)
+                        m.d.sync += idx.eq(0)
+                        m.next = "FC_PRO1"
+                    with m.Else():
+                        m.d.comb += arr.chain_shift.eq(1)
+                        preload_row(0, R - 1 - idx)
+                        m.d.sync += idx.eq(idx + 1)
+                with m.State("FC_PRO1"):     # W tile 1 read into register 1
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(gather_done):
+                        m.next = "FC_SHIFT1"
+                with m.State("FC_SHIFT1"):   # ... and shifted into the reserve registers
+                    m.d.comb += [self.busy.eq(1), arr.chain_shift.eq(1)]
+                    preload_row(1, R - 1 - idx)
+                    m.d.sync += idx.eq(idx + 1)
+                    with m.If(idx == R - 1):
+                        m.d.sync += [idx.eq(0), f_cyc.eq(0)]
+                        start_gather()
+                        m.next = "FC_WINDOW"
+                with m.State("FC_WINDOW"):   # tile t: padding, then Bt pairs
+                    m.d.comb += self.busy.eq(1)
+                    with m.If(f_cyc < f_pad):
+                        m.d.sync += f_cyc.eq(f_cyc + 1)
+                    with m.Else():
+                        m.d.comb += f_issue.eq(1)
+                        m.d.sync += f_tag.eq(~f_tag)
+                        with m.If(f_tag):
+                            m.d.sync += [f_n.eq(f_n + 1), f_arow.eq(f_arow + d.k),
+                                         f_brow.eq(f_brow + d.c)]
+                            with m.If(f_n + 1 == d.n):
+                                m.d.sync += [f_n.eq(0), f_arow.eq(0), f_brow.eq(0),
+                                             f_cyc.eq(0)]
+                                inc("tiles")
+                                with m.If(f_i0 + C >= d.c):
+                                    m.d.sync += [f_i0.eq(0), f_o0.eq(f_o0 + R)]
+                                with m.Else():
+                                    m.d.sync += f_i0.eq(f_i0 + C)
+                                with m.If((f_o0 + R >= d.k) & (f_i0 + C >= d.c)):
+                                    m.next = "DRAIN"
+                                with m.Else():
+                                    start_gather()
             with m.State("DESC"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 m.d.comb += [lgen.desc.valid.eq(~grad), ggen.desc.valid.eq(grad)]

@@ -95,7 +95,8 @@ def descriptor(config, layer, phase="loss", *, baseline=False):
             "oh": oh, "ow": ow, "stride_h": layer.stride_h, "stride_w": layer.stride_w,
             "pad_h": layer.pad_h, "pad_w": layer.pad_w, "dil_h": layer.dil_h,
             "dil_w": layer.dil_w, "pad_bottom": layer.pad_b, "src_base_a": g["za"] if baseline else 0,
-            "src_base_b": g["zb"] if baseline else 0, "base_a": 0, "base_b": 0}
+            "src_base_b": g["zb"] if baseline else 0, "base_a": 0, "base_b": 0,
+            "sgd_en": 0, "sgd_shift": 0}
 
 
 def _range(config):

@@ -6,6 +6,10 @@ the write ports; the descriptor and ``start``; every ``out`` vector collected un
 dX / dW assembled (the K-tile partial sums added on this side) and compared bit-exactly with
 the golden model wrapped to ``acc_width``; ``error`` must stay low.
 
+``fc_matches_golden`` does the same for FC layers (the interleaved phase): ``BPSA_FC_LAYERS``
+(JSON list of :class:`sim.fc_backward_run.FcLayer` fields), ``BPSA_SGD_SHIFT`` (empty: dW, else
+the updated weights); dX from ``out`` and dW from ``drain`` against :func:`sim.golden.gemm`.
+
 Environment: ``BPSA_LAYERS`` (JSON list of :class:`sim.conv_forward_run.ConvLayer` fields) or
 ``BPSA_LAYER`` (one layer string), ``BPSA_PHASE`` (``loss`` or ``gradient``), ``BPSA_SEED``,
 ``BPSA_BASELINE`` (non-empty: baseline mode), ``BPSA_SUMMARY`` (a path: the JSON list of the
@@ -20,7 +24,7 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hw.config import Config
-from hw.conv_backward import COUNTERS, backward_layout, out_layout
+from hw.conv_backward import COUNTERS, backward_layout, drain_layout, out_layout
 from sim.conv_backward_run import (assemble, descriptor, expected, geometry, images,
                                    random_tensors, summary)
 from sim.conv_forward_run import pack_struct, unpack_struct
@@ -30,6 +34,14 @@ from sim.tb_util import layers_from_env, reset, write_words
 
 def _layers():
     return layers_from_env("C=2,H=6,W=7,K=3,R=3,stride=2,pad=1")
+
+
+def _finish(results, failures):
+    """Write the summaries to ``BPSA_SUMMARY`` (when set), then fail on any failure."""
+    if os.environ.get("BPSA_SUMMARY"):
+        with open(os.environ["BPSA_SUMMARY"], "w") as f:
+            json.dump(results, f)
+    assert not failures, "; ".join(failures)
 
 
 async def _reset(dut):
@@ -43,11 +55,13 @@ def _max_cycles(cfg, layer, phase):
     return 4 * (g["za"] + g["zb"]) + g["tiles"] * (beats + 4 * cfg.rows + cfg.cols + 8) + 1000
 
 
-async def run_layer(dut, cfg, desc, max_cycles):
-    """Start ``desc`` and collect the ``out`` vectors until ``done``. Returns ``(outputs,
-    counters, error)``."""
+async def run_layer(dut, cfg, desc, max_cycles, drains=None):
+    """Start ``desc`` and collect the ``out`` vectors until ``done`` (and the ``drain`` rows
+    into the list ``drains``, when given). Returns ``(outputs, counters, error)``."""
     olay = out_layout(cfg)
     arrays = {"data": (cfg.vertical_width, cfg.cols, True)}
+    dlay = drain_layout(cfg) if drains is not None else None
+    darrays = {"data": (cfg.acc_width, cfg.cols, True)}
     await RisingEdge(dut.clk)
     dut.layer.value = pack_struct(backward_layout(cfg), desc)
     dut.start.value = 1
@@ -60,6 +74,9 @@ async def run_layer(dut, cfg, desc, max_cycles):
         if int(dut.out__valid.value):
             f = unpack_struct(olay, int(dut.out__payload.value), arrays)
             outs.append((f["row"], f["tile"], f["data"]))
+        if dlay is not None and int(dut.drain__valid.value):
+            f = unpack_struct(dlay, int(dut.drain__payload.value), darrays)
+            drains.append((f["row"], f["tile"], f["data"]))
         if int(dut.done.value):
             break
     else:
@@ -108,7 +125,53 @@ async def backward_matches_golden(dut):
                       f"words read {result['buffer_words_read']}")
         if problem is not None:
             failures.append(f"{layer.text()}: {problem}")
-    if os.environ.get("BPSA_SUMMARY"):
-        with open(os.environ["BPSA_SUMMARY"], "w") as f:
-            json.dump(results, f)
-    assert not failures, "; ".join(failures)
+    _finish(results, failures)
+
+
+@cocotb.test()
+async def fc_matches_golden(dut):
+    """Every FC layer of the environment: dX and dW (or the updated W) equal the golden model,
+    no error."""
+    from sim.fc_backward_run import FcLayer
+    from sim.fc_backward_run import assemble as fc_assemble
+    from sim.fc_backward_run import descriptor as fc_descriptor
+    from sim.fc_backward_run import expected as fc_expected
+    from sim.fc_backward_run import geometry as fc_geometry
+    from sim.fc_backward_run import images as fc_images
+    from sim.fc_backward_run import random_tensors as fc_random_tensors
+    from sim.fc_backward_run import summary as fc_summary
+    cfg = Config.from_dict(load_config_json())
+    rng = np.random.default_rng(int(os.environ.get("BPSA_SEED", "1")))
+    sgd = os.environ.get("BPSA_SGD_SHIFT") or None
+    sgd = None if sgd is None else int(sgd)
+    layers = [FcLayer(**d) for d in json.loads(os.environ.get(
+        "BPSA_FC_LAYERS", '[{"batch": 3, "inputs": 7, "outputs": 5}]'))]
+    await _reset(dut)
+    results, failures = [], []
+    for layer in layers:
+        tensors = fc_random_tensors(cfg, layer, rng)
+        for side, (first, words) in fc_images(cfg, layer, tensors).items():
+            await write_words(dut, f"{side}_write", first, [[w] for w in words],
+                              cfg.operand_width)
+        g = fc_geometry(cfg, layer)
+        drains = []
+        outs, counters, error = await run_layer(
+            dut, cfg, fc_descriptor(cfg, layer, sgd),
+            g["tiles"] * (2 * layer.batch + 4 * cfg.rows + 8) + 1000, drains)
+        want = fc_expected(cfg, layer, tensors, sgd)
+        try:
+            got, problem = fc_assemble(cfg, layer, outs, drains), None
+        except AssertionError as e:
+            got, problem = None, str(e)
+        result = fc_summary(cfg, layer, got, want, counters, sgd_shift=sgd)
+        result["error"] = error
+        if error:
+            result["match"], problem = False, "error raised"
+        elif got is not None and not result["match"]:
+            problem = "dX or dW differs from the golden model"
+        results.append(result)
+        dut._log.info(f"{layer.text()} (fc, sgd_shift {sgd}): "
+                      f"{'match' if problem is None else problem}; {result['cycles']} cycles")
+        if problem is not None:
+            failures.append(f"{layer.text()}: {problem}")
+    _finish(results, failures)

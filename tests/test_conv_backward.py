@@ -12,7 +12,16 @@ from hw.conv_backward import COUNTERS, ConvBackward, backward_layout
 from sim import golden
 from sim.conv_backward_run import (assemble, check_layer, descriptor, expected, geometry,
                                    images, random_tensors)
-from sim.conv_forward_run import ConvLayer, parse_layer
+from sim.conv_forward_run import ConvLayer, pack_struct, parse_layer
+from sim.fc_backward_run import FcLayer
+from sim.fc_backward_run import assemble as fc_assemble
+from sim.fc_backward_run import check_layer as fc_check_layer
+from sim.fc_backward_run import descriptor as fc_descriptor
+from sim.fc_backward_run import expected as fc_expected
+from sim.fc_backward_run import geometry as fc_geometry
+from sim.fc_backward_run import images as fc_images
+from sim.fc_backward_run import parse_fc
+from sim.fc_backward_run import random_tensors as fc_random_tensors
 
 #: A 2x3 array (non-square, short tiles), small buffers.
 CFG_TINY = Config(name="cb_r2_c3", rows=2, cols=3, dim_width=6, buf_a_depth=512,
@@ -20,20 +29,27 @@ CFG_TINY = Config(name="cb_r2_c3", rows=2, cols=3, dim_width=6, buf_a_depth=512,
 
 
 def simulate(cfg, runs, max_cycles=40000):
-    """Run ``runs`` (``(layer, phase, baseline, tensors)`` or a raw descriptor dict) back to
-    back on one ConvBackward in the Amaranth simulator. Returns per run ``(outputs, counters,
-    error)``."""
+    """Run ``runs`` (``(layer, phase, baseline, tensors)``, ``("fc", fc_layer, tensors,
+    sgd_shift)`` or a raw descriptor dict) back to back on one ConvBackward in the Amaranth
+    simulator. Returns per run ``(outputs, counters, error, error_code, drains)``."""
     dut = ConvBackward(cfg)
+    has_drain = cfg.has("interleaved")
     layout = backward_layout(cfg)
     results = []
 
     async def tb(ctx):
         for run in runs:
             if isinstance(run, dict):
-                desc = run
+                desc, imgs = run, {}
+            elif run[0] == "fc":
+                _, layer, tensors, sgd = run
+                imgs = fc_images(cfg, layer, tensors)
+                desc = fc_descriptor(cfg, layer, sgd)
             else:
                 layer, phase, baseline, tensors = run
                 imgs = images(cfg, layer, phase, tensors, baseline=baseline)
+                desc = descriptor(cfg, layer, phase, baseline=baseline)
+            if imgs:
                 for port, (base, words) in ((dut.a_write, imgs["a"]), (dut.b_write, imgs["b"])):
                     for i, word in enumerate(words):
                         ctx.set(port.en, 1)
@@ -41,23 +57,25 @@ def simulate(cfg, runs, max_cycles=40000):
                         ctx.set(port.data, word)
                         await ctx.tick()
                     ctx.set(port.en, 0)
-                desc = descriptor(cfg, layer, phase, baseline=baseline)
-            ctx.set(dut.layer, layout.const(desc))
+            ctx.set(dut.layer.as_value(), pack_struct(layout, desc))    # phase 3 too
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            outs = []
+            outs, drains = [], []
             for _ in range(max_cycles):
                 if ctx.get(dut.out.valid):
                     p = ctx.get(dut.out.payload)
                     outs.append((p.row, p.tile, [int(v) for v in p.data]))
+                if has_drain and ctx.get(dut.drain.valid):
+                    p = ctx.get(dut.drain.payload)
+                    drains.append((p.row, p.tile, [int(v) for v in p.data]))
                 if ctx.get(dut.done):
                     break
                 await ctx.tick()
             else:
                 raise AssertionError(f"{desc}: not done after {max_cycles} cycles")
             results.append((outs, {c: ctx.get(getattr(dut, c)) for c in COUNTERS},
-                            ctx.get(dut.error)))
+                            ctx.get(dut.error), ctx.get(dut.error_code), drains))
             await ctx.tick()
 
     sim = Simulator(dut)
@@ -120,7 +138,7 @@ def test_matches_golden(phase, baseline):
         check_layer(CFG_TINY, layer, phase, baseline)
     results = simulate(CFG_TINY, runs)
     R, C = CFG_TINY.rows, CFG_TINY.cols
-    for (layer, _, _, tensors), (outs, counters, error) in zip(runs, results):
+    for (layer, _, _, tensors), (outs, counters, error, _, _) in zip(runs, results):
         assert not error, layer.text()
         np.testing.assert_array_equal(assemble(CFG_TINY, layer, phase, outs),
                                       expected(CFG_TINY, layer, phase, tensors),
@@ -164,7 +182,8 @@ def test_asymmetric_padding_matches_golden(phase):
     runs = [(layer, phase, False, random_tensors(CFG_TINY, layer, rng)) for layer in ASYMMETRIC]
     for layer in ASYMMETRIC:
         check_layer(CFG_TINY, layer, phase, False)
-    for (layer, _, _, tensors), (outs, _, error) in zip(runs, simulate(CFG_TINY, runs)):
+    for (layer, _, _, tensors), (outs, _, error, _, _) in zip(runs,
+                                                                simulate(CFG_TINY, runs)):
         assert not error, layer
         np.testing.assert_array_equal(assemble(CFG_TINY, layer, phase, outs),
                                       expected(CFG_TINY, layer, phase, tensors),
@@ -180,7 +199,7 @@ def test_refusals_and_recovery():
     runs = [descriptor(CFG_TINY, big, "loss"), descriptor(CFG_TINY, big, "gradient"),
             (layer, "gradient", False, tensors)]
     results = simulate(CFG_TINY, runs)
-    for outs, _, error in results[:2]:
+    for outs, _, error, _, _ in results[:2]:
         assert error == 1 and outs == []
     assert results[2][2] == 0
     np.testing.assert_array_equal(assemble(CFG_TINY, layer, "gradient", results[2][0]),
@@ -206,6 +225,116 @@ def test_constructor_checks():
         ConvBackward("small")
     with pytest.raises(ValueError, match="'is'"):
         ConvBackward(Config(name="os_only", dataflows=["os"]))
+
+
+#: FC backward (interleaved): a non-square array with both backward dataflows.
+CFG_FC = Config(name="cb_fc_r2_c3", rows=2, cols=3, dim_width=6, buf_a_depth=512,
+                buf_b_depth=512, dataflows=["is", "interleaved"])
+
+#: Edge cases: batch 1, below / at / above the array's rows (pad cycles or none), single
+#: inputs / outputs, shapes that are and are not multiples of the array.
+FC_LAYERS = [FcLayer(1, 1, 1), FcLayer(1, 3, 2), FcLayer(2, 6, 4), FcLayer(3, 5, 7),
+             FcLayer(5, 1, 9), FcLayer(4, 13, 1), FcLayer(9, 8, 5), FcLayer(2, 6, 6),
+             FcLayer(2, 7, 9)]
+
+
+def _fc_check(cfg, layer, tensors, sgd, result):
+    outs, counters, error, code, drains = result
+    assert not error, (layer, code)
+    got = fc_assemble(cfg, layer, outs, drains)
+    want = fc_expected(cfg, layer, tensors, sgd)
+    for k in ("dx", "dw"):
+        np.testing.assert_array_equal(got[k], want[k], err_msg=f"{layer} {k} sgd {sgd}")
+    return counters
+
+
+def test_fc_matches_golden():
+    """FC backward through the interleaved array: dX = dY W and dW = dY^T X (or, with
+    ``sgd_shift``, W - (dW >> shift)) equal ``sim.golden.gemm`` bit-exactly on edge-case and
+    random shapes, with and without zeros, at the operand extremes; a loss layer run between
+    FC layers on the same top is still right; words read, vectors and tiles equal their closed
+    forms."""
+    cfg, R, C = CFG_FC, CFG_FC.rows, CFG_FC.cols
+    rng = np.random.default_rng(11)
+    runs = []
+    for k, layer in enumerate(FC_LAYERS):
+        runs.append(("fc", layer, fc_random_tensors(cfg, layer, rng), None if k % 3 else 2))
+    for _ in range(6):
+        layer = FcLayer(*(int(v) for v in rng.integers(1, 14, 3)))
+        runs.append(("fc", layer, fc_random_tensors(cfg, layer, rng, zero_prob=0.3),
+                     None if rng.random() < 0.5 else int(rng.integers(0, 8))))
+    lo = -(1 << (cfg.operand_width - 1))
+    ext = FcLayer(4, 5, 3)
+    runs.append(("fc", ext, {"x": np.full((4, 5), lo), "w": np.full((3, 5), lo),
+                             "dy": np.full((4, 3), lo)}, None))
+    runs.append(("fc", ext, {"x": np.full((4, 5), lo), "w": np.full((3, 5), -lo - 1),
+                             "dy": np.full((4, 3), lo)}, cfg.acc_width - 1))
+    conv = LAYERS[0]
+    conv_t = random_tensors(cfg, conv, rng)
+    runs.insert(3, (conv, "loss", False, conv_t))
+    for run in runs:
+        if run[0] == "fc":
+            fc_check_layer(cfg, run[1], run[3])
+    results = simulate(cfg, runs)
+    for run, result in zip(runs, results):
+        if run[0] != "fc":
+            assert not result[2]
+            np.testing.assert_array_equal(assemble(cfg, conv, "loss", result[0]),
+                                          expected(cfg, conv, "loss", conv_t))
+            continue
+        _, layer, tensors, sgd = run
+        counters = _fc_check(cfg, layer, tensors, sgd, result)
+        g = fc_geometry(cfg, layer)
+        n, i, o = layer.batch, layer.inputs, layer.outputs
+        assert counters["tiles"] == g["tiles"]
+        assert counters["vectors"] == g["tiles"] * n
+        assert counters["a_words"] == n * o * g["tiles_i"]           # dY once per tile
+        assert counters["b_words"] == n * i * g["tiles_o"] + o * i   # X per tile, W once
+        # at least 2R cycles a tile, and no more than a few cycles of overhead per tile
+        assert counters["cycles"] >= g["tiles"] * max(2 * n, 2 * R)
+        assert counters["cycles"] <= g["tiles"] * max(2 * n, 2 * R) + 4 * R + 2 * C + 16
+
+
+def test_fc_refusals_and_recovery():
+    """Illegal FC descriptors set ``error`` with the right code and produce nothing; a good FC
+    layer runs afterwards; a configuration without ``interleaved`` refuses the phase."""
+    from hw.bp_im2col import BPError
+    cfg = CFG_FC
+    good = FcLayer(3, 4, 5)
+    tensors = fc_random_tensors(cfg, good, np.random.default_rng(2))
+    zero = dict(fc_descriptor(cfg, good), n=0)
+    a_over = fc_descriptor(cfg, FcLayer(60, 2, 10))                 # dY 600 > 512 words
+    b_over = fc_descriptor(cfg, FcLayer(1, 30, 20))                 # X + W 630 > 512
+    overlap = dict(fc_descriptor(cfg, good), src_base_b=11)         # W over X (12 words)
+    phase3 = dict(fc_descriptor(cfg, good), phase=3)
+    results = simulate(cfg, [zero, a_over, b_over, overlap, phase3,
+                             ("fc", good, tensors, None)])
+    codes = [BPError.ZERO_SIZE, BPError.A_OVERFLOW, BPError.B_OVERFLOW, BPError.B_OVERFLOW,
+             BPError.NOT_GENERATED]
+    for (outs, _, error, code, drains), want in zip(results, codes):
+        assert (error, code, outs, drains) == (1, want, [], [])
+    _fc_check(cfg, good, tensors, None, results[-1])
+    # The phase is not generated without the interleaved dataflow.
+    res = simulate(CFG_TINY, [fc_descriptor(CFG_TINY, good)])
+    assert res[0][2:4] == (1, BPError.NOT_GENERATED)
+
+
+def test_fc_check_layer():
+    """The host-side checks and the layer parser name what is wrong."""
+    fc_check_layer(CFG_FC, FcLayer(8, 20, 10), 3)
+    assert parse_fc("N=8, I=20, O=10") == FcLayer(8, 20, 10)
+    assert parse_fc("I=2,O=3") == FcLayer(1, 2, 3)
+    for text, msg in (("N=2,I=3", "no O="), ("N=2,I=3,O=4,K=2", "K=2"), ("I=0,O=2", "at least 1")):
+        with pytest.raises(ValueError, match=msg):
+            parse_fc(text)
+    for cfg, layer, sgd, msg in (
+            (CFG_TINY, FcLayer(1, 2, 2), None, "interleaved"),
+            (CFG_FC, FcLayer(64, 2, 2), None, "outside 1..63"),
+            (CFG_FC, FcLayer(60, 2, 10), None, "buffer A"),
+            (CFG_FC, FcLayer(1, 30, 20), None, "buffer B"),
+            (CFG_FC, FcLayer(2, 2, 2), CFG_FC.acc_width, "sgd_shift")):
+        with pytest.raises(ValueError, match=msg):
+            fc_check_layer(cfg, layer, sgd)
 
 
 #: Verilator layers per preset: strides 1-4, padding 0..3 (also past d(R-1), cropping dY),
@@ -269,11 +398,18 @@ def test_cli_refuses_bad_layers(capsys):
         (["--baseline", "--gemm", "4,4,4"], "--baseline applies only"),
         (["--phase", "step", "--engine", "--layer", "C=2,H=6,K=2,R=3"],
          "--engine applies only"),
+        (["--phase", "fc", "--layer", "N=2,I=3"], "no O="),
+        (["--phase", "fc", "--layer", "N=2,I=3,O=4", "--dataflow", "ws"],
+         "--dataflow does not apply"),
+        (["--phase", "fc", "--layer", "N=999999,I=3,O=4"], "outside 1.."),
+        (["--phase", "fc"], "give a layer"),
     ]
     for argv, message in cases:
         assert main(["sim", "--engine"] + argv if "--phase" in argv else ["sim"] + argv) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
+    assert main(["sim", "--phase", "fc", "--layer", "N=2,I=3,O=4"]) == 2
+    assert "add --engine" in capsys.readouterr().err
 
 
 @pytest.mark.cocotb
@@ -294,6 +430,19 @@ def test_cli_backward(capsys):
 
 
 @pytest.mark.cocotb
+def test_cli_fc(capsys):
+    """``bpsa sim --engine --phase fc --layer N=..,I=..,O=.. [--sgd-shift k] --json``."""
+    import json
+
+    from hw.cli import main
+    assert main(["sim", "--engine", "--phase", "fc", "--layer", "N=5,I=9,O=6",
+                 "--sgd-shift", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["match"] is True and out["phase"] == "fc" and out["sgd_shift"] == 2
+    assert out["useful_macs"] == 2 * 5 * 9 * 6 and out["cycles"] > 0
+
+
+@pytest.mark.cocotb
 def test_asymmetric_padding_verilator():
     """The generated Verilog with top and bottom padding different (the accelerator's row
     bands): dX and dW equal the golden model on the explicitly padded input (reuses the
@@ -302,3 +451,21 @@ def test_asymmetric_padding_verilator():
     for phase in ("loss", "gradient"):
         res = run_backward_layers(load_config("small"), ASYMMETRIC, phase=phase, seed=5)
         assert [r["match"] for r in res] == [True] * len(ASYMMETRIC), phase
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("preset", ["small", "nonsquare"])
+def test_fc_verilator(preset):
+    """The generated Verilog of ConvBackward runs FC layers in the interleaved dataflow: dX
+    and dW (and, in a second run, the SGD-updated weights) equal ``sim.golden.gemm``
+    (reuses the preset's ConvBackward build)."""
+    from sim.fc_backward_run import run_fc_layers
+    cfg = load_config(preset)
+    layers = [FcLayer(1, 1, 1), FcLayer(2, 9, 7), FcLayer(11, 13, 10)]
+    res = run_fc_layers(cfg, layers, seed=3)
+    assert [r["match"] for r in res] == [True] * len(layers)
+    res = run_fc_layers(cfg, [FcLayer(6, 12, 7)], sgd_shift=3, seed=4)
+    assert res[0]["match"]
+    if preset == "small":
+        from sim.fc_backward_run import main
+        assert main(["--config", "small", "3,5,6"]) == 0   # the comparison table
