@@ -60,7 +60,7 @@ from .uart import uart_divisor
 from .uart_bridge import UartBridge
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
-           "check_fit", "count_resources", "load_board", "load_core"]
+           "check_fit", "check_route_limit", "count_resources", "load_board", "load_core"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS_DIR = ROOT / "constraints"
@@ -207,6 +207,7 @@ class BoardSettings:
     sram_bytes: int
     capacity: dict                 # resource -> available
     synth_opts: tuple = ()
+    route_limit: dict = field(default_factory=dict)   # resource -> routable share (auto)
     nextpnr_opts: tuple = ()
     path: Path = field(default=None, compare=False)
 
@@ -221,7 +222,7 @@ def load_board(board, constraints_dir=CONSTRAINTS_DIR):
     path = Path(constraints_dir) / f"{board}.toml"
     raw = tomllib.loads(path.read_text())
     keys = {"platform", "family", "device", "config", "clock_hz", "baud", "sram_bytes",
-            "capacity", "synth_opts", "nextpnr_opts"}
+            "capacity", "synth_opts", "nextpnr_opts", "route_limit"}
     unknown = set(raw) - keys
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed {sorted(keys)}")
@@ -231,12 +232,17 @@ def load_board(board, constraints_dir=CONSTRAINTS_DIR):
         raise ValueError(f"{path}: missing keys {sorted(missing)}")
     if raw["family"] not in ("ice40", "ecp5"):
         raise ValueError(f"{path}: family must be 'ice40' or 'ecp5', not {raw['family']!r}")
+    for res, share in raw.get("route_limit", {}).items():
+        if res not in raw["capacity"] or not 0 < share <= 1:
+            raise ValueError(f"{path}: route_limit.{res} = {share!r} must be a share in (0, 1] "
+                             f"of a resource in [capacity]")
     return BoardSettings(board=board, platform=raw["platform"], family=raw["family"],
                          device=raw["device"], config=raw["config"],
                          clock_hz=int(raw["clock_hz"]), baud=int(raw["baud"]),
                          sram_bytes=int(raw["sram_bytes"]), capacity=dict(raw["capacity"]),
                          synth_opts=tuple(raw.get("synth_opts", ())),
-                         nextpnr_opts=tuple(raw.get("nextpnr_opts", ())), path=path)
+                         nextpnr_opts=tuple(raw.get("nextpnr_opts", ())),
+                         route_limit=dict(raw.get("route_limit", {})), path=path)
 
 
 # --- resources -----------------------------------------------------------------------------
@@ -279,6 +285,17 @@ def check_fit(used, capacity, *, where=""):
             for r in capacity if used.get(r, 0) > capacity[r]]
     if over:
         raise FitError(f"design does not fit{where}: " + "; ".join(over))
+
+
+def check_route_limit(used, capacity, limits, *, where=""):
+    """Raise :class:`FitError` naming every resource used beyond its routable share
+    (``limits``: resource -> share of the capacity, from the board's ``route_limit``): designs
+    that fit but were measured not to route in reasonable time. ``--config auto`` skips them."""
+    over = [f"{r.upper()}: {used.get(r, 0)} used > {share:.0%} of {capacity[r]} "
+            f"(route_limit)" for r, share in limits.items()
+            if used.get(r, 0) > share * capacity[r]]
+    if over:
+        raise FitError(f"design fits but is beyond the routable share{where}: " + "; ".join(over))
 
 
 def _stat_cells(path):
@@ -355,10 +372,11 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
 
 
 def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=False,
-                    log=print):
+                    route_check=False, log=print):
     """Synthesize, check the fit, place and route and pack the board top for ``config``.
     Returns the report dict (also written to ``out_dir/report.json``). Raises
-    :class:`FitError` when the synthesized design overflows the device."""
+    :class:`FitError` when the synthesized design overflows the device, and with
+    ``route_check`` also when it exceeds the board's ``route_limit``."""
     t_start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -378,9 +396,11 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     used = count_resources(settings.family, _stat_cells(out_dir / f"{name}.stat.json"))
     report["synth_cells"] = used
     report["capacity"] = settings.capacity
+    where = f" {settings.device} ({board}) with configuration {config.name!r}"
     try:
-        check_fit(used, settings.capacity,
-                  where=f" {settings.device} ({board}) with configuration {config.name!r}")
+        check_fit(used, settings.capacity, where=where)
+        if route_check:
+            check_route_limit(used, settings.capacity, settings.route_limit, where=where)
     except FitError:
         report["fit"] = False
         (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -237,7 +237,7 @@ def cmd_bitstream(args):
         last = i == len(candidates) - 1
         try:            # the fit check runs before place and route
             report = board.build_bitstream(args.board, config, out, core=core,
-                                           fit_only=args.fit_only)
+                                           fit_only=args.fit_only, route_check=spec == "auto")
             break
         except board.FitError as e:
             if last:
@@ -328,6 +328,7 @@ def build_parser():
     sp.add_argument("--board", required=True, choices=["icebreaker", "ulx3s"])
     sp.add_argument("--config", default=None,
                     help="preset name or TOML path; 'auto': the largest preset that fits "
+                         "and stays within the board's measured routable share (route_limit) "
                          "(default: the board's preset in constraints/<board>.toml)")
     sp.add_argument("--core", default=None,
                     help="core as module:Class (default hw.accelerator:Accelerator)")

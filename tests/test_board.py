@@ -126,3 +126,25 @@ def test_accelerator_over_serial_verilator():
     register_tops()
     tests, failures = run_cocotb(load_config("small"), "sim.tb_board_accel", top="soc_accel")
     assert tests == 1 and failures == 0
+
+
+def test_route_limit():
+    """``--config auto`` skips a design that fits but is above the board's measured routable
+    share; the ULX3S limit sits between the 8x4 (routed) and 8x7 (did not route) builds."""
+    from hw.board import check_route_limit
+    settings = load_board("ulx3s")
+    cap = settings.capacity
+    assert settings.route_limit == {"lut": 0.70}
+    check_route_limit({"lut": 55343, "ff": 23055}, cap, settings.route_limit)   # 8x4, placed
+    with pytest.raises(FitError, match=r"LUT: 65525 used > 70% of 83640 \(route_limit\)"):
+        check_route_limit({"lut": 65525}, cap, settings.route_limit)            # 8x7
+    assert load_board("icebreaker").route_limit == {}
+    check_route_limit({"lut": 10 ** 6}, cap, {})
+
+
+def test_route_limit_setting_checked(tmp_path):
+    from hw.board import CONSTRAINTS_DIR
+    text = (CONSTRAINTS_DIR / "ulx3s.toml").read_text().replace("lut = 0.70", "lut = 1.5")
+    (tmp_path / "ulx3s.toml").write_text(text)
+    with pytest.raises(ValueError, match="route_limit.lut = 1.5"):
+        load_board("ulx3s", constraints_dir=tmp_path)
