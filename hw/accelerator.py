@@ -25,6 +25,8 @@ operands, of ``acc_width`` for results; every tensor dense, little endian, from 
               dY: N x K x OH x OW (ADDR_DY)
     gradient  dY: N x K x OH x OW (ADDR_DY);         dW: K x C x R x S
               X: N x C x H x W (ADDR_X)
+    FC back-  X: N x C (ADDR_X); W: K x C            dX: N x C, then dW: K x C
+    ward      (ADDR_W); dY: N x K (ADDR_DY)
     ========  =====================================  ========================================
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`sim.driver` lays tensors out this way and back.
@@ -52,6 +54,17 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     run the gradient; P accumulates dW[:, channel group] (row k); store one row per output
     channel. ``KG = min(K, (buf_a_depth / 2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2)
     // (H W), (buf_p_depth // K) * cols // (R S))``.
+    FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
+    a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
+    one pass of the backward engine's interleaved dataflow. For each input block of ``FIB =
+    min(C, cols)`` inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
+    ``FOB`` outputs (a group): load dY[chunk, out block] into A, X[chunk, in block] into B
+    and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P word
+    ``n`` accumulates dX[n, in block] over the output blocks, P word ``FNB + k`` dW[k, in
+    block] (the engine's drained rows, queued in a FIFO for the accumulate pipeline's free
+    cycles) over the chunks. A step stores its dX rows, the block's last step the dW column
+    after them. ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
+    FOB, B bank // FIB - FOB, P - K)``; refused (TOO_LARGE) when ``K >= P``.
     A load is skipped when its bank already holds the same tensor slice (same address and
     length since START).
 
@@ -73,8 +86,9 @@ Row bands (spatial tiling; :mod:`sim.tiling` is the Python mirror)
     more rows than its dilated kernel reaches (``pad_h > d(R-1)``).
 
 Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
-    Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, FC
-    backward, or a phase whose engine is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
+    Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, or
+    a phase whose engine or dataflow is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
+    ``SHAPE`` (FC backward with H, W, R or S not 1, or padding),
     ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
     wider than ``dim_width``), ``TOO_LARGE`` (not even one row band fits, or a band would need a
     padding beyond the kernel's reach; see above), ``ALIGN`` (an address not a
@@ -86,7 +100,7 @@ Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     ``feeder_pattern_width``).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -119,6 +133,7 @@ class AccelError(enum.Enum, shape=8):
     TOO_LARGE = 6
     ALIGN = 7
     WINDOW = 8
+    SHAPE = 9
 
 
 class _Target(enum.Enum, shape=2):
@@ -188,6 +203,7 @@ class Accelerator(wiring.Component):
             from .conv_backward import ConvBackward
             from .conv_backward import Phase as BwdPhase
             bwd = m.submodules.backward = ConvBackward(cfg)
+        has_fc = bwd is not None and cfg.has("interleaved")
 
         # --- P buffer: accumulate / clear / DMA store ---------------------------------------
         pmem = m.submodules.buf_p = Memory(shape=data.ArrayLayout(signed(acc_w), C),
@@ -233,11 +249,31 @@ class Accelerator(wiring.Component):
                              v1.eq(1), a1.eq((o.row + run_row_base) * run_p_row + blk_now)]
                 for j in range(C):
                     m.d.sync += x1[j].eq(o.data[j])
+        run_fc_o0 = Signal(_W)        # FC: first output (dW row) of the run's block
+        fc_o0 = Signal(_W)
+        fc_dw_p0 = Signal(paw + 1)    # FC: P word of dW row 0
+        dq_busy = Const(0, 1)
+        if has_fc:
+            # FC: dW rows from the engine's drain, through a FIFO into the accumulate
+            # pipeline's free cycles (dX vectors on ``out`` come at most every other cycle)
+            from amaranth.lib.fifo import SyncFIFOBuffered
+            dl = bwd.drain.payload
+            dq = m.submodules.drain_fifo = SyncFIFOBuffered(width=paw + C * acc_w,
+                                                             depth=R + 1)
+            drow = Signal(_W)
+            m.d.comb += [drow.eq(run_fc_o0 + dl.tile * R + dl.row),
+                         dq.w_en.eq(bwd.drain.valid & (drow < d.k)),
+                         dq.w_data.eq(Cat((fc_dw_p0 + drow)[:paw], dl.data.as_value()))]
+            with m.If(dq.r_rdy & ~bwd.out.valid):
+                m.d.comb += dq.r_en.eq(1)
+                m.d.sync += [v1.eq(1), a1.eq(dq.r_data[:paw]),
+                             x1.as_value().eq(dq.r_data[paw:])]
+            dq_busy = dq.r_rdy
         sums = Signal.like(x1)
         for j in range(C):
             m.d.comb += sums[j].eq(pr.data[j] + x2[j])
         acc_busy = Signal()
-        m.d.comb += acc_busy.eq(v1 | v2)
+        m.d.comb += acc_busy.eq(v1 | v2 | dq_busy)
 
         # --- counters -------------------------------------------------------------------------
         cnt = {name: Signal(64, name=f"count_{name}") for name in (
@@ -328,25 +364,34 @@ class Accelerator(wiring.Component):
         ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
         r.update({name: Signal(_W, name=name) for name in (
             "st_rows", "st_len", "st_nb", "st_stride")})
+        # FC: inputs / outputs / batch rows a run, the W block's word in a B bank; a second
+        # store (dW) after the step's (dX), and whether the next step clears the dW rows
+        r.update({name: Signal(_W, name=name) for name in (
+            "fib", "fob", "fnb", "fwoff", "st2_rows", "st2_p0")})
+        st2_pend, clear_dw = Signal(), Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
-            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st")}
+            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
+            "dwg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "o0", "row", "pword")}
         cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
                           Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
-                 for t in ("a", "b") for b in (0, 1)}
+                 for t in ("a", "b", "w") for b in (0, 1)}
 
         phase = d.phase
         is_fwd = Signal()
         is_loss = Signal()
         is_grad = Signal()
+        is_fc = Signal()
         m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_loss.eq(phase == Phase.LOSS),
-                     is_grad.eq(phase == Phase.GRADIENT)]
+                     is_grad.eq(phase == Phase.GRADIENT), is_fc.eq(phase == Phase.FC_BACKWARD)]
         phase_ok = Const(0, 1)
         if fwd is not None:
             phase_ok = phase_ok | is_fwd
         if bwd is not None:
             phase_ok = phase_ok | is_loss | is_grad
+        if has_fc:
+            phase_ok = phase_ok | is_fc
 
         def mn(*vals):
             out = vals[0]
@@ -357,6 +402,7 @@ class Accelerator(wiring.Component):
         # engine descriptors (held while a run is in flight)
         grp_c = Signal(_W)    # channels of the current group
         grp_k = Signal(_W)    # output channels of the current group
+        grp_n = Signal(_W)    # FC: batch rows of the current group
         if fwd is not None:
             lay = fwd.layer
             m.d.comb += [lay.batch.eq(1), lay.channels.eq(grp_c), lay.height.eq(r["eh"]),
@@ -369,14 +415,16 @@ class Accelerator(wiring.Component):
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
             bl = bwd.layer
-            m.d.comb += [bl.phase.eq(Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS)),
-                         bl.baseline.eq(0), bl.n.eq(1), bl.c.eq(grp_c), bl.h.eq(r["eh"]),
+            m.d.comb += [bl.phase.eq(Mux(is_fc, BwdPhase.FC,
+                                         Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS))),
+                         bl.baseline.eq(0), bl.n.eq(Mux(is_fc, grp_n, 1)), bl.c.eq(grp_c),
+                         bl.h.eq(r["eh"]),
                          bl.w.eq(d.w), bl.k.eq(grp_k), bl.r.eq(d.r), bl.s.eq(d.s),
                          bl.oh.eq(r["eoh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
                          bl.stride_w.eq(d.stride_w), bl.pad_h.eq(r["pt"]),
                          bl.pad_bottom.eq(r["pb"]),
                          bl.pad_w.eq(d.pad_w), bl.dil_h.eq(d.dil_h), bl.dil_w.eq(d.dil_w),
-                         bl.src_base_a.eq(0), bl.src_base_b.eq(0),
+                         bl.src_base_a.eq(0), bl.src_base_b.eq(Mux(is_fc, r["fwoff"], 0)),
                          bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
                          bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
 
@@ -482,6 +530,9 @@ class Accelerator(wiring.Component):
                     fail(AccelError.ZERO_SIZE)
                 with m.Elif(zstep):
                     fail(AccelError.ZERO_STEP)
+                with m.Elif(is_fc & ((d.h != 1) | (d.w != 1) | (d.r != 1) | (d.s != 1)
+                                     | (d.pad_h != 0) | (d.pad_w != 0))):
+                    fail(AccelError.SHAPE)
                 with m.Else():
                     m.next = "GEO_0"
 
@@ -508,8 +559,10 @@ class Accelerator(wiring.Component):
                     m.next = "FSET_0"
                 with m.Elif(is_loss):
                     m.next = "LSET_0"
-                with m.Else():
+                with m.Elif(is_grad):
                     m.next = "GSET_0"
+                with m.Else():
+                    m.next = "FCSET_0"
 
             def addr_checks(name, tensors, then):
                 """Steps checking alignment and the window of ``(addr, count, shift)``."""
@@ -618,15 +671,37 @@ class Accelerator(wiring.Component):
                 (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
                 (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
             ], "GRAD_INIT")
+            # FC backward set-up (sim.tiling.fc_plan): blocks of FIB <= cols inputs (one P
+            # word a row), FOB outputs and FNB batch rows a run; P holds the run's dX rows
+            # (words 0..FNB-1) and the input block's dW column (words FNB..FNB+O-1).
+            program("FCSET", [
+                ("check", d.k >= pcap, AccelError.TOO_LARGE),
+                ("set", [r["fib"].eq(mn(d.c, C))]),
+                ("div", r["q1"], bcap, r["fib"]),
+                ("check", r["q1"] < 2, AccelError.TOO_LARGE),
+                ("set", [r["fob"].eq(mn(d.k, r["q1"] >> 1, acap))]),
+                ("div", r["q2"], acap, r["fob"]),
+                ("set", [r["fnb"].eq(mn(d.n, r["q2"], r["q1"] - r["fob"], pcap - d.k))]),
+                ("mul", r["fwoff"], r["fnb"], r["fib"]),
+                ("mul", r["kohow"], d.n, d.c),             # N I: dX elements
+            ], "FCHK_X_0")
+            addr_checks("FCHK_X", [
+                (d.addr_x, [("set", [r["tot"].eq(r["kohow"])])], obs),
+                (d.addr_w, [("mul", r["tot"], d.k, d.c)], obs),
+                (d.addr_dy, [("mul", r["tot"], d.n, d.k)], obs),
+                (d.addr_out, [("mul", r["t"], d.k, d.c),
+                              ("set", [r["tot"].eq(r["t"] + r["kohow"])])], abs_),
+            ], "FC_INIT")
 
             # --- DMA helpers -------------------------------------------------------------------
-            def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None):
+            def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
                 """States ``name`` (issue into bank ``bank``, or skip when that bank holds the
                 slice already), ``name_WAIT`` and ``name_MORE``. ``length`` elements from
                 ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
                 elements ``stride`` bytes apart in memory, packed one after the other into the
                 bank (``length`` is then their total, which names the slice for the cache)."""
                 half = (cfg.buf_a_depth if cache_key == "a" else cfg.buf_b_depth) // 2
+                first = bank * half + offset
                 hits = [cache[cache_key, b][2] & (cache[cache_key, b][0] == addr)
                         & (cache[cache_key, b][1] == length) for b in (0, 1)]
                 hit = Mux(bank, hits[1], hits[0])
@@ -641,7 +716,7 @@ class Accelerator(wiring.Component):
                     with m.If(hit):
                         m.next = then
                     with m.Else():
-                        issue(addr, bank * half, run_len)
+                        issue(addr, first, run_len)
                         m.d.sync += target.eq(tgt)
                         with m.If(dma.cmd.ready):
                             for b in (0, 1):
@@ -649,7 +724,7 @@ class Accelerator(wiring.Component):
                                 with m.If(bank == b):
                                     m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
                             m.d.sync += [ld_ptr.eq(addr + stride),
-                                         ld_buf.eq(bank * half + run_len), ld_left.eq(count - 1)]
+                                         ld_buf.eq(first + run_len), ld_left.eq(count - 1)]
                             m.next = f"{name}_WAIT"
                 with m.State(f"{name}_MORE"):
                     issue(ld_ptr, ld_buf, run_len)
@@ -753,7 +828,7 @@ class Accelerator(wiring.Component):
                 with m.State(f"{prefix}_RUN"):
                     m.d.comb += engine.start.eq(1)
                     m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base), new_step.eq(0),
-                                 run_p_row.eq(p_row)]
+                                 run_p_row.eq(p_row), run_fc_o0.eq(fc_o0)]
                     if bwd is not None and engine is bwd:
                         m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
                                      run_kt_rows.eq(kt_rows)]
@@ -767,6 +842,11 @@ class Accelerator(wiring.Component):
                                  loop["pword"].eq(loop["pword"] + r["st_nb"]),
                                  loop["row"].eq(loop["row"] + 1)]
                     with m.If(loop["row"] + 1 < r["st_rows"]):
+                        m.next = f"{prefix}_STORE"
+                    with m.Elif(st2_pend):            # FC: then the dW rows
+                        m.d.sync += [st2_pend.eq(0), ptr["st"].eq(ptr["st2"]),
+                                     r["st_rows"].eq(r["st2_rows"]), loop["row"].eq(0),
+                                     loop["pword"].eq(r["st2_p0"])]
                         m.next = f"{prefix}_STORE"
                     with m.Elif(final):
                         m.next = "DONE"
@@ -988,10 +1068,78 @@ class Accelerator(wiring.Component):
                         with m.Else():
                             m.d.sync += final.eq(1)
                             m.next = "GRAD_LAST"
+
+            # --- FC backward loops (interleaved): input block c0 (a step per batch chunk n),
+            # output blocks k0 (the groups); dX rows add up over the output blocks, the input
+            # block's dW column over the batch chunks.
+            if has_fc:
+                with m.State("FC_INIT"):
+                    m.d.sync += [loop["c0"].eq(0), ptr["outg"].eq(d.addr_out),
+                                 ptr["dwg"].eq(d.addr_out + (r["kohow"] << abs_)),
+                                 fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(1),
+                                 kt_rows.eq(-1), pend_store.eq(0), st2_pend.eq(0),
+                                 final.eq(0)]
+                    m.next = "FC_IB"
+                with m.State("FC_IB"):           # input block c0
+                    m.d.sync += [grp_c.eq(mn(r["fib"], d.c - loop["c0"])), loop["n"].eq(0),
+                                 ptr["dyn"].eq(d.addr_dy),
+                                 ptr["xn"].eq(d.addr_x + (loop["c0"] << obs)),
+                                 ptr["outn"].eq(ptr["outg"]), clear_dw.eq(1)]
+                    m.next = "FC_CHUNK_0"
+                program("FC_CHUNK", [            # step: batch rows [n, n + grp_n)
+                    ("set", [grp_n.eq(mn(r["fnb"], d.n - loop["n"])), loop["k0"].eq(0)]),
+                    ("set", [r["np"].eq(r["fnb"] + Mux(clear_dw, d.k, 0)), clear_dw.eq(0),
+                             ptr["dy"].eq(ptr["dyn"]),
+                             ptr["w"].eq(d.addr_w + (loop["c0"] << obs)), new_step.eq(1)]),
+                    ("mul", r["len_x"], grp_n, grp_c),
+                    ("mul", r["u"], grp_n, d.k),
+                    ("mul", r["rowlen"], grp_n, d.c),
+                ], "FC_GROUP_0")
+                program("FC_GROUP", [            # output block k0
+                    ("set", [grp_k.eq(mn(r["fob"], d.k - loop["k0"])), fc_o0.eq(loop["k0"])]),
+                    ("mul", r["len_a"], grp_n, grp_k),
+                    ("mul", r["len_b"], grp_k, grp_c),
+                    ("mul", r["t"], grp_k, d.c),
+                ], "FC_LOAD_DY")
+                dma_load("FC_LOAD_DY", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                         "FC_LOAD_X", runs=(grp_n, grp_k, d.k << obs))
+                dma_load("FC_LOAD_X", _Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
+                         "FC_LOAD_W", runs=(grp_n, grp_c, d.c << obs))
+                dma_load("FC_LOAD_W", _Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
+                         "FC_RUN_WAIT", runs=(grp_k, grp_c, d.c << obs), offset=r["fwoff"])
+                step_run("FC", bwd)
+                with m.State("FC_NEXT"):
+                    m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                                 ptr["dy"].eq(ptr["dy"] + (grp_k << obs)),
+                                 ptr["w"].eq(ptr["w"] + (r["t"] << obs))]
+                    with m.If(loop["k0"] + grp_k < d.k):
+                        m.next = "FC_GROUP_0"
+                    with m.Else():                # the step's last group runs: next step
+                        # dX rows [n, n + grp_n) of the input block
+                        m.d.sync += save_step(grp_n, grp_c, 1, d.c << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["outn"])
+                        with m.If(loop["n"] + grp_n < d.n):
+                            m.d.sync += [loop["n"].eq(loop["n"] + grp_n),
+                                         ptr["dyn"].eq(ptr["dyn"] + (r["u"] << obs)),
+                                         ptr["xn"].eq(ptr["xn"] + (r["rowlen"] << obs)),
+                                         ptr["outn"].eq(ptr["outn"] + (r["rowlen"] << abs_))]
+                            m.next = "FC_CHUNK_0"
+                        with m.Else():            # ... and the block's dW column after it
+                            m.d.sync += [st2_pend.eq(1), r["st2_rows"].eq(d.k),
+                                         r["st2_p0"].eq(r["fnb"]), ptr["st2"].eq(ptr["dwg"]),
+                                         ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
+                                         ptr["outg"].eq(ptr["outg"] + (grp_c << abs_))]
+                            with m.If(loop["c0"] + grp_c < d.c):
+                                m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                                m.next = "FC_IB"
+                            with m.Else():
+                                m.d.sync += final.eq(1)
+                                m.next = "FC_LAST"
             finish("DONE")
             # phases not generated: their set-up chains end in a refusal
             for missing in (["FWD_INIT"] if fwd is None else []) + \
-                    (["LOSS_INIT", "GRAD_INIT"] if bwd is None else []):
+                    (["LOSS_INIT", "GRAD_INIT"] if bwd is None else []) + \
+                    (["FC_INIT"] if not has_fc else []):
                 with m.State(missing):
                     fail(AccelError.PHASE)
         m.d.comb += busy.eq(~fsm.ongoing("IDLE"))

@@ -120,6 +120,37 @@ def _sim_fc(args, config):
     return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed)[0]
 
 
+def _sim_accelerator_fc(args, config):
+    """``bpsa sim --phase fc``: an FC layer's backward pass through the accelerator, one
+    interleaved PHASE 3 descriptor (``--baseline``: two descriptors, the loss and the gradient
+    of the equivalent 1x1 convolution)."""
+    from sim.accel_run import run_jobs, summary
+    from sim.fc_backward_run import parse_fc
+    from sim.tiling import fc_plan
+    if args.gemm is not None or args.layer is None:
+        raise UserError("give a layer: --phase fc --layer N=..,I=..,O=..")
+    if args.dataflow != "os" or args.sgd_shift is not None:
+        raise UserError("--phase fc through the accelerator picks its dataflow; --dataflow "
+                        "and --sgd-shift do not apply (--engine runs the SGD update)")
+    try:
+        layer = parse_fc(args.layer)
+        if not args.baseline:
+            if not (config.has("interleaved") and config.has("is")):
+                raise ValueError(f"configuration {config.name!r} does not generate the "
+                                 f"'interleaved' dataflow (use --baseline)")
+            fc_plan(config, layer.batch, layer.inputs, layer.outputs)
+        elif not config.has("is"):
+            raise ValueError(f"configuration {config.name!r} does not generate 'is'")
+    except ValueError as e:
+        raise UserError(f"cannot run FC layer {args.layer!r} on {config.name!r}: {e}") from None
+    job = {"phase": "fc_backward", "seed": args.seed, "interleaved": not args.baseline,
+           "layer": {"batch": layer.batch, "channels": layer.inputs, "height": 1, "width": 1,
+                     "out_channels": layer.outputs, "kernel_h": 1, "kernel_w": 1}}
+    out = summary(config, run_jobs(config, [job])[0])
+    out.update(phase="fc", layer=layer.text(), interleaved=not args.baseline)
+    return out
+
+
 def _sim_accelerator(args, config):
     """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
     (driver, AXI memory, DMA); ``step`` runs the three phases."""
@@ -156,15 +187,16 @@ def cmd_sim(args):
 
     from sim.simcmd import run_gemm
     config = _config(args)
-    if args.baseline and args.phase not in ("loss", "gradient"):
-        raise UserError("--baseline applies only to --phase loss|gradient")
+    if args.baseline and (args.phase not in ("loss", "gradient", "fc")
+                          or (args.phase == "fc" and args.engine)):
+        raise UserError("--baseline applies only to --phase loss|gradient (and fc through "
+                        "the accelerator)")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
-    if args.phase == "fc" and not args.engine:
-        raise UserError("--phase fc runs on the backward engine alone for now: add --engine "
-                        "(the accelerator's controller does not run FC descriptors yet)")
-    if args.phase == "fc":
+    if args.phase == "fc" and args.engine:
         result = _sim_fc(args, config)
+    elif args.phase == "fc":
+        result = _sim_accelerator_fc(args, config)
     elif args.phase is not None and not args.engine:
         result = _sim_accelerator(args, config)
     elif args.phase in ("loss", "gradient"):
@@ -304,11 +336,13 @@ def build_parser():
                     help="run a convolution layer (--layer) through the whole accelerator "
                          "(driver, AXI memory, DMA, tiling controller): forward (feeder + OS "
                          "array), loss|gradient (BP-im2col + IS array), or step (all three); "
-                         "with --engine, forward|loss|gradient on the engine top alone, and fc "
-                         "(--layer N=..,I=..,O=..: an FC layer's dX and dW in the interleaved "
-                         "dataflow of the backward engine)")
+                         "fc (--layer N=..,I=..,O=..: an FC layer's dX and dW in one "
+                         "interleaved pass); with --engine, forward|loss|gradient|fc on the "
+                         "engine top alone")
     sp.add_argument("--baseline", action="store_true",
-                    help="--phase loss|gradient: the traditional flow for comparison; through "
+                    help="--phase fc: two descriptors (1x1 loss, then gradient) instead of "
+                         "the interleaved pass; --phase loss|gradient: the traditional flow for "
+                         "comparison; through "
                          "the accelerator, the driver builds the zero-spaced tensors in memory "
                          "and runs them as a forward convolution; with --engine, the zero-spaced "
                          "copy is written into the buffer and read densely")

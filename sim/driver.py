@@ -29,11 +29,11 @@ from sim import tiling
 __all__ = ["ERROR_NAMES", "AcceleratorError", "Driver", "baseline_gradient_operands",
            "baseline_loss_operands", "element_bytes", "error_name", "layer_shapes", "plan"]
 
-PHASES = {"forward": 0, "loss": 1, "gradient": 2}
+PHASES = {"forward": 0, "loss": 1, "gradient": 2, "fc_backward": 3}
 
 #: STATUS.ERROR codes (hw.accelerator.AccelError; 0x10 | hw.dma.DmaError; 0x20 | engine code).
 ERROR_NAMES = {1: "PHASE", 2: "ZERO_SIZE", 3: "ZERO_STEP", 4: "KERNEL_TOO_LARGE", 5: "DIM",
-               6: "TOO_LARGE", 7: "ALIGN", 8: "WINDOW"}
+               6: "TOO_LARGE", 7: "ALIGN", 8: "WINDOW", 9: "SHAPE"}
 _DMA_NAMES = {1: "SLVERR", 2: "DECERR", 3: "WINDOW", 4: "ALIGN", 5: "BUFFER"}
 
 
@@ -254,8 +254,9 @@ class Driver:
 
         forward: ``x`` (N x C x H x W), ``w`` (K x C x R x S); loss: ``dy`` (N x K x OH x OW),
         ``w``, ``input_hw``; gradient: ``x``, ``dy``, ``kernel_hw``."""
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+        if phase not in ("forward", "loss", "gradient"):
+            raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
+                             f"its own method), not {phase!r}")
         stride, pad, dil = _pair(stride), _pair(pad), _pair(dil)
         cols = self.config.cols
         if phase == "forward":
@@ -306,13 +307,16 @@ class Driver:
             return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
         return self._from_bytes(raw, out_shape)
 
-    async def fc_backward(self, x, w, dy):
+    async def fc_backward(self, x, w, dy, interleaved=None):
         """Backward pass of a fully connected layer ``y = x w^T`` (``x``: N x C, ``w``: K x C,
         ``dy``: N x K): ``(dx, dw)`` with ``dx = dy w`` (N x C) and ``dw = dy^T x`` (K x C).
-        Runs as the loss and the gradient of the equivalent 1x1 convolution on 1x1 images:
-        two descriptors on the backward engine, one after the other (the controller does not
-        yet interleave them on the array, InterGrad style; PHASE 3 is refused). The counters
-        are those of the gradient run."""
+
+        ``interleaved`` (default: when the configuration generates the ``interleaved`` and
+        ``is`` dataflows): one PHASE 3 descriptor; the backward engine computes dX and dW in
+        one pass in InterGrad's interleaved dataflow, and ADDR_OUT receives dX (N x C) then
+        dW (K x C) as accumulators (the controller's tiling: :func:`sim.tiling.fc_plan`).
+        Otherwise the loss and the gradient of the equivalent 1x1 convolution on 1x1 images,
+        two descriptors one after the other (the counters are then the sums of both runs')."""
         x, w, dy = (np.asarray(t) for t in (x, w, dy))
         if x.ndim != 2 or w.ndim != 2 or dy.ndim != 2:
             raise ValueError(f"fc_backward takes matrices x (N x C), w (K x C), dy (N x K), "
@@ -321,10 +325,37 @@ class Driver:
         if c2 != c or n2 != n or k2 != k:
             raise ValueError(f"fc_backward shapes do not chain: x {x.shape}, w {w.shape}, "
                              f"dy {dy.shape}")
-        dy4, w4, x4 = dy.reshape(n, k, 1, 1), w.reshape(k, c, 1, 1), x.reshape(n, c, 1, 1)
-        dx = await self.loss(dy4, w4, (1, 1))
-        dw = await self.gradient(x4, dy4, (1, 1))
-        return dx.reshape(n, c), dw.reshape(k, c)
+        if interleaved is None:
+            interleaved = self.config.has("interleaved") and self.config.has("is")
+        if not interleaved:
+            dy4, w4, x4 = dy.reshape(n, k, 1, 1), w.reshape(k, c, 1, 1), x.reshape(n, c, 1, 1)
+            dx = await self.loss(dy4, w4, (1, 1))
+            first = dict(self.counters)
+            dw = await self.gradient(x4, dy4, (1, 1))
+            self.counters = {name: v + first.get(name, 0) for name, v in self.counters.items()}
+            return dx.reshape(n, c), dw.reshape(k, c)
+        if self.check and n and c and k:
+            try:
+                self.plan = tiling.fc_plan(self.config, n, c, k)
+            except ValueError as e:
+                raise ValueError(f"FC layer does not fit configuration {self.config.name!r}: "
+                                 f"{e}") from None
+        ins = [("ADDR_X", x), ("ADDR_W", w), ("ADDR_DY", dy)]
+        sizes = [t.size * self.ob for _, t in ins] + [max((n + k) * c, 1) * self.ab]
+        addrs = self._place(sizes)
+        for (_, t), addr in zip(ins, addrs):
+            await self.t.write_mem(addr, self._to_bytes(t, self.ob))
+        desc = {"PHASE": PHASES["fc_backward"], "N": n, "C": c, "H": 1, "W": 1, "K": k,
+                "R": 1, "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0,
+                "DIL_H": 1, "DIL_W": 1, "ADDR_OUT": addrs[-1]}
+        desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
+        error = await self.start(desc)
+        self.counters = await self.read_counters()
+        if error:
+            raise AcceleratorError(error, f"fc_backward layer {desc}")
+        raw = await self.t.read_mem(addrs[-1], (n + k) * c * self.ab)
+        out = self._from_bytes(raw, ((n + k) * c,))
+        return out[:n * c].reshape(n, c), out[n * c:].reshape(k, c)
 
     # --- the traditional flow, for comparison ----------------------------------------------------
     async def loss_baseline(self, dy, w, input_hw, stride=1, pad=0, dil=1):

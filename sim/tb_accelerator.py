@@ -156,7 +156,7 @@ async def run_job(h, job):
     t0, s0 = time.perf_counter(), get_sim_time("ns")
     if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
         x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
-        dx, dw = await drv.fc_backward(x, w, dy)
+        dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
         got = np.concatenate([dx.ravel(), dw.ravel()])
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
     elif phase == "forward":
@@ -178,8 +178,11 @@ async def run_job(h, job):
     c = dict(drv.counters)
     # every phase does the forward's multiply-accumulates: N K OH OW C R S
     macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
+    if phase == "fc_backward":      # dX and dW: two products of that size
+        macs_dense *= 2
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
                "baseline": bool(job.get("baseline")),
+               "interleaved": job.get("interleaved"),
                "match": bool(np.array_equal(got, want)), "counters": c,
                "cycles": c["busy_cycles"],
                "useful_macs": macs_dense, "sim_cycles": sim_cycles,
@@ -238,7 +241,9 @@ async def illegal_descriptors(dut):
         ({"N": 0}, 2), ({"C": 0}, 2), ({"H": 0}, 2), ({"K": 0}, 2), ({"R": 0}, 2),
         ({"STRIDE_H": 0}, 3), ({"STRIDE_W": 0}, 3), ({"DIL_W": 0}, 3),
         ({"R": 5}, 4), ({"S": 3, "W": 2}, 4), ({"R": 3, "DIL_H": 2, "H": 4}, 4),
-        ({"PHASE": 3}, 1), ({"PHASE": 7}, 1), ({"PHASE": 15}, 1),
+        # PHASE 3 (FC backward) needs H = W = R = S = 1 and no padding: SHAPE
+        ({"PHASE": 3}, 9 if cfg.has("interleaved") and cfg.has("is") else 1),
+        ({"PHASE": 7}, 1), ({"PHASE": 15}, 1),
         ({"ADDR_X": RAM_SIZE - 4}, 8), ({"ADDR_OUT": RAM_SIZE - 8}, 8),
         ({"ADDR_X": 0xFFFF_FFF0}, 8),
     ]

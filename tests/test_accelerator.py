@@ -185,6 +185,38 @@ def test_pauses_change_cycles_not_results(tmp_path):
         assert paused["counters"]["dma_read_bytes"] == plain["counters"]["dma_read_bytes"]
 
 
+def _fc_job(n, i, o, **kw):
+    return dict({"phase": "fc_backward", "seed": n + i + o,
+                 "layer": {"batch": n, "channels": i, "height": 1, "width": 1,
+                           "out_channels": o, "kernel_h": 1, "kernel_w": 1}}, **kw)
+
+
+@pytest.mark.cocotb
+def test_fc_backward_interleaved_verilator(tmp_path):
+    """PHASE 3 through the controller: FC layers larger than the buffers (several input
+    blocks, batch chunks and output blocks; ``sim.tiling.fc_plan``) give dX and dW equal to
+    numpy in one interleaved pass each, under back-pressure too; the same layer as two
+    descriptors (loss and gradient of a 1x1 convolution) gives the same result; an FC layer
+    with more outputs than P has words is refused with TOO_LARGE."""
+    from sim.runner import run_cocotb
+    from sim.tiling import fc_plan
+    shapes = [(40, 10, 20), (6, 21, 9), (1, 1, 1), (13, 5, 70)]
+    assert all(fc_plan(TINY, *s)["runs"] > 1 for s in (shapes[0], shapes[1], shapes[3]))
+    assert fc_plan(TINY, 40, 10, 20)["fnb"] < 40          # batch chunks
+    jobs = [_fc_job(*s, pauses=k % 2 == 1) for k, s in enumerate(shapes)]
+    jobs.append(_fc_job(40, 10, 20, interleaved=False))
+    jobs.append(_fc_job(2, 3, 130, expect="TOO_LARGE"))
+    out = tmp_path / "res.json"
+    run_cocotb(TINY, "sim.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+               tag="fc")
+    res = json.loads(out.read_text())
+    assert [r.get("match") for r in res[:5]] == [True] * 5
+    assert res[5]["refused"] == "TOO_LARGE"
+    with pytest.raises(ValueError, match="P"):
+        fc_plan(TINY, 2, 3, 130)
+
+
 def test_baseline_operands_equal_golden():
     """The traditional flow's zero-spaced operands, convolved forward by ``sim.golden``, give
     the golden dX and dW (random shapes, strides, paddings, dilations)."""

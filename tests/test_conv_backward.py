@@ -408,8 +408,11 @@ def test_cli_refuses_bad_layers(capsys):
         assert main(["sim", "--engine"] + argv if "--phase" in argv else ["sim"] + argv) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
-    assert main(["sim", "--phase", "fc", "--layer", "N=2,I=3,O=4"]) == 2
-    assert "add --engine" in capsys.readouterr().err
+    # through the accelerator: refused before any simulation
+    assert main(["sim", "--phase", "fc", "--layer", "N=2,I=3,O=5000"]) == 2
+    assert "every dW row" in capsys.readouterr().err
+    assert main(["sim", "--engine", "--baseline", "--phase", "fc", "--layer", "N=2,I=3,O=4"]) == 2
+    assert "--baseline applies only" in capsys.readouterr().err
 
 
 @pytest.mark.cocotb

@@ -105,3 +105,39 @@ def test_plan_refuses_what_cannot_be_banded():
     # a row wider than a bank
     with pytest.raises(ValueError, match="not even one row band"):
         plan(cfg, "gradient", 1, 1, 8, 1 << 14, 4, 3, 3)
+
+
+def test_fc_plan_blocks_equal_golden():
+    """The FC backward tiling (PHASE 3): on random layers and buffer sizes every run's blocks
+    fit their banks and P, and the blocks' products, put together the way the controller does
+    (dX rows summed over output blocks, dW summed over batch chunks), equal
+    ``sim.golden.gemm``."""
+    from sim.tiling import fc_plan
+    rng = np.random.default_rng(8)
+    small = load_config("small")
+    for _ in range(60):
+        depth = int(2 ** rng.integers(5, 9))
+        cfg = small.replace(buf_a_depth=depth, buf_b_depth=depth, buf_p_depth=depth,
+                            name=f"fc_{depth}")
+        n, i = (int(v) for v in rng.integers(1, 40, 2))
+        o = int(rng.integers(1, depth))
+        p = fc_plan(cfg, n, i, o)
+        fib, fob, fnb = p["fib"], p["fob"], p["fnb"]
+        assert fib <= cfg.cols and fnb >= 1 and fob >= 1
+        assert fnb * fob <= depth // 2 and (fnb + fob) * fib <= depth // 2
+        assert fnb + o <= cfg.buf_p_depth
+        x, w, dy = rng.integers(-8, 8, (n, i)), rng.integers(-8, 8, (o, i)), \
+            rng.integers(-8, 8, (n, o))
+        dx, dw, runs = np.zeros((n, i), np.int64), np.zeros((o, i), np.int64), 0
+        for c0 in range(0, i, fib):
+            for n0 in range(0, n, fnb):
+                for k0 in range(0, o, fob):
+                    cs, ns, ks = slice(c0, c0 + fib), slice(n0, n0 + fnb), slice(k0, k0 + fob)
+                    dx[ns, cs] += dy[ns, ks] @ w[ks, cs]
+                    dw[ks, cs] += dy[ns, ks].T @ x[ns, cs]
+                    runs += 1
+        assert runs == p["runs"]
+        np.testing.assert_array_equal(dx, golden.gemm(dy, w))
+        np.testing.assert_array_equal(dw, golden.gemm(dy.T, x))
+    with pytest.raises(ValueError, match="P"):
+        fc_plan(small, 4, 4, small.buf_p_depth)
