@@ -56,15 +56,17 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     // (H W), (buf_p_depth // K) * cols // (R S))``.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
-    one pass of the backward engine's interleaved dataflow. For each input block of ``FIB =
-    min(C, cols)`` inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
+    one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
+    inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
     ``FOB`` outputs (a group): load dY[chunk, out block] into A, X[chunk, in block] into B
-    and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P word
-    ``n`` accumulates dX[n, in block] over the output blocks, P word ``FNB + k`` dW[k, in
-    block] (the engine's drained rows, queued in a FIFO for the accumulate pipeline's free
-    cycles) over the chunks. A step stores its dX rows, the block's last step the dW column
-    after them. ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
-    FOB, B bank // FIB - FOB, P - K)``; refused (TOO_LARGE) when ``K >= P``.
+    and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P row
+    ``n`` (words from ``n FQ``) accumulates dX[n, in block] over the output blocks, P row
+    ``FNB + k`` dW[k, in block] (the engine's drained rows, queued in a FIFO for the
+    accumulate pipeline's free cycles) over the chunks. A step stores its dX rows, the block's last step the dW column
+    after them. ``FIB = min(C, (P // (K + 1)) cols, max(cols, B bank // 32))`` (rows of
+    ``FQ = ceil(FIB / cols)`` P words; a narrow block keeps room for many batch rows and
+    outputs a run), ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
+    FOB, B bank // FIB - FOB, P // FQ - K)``; refused (TOO_LARGE) when ``K >= P``.
     A load is skipped when its bank already holds the same tensor slice (same address and
     length since START).
 
@@ -260,10 +262,23 @@ class Accelerator(wiring.Component):
             dl = bwd.drain.payload
             dq = m.submodules.drain_fifo = SyncFIFOBuffered(width=paw + C * acc_w,
                                                              depth=R + 1)
+            # the engine's tiles: input tiles outer, output tiles inner (run_kt_rows of them)
+            d_cur = Signal.like(dl.tile)
+            d_ot, d_it = Signal(_W), Signal(paw + 1)
+            d_ot_now, d_it_now = Signal.like(d_ot), Signal.like(d_it)
+            m.d.comb += [d_ot_now.eq(d_ot), d_it_now.eq(d_it)]
+            with m.If(dl.tile != d_cur):
+                with m.If(d_ot + 1 == run_kt_rows):
+                    m.d.comb += [d_ot_now.eq(0), d_it_now.eq(d_it + 1)]
+                with m.Else():
+                    m.d.comb += d_ot_now.eq(d_ot + 1)
+            with m.If(bwd.drain.valid):
+                m.d.sync += [d_cur.eq(dl.tile), d_ot.eq(d_ot_now), d_it.eq(d_it_now)]
             drow = Signal(_W)
-            m.d.comb += [drow.eq(run_fc_o0 + dl.tile * R + dl.row),
+            m.d.comb += [drow.eq(run_fc_o0 + d_ot_now * R + dl.row),
                          dq.w_en.eq(bwd.drain.valid & (drow < d.k)),
-                         dq.w_data.eq(Cat((fc_dw_p0 + drow)[:paw], dl.data.as_value()))]
+                         dq.w_data.eq(Cat(((fc_dw_p0 + drow) * run_p_row + d_it_now)[:paw],
+                                          dl.data.as_value()))]
             with m.If(dq.r_rdy & ~bwd.out.valid):
                 m.d.comb += dq.r_en.eq(1)
                 m.d.sync += [v1.eq(1), a1.eq(dq.r_data[:paw]),
@@ -367,7 +382,7 @@ class Accelerator(wiring.Component):
         # FC: inputs / outputs / batch rows a run, the W block's word in a B bank; a second
         # store (dW) after the step's (dX), and whether the next step clears the dW rows
         r.update({name: Signal(_W, name=name) for name in (
-            "fib", "fob", "fnb", "fwoff", "st2_rows", "st2_p0")})
+            "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "st2_rows", "st2_p0")})
         st2_pend, clear_dw = Signal(), Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
             "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
@@ -671,18 +686,22 @@ class Accelerator(wiring.Component):
                 (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
                 (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
             ], "GRAD_INIT")
-            # FC backward set-up (sim.tiling.fc_plan): blocks of FIB <= cols inputs (one P
-            # word a row), FOB outputs and FNB batch rows a run; P holds the run's dX rows
-            # (words 0..FNB-1) and the input block's dW column (words FNB..FNB+O-1).
+            # FC backward set-up (sim.tiling.fc_plan): blocks of FIB inputs (P rows of FQ
+            # words), FOB outputs and FNB batch rows a run; P holds the run's dX rows (rows
+            # 0..FNB-1) and the input block's dW column (rows FNB..FNB+O-1).
             program("FCSET", [
                 ("check", d.k >= pcap, AccelError.TOO_LARGE),
-                ("set", [r["fib"].eq(mn(d.c, C))]),
+                ("div", r["q3"], pcap, d.k + 1),           # P words a row, at most
+                ("set", [r["fib"].eq(mn(d.c, r["q3"] * C, max(C, bcap // 32)))]),
+                ("div", r["fq"], r["fib"] + (C - 1), C),
                 ("div", r["q1"], bcap, r["fib"]),
                 ("check", r["q1"] < 2, AccelError.TOO_LARGE),
                 ("set", [r["fob"].eq(mn(d.k, r["q1"] >> 1, acap))]),
                 ("div", r["q2"], acap, r["fob"]),
-                ("set", [r["fnb"].eq(mn(d.n, r["q2"], r["q1"] - r["fob"], pcap - d.k))]),
+                ("div", r["q4"], pcap, r["fq"]),
+                ("set", [r["fnb"].eq(mn(d.n, r["q2"], r["q1"] - r["fob"], r["q4"] - d.k))]),
                 ("mul", r["fwoff"], r["fnb"], r["fib"]),
+                ("mul", r["fdw0"], r["fnb"], r["fq"]),
                 ("mul", r["kohow"], d.n, d.c),             # N I: dX elements
             ], "FCHK_X_0")
             addr_checks("FCHK_X", [
@@ -832,6 +851,8 @@ class Accelerator(wiring.Component):
                     if bwd is not None and engine is bwd:
                         m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
                                      run_kt_rows.eq(kt_rows)]
+                        if has_fc:
+                            m.d.sync += [d_cur.eq(0), d_ot.eq(0), d_it.eq(0)]
                     m.next = f"{prefix}_NEXT"
                 # the stored step's rows: st_rows rows of st_len elements, st_stride bytes
                 # apart in memory, st_nb words apart in P
@@ -1076,8 +1097,8 @@ class Accelerator(wiring.Component):
                 with m.State("FC_INIT"):
                     m.d.sync += [loop["c0"].eq(0), ptr["outg"].eq(d.addr_out),
                                  ptr["dwg"].eq(d.addr_out + (r["kohow"] << abs_)),
-                                 fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(1),
-                                 kt_rows.eq(-1), pend_store.eq(0), st2_pend.eq(0),
+                                 fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(r["fq"]),
+                                 pend_store.eq(0), st2_pend.eq(0),
                                  final.eq(0)]
                     m.next = "FC_IB"
                 with m.State("FC_IB"):           # input block c0
@@ -1088,8 +1109,8 @@ class Accelerator(wiring.Component):
                     m.next = "FC_CHUNK_0"
                 program("FC_CHUNK", [            # step: batch rows [n, n + grp_n)
                     ("set", [grp_n.eq(mn(r["fnb"], d.n - loop["n"])), loop["k0"].eq(0)]),
-                    ("set", [r["np"].eq(r["fnb"] + Mux(clear_dw, d.k, 0)), clear_dw.eq(0),
-                             ptr["dy"].eq(ptr["dyn"]),
+                    ("mul", r["np"], r["fnb"] + Mux(clear_dw, d.k, 0), r["fq"]),
+                    ("set", [clear_dw.eq(0), ptr["dy"].eq(ptr["dyn"]),
                              ptr["w"].eq(d.addr_w + (loop["c0"] << obs)), new_step.eq(1)]),
                     ("mul", r["len_x"], grp_n, grp_c),
                     ("mul", r["u"], grp_n, d.k),
@@ -1097,16 +1118,22 @@ class Accelerator(wiring.Component):
                 ], "FC_GROUP_0")
                 program("FC_GROUP", [            # output block k0
                     ("set", [grp_k.eq(mn(r["fob"], d.k - loop["k0"])), fc_o0.eq(loop["k0"])]),
+                    ("div", kt_rows, grp_k + (R - 1), R),      # output tiles of the run
                     ("mul", r["len_a"], grp_n, grp_k),
                     ("mul", r["len_b"], grp_k, grp_c),
                     ("mul", r["t"], grp_k, d.c),
                 ], "FC_LOAD_DY")
+                # one DMA run per row, or one for the whole block when its rows are whole
+                all_k, all_c = grp_k == d.k, grp_c == d.c
                 dma_load("FC_LOAD_DY", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
-                         "FC_LOAD_X", runs=(grp_n, grp_k, d.k << obs))
+                         "FC_LOAD_X", runs=(Mux(all_k, 1, grp_n), Mux(all_k, r["len_a"], grp_k),
+                                            d.k << obs))
                 dma_load("FC_LOAD_X", _Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
-                         "FC_LOAD_W", runs=(grp_n, grp_c, d.c << obs))
+                         "FC_LOAD_W", runs=(Mux(all_c, 1, grp_n), Mux(all_c, r["len_x"], grp_c),
+                                            d.c << obs))
                 dma_load("FC_LOAD_W", _Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
-                         "FC_RUN_WAIT", runs=(grp_k, grp_c, d.c << obs), offset=r["fwoff"])
+                         "FC_RUN_WAIT", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_b"], grp_c),
+                                              d.c << obs), offset=r["fwoff"])
                 step_run("FC", bwd)
                 with m.State("FC_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
@@ -1116,7 +1143,7 @@ class Accelerator(wiring.Component):
                         m.next = "FC_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
                         # dX rows [n, n + grp_n) of the input block
-                        m.d.sync += save_step(grp_n, grp_c, 1, d.c << abs_)
+                        m.d.sync += save_step(grp_n, grp_c, r["fq"], d.c << abs_)
                         m.d.sync += ptr["st"].eq(ptr["outn"])
                         with m.If(loop["n"] + grp_n < d.n):
                             m.d.sync += [loop["n"].eq(loop["n"] + grp_n),
@@ -1126,7 +1153,7 @@ class Accelerator(wiring.Component):
                             m.next = "FC_CHUNK_0"
                         with m.Else():            # ... and the block's dW column after it
                             m.d.sync += [st2_pend.eq(1), r["st2_rows"].eq(d.k),
-                                         r["st2_p0"].eq(r["fnb"]), ptr["st2"].eq(ptr["dwg"]),
+                                         r["st2_p0"].eq(r["fdw0"]), ptr["st2"].eq(ptr["dwg"]),
                                          ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
                                          ptr["outg"].eq(ptr["outg"] + (grp_c << abs_))]
                             with m.If(loop["c0"] + grp_c < d.c):

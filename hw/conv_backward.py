@@ -42,7 +42,7 @@ FC backward (``Phase.FC``, configurations that generate ``interleaved``)
     dY^T X`` in one pass, every dY element read once and held two cycles. Buffers, batch-major:
     dY (``Bt x O``) in A from word 0, X (``Bt x I``) in B from word 0 and W (``O x I``) in B
     from ``src_base_b`` (``>= Bt * I``); ``base_a`` / ``base_b`` are added as above. A dense
-    walker visits the ``R x C`` tiles of W (output tile outer, input tile inner): tile ``t``
+    walker visits the ``R x C`` tiles of W (input tile outer, output tile inner): tile ``t``
     streams ``(dY[n, o0:o0+R], X[n, i0:i0+C])`` then ``(dY[n, o0:o0+R], 0)`` for every ``n``
     (at least ``2R`` cycles a tile), while the W tile ``t + 2`` is read into a tile register on
     the cycles the activations leave buffer B's ports free; the drain of tile ``t - 1`` shifts
@@ -408,12 +408,12 @@ class ConvBackward(wiring.Component):
                 inc("b_words", _popcount(g_mask))
                 with m.If(f_g_row == R - 1):
                     m.d.sync += [f_g_active.eq(0), f_g_idx.eq(f_g_idx + 1), f_g_row.eq(0)]
-                    with m.If(f_g_i0 + C >= d.c):
-                        m.d.sync += [f_g_i0.eq(0), f_g_o0.eq(f_g_o0 + R),
-                                     f_g_base.eq(f_g_base + f_ri),
-                                     f_g_wrow.eq(f_g_base + f_ri)]
+                    with m.If(f_g_o0 + R >= d.k):     # next input block
+                        m.d.sync += [f_g_o0.eq(0), f_g_i0.eq(f_g_i0 + C),
+                                     f_g_base.eq(d.src_base_b), f_g_wrow.eq(d.src_base_b)]
                     with m.Else():
-                        m.d.sync += [f_g_i0.eq(f_g_i0 + C), f_g_wrow.eq(f_g_base)]
+                        m.d.sync += [f_g_o0.eq(f_g_o0 + R), f_g_base.eq(f_g_base + f_ri),
+                                     f_g_wrow.eq(f_g_base + f_ri)]
             with m.If(f_g_v):
                 for b in range(2):
                     for i in range(R):
@@ -665,10 +665,10 @@ class ConvBackward(wiring.Component):
                                 m.d.sync += [f_n.eq(0), f_arow.eq(0), f_brow.eq(0),
                                              f_cyc.eq(0)]
                                 inc("tiles")
-                                with m.If(f_i0 + C >= d.c):
-                                    m.d.sync += [f_i0.eq(0), f_o0.eq(f_o0 + R)]
+                                with m.If(f_o0 + R >= d.k):
+                                    m.d.sync += [f_o0.eq(0), f_i0.eq(f_i0 + C)]
                                 with m.Else():
-                                    m.d.sync += f_i0.eq(f_i0 + C)
+                                    m.d.sync += f_o0.eq(f_o0 + R)
                                 with m.If((f_o0 + R >= d.k) & (f_i0 + C >= d.c)):
                                     m.next = "DRAIN"
                                 with m.Else():

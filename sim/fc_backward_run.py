@@ -150,14 +150,14 @@ def assemble(config, layer, outs, drains):
     dx = np.zeros((n_, g["tiles_i"] * C), dtype=np.int64)
     for n, tile, vec in outs:
         assert n < n_ and tile < g["tiles"], f"dX vector at n {n}, tile {tile}"
-        i0 = (tile % g["tiles_i"]) * C
+        i0 = (tile // g["tiles_o"]) * C               # input tiles outer, output tiles inner
         dx[n, i0:i0 + C] += np.asarray(vec, dtype=np.int64)
     dw = np.zeros((g["tiles_o"] * R, g["tiles_i"] * C), dtype=np.int64)
     seen = set()
     for row, tile, vec in drains:
         assert tile < g["tiles"] and (row, tile) not in seen, f"dW row {row} of tile {tile}"
         seen.add((row, tile))
-        o0, i0 = (tile // g["tiles_i"]) * R, (tile % g["tiles_i"]) * C
+        o0, i0 = (tile % g["tiles_o"]) * R, (tile // g["tiles_o"]) * C
         dw[o0 + row, i0:i0 + C] = vec
     acc = np.vectorize(lambda v: wrap(int(v), config.acc_width), otypes=[np.int64])
     return {"dx": acc(dx[:, :i_]), "dw": dw[:o_, :i_]}

@@ -165,21 +165,24 @@ def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):
 
 def fc_plan(config, n, i, o):
     """The controller's tiling of an FC layer's backward pass (PHASE 3: batch ``n``, ``i``
-    inputs, ``o`` outputs): a dict with ``fib`` (inputs per block, at most ``cols``: one P
-    word a row), ``fob`` (outputs per run), ``fnb`` (batch rows per run) and ``runs``;
-    :exc:`ValueError` naming what does not fit (the hardware refuses it with TOO_LARGE)."""
+    inputs, ``o`` outputs): a dict with ``fib`` (inputs per block), ``fq`` (P words a row,
+    ``ceil(fib / cols)``), ``fob`` (outputs per run), ``fnb`` (batch rows per run) and
+    ``runs``; :exc:`ValueError` naming what does not fit (the hardware refuses it with
+    TOO_LARGE). P holds a chunk's dX rows and the input block's dW column: ``(fnb + o) fq``
+    words."""
     cols, pcap = config.cols, config.buf_p_depth
     acap, bcap = config.buf_a_depth // 2, config.buf_b_depth // 2
     if o >= pcap:
         raise ValueError(f"{o} outputs: P ({pcap} words) must hold every dW row of an input "
                          f"block plus a dX row")
-    fib = min(i, cols)
+    ceil = lambda a, b: -(-a // b)     # noqa: E731
+    fib = min(i, pcap // (o + 1) * cols, max(cols, bcap // 32))
+    fq = ceil(fib, cols)
     q1 = bcap // fib
     if q1 < 2:
         raise ValueError(f"a B bank ({bcap} words) does not hold an X row and a W row of "
                          f"{fib} inputs")
     fob = min(o, q1 // 2, acap)
-    fnb = min(n, acap // fob, q1 - fob, pcap - o)
-    ceil = lambda a, b: -(-a // b)     # noqa: E731
-    return {"fib": fib, "fob": fob, "fnb": fnb,
+    fnb = min(n, acap // fob, q1 - fob, pcap // fq - o)
+    return {"fib": fib, "fq": fq, "fob": fob, "fnb": fnb,
             "runs": ceil(i, fib) * ceil(n, fnb) * ceil(o, fob)}

@@ -215,6 +215,14 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     assert res[5]["refused"] == "TOO_LARGE"
     with pytest.raises(ValueError, match="P"):
         fc_plan(TINY, 2, 3, 130)
+    # 1024-word buffers: input blocks of 16 (P rows of 4 words), rows loaded as one DMA run
+    shapes = [(64, 32, 48), (16, 24, 16), (5, 37, 11)]
+    assert [fc_plan(SMALL, *s)["fq"] for s in shapes] == [4, 4, 4]
+    run_cocotb(SMALL, "sim.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps([_fc_job(*s, pauses=k == 1)
+                                                   for k, s in enumerate(shapes)]),
+                          "BPSA_RESULTS": str(out)}, tag="fc")
+    assert [r["match"] for r in json.loads(out.read_text())] == [True] * 3
 
 
 def test_baseline_operands_equal_golden():

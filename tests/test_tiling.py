@@ -122,10 +122,10 @@ def test_fc_plan_blocks_equal_golden():
         n, i = (int(v) for v in rng.integers(1, 40, 2))
         o = int(rng.integers(1, depth))
         p = fc_plan(cfg, n, i, o)
-        fib, fob, fnb = p["fib"], p["fob"], p["fnb"]
-        assert fib <= cfg.cols and fnb >= 1 and fob >= 1
+        fib, fob, fnb, fq = p["fib"], p["fob"], p["fnb"], p["fq"]
+        assert fq == -(-fib // cfg.cols) and fnb >= 1 and fob >= 1 and fib >= 1
         assert fnb * fob <= depth // 2 and (fnb + fob) * fib <= depth // 2
-        assert fnb + o <= cfg.buf_p_depth
+        assert (fnb + o) * fq <= cfg.buf_p_depth
         x, w, dy = rng.integers(-8, 8, (n, i)), rng.integers(-8, 8, (o, i)), \
             rng.integers(-8, 8, (n, o))
         dx, dw, runs = np.zeros((n, i), np.int64), np.zeros((o, i), np.int64), 0
