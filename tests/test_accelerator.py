@@ -284,3 +284,10 @@ def test_cli_step(capsys):
         assert res[f"{p}_match"] is True
         assert res[f"{p}_dma_read_bytes"] > 0 and res[f"{p}_dma_write_bytes"] > 0
         assert 0 < res[f"{p}_utilization"] <= 1
+
+
+def test_driver_error_names_match_hardware():
+    """The driver names every refusal code the controller can set."""
+    from hw.accelerator import AccelError
+    from sim.driver import ERROR_NAMES
+    assert {e.value: e.name for e in AccelError if e.value} == ERROR_NAMES
