@@ -45,15 +45,19 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
     groups (word ``oh * OW + ow``); store it. ``CG = min(C, X bank // (H W), W bank // (R S))``
     (X bank: ``buf_a_depth / 2 * feeder_bus_width`` elements; W bank ``buf_b_depth / 2``).
-    loss: for each image n: clear P, then for each group of ``KG`` output channels load
-    W[group] into buffer A and dY[n, group] into buffer B and run the loss on them; P
-    accumulates dX[n]^T (row c, ``ceil(H W / cols)`` words a row); store one row per channel.
-    ``KG = min(K, (buf_a_depth / 2) // (C R S), (buf_b_depth / 2) // (OH OW))``.
-    gradient: for each group of ``CG`` input channels: clear P, then for each image n and
-    group of ``KG`` output channels load dY[n, group] into A and X[n, channel group] into B and
-    run the gradient; P accumulates dW[:, channel group] (row k); store one row per output
-    channel. ``KG = min(K, (buf_a_depth / 2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2)
-    // (H W), (buf_p_depth // K) * cols // (R S))``.
+    loss: for each image n and block of ``CB`` dX channels: clear P, then for each group of
+    ``KG`` output channels load W[group, block] into buffer A (one DMA run per output channel
+    unless the block is all of C) and dY[n, group] into buffer B and run the loss on them; P
+    accumulates dX[n, block]^T (row c, ``ceil(H W / cols)`` words a row); store one row per
+    channel. ``CB = min(C, (buf_a_depth / 2) // (R S), buf_p_depth // ceil(W / cols))``,
+    ``KG = min(K, (buf_a_depth / 2) // (CB R S), (buf_b_depth / 2) // (OH OW))``.
+    gradient: for each block of ``KB`` output channels and each group of ``CG`` input
+    channels: clear P, then for each image n and group of ``KG`` output channels of the block
+    load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
+    accumulates dW[block, channel group] (row k - block start); store one row per output
+    channel. ``KB = min(K, buf_p_depth // ceil(R S / cols))``, ``KG = min(KB, (buf_a_depth /
+    2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2) // (H W), (buf_p_depth // KB) * cols //
+    (R S))``.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
     one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
@@ -367,7 +371,7 @@ class Accelerator(wiring.Component):
         r = {name: Signal(_W, name=name) for name in (
             "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3",
             "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x",
-            "tot", "kohow", "wdp1", "yoff", "blen", "pwords", "dyoff", "eohow")}
+            "tot", "kohow", "wdp1", "yoff", "blen", "pwords", "dyoff", "eohow", "kb", "kend")}
         # row bands (sim.tiling): rows per band, this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "bh", "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
@@ -388,7 +392,7 @@ class Accelerator(wiring.Component):
             "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
             "dwg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
-            "n", "c0", "k0", "kti", "o0", "row", "pword")}
+            "n", "c0", "k0", "kti", "o0", "row", "pword", "kb0")}
         cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
                           Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
                  for t in ("a", "b", "w") for b in (0, 1)}
@@ -616,17 +620,24 @@ class Accelerator(wiring.Component):
                               ("mul", r["rowlen"], r["ohow"], C),
                               ("mul", r["tot"], r["t"], r["rowlen"])], abs_),
             ], "FWD_INIT")
-            # loss set-up. Banded (dX of an image does not fit P, or a dY plane a bank): one
-            # output channel a group, bands of BH dX rows.
+            # loss set-up. dX channel blocks of CG = min(C, A bank // (R S), P // ceil(W / cols))
+            # channels (W of one output channel for a block fills at most a bank, and P holds a
+            # dX row of each). Banded (dX of a block of one image does not fit P, or a dY plane
+            # a bank): bands of BH dX rows.
             program("LSET", [
-                ("div", r["q1"], acap, r["crs"]),
-                ("check", r["q1"] == 0, AccelError.TOO_LARGE),
+                ("div", r["q1"], acap, r["rs"]),
+                ("div", r["q2"], d.w + (C - 1), C),
+                ("div", r["q2"], pcap, r["q2"]),
+                ("set", [r["cg"].eq(mn(d.c, r["q1"], r["q2"]))]),
+                ("check", r["cg"] == 0, AccelError.TOO_LARGE),
+                ("mul", r["t"], r["cg"], r["rs"]),
+                ("div", r["q1"], acap, r["t"]),
                 ("div", r["q2"], bcap, r["ohow"]),
                 ("div", r["nb"], r["hw"] + (C - 1), C),
-                ("mul", r["np"], d.c, r["nb"]),
+                ("mul", r["np"], r["cg"], r["nb"]),
                 ("set", [banded.eq((r["np"] > pcap) | (r["q2"] == 0))]),
                 ("skip", ~banded, 6),
-                ("div", r["t"], pcap, d.c),
+                ("div", r["t"], pcap, r["cg"]),
                 ("mul", r["t"], r["t"], C),
                 ("div", r["q3"], r["t"], d.w),
                 ("div", r["q4"], bcap, r["ow"]),
@@ -648,10 +659,15 @@ class Accelerator(wiring.Component):
                 (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
                 (d.addr_out, [("mul", r["tot"], d.n, r["chw"])], abs_),
             ], "LOSS_INIT")
-            # gradient set-up. Banded (a dY plane does not fit a bank of A or an X plane a bank
-            # of B): one input and one output channel a group, bands of BH dY rows.
+            # gradient set-up. Output-channel blocks of KB = min(K, P // ceil(R S / cols))
+            # channels (P holds their dW rows). Banded (a dY plane does not fit a bank of A or
+            # an X plane a bank of B): bands of BH dY rows.
             program("GSET", [
-                ("div", r["t"], pcap, d.k),
+                ("div", r["nb"], r["rs"] + (C - 1), C),     # P words of one kernel plane
+                ("div", r["kb"], pcap, r["nb"]),
+                ("check", r["kb"] == 0, AccelError.TOO_LARGE),
+                ("set", [r["kb"].eq(mn(d.k, r["kb"]))]),
+                ("div", r["t"], pcap, r["kb"]),
                 ("mul", r["t"], r["t"], C),
                 ("div", r["q3"], r["t"], r["rs"]),
                 ("check", r["q3"] == 0, AccelError.TOO_LARGE),
@@ -674,7 +690,7 @@ class Accelerator(wiring.Component):
                 ("mul", r["t"], r["u"] + r["drh"] + 1, d.w),
                 ("div", r["u"], bcap, r["t"]),
                 ("div", r["q1"], acap, r["ohow"]),
-                ("set", [r["kg"].eq(Mux(banded, mn(d.k, r["q4"]), mn(d.k, r["q1"]))),
+                ("set", [r["kg"].eq(Mux(banded, mn(r["kb"], r["q4"]), mn(r["kb"], r["q1"]))),
                          r["cg"].eq(Mux(banded, mn(d.c, r["u"], r["q3"]),
                                         mn(d.c, r["q2"], r["q3"])))]),
                 ("mul", r["t"], d.stride_w, r["ow"] - 1),
@@ -955,14 +971,14 @@ class Accelerator(wiring.Component):
                     m.d.sync += loop["o0"].eq(0)
                     m.next = "LOSS_BAND"
                 with m.State("LOSS_BAND"):       # band of dX rows [o0, o0 + obh)
-                    m.d.sync += r["obh"].eq(mn(r["bh"], d.h - loop["o0"]))
+                    m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), loop["c0"].eq(0)]
                     with m.If(banded):
                         m.next = "LOSS_BAND_B_0"
                     with m.Else():
                         m.d.sync += [r["eh"].eq(d.h), r["eoh"].eq(r["oh"]), r["pt"].eq(d.pad_h),
                                      r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
                                      r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
-                        m.next = "LOSS_BANDP"
+                        m.next = "LOSS_BANDP_0"
                 h0, hb, p = loop["o0"], r["obh"], d.pad_h
                 program("LOSS_BAND_B", [         # the dY rows [lo, hi] it needs (sim.tiling)
                     ("set", [r["t"].eq(Mux(h0 + p > r["drh"], h0 + p - r["drh"], 0)),
@@ -980,24 +996,32 @@ class Accelerator(wiring.Component):
                     ("mul", r["yoff"], h0, d.w),
                     ("mul", r["blen"], hb, d.w),
                     ("div", r["nb"], r["blen"] + (C - 1), C),
-                    ("mul", r["np"], d.c, r["nb"]),
-                ], "LOSS_BANDP")
-                with m.State("LOSS_BANDP"):      # step (n, band o0)
-                    m.d.sync += [loop["k0"].eq(0), ptr["w"].eq(d.addr_w), grp_c.eq(d.c),
-                                 p_row.eq(r["nb"]), new_step.eq(1),
-                                 ptr["out"].eq(ptr["outn"] + (r["yoff"] << abs_))]
-                    m.next = "LOSS_GROUP_0"
+                    ("mul", r["np"], r["cg"], r["nb"]),
+                ], "LOSS_BANDP_0")
+                program("LOSS_BANDP", [          # step (n, band o0, dX channel block c0)
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["t"], loop["c0"], r["hw"]),
+                    ("mul", r["u"], loop["c0"], r["rs"]),
+                    ("set", [loop["k0"].eq(0), ptr["w"].eq(d.addr_w + (r["u"] << obs)),
+                             p_row.eq(r["nb"]), new_step.eq(1),
+                             ptr["out"].eq(ptr["outn"] + ((r["t"] + r["yoff"]) << abs_))]),
+                ], "LOSS_GROUP_0")
                 program("LOSS_GROUP", [
                     ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
-                    ("mul", r["len_a"], r["crs"], grp_k),
+                    ("mul", r["u"], r["rs"], grp_c),
+                    ("mul", r["len_a"], r["u"], grp_k),
+                    ("mul", r["len_x"], r["crs"], grp_k),
                     ("mul", r["len_b"], r["eohow"], grp_k),
                     ("mul", r["t"], r["rs"], grp_k),
                     ("div", kt_rows, r["t"] + (R - 1), R),
                     ("mul", r["t"], r["ohow"], loop["k0"]),
                     ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
                 ], "LOSS_LOAD_A")
+                # W[group, block]: one run per output channel unless the block is all of C
+                all_c = grp_c == d.c
                 dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
-                         "LOSS_LOAD_B")
+                         "LOSS_LOAD_B", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_a"], r["u"]),
+                                              r["crs"] << obs))
                 dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
                          "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
                                                 Mux(banded, r["eohow"], r["len_b"]),
@@ -1005,13 +1029,16 @@ class Accelerator(wiring.Component):
                 step_run("LOSS", bwd)
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
-                                 ptr["w"].eq(ptr["w"] + (r["len_a"] << obs))]
+                                 ptr["w"].eq(ptr["w"] + (r["len_x"] << obs))]
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.next = "LOSS_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
-                        m.d.sync += save_step(d.c, r["blen"], r["nb"], r["hw"] << abs_)
+                        m.d.sync += save_step(grp_c, r["blen"], r["nb"], r["hw"] << abs_)
                         m.d.sync += ptr["st"].eq(ptr["out"])
-                        with m.If(loop["o0"] + r["obh"] < d.h):
+                        with m.If(loop["c0"] + grp_c < d.c):
+                            m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                            m.next = "LOSS_BANDP_0"
+                        with m.Elif(loop["o0"] + r["obh"] < d.h):
                             m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                             m.next = "LOSS_BAND"
                         with m.Elif(loop["n"] + 1 < d.n):
@@ -1025,14 +1052,19 @@ class Accelerator(wiring.Component):
 
                 # --- gradient loops --------------------------------------------------------------
                 with m.State("GRAD_INIT"):
-                    m.d.sync += [loop["c0"].eq(0), ptr["xg"].eq(d.addr_x),
-                                 ptr["outg"].eq(d.addr_out), pend_store.eq(0), final.eq(0)]
-                    m.next = "GRAD_OUTER_0"
-                program("GRAD_OUTER", [          # step: channel group c0
+                    m.d.sync += [loop["kb0"].eq(0), pend_store.eq(0), final.eq(0)]
+                    m.next = "GRAD_KBLK_0"
+                program("GRAD_KBLK", [           # output channels [kb0, kend)
+                    ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], d.k)), loop["c0"].eq(0),
+                             ptr["xg"].eq(d.addr_x)]),
+                    ("mul", r["t"], loop["kb0"], r["crs"]),
+                    ("set", [ptr["outg"].eq(d.addr_out + (r["t"] << abs_))]),
+                ], "GRAD_OUTER_0")
+                program("GRAD_OUTER", [          # step: output block kb0, channel group c0
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
                     ("mul", r["rowlen"], r["rs"], grp_c),
                     ("div", r["nb"], r["rowlen"] + (C - 1), C),
-                    ("mul", r["np"], d.k, r["nb"]),
+                    ("mul", r["np"], r["kend"] - loop["kb0"], r["nb"]),
                     ("mul", r["len_x"], r["hw"], grp_c),
                     ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
                              ptr["xn"].eq(ptr["xg"]), new_step.eq(1)]),
@@ -1048,11 +1080,12 @@ class Accelerator(wiring.Component):
                     ("mul", r["eohow"], r["obh"], r["ow"]),
                     ("mul", r["dyoff"], loop["o0"], r["ow"]),
                     ("mul", r["len_b"], r["blen"], grp_c),
-                    ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(0),
+                    ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(loop["kb0"]),
                              ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs))]),
                 ], "GRAD_GROUP_0")
                 program("GRAD_GROUP", [          # output-channel group k0
-                    ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"])), row_base.eq(loop["k0"])]),
+                    ("set", [grp_k.eq(mn(r["kg"], r["kend"] - loop["k0"])),
+                             row_base.eq(loop["k0"] - loop["kb0"])]),
                     ("mul", r["len_a"], r["eohow"], grp_k),
                     ("mul", r["t"], r["ohow"], loop["k0"]),
                     ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
@@ -1067,7 +1100,7 @@ class Accelerator(wiring.Component):
                                                 r["hw"] << obs))
                 step_run("GRAD", bwd)
                 with m.State("GRAD_NEXT"):
-                    with m.If(loop["k0"] + grp_k < d.k):
+                    with m.If(loop["k0"] + grp_k < r["kend"]):
                         m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
                         m.next = "GRAD_GROUP_0"
                     with m.Elif(loop["o0"] + r["obh"] < r["oh"]):
@@ -1079,13 +1112,17 @@ class Accelerator(wiring.Component):
                                      ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
                         m.next = "GRAD_IMAGE"
                     with m.Else():                # the step's last group runs: next step
-                        m.d.sync += save_step(d.k, r["rowlen"], r["nb"], r["crs"] << abs_)
+                        m.d.sync += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                                              r["crs"] << abs_)
                         m.d.sync += ptr["st"].eq(ptr["outg"])
                         with m.If(loop["c0"] + grp_c < d.c):
                             m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
                                          ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
                                          ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
                             m.next = "GRAD_OUTER_0"
+                        with m.Elif(r["kend"] < d.k):
+                            m.d.sync += loop["kb0"].eq(r["kend"])
+                            m.next = "GRAD_KBLK_0"
                         with m.Else():
                             m.d.sync += final.eq(1)
                             m.next = "GRAD_LAST"

@@ -126,7 +126,7 @@ def _sim_accelerator_fc(args, config):
     of the equivalent 1x1 convolution)."""
     from sim.accel_run import run_jobs, summary
     from sim.fc_backward_run import parse_fc
-    from sim.tiling import fc_plan
+    from sim.tiling import fc_plan, plan
     if args.gemm is not None or args.layer is None:
         raise UserError("give a layer: --phase fc --layer N=..,I=..,O=..")
     if args.dataflow != "os" or args.sgd_shift is not None:
@@ -138,9 +138,16 @@ def _sim_accelerator_fc(args, config):
             if not (config.has("interleaved") and config.has("is")):
                 raise ValueError(f"configuration {config.name!r} does not generate the "
                                  f"'interleaved' dataflow (use --baseline)")
-            fc_plan(config, layer.batch, layer.inputs, layer.outputs)
+            try:
+                fc_plan(config, layer.batch, layer.inputs, layer.outputs)
+            except ValueError as e:
+                raise ValueError(f"{e} (--baseline runs it as two descriptors)") from None
         elif not config.has("is"):
             raise ValueError(f"configuration {config.name!r} does not generate 'is'")
+        else:
+            n, i, o = layer.batch, layer.inputs, layer.outputs
+            plan(config, "loss", n, i, 1, 1, o, 1, 1)
+            plan(config, "gradient", n, i, 1, 1, o, 1, 1)
     except ValueError as e:
         raise UserError(f"cannot run FC layer {args.layer!r} on {config.name!r}: {e}") from None
     job = {"phase": "fc_backward", "seed": args.seed, "interleaved": not args.baseline,

@@ -312,11 +312,12 @@ class Driver:
         ``dy``: N x K): ``(dx, dw)`` with ``dx = dy w`` (N x C) and ``dw = dy^T x`` (K x C).
 
         ``interleaved`` (default: when the configuration generates the ``interleaved`` and
-        ``is`` dataflows): one PHASE 3 descriptor; the backward engine computes dX and dW in
-        one pass in InterGrad's interleaved dataflow, and ADDR_OUT receives dX (N x C) then
-        dW (K x C) as accumulators (the controller's tiling: :func:`sim.tiling.fc_plan`).
-        Otherwise the loss and the gradient of the equivalent 1x1 convolution on 1x1 images,
-        two descriptors one after the other (the counters are then the sums of both runs')."""
+        ``is`` dataflows and the layer fits :func:`sim.tiling.fc_plan`): one PHASE 3
+        descriptor; the backward engine computes dX and dW in one pass in InterGrad's
+        interleaved dataflow, and ADDR_OUT receives dX (N x C) then dW (K x C) as accumulators.
+        Otherwise (also for layers with ``K >= buf_p_depth`` outputs, which PHASE 3 refuses)
+        the loss and the gradient of the equivalent 1x1 convolution on 1x1 images, two
+        descriptors one after the other (the counters are then the sums of both runs')."""
         x, w, dy = (np.asarray(t) for t in (x, w, dy))
         if x.ndim != 2 or w.ndim != 2 or dy.ndim != 2:
             raise ValueError(f"fc_backward takes matrices x (N x C), w (K x C), dy (N x K), "
@@ -327,6 +328,11 @@ class Driver:
                              f"dy {dy.shape}")
         if interleaved is None:
             interleaved = self.config.has("interleaved") and self.config.has("is")
+            if interleaved and n and c and k:
+                try:
+                    tiling.fc_plan(self.config, n, c, k)
+                except ValueError:
+                    interleaved = False
         if not interleaved:
             dy4, w4, x4 = dy.reshape(n, k, 1, 1), w.reshape(k, c, 1, 1), x.reshape(n, c, 1, 1)
             dx = await self.loss(dy4, w4, (1, 1))

@@ -25,6 +25,12 @@ Row bands (*spatial tiling*)
         ``oh_hi - oh_lo + 1`` the band's output height.
 
     A layer that fits keeps one band (``banded`` is false) and groups of several channels.
+
+Channel blocks
+    The loss computes ``cblock`` dX channels at a time (W of one output channel for them must
+    fit a bank of A, and P one dX row of each); the gradient ``kblock`` output channels at a
+    time (P holds their dW rows for a channel group). ``cblocks`` / ``kblocks`` count them; a
+    layer that fits has one.
     Banding the forward or the gradient needs ``pad_h <= dil_h (R - 1)`` (else a band could lie
     wholly in the padding); such layers are refused when they do not fit.
 """
@@ -59,8 +65,9 @@ def _dims(h, w, r, s, stride, pad, dil):
 
 def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
     """The controller's tiling: a dict with ``group`` (channels per group: forward C, loss K,
-    gradient ``(C, K)``), ``groups``, ``banded``, ``band`` (rows per band), ``bands`` and
-    ``runs`` (engine runs); :exc:`ValueError` naming what does not fit (the hardware refuses
+    gradient ``(C, K)``), ``groups``, ``banded``, ``band`` (rows per band), ``bands``, ``runs``
+    (engine runs) and the channel blocks (loss: ``cblock``, ``cblocks``; gradient:
+    ``kblock``, ``kblocks``); :exc:`ValueError` naming what does not fit (the hardware refuses
     the same layers with TOO_LARGE)."""
     cols, pcap = config.cols, config.buf_p_depth
     # the controller splits buffers A and B into two banks (double buffering)
@@ -96,41 +103,56 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
         return {"group": 1, "groups": c, "banded": True, "band": bh, "bands": nb,
                 "runs": n * kt * nb * c}
     if phase == "loss":
-        crs = c * rs
-        if crs > acap:
-            raise ValueError(f"W of one output channel ({crs} elements) does not fit a bank of "
+        if rs > acap:
+            raise ValueError(f"one kernel plane of W ({rs} elements) does not fit a bank of "
                              f"buffer A ({acap} words)")
-        if c * ceil(hw_, cols) <= pcap and ohow <= bcap:
+        # dX channel blocks: W of one output channel for cb dX channels fills at most a bank,
+        # and P holds one dX row of each (so that a layer can be cut into row bands)
+        cb = min(c, acap // rs, pcap // ceil(w, cols))
+        if cb == 0:
+            raise ValueError(f"one dX row ({ceil(w, cols)} words) does not fit the P buffer "
+                             f"({pcap} words)")
+        cbs, crs = ceil(c, cb), cb * rs
+        if cb * ceil(hw_, cols) <= pcap and ohow <= bcap:
             kg = min(k, acap // crs, bcap // ohow)
-            return {"group": kg, "groups": ceil(k, kg), "banded": False, "band": h,
-                    "bands": 1, "runs": n * ceil(k, kg)}
-        bh = min(h, (pcap // c) * cols // w, sh * (bcap // ow - 1) - drh)
-        bh = banding(bh, f"dX of one image ({c} rows of {ceil(hw_, cols)} words) does not fit "
-                         f"the P buffer ({pcap} words), or one dY plane ({ohow}) a bank of "
-                         f"buffer B ({bcap})")
+            return {"group": kg, "groups": ceil(k, kg), "cblock": cb, "cblocks": cbs,
+                    "banded": False, "band": h, "bands": 1, "runs": n * cbs * ceil(k, kg)}
+        bh = min(h, (pcap // cb) * cols // w, sh * (bcap // ow - 1) - drh)
+        bh = banding(bh, f"dX of one image ({cb} rows of {ceil(hw_, cols)} words) does not "
+                         f"fit the P buffer ({pcap} words), or one dY plane ({ohow}) a bank "
+                         f"of buffer B ({bcap})")
         nb = ceil(h, bh)
         # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows of each output channel
         kg = min(k, acap // crs, bcap // (((bh - 1 + drh) // sh + 2) * ow))
-        return {"group": kg, "groups": ceil(k, kg), "banded": True, "band": bh, "bands": nb,
-                "runs": n * nb * ceil(k, kg)}
+        return {"group": kg, "groups": ceil(k, kg), "cblock": cb, "cblocks": cbs,
+                "banded": True, "band": bh, "bands": nb, "runs": n * nb * cbs * ceil(k, kg)}
     if phase != "gradient":
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
-    if k * ceil(rs, cols) > pcap:
-        raise ValueError(f"dW of one input channel ({k} rows of {ceil(rs, cols)} words) does "
-                         f"not fit the P buffer ({pcap} words)")
+    if ceil(rs, cols) > pcap:
+        raise ValueError(f"dW of one kernel plane ({ceil(rs, cols)} words) does not fit the P "
+                         f"buffer ({pcap} words)")
+    # output-channel blocks: P holds the dW rows of kb output channels for a channel group
+    kb = k if k * ceil(rs, cols) <= pcap else pcap // ceil(rs, cols)
+    kbs = ceil(k, kb)
+
+    def k_groups(kg):      # output-channel groups over all blocks (the last may be shorter)
+        return (k // kb) * ceil(kb, kg) + ceil(k % kb, kg)
+
     if ohow <= acap and hw_ <= bcap:
-        kg = min(k, acap // ohow)
-        cg = min(c, bcap // hw_, (pcap // k) * cols // rs)
-        return {"group": (cg, kg), "groups": ceil(c, cg) * ceil(k, kg), "banded": False,
-                "band": oh, "bands": 1, "runs": ceil(c, cg) * n * ceil(k, kg)}
+        kg = min(kb, acap // ohow)
+        cg = min(c, bcap // hw_, (pcap // kb) * cols // rs)
+        return {"group": (cg, kg), "groups": ceil(c, cg) * k_groups(kg), "kblock": kb,
+                "kblocks": kbs, "banded": False, "band": oh, "bands": 1,
+                "runs": ceil(c, cg) * n * k_groups(kg)}
     bh = min(oh, acap // ow, (bcap // w - drh - 1) // sh + 1 if bcap // w > drh else 0)
     bh = banding(bh, f"one dY plane ({ohow}) or one X plane ({hw_}) does not fit a bank of "
                      f"buffer A / B ({acap} / {bcap} words)")
     nb = ceil(oh, bh)
-    kg = min(k, acap // (bh * ow))
-    cg = min(c, bcap // (((bh - 1) * sh + drh + 1) * w), (pcap // k) * cols // rs)
-    return {"group": (cg, kg), "groups": ceil(c, cg) * ceil(k, kg), "banded": True,
-            "band": bh, "bands": nb, "runs": ceil(c, cg) * n * nb * ceil(k, kg)}
+    kg = min(kb, acap // (bh * ow))
+    cg = min(c, bcap // (((bh - 1) * sh + drh + 1) * w), (pcap // kb) * cols // rs)
+    return {"group": (cg, kg), "groups": ceil(c, cg) * k_groups(kg), "kblock": kb,
+            "kblocks": kbs, "banded": True, "band": bh, "bands": nb,
+            "runs": ceil(c, cg) * n * nb * k_groups(kg)}
 
 
 def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):

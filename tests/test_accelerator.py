@@ -112,6 +112,18 @@ def random_jobs(config, count, seed):
                  "layer": {"batch": 1, "channels": 8, "height": 40, "width": 4,
                            "out_channels": 5, "kernel_h": 1, "kernel_w": 1, "stride_h": 2,
                            "stride_w": 2}})
+    # channel blocks: dX channels of the loss (W of an output channel wider than a bank;
+    # P holding only a dX row of 42 channels, banded), output channels of the gradient (dW of
+    # one input channel taller than P, banded)
+    k3 = {"kernel_h": 3, "kernel_w": 3, "pad_h": 1, "pad_w": 1}
+    jobs.append({"phase": "loss", "seed": 4, "layer": dict(
+        k3, batch=1, channels=20, height=6, width=5, out_channels=3)})
+    jobs.append({"phase": "loss", "seed": 5, "pauses": True, "layer": {
+        "batch": 1, "channels": 50, "height": 6, "width": 12, "out_channels": 3,
+        "kernel_h": 1, "kernel_w": 1}})
+    jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "layer": dict(
+        k3, batch=2, channels=2, height=12, width=12, out_channels=45, stride_h=2,
+        stride_w=2)})
     wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
             "kernel_h": 3, "kernel_w": 3}
     jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
@@ -120,7 +132,8 @@ def random_jobs(config, count, seed):
 
 def test_random_jobs_need_tiling():
     """The random layers of the Verilator test do exercise multi-group tiling and row bands
-    in every phase, and bands of several channels a group."""
+    in every phase, bands of several channels a group, and channel blocks in the loss and
+    the gradient."""
     from sim.driver import plan
     jobs = random_jobs(TINY, 18, seed=5)
     multi = []
@@ -130,6 +143,15 @@ def test_random_jobs_need_tiling():
                  lay["out_channels"], 1, 1, 2)
         multi.append(p["banded"] and p["group"] > 1)
     assert multi == [True]
+    blocks = []
+    for j in jobs[19:22]:
+        lay = j["layer"]
+        p = plan(TINY, j["phase"], lay["batch"], lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
+                 (lay.get("stride_h", 1), lay.get("stride_w", 1)),
+                 (lay.get("pad_h", 0), lay.get("pad_w", 0)))
+        blocks.append((p.get("cblocks", 1), p.get("kblocks", 1), p["banded"]))
+    assert blocks == [(3, 1, False), (2, 1, True), (1, 2, True)]
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
         assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
@@ -147,7 +169,7 @@ def test_random_layers_tiled_verilator(tmp_path):
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                tag="random")
     res = json.loads(out.read_text())
-    assert sum(1 for r in res if r.get("match")) == 19
+    assert sum(1 for r in res if r.get("match")) == 22
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
 
@@ -197,7 +219,8 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     blocks, batch chunks and output blocks; ``sim.tiling.fc_plan``) give dX and dW equal to
     numpy in one interleaved pass each, under back-pressure too; the same layer as two
     descriptors (loss and gradient of a 1x1 convolution) gives the same result; an FC layer
-    with more outputs than P has words is refused with TOO_LARGE."""
+    with more outputs than P has words is refused with TOO_LARGE as PHASE 3, and the driver
+    runs it as two descriptors by default (the gradient in output-channel blocks)."""
     from sim.runner import run_cocotb
     from sim.tiling import fc_plan
     shapes = [(40, 10, 20), (6, 21, 9), (1, 1, 1), (13, 5, 70)]
@@ -205,7 +228,8 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     assert fc_plan(TINY, 40, 10, 20)["fnb"] < 40          # batch chunks
     jobs = [_fc_job(*s, pauses=k % 2 == 1) for k, s in enumerate(shapes)]
     jobs.append(_fc_job(40, 10, 20, interleaved=False))
-    jobs.append(_fc_job(2, 3, 130, expect="TOO_LARGE"))
+    jobs.append(_fc_job(2, 3, 130, interleaved=True, expect="TOO_LARGE"))
+    jobs.append(_fc_job(2, 3, 130, pauses=True))
     out = tmp_path / "res.json"
     run_cocotb(TINY, "sim.tb_accelerator", top="accelerator", testcase="layers",
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
@@ -213,6 +237,7 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     res = json.loads(out.read_text())
     assert [r.get("match") for r in res[:5]] == [True] * 5
     assert res[5]["refused"] == "TOO_LARGE"
+    assert res[6]["match"]
     with pytest.raises(ValueError, match="P"):
         fc_plan(TINY, 2, 3, 130)
     # 1024-word buffers: input blocks of 16 (P rows of 4 words), rows loaded as one DMA run

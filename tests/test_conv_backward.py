@@ -410,7 +410,8 @@ def test_cli_refuses_bad_layers(capsys):
         assert message in err and len(err.splitlines()) == 1, (argv, err)
     # through the accelerator: refused before any simulation
     assert main(["sim", "--phase", "fc", "--layer", "N=2,I=3,O=5000"]) == 2
-    assert "every dW row" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "every dW row" in err and "--baseline runs it as two descriptors" in err
     assert main(["sim", "--engine", "--baseline", "--phase", "fc", "--layer", "N=2,I=3,O=4"]) == 2
     assert "--baseline applies only" in capsys.readouterr().err
 

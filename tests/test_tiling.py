@@ -141,3 +141,62 @@ def test_fc_plan_blocks_equal_golden():
         np.testing.assert_array_equal(dw, golden.gemm(dy.T, x))
     with pytest.raises(ValueError, match="P"):
         fc_plan(small, 4, 4, small.buf_p_depth)
+
+
+def test_plan_channel_blocks():
+    """Channel blocks: the loss cuts the dX channels into blocks whose W (one output channel)
+    fits a bank of A and whose dX rows fit P; the gradient cuts the output channels into
+    blocks whose dW rows fit P. Layers that fit keep one block (the plans of before)."""
+    rng = np.random.default_rng(11)
+    small = load_config("small")
+    ceil = lambda a, b: -(-a // b)     # noqa: E731
+    seen = set()
+    for _ in range(300):
+        depth = int(2 ** rng.integers(6, 11))
+        cfg = small.replace(buf_a_depth=depth, buf_b_depth=depth, buf_p_depth=depth,
+                            name=f"cb_{depth}")
+        acap, pcap, cols = depth // 2, depth, cfg.cols
+        c, k = (int(v) for v in rng.integers(1, 600, 2))
+        r = s = int(rng.choice([1, 3, 5]))
+        h = w = int(rng.integers(r, 20))
+        try:
+            lp = plan(cfg, "loss", 1, c, h, w, k, r, s, pad=(r // 2, r // 2))
+        except ValueError as e:
+            assert "band" in str(e) or "fit" in str(e)
+        else:
+            cb = lp["cblock"]
+            assert cb * r * s <= acap and cb * ceil(w, cols) <= pcap
+            assert (cb == c) == (lp["cblocks"] == 1) and lp["cblocks"] == ceil(c, cb)
+            assert lp["group"] * cb * r * s <= acap
+            seen.add(("loss", lp["cblocks"] > 1))
+        try:
+            gp = plan(cfg, "gradient", 1, c, h, w, k, r, s, pad=(r // 2, r // 2))
+        except ValueError as e:
+            assert "band" in str(e) or "fit" in str(e)
+        else:
+            kb = gp["kblock"]
+            assert kb * ceil(r * s, cols) <= pcap and gp["kblocks"] == ceil(k, kb)
+            assert (kb == k) == (gp["kblocks"] == 1)
+            assert gp["group"][1] <= kb
+            seen.add(("gradient", gp["kblocks"] > 1))
+    assert seen == {("loss", True), ("loss", False), ("gradient", True), ("gradient", False)}
+
+
+def test_real_layers_plan_on_paper16():
+    """With channel blocks, every layer of sim/workloads/conv_layers.csv runs all three
+    phases on the 16x16 preset, but AlexNet's first gradient (11 X rows of 224 do not fit a
+    bank: column tiling is not built)."""
+    import csv
+    from pathlib import Path
+    cfg = load_config("paper16")
+    refused = []
+    path = Path(__file__).resolve().parent.parent / "sim" / "workloads" / "conv_layers.csv"
+    for row in csv.DictReader(path.read_text().splitlines()):
+        c, h, w, k, r, s, st, p, d = (int(row[x]) for x in
+                                      "C H W K R S stride pad dilation".split())
+        for phase in ("forward", "loss", "gradient"):
+            try:
+                plan(cfg, phase, 1, c, h, w, k, r, s, (st, st), (p, p), (d, d))
+            except ValueError as e:
+                refused.append((row["network"], row["layer"], phase, "row band" in str(e)))
+    assert refused == [("alexnet", "features.0", "gradient", True)]
