@@ -572,16 +572,17 @@ class Accelerator(wiring.Component):
                 ("mul", r["crs"], d.c, r["rs"]),
                 ("mul", r["chw"], d.c, r["hw"]),
             ], "PHASE_SETUP")
+            # only the generated phases' set-up and loops exist (CHECK refuses the others)
+            setups = ([(is_fwd, "FSET_0")] if fwd is not None else []) + \
+                ([(is_loss, "LSET_0"), (is_grad, "GSET_0")] if bwd is not None else []) + \
+                ([(is_fc, "FCSET_0")] if has_fc else [])
             with m.State("PHASE_SETUP"):
                 m.d.sync += ow_reg.eq(r["ow"])
-                with m.If(is_fwd):
-                    m.next = "FSET_0"
-                with m.Elif(is_loss):
-                    m.next = "LSET_0"
-                with m.Elif(is_grad):
-                    m.next = "GSET_0"
+                for i, (cond, state) in enumerate(setups):
+                    with (m.If if i == 0 else m.Elif)(cond):
+                        m.next = state
                 with m.Else():
-                    m.next = "FCSET_0"
+                    fail(AccelError.PHASE)
 
             def addr_checks(name, tensors, then):
                 """Steps checking alignment and the window of ``(addr, count, shift)``."""
@@ -593,140 +594,143 @@ class Accelerator(wiring.Component):
                     steps.append(("check", out, AccelError.WINDOW))
                 program(name, steps, then)
 
-            # forward set-up. Unbanded: groups of CG channels, the whole plane. Banded (a plane
-            # of X does not fit a bank, or the output plane P): one channel a group, bands of
-            # BH output rows (sim.tiling).
-            program("FSET", [
-                ("check", r["rs"] > wcap, AccelError.TOO_LARGE),
-                ("div", r["q1"], xcap, r["hw"]),
-                ("div", r["q2"], wcap, r["rs"]),
-                ("set", [banded.eq((r["q1"] == 0) | (r["ohow"] > pcap))]),
-                ("skip", ~banded, 4),
-                ("div", r["q3"], xcap, d.w),
-                ("div", r["t"], Mux(r["q3"] > r["drh"], r["q3"] - r["drh"] - 1, 0), d.stride_h),
-                ("set", [r["t"].eq(Mux(r["q3"] > r["drh"], r["t"] + 1, 0))]),
-                ("div", r["q4"], pcap, r["ow"]),
-                ("set", [r["cg"].eq(Mux(banded, 1, mn(d.c, r["q1"], r["q2"]))),
-                         r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
-                ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
-                 AccelError.TOO_LARGE),
-                ("div", r["kt"], d.k + (C - 1), C),
-            ], "FCHK_0")
-            addr_checks("FCHK", [
-                (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
-                (d.addr_w, [("mul", r["t"], r["kt"], r["crs"]),
-                            ("mul", r["tot"], r["t"], C)], obs),
-                (d.addr_out, [("mul", r["t"], d.n, r["kt"]),
-                              ("mul", r["rowlen"], r["ohow"], C),
-                              ("mul", r["tot"], r["t"], r["rowlen"])], abs_),
-            ], "FWD_INIT")
-            # loss set-up. dX channel blocks of CG = min(C, A bank // (R S), P // ceil(W / cols))
-            # channels (W of one output channel for a block fills at most a bank, and P holds a
-            # dX row of each). Banded (dX of a block of one image does not fit P, or a dY plane
-            # a bank): bands of BH dX rows.
-            program("LSET", [
-                ("div", r["q1"], acap, r["rs"]),
-                ("div", r["q2"], d.w + (C - 1), C),
-                ("div", r["q2"], pcap, r["q2"]),
-                ("set", [r["cg"].eq(mn(d.c, r["q1"], r["q2"]))]),
-                ("check", r["cg"] == 0, AccelError.TOO_LARGE),
-                ("mul", r["t"], r["cg"], r["rs"]),
-                ("div", r["q1"], acap, r["t"]),
-                ("div", r["q2"], bcap, r["ohow"]),
-                ("div", r["nb"], r["hw"] + (C - 1), C),
-                ("mul", r["np"], r["cg"], r["nb"]),
-                ("set", [banded.eq((r["np"] > pcap) | (r["q2"] == 0))]),
-                ("skip", ~banded, 6),
-                ("div", r["t"], pcap, r["cg"]),
-                ("mul", r["t"], r["t"], C),
-                ("div", r["q3"], r["t"], d.w),
-                ("div", r["q4"], bcap, r["ow"]),
-                ("mul", r["t"], Mux(r["q4"] > 0, r["q4"] - 1, 0), d.stride_h),
-                ("set", [r["t"].eq(Mux(r["t"] > r["drh"], r["t"] - r["drh"], 0))]),
-                ("set", [r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
-                ("check", banded & (r["bh"] == 0), AccelError.TOO_LARGE),
-                # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows per output channel
-                ("skip", ~banded, 3),
-                ("div", r["t"], r["bh"] - 1 + r["drh"], d.stride_h),
-                ("mul", r["t"], r["t"] + 2, r["ow"]),
-                ("div", r["q4"], bcap, r["t"]),
-                ("set", [r["kg"].eq(Mux(banded, mn(d.k, r["q1"], r["q4"]),
-                                        mn(d.k, r["q1"], r["q2"])))]),
-                ("mul", r["kohow"], d.k, r["ohow"]),
-            ], "LCHK_0")
-            addr_checks("LCHK", [
-                (d.addr_w, [("mul", r["tot"], d.k, r["crs"])], obs),
-                (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
-                (d.addr_out, [("mul", r["tot"], d.n, r["chw"])], abs_),
-            ], "LOSS_INIT")
-            # gradient set-up. Output-channel blocks of KB = min(K, P // ceil(R S / cols))
-            # channels (P holds their dW rows). Banded (a dY plane does not fit a bank of A or
-            # an X plane a bank of B): bands of BH dY rows.
-            program("GSET", [
-                ("div", r["nb"], r["rs"] + (C - 1), C),     # P words of one kernel plane
-                ("div", r["kb"], pcap, r["nb"]),
-                ("check", r["kb"] == 0, AccelError.TOO_LARGE),
-                ("set", [r["kb"].eq(mn(d.k, r["kb"]))]),
-                ("div", r["t"], pcap, r["kb"]),
-                ("mul", r["t"], r["t"], C),
-                ("div", r["q3"], r["t"], r["rs"]),
-                ("check", r["q3"] == 0, AccelError.TOO_LARGE),
-                ("div", r["q1"], acap, r["ohow"]),
-                ("div", r["q2"], bcap, r["hw"]),
-                ("set", [banded.eq((r["q1"] == 0) | (r["q2"] == 0))]),
-                ("skip", ~banded, 4),
-                ("div", r["q4"], acap, r["ow"]),
-                ("div", r["q1"], bcap, d.w),
-                ("div", r["t"], Mux(r["q1"] > r["drh"], r["q1"] - r["drh"] - 1, 0), d.stride_h),
-                ("set", [r["t"].eq(Mux(r["q1"] > r["drh"], r["t"] + 1, 0))]),
-                ("set", [r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
-                ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
-                 AccelError.TOO_LARGE),
-                # banded: as many output / input channels as a band's rows leave room for
-                ("skip", ~banded, 5),
-                ("mul", r["t"], r["bh"], r["ow"]),
-                ("div", r["q4"], acap, r["t"]),
-                ("mul", r["u"], r["bh"] - 1, d.stride_h),
-                ("mul", r["t"], r["u"] + r["drh"] + 1, d.w),
-                ("div", r["u"], bcap, r["t"]),
-                ("div", r["q1"], acap, r["ohow"]),
-                ("set", [r["kg"].eq(Mux(banded, mn(r["kb"], r["q4"]), mn(r["kb"], r["q1"]))),
-                         r["cg"].eq(Mux(banded, mn(d.c, r["u"], r["q3"]),
-                                        mn(d.c, r["q2"], r["q3"])))]),
-                ("mul", r["t"], d.stride_w, r["ow"] - 1),
-                ("set", [r["wdp1"].eq(r["t"] + 1)]),
-                ("mul", r["kohow"], d.k, r["ohow"]),
-            ], "GCHK_0")
-            addr_checks("GCHK", [
-                (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
-                (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
-                (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
-            ], "GRAD_INIT")
-            # FC backward set-up (sim.tiling.fc_plan): blocks of FIB inputs (P rows of FQ
-            # words), FOB outputs and FNB batch rows a run; P holds the run's dX rows (rows
-            # 0..FNB-1) and the input block's dW column (rows FNB..FNB+O-1).
-            program("FCSET", [
-                ("check", d.k >= pcap, AccelError.TOO_LARGE),
-                ("div", r["q3"], pcap, d.k + 1),           # P words a row, at most
-                ("set", [r["fib"].eq(mn(d.c, r["q3"] * C, max(C, bcap // 32)))]),
-                ("div", r["fq"], r["fib"] + (C - 1), C),
-                ("div", r["q1"], bcap, r["fib"]),
-                ("check", r["q1"] < 2, AccelError.TOO_LARGE),
-                ("set", [r["fob"].eq(mn(d.k, r["q1"] >> 1, acap))]),
-                ("div", r["q2"], acap, r["fob"]),
-                ("div", r["q4"], pcap, r["fq"]),
-                ("set", [r["fnb"].eq(mn(d.n, r["q2"], r["q1"] - r["fob"], r["q4"] - d.k))]),
-                ("mul", r["fwoff"], r["fnb"], r["fib"]),
-                ("mul", r["fdw0"], r["fnb"], r["fq"]),
-                ("mul", r["kohow"], d.n, d.c),             # N I: dX elements
-            ], "FCHK_X_0")
-            addr_checks("FCHK_X", [
-                (d.addr_x, [("set", [r["tot"].eq(r["kohow"])])], obs),
-                (d.addr_w, [("mul", r["tot"], d.k, d.c)], obs),
-                (d.addr_dy, [("mul", r["tot"], d.n, d.k)], obs),
-                (d.addr_out, [("mul", r["t"], d.k, d.c),
-                              ("set", [r["tot"].eq(r["t"] + r["kohow"])])], abs_),
-            ], "FC_INIT")
+            if fwd is not None:
+                # forward set-up. Unbanded: groups of CG channels, the whole plane. Banded (a plane
+                # of X does not fit a bank, or the output plane P): one channel a group, bands of
+                # BH output rows (sim.tiling).
+                program("FSET", [
+                    ("check", r["rs"] > wcap, AccelError.TOO_LARGE),
+                    ("div", r["q1"], xcap, r["hw"]),
+                    ("div", r["q2"], wcap, r["rs"]),
+                    ("set", [banded.eq((r["q1"] == 0) | (r["ohow"] > pcap))]),
+                    ("skip", ~banded, 4),
+                    ("div", r["q3"], xcap, d.w),
+                    ("div", r["t"], Mux(r["q3"] > r["drh"], r["q3"] - r["drh"] - 1, 0), d.stride_h),
+                    ("set", [r["t"].eq(Mux(r["q3"] > r["drh"], r["t"] + 1, 0))]),
+                    ("div", r["q4"], pcap, r["ow"]),
+                    ("set", [r["cg"].eq(Mux(banded, 1, mn(d.c, r["q1"], r["q2"]))),
+                             r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
+                    ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
+                     AccelError.TOO_LARGE),
+                    ("div", r["kt"], d.k + (C - 1), C),
+                ], "FCHK_0")
+                addr_checks("FCHK", [
+                    (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
+                    (d.addr_w, [("mul", r["t"], r["kt"], r["crs"]),
+                                ("mul", r["tot"], r["t"], C)], obs),
+                    (d.addr_out, [("mul", r["t"], d.n, r["kt"]),
+                                  ("mul", r["rowlen"], r["ohow"], C),
+                                  ("mul", r["tot"], r["t"], r["rowlen"])], abs_),
+                ], "FWD_INIT")
+            if bwd is not None:
+                # loss set-up. dX channel blocks of CG = min(C, A bank // (R S), P // ceil(W /
+                # cols)) channels (W of one output channel for a block fills at most a bank, and
+                # P holds a dX row of each). Banded (dX of a block of one image does not fit P,
+                # or a dY plane a bank): bands of BH dX rows.
+                program("LSET", [
+                    ("div", r["q1"], acap, r["rs"]),
+                    ("div", r["q2"], d.w + (C - 1), C),
+                    ("div", r["q2"], pcap, r["q2"]),
+                    ("set", [r["cg"].eq(mn(d.c, r["q1"], r["q2"]))]),
+                    ("check", r["cg"] == 0, AccelError.TOO_LARGE),
+                    ("mul", r["t"], r["cg"], r["rs"]),
+                    ("div", r["q1"], acap, r["t"]),
+                    ("div", r["q2"], bcap, r["ohow"]),
+                    ("div", r["nb"], r["hw"] + (C - 1), C),
+                    ("mul", r["np"], r["cg"], r["nb"]),
+                    ("set", [banded.eq((r["np"] > pcap) | (r["q2"] == 0))]),
+                    ("skip", ~banded, 6),
+                    ("div", r["t"], pcap, r["cg"]),
+                    ("mul", r["t"], r["t"], C),
+                    ("div", r["q3"], r["t"], d.w),
+                    ("div", r["q4"], bcap, r["ow"]),
+                    ("mul", r["t"], Mux(r["q4"] > 0, r["q4"] - 1, 0), d.stride_h),
+                    ("set", [r["t"].eq(Mux(r["t"] > r["drh"], r["t"] - r["drh"], 0))]),
+                    ("set", [r["bh"].eq(Mux(banded, mn(d.h, r["q3"], r["t"]), d.h))]),
+                    ("check", banded & (r["bh"] == 0), AccelError.TOO_LARGE),
+                    # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows per output channel
+                    ("skip", ~banded, 3),
+                    ("div", r["t"], r["bh"] - 1 + r["drh"], d.stride_h),
+                    ("mul", r["t"], r["t"] + 2, r["ow"]),
+                    ("div", r["q4"], bcap, r["t"]),
+                    ("set", [r["kg"].eq(Mux(banded, mn(d.k, r["q1"], r["q4"]),
+                                            mn(d.k, r["q1"], r["q2"])))]),
+                    ("mul", r["kohow"], d.k, r["ohow"]),
+                ], "LCHK_0")
+                addr_checks("LCHK", [
+                    (d.addr_w, [("mul", r["tot"], d.k, r["crs"])], obs),
+                    (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
+                    (d.addr_out, [("mul", r["tot"], d.n, r["chw"])], abs_),
+                ], "LOSS_INIT")
+                # gradient set-up. Output-channel blocks of KB = min(K, P // ceil(R S / cols))
+                # channels (P holds their dW rows). Banded (a dY plane does not fit a bank of A or
+                # an X plane a bank of B): bands of BH dY rows.
+                program("GSET", [
+                    ("div", r["nb"], r["rs"] + (C - 1), C),     # P words of one kernel plane
+                    ("div", r["kb"], pcap, r["nb"]),
+                    ("check", r["kb"] == 0, AccelError.TOO_LARGE),
+                    ("set", [r["kb"].eq(mn(d.k, r["kb"]))]),
+                    ("div", r["t"], pcap, r["kb"]),
+                    ("mul", r["t"], r["t"], C),
+                    ("div", r["q3"], r["t"], r["rs"]),
+                    ("check", r["q3"] == 0, AccelError.TOO_LARGE),
+                    ("div", r["q1"], acap, r["ohow"]),
+                    ("div", r["q2"], bcap, r["hw"]),
+                    ("set", [banded.eq((r["q1"] == 0) | (r["q2"] == 0))]),
+                    ("skip", ~banded, 4),
+                    ("div", r["q4"], acap, r["ow"]),
+                    ("div", r["q1"], bcap, d.w),
+                    ("div", r["t"], Mux(r["q1"] > r["drh"], r["q1"] - r["drh"] - 1, 0), d.stride_h),
+                    ("set", [r["t"].eq(Mux(r["q1"] > r["drh"], r["t"] + 1, 0))]),
+                    ("set", [r["bh"].eq(Mux(banded, mn(r["oh"], r["q4"], r["t"]), r["oh"]))]),
+                    ("check", banded & ((r["bh"] == 0) | (d.pad_h > r["drh"])),
+                     AccelError.TOO_LARGE),
+                    # banded: as many output / input channels as a band's rows leave room for
+                    ("skip", ~banded, 5),
+                    ("mul", r["t"], r["bh"], r["ow"]),
+                    ("div", r["q4"], acap, r["t"]),
+                    ("mul", r["u"], r["bh"] - 1, d.stride_h),
+                    ("mul", r["t"], r["u"] + r["drh"] + 1, d.w),
+                    ("div", r["u"], bcap, r["t"]),
+                    ("div", r["q1"], acap, r["ohow"]),
+                    ("set", [r["kg"].eq(Mux(banded, mn(r["kb"], r["q4"]), mn(r["kb"], r["q1"]))),
+                             r["cg"].eq(Mux(banded, mn(d.c, r["u"], r["q3"]),
+                                            mn(d.c, r["q2"], r["q3"])))]),
+                    ("mul", r["t"], d.stride_w, r["ow"] - 1),
+                    ("set", [r["wdp1"].eq(r["t"] + 1)]),
+                    ("mul", r["kohow"], d.k, r["ohow"]),
+                ], "GCHK_0")
+                addr_checks("GCHK", [
+                    (d.addr_dy, [("mul", r["tot"], d.n, r["kohow"])], obs),
+                    (d.addr_x, [("mul", r["tot"], d.n, r["chw"])], obs),
+                    (d.addr_out, [("mul", r["tot"], d.k, r["crs"])], abs_),
+                ], "GRAD_INIT")
+            if has_fc:
+                # FC backward set-up (sim.tiling.fc_plan): blocks of FIB inputs (P rows of FQ
+                # words), FOB outputs and FNB batch rows a run; P holds the run's dX rows (rows
+                # 0..FNB-1) and the input block's dW column (rows FNB..FNB+O-1).
+                program("FCSET", [
+                    ("check", d.k >= pcap, AccelError.TOO_LARGE),
+                    ("div", r["q3"], pcap, d.k + 1),           # P words a row, at most
+                    ("set", [r["fib"].eq(mn(d.c, r["q3"] * C, max(C, bcap // 32)))]),
+                    ("div", r["fq"], r["fib"] + (C - 1), C),
+                    ("div", r["q1"], bcap, r["fib"]),
+                    ("check", r["q1"] < 2, AccelError.TOO_LARGE),
+                    ("set", [r["fob"].eq(mn(d.k, r["q1"] >> 1, acap))]),
+                    ("div", r["q2"], acap, r["fob"]),
+                    ("div", r["q4"], pcap, r["fq"]),
+                    ("set", [r["fnb"].eq(mn(d.n, r["q2"], r["q1"] - r["fob"], r["q4"] - d.k))]),
+                    ("mul", r["fwoff"], r["fnb"], r["fib"]),
+                    ("mul", r["fdw0"], r["fnb"], r["fq"]),
+                    ("mul", r["kohow"], d.n, d.c),             # N I: dX elements
+                ], "FCHK_X_0")
+                addr_checks("FCHK_X", [
+                    (d.addr_x, [("set", [r["tot"].eq(r["kohow"])])], obs),
+                    (d.addr_w, [("mul", r["tot"], d.k, d.c)], obs),
+                    (d.addr_dy, [("mul", r["tot"], d.n, d.k)], obs),
+                    (d.addr_out, [("mul", r["t"], d.k, d.c),
+                                  ("set", [r["tot"].eq(r["t"] + r["kohow"])])], abs_),
+                ], "FC_INIT")
 
             # --- DMA helpers -------------------------------------------------------------------
             def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
@@ -1200,12 +1204,6 @@ class Accelerator(wiring.Component):
                                 m.d.sync += final.eq(1)
                                 m.next = "FC_LAST"
             finish("DONE")
-            # phases not generated: their set-up chains end in a refusal
-            for missing in (["FWD_INIT"] if fwd is None else []) + \
-                    (["LOSS_INIT", "GRAD_INIT"] if bwd is None else []) + \
-                    (["FC_INIT"] if not has_fc else []):
-                with m.State(missing):
-                    fail(AccelError.PHASE)
         m.d.comb += busy.eq(~fsm.ongoing("IDLE"))
         return m
 

@@ -10,7 +10,8 @@ ECP5 (:class:`Ecp5Pll`)
     CLKOP_DIV=48`` (VCO 600 MHz).
 
     The domain (``sync``, defined by the parent) is held in reset until the PLL reports lock (a
-    :class:`~amaranth.lib.cdc.ResetSynchronizer` on ``~LOCK``). The parent puts the clock
+    :class:`~amaranth.lib.cdc.ResetSynchronizer` on ``~LOCK``, whose output a ``DCCA`` puts on
+    a global network: it reaches every flip-flop). The parent puts the clock
     constraint on the domain's clock (``platform.add_clock_constraint(cd.clk, clock_hz)``:
     ``FREQUENCY NET "clk"`` in the .lpf; a constraint on the PLL's own output net would be
     lost, since Yosys merges it into the top-level clock net). nextpnr checks timing against
@@ -20,7 +21,8 @@ ECP5 (:class:`Ecp5Pll`)
 
 from fractions import Fraction
 
-from amaranth.hdl import ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import (ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module,
+                          ResetSignal, Signal)
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 
@@ -121,5 +123,15 @@ class Ecp5Pll(Elaboratable):
         )
         platform.add_clock_constraint(self.clk, self.clock_hz)
         m.d.comb += ClockSignal(self.domain).eq(self.clk)
-        m.submodules.reset_sync = ResetSynchronizer(~self.lock, domain=self.domain)
+        # The synchronised reset goes to the LSR input of every flip-flop of the design. On the
+        # fabric's general routing that net was the most congested of the accelerator's
+        # (router2's congestion-by-net heatmap); a DCCA puts it on a global network instead
+        # (nextpnr routes DCCA outputs on the globals, fabric users on globals 0-7).
+        m.domains.pll_rst = cd_rst = ClockDomain(local=True)
+        m.d.comb += cd_rst.clk.eq(self.clk)
+        m.submodules.reset_sync = ResetSynchronizer(~self.lock, domain="pll_rst")
+        rst = Signal()
+        m.submodules.reset_buf = Instance("DCCA", i_CLKI=cd_rst.rst, i_CE=Const(1),
+                                          o_CLKO=rst)
+        m.d.comb += ResetSignal(self.domain).eq(rst)
         return m
