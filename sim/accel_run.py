@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from sim.driver import layer_shapes, plan
+from sim.tiling import column_strips
 
 __all__ = ["check_job", "job", "run_jobs", "summary"]
 
@@ -62,9 +63,17 @@ def check_job(config, layer, phase, baseline=False):
                           layer.pad, layer.dil)
     if oh < 1 or ow < 1:
         raise ValueError("the dilated kernel is larger than the padded input")
-    return plan(config, phase, layer.batch, layer.channels, layer.height, layer.width,
-                layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride, layer.pad,
-                layer.dil)
+    shape = (config, phase, layer.batch, layer.channels, layer.height, layer.width,
+             layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride, layer.pad,
+             layer.dil)
+    try:
+        return plan(*shape)
+    except ValueError as e:     # rows too wide: the driver cuts the layer into column strips
+        try:
+            strips, plans = column_strips(*shape)
+        except ValueError as e2:
+            raise ValueError(f"{e}; cut into column strips: {e2}") from None
+        return {"strips": strips, "plans": plans}
 
 
 def summary(config, result):
@@ -81,6 +90,7 @@ def summary(config, result):
            "useful_macs": result["useful_macs"],
            "utilization": result["useful_macs"] / max(1, c["busy_cycles"] * config.rows
                                                       * config.cols)}
+    out["strips"] = result.get("strips", 1)
     out["overlap_cycles"] = c["overlap_cycles"]
     out["dma_overlap"] = c["overlap_cycles"] / max(1, c["dma_busy_cycles"])
     return out

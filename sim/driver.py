@@ -15,6 +15,8 @@ The driver lays tensors out as :mod:`hw.accelerator` documents (forward W and Y 
 ``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
 in a memory region, writes the descriptor, starts the layer, waits for DONE, raises
 :exc:`AcceleratorError` when STATUS.ERROR is set, reads the result and the counters.
+A layer whose rows are too wide for the controller (one row band must fit a bank) runs as
+column strips, one descriptor each (:func:`sim.tiling.column_strips`).
 
 Integers only: operands are ``operand_width``-bit (signed or not, per the configuration),
 results ``acc_width``-bit two's complement (they wrap exactly as the hardware's accumulators
@@ -220,11 +222,7 @@ class Driver:
             .astype(f"<u{nbytes}").tobytes()
 
     def _from_bytes(self, raw, shape):
-        v = np.frombuffer(raw, dtype=f"<u{self.ab}").astype(np.int64)
-        bits = self.config.acc_width
-        v &= (1 << bits) - 1
-        v = np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
-        return v.reshape(shape)
+        return self._wrap(np.frombuffer(raw, dtype=f"<u{self.ab}")).reshape(shape)
 
     def _place(self, sizes):
         """Byte addresses for regions of ``sizes`` bytes, 64-byte aligned, from mem_base."""
@@ -275,8 +273,15 @@ class Driver:
             try:
                 self.plan = plan(self.config, phase, n, c, h, wd, k, r, s, stride, pad, dil)
             except ValueError as e:
-                raise ValueError(f"{phase} layer does not fit configuration "
-                                 f"{self.config.name!r}: {e}") from None
+                try:
+                    cut = tiling.column_strips(self.config, phase, n, c, h, wd, k, r, s,
+                                               stride, pad, dil)
+                except ValueError as e2:
+                    raise ValueError(f"{phase} layer does not fit configuration "
+                                     f"{self.config.name!r}: {e}; cut into column strips: "
+                                     f"{e2}") from None
+                return await self._run_strips(phase, cut, x, w, dy, (n, c, h, wd, k, r, s),
+                                              stride, pad, dil)
         kt = -(-k // cols)
         ins, out_shape = [], None
         if phase == "forward":
@@ -306,6 +311,51 @@ class Driver:
             y = self._from_bytes(raw, (n, kt, oh, ow, cols))
             return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
         return self._from_bytes(raw, out_shape)
+
+    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil):
+        """Run a layer too wide for the controller as :func:`sim.tiling.column_strips`, one
+        descriptor a strip: gather each strip's operands on the host (padding columns as
+        zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
+        ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
+        are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
+        strips, plans = cut
+        n, c, h, wd, k, r, s = dims
+        (ph, pw), sub = pad, {"stride": stride, "pad": (pad[0], 0), "dil": dil}
+        oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
+        if phase != "loss":
+            xp = np.pad(x, ((0, 0), (0, 0), (0, 0), (pw, pw)))
+        out = np.zeros({"forward": (n, k, oh, ow), "loss": (n, c, h, wd),
+                        "gradient": (k, c, r, s)}[phase], dtype=np.int64)
+        total = {}
+        for st in strips:
+            if st.in_cols == 0:         # a loss strip no dY column reaches: dX is zero
+                continue
+            if phase == "forward":
+                part = await self.run("forward", x=xp[..., st.in0 + pw:][..., :st.in_cols],
+                                      w=w, **sub)
+                out[..., st.out0:st.out0 + st.out_cols] = part
+            elif phase == "loss":
+                part = await self.run("loss", dy=dy[..., st.in0:st.in0 + st.in_cols], w=w,
+                                      input_hw=(h, st.engine_w), **sub)
+                keep = part[..., st.skip:st.skip + st.out_cols]
+                out[..., st.out0:st.out0 + keep.shape[-1]] = keep
+            else:
+                part = await self.run("gradient", x=xp[..., st.in0 + pw:][..., :st.in_cols],
+                                      dy=dy[..., st.out0:st.out0 + st.out_cols],
+                                      kernel_hw=(r, s), **sub)
+                out = self._wrap(out + part)
+            total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
+        self.counters = total
+        self.plan = {"strips": strips, "plans": plans}
+        return out
+
+    def _wrap(self, v):
+        """``v`` as ``acc_width``-bit two's complement values."""
+        bits, v = self.config.acc_width, np.asarray(v).astype(np.int64)
+        if bits == 64:
+            return v
+        v &= (1 << bits) - 1
+        return np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
 
     async def fc_backward(self, x, w, dy, interleaved=None):
         """Backward pass of a fully connected layer ``y = x w^T`` (``x``: N x C, ``w``: K x C,

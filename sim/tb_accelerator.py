@@ -184,6 +184,8 @@ async def run_job(h, job):
                "baseline": bool(job.get("baseline")),
                "interleaved": job.get("interleaved"),
                "match": bool(np.array_equal(got, want)), "counters": c,
+               "strips": len(drv.plan["strips"]) if isinstance(drv.plan, dict)
+               and "strips" in drv.plan else 1,
                "cycles": c["busy_cycles"],
                "useful_macs": macs_dense, "sim_cycles": sim_cycles,
                "sim_seconds": sim_seconds}

@@ -33,11 +33,30 @@ Channel blocks
     layer that fits has one.
     Banding the forward or the gradient needs ``pad_h <= dil_h (R - 1)`` (else a band could lie
     wholly in the padding); such layers are refused when they do not fit.
+
+Column strips (*the driver's width tiling*)
+    The controller tiles channels, batch and rows, but one row band still spans the whole
+    width. A layer whose rows are too wide for a bank is cut by the *driver* into strips of
+    columns (:func:`column_strips`), each one descriptor of a narrower layer with ``pad_w =
+    0`` whose operands the driver gathers on the host (zero padding columns included):
+
+    forward, gradient
+        strips of Y / dY columns ``[q0, q0 + t)``; a strip reads the padded input's columns
+        ``[q0 s, q0 s + W')``, ``W' = (t - 1) s + d(S-1) + 1``. Forward Y columns are
+        stored at ``q0``; the gradient's partial dW of the strips are added on the host
+        (``acc_width``-bit wrapping sums, exactly the hardware's).
+    loss
+        strips of dX columns ``[x0, x0 + t)``, padded columns ``[a, b) = [x0 + p, x0 + t +
+        p)``. They need dY columns ``[q0, q1)``, ``q0 = max(0, (a - d(S-1)) // s)``, ``q1 =
+        min(OW, (b - 1) // s + 1)``; the strip's transposed convolution (``W' = (q1 - q0 -
+        1) s + d(S-1) + 1``, no padding) puts every one of them where the whole layer does,
+        shifted by ``q0 s``, so dX columns ``[x0, x0 + t)`` are its columns from ``skip = a
+        - q0 s`` (zero past ``W'``: no dY column reaches them).
 """
 
 from dataclasses import dataclass
 
-__all__ = ["Band", "plan", "bands", "fc_plan"]
+__all__ = ["Band", "Strip", "bands", "column_strips", "fc_plan", "plan", "strips"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,22 @@ class Band:
     pad_bottom: int
     engine_h: int
     engine_oh: int
+
+
+@dataclass(frozen=True)
+class Strip:
+    """One column strip: ``out0`` / ``out_cols``: the columns of the output it produces
+    (forward: Y, loss: dX, gradient: dY, whose dW adds up); ``in0`` / ``in_cols``: the input
+    columns it reads (forward, gradient: X columns of the unpadded image, ``in0 < 0`` and
+    columns past W being padding; loss: dY columns); ``engine_w``: the strip layer's ``W``
+    (``pad_w = 0``); ``skip``: loss only, the first column of the strip's dX that is kept.
+    A loss strip no dY column reaches has ``in_cols == 0`` (its dX is zero, nothing runs)."""
+    out0: int
+    out_cols: int
+    in0: int
+    in_cols: int
+    engine_w: int
+    skip: int = 0
 
 
 def _dims(h, w, r, s, stride, pad, dil):
@@ -183,6 +218,55 @@ def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):
         y1 = min(h, yend)
         out.append(Band(o0, obh, y0, y1 - y0, pt, yend - y1, y1 - y0, obh))
     return out
+
+
+def strips(phase, w, s, stride_w, pad_w, dil_w, width):
+    """The :class:`Strip` list of a layer of width ``w`` (kernel width ``s``) cut into strips
+    of ``width`` output columns (forward, gradient: Y / dY columns; loss: dX columns)."""
+    drw = dil_w * (s - 1)
+    ow = (w + 2 * pad_w - drw - 1) // stride_w + 1
+    out = []
+    if phase == "loss":
+        for x0 in range(0, w, width):
+            x1 = min(w, x0 + width)
+            a, b = x0 + pad_w, x1 + pad_w
+            q0 = max(0, (a - drw) // stride_w)
+            q1 = min(ow, (b - 1) // stride_w + 1)
+            if q0 >= q1:
+                out.append(Strip(x0, x1 - x0, q0, 0, 0))
+                continue
+            ew = (q1 - q0 - 1) * stride_w + drw + 1
+            out.append(Strip(x0, x1 - x0, q0, q1 - q0, ew, a - q0 * stride_w))
+        return out
+    for q0 in range(0, ow, width):
+        q1 = min(ow, q0 + width)
+        ew = (q1 - q0 - 1) * stride_w + drw + 1
+        out.append(Strip(q0, q1 - q0, q0 * stride_w - pad_w, ew, ew))
+    return out
+
+
+def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
+                  dil=(1, 1)):
+    """The driver's column strips of a layer whose rows are too wide for the controller:
+    ``(strips, plans)``, the widest strips (fewest descriptors) whose layers :func:`plan`
+    accepts, and those plans (``None`` for an empty loss strip). :exc:`ValueError` when even
+    one-column strips do not fit (the reason is then not the width)."""
+    sw, pw, dw = stride[1], pad[1], dil[1]
+    length = w if phase == "loss" else _dims(h, w, r, s, stride, pad, dil)[2]
+    if length < 2:
+        raise ValueError(f"the layer is {length} column wide; there is nothing to cut")
+    last = None
+    for width in sorted({-(-length // m) for m in range(2, length + 1)}, reverse=True):
+        out, plans = strips(phase, w, s, sw, pw, dw, width), []
+        try:
+            for st in out:
+                plans.append(None if st.in_cols == 0 else plan(
+                    config, phase, n, c, h, st.engine_w, k, r, s, stride, (pad[0], 0), dil))
+        except ValueError as e:
+            last = e
+            continue
+        return out, plans
+    raise ValueError(f"not even strips of one column fit ({last})")
 
 
 def fc_plan(config, n, i, o):

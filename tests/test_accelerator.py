@@ -71,7 +71,9 @@ TINY = SMALL.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="sm
 def random_jobs(config, count, seed):
     """Random layers of every phase that the controller can tile on ``config``, half of them
     with random AXI pauses; every third one has planes too large for the buffers (cut into
-    row bands). Then one refused layer per phase (a row wider than a bank)."""
+    row bands). Then the fixed jobs: a banded group of several channels, channel blocks,
+    layers too wide for a bank that the driver runs as column strips, and the same width sent
+    as one descriptor (refused by the hardware, one per phase)."""
     import random
 
     from sim.driver import layer_shapes, plan
@@ -124,6 +126,16 @@ def random_jobs(config, count, seed):
     jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "layer": dict(
         k3, batch=2, channels=2, height=12, width=12, out_channels=45, stride_h=2,
         stride_w=2)})
+    # rows wider than a bank: the driver runs them as column strips (sim.tiling.column_strips)
+    s2 = {"batch": 1, "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1,
+          "pad_w": 1}
+    jobs.append({"phase": "loss", "seed": 7, "pauses": True, "layer": dict(
+        s2, channels=2, height=3, width=70, out_channels=2)})
+    jobs.append({"phase": "gradient", "seed": 8, "layer": dict(
+        s2, channels=1, height=6, width=40, out_channels=2, stride_h=1)})
+    jobs.append({"phase": "forward", "seed": 9, "layer": dict(
+        s2, channels=1, height=3, width=300, out_channels=2)})
+    # the same width sent as one descriptor: the hardware refuses it
     wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
             "kernel_h": 3, "kernel_w": 3}
     jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
@@ -132,9 +144,10 @@ def random_jobs(config, count, seed):
 
 def test_random_jobs_need_tiling():
     """The random layers of the Verilator test do exercise multi-group tiling and row bands
-    in every phase, bands of several channels a group, and channel blocks in the loss and
-    the gradient."""
+    in every phase, bands of several channels a group, channel blocks in the loss and the
+    gradient, and column strips in every phase."""
     from sim.driver import plan
+    from sim.tiling import column_strips
     jobs = random_jobs(TINY, 18, seed=5)
     multi = []
     for j in jobs[18:19]:
@@ -152,6 +165,15 @@ def test_random_jobs_need_tiling():
                  (lay.get("pad_h", 0), lay.get("pad_w", 0)))
         blocks.append((p.get("cblocks", 1), p.get("kblocks", 1), p["banded"]))
     assert blocks == [(3, 1, False), (2, 1, True), (1, 2, True)]
+    cuts = []
+    for j in jobs[22:25]:
+        lay = j["layer"]
+        shape = (lay["batch"], lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], 3, 3, (lay["stride_h"], 2), (1, 1))
+        with pytest.raises(ValueError, match="not even one row band"):
+            plan(TINY, j["phase"], *shape)
+        cuts.append(len(column_strips(TINY, j["phase"], *shape)[0]))
+    assert cuts == [2, 2, 2]
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
         assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
@@ -161,7 +183,8 @@ def test_random_jobs_need_tiling():
 def test_random_layers_tiled_verilator(tmp_path):
     """Random shapes of every phase, bigger than the buffers (several groups a layer), half
     of them with random ready/valid pauses on every AXI channel, bit-exact against the golden
-    model; layers whose planes do not fit are refused with TOO_LARGE."""
+    model; layers whose rows are too wide run as column strips through the driver, and are
+    refused with TOO_LARGE when sent as one descriptor."""
     from sim.runner import run_cocotb
     jobs = random_jobs(TINY, 18, seed=5)
     out = tmp_path / "res.json"
@@ -169,7 +192,7 @@ def test_random_layers_tiled_verilator(tmp_path):
                extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                tag="random")
     res = json.loads(out.read_text())
-    assert sum(1 for r in res if r.get("match")) == 22
+    assert sum(1 for r in res if r.get("match")) == 25
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
 

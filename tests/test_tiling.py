@@ -7,7 +7,7 @@ import pytest
 
 from hw.config import load_config
 from sim import golden
-from sim.tiling import bands, plan
+from sim.tiling import bands, column_strips, plan
 
 
 def _layer(rng):
@@ -185,21 +185,41 @@ def test_plan_channel_blocks():
     assert seen == {("loss", True), ("loss", False), ("gradient", True), ("gradient", False)}
 
 
-def test_real_layers_plan_on_paper16():
-    """With channel blocks, every layer of sim/workloads/conv_layers.csv runs all three
-    phases on the 16x16 preset, but AlexNet's first gradient (11 X rows of 224 do not fit a
-    bank: column tiling is not built)."""
+def _workload_refusals(cfg):
+    """The (network, layer, phase) of sim/workloads/conv_layers.csv (batch 1) the controller
+    refuses on ``cfg``; each refusal must be a row too wide for a bank, and the driver's
+    column strips must plan it."""
     import csv
     from pathlib import Path
-    cfg = load_config("paper16")
     refused = []
     path = Path(__file__).resolve().parent.parent / "sim" / "workloads" / "conv_layers.csv"
     for row in csv.DictReader(path.read_text().splitlines()):
         c, h, w, k, r, s, st, p, d = (int(row[x]) for x in
                                       "C H W K R S stride pad dilation".split())
+        shape = (1, c, h, w, k, r, s, (st, st), (p, p), (d, d))
         for phase in ("forward", "loss", "gradient"):
             try:
-                plan(cfg, phase, 1, c, h, w, k, r, s, (st, st), (p, p), (d, d))
+                plan(cfg, phase, *shape)
             except ValueError as e:
-                refused.append((row["network"], row["layer"], phase, "row band" in str(e)))
-    assert refused == [("alexnet", "features.0", "gradient", True)]
+                assert "not even one row band fits" in str(e), (row, phase, e)
+                strips, _ = column_strips(cfg, phase, *shape)
+                assert len(strips) >= 2
+                refused.append((row["network"], row["layer"], phase))
+    return refused
+
+
+def test_real_layers_plan_on_paper16():
+    """With channel blocks, every layer of the workloads runs all three phases on the 16x16
+    preset in one descriptor, but AlexNet's first gradient (11 X rows of 224 do not fit a
+    bank), which runs as column strips."""
+    assert _workload_refusals(load_config("paper16")) == [("alexnet", "features.0",
+                                                           "gradient")]
+
+
+def test_real_layers_run_on_small():
+    """On the 1024-word ``small`` preset the 224- and 299-wide first layers' loss and
+    gradient need column strips; every other layer and phase runs in one descriptor."""
+    refused = _workload_refusals(load_config("small"))
+    assert {net for net, _, _ in refused} == {"alexnet", "vgg16", "resnet50", "squeezenet1_0",
+                                              "squeezenet1_1", "inception_v3"}
+    assert sorted(phase for _, _, phase in refused) == ["gradient"] * 7 + ["loss"] * 4
