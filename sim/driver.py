@@ -320,7 +320,7 @@ class Driver:
         are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
         strips, plans = cut
         n, c, h, wd, k, r, s = dims
-        (ph, pw), sub = pad, {"stride": stride, "pad": (pad[0], 0), "dil": dil}
+        pw, sub = pad[1], {"stride": stride, "pad": (pad[0], 0), "dil": dil}
         oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
         if phase != "loss":
             xp = np.pad(x, ((0, 0), (0, 0), (0, 0), (pw, pw)))

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from hw.axi_lite import COUNTERS, CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
+from hw.axi_lite import CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
 from hw.config import load_config
 from sim import golden, tiling
 from sim.driver import Driver, element_bytes, layer_shapes
