@@ -97,12 +97,12 @@ class GoldenTransport:
         return 0
 
 
-def _run(cfg, phase, lay, rng):
+def _run(cfg, phase, lay, rng, low=-128):
     n, c, h, w, k, r, s, st, pad, dil = lay
     oh, ow = layer_shapes(n, c, h, w, k, r, s, st, pad, dil)
-    x = rng.integers(-128, 128, (n, c, h, w))
-    wt = rng.integers(-128, 128, (k, c, r, s))
-    dy = rng.integers(-128, 128, (n, k, oh, ow))
+    x = rng.integers(low, 128, (n, c, h, w))
+    wt = rng.integers(low, 128, (k, c, r, s))
+    dy = rng.integers(low, 128, (n, k, oh, ow))
     t = GoldenTransport(cfg)
     drv = Driver(t, cfg, mem_size=1 << 22)
 
@@ -121,8 +121,9 @@ def _run(cfg, phase, lay, rng):
         want = golden.conv2d_input_grad(dy, wt, (h, w), st, pad, dil)
     else:
         want = golden.conv2d_weight_grad(x, dy, (r, s), st, pad, dil)
-    want = (want + (1 << 31)) % (1 << 32) - (1 << 31)
-    return got, want, t, drv
+    half = 1 << (cfg.acc_width - 1)
+    t.unwrapped = want
+    return got, (want + half) % (2 * half) - half, t, drv
 
 
 def _wide_layers(count, seed):
@@ -164,6 +165,17 @@ def test_wide_layer_runs_as_column_strips(phase, lay):
     strips = drv.plan["strips"]
     assert len(t.runs) == sum(st.in_cols > 0 for st in strips)
     assert drv.counters["busy_cycles"] == 7 * len(t.runs)
+
+
+def test_strip_sums_wrap_like_the_accumulators():
+    """With 16-bit accumulators and operands near the top of their range every dW sum
+    overflows; the host's sum of the strips' partial dW wraps exactly as the whole layer's
+    accumulators would."""
+    cfg = TINY.replace(acc_width=16, name="small_tinybuf_acc16")
+    lay = (2, 1, 9, 120, 2, 3, 3, (1, 1), (1, 1), (1, 1))
+    got, want, t, drv = _run(cfg, "gradient", lay, np.random.default_rng(3), low=100)
+    assert np.array_equal(got, want) and len(t.runs) >= 2
+    assert t.unwrapped.min() >= 1 << 16         # every sum overflowed 16 bits
 
 
 def test_strips_cover_the_output():
