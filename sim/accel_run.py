@@ -6,8 +6,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from sim.driver import layer_shapes, plan
-from sim.tiling import column_strips
+from sim.driver import layer_shapes
+from sim.tiling import plan_or_strips
 
 __all__ = ["check_job", "job", "run_jobs", "summary"]
 
@@ -63,17 +63,10 @@ def check_job(config, layer, phase, baseline=False):
                           layer.pad, layer.dil)
     if oh < 1 or ow < 1:
         raise ValueError("the dilated kernel is larger than the padded input")
-    shape = (config, phase, layer.batch, layer.channels, layer.height, layer.width,
-             layer.out_channels, layer.kernel_h, layer.kernel_w, layer.stride, layer.pad,
-             layer.dil)
-    try:
-        return plan(*shape)
-    except ValueError as e:     # rows too wide: the driver cuts the layer into column strips
-        try:
-            strips, plans = column_strips(*shape)
-        except ValueError as e2:
-            raise ValueError(f"{e}; cut into column strips: {e2}") from None
-        return {"strips": strips, "plans": plans}
+    # rows too wide for the controller: the driver cuts the layer into column strips
+    return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
+                          layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
+                          layer.stride, layer.pad, layer.dil)
 
 
 def summary(config, result):

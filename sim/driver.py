@@ -271,17 +271,15 @@ class Driver:
         oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
         if oh > 0 and ow > 0 and self.check:
             try:
-                self.plan = plan(self.config, phase, n, c, h, wd, k, r, s, stride, pad, dil)
+                p = tiling.plan_or_strips(self.config, phase, n, c, h, wd, k, r, s, stride,
+                                          pad, dil)
             except ValueError as e:
-                try:
-                    cut = tiling.column_strips(self.config, phase, n, c, h, wd, k, r, s,
-                                               stride, pad, dil)
-                except ValueError as e2:
-                    raise ValueError(f"{phase} layer does not fit configuration "
-                                     f"{self.config.name!r}: {e}; cut into column strips: "
-                                     f"{e2}") from None
-                return await self._run_strips(phase, cut, x, w, dy, (n, c, h, wd, k, r, s),
+                raise ValueError(f"{phase} layer does not fit configuration "
+                                 f"{self.config.name!r}: {e}") from None
+            if "strips" in p:
+                return await self._run_strips(phase, p, x, w, dy, (n, c, h, wd, k, r, s),
                                               stride, pad, dil)
+            self.plan = p
         kt = -(-k // cols)
         ins, out_shape = [], None
         if phase == "forward":
@@ -318,7 +316,6 @@ class Driver:
         zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
         ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
         are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
-        strips, plans = cut
         n, c, h, wd, k, r, s = dims
         pw, sub = pad[1], {"stride": stride, "pad": (pad[0], 0), "dil": dil}
         oh, ow = layer_shapes(n, c, h, wd, k, r, s, stride, pad, dil)
@@ -327,7 +324,7 @@ class Driver:
         out = np.zeros({"forward": (n, k, oh, ow), "loss": (n, c, h, wd),
                         "gradient": (k, c, r, s)}[phase], dtype=np.int64)
         total = {}
-        for st in strips:
+        for st in cut["strips"]:
             if st.in_cols == 0:         # a loss strip no dY column reaches: dX is zero
                 continue
             if phase == "forward":
@@ -346,7 +343,7 @@ class Driver:
                 out = self._wrap(out + part)
             total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
         self.counters = total
-        self.plan = {"strips": strips, "plans": plans}
+        self.plan = cut
         return out
 
     def _wrap(self, v):

@@ -56,7 +56,8 @@ Column strips (*the driver's width tiling*)
 
 from dataclasses import dataclass
 
-__all__ = ["Band", "Strip", "bands", "column_strips", "fc_plan", "plan", "strips"]
+__all__ = ["Band", "Strip", "bands", "column_strips", "fc_plan", "plan", "plan_or_strips",
+           "strips"]
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,23 @@ def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
             continue
         return out, plans
     raise ValueError(f"not even strips of one column fit ({last})")
+
+
+def plan_or_strips(config, phase, *shape):
+    """:func:`plan` of the layer (``shape``: its arguments after ``phase``), or, when its rows
+    are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
+    :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
+    differ)."""
+    try:
+        return plan(config, phase, *shape)
+    except ValueError as e:
+        try:
+            strips_, plans = column_strips(config, phase, *shape)
+        except ValueError as e2:
+            why = str(e2)
+            raise ValueError(str(e) if why.endswith(f"({e})") else
+                             f"{e}; cut into column strips: {why}") from None
+        return {"strips": strips_, "plans": plans}
 
 
 def fc_plan(config, n, i, o):

@@ -308,7 +308,7 @@ def test_cli_refuses_layers_it_cannot_tile(capsys):
     for argv, message in [
         (["--phase", "step"], "give a layer"),
         (["--phase", "loss", "--layer", "C=2,H=3,K=2,R=5"], "more than the padded input"),
-        (["--phase", "gradient", "--layer", "C=1,H=200,K=1,R=3"], "does not fit"),
+        (["--phase", "loss", "--layer", "C=1,H=30,K=1,R=23"], "does not fit a bank"),
         (["--phase", "forward", "--baseline", "--layer", "C=1,H=8,K=1,R=3"],
          "--baseline applies only"),
         (["--phase", "gradient", "--baseline", "--layer", "C=1,H=40,K=1,R=3,stride=2"],

@@ -205,9 +205,9 @@ def test_narrow_layers_are_not_cut():
         assert t.runs == [(phase, 7, (1, 1))]
 
 
-def test_refusal_names_both_reasons():
-    """When even one-column strips do not fit, the driver's error names why the whole layer
-    and the strips were refused; nothing runs."""
+def test_refusal_names_the_reason():
+    """When even one-column strips do not fit for the same reason as the whole layer, the
+    driver's error names it once; nothing runs."""
     t = GoldenTransport(TINY)
     drv = Driver(t, TINY)
     rng = np.random.default_rng(0)
@@ -216,6 +216,7 @@ def test_refusal_names_both_reasons():
         await drv.open()
         await drv.loss(rng.integers(-5, 5, (1, 1, 1, 52)), rng.integers(-5, 5, (1, 1, 9, 9)),
                        (9, 60))
-    with pytest.raises(ValueError, match=r"does not fit a bank.*column strips: not even"):
+    with pytest.raises(ValueError, match=r"kernel plane of W \(81 elements\) does not fit a "
+                       r"bank of buffer A \(64 words\)$"):
         asyncio.run(go())
     assert t.runs == []

@@ -7,7 +7,7 @@ import pytest
 
 from hw.config import load_config
 from sim import golden
-from sim.tiling import bands, column_strips, plan
+from sim.tiling import bands, column_strips, plan, plan_or_strips
 
 
 def _layer(rng):
@@ -223,3 +223,15 @@ def test_real_layers_run_on_small():
     assert {net for net, _, _ in refused} == {"alexnet", "vgg16", "resnet50", "squeezenet1_0",
                                               "squeezenet1_1", "inception_v3"}
     assert sorted(phase for _, _, phase in refused) == ["gradient"] * 7 + ["loss"] * 4
+
+
+def test_plan_or_strips():
+    """A layer that fits gets the controller's plan; a too wide one column strips; when even
+    one-column strips are refused for another reason than the whole layer, the error names
+    both (here: a tall 1-row kernel with pad_h 2 cannot be cut into row bands)."""
+    cfg = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128)
+    assert "strips" not in plan_or_strips(cfg, "gradient", 1, 1, 6, 6, 4, 1, 4)
+    assert len(plan_or_strips(cfg, "gradient", 1, 1, 6, 100, 4, 1, 4)["strips"]) == 2
+    with pytest.raises(ValueError, match=r"one X plane \(880\).*; cut into column strips: not "
+                       r"even strips of one column fit \(one dY plane \(26\)"):
+        plan_or_strips(cfg, "gradient", 1, 1, 22, 40, 4, 1, 4, (1, 1), (2, 0))
