@@ -54,13 +54,13 @@ synth-report:
 
 # Long measurements (minutes): figures for the issue notes and the README.
 bench-array:
-	$(BIN)/python -m sim.bench_array --config $(BENCH_CONFIG)
+	$(BIN)/python -m bpsa.tools.bench_array --config $(BENCH_CONFIG)
 
 bench-backward:
-	$(BIN)/python -m sim.bench_backward --config $(BENCH_CONFIG)
+	$(BIN)/python -m bpsa.tools.bench_backward --config $(BENCH_CONFIG)
 
 # FPGA bitstream of the board top (core + UART bridge + SRAM): Yosys, fit check, nextpnr, pack.
-# CONFIG defaults to the board's preset (constraints/$(BOARD).toml) unless given.
+# CONFIG defaults to the board's preset (src/bpsa/platform/boards/$(BOARD).toml) unless given.
 BOARD ?= icebreaker
 .PHONY: bitstream
 bitstream:

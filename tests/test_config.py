@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hw.config import DATAFLOWS, Config, ConfigError, load_config, preset_names
+from bpsa.config import DATAFLOWS, Config, ConfigError, load_config, preset_names
 
 
 def test_defaults_are_valid():

@@ -1,0 +1,211 @@
+"""Generator configuration: one frozen dataclass, validated, loaded from TOML, written as JSON.
+
+Every generated Verilog file has its configuration written next to it as JSON
+(:meth:`Config.to_json`), so host software reads the same truth as the hardware.
+"""
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+
+__all__ = ["Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names"]
+
+#: Dataflows the array can be generated with.
+DATAFLOWS = ("os", "ws", "is", "interleaved")
+
+#: Arithmetic formats. Floating-point formats are added here later.
+ARITHMETICS = ("int",)
+
+#: Presets shipped inside the package (``bpsa/presets/*.toml``), an
+#: :mod:`importlib.resources` traversable.
+PRESET_DIR = resources.files("bpsa") / "presets"
+
+
+class ConfigError(ValueError):
+    """An invalid generator parameter. The message names the field, the value and the allowed
+    range."""
+
+
+def _check_int(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], not {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be in [{lo}, {hi}], not {value!r}")
+
+
+def _check_pow2(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi \
+            or value & (value - 1):
+        raise ConfigError(f"{name} must be a power of two in [{lo}, {hi}], not {value!r}")
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parameters of one generated accelerator.
+
+    Array
+        ``rows``, ``cols``: array size, 1..64 each.
+    Arithmetic
+        ``arithmetic``: number format (``"int"``); ``operand_width`` 2..32 bits,
+        ``operand_signed``; ``acc_width``: accumulator bits, from ``2 * operand_width`` to 64
+        (accumulation wraps modulo ``2**acc_width``, two's complement).
+    Dataflows and PE features
+        ``dataflows``: a non-empty subset of ``os``, ``ws``, ``is``, ``interleaved``.
+        ``zero_gating``: skip (and count) MACs with a zero operand.
+        ``reserve_registers``: accumulator swap plus shift chain; may only be disabled for an
+        output-stationary-only array (the plain-PE baseline), because the other dataflows load
+        their held operands through the chain.
+    Data feeder (on-the-fly im2col)
+        ``feeder_bus_width`` elements per SRAM word (power of two, 1..64), ``feeder_lane_regs``
+        (M, 1..16), ``feeder_pattern_width`` (kernel-pattern bits, 1..64),
+        ``feeder_fifo_depth`` (1..64).
+    Layer descriptors
+        ``dim_width``: bits of every shape field in a layer descriptor (N, C, H, W, K, R, S,
+        stride, padding, dilation), 4..16; shapes up to ``2**dim_width - 1``.
+    Buffers
+        ``buf_a_depth``, ``buf_b_depth``, ``buf_p_depth``: words, powers of two, 16..65536.
+    """
+
+    rows: int = 4
+    cols: int = 4
+    arithmetic: str = "int"
+    operand_width: int = 8
+    operand_signed: bool = True
+    acc_width: int = 32
+    dataflows: tuple = DATAFLOWS
+    zero_gating: bool = True
+    reserve_registers: bool = True
+    feeder_bus_width: int = 8
+    feeder_lane_regs: int = 3
+    feeder_pattern_width: int = 16
+    feeder_fifo_depth: int = 4
+    dim_width: int = 12
+    buf_a_depth: int = 1024
+    buf_b_depth: int = 1024
+    buf_p_depth: int = 1024
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.dataflows, (list, str)):
+            dataflows = [self.dataflows] if isinstance(self.dataflows, str) else self.dataflows
+            object.__setattr__(self, "dataflows", tuple(dataflows))
+        self.validate()
+
+    def validate(self):
+        """Raise :class:`ConfigError` for the first invalid field."""
+        _check_int("rows", self.rows, 1, 64)
+        _check_int("cols", self.cols, 1, 64)
+        if self.arithmetic not in ARITHMETICS:
+            raise ConfigError(f"arithmetic must be one of {list(ARITHMETICS)}, "
+                              f"not {self.arithmetic!r}")
+        _check_int("operand_width", self.operand_width, 2, 32)
+        _check_bool("operand_signed", self.operand_signed)
+        _check_int("acc_width", self.acc_width, 2 * self.operand_width, 64)
+        if not self.dataflows or any(d not in DATAFLOWS for d in self.dataflows) \
+                or len(set(self.dataflows)) != len(self.dataflows):
+            raise ConfigError(f"dataflows must be a non-empty list of distinct values from "
+                              f"{list(DATAFLOWS)}, not {list(self.dataflows)!r}")
+        _check_bool("zero_gating", self.zero_gating)
+        _check_bool("reserve_registers", self.reserve_registers)
+        if not self.reserve_registers and self.dataflows != ("os",):
+            raise ConfigError(f"reserve_registers may only be false when dataflows is ['os'] "
+                              f"(other dataflows load held operands through the reserve chain), "
+                              f"not with dataflows {list(self.dataflows)!r}")
+        _check_pow2("feeder_bus_width", self.feeder_bus_width, 1, 64)
+        _check_int("feeder_lane_regs", self.feeder_lane_regs, 1, 16)
+        _check_int("feeder_pattern_width", self.feeder_pattern_width, 1, 64)
+        _check_int("feeder_fifo_depth", self.feeder_fifo_depth, 1, 64)
+        _check_int("dim_width", self.dim_width, 4, 16)
+        for name in ("buf_a_depth", "buf_b_depth", "buf_p_depth"):
+            _check_pow2(name, getattr(self, name), 16, 65536)
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
+
+    # Derived values -----------------------------------------------------------------------
+
+    def has(self, dataflow):
+        """Whether ``dataflow`` (one of :data:`DATAFLOWS`) is generated."""
+        if dataflow not in DATAFLOWS:
+            raise ValueError(f"dataflow must be one of {list(DATAFLOWS)}, not {dataflow!r}")
+        return dataflow in self.dataflows
+
+    @property
+    def has_accumulator(self):
+        """PEs hold an accumulator (output-stationary or interleaved)."""
+        return self.has("os") or self.has("interleaved")
+
+    @property
+    def has_held_operand(self):
+        """PEs hold a stationary operand (weight-, input-stationary or interleaved)."""
+        return self.has("ws") or self.has("is") or self.has("interleaved")
+
+    @property
+    def vertical_width(self):
+        """Width of the PE's vertical channel: partial sums need the accumulator width."""
+        return self.acc_width if self.has_held_operand else self.operand_width
+
+    # Conversions --------------------------------------------------------------------------
+
+    def to_dict(self):
+        d = dataclasses.asdict(self)
+        d["dataflows"] = list(self.dataflows)
+        return d
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data, *, name=None):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration field(s) {unknown}; "
+                              f"allowed fields are {sorted(known)}")
+        data = dict(data)
+        if name is not None:
+            data.setdefault("name", name)
+        return cls(**data)
+
+    @classmethod
+    def from_toml(cls, path):
+        path = Path(path)
+        try:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path.name}: not valid TOML: {e}") from None
+        return cls.from_dict(data, name=path.stem)
+
+
+def preset_names():
+    """Names of the TOML presets in :data:`PRESET_DIR`."""
+    return sorted(p.name[:-5] for p in PRESET_DIR.iterdir() if p.name.endswith(".toml"))
+
+
+def load_config(spec=None):
+    """Load a configuration from a preset name (``"small"``), a TOML file path, or ``None``
+    (the defaults)."""
+    if spec is None or isinstance(spec, Config):
+        return spec or Config(name="default")
+    path = Path(spec)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"configuration file {spec!r} does not exist")
+        return Config.from_toml(path)
+    preset = PRESET_DIR / f"{spec}.toml"
+    if not preset.is_file():
+        raise ConfigError(f"unknown preset {spec!r}; presets are {preset_names()}, "
+                          f"or give a path to a .toml file")
+    with resources.as_file(preset) as path:
+        return Config.from_toml(path)

@@ -1,0 +1,1022 @@
+"""The whole accelerator: host registers, DMA, the compute engines, the partial-sum buffer and
+the layer controller.
+
+Blocks
+    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START, STATUS,
+    DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``); the forward engine
+    :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder + output-stationary array; generated when the
+    configuration has the ``os`` dataflow) and the backward engine
+    :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators + input-stationary array;
+    generated with ``is``); the P buffer (``buf_p_depth`` words of ``cols`` accumulators,
+    read-add-write accumulation of every result vector, a clear pass, DMA stores); and the
+    controller below. The address generation stays in the engines: the controller only cuts a
+    layer into tiles that fit the buffers and moves them.
+
+External memory layout (element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width`` for
+operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
+    ========  =====================================  ========================================
+    phase     inputs                                 output (ADDR_OUT)
+    ========  =====================================  ========================================
+    forward   X: N x C x H x W (ADDR_X);             Y blocked: N x KT x OH x OW x cols
+              W blocked: KT x C x R x S x cols        (lane j of block t: channel t*cols + j;
+              (ADDR_W; KT = ceil(K / cols); lanes     lanes past K hold 0)
+              past K hold 0)
+    loss      W: K x C x R x S (ADDR_W);             dX: N x C x H x W
+              dY: N x K x OH x OW (ADDR_DY)
+    gradient  dY: N x K x OH x OW (ADDR_DY);         dW: K x C x R x S
+              X: N x C x H x W (ADDR_X)
+    FC back-  X: N x C (ADDR_X); W: K x C            dX: N x C, then dW: K x C
+    ward      (ADDR_W); dY: N x K (ADDR_DY)
+    ========  =====================================  ========================================
+    ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
+    :mod:`bpsa.host.driver` lays tensors out this way and back.
+
+Tiling and double buffering (all loops in hardware; a *group* is one engine run)
+    Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
+    half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
+    DMA loads group ``g + 1`` into the other bank, so loads hide behind compute. Within an
+    outer *step* the groups' results accumulate in P. When a step's last group has started,
+    the controller saves what the step's store needs and goes on at once to the next step,
+    loading its first group into the other bank while that last run computes; then it waits
+    for the run, stores the finished step's P rows and clears P, and starts the new step. The
+    P stores and clears themselves are not overlapped with compute (P has one copy).
+    forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
+    each group of ``CG`` input channels load X[n, group] and the group's W words and run the
+    engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
+    groups (word ``oh * OW + ow``); store it. ``CG = min(C, X bank // (H W), W bank // (R S))``
+    (X bank: ``buf_a_depth / 2 * feeder_bus_width`` elements; W bank ``buf_b_depth / 2``).
+    loss: for each image n and block of ``CB`` dX channels: clear P, then for each group of
+    ``KG`` output channels load W[group, block] into buffer A (one DMA run per output channel
+    unless the block is all of C) and dY[n, group] into buffer B and run the loss on them; P
+    accumulates dX[n, block]^T (row c, ``ceil(H W / cols)`` words a row); store one row per
+    channel. ``CB = min(C, (buf_a_depth / 2) // (R S), buf_p_depth // ceil(W / cols))``,
+    ``KG = min(K, (buf_a_depth / 2) // (CB R S), (buf_b_depth / 2) // (OH OW))``.
+    gradient: for each block of ``KB`` output channels and each group of ``CG`` input
+    channels: clear P, then for each image n and group of ``KG`` output channels of the block
+    load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
+    accumulates dW[block, channel group] (row k - block start); store one row per output
+    channel. ``KB = min(K, buf_p_depth // ceil(R S / cols))``, ``KG = min(KB, (buf_a_depth /
+    2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2) // (H W), (buf_p_depth // KB) * cols //
+    (R S))``.
+    FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
+    a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
+    one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
+    inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
+    ``FOB`` outputs (a group): load dY[chunk, out block] into A, X[chunk, in block] into B
+    and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P row
+    ``n`` (words from ``n FQ``) accumulates dX[n, in block] over the output blocks, P row
+    ``FNB + k`` dW[k, in block] (the engine's drained rows, queued in a FIFO for the
+    accumulate pipeline's free cycles) over the chunks. A step stores its dX rows, the block's last step the dW column
+    after them. ``FIB = min(C, (P // (K + 1)) cols, max(cols, B bank // 32))`` (rows of
+    ``FQ = ceil(FIB / cols)`` P words; a narrow block keeps room for many batch rows and
+    outputs a run), ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
+    FOB, B bank // FIB - FOB, P // FQ - K)``; refused (TOO_LARGE) when ``K >= P``.
+    A load is skipped when its bank already holds the same tensor slice (same address and
+    length since START).
+
+Row bands (spatial tiling; :mod:`bpsa.plan.tiling` is the Python mirror)
+    When a single channel plane does not fit (forward: H W elements in an X bank or OH OW
+    words in P; loss: dX of one image in P or a dY plane in a bank; gradient: a dY plane in a
+    bank of A or an X plane in a bank of B), the layer is cut into bands of rows. A group's
+    band of several (output) channels is loaded as one DMA run per channel; the forward runs
+    one channel a group (the X SRAM packs ``feeder_bus_width`` elements a word). forward:
+    bands of ``BH`` output rows; each loads its X rows (halo included) and runs as a layer of
+    its own with asymmetric padding (the engines' ``pad_h`` / ``pad_bottom``); its Y rows are
+    stored at their place. loss: bands of ``BH`` dX rows; each loads the dY rows that reach
+    it, ``[lo, hi]``, and runs with the top padding that puts them where the whole layer does.
+    gradient: bands of ``BH`` dY rows, added up in P like the groups. Band heights:
+    forward ``min(OH, P // OW, (X bank // W - d(R-1) - 1) // s + 1)``; loss ``min(H, (P // C)
+    cols // W, s (B bank // OW - 1) - d(R-1))``; gradient ``min(OH, A bank // OW, (B bank //
+    W - d(R-1) - 1) // s + 1)``. A layer whose single row band does not fit (a very wide row)
+    is refused with TOO_LARGE, and so is a forward / gradient layer that needs bands and pads
+    more rows than its dilated kernel reaches (``pad_h > d(R-1)``).
+
+Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
+    Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, or
+    a phase whose engine or dataflow is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
+    ``SHAPE`` (FC backward with H, W, R or S not 1, or padding),
+    ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
+    wider than ``dim_width``), ``TOO_LARGE`` (not even one row band fits, or a band would need a
+    padding beyond the kernel's reach; see above), ``ALIGN`` (an address not a
+    multiple of its element size), ``WINDOW`` (a tensor of the phase, input or output, not
+    inside ``[WINDOW_LO, WINDOW_HI]`` or past 4 GiB). Later failures stop the layer at once:
+    ``DMA_BUS | code`` (a bus error response; :class:`bpsa.gateware.dma.DmaError` in the low bits) and
+    ``ENGINE | code`` (an engine refused a tile: the low bits are the backward engine's
+    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine; e.g. a dilated kernel wider than
+    ``feeder_pattern_width``).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from bpsa.config import Config
+from bpsa.gateware.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
+from bpsa.gateware.dma import (
+    Direction,
+    DmaEngine,
+    DmaError,
+    ElementKind,
+    axi4_signature,
+)
+from bpsa.gateware.controller.interfaces import AccelError
+from bpsa.gateware.controller.setup_sequencer import SetupSequencer
+from bpsa.gateware.seq_arith import SETUP_WIDTH, ArithOp, SeqMulDiv, alu_signature
+from bpsa.plan import setup
+from bpsa.spec import regmap
+from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
+from bpsa.spec.numeric import element_bytes
+
+__all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
+
+#: Bits of the set-up arithmetic (sizes in elements and bytes).
+_W = SETUP_WIDTH
+
+
+
+
+class _Target(enum.Enum, shape=2):
+    """Which buffer a DMA load writes."""
+    FWD_X = 0
+    FWD_W = 1
+    BWD_A = 2
+    BWD_B = 3
+
+
+class Accelerator(wiring.Component):
+    """The accelerator top (see the module docstring).
+
+    Members
+    -------
+    axil : In(axi_lite_signature(12))
+        Host register interface (:mod:`bpsa.gateware.axi_lite`; Verilog ports ``axil__*``).
+    mem : Out(axi4_signature())
+        External memory (:mod:`bpsa.gateware.dma`; Verilog ports ``mem__*``).
+    irq : Out(1)
+        STATUS.DONE: high from the end of a layer until CLEAR or the next START.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, Config):
+            self._MustUse__silence = True
+            raise TypeError(f"config must be a Config, not {config!r}")
+        if not (config.has("os") or config.has("is")):
+            self._MustUse__silence = True
+            raise ValueError(f"Accelerator needs the 'os' dataflow (forward) or the 'is' "
+                             f"dataflow (loss, gradient), not dataflows "
+                             f"{list(config.dataflows)!r}")
+        self.config = config
+        self.has_forward = config.has("os") and config.reserve_registers
+        self.has_backward = config.has("is")
+        super().__init__({
+            "axil": In(axi_lite_signature(ADDR_WIDTH)),
+            "mem": Out(axi4_signature()),
+            "irq": Out(1),
+        })
+
+    # ------------------------------------------------------------------------------------------
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        R, C, B = cfg.rows, cfg.cols, cfg.feeder_bus_width
+        acc_w, op_w = cfg.acc_width, cfg.operand_width
+        obs = exact_log2(element_bytes(op_w))
+        abs_ = exact_log2(element_bytes(acc_w))
+        dim = cfg.dim_width
+        paw = exact_log2(cfg.buf_p_depth)
+
+        rf = m.submodules.regs = RegisterFile(cfg)
+        wiring.connect(m, wiring.flipped(self.axil), rf.axil)
+        dma = m.submodules.dma = DmaEngine(cfg)
+        wiring.connect(m, dma.axi, wiring.flipped(self.mem))
+        m.d.comb += [dma.window_lo.eq(rf.window_lo), dma.window_hi.eq(rf.window_hi),
+                     dma.clear_counters.eq(rf.clear)]
+        d = rf.desc
+
+        fwd = bwd = None
+        if self.has_forward:
+            from bpsa.gateware.engines.conv_forward import ConvForward
+            fwd = m.submodules.forward = ConvForward(cfg)
+        if self.has_backward:
+            from bpsa.gateware.engines.conv_backward import ConvBackward
+            from bpsa.gateware.engines.conv_backward import Phase as BwdPhase
+            bwd = m.submodules.backward = ConvBackward(cfg)
+        has_fc = bwd is not None and cfg.has("interleaved")
+
+        # --- P buffer: accumulate / clear / DMA store ---------------------------------------
+        pmem = m.submodules.buf_p = Memory(shape=data.ArrayLayout(signed(acc_w), C),
+                                           depth=cfg.buf_p_depth, init=[])
+        pw = pmem.write_port()
+        pr = pmem.read_port(transparent_for=(pw,))
+
+        # accumulate pipeline: stage 1 (address), stage 2 (read), stage 3 (add, write)
+        v1, v2 = Signal(), Signal()
+        a1, a2 = Signal(paw), Signal(paw)
+        x1 = Signal(data.ArrayLayout(signed(acc_w), C))
+        x2 = Signal.like(x1)
+        p_row = Signal(_W)            # rows per P row block: nb (words per result row)
+        run_p_row = Signal(paw + 1)   # .. of the run in the engine
+        row_base = Signal(dim + 1)    # gradient: first output channel of the group
+        run_row_base = Signal(dim + 1)    # .. of the group the engine runs
+        bank = Signal()               # buffer half of the next load and run
+        ow_reg = Signal(dim)
+        m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
+        if fwd is not None:
+            y = fwd.y.payload
+            pix = Signal(dim + 1)
+            m.d.comb += pix.eq(y.ow0 + y.row)
+            with m.If(fwd.y.valid & (pix < ow_reg)):
+                m.d.sync += [v1.eq(1), a1.eq(y.oh * ow_reg + pix)]
+                for j in range(C):
+                    m.d.sync += x1[j].eq(y.data[j])
+        if bwd is not None:
+            o = bwd.out.payload
+            cur_tile = Signal.like(o.tile)
+            blk, tib = Signal(paw + 1), Signal(_W)
+            kt_rows = Signal(_W)          # row tiles per column block of the next run
+            run_kt_rows = Signal(_W)      # .. of the run in the engine
+            blk_now, tib_now = Signal.like(blk), Signal.like(tib)
+            m.d.comb += [blk_now.eq(blk), tib_now.eq(tib)]
+            with m.If(o.tile != cur_tile):
+                with m.If(tib + 1 == run_kt_rows):
+                    m.d.comb += [blk_now.eq(blk + 1), tib_now.eq(0)]
+                with m.Else():
+                    m.d.comb += tib_now.eq(tib + 1)
+            with m.If(bwd.out.valid):
+                m.d.sync += [cur_tile.eq(o.tile), blk.eq(blk_now), tib.eq(tib_now),
+                             v1.eq(1), a1.eq((o.row + run_row_base) * run_p_row + blk_now)]
+                for j in range(C):
+                    m.d.sync += x1[j].eq(o.data[j])
+        run_fc_o0 = Signal(_W)        # FC: first output (dW row) of the run's block
+        fc_o0 = Signal(_W)
+        fc_dw_p0 = Signal(paw + 1)    # FC: P word of dW row 0
+        dq_busy = Const(0, 1)
+        if has_fc:
+            # FC: dW rows from the engine's drain, through a FIFO into the accumulate
+            # pipeline's free cycles (dX vectors on ``out`` come at most every other cycle)
+            from amaranth.lib.fifo import SyncFIFOBuffered
+            dl = bwd.drain.payload
+            dq = m.submodules.drain_fifo = SyncFIFOBuffered(width=paw + C * acc_w,
+                                                             depth=R + 1)
+            # the engine's tiles: input tiles outer, output tiles inner (run_kt_rows of them)
+            d_cur = Signal.like(dl.tile)
+            d_ot, d_it = Signal(_W), Signal(paw + 1)
+            d_ot_now, d_it_now = Signal.like(d_ot), Signal.like(d_it)
+            m.d.comb += [d_ot_now.eq(d_ot), d_it_now.eq(d_it)]
+            with m.If(dl.tile != d_cur):
+                with m.If(d_ot + 1 == run_kt_rows):
+                    m.d.comb += [d_ot_now.eq(0), d_it_now.eq(d_it + 1)]
+                with m.Else():
+                    m.d.comb += d_ot_now.eq(d_ot + 1)
+            with m.If(bwd.drain.valid):
+                m.d.sync += [d_cur.eq(dl.tile), d_ot.eq(d_ot_now), d_it.eq(d_it_now)]
+            drow = Signal(_W)
+            m.d.comb += [drow.eq(run_fc_o0 + d_ot_now * R + dl.row),
+                         dq.w_en.eq(bwd.drain.valid & (drow < d.k)),
+                         dq.w_data.eq(Cat(((fc_dw_p0 + drow) * run_p_row + d_it_now)[:paw],
+                                          dl.data.as_value()))]
+            with m.If(dq.r_rdy & ~bwd.out.valid):
+                m.d.comb += dq.r_en.eq(1)
+                m.d.sync += [v1.eq(1), a1.eq(dq.r_data[:paw]),
+                             x1.as_value().eq(dq.r_data[paw:])]
+            dq_busy = dq.r_rdy
+        sums = Signal.like(x1)
+        for j in range(C):
+            m.d.comb += sums[j].eq(pr.data[j] + x2[j])
+        acc_busy = Signal()
+        m.d.comb += acc_busy.eq(v1 | v2 | dq_busy)
+
+        # --- counters -------------------------------------------------------------------------
+        cnt = {name: Signal(64, name=f"count_{name}") for name in (
+            "cycles", "busy_cycles", "compute_cycles", "stall_cycles", "macs", "gated_macs",
+            "buf_a_reads", "buf_a_writes", "buf_b_reads", "buf_b_writes", "buf_p_reads",
+            "buf_p_writes", "overlap_cycles")}
+        for name, sig in cnt.items():
+            m.d.comb += getattr(rf.counters, name).eq(sig)
+        m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
+                     rf.counters.dma_write_bytes.eq(dma.write_bytes),
+                     rf.counters.dma_busy_cycles.eq(dma.busy_cycles)]
+
+        busy = Signal()
+        done = Signal()
+        err = Signal(8)
+        m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err)]
+        # irq follows STATUS.DONE: set at the end of a layer, cleared by CLEAR or START
+        with m.If(done):
+            m.d.sync += self.irq.eq(1)
+        with m.Elif(rf.clear | rf.start):
+            m.d.sync += self.irq.eq(0)
+        m.d.sync += done.eq(0)
+
+        def inc(name, by=1):
+            m.d.sync += cnt[name].eq(cnt[name] + by)
+
+        with m.If(rf.clear):
+            for sig in cnt.values():
+                m.d.sync += sig.eq(0)
+        with m.Else():
+            inc("cycles")
+            with m.If(busy):
+                inc("busy_cycles")
+            with m.If(pw.en):
+                inc("buf_p_writes")
+            with m.If(pr.en & ~v1):
+                inc("buf_p_reads")
+            with m.If(v1):
+                inc("buf_p_reads")
+
+        # --- DMA: command, buffer ports ---------------------------------------------------------
+        cmd = dma.cmd.payload
+        target = Signal(_Target)
+        storing = Signal()
+        bw = dma.buf_write
+        if fwd is not None:
+            m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
+                         fwd.x_write.en.eq(bw.en & (target == _Target.FWD_X)),
+                         fwd.w_write.addr.eq(bw.addr), fwd.w_write.data.eq(bw.data),
+                         fwd.w_write.en.eq(bw.en & (target == _Target.FWD_W))]
+        if bwd is not None:
+            m.d.comb += [bwd.a_write.addr.eq(bw.addr), bwd.a_write.data.eq(bw.data),
+                         bwd.a_write.en.eq(bw.en & (target == _Target.BWD_A)),
+                         bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
+                         bwd.b_write.en.eq(bw.en & (target == _Target.BWD_B))]
+        with m.If(bw.en & ~rf.clear):
+            with m.If((target == _Target.FWD_X) | (target == _Target.BWD_A)):
+                inc("buf_a_writes")
+            with m.Else():
+                inc("buf_b_writes")
+        m.d.comb += dma.buf_read.data.eq(pr.data.as_value())
+
+        # P ports: the accumulate pipeline, else the clear pass, else the DMA's reads
+        clearing = Signal()
+        clr_addr = Signal(paw + 1)
+        with m.If(v1):
+            m.d.comb += [pr.addr.eq(a1), pr.en.eq(1)]
+        with m.Else():
+            m.d.comb += [pr.addr.eq(dma.buf_read.addr), pr.en.eq(dma.buf_read.en & storing)]
+        with m.If(v2):
+            m.d.comb += [pw.addr.eq(a2), pw.data.eq(sums), pw.en.eq(1)]
+        with m.Elif(clearing):
+            m.d.comb += [pw.addr.eq(clr_addr), pw.data.eq(0), pw.en.eq(1)]
+
+        # --- the controller ---------------------------------------------------------------------
+        # the layer's tile plan (bpsa.plan.setup), from the set-up sequencer; the loops'
+        # own registers below
+        phases = (([regmap.Phase.FORWARD] if fwd is not None else [])
+                  + ([regmap.Phase.LOSS, regmap.Phase.GRADIENT] if bwd is not None else [])
+                  + ([regmap.Phase.FC_BACKWARD] if has_fc else []))
+        seq = m.submodules.setup = SetupSequencer(cfg, phases)
+        alu = m.submodules.setup_alu = SeqMulDiv(_W)
+        req = alu_signature(_W).create(path=("loop_alu",))    # the loops' requests
+        m.d.comb += [seq.desc.valid.eq(rf.start), seq.desc.payload.eq(rf.desc),
+                     seq.window_lo.eq(rf.window_lo), seq.window_hi.eq(rf.window_hi),
+                     seq.plan.ready.eq(1),
+                     alu.start.eq(seq.alu.start | req.start),
+                     alu.op.eq(Mux(seq.busy, seq.alu.op, req.op)),
+                     alu.a.eq(Mux(seq.busy, seq.alu.a, req.a)),
+                     alu.b.eq(Mux(seq.busy, seq.alu.b, req.b))]
+        for name in ("busy", "done", "result", "overflow"):
+            m.d.comb += [getattr(seq.alu, name).eq(getattr(alu, name)),
+                         getattr(req, name).eq(getattr(alu, name))]
+        plan = seq.plan.payload
+        r = {name: getattr(plan, name) for name in setup.PLAN_REGISTERS}
+        r.update({name: Signal(_W, name=name) for name in (
+            "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
+            "eohow", "kend")})
+        # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
+        r.update({name: Signal(dim + 2, name=name) for name in (
+            "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
+        banded = plan.banded
+        # steps: the next one's first group is prepared (new_step) while the stored one's
+        # (pend_store; st_*) last run finishes; final: no step follows
+        new_step, pend_store, final = Signal(), Signal(), Signal()
+        # a load of several runs (banded layers, several channels a group)
+        ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
+        r.update({name: Signal(_W, name=name) for name in (
+            "st_rows", "st_len", "st_nb", "st_stride")})
+        # FC: inputs / outputs / batch rows a run, the W block's word in a B bank; a second
+        # store (dW) after the step's (dX), and whether the next step clears the dW rows
+        r.update({name: Signal(_W, name=name) for name in (
+            "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "st2_rows", "st2_p0")})
+        st2_pend, clear_dw = Signal(), Signal()
+        ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
+            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
+            "dwg")}
+        loop = {name: Signal(_W, name=f"loop_{name}") for name in (
+            "n", "c0", "k0", "kti", "o0", "row", "pword", "kb0")}
+        cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
+                          Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
+                 for t in ("a", "b", "w") for b in (0, 1)}
+
+        phase = d.phase
+        is_fwd = Signal()
+        is_loss = Signal()
+        is_grad = Signal()
+        is_fc = Signal()
+        m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_loss.eq(phase == Phase.LOSS),
+                     is_grad.eq(phase == Phase.GRADIENT), is_fc.eq(phase == Phase.FC_BACKWARD)]
+
+        def mn(*vals):
+            out = vals[0]
+            for v in vals[1:]:
+                out = Mux(v < out, v, out)
+            return out
+
+        # engine descriptors (held while a run is in flight)
+        grp_c = Signal(_W)    # channels of the current group
+        grp_k = Signal(_W)    # output channels of the current group
+        grp_n = Signal(_W)    # FC: batch rows of the current group
+        if fwd is not None:
+            lay = fwd.layer
+            m.d.comb += [lay.batch.eq(1), lay.channels.eq(grp_c), lay.height.eq(r["eh"]),
+                         lay.width.eq(d.w), lay.kernel_h.eq(d.r), lay.kernel_w.eq(d.s),
+                         lay.stride_h.eq(d.stride_h), lay.stride_w.eq(d.stride_w),
+                         lay.pad_h.eq(r["pt"]), lay.pad_bottom.eq(r["pb"]),
+                         lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
+                         lay.dil_w.eq(d.dil_w), lay.out_channels.eq(grp_k),
+                         lay.x_base.eq(bank * (cfg.buf_a_depth // 2 * B)),
+                         lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
+        if bwd is not None:
+            bl = bwd.layer
+            m.d.comb += [bl.phase.eq(Mux(is_fc, BwdPhase.FC,
+                                         Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS))),
+                         bl.baseline.eq(0), bl.n.eq(Mux(is_fc, grp_n, 1)), bl.c.eq(grp_c),
+                         bl.h.eq(r["eh"]),
+                         bl.w.eq(d.w), bl.k.eq(grp_k), bl.r.eq(d.r), bl.s.eq(d.s),
+                         bl.oh.eq(r["eoh"]), bl.ow.eq(r["ow"]), bl.stride_h.eq(d.stride_h),
+                         bl.stride_w.eq(d.stride_w), bl.pad_h.eq(r["pt"]),
+                         bl.pad_bottom.eq(r["pb"]),
+                         bl.pad_w.eq(d.pad_w), bl.dil_h.eq(d.dil_h), bl.dil_w.eq(d.dil_w),
+                         bl.src_base_a.eq(0), bl.src_base_b.eq(Mux(is_fc, r["fwoff"], 0)),
+                         bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
+                         bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
+
+        # engine status, summed into the counters when a run ends
+        run_busy = Signal()
+        m.d.comb += run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
+                                | (bwd.busy if bwd is not None else 0))
+        with m.If(run_busy & ~rf.clear):
+            inc("compute_cycles")
+            with m.If(dma.busy):
+                inc("overlap_cycles")
+        for eng in (fwd, bwd):
+            if eng is None:
+                continue
+            was_busy = Signal(name=f"{'fwd' if eng is fwd else 'bwd'}_was_busy")
+            m.d.sync += was_busy.eq(eng.busy)
+            with m.If(was_busy & ~eng.busy):
+                if eng is fwd:
+                    pairs = [("macs", fwd.fired), ("gated_macs", fwd.gated),
+                             ("stall_cycles", fwd.stall_cycles),
+                             ("buf_a_reads", fwd.words_read), ("buf_b_reads", fwd.w_words_read)]
+                else:
+                    pairs = [("macs", bwd.fired), ("gated_macs", bwd.gated),
+                             ("buf_a_reads", bwd.a_words), ("buf_b_reads", bwd.b_words)]
+                for cname, val in pairs:
+                    inc(cname, val)
+
+        with m.FSM(name="ctrl") as fsm:
+
+            def program(name, steps, then):
+                """FSM states running ``steps`` in order, then going to ``then``. A step is
+                ``("mul"|"div", dst, a, b)``, ``("set", [statements])``, ``("check",
+                condition, error)`` or ``("skip", condition, n)`` (skip the next ``n`` steps
+                when ``condition`` holds)."""
+                names = [f"{name}_{i}" for i in range(len(steps))] + [then]
+                for i, step in enumerate(steps):
+                    nxt = names[i + 1]
+                    kind = step[0]
+                    if kind in ("mul", "div"):
+                        _, dst, a, b = step
+                        with m.State(names[i]):
+                            m.d.comb += [req.start.eq(~req.busy & ~req.done), req.a.eq(a),
+                                         req.b.eq(b),
+                                         req.op.eq(ArithOp.MUL if kind == "mul"
+                                                   else ArithOp.DIV)]
+                            with m.If(req.done):
+                                m.d.sync += dst.eq(req.result)
+                                with m.If(req.overflow):
+                                    fail(AccelError.TOO_LARGE)
+                                with m.Else():
+                                    m.next = nxt
+                    elif kind == "set":
+                        with m.State(names[i]):
+                            m.d.sync += step[1]
+                            m.next = nxt
+                    elif kind == "skip":
+                        _, cond, count = step
+                        with m.State(names[i]):
+                            with m.If(cond):
+                                m.next = names[i + 1 + count]
+                            with m.Else():
+                                m.next = nxt
+                    else:
+                        _, cond, code = step
+                        with m.State(names[i]):
+                            with m.If(cond):
+                                fail(code)
+                            with m.Else():
+                                m.next = nxt
+
+            def fail(code):
+                m.d.sync += [err.eq(code), done.eq(1)]
+                m.next = "IDLE"
+
+            with m.State("IDLE"):
+                with m.If(rf.start):
+                    m.d.sync += [err.eq(0), bank.eq(0)]
+                    for _, _, valid in cache.values():
+                        m.d.sync += valid.eq(0)
+                    m.next = "SETUP"
+            # the set-up sequencer runs the checks, geometry and tiling (bpsa.plan.setup)
+            inits = ([(Phase.FORWARD, "FWD_INIT")] if fwd is not None else []) + \
+                ([(Phase.LOSS, "LOSS_INIT"), (Phase.GRADIENT, "GRAD_INIT")]
+                 if bwd is not None else []) + \
+                ([(Phase.FC_BACKWARD, "FC_INIT")] if has_fc else [])
+            with m.State("SETUP"):
+                with m.If(seq.plan.valid):
+                    m.d.sync += ow_reg.eq(plan.ow)
+                    with m.If(plan.error != AccelError.NONE):
+                        fail(plan.error)
+                    for ph, state in inits:
+                        with m.Elif(phase.as_value() == ph.value):
+                            m.next = state
+
+            # --- DMA helpers -------------------------------------------------------------------
+            def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
+                """States ``name`` (issue into bank ``bank``, or skip when that bank holds the
+                slice already), ``name_WAIT`` and ``name_MORE``. ``length`` elements from
+                ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
+                elements ``stride`` bytes apart in memory, packed one after the other into the
+                bank (``length`` is then their total, which names the slice for the cache)."""
+                half = (cfg.buf_a_depth if cache_key == "a" else cfg.buf_b_depth) // 2
+                first = bank * half + offset
+                hits = [cache[cache_key, b][2] & (cache[cache_key, b][0] == addr)
+                        & (cache[cache_key, b][1] == length) for b in (0, 1)]
+                hit = Mux(bank, hits[1], hits[0])
+                count, run_len, stride = runs if runs is not None else (1, length, 0)
+
+                def issue(a, buf, n):
+                    m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
+                                 cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(a),
+                                 cmd.buf_addr.eq(buf), cmd.length.eq(n), cmd.lanes.eq(lanes)]
+
+                with m.State(name):
+                    with m.If(hit):
+                        m.next = then
+                    with m.Else():
+                        issue(addr, first, run_len)
+                        m.d.sync += target.eq(tgt)
+                        with m.If(dma.cmd.ready):
+                            for b in (0, 1):
+                                caddr, clen, cvalid = cache[cache_key, b]
+                                with m.If(bank == b):
+                                    m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
+                            m.d.sync += [ld_ptr.eq(addr + stride),
+                                         ld_buf.eq(first + run_len), ld_left.eq(count - 1)]
+                            m.next = f"{name}_WAIT"
+                with m.State(f"{name}_MORE"):
+                    issue(ld_ptr, ld_buf, run_len)
+                    with m.If(dma.cmd.ready):
+                        m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_len),
+                                     ld_left.eq(ld_left - 1)]
+                        m.next = f"{name}_WAIT"
+                with m.State(f"{name}_WAIT"):
+                    with m.If(dma.done):
+                        with m.If(dma.error != DmaError.NONE):
+                            fail(ERROR_DMA_BUS | dma.error.as_value())
+                        with m.Elif(ld_left != 0):
+                            m.next = f"{name}_MORE"
+                        with m.Else():
+                            for b in (0, 1):
+                                with m.If(bank == b):
+                                    m.d.sync += cache[cache_key, b][2].eq(1)
+                            m.next = then
+
+            def dma_store(name, addr, length, buf_addr, then):
+                with m.State(name):
+                    m.d.comb += [storing.eq(1), dma.cmd.valid.eq(1),
+                                 cmd.direction.eq(Direction.STORE),
+                                 cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(addr),
+                                 cmd.buf_addr.eq(buf_addr), cmd.length.eq(length),
+                                 cmd.lanes.eq(C)]
+                    with m.If(dma.cmd.ready):
+                        m.next = f"{name}_WAIT"
+                with m.State(f"{name}_WAIT"):
+                    m.d.comb += [storing.eq(1)]
+                    with m.If(dma.done):
+                        with m.If(dma.error != DmaError.NONE):
+                            fail(ERROR_DMA_BUS | dma.error.as_value())
+                        with m.Else():
+                            m.next = then
+
+            def clear_p(name, words, then):
+                with m.State(name):
+                    m.d.comb += [clearing.eq(1)]
+                    m.d.sync += clr_addr.eq(clr_addr + 1)
+                    with m.If(clr_addr + 1 >= words):
+                        m.d.sync += clr_addr.eq(0)
+                        m.next = then
+
+            def finish(name):
+                with m.State(name):
+                    m.d.sync += done.eq(1)
+                    m.next = "IDLE"
+
+            # --- row bands -------------------------------------------------------------------------
+            def out_band(name, then):
+                """Band of output rows ``[o0, o0 + obh)`` (forward, gradient): the X rows it
+                loads (``y0``, ``eh``; ``yoff = y0 W``, ``blen = eh W``) and the engine's
+                padding (bpsa.plan.tiling.bands)."""
+                p = d.pad_h
+                with m.State(name):
+                    m.d.sync += r["obh"].eq(mn(r["bh"], r["oh"] - loop["o0"]))
+                    with m.If(banded):
+                        m.next = f"{name}_B_0"
+                    with m.Else():
+                        m.d.sync += [r["y0"].eq(0), r["eh"].eq(d.h), r["pt"].eq(p),
+                                     r["pb"].eq(p), r["yoff"].eq(0), r["blen"].eq(r["hw"])]
+                        m.next = then
+                program(f"{name}_B", [
+                    ("mul", r["t"], loop["o0"], d.stride_h),
+                    ("mul", r["u"], r["obh"] - 1, d.stride_h),
+                    ("set", [r["y0"].eq(Mux(r["t"] > p, r["t"] - p, 0)),
+                             r["pt"].eq(Mux(r["t"] > p, 0, p - r["t"])),
+                             r["yend"].eq(r["t"] + r["u"] + r["drh"] + 1 - p)]),
+                    ("set", [r["eh"].eq(mn(d.h, r["yend"]) - r["y0"]),
+                             r["pb"].eq(Mux(r["yend"] > d.h, r["yend"] - d.h, 0))]),
+                    ("mul", r["yoff"], r["y0"], d.w),
+                    ("mul", r["blen"], r["eh"], d.w),
+                ], then)
+
+            # --- steps: the groups of a step add up in P; P is stored and cleared between steps.
+            # The next step's first loads are issued while the step's last group runs; its
+            # store and P's clear follow when that run has drained (st_*: the stored step).
+            def step_run(prefix, engine):
+                """``prefix_RUN_WAIT``: the previous run has ended; at a new step first
+                ``_FLUSH`` (the accumulations have landed), ``_STORE`` (the previous step's P
+                rows, when one is pending) and ``_CLEAR`` (P for the new step); ``prefix_RUN``
+                starts the group just loaded and goes on to ``prefix_NEXT``."""
+                with m.State(f"{prefix}_RUN_WAIT"):
+                    with m.If(~engine.busy):
+                        with m.If(engine.error):
+                            code = 0 if engine is fwd else engine.error_code.as_value()
+                            fail(ERROR_ENGINE | code)
+                        with m.Elif(new_step):
+                            m.next = f"{prefix}_FLUSH"
+                        with m.Else():
+                            m.next = f"{prefix}_RUN"
+                with m.State(f"{prefix}_FLUSH"):
+                    with m.If(~acc_busy):
+                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
+                        with m.If(pend_store):
+                            m.next = f"{prefix}_STORE"
+                        with m.Else():
+                            m.next = f"{prefix}_CLEAR"
+                clear_p(f"{prefix}_CLEAR", r["np"], f"{prefix}_RUN")
+                with m.State(f"{prefix}_RUN"):
+                    m.d.comb += engine.start.eq(1)
+                    m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base), new_step.eq(0),
+                                 run_p_row.eq(p_row), run_fc_o0.eq(fc_o0)]
+                    if bwd is not None and engine is bwd:
+                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
+                                     run_kt_rows.eq(kt_rows)]
+                        if has_fc:
+                            m.d.sync += [d_cur.eq(0), d_ot.eq(0), d_it.eq(0)]
+                    m.next = f"{prefix}_NEXT"
+                # the stored step's rows: st_rows rows of st_len elements, st_stride bytes
+                # apart in memory, st_nb words apart in P
+                dma_store(f"{prefix}_STORE", ptr["st"], r["st_len"], loop["pword"],
+                          f"{prefix}_STORE_STEP")
+                with m.State(f"{prefix}_STORE_STEP"):
+                    m.d.sync += [ptr["st"].eq(ptr["st"] + r["st_stride"]),
+                                 loop["pword"].eq(loop["pword"] + r["st_nb"]),
+                                 loop["row"].eq(loop["row"] + 1)]
+                    with m.If(loop["row"] + 1 < r["st_rows"]):
+                        m.next = f"{prefix}_STORE"
+                    with m.Elif(st2_pend):            # FC: then the dW rows
+                        m.d.sync += [st2_pend.eq(0), ptr["st"].eq(ptr["st2"]),
+                                     r["st_rows"].eq(r["st2_rows"]), loop["row"].eq(0),
+                                     loop["pword"].eq(r["st2_p0"])]
+                        m.next = f"{prefix}_STORE"
+                    with m.Elif(final):
+                        m.next = "DONE"
+                    with m.Else():
+                        m.d.sync += pend_store.eq(0)
+                        m.next = f"{prefix}_CLEAR"
+                # the layer's last step: wait for its last run, then store it
+                with m.State(f"{prefix}_LAST"):
+                    with m.If(~engine.busy):
+                        with m.If(engine.error):
+                            code = 0 if engine is fwd else engine.error_code.as_value()
+                            fail(ERROR_ENGINE | code)
+                        with m.Else():
+                            m.next = f"{prefix}_FLUSH"
+
+            def save_step(rows, length, nb, stride):
+                """The step whose last group just started: what its store needs."""
+                return [pend_store.eq(1), r["st_rows"].eq(rows), r["st_len"].eq(length),
+                        r["st_nb"].eq(nb), r["st_stride"].eq(stride)]
+
+            # --- forward loops -------------------------------------------------------------------
+            if fwd is not None:
+                with m.State("FWD_INIT"):
+                    m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
+                                 ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
+                                 ptr["out"].eq(d.addr_out), pend_store.eq(0), final.eq(0)]
+                    m.next = "FWD_OUTER"
+                with m.State("FWD_OUTER"):       # image n, output-channel block kti
+                    m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
+                    m.next = "FWD_BAND"
+                out_band("FWD_BAND", "FWD_BANDP_0")
+                program("FWD_BANDP", [           # step (n, kti, band o0): P words, first group
+                    ("mul", r["np"], r["obh"], r["ow"]),
+                    ("mul", r["rowlen"], r["np"], C),
+                    ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
+                             ptr["w"].eq(ptr["wk"]), new_step.eq(1)]),
+                ], "FWD_GROUP_0")
+                program("FWD_GROUP", [
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["len_a"], r["blen"], grp_c),
+                    ("mul", r["t"], r["rs"], grp_c),
+                    ("mul", r["len_b"], r["t"], C),
+                ], "FWD_LOAD_X")
+                dma_load("FWD_LOAD_X", _Target.FWD_X, "a", ptr["x"], r["len_a"], B,
+                         "FWD_LOAD_W")
+                dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C,
+                         "FWD_RUN_WAIT")
+                step_run("FWD", fwd)
+                with m.State("FWD_NEXT"):
+                    m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                 ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
+                                 ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
+                    with m.If(loop["c0"] + grp_c < d.c):
+                        m.next = "FWD_GROUP_0"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(1, r["rowlen"], 0, 0)
+                        m.d.sync += [ptr["st"].eq(ptr["out"]),
+                                     ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
+                        with m.If(loop["o0"] + r["obh"] < r["oh"]):
+                            m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                            m.next = "FWD_BAND"
+                        with m.Elif(loop["kti"] + 1 < r["kt"]):
+                            m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
+                                         loop["k0"].eq(loop["k0"] + C),
+                                         ptr["wk"].eq(ptr["w"] + (r["len_b"] << obs))]
+                            m.next = "FWD_OUTER"
+                        with m.Elif(loop["n"] + 1 < d.n):
+                            m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
+                                         loop["n"].eq(loop["n"] + 1),
+                                         ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
+                                         ptr["wk"].eq(d.addr_w)]
+                            m.next = "FWD_OUTER"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "FWD_LAST"
+
+            # --- loss loops ----------------------------------------------------------------------
+            if bwd is not None:
+                with m.State("LOSS_INIT"):
+                    m.d.sync += [r["nb"].eq(plan.nb), r["np"].eq(plan.np)]
+                    m.d.sync += [loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                                 ptr["outn"].eq(d.addr_out), row_base.eq(0),
+                                 pend_store.eq(0), final.eq(0)]
+                    m.next = "LOSS_OUTER"
+                with m.State("LOSS_OUTER"):      # image n
+                    m.d.sync += loop["o0"].eq(0)
+                    m.next = "LOSS_BAND"
+                with m.State("LOSS_BAND"):       # band of dX rows [o0, o0 + obh)
+                    m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), loop["c0"].eq(0)]
+                    with m.If(banded):
+                        m.next = "LOSS_BAND_B_0"
+                    with m.Else():
+                        m.d.sync += [r["eh"].eq(d.h), r["eoh"].eq(r["oh"]), r["pt"].eq(d.pad_h),
+                                     r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
+                                     r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
+                        m.next = "LOSS_BANDP_0"
+                h0, hb, p = loop["o0"], r["obh"], d.pad_h
+                program("LOSS_BAND_B", [         # the dY rows [lo, hi] it needs (bpsa.plan.tiling)
+                    ("set", [r["t"].eq(Mux(h0 + p > r["drh"], h0 + p - r["drh"], 0)),
+                             r["eh"].eq(hb)]),
+                    ("div", r["lo"], r["t"], d.stride_h),
+                    ("div", r["hi"], h0 + hb - 1 + p, d.stride_h),
+                    ("set", [r["hi"].eq(mn(r["hi"], r["oh"] - 1))]),
+                    ("mul", r["t"], r["lo"], d.stride_h),
+                    ("mul", r["u"], r["hi"], d.stride_h),
+                    ("set", [r["pt"].eq(p + h0 - r["t"]), r["eoh"].eq(r["hi"] - r["lo"] + 1),
+                             r["pb"].eq(Mux(r["u"] + r["drh"] + 1 > p + h0 + hb,
+                                            r["u"] + r["drh"] + 1 - (p + h0 + hb), 0))]),
+                    ("mul", r["dyoff"], r["lo"], r["ow"]),
+                    ("mul", r["eohow"], r["eoh"], r["ow"]),
+                    ("mul", r["yoff"], h0, d.w),
+                    ("mul", r["blen"], hb, d.w),
+                    ("div", r["nb"], r["blen"] + (C - 1), C),
+                    ("mul", r["np"], r["cg"], r["nb"]),
+                ], "LOSS_BANDP_0")
+                program("LOSS_BANDP", [          # step (n, band o0, dX channel block c0)
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["t"], loop["c0"], r["hw"]),
+                    ("mul", r["u"], loop["c0"], r["rs"]),
+                    ("set", [loop["k0"].eq(0), ptr["w"].eq(d.addr_w + (r["u"] << obs)),
+                             p_row.eq(r["nb"]), new_step.eq(1),
+                             ptr["out"].eq(ptr["outn"] + ((r["t"] + r["yoff"]) << abs_))]),
+                ], "LOSS_GROUP_0")
+                program("LOSS_GROUP", [
+                    ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
+                    ("mul", r["u"], r["rs"], grp_c),
+                    ("mul", r["len_a"], r["u"], grp_k),
+                    ("mul", r["len_x"], r["crs"], grp_k),
+                    ("mul", r["len_b"], r["eohow"], grp_k),
+                    ("mul", r["t"], r["rs"], grp_k),
+                    ("div", kt_rows, r["t"] + (R - 1), R),
+                    ("mul", r["t"], r["ohow"], loop["k0"]),
+                    ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
+                ], "LOSS_LOAD_A")
+                # W[group, block]: one run per output channel unless the block is all of C
+                all_c = grp_c == d.c
+                dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
+                         "LOSS_LOAD_B", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_a"], r["u"]),
+                                              r["crs"] << obs))
+                dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
+                         "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
+                                                Mux(banded, r["eohow"], r["len_b"]),
+                                                r["ohow"] << obs))
+                step_run("LOSS", bwd)
+                with m.State("LOSS_NEXT"):
+                    m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                                 ptr["w"].eq(ptr["w"] + (r["len_x"] << obs))]
+                    with m.If(loop["k0"] + grp_k < d.k):
+                        m.next = "LOSS_GROUP_0"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(grp_c, r["blen"], r["nb"], r["hw"] << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["out"])
+                        with m.If(loop["c0"] + grp_c < d.c):
+                            m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                            m.next = "LOSS_BANDP_0"
+                        with m.Elif(loop["o0"] + r["obh"] < d.h):
+                            m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                            m.next = "LOSS_BAND"
+                        with m.Elif(loop["n"] + 1 < d.n):
+                            m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                         ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                                         ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
+                            m.next = "LOSS_OUTER"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "LOSS_LAST"
+
+                # --- gradient loops --------------------------------------------------------------
+                with m.State("GRAD_INIT"):
+                    m.d.sync += [loop["kb0"].eq(0), pend_store.eq(0), final.eq(0)]
+                    m.next = "GRAD_KBLK_0"
+                program("GRAD_KBLK", [           # output channels [kb0, kend)
+                    ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], d.k)), loop["c0"].eq(0),
+                             ptr["xg"].eq(d.addr_x)]),
+                    ("mul", r["t"], loop["kb0"], r["crs"]),
+                    ("set", [ptr["outg"].eq(d.addr_out + (r["t"] << abs_))]),
+                ], "GRAD_OUTER_0")
+                program("GRAD_OUTER", [          # step: output block kb0, channel group c0
+                    ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+                    ("mul", r["rowlen"], r["rs"], grp_c),
+                    ("div", r["nb"], r["rowlen"] + (C - 1), C),
+                    ("mul", r["np"], r["kend"] - loop["kb0"], r["nb"]),
+                    ("mul", r["len_x"], r["hw"], grp_c),
+                    ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                             ptr["xn"].eq(ptr["xg"]), new_step.eq(1)]),
+                ], "GRAD_IMAGE")
+                with m.State("GRAD_IMAGE"):      # image n
+                    m.d.sync += loop["o0"].eq(0)
+                    m.next = "GRAD_BAND"
+                out_band("GRAD_BAND", "GRAD_BANDP_0")
+                program("GRAD_BANDP", [          # band of dY rows [o0, o0 + obh)
+                    ("mul", r["t"], r["obh"] - 1, d.stride_h),
+                    ("mul", r["t"], r["wdp1"], r["t"] + 1),
+                    ("div", kt_rows, r["t"] + (R - 1), R),
+                    ("mul", r["eohow"], r["obh"], r["ow"]),
+                    ("mul", r["dyoff"], loop["o0"], r["ow"]),
+                    ("mul", r["len_b"], r["blen"], grp_c),
+                    ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(loop["kb0"]),
+                             ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs))]),
+                ], "GRAD_GROUP_0")
+                program("GRAD_GROUP", [          # output-channel group k0
+                    ("set", [grp_k.eq(mn(r["kg"], r["kend"] - loop["k0"])),
+                             row_base.eq(loop["k0"] - loop["kb0"])]),
+                    ("mul", r["len_a"], r["eohow"], grp_k),
+                    ("mul", r["t"], r["ohow"], loop["k0"]),
+                    ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
+                ], "GRAD_LOAD_A")
+                dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                         "GRAD_LOAD_B", runs=(Mux(banded, grp_k, 1),
+                                              Mux(banded, r["eohow"], r["len_a"]),
+                                              r["ohow"] << obs))
+                dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
+                         "GRAD_RUN_WAIT", runs=(Mux(banded, grp_c, 1),
+                                                Mux(banded, r["blen"], r["len_b"]),
+                                                r["hw"] << obs))
+                step_run("GRAD", bwd)
+                with m.State("GRAD_NEXT"):
+                    with m.If(loop["k0"] + grp_k < r["kend"]):
+                        m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
+                        m.next = "GRAD_GROUP_0"
+                    with m.Elif(loop["o0"] + r["obh"] < r["oh"]):
+                        m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                        m.next = "GRAD_BAND"
+                    with m.Elif(loop["n"] + 1 < d.n):
+                        m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                     ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
+                        m.next = "GRAD_IMAGE"
+                    with m.Else():                # the step's last group runs: next step
+                        m.d.sync += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                                              r["crs"] << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["outg"])
+                        with m.If(loop["c0"] + grp_c < d.c):
+                            m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                         ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
+                                         ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
+                            m.next = "GRAD_OUTER_0"
+                        with m.Elif(r["kend"] < d.k):
+                            m.d.sync += loop["kb0"].eq(r["kend"])
+                            m.next = "GRAD_KBLK_0"
+                        with m.Else():
+                            m.d.sync += final.eq(1)
+                            m.next = "GRAD_LAST"
+
+            # --- FC backward loops (interleaved): input block c0 (a step per batch chunk n),
+            # output blocks k0 (the groups); dX rows add up over the output blocks, the input
+            # block's dW column over the batch chunks.
+            if has_fc:
+                with m.State("FC_INIT"):
+                    m.d.sync += [loop["c0"].eq(0), ptr["outg"].eq(d.addr_out),
+                                 ptr["dwg"].eq(d.addr_out + (r["kohow"] << abs_)),
+                                 fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(r["fq"]),
+                                 pend_store.eq(0), st2_pend.eq(0),
+                                 final.eq(0)]
+                    m.next = "FC_IB"
+                with m.State("FC_IB"):           # input block c0
+                    m.d.sync += [grp_c.eq(mn(r["fib"], d.c - loop["c0"])), loop["n"].eq(0),
+                                 ptr["dyn"].eq(d.addr_dy),
+                                 ptr["xn"].eq(d.addr_x + (loop["c0"] << obs)),
+                                 ptr["outn"].eq(ptr["outg"]), clear_dw.eq(1)]
+                    m.next = "FC_CHUNK_0"
+                program("FC_CHUNK", [            # step: batch rows [n, n + grp_n)
+                    ("set", [grp_n.eq(mn(r["fnb"], d.n - loop["n"])), loop["k0"].eq(0)]),
+                    ("mul", r["np"], r["fnb"] + Mux(clear_dw, d.k, 0), r["fq"]),
+                    ("set", [clear_dw.eq(0), ptr["dy"].eq(ptr["dyn"]),
+                             ptr["w"].eq(d.addr_w + (loop["c0"] << obs)), new_step.eq(1)]),
+                    ("mul", r["len_x"], grp_n, grp_c),
+                    ("mul", r["u"], grp_n, d.k),
+                    ("mul", r["rowlen"], grp_n, d.c),
+                ], "FC_GROUP_0")
+                program("FC_GROUP", [            # output block k0
+                    ("set", [grp_k.eq(mn(r["fob"], d.k - loop["k0"])), fc_o0.eq(loop["k0"])]),
+                    ("div", kt_rows, grp_k + (R - 1), R),      # output tiles of the run
+                    ("mul", r["len_a"], grp_n, grp_k),
+                    ("mul", r["len_b"], grp_k, grp_c),
+                    ("mul", r["t"], grp_k, d.c),
+                ], "FC_LOAD_DY")
+                # one DMA run per row, or one for the whole block when its rows are whole
+                all_k, all_c = grp_k == d.k, grp_c == d.c
+                dma_load("FC_LOAD_DY", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                         "FC_LOAD_X", runs=(Mux(all_k, 1, grp_n), Mux(all_k, r["len_a"], grp_k),
+                                            d.k << obs))
+                dma_load("FC_LOAD_X", _Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
+                         "FC_LOAD_W", runs=(Mux(all_c, 1, grp_n), Mux(all_c, r["len_x"], grp_c),
+                                            d.c << obs))
+                dma_load("FC_LOAD_W", _Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
+                         "FC_RUN_WAIT", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_b"], grp_c),
+                                              d.c << obs), offset=r["fwoff"])
+                step_run("FC", bwd)
+                with m.State("FC_NEXT"):
+                    m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                                 ptr["dy"].eq(ptr["dy"] + (grp_k << obs)),
+                                 ptr["w"].eq(ptr["w"] + (r["t"] << obs))]
+                    with m.If(loop["k0"] + grp_k < d.k):
+                        m.next = "FC_GROUP_0"
+                    with m.Else():                # the step's last group runs: next step
+                        # dX rows [n, n + grp_n) of the input block
+                        m.d.sync += save_step(grp_n, grp_c, r["fq"], d.c << abs_)
+                        m.d.sync += ptr["st"].eq(ptr["outn"])
+                        with m.If(loop["n"] + grp_n < d.n):
+                            m.d.sync += [loop["n"].eq(loop["n"] + grp_n),
+                                         ptr["dyn"].eq(ptr["dyn"] + (r["u"] << obs)),
+                                         ptr["xn"].eq(ptr["xn"] + (r["rowlen"] << obs)),
+                                         ptr["outn"].eq(ptr["outn"] + (r["rowlen"] << abs_))]
+                            m.next = "FC_CHUNK_0"
+                        with m.Else():            # ... and the block's dW column after it
+                            m.d.sync += [st2_pend.eq(1), r["st2_rows"].eq(d.k),
+                                         r["st2_p0"].eq(r["fdw0"]), ptr["st2"].eq(ptr["dwg"]),
+                                         ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
+                                         ptr["outg"].eq(ptr["outg"] + (grp_c << abs_))]
+                            with m.If(loop["c0"] + grp_c < d.c):
+                                m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                                m.next = "FC_IB"
+                            with m.Else():
+                                m.d.sync += final.eq(1)
+                                m.next = "FC_LAST"
+            finish("DONE")
+        m.d.comb += busy.eq(~fsm.ongoing("IDLE"))
+        return m
+

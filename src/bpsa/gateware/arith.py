@@ -1,0 +1,53 @@
+"""Arithmetic behind one interface, so that PEs and arrays never touch number formats.
+
+A format supplies the shapes of operands and accumulators and builds the expressions the PE
+needs (product, accumulate, zero test, scaled update). Integer formats exist now; a
+floating-point format is a second class with the same methods.
+"""
+
+from amaranth.hdl import Shape, signed, unsigned
+
+__all__ = ["IntArith", "arith_for"]
+
+
+class IntArith:
+    """Two's-complement integer arithmetic.
+
+    Operands are ``operand_width`` bits, signed or unsigned; accumulators are ``acc_width`` bits,
+    always signed, and wrap modulo ``2**acc_width``.
+    """
+
+    def __init__(self, *, operand_width, operand_signed, acc_width):
+        self.operand_shape = Shape(operand_width, operand_signed)
+        self.acc_shape = signed(acc_width)
+        self.shift_shape = unsigned(max(1, (acc_width - 1).bit_length()))
+
+    def zero(self, x):
+        """1 when the operand ``x`` is zero."""
+        return x == 0
+
+    def as_operand(self, x):
+        """The low bits of a wider value (for example a shared vertical channel) as an operand."""
+        return x.as_unsigned()[:self.operand_shape.width].as_signed() \
+            if self.operand_shape.signed else x.as_unsigned()[:self.operand_shape.width]
+
+    def mul(self, a, b):
+        """The exact product of two operands."""
+        return a * b
+
+    def add(self, acc, x):
+        """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""
+        return acc + x
+
+    def update(self, w, g, shift):
+        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand shape."""
+        return w - (g >> shift)
+
+
+def arith_for(config):
+    """The arithmetic object for a :class:`~bpsa.config.Config`."""
+    if config.arithmetic == "int":
+        return IntArith(operand_width=config.operand_width,
+                        operand_signed=config.operand_signed,
+                        acc_width=config.acc_width)
+    raise ValueError(f"arithmetic {config.arithmetic!r} is not implemented")

@@ -1,0 +1,299 @@
+"""R x C systolic array of PEs with edge skew, output deskew, automatic drain and counters.
+
+Every port is *lane-aligned* and in *edge time*: the array delays row ``i`` of the left edge by
+``i`` cycles, and column ``j`` of the top edge and of the chain commands by ``j`` cycles, so that
+the element a user presents for row ``i`` in cycle ``t`` meets, in PE ``(i, j)`` in cycle
+``t + i + j``, the element presented for column ``j`` in cycle ``t``. Outputs are deskewed the
+same way, so one result vector (all columns) appears per cycle. There is no backpressure inside:
+valid bits travel with the data, and whoever feeds the array stalls instead.
+
+Dataflows (``dataflow`` port, static while a run is in flight):
+
+``OS`` (output-stationary)
+    ``a`` lanes carry A[m0 + i, k], ``b`` lanes carry B[k, n0 + j]; a context (tile) ends with
+    ``a_last`` on its final ``k``. Each PE then swaps its accumulator with its reserve register,
+    and the array drains the finished tile automatically: starting ``R`` cycles after the
+    ``a_last`` cycle it shifts the reserve chains ``R`` times, producing ``drain`` vectors for
+    tile rows ``R-1`` down to ``0`` while the next tile already accumulates. Each shift takes the
+    ``preload`` vector presented in that cycle (``drain_shift`` tells when) into the chain; the
+    value a PE holds in its reserve register when its next context ends becomes its starting
+    accumulator for the context after that. Contexts must be at least ``2R`` cycles apart
+    (``a_last`` to ``a_last``); closer ones set ``error``.
+``WS`` / ``IS`` (a held operand)
+    The held tile is loaded through the reserve chains with ``chain_shift`` (the ``preload``
+    vector is row ``R-1`` first, row ``0`` last) and copied into the PEs with ``chain_load``.
+    ``a`` lanes carry the streamed operand, ``b`` lanes carry incoming partial sums (zero for a
+    fresh sum), with ``b_valid`` on the same cycles as ``a_valid``. ``psum`` vectors appear
+    ``R + C - 1`` cycles later. A next held tile may be shifted in while the current one streams;
+    ``a_last`` on the current tile's final vector then switches every PE to it at the right cycle.
+``INTERLEAVED`` (InterGrad)
+    ``a`` lanes carry delta, each value presented for two cycles; ``b`` lanes carry an
+    activation with ``b_tag = 0`` in the first cycle and an incoming partial sum with
+    ``b_tag = 1`` in the second. PEs hold W (loaded as for WS) and accumulate
+    G = sum(delta * activation). ``psum`` vectors carry W^T delta (one per delta, from the tag-1
+    cycles). ``a_last`` on the second cycle of the final delta ends the context: the drain
+    produces G, or with ``sgd_en`` the updated weights ``W - (G >> sgd_shift)``, and the PEs
+    take the next weights from their reserve registers.
+
+Members
+-------
+dataflow : In(Dataflow)
+a_data, a_valid, a_last : In
+    Left edge: ``rows`` operand lanes.
+b_data, b_valid[, b_tag] : In
+    Top edge: ``cols`` lanes of the vertical channel width.
+preload : In
+    ``cols`` accumulator-width lanes shifted into the reserve chains on shift cycles.
+chain_shift, chain_load : In
+    User chain commands (held-operand loading); a collision with an automatic drain sets
+    ``error``.
+sgd_en, sgd_shift : In
+    (interleaved) in-place SGD update.
+drain_shift : Out
+    The array shifts the chains in this cycle and takes ``preload`` (registered, so it can be
+    read before the cycle's inputs are set).
+drain_data, drain_valid, drain_row : Out
+    Deskewed reserve-chain outputs (finished OS tiles, G or updated W).
+psum_data, psum_valid : Out
+    Deskewed bottom-edge partial sums (WS, IS, interleaved).
+busy : Out
+    Data, a chain command or a drain is in flight.
+error : Out
+    Sticky: contexts closer than ``2R`` cycles or a chain command during a drain. Cleared by
+    ``clear``.
+clear : In
+    Clears ``error`` and the counters.
+cycles, a_words, b_words, drained, psums, fired, gated : Out
+    Counters since ``clear``: busy cycles, valid left-edge vectors, valid top-edge vectors, drain
+    vectors, psum vectors, MACs performed, MACs gated by zero operands.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from bpsa.gateware.arith import arith_for
+from bpsa.gateware.pe import PE, PEMode, vertical_shape
+
+__all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH"]
+
+COUNTER_WIDTH = 48
+
+
+class Dataflow(enum.Enum, shape=2):
+    OS = 0
+    WS = 1
+    IS = 2
+    INTERLEAVED = 3
+
+
+_FLOW_NAMES = {Dataflow.OS: "os", Dataflow.WS: "ws", Dataflow.IS: "is",
+               Dataflow.INTERLEAVED: "interleaved"}
+
+
+def _delay(m, sig, n, name):
+    """``sig`` delayed by ``n`` registered cycles (``n`` may be 0)."""
+    for k in range(n):
+        nxt = Signal.like(sig, name=f"{name}_d{k + 1}")
+        m.d.sync += nxt.eq(sig)
+        sig = nxt
+    return sig
+
+
+def _popcount(bits):
+    """Sum of a list of 1-bit values as a balanced adder tree."""
+    if not bits:
+        return Const(0, 1)
+    while len(bits) > 1:
+        bits = [bits[k] + bits[k + 1] if k + 1 < len(bits) else bits[k]
+                for k in range(0, len(bits), 2)]
+    return bits[0]
+
+
+class SystolicArray(wiring.Component):
+    def __init__(self, config):
+        self.config = config
+        ar = arith_for(config)
+        self.arith = ar
+        R, C = config.rows, config.cols
+        vshape = vertical_shape(config)
+        members = {
+            "dataflow": In(Dataflow),
+            "a_data": In(data.ArrayLayout(ar.operand_shape, R)),
+            "a_valid": In(1), "a_last": In(1),
+            "b_data": In(data.ArrayLayout(vshape, C)),
+            "b_valid": In(1),
+            "preload": In(data.ArrayLayout(ar.acc_shape, C)),
+            "chain_shift": In(1),
+            "drain_shift": Out(1),
+            "drain_data": Out(data.ArrayLayout(ar.acc_shape, C)),
+            "drain_valid": Out(1),
+            "drain_row": Out(range(R)),
+            "busy": Out(1),
+            "error": Out(1),
+            "clear": In(1),
+        }
+        if config.has_held_operand:
+            members.update({
+                "chain_load": In(1),
+                "psum_data": Out(data.ArrayLayout(vshape, C)),
+                "psum_valid": Out(1),
+            })
+        if config.has("interleaved"):
+            members.update({
+                "b_tag": In(1),
+                "sgd_en": In(1), "sgd_shift": In(ar.shift_shape),
+            })
+        for name in ("cycles", "a_words", "b_words", "drained", "psums", "fired", "gated"):
+            members[name] = Out(COUNTER_WIDTH)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
+        m = Module()
+
+        pes = [[PE(cfg) for _ in range(C)] for _ in range(R)]
+        for i in range(R):
+            for j in range(C):
+                m.submodules[f"pe_{i}_{j}"] = pes[i][j]
+
+        # Dataflow -> PE mode; dataflows that are not generated map to a harmless mode.
+        pe_mode = Signal(PEMode)
+        with m.Switch(self.dataflow):
+            with m.Case(Dataflow.OS):
+                m.d.comb += pe_mode.eq(PEMode.OS)
+            with m.Case(Dataflow.WS, Dataflow.IS):
+                m.d.comb += pe_mode.eq(PEMode.HOLD)
+            with m.Case(Dataflow.INTERLEAVED):
+                m.d.comb += pe_mode.eq(PEMode.INTERLEAVED)
+        is_il = (self.dataflow == Dataflow.INTERLEAVED) if cfg.has("interleaved") else 0
+        drains = (self.dataflow == Dataflow.OS) | is_il if cfg.has_accumulator else Const(0)
+
+        # Automatic drain after a context end (edge time).
+        tag = self.b_tag if cfg.has("interleaved") else 0
+        ctx_end = self.a_valid & self.a_last & drains & Mux(is_il, tag, 1)
+        cnt = Signal(range(2 * R + 1))
+        since = Signal(range(2 * R + 1), init=2 * R)
+        auto_shift = (cnt >= 2) & (cnt <= R + 1)
+        with m.If(ctx_end):
+            m.d.sync += [cnt.eq(2 * R), since.eq(1)]
+        with m.Else():
+            with m.If(cnt != 0):
+                m.d.sync += cnt.eq(cnt - 1)
+            with m.If(since != 2 * R):
+                m.d.sync += since.eq(since + 1)
+        m.d.comb += self.drain_shift.eq(auto_shift)
+
+        load = self.chain_load if cfg.has_held_operand else Const(0)
+        collide = (ctx_end & (since < 2 * R)) | \
+            (auto_shift & (self.chain_shift | load))
+        with m.If(self.clear):
+            m.d.sync += self.error.eq(0)
+        with m.Elif(collide):
+            m.d.sync += self.error.eq(1)
+
+        shift = auto_shift | self.chain_shift
+
+        # Left edge: row i delayed by i.
+        for i in range(R):
+            pe = pes[i][0]
+            m.d.comb += [
+                pe.h_in.eq(_delay(m, self.a_data[i], i, f"a{i}")),
+                pe.h_valid_in.eq(_delay(m, self.a_valid, i, f"av{i}")),
+                pe.h_last_in.eq(_delay(m, self.a_last, i, f"al{i}")),
+            ]
+        # Top edge and chain commands: column j delayed by j.
+        for j in range(C):
+            pe = pes[0][j]
+            m.d.comb += [
+                pe.v_in.eq(_delay(m, self.b_data[j], j, f"b{j}")),
+                pe.v_valid_in.eq(_delay(m, self.b_valid, j, f"bv{j}")),
+                pe.chain_in.eq(_delay(m, self.preload[j], j, f"pl{j}")),
+            ]
+            if cfg.has("interleaved"):
+                m.d.comb += pe.v_tag_in.eq(_delay(m, self.b_tag, j, f"bt{j}"))
+            col_shift = _delay(m, shift, j, f"sh{j}")
+            col_load = _delay(m, load, j, f"ld{j}") if cfg.has_held_operand else None
+            for i in range(R):
+                m.d.comb += pes[i][j].shift.eq(col_shift)
+                if col_load is not None:
+                    m.d.comb += pes[i][j].load.eq(col_load)
+
+        # Mesh connections and broadcast controls.
+        for i in range(R):
+            for j in range(C):
+                pe = pes[i][j]
+                m.d.comb += pe.mode.eq(pe_mode)
+                if cfg.has("interleaved"):
+                    m.d.comb += [pe.sgd_en.eq(self.sgd_en), pe.sgd_shift.eq(self.sgd_shift)]
+                if j + 1 < C:
+                    right = pes[i][j + 1]
+                    m.d.comb += [right.h_in.eq(pe.h_out), right.h_valid_in.eq(pe.h_valid_out),
+                                 right.h_last_in.eq(pe.h_last_out)]
+                if i + 1 < R:
+                    down = pes[i + 1][j]
+                    m.d.comb += [down.v_in.eq(pe.v_out), down.v_valid_in.eq(pe.v_valid_out),
+                                 down.chain_in.eq(pe.chain_out)]
+                    if cfg.has("interleaved"):
+                        m.d.comb += down.v_tag_in.eq(pe.v_tag_out)
+
+        # Drain output: column j shifts at edge time + j; deskew by C-1-j.
+        drain_valid_col0 = Signal()
+        drain_row_col0 = Signal(range(R))
+        m.d.comb += drain_valid_col0.eq(auto_shift)
+        m.d.comb += drain_row_col0.eq(cnt - 2)     # R-1 on the first shift, 0 on the last
+        for j in range(C):
+            out = Signal(self.arith.acc_shape, name=f"drain{j}")
+            m.d.sync += out.eq(pes[R - 1][j].chain_out)
+            m.d.comb += self.drain_data[j].eq(_delay(m, out, C - 1 - j, f"dd{j}"))
+        m.d.comb += [
+            self.drain_valid.eq(_delay(m, drain_valid_col0, C, "dv")),
+            self.drain_row.eq(_delay(m, drain_row_col0, C, "dr")),
+        ]
+
+        # Partial-sum output: bottom of column j at edge time + R + j; deskew by C-1-j.
+        if cfg.has_held_operand:
+            holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
+            for j in range(C):
+                bottom = pes[R - 1][j]
+                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.v_out, C - 1 - j, f"pd{j}"))
+            bottom = pes[R - 1][C - 1]
+            tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
+            psum_valid = Signal()
+            m.d.comb += psum_valid.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
+            m.d.comb += self.psum_valid.eq(psum_valid)
+
+        # Busy: anything valid inside, an edge input, or a drain pending.
+        inside = [pes[i][j].h_valid_out | pes[i][j].v_valid_out
+                  for i in range(R) for j in range(C)]
+        busy = Signal()
+        m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | self.drain_valid
+                            | self.chain_shift | load | _popcount_any(inside))
+        m.d.comb += self.busy.eq(busy)
+
+        # Counters.
+        counts = {
+            "cycles": busy,
+            "a_words": self.a_valid,
+            "b_words": self.b_valid,
+            "drained": self.drain_valid,
+            "psums": self.psum_valid if cfg.has_held_operand else Const(0),
+            "fired": _popcount([pes[i][j].fired for i in range(R) for j in range(C)]),
+            "gated": _popcount([pes[i][j].gated for i in range(R) for j in range(C)]),
+        }
+        for name, inc in counts.items():
+            counter = getattr(self, name)
+            with m.If(self.clear):
+                m.d.sync += counter.eq(0)
+            with m.Else():
+                m.d.sync += counter.eq(counter + inc)
+        return m
+
+
+def _popcount_any(bits):
+    """OR of a list of 1-bit values."""
+    acc = Const(0)
+    for b in bits:
+        acc = acc | b
+    return acc

@@ -1,0 +1,598 @@
+"""The DMA engine: an AXI4 master that moves tensors between external memory and an on-chip
+buffer, one command at a time.
+
+External memory
+    Bus: AXI4, 32-bit addresses, :data:`DATA_WIDTH` = 64-bit data, one ID (0), INCR bursts of
+    full beats (``AxSIZE`` = 3) from beat-aligned addresses, at most ``max_burst`` beats (16 by
+    default, up to 256) and never across a 4 KiB boundary. Writes mark the bytes outside the
+    command's range with ``wstrb`` = 0. AW / AR run ahead of the data channels (all bursts of a
+    command may be outstanding); ``bready`` is always high.
+    Tensors are dense arrays of *elements* of a power of two of bytes, little endian:
+    ``element_bytes(bits)`` = 1, 2, 4 or 8 for operands (``operand_width`` bits) and
+    accumulators (``acc_width`` bits). A command moves ``length`` consecutive elements from
+    byte address ``addr``, which must be a multiple of the element size.
+
+Buffer
+    Words of ``word_width`` bits, ``depth`` deep, accessed through a synchronous read port
+    (data one cycle after ``en``; the engine relies on ``data`` holding while ``en`` is low,
+    as ``amaranth.lib.memory`` read ports do) and a write port. A command packs ``lanes``
+    elements into a word, lane ``j`` at bits ``[j*b, (j+1)*b)`` for element width ``b``
+    (``operand_width`` or ``acc_width``): element ``i`` is lane ``i % lanes`` of word
+    ``buf_addr + i // lanes``. ``lanes = 0`` means as many as fit (``word_width // b``).
+
+Element conversion
+    Loads keep the low ``b`` bits of each memory element; stores widen a buffer element to its
+    memory size, sign-extending accumulators and signed operands, zero-extending unsigned
+    operands. A load writes whole words: lanes past the end of the command in its last word
+    are written as zeros.
+
+Throughput
+    Each cycle moves as many elements as are left in the current beat and the current buffer
+    word (at most one beat): a full beat (8 bytes) per cycle when ``lanes`` is at least the
+    elements per beat and the address is beat-aligned; splits at word and beat boundaries
+    otherwise (at least one element per cycle).
+
+Errors (``error`` with the ``done`` pulse; a command is answered exactly once)
+    Checked in this order, the first that applies is reported:
+    ``ALIGN``: ``addr`` not a multiple of the element size.
+    ``WINDOW``: any byte of the command outside ``[window_lo, window_hi]`` (inclusive).
+    ``BUFFER``: ``lanes`` larger than a word holds, or the words run past the buffer's end.
+    These are found before any bus traffic; the command then ends at once without touching
+    memory or buffer. ``SLVERR`` / ``DECERR``: a read beat or write response carried that
+    response; the command still runs to its end on the bus (every beat and response is taken,
+    so nothing hangs) and the buffer contents it wrote are unspecified. ``length = 0`` ends at
+    once without error.
+"""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import ReadPort, WritePort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from bpsa.config import Config
+from bpsa.gateware.axi_lite import AxiResp
+from bpsa.gateware.enums import hw_enum
+from bpsa.spec import errors
+from bpsa.spec.numeric import element_bytes
+
+__all__ = [
+    "ADDR_WIDTH", "DATA_WIDTH", "AxiBurst", "Direction", "DmaEngine", "DmaError", "ElementKind",
+    "axi4_signature", "command_layout", "default_geometry", "element_kinds",
+    "reference",
+]
+
+#: AXI4 address bits.
+ADDR_WIDTH = 32
+#: AXI4 data bits.
+DATA_WIDTH = 64
+_BEAT_BYTES = DATA_WIDTH // 8
+_BEAT_SHIFT = exact_log2(_BEAT_BYTES)
+_BEATS_4K = 4096 // _BEAT_BYTES
+
+
+class AxiBurst(enum.Enum, shape=2):
+    """AXI burst types (AxBURST)."""
+    FIXED = 0
+    INCR = 1
+    WRAP = 2
+
+
+class Direction(enum.Enum, shape=1):
+    """Which way a command moves data."""
+    LOAD = 0     #: external memory -> buffer (AXI reads)
+    STORE = 1    #: buffer -> external memory (AXI writes)
+
+
+class ElementKind(enum.Enum, shape=1):
+    """Element width of a command."""
+    OPERAND = 0        #: ``operand_width`` bits in the buffer
+    ACCUMULATOR = 1    #: ``acc_width`` bits in the buffer
+
+
+#: How a command ended (:class:`bpsa.spec.errors.DmaError`; see the module docstring).
+DmaError = hw_enum(errors.DmaError, 3)
+
+
+def default_geometry(config):
+    """The default ``(word_width, depth)`` of the buffer port for ``config``: the widest buffer
+    word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``)
+    and the deepest buffer."""
+    return (max(config.feeder_bus_width * config.operand_width,
+                config.cols * config.operand_width, config.cols * config.acc_width),
+            max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth))
+
+
+def element_kinds(config, word_width):
+    """Per :class:`ElementKind`, in value order: ``(kind, buffer bits, memory bytes, signed,
+    lanes per word)``."""
+    return [
+        (ElementKind.OPERAND, config.operand_width, element_bytes(config.operand_width),
+         config.operand_signed, word_width // config.operand_width),
+        (ElementKind.ACCUMULATOR, config.acc_width, element_bytes(config.acc_width), True,
+         word_width // config.acc_width),
+    ]
+
+
+def axi4_signature(addr_width=ADDR_WIDTH, data_width=DATA_WIDTH, id_width=1):
+    """An AXI4 bus as seen by the master (flip it for a slave). Members use the AXI names in
+    lower case (``awid``, ``awaddr``, ``awlen``, ``awsize``, ``awburst``, ``awlock``,
+    ``awcache``, ``awprot``, ``awvalid``, ``awready``, ``wdata``, ``wstrb``, ``wlast``, ...,
+    ``rready``), so an interface member ``axi`` becomes ``axi__awaddr`` and so on; cocotbext-axi
+    finds them with ``AxiBus.from_prefix(dut, "axi", bus_separator="__")``."""
+    members = {}
+    for p in ("aw", "ar"):
+        members.update({
+            f"{p}id": Out(id_width), f"{p}addr": Out(addr_width), f"{p}len": Out(8),
+            f"{p}size": Out(3), f"{p}burst": Out(AxiBurst), f"{p}lock": Out(1),
+            f"{p}cache": Out(4), f"{p}prot": Out(3), f"{p}valid": Out(1), f"{p}ready": In(1),
+        })
+    members.update({
+        "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wlast": Out(1),
+        "wvalid": Out(1), "wready": In(1),
+        "bid": In(id_width), "bresp": In(AxiResp), "bvalid": In(1), "bready": Out(1),
+        "rid": In(id_width), "rdata": In(data_width), "rresp": In(AxiResp), "rlast": In(1),
+        "rvalid": In(1), "rready": Out(1),
+    })
+    return wiring.Signature(members)
+
+
+def command_layout(*, word_width, depth, operand_width):
+    """Payload of the command stream.
+
+    ``direction`` (:class:`Direction`), ``kind`` (:class:`ElementKind`), ``addr`` (32-bit
+    byte address), ``buf_addr`` (buffer word address), ``length`` (elements; up to
+    ``depth * word_width // operand_width``), ``lanes`` (elements per buffer word, 0 = as many
+    as fit)."""
+    max_lanes = word_width // operand_width
+    return data.StructLayout({
+        "direction": Direction,
+        "kind": ElementKind,
+        "addr": unsigned(ADDR_WIDTH),
+        "buf_addr": unsigned(ceil_log2(depth)),
+        "length": unsigned((depth * max_lanes).bit_length()),
+        "lanes": unsigned(max_lanes.bit_length()),
+    })
+
+
+class DmaEngine(wiring.Component):
+    """AXI4 master DMA between external memory and one buffer (see the module docstring for
+    the memory format, the buffer format, conversions and errors).
+
+    Parameters
+    ----------
+    config : Config
+        Operand / accumulator widths and signedness; buffer defaults.
+    word_width : int
+        Bits of a buffer word (default: the widest buffer word of ``config``: ``max(
+        feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``).
+    depth : int
+        Buffer words (default: the deepest of ``buf_a/b/p_depth``).
+    max_burst : int
+        Beats per burst, a power of two in [1, 256].
+
+    Members
+    -------
+    cmd : In(stream.Signature(command_layout(...)))
+        Commands; taken one at a time (``ready`` only while idle).
+    done : Out(1)
+        One-cycle pulse when a command has ended: loads after the last buffer write, stores
+        after the last write response.
+    error : Out(DmaError)
+        How the command ended; valid with ``done`` and held until the next command.
+    busy : Out(1)
+        A command is being checked or run.
+    window_lo, window_hi : In(32)
+        The external byte addresses commands may touch (inclusive); sampled when a command is
+        checked.
+    axi : Out(axi4_signature())
+        External memory (Verilog ports ``axi__awaddr`` ...). Every valid is a register that
+        holds until its handshake.
+    buf_read : In(ReadPort.Signature(addr_width=log2(depth), shape=word_width))
+        Connect a synchronous ``Memory.read_port()``.
+    buf_write : In(WritePort.Signature(addr_width=log2(depth), shape=word_width))
+        Connect ``Memory.write_port()``.
+    read_bytes, write_bytes : Out(64)
+        Element bytes moved from / to external memory (the payload, not whole beats).
+    busy_cycles : Out(64)
+        Cycles with ``busy`` high.
+    clear_counters : In(1)
+        Zero the three counters.
+    """
+
+    def __init__(self, config, *, word_width=None, depth=None, max_burst=16):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        default_width, default_depth = default_geometry(config)
+        word_width = default_width if word_width is None else word_width
+        depth = default_depth if depth is None else depth
+        if not isinstance(word_width, int) or word_width < config.operand_width:
+            raise ValueError(f"word_width must be an integer of at least operand_width "
+                             f"({config.operand_width}) bits, not {word_width!r}")
+        if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
+            raise ValueError(f"depth must be a power of two of at least 2, not {depth!r}")
+        if not isinstance(max_burst, int) or not 1 <= max_burst <= 256 \
+                or max_burst & (max_burst - 1):
+            raise ValueError(f"max_burst must be a power of two in [1, 256], not {max_burst!r}")
+        self.config = config
+        self.word_width = word_width
+        self.depth = depth
+        self.max_burst = max_burst
+        self.layout = command_layout(word_width=word_width, depth=depth,
+                                     operand_width=config.operand_width)
+        aw = exact_log2(depth)
+        super().__init__({
+            "cmd": In(stream.Signature(self.layout)),
+            "done": Out(1),
+            "error": Out(DmaError),
+            "busy": Out(1),
+            "window_lo": In(ADDR_WIDTH),
+            "window_hi": In(ADDR_WIDTH),
+            "axi": Out(axi4_signature()),
+            "buf_read": In(ReadPort.Signature(addr_width=aw, shape=word_width)),
+            "buf_write": In(WritePort.Signature(addr_width=aw, shape=word_width)),
+            "read_bytes": Out(64),
+            "write_bytes": Out(64),
+            "busy_cycles": Out(64),
+            "clear_counters": In(1),
+        })
+
+    @property
+    def _vec_width(self):
+        """Bits of the elements one load step moves, in buffer-lane format."""
+        return max(min(_BEAT_BYTES // nb, lanes) * bits
+                   for _, bits, nb, _, lanes in self.kinds()) or 1
+
+    def kinds(self):
+        """:func:`element_kinds` of this engine."""
+        return element_kinds(self.config, self.word_width)
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.axi
+        lay = self.layout
+        len_w = Shape.cast(lay["length"].shape).width
+        beats_w = len_w + 1
+        beat_w = ADDR_WIDTH - _BEAT_SHIFT
+        s = SimpleNamespace()      # signals shared by the sections below
+
+        # --- the command, its derived values and checks ---------------------------------------
+        s.c = c = Signal(lay)
+        s.err = err = Signal(DmaError)
+        s.lanes = Signal.like(c.lanes)          # effective lanes per word
+        s.nbytes = Signal(4)                    # bytes per element in memory
+        s.first_slot = Signal(_BEAT_SHIFT + 1)  # element slot of the first element in its beat
+        max_lanes = Signal.like(c.lanes)
+        s.size = size = Signal(2)               # log2 of nbytes
+        with m.Switch(c.kind):
+            for kind, _, nb, _, ml in self.kinds():
+                with m.Case(kind):
+                    m.d.comb += [size.eq(exact_log2(nb)), s.nbytes.eq(nb), max_lanes.eq(ml)]
+        end = Signal(ADDR_WIDTH + 2)            # the command's last byte
+        room = Signal(range(self.depth + 1))
+        capacity = Signal(room.shape().width + len(c.lanes))
+        s.first_beat = Signal(beat_w)
+        s.total_beats = Signal(beats_w)
+        m.d.comb += [
+            s.lanes.eq(Mux(c.lanes == 0, max_lanes, c.lanes)),
+            end.eq(c.addr + (c.length << size) - 1),
+            room.eq(self.depth - c.buf_addr),
+            capacity.eq(room * s.lanes),
+            s.first_beat.eq(c.addr[_BEAT_SHIFT:]),
+            s.total_beats.eq(end[_BEAT_SHIFT:] - s.first_beat + 1),
+            s.first_slot.eq(c.addr[:_BEAT_SHIFT] >> size),
+        ]
+        s.is_store = c.direction == Direction.STORE
+
+        # --- state of the address channel (AR for loads, AW for stores) ---------------------
+        s.ax_valid = Signal()
+        s.ax_addr = Signal(ADDR_WIDTH)
+        s.ax_len = Signal(8)
+        s.ax_beat = Signal(beat_w)
+        s.ax_left = Signal(beats_w)
+        s.bursts_sent = Signal(beats_w)
+        s.bursts_acked = Signal(beats_w)
+        for p, active in (("aw", s.is_store), ("ar", ~s.is_store)):
+            m.d.comb += [
+                getattr(axi, f"{p}id").eq(0),
+                getattr(axi, f"{p}addr").eq(s.ax_addr),
+                getattr(axi, f"{p}len").eq(s.ax_len),
+                getattr(axi, f"{p}size").eq(_BEAT_SHIFT),
+                getattr(axi, f"{p}burst").eq(AxiBurst.INCR),
+                getattr(axi, f"{p}cache").eq(0b0011),     # normal, bufferable
+                getattr(axi, f"{p}valid").eq(s.ax_valid & active),
+            ]
+        init = [
+            s.ax_beat.eq(s.first_beat), s.ax_left.eq(s.total_beats),
+            s.bursts_sent.eq(0), s.bursts_acked.eq(0),
+        ]
+        init += self._declare_load(s, len_w)
+        init += self._declare_store(s, len_w, beat_w, beats_w)
+        m.d.comb += [axi.wvalid.eq(s.w_valid), axi.wdata.eq(s.w_data), axi.wstrb.eq(s.w_strb),
+                     axi.wlast.eq(s.w_last), axi.bready.eq(1)]
+
+        done = Signal()
+        m.d.comb += [self.done.eq(done), self.error.eq(err)]
+        m.d.sync += done.eq(0)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(self.cmd.payload), err.eq(DmaError.NONE)]
+                    m.next = "CHECK"
+
+            with m.State("CHECK"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(c.length == 0):
+                    m.d.sync += done.eq(1)
+                    m.next = "IDLE"
+                with m.Elif((c.addr & (s.nbytes - 1)) != 0):
+                    m.d.sync += [err.eq(DmaError.ALIGN), done.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif((c.addr < self.window_lo) | (end > self.window_hi)):
+                    m.d.sync += [err.eq(DmaError.WINDOW), done.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif((max_lanes == 0) | (s.lanes > max_lanes) | (c.length > capacity)):
+                    m.d.sync += [err.eq(DmaError.BUFFER), done.eq(1)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += init
+                    m.next = "RUN"
+
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                self._address_channel(m, s)
+                with m.If(~s.is_store):
+                    self._load(m, s)
+                    with m.If(s.ld_left == 0):
+                        m.d.sync += done.eq(1)
+                        m.next = "IDLE"
+                with m.Else():
+                    self._store(m, s)
+                    acked = s.bursts_acked + axi.bvalid
+                    with m.If((s.st_left == 0) & ~s.w_valid & (s.ax_left == 0) & ~s.ax_valid
+                              & (acked == s.bursts_sent)):
+                        m.d.sync += done.eq(1)
+                        m.next = "IDLE"
+
+        # Counters (a clear wins over a count in the same cycle).
+        with m.If(self.busy):
+            m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
+        with m.If(self.clear_counters):
+            m.d.sync += [self.read_bytes.eq(0), self.write_bytes.eq(0),
+                         self.busy_cycles.eq(0)]
+        return m
+
+    def _burst_len(self, beat, left):
+        """Beats of the next burst starting at beat address ``beat`` with ``left`` beats to go:
+        at most ``max_burst`` and never across a 4 KiB boundary."""
+        to_4k = _BEATS_4K - beat[:exact_log2(_BEATS_4K)]
+        n = Mux(left < self.max_burst, left, self.max_burst)
+        return Mux(to_4k < n, to_4k, n)
+
+    def _record(self, m, s, resp):
+        """Keep the first bus error of the command."""
+        with m.If(s.err == DmaError.NONE):
+            with m.If(resp == AxiResp.SLVERR):
+                m.d.sync += s.err.eq(DmaError.SLVERR)
+            with m.If(resp == AxiResp.DECERR):
+                m.d.sync += s.err.eq(DmaError.DECERR)
+
+    def _address_channel(self, m, s):
+        """Issue the bursts of the command, one address beat at a time."""
+        ready = Mux(s.is_store, self.axi.awready, self.axi.arready)
+        with m.If(s.ax_valid & ready):
+            m.d.sync += s.ax_valid.eq(0)
+        with m.If((~s.ax_valid | ready) & (s.ax_left != 0)):
+            n = Signal(9)
+            m.d.comb += n.eq(self._burst_len(s.ax_beat, s.ax_left))
+            m.d.sync += [
+                s.ax_valid.eq(1), s.ax_addr.eq(s.ax_beat << _BEAT_SHIFT), s.ax_len.eq(n - 1),
+                s.ax_beat.eq(s.ax_beat + n), s.ax_left.eq(s.ax_left - n),
+                s.bursts_sent.eq(s.bursts_sent + 1),
+            ]
+
+    # --- load: R beats -> elements -> buffer words ------------------------------------------
+
+    def _declare_load(self, s, len_w):
+        s.rb_valid = Signal()                    # a beat is held in rb_data
+        s.rb_data = Signal(DATA_WIDTH)
+        s.rb_slot = Signal(_BEAT_SHIFT + 1)      # element slot of the next element in it
+        s.rb_first = Signal()                    # no beat taken yet
+        s.ld_left = Signal(len_w)                # elements still to unpack
+        s.pk_word = Signal(self.word_width)      # the buffer word being packed
+        s.pk_lane = Signal.like(s.lanes)
+        s.pk_addr = Signal.like(s.c.buf_addr)
+        return [s.rb_valid.eq(0), s.rb_first.eq(1), s.ld_left.eq(s.c.length),
+                s.pk_word.eq(0), s.pk_lane.eq(0), s.pk_addr.eq(s.c.buf_addr)]
+
+    def _load(self, m, s):
+        axi, c = self.axi, s.c
+        # Each cycle moves k >= 1 elements from the held beat into the word being packed: as
+        # many as are left in the beat, in the word and in the command.
+        k = Signal(range(_BEAT_BYTES + 1))
+        vec = Signal(self._vec_width)            # the k elements in buffer-lane format
+        lane_shift = Signal(range(self.word_width))
+        beat_end = Signal()
+        with m.Switch(c.kind):
+            for kind, bits, nb, _, max_lanes in self.kinds():
+                per_beat = _BEAT_BYTES // nb
+                with m.Case(kind):
+                    m.d.comb += k.eq(_min(_min(per_beat - s.rb_slot, s.lanes - s.pk_lane),
+                                          s.ld_left))
+                    beat = s.rb_data >> (s.rb_slot << exact_log2(8 * nb))
+                    for e in range(min(per_beat, max_lanes)):
+                        with m.If(e < k):
+                            m.d.comb += vec[e * bits:(e + 1) * bits].eq(
+                                beat[8 * nb * e:8 * nb * e + bits])
+                    m.d.comb += [lane_shift.eq(s.pk_lane * bits),
+                                 beat_end.eq((s.rb_slot + k == per_beat) | (k == s.ld_left))]
+        step = s.rb_valid
+        take = ~s.rb_valid | beat_end
+        m.d.comb += axi.rready.eq(take)
+        with m.If(step):
+            m.d.sync += [s.ld_left.eq(s.ld_left - k), s.rb_slot.eq(s.rb_slot + k),
+                         self.read_bytes.eq(self.read_bytes + (k << s.size))]
+            with m.If(beat_end):
+                m.d.sync += s.rb_valid.eq(0)
+        with m.If(axi.rvalid & take):
+            m.d.sync += [s.rb_valid.eq(1), s.rb_data.eq(axi.rdata), s.rb_first.eq(0),
+                         s.rb_slot.eq(Mux(s.rb_first, s.first_slot, 0))]
+            self._record(m, s, axi.rresp)
+
+        word_next = Signal.like(s.pk_word)
+        m.d.comb += word_next.eq(s.pk_word | (vec << lane_shift))
+        full = (s.pk_lane + k == s.lanes) | (k == s.ld_left)
+        m.d.comb += [self.buf_write.addr.eq(s.pk_addr), self.buf_write.data.eq(word_next),
+                     self.buf_write.en.eq(step & full)]
+        with m.If(step):
+            with m.If(full):
+                m.d.sync += [s.pk_word.eq(0), s.pk_lane.eq(0), s.pk_addr.eq(s.pk_addr + 1)]
+            with m.Else():
+                m.d.sync += [s.pk_word.eq(word_next), s.pk_lane.eq(s.pk_lane + k)]
+
+    # --- store: buffer words -> elements -> W beats -----------------------------------------
+
+    def _declare_store(self, s, len_w, beat_w, beats_w):
+        s.fetch_left = Signal(len_w)             # elements not yet covered by a word read
+        s.rd_addr = Signal.like(s.c.buf_addr)
+        s.rd_pending = Signal()                  # buf_read.data holds a word not yet taken
+        s.rd_count = Signal.like(s.lanes)        # its number of elements
+        s.sh = Signal(self.word_width)           # the word being unpacked, low lane first
+        s.sh_left = Signal.like(s.lanes)
+        s.st_left = Signal(len_w)                # elements still to place into beats
+        s.wa_data = Signal(DATA_WIDTH)           # the beat being assembled
+        s.wa_strb = Signal(_BEAT_BYTES)
+        s.wa_slot = Signal(_BEAT_SHIFT + 1)
+        s.w_valid = Signal()                     # the W output register
+        s.w_data = Signal(DATA_WIDTH)
+        s.w_strb = Signal(_BEAT_BYTES)
+        s.w_last = Signal()
+        s.wb_left = Signal(9)                    # beats left in the current W burst
+        s.wsp_beat = Signal(beat_w)              # the W side's copy of the burst split
+        s.wsp_left = Signal(beats_w)
+        return [s.fetch_left.eq(s.c.length), s.rd_addr.eq(s.c.buf_addr), s.rd_pending.eq(0),
+                s.sh_left.eq(0), s.st_left.eq(s.c.length),
+                s.wa_data.eq(0), s.wa_strb.eq(0), s.wa_slot.eq(s.first_slot),
+                s.wb_left.eq(0), s.wsp_beat.eq(s.first_beat), s.wsp_left.eq(s.total_beats)]
+
+    def _store(self, m, s):
+        axi, c = self.axi, s.c
+        with m.If(s.w_valid & axi.wready):
+            m.d.sync += s.w_valid.eq(0)
+        with m.If(axi.bvalid):
+            m.d.sync += s.bursts_acked.eq(s.bursts_acked + 1)
+            self._record(m, s, axi.bresp)
+
+        # Each cycle moves k >= 1 elements from the low lanes of the unpacking register into
+        # the beat being assembled: as many as are left in the word and in the beat.
+        step = (s.sh_left != 0) & (~s.w_valid | axi.wready)
+        k = Signal(range(_BEAT_BYTES + 1))
+        vec = Signal(DATA_WIDTH)                 # the k elements, widened, from byte 0
+        vec_strb = Signal(_BEAT_BYTES)
+        sh_next = Signal.like(s.sh)
+        beat_end = Signal()
+        with m.Switch(c.kind):
+            for kind, bits, nb, is_signed, max_lanes in self.kinds():
+                per_beat = _BEAT_BYTES // nb
+                with m.Case(kind):
+                    m.d.comb += k.eq(_min(per_beat - s.wa_slot, s.sh_left))
+                    for e in range(min(per_beat, max_lanes)):
+                        elem = s.sh[e * bits:(e + 1) * bits]
+                        with m.If(e < k):
+                            m.d.comb += [
+                                vec[8 * nb * e:8 * nb * (e + 1)].eq(
+                                    elem.as_signed() if is_signed else elem),
+                                vec_strb[nb * e:nb * (e + 1)].eq((1 << nb) - 1),
+                            ]
+                    m.d.comb += [sh_next.eq(s.sh >> (k * bits)),
+                                 beat_end.eq((s.wa_slot + k == per_beat) | (k == s.st_left))]
+
+        # Buffer words, read one ahead, into the unpacking register.
+        absorb = s.rd_pending & ((s.sh_left == 0) | (step & (k == s.sh_left)))
+        fetch = (s.fetch_left != 0) & (~s.rd_pending | absorb)
+        n = _min(s.fetch_left, s.lanes)
+        m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch)]
+        with m.If(fetch):
+            m.d.sync += [s.rd_addr.eq(s.rd_addr + 1), s.rd_pending.eq(1), s.rd_count.eq(n),
+                         s.fetch_left.eq(s.fetch_left - n)]
+        with m.Elif(absorb):
+            m.d.sync += s.rd_pending.eq(0)
+        with m.If(absorb):
+            m.d.sync += [s.sh.eq(self.buf_read.data), s.sh_left.eq(s.rd_count)]
+        with m.Elif(step):
+            m.d.sync += [s.sh.eq(sh_next), s.sh_left.eq(s.sh_left - k)]
+
+        # The elements into their bytes of the beat; a finished beat into the W register.
+        byte = Signal(range(_BEAT_BYTES))
+        data_next = Signal.like(s.wa_data)
+        strb_next = Signal.like(s.wa_strb)
+        m.d.comb += [
+            byte.eq(s.wa_slot << s.size),
+            data_next.eq(s.wa_data | (vec << (byte << 3))),
+            strb_next.eq(s.wa_strb | (vec_strb << byte)),
+        ]
+        with m.If(step):
+            m.d.sync += [s.st_left.eq(s.st_left - k),
+                         self.write_bytes.eq(self.write_bytes + (k << s.size))]
+            with m.If(beat_end):
+                m.d.sync += [s.wa_data.eq(0), s.wa_strb.eq(0), s.wa_slot.eq(0),
+                             s.w_valid.eq(1), s.w_data.eq(data_next), s.w_strb.eq(strb_next)]
+                with m.If(s.wb_left == 0):
+                    n_burst = Signal(9)
+                    m.d.comb += n_burst.eq(self._burst_len(s.wsp_beat, s.wsp_left))
+                    m.d.sync += [s.w_last.eq(n_burst == 1), s.wb_left.eq(n_burst - 1),
+                                 s.wsp_beat.eq(s.wsp_beat + n_burst),
+                                 s.wsp_left.eq(s.wsp_left - n_burst)]
+                with m.Else():
+                    m.d.sync += [s.w_last.eq(s.wb_left == 1), s.wb_left.eq(s.wb_left - 1)]
+            with m.Else():
+                m.d.sync += [s.wa_data.eq(data_next), s.wa_strb.eq(strb_next),
+                             s.wa_slot.eq(s.wa_slot + k)]
+
+
+def _min(a, b):
+    return Mux(a < b, a, b)
+
+
+def reference(config, word_width, depth, cmd, memory, buffer,
+              window=(0, 2 ** ADDR_WIDTH - 1)):
+    """A naive model of one command of a :class:`DmaEngine` built with ``config``,
+    ``word_width`` and ``depth``. ``cmd``: a dict of the :func:`command_layout` fields (enum
+    members or ints);
+    ``memory``: an object with ``read(addr, n) -> bytes`` and ``write(addr, data)``;
+    ``buffer``: a list of ``depth`` words (ints), changed in place. Returns the
+    :class:`DmaError` of a command that meets no bus error."""
+    direction = Direction(cmd["direction"])
+    kind = ElementKind(cmd["kind"])
+    addr, buf_addr, length, lanes = cmd["addr"], cmd["buf_addr"], cmd["length"], cmd["lanes"]
+    _, bits, nb, is_signed, max_lanes = element_kinds(config, word_width)[kind.value]
+    lanes = lanes or max_lanes
+    if length == 0:
+        return DmaError.NONE
+    if addr % nb:
+        return DmaError.ALIGN
+    if addr < window[0] or addr + length * nb - 1 > window[1]:
+        return DmaError.WINDOW
+    if max_lanes == 0 or lanes > max_lanes or length > (depth - buf_addr) * lanes:
+        return DmaError.BUFFER
+    mask = (1 << bits) - 1
+    if direction == Direction.LOAD:
+        raw = memory.read(addr, length * nb)
+        elems = [int.from_bytes(raw[i * nb:(i + 1) * nb], "little") & mask
+                 for i in range(length)]
+        for w in range(0, length, lanes):
+            buffer[buf_addr + w // lanes] = sum(e << (bits * j)
+                                                for j, e in enumerate(elems[w:w + lanes]))
+    else:
+        out = bytearray()
+        for i in range(length):
+            e = buffer[buf_addr + i // lanes] >> (bits * (i % lanes)) & mask
+            if is_signed and e >> (bits - 1):
+                e -= 1 << bits
+            out += (e % (1 << (8 * nb))).to_bytes(nb, "little")
+        memory.write(addr, bytes(out))
+    return DmaError.NONE

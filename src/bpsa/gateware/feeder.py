@@ -1,0 +1,886 @@
+"""The data feeder: on-the-fly im2col for the output-stationary forward convolution.
+
+Source: Fornt et al., Sec. II-B and Figs. 3-4. The input feature map X (N x C x H x W) sits in an
+SRAM of ``B = feeder_bus_width`` elements per word, flattened ``[N, C, Y, X]`` (X contiguous)
+from element address ``base``; no im2col matrix and no padding zero is ever stored.
+
+Mapping onto the array (``R = rows`` feed lanes, lane ``i`` feeds array row ``i``)
+    Output pixels are taken in the order ``(n, oh, ow)``. One *context* holds ``R``
+    consecutive pixels ``ow0 .. ow0+R-1`` of one output row ``(n, oh)``; lane ``i`` computes
+    pixel ``ow0 + i``. A row's contexts start at ``ow0 = 0`` (the first context of a run at
+    ``ctx_ow``) and step by ``R``, so the last context of a row may have lanes past ``OW - 1``:
+    those lanes are *masked* (mask bit 0, elements 0). Over one context every lane receives its
+    pixel's im2col row: ``X[n, c, oh*s + r*d - p, ow*s + q*d - p]`` (0 in the padding) for
+    ``c``, then ``r``, then ``q`` (the order of the columns of
+    :func:`bpsa.models.golden.lower_forward`), ``C*R*S`` elements.
+
+Pieces (each a small component)
+    :class:`StepCounter` one counter with a coordinate and a pointer step and a limit;
+    :class:`IndexCounters` six of them: the paper's five (x, y, channel over the interest
+    region; x, y moving the region) and an image counter after the region's y (the batch), the
+    pointer split into SRAM word address and global word offset;
+    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset;
+    :class:`FeedLane` selection into M intermediate registers, pushed as one FIFO entry when
+    full or when they hold the context's last element (entries never straddle contexts, so the
+    entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
+    kM+M-1`` in every lane);
+    :class:`DataFeeder` setup of a layer descriptor, the two-stage pipeline (counters and SRAM
+    address; data word and lanes), lane FIFOs and the lane-aligned output stream.
+
+Differences from the paper
+    The feed registers do not skew the rows: the output is lane-aligned (the array skews
+    internally). Words that hold no element of an active lane inside the tensor (padding rows
+    and columns) are stepped over without an SRAM read; their elements are zeros made here.
+    Lanes past the end of an output row still select (so that all lanes stay in step) but are
+    masked at the output.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import ReadPort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from bpsa.config import Config
+from bpsa.gateware.arith import arith_for
+
+__all__ = [
+    "LAYER_FIELDS", "layer_layout", "entry_layout", "feed_layout", "counter_setup_layout",
+    "step_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
+    "StepCounter", "IndexCounters", "KernelPatternShifter", "FeedLane", "DataFeeder",
+]
+
+#: Fields of the layer descriptor (:func:`layer_layout`), also the attribute names that
+#: :func:`check_layer` reads (``bpsa.models.feeder_model.Layer`` has exactly these).
+LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
+                "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")
+
+_SHAPE_FIELDS = LAYER_FIELDS[:12] + ("ctx_n", "ctx_oh", "ctx_ow", "pad_bottom")
+_NONZERO_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
+                   "stride_h", "stride_w", "dil_h", "dil_w")
+
+
+# --- widths and layouts --------------------------------------------------------------------
+
+def _check_config(config):
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a Config, not {config!r}")
+    return config
+
+
+def _addr_width(config):
+    """Bits of an SRAM word address (the SRAM is ``buf_a_depth`` words deep)."""
+    return ceil_log2(config.buf_a_depth)
+
+
+def _ptr_width(config):
+    """Bits of an element address; pointer arithmetic is modulo ``2**_ptr_width``."""
+    return _addr_width(config) + exact_log2(config.feeder_bus_width)
+
+
+def _coord_width(config):
+    """Bits of the (signed) coordinates and counter values: room for ``rows * 2**dim_width``
+    plus padding and the pattern width."""
+    return config.dim_width + ceil_log2(config.rows + 1) + 4
+
+
+def layer_layout(config):
+    """Layout of the layer descriptor (``FeederLayer``).
+
+    All fields unsigned. ``batch`` .. ``dil_w``, ``ctx_n``, ``ctx_oh``, ``ctx_ow`` and
+    ``pad_bottom``: ``dim_width`` bits. ``pad_h`` pads the top of the input, ``pad_bottom`` its
+    bottom (asymmetric padding; the Python helpers take ``pad_bottom = pad_h`` when it is
+    missing), so ``OH = (H + pad_h + pad_bottom - d_h(R-1) - 1) // s_h + 1``. ``base``: element
+    address of ``X[0, 0, 0, 0]`` (``log2(buf_a_depth *
+    feeder_bus_width)`` bits). ``ctx_count``: ``2 * dim_width`` bits, 0 means "to the end of
+    the layer".
+    """
+    dim = unsigned(config.dim_width)
+    fields = {name: dim for name in _SHAPE_FIELDS}
+    fields["base"] = unsigned(_ptr_width(config))
+    fields["ctx_count"] = unsigned(2 * config.dim_width)
+    return data.StructLayout({name: fields[name] for name in LAYER_FIELDS})
+
+
+def entry_layout(config):
+    """Layout of one lane FIFO entry: ``data`` (M elements), ``count`` (1..M elements valid,
+    from index 0), ``last`` (the entry ends a context), ``active`` (the lane's pixel exists)."""
+    op = arith_for(config).operand_shape
+    m = config.feeder_lane_regs
+    return data.StructLayout({
+        "data": data.ArrayLayout(op, m), "count": unsigned(ceil_log2(m + 1)),
+        "last": unsigned(1), "active": unsigned(1),
+    })
+
+
+def feed_layout(config):
+    """Payload of the feeder's output stream: one element for every lane.
+
+    ``data[i]``: lane ``i``'s element (0 when masked); ``mask`` bit ``i``: lane ``i``'s pixel
+    exists in this context; ``last``: the vector is the context's last (element ``C*R*S-1``).
+    """
+    op = arith_for(config).operand_shape
+    return data.StructLayout({
+        "data": data.ArrayLayout(op, config.rows), "mask": unsigned(config.rows),
+        "last": unsigned(1),
+    })
+
+
+def counter_setup_layout(config):
+    """Per-layer values of :class:`IndexCounters`, derived from the descriptor by
+    :func:`counter_setup` (Python) or the :class:`DataFeeder`'s setup (hardware)."""
+    cw, pw, dim = _coord_width(config), _ptr_width(config), config.dim_width
+    cu, pu, du = unsigned(cw), unsigned(pw), unsigned(dim)
+    return data.StructLayout({
+        "span_all": cu,      # (R-1)*s_w + (S-1)*d_w + 1: columns of an interest-region row
+        "span_w": cu,        # (S-1)*d_w + 1
+        "stride_w": du,      # local offset step between lanes
+        "y_step": du, "y_limit": cu, "y_pstep": pu,           # d_h; (R-1)*d_h; d_h*W
+        "c_limit": du, "c_pstep": pu,                         # C-1; H*W
+        "cx_step": cu, "cx_limit": cu,                        # rows*s_w; W + 2p_w - span_w
+        "cy_step": du, "cy_limit": cu, "cy_pstep": pu,        # s_h; H + p_h + p_bottom - span_h; s_h*W
+        "n_limit": du, "n_pstep": pu,                         # N-1; C*H*W
+        "ptr0": pu,                                           # base - p_h*W - p_w
+        "pad_h": du, "pad_w": du, "height": du, "width": du,
+        "cx_init": cu, "cy_init": cu, "cy_pinit": pu,         # ow0*s_w; oh0*s_h; oh0*s_h*W
+        "n_init": du, "n_pinit": pu,                          # n0; n0*C*H*W
+        "ctx_count": unsigned(2 * dim),
+    })
+
+
+def step_layout(config):
+    """One step of :class:`IndexCounters`: one SRAM word of an interest-region row.
+
+    ``addr``: word address (meaningful when ``read``); ``goff``: global word offset;
+    ``offset``: lane 0's word offset, ``goff - k*B`` for the ``k``-th word of the row (lane
+    ``i`` adds ``i*s_w``); ``read``: the word holds data of an active lane and is read;
+    ``lo``, ``hi``: positions ``[lo, hi)`` of the word hold real data, the rest is padding
+    (both 0 when not read); ``row_last``, ``ctx_last_row`` (last channel and kernel row),
+    ``ctx_last``, ``last`` (of the run); ``active``: the context's lane mask.
+    """
+    bw = config.feeder_bus_width
+    return data.StructLayout({
+        "addr": unsigned(_addr_width(config)), "goff": unsigned(exact_log2(bw)),
+        "offset": signed(_coord_width(config)), "read": unsigned(1),
+        "lo": unsigned(ceil_log2(bw + 1)), "hi": unsigned(ceil_log2(bw + 1)),
+        "row_last": unsigned(1), "ctx_last_row": unsigned(1), "ctx_last": unsigned(1),
+        "last": unsigned(1), "active": unsigned(config.rows),
+    })
+
+
+# --- the Python view: checks and derived values ----------------------------------------------
+
+def _fields(layer):
+    if isinstance(layer, dict):
+        get = layer.get
+    else:
+        def get(name):
+            return getattr(layer, name, None)
+    values = {}
+    for name in LAYER_FIELDS:
+        v = get(name)
+        if v is None and name in ("pad_h", "pad_w", "base", "ctx_n", "ctx_oh", "ctx_ow",
+                                  "ctx_count"):
+            v = 0
+        if v is None and name == "pad_bottom":
+            v = values["pad_h"]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"layer field {name} must be an integer, not {v!r}")
+        values[name] = v
+    return values
+
+
+def check_layer(config, layer):
+    """Raise :exc:`ValueError` with the reason when the feeder generated for ``config`` cannot
+    run ``layer`` (an object with the attributes :data:`LAYER_FIELDS`, or a dict; missing
+    ``pad_*``, ``base`` and ``ctx_*`` mean 0). The hardware refuses the same descriptors with
+    its ``error`` output, except those whose values do not fit the descriptor's fields."""
+    f = _fields(layer)
+    layout = layer_layout(config)
+    for name in LAYER_FIELDS:
+        width = layout.members[name].width
+        if not 0 <= f[name] < 1 << width:
+            raise ValueError(f"layer field {name} must be in [0, {(1 << width) - 1}] "
+                             f"({width} bits), not {f[name]}")
+    for name in _NONZERO_FIELDS:
+        if f[name] == 0:
+            raise ValueError(f"layer field {name} must be at least 1, not 0")
+    span_w = (f["kernel_w"] - 1) * f["dil_w"] + 1
+    span_h = (f["kernel_h"] - 1) * f["dil_h"] + 1
+    if span_w > config.feeder_pattern_width:
+        raise ValueError(
+            f"kernel width {f['kernel_w']} with dilation {f['dil_w']} spans {span_w} columns, "
+            f"more than feeder_pattern_width {config.feeder_pattern_width}")
+    padded_h = f["height"] + f["pad_h"] + f["pad_bottom"]
+    if span_h > padded_h or span_w > f["width"] + 2 * f["pad_w"]:
+        raise ValueError(
+            f"dilated kernel {span_h} x {span_w} does not fit the padded input "
+            f"{padded_h} x {f['width'] + 2 * f['pad_w']}")
+    size = f["batch"] * f["channels"] * f["height"] * f["width"]
+    capacity = config.buf_a_depth * config.feeder_bus_width
+    if f["base"] + size > capacity:
+        raise ValueError(f"X ({size} elements from element {f['base']}) does not fit the "
+                         f"SRAM of {capacity} elements")
+    oh_n = (padded_h - span_h) // f["stride_h"] + 1
+    ow_n = (f["width"] + 2 * f["pad_w"] - span_w) // f["stride_w"] + 1
+    if f["ctx_n"] >= f["batch"] or f["ctx_oh"] >= oh_n or f["ctx_ow"] >= ow_n:
+        raise ValueError(f"first context (n, oh, ow) = ({f['ctx_n']}, {f['ctx_oh']}, "
+                         f"{f['ctx_ow']}) is outside the output ({f['batch']}, {oh_n}, {ow_n})")
+
+
+def layer_value(config, layer):
+    """The descriptor value (a dict for ``Simulator.set`` / a ``Const`` of :func:`layer_layout`)
+    of a checked layer."""
+    check_layer(config, layer)
+    return _fields(layer)
+
+
+def counter_setup(config, layer):
+    """The :func:`counter_setup_layout` values of a checked layer, as a dict (the hardware
+    derives the same values in its setup)."""
+    f = layer_value(config, layer)
+    pmask = (1 << _ptr_width(config)) - 1
+    span_w = (f["kernel_w"] - 1) * f["dil_w"] + 1
+    span_h = (f["kernel_h"] - 1) * f["dil_h"] + 1
+    h, w = f["height"], f["width"]
+    chw = f["channels"] * h * w
+    return {
+        "span_all": (config.rows - 1) * f["stride_w"] + span_w, "span_w": span_w,
+        "stride_w": f["stride_w"],
+        "y_step": f["dil_h"], "y_limit": span_h - 1, "y_pstep": (f["dil_h"] * w) & pmask,
+        "c_limit": f["channels"] - 1, "c_pstep": (h * w) & pmask,
+        "cx_step": config.rows * f["stride_w"], "cx_limit": w + 2 * f["pad_w"] - span_w,
+        "cy_step": f["stride_h"], "cy_limit": h + f["pad_h"] + f["pad_bottom"] - span_h,
+        "cy_pstep": (f["stride_h"] * w) & pmask,
+        "n_limit": f["batch"] - 1, "n_pstep": chw & pmask,
+        "ptr0": (f["base"] - f["pad_h"] * w - f["pad_w"]) & pmask,
+        "pad_h": f["pad_h"], "pad_w": f["pad_w"], "height": h, "width": w,
+        "cx_init": f["ctx_ow"] * f["stride_w"], "cy_init": f["ctx_oh"] * f["stride_h"],
+        "cy_pinit": (f["ctx_oh"] * f["stride_h"] * w) & pmask,
+        "n_init": f["ctx_n"], "n_pinit": (f["ctx_n"] * chw) & pmask,
+        "ctx_count": f["ctx_count"],
+    }
+
+
+# --- index counters ------------------------------------------------------------------------
+
+class StepCounter(wiring.Component):
+    """A counter with a coordinate and a pointer contribution.
+
+    ``value`` takes ``0, step, 2*step, ..`` while it is at most ``limit``, then wraps to 0;
+    ``pvalue`` moves with it by ``pstep`` (modulo ``2**pwidth``) and wraps with it.
+
+    Members
+    -------
+    step, limit, pstep : In
+        Static while counting.
+    load, init, pinit : In
+        ``load`` sets ``value``/``pvalue`` to ``init``/``pinit`` (it has priority over ``en``).
+    en : In(1)
+        Advance by one step (or wrap).
+    value, pvalue : Out
+        The registered state.
+    last : Out(1)
+        Combinational: ``value + step > limit``; with ``en`` the counter wraps.
+    """
+
+    def __init__(self, *, width, pwidth):
+        if not isinstance(width, int) or width < 1:
+            raise TypeError(f"width must be a positive integer, not {width!r}")
+        if not isinstance(pwidth, int) or pwidth < 1:
+            raise TypeError(f"pwidth must be a positive integer, not {pwidth!r}")
+        self.width = width
+        self.pwidth = pwidth
+        super().__init__({
+            "step": In(width), "limit": In(width), "pstep": In(pwidth),
+            "load": In(1), "init": In(width), "pinit": In(pwidth), "en": In(1),
+            "value": Out(width), "pvalue": Out(pwidth), "last": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.last.eq(self.value + self.step > self.limit)
+        with m.If(self.load):
+            m.d.sync += [self.value.eq(self.init), self.pvalue.eq(self.pinit)]
+        with m.Elif(self.en):
+            with m.If(self.last):
+                m.d.sync += [self.value.eq(0), self.pvalue.eq(0)]
+            with m.Else():
+                m.d.sync += [self.value.eq(self.value + self.step),
+                             self.pvalue.eq(self.pvalue + self.pstep)]
+        return m
+
+
+class IndexCounters(wiring.Component):
+    """The index counters: the sequence of SRAM words of a run, one :func:`step_layout` step
+    per advance.
+
+    Six :class:`StepCounter` s, innermost first: ``x`` (``k*B`` along an interest-region row,
+    up to the row's last interest element), ``y`` (kernel row ``r*d_h``), ``c`` (channel),
+    then ``cx`` (context x, ``ow0*s_w`` by ``R*s_w``), ``cy`` (output row ``oh*s_h``) and
+    ``n`` (image) moving the region. The pointer is ``ptr0`` plus the six pointer values (an
+    element address); its high bits are the word address, its low bits the global word offset.
+    With ``ctx_count`` non-zero the run ends after that many contexts.
+
+    Members
+    -------
+    setup : In(counter_setup_layout)
+        Static while running.
+    start : In(1)
+        Load the first context (``*_init``) and start presenting steps.
+    valid : Out(1)
+        A step is presented.
+    step : Out(step_layout)
+        Combinational from the counters.
+    en : In(1)
+        Take the presented step (only with ``valid``); after the ``last`` step ``valid`` falls.
+    """
+
+    def __init__(self, config):
+        self.config = _check_config(config)
+        super().__init__({
+            "setup": In(counter_setup_layout(config)), "start": In(1), "en": In(1),
+            "valid": Out(1), "step": Out(step_layout(config)),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        su = self.setup
+        cw, pw = _coord_width(cfg), _ptr_width(cfg)
+        bw, lb = cfg.feeder_bus_width, exact_log2(cfg.feeder_bus_width)
+
+        names = ("x", "y", "c", "cx", "cy", "n")
+        cnt = {}
+        for name in names:
+            cnt[name] = m.submodules[f"count_{name}"] = StepCounter(width=cw, pwidth=pw)
+        x, y, c, cx, cy, n = (cnt[k] for k in names)
+
+        ptr = Signal(pw)
+        m.d.comb += ptr.eq(su.ptr0 + x.pvalue + y.pvalue + c.pvalue + cx.pvalue + cy.pvalue
+                           + n.pvalue)
+        goff = Signal(lb)
+        m.d.comb += goff.eq(ptr[:lb])
+
+        # Steps, limits and pointer steps.
+        m.d.comb += [
+            x.step.eq(bw), x.pstep.eq(bw), x.limit.eq(goff + su.span_all - 1),
+            y.step.eq(su.y_step), y.limit.eq(su.y_limit), y.pstep.eq(su.y_pstep),
+            c.step.eq(1), c.limit.eq(su.c_limit), c.pstep.eq(su.c_pstep),
+            cx.step.eq(su.cx_step), cx.limit.eq(su.cx_limit), cx.pstep.eq(su.cx_step),
+            cy.step.eq(su.cy_step), cy.limit.eq(su.cy_limit), cy.pstep.eq(su.cy_pstep),
+            n.step.eq(1), n.limit.eq(su.n_limit), n.pstep.eq(su.n_pstep),
+        ]
+        for k in names:
+            m.d.comb += cnt[k].load.eq(self.start)
+        m.d.comb += [
+            cx.init.eq(su.cx_init), cx.pinit.eq(su.cx_init),
+            cy.init.eq(su.cy_init), cy.pinit.eq(su.cy_pinit),
+            n.init.eq(su.n_init), n.pinit.eq(su.n_pinit),
+        ]
+
+        # Contexts left in a limited run.
+        ctx_left = Signal.like(su.ctx_count)
+        limited = Signal()
+        running = Signal()
+        m.d.comb += self.valid.eq(running)
+
+        ctx_last_row = y.last & c.last
+        ctx_last = ctx_last_row & x.last
+        last = ctx_last & ((cx.last & cy.last & n.last) | (limited & (ctx_left == 1)))
+        adv = self.en & running
+        m.d.comb += [
+            x.en.eq(adv),
+            y.en.eq(adv & x.last),
+            c.en.eq(adv & x.last & y.last),
+            cx.en.eq(adv & ctx_last),
+            cy.en.eq(adv & ctx_last & cx.last),
+            n.en.eq(adv & ctx_last & cx.last & cy.last),
+        ]
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), ctx_left.eq(su.ctx_count),
+                         limited.eq(su.ctx_count != 0)]
+        with m.Elif(adv):
+            with m.If(last):
+                m.d.sync += running.eq(0)
+            with m.If(ctx_last):
+                m.d.sync += ctx_left.eq(ctx_left - 1)
+
+        # Lanes of the context: lane i (local offset i*s_w) exists when ow0*s_w + i*s_w is
+        # within the last output column's x, cx_limit.
+        offs = [Const(0, cw)]
+        for i in range(1, cfg.rows):
+            o = Signal(cw, name=f"lane_off{i}")
+            m.d.comb += o.eq(offs[-1] + su.stride_w)
+            offs.append(o)
+        active = Signal(cfg.rows)
+        end_off = Const(0, cw)
+        for i in range(cfg.rows):
+            m.d.comb += active[i].eq(cx.value + offs[i] <= su.cx_limit)
+            if i:
+                end_off = Mux(active[i], offs[i], end_off)
+
+        # Real data of the word: x in [max(0, x0), min(W, x0 + end_off + span_w)), in a row
+        # inside the image.
+        sc = signed(cw + 2)
+        x0 = Signal(sc)
+        yy = Signal(sc)
+        m.d.comb += [x0.eq(cx.value - su.pad_w), yy.eq(cy.value + y.value - su.pad_h)]
+        row_ok = (yy >= 0) & (yy < su.height)
+        x_lo = Signal(sc)
+        x_hi = Signal(sc)
+        x_end = Signal(sc)
+        m.d.comb += [
+            x_lo.eq(Mux(x0 < 0, 0, x0)),
+            x_end.eq(x0 + end_off + su.span_w),
+            x_hi.eq(Mux(x_end > su.width, su.width, x_end)),
+        ]
+        xb = Signal(sc)       # x of word position 0
+        m.d.comb += xb.eq(x0 - goff + x.value)
+
+        def clamp(v):
+            return Mux(v < 0, 0, Mux(v > bw, bw, v))
+        lo, hi = Signal(sc), Signal(sc)
+        m.d.comb += [lo.eq(clamp(x_lo - xb)), hi.eq(clamp(x_hi - xb))]
+        read = Signal()
+        m.d.comb += read.eq(row_ok & (lo < hi))
+
+        st = self.step
+        m.d.comb += [
+            st.addr.eq(ptr[lb:]), st.goff.eq(goff), st.offset.eq(goff - x.value),
+            st.read.eq(read), st.lo.eq(Mux(read, lo, 0)), st.hi.eq(Mux(read, hi, 0)),
+            st.row_last.eq(x.last), st.ctx_last_row.eq(ctx_last_row),
+            st.ctx_last.eq(ctx_last), st.last.eq(last), st.active.eq(active),
+        ]
+        return m
+
+
+# --- feed lanes ----------------------------------------------------------------------------
+
+class KernelPatternShifter(wiring.Component):
+    """The kernel pattern aligned with the data word (combinational).
+
+    ``sel`` bit ``j`` is ``pattern`` bit ``j - offset`` (0 outside the pattern): the pattern
+    shifted right by ``offset`` word positions, left when ``offset`` is negative.
+
+    Members
+    -------
+    pattern : In(feeder_pattern_width)
+        Bit ``b``: the kernel has a tap ``b`` columns after its first (``0, d, .., (S-1)d``).
+    offset : In(signed(offset_width))
+        The lane's word offset.
+    sel : Out(feeder_bus_width)
+        The word positions holding the lane's interest elements.
+    """
+
+    def __init__(self, config, *, offset_width):
+        if not isinstance(offset_width, int) or offset_width < 2:
+            raise TypeError(f"offset_width must be an integer of at least 2, not "
+                            f"{offset_width!r}")
+        self.config = _check_config(config)
+        super().__init__({
+            "pattern": In(config.feeder_pattern_width), "offset": In(signed(offset_width)),
+            "sel": Out(config.feeder_bus_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bw, pw = self.config.feeder_bus_width, self.config.feeder_pattern_width
+        ext = Cat(Const(0, bw), self.pattern, Const(0, bw))
+        # Bit j of sel is ext[u + j] with u = B - offset, clamped to [0, B + PW]: both ends of
+        # the clamp select only zeros of ext.
+        u = Signal(range(bw + pw + 1))
+        v = Signal(signed(len(self.offset) + 2))
+        m.d.comb += v.eq(bw - self.offset)
+        m.d.comb += u.eq(Mux(v < 0, 0, Mux(v > bw + pw, bw + pw, v)))
+        m.d.comb += self.sel.eq((ext >> u)[:bw])
+        return m
+
+
+class FeedLane(wiring.Component):
+    """One feed lane: selects its interest elements from the data words into M intermediate
+    registers and pushes them, M at a time, as FIFO entries.
+
+    Per cycle the lane places, in word order, as many of the word's not yet taken interest
+    elements as it has free registers. Registers that are full, or that hold the context's
+    last element (*closed*), are offered on ``entries`` from the next cycle; while offered they
+    take nothing, except in the cycle they are accepted, when all M are free again. ``done``
+    says that all remaining interest elements of the word are placed this cycle; the feeder
+    holds the word (a stall) until every lane is done, then asserts ``next``.
+
+    Members
+    -------
+    word : In(ArrayLayout(operand, B))
+        The data word, padding positions already 0.
+    word_valid : In(1)
+        ``word`` and the controls below are meaningful.
+    offset : In(signed)
+        The lane's word offset (global word offset + local offset - bus widths already read).
+    pattern : In(feeder_pattern_width), last_tap : In
+        Kernel pattern and the position of its last bit, ``(S-1)*d``.
+    ctx_end : In(1)
+        The word belongs to the context's last interest-region row.
+    active : In(1)
+        The lane's pixel exists in this context (carried into the entries).
+    next : In(1)
+        The word is replaced at the end of this cycle.
+    done : Out(1)
+        Combinational: the lane has nothing left of this word after this cycle.
+    blocked : Out(1)
+        Combinational: interest elements wait while the registers wait for the FIFO.
+    empty : Out(1)
+        No element in the registers.
+    entries : Out(stream.Signature(entry_layout))
+        ``valid`` is registered and never depends on ``ready``.
+    """
+
+    def __init__(self, config, *, offset_width):
+        if not isinstance(offset_width, int) or offset_width < 2:
+            raise TypeError(f"offset_width must be an integer of at least 2, not "
+                            f"{offset_width!r}")
+        self.config = _check_config(config)
+        self.offset_width = offset_width
+        op = arith_for(config).operand_shape
+        pw = config.feeder_pattern_width
+        super().__init__({
+            "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
+            "offset": In(signed(offset_width)), "pattern": In(pw), "last_tap": In(range(pw)),
+            "ctx_end": In(1), "active": In(1), "next": In(1),
+            "done": Out(1), "blocked": Out(1), "empty": Out(1),
+            "entries": Out(stream.Signature(entry_layout(config))),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        bw, mr = cfg.feeder_bus_width, cfg.feeder_lane_regs
+        shifter = m.submodules.shifter = KernelPatternShifter(
+            cfg, offset_width=self.offset_width)
+        m.d.comb += [shifter.pattern.eq(self.pattern), shifter.offset.eq(self.offset)]
+
+        taken = Signal(bw)
+        rem = Signal(bw)
+        m.d.comb += rem.eq(Mux(self.word_valid, shifter.sel & ~taken, 0))
+
+        regs = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, mr))
+        fill = Signal(range(mr + 1))
+        close = Signal()
+        act = Signal()
+        out = self.entries
+        push = out.valid & out.ready
+        m.d.comb += [
+            out.valid.eq((fill == mr) | close),
+            out.p.data.eq(regs), out.p.count.eq(fill), out.p.last.eq(close),
+            out.p.active.eq(act),
+            self.empty.eq((fill == 0) & ~close),
+        ]
+
+        # Fill level the new elements start from: offered registers free up only when pushed.
+        base = Signal(range(mr + 1))
+        m.d.comb += base.eq(Mux(push, 0, Mux(out.valid, mr, fill)))
+        free = Signal(range(mr + 1))
+        m.d.comb += free.eq(mr - base)
+
+        rank = [Const(0, range(bw + 1))]
+        for j in range(bw):
+            r = Signal(range(bw + 1), name=f"rank{j + 1}")
+            m.d.comb += r.eq(rank[-1] + rem[j])
+            rank.append(r)
+        cnt = rank[bw]
+        place = Signal(bw)
+        for j in range(bw):
+            m.d.comb += place[j].eq(rem[j] & (rank[j] < free))
+        placed = Signal(range(mr + 1))
+        m.d.comb += placed.eq(Mux(cnt < free, cnt, free))
+        for j in range(bw):
+            for k in range(mr):
+                with m.If(place[j] & (base + rank[j] == k)):
+                    m.d.sync += regs[k].eq(self.word[j])
+
+        m.d.comb += [
+            self.done.eq(cnt <= free),
+            self.blocked.eq((cnt != 0) & out.valid & ~out.ready),
+        ]
+        with m.If(~out.valid | push):
+            m.d.sync += fill.eq(base + placed)
+        with m.If(placed != 0):
+            m.d.sync += act.eq(self.active)
+        with m.If(self.next):
+            m.d.sync += taken.eq(0)
+        with m.Else():
+            m.d.sync += taken.eq(taken | place)
+
+        # The lane's last element of the context is in this word when its last tap is.
+        tap = Signal(signed(self.offset_width + 1))
+        m.d.comb += tap.eq(self.offset + self.last_tap)
+        closes = self.ctx_end & (tap >= 0) & (tap < bw) & (cnt != 0) & self.done
+        m.d.sync += close.eq(closes | (close & ~push))
+        return m
+
+
+# --- the feeder ----------------------------------------------------------------------------
+
+class FeederState(enum.Enum, shape=3):
+    """State of the :class:`DataFeeder`'s control."""
+    IDLE = 0
+    SETUP = 1
+    CHECK = 2
+    PATTERN = 3
+    RUN = 4
+
+
+class DataFeeder(wiring.Component):
+    """The data feeder for the output-stationary forward convolution.
+
+    Accepts a layer descriptor with ``start`` when idle; derives the index-counter values and
+    the kernel pattern (``SETUP``, ``CHECK``, ``PATTERN``: ``14 + kernel_w`` cycles), then
+    reads every SRAM word of each context's interest region once, in the order of
+    ``bpsa.models.feeder_model.index_steps``, and produces the lane streams on ``feed`` (see the module
+    docstring for the pixel mapping and element order). ``busy`` stays high until the last
+    element has been accepted on ``feed``.
+
+    Output timing: lane-aligned (no row skew): every ``feed`` transfer carries element ``e`` of
+    the current context for all lanes at once; the array skews internally.
+
+    Illegal descriptors (what :func:`check_layer` refuses, except out-of-range field values,
+    which the fields cannot hold) raise ``error`` after ``CHECK``: the feeder returns to idle
+    without reading or producing anything. ``error`` holds until the next ``start``.
+
+    Pipeline: the index counters address the SRAM (``sram.en`` with the word's address); the
+    word arrives the next cycle (synchronous read port; ``data`` holds while ``en`` is low),
+    padding positions are zeroed, and every lane selects from it. The word is held (a *stall*)
+    until all lanes have placed their interest elements.
+
+    Members
+    -------
+    layer : In(layer_layout)
+        Sampled with ``start``.
+    start : In(1)
+    busy, error : Out(1)
+    sram : In(ReadPort.Signature(addr_width=log2(buf_a_depth), shape=ArrayLayout(operand, B)))
+        A synchronous read port (connect ``Memory.read_port()``).
+    feed : Out(stream.Signature(feed_layout))
+        The lane streams; ``valid`` never depends on ``ready``; nothing is lost while
+        ``ready`` is low.
+    words_read, stall_cycles, fifo_stall_cycles, busy_cycles : Out(32)
+        Counters of the current (or last) run, cleared by ``start``: SRAM words read; cycles a
+        word is held because a lane has not placed all its interest elements; of those, cycles
+        in which a lane waits for FIFO space (backpressure); cycles busy.
+    """
+
+    def __init__(self, config):
+        self.config = _check_config(config)
+        op = arith_for(config).operand_shape
+        super().__init__({
+            "layer": In(layer_layout(config)), "start": In(1),
+            "busy": Out(1), "error": Out(1),
+            "sram": In(ReadPort.Signature(addr_width=_addr_width(config),
+                                          shape=data.ArrayLayout(op, config.feeder_bus_width))),
+            "feed": Out(stream.Signature(feed_layout(config))),
+            "words_read": Out(32), "stall_cycles": Out(32), "fifo_stall_cycles": Out(32),
+            "busy_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        bw, r_n, mr = cfg.feeder_bus_width, cfg.rows, cfg.feeder_lane_regs
+        pwid = cfg.feeder_pattern_width
+        cw, ptrw, dim = _coord_width(cfg), _ptr_width(cfg), cfg.dim_width
+
+        state = Signal(FeederState)
+        lay = Signal(layer_layout(cfg))
+        su = Signal(counter_setup_layout(cfg))
+        ic = m.submodules.counters = IndexCounters(cfg)
+        m.d.comb += ic.setup.eq(su)
+
+        # --- setup: products on one shared multiplier, one per cycle -----------------------
+        hw_ = Signal(2 * dim)
+        chw = Signal(3 * dim)
+        total = Signal(4 * dim + 1)
+        span_w_m1 = Signal(2 * dim)
+        span_h_m1 = Signal(2 * dim)
+        pad_row = Signal(2 * dim)
+        cx0 = Signal(2 * dim)
+        cy0 = Signal(2 * dim)
+        rs = Signal(2 * dim + 8)
+        dil_row = Signal(2 * dim)
+        stride_row = Signal(2 * dim)
+        cy0p = Signal(ptrw)
+        n0p = Signal(ptrw)
+        products = [
+            (span_w_m1, lay.kernel_w - 1, lay.dil_w),
+            (span_h_m1, lay.kernel_h - 1, lay.dil_h),
+            (hw_, lay.height, lay.width),
+            (dil_row, lay.dil_h, lay.width),
+            (stride_row, lay.stride_h, lay.width),
+            (pad_row, lay.pad_h, lay.width),
+            (chw, lay.channels, hw_),
+            (total, lay.batch, chw),
+            (rs, r_n, lay.stride_w),
+            (cx0, lay.ctx_ow, lay.stride_w),
+            (cy0, lay.ctx_oh, lay.stride_h),
+            (cy0p, lay.ctx_oh, stride_row),
+            (n0p, lay.ctx_n, chw),
+        ]
+        mul_a = Signal(max(dim, ceil_log2(r_n + 1)))
+        mul_b = Signal(3 * dim)
+        mul_p = Signal(4 * dim + 8)
+        m.d.comb += mul_p.eq(mul_a * mul_b)
+        setup_idx = Signal(range(len(products)))
+        for i, (dest, a, b) in enumerate(products):
+            with m.If((state == FeederState.SETUP) & (setup_idx == i)):
+                m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
+                m.d.sync += dest.eq(mul_p)
+
+        # Derived values (from registers, combinational).
+        span_w = Signal(2 * dim + 1)
+        span_h = Signal(2 * dim + 1)
+        m.d.comb += [span_w.eq(span_w_m1 + 1), span_h.eq(span_h_m1 + 1)]
+        lim_x = Signal(signed(2 * dim + 3))
+        lim_y = Signal(signed(2 * dim + 3))
+        m.d.comb += [
+            lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
+        ]
+        lane_off = [Const(0, cw)]
+        for i in range(1, r_n):
+            o = Signal(cw, name=f"lane_off{i}")
+            m.d.comb += o.eq(lane_off[-1] + lay.stride_w)
+            lane_off.append(o)
+        m.d.comb += [
+            su.span_all.eq(lane_off[-1] + span_w), su.span_w.eq(span_w),
+            su.stride_w.eq(lay.stride_w),
+            su.y_step.eq(lay.dil_h), su.y_limit.eq(span_h_m1), su.y_pstep.eq(dil_row),
+            su.cy_pstep.eq(stride_row), su.cy_pinit.eq(cy0p), su.n_pinit.eq(n0p),
+            su.c_limit.eq(lay.channels - 1), su.c_pstep.eq(hw_),
+            su.cx_step.eq(rs), su.cx_limit.eq(lim_x),
+            su.cy_step.eq(lay.stride_h), su.cy_limit.eq(lim_y),
+            su.n_limit.eq(lay.batch - 1), su.n_pstep.eq(chw),
+            su.ptr0.eq(lay.base - pad_row - lay.pad_w),
+            su.pad_h.eq(lay.pad_h), su.pad_w.eq(lay.pad_w),
+            su.height.eq(lay.height), su.width.eq(lay.width),
+            su.cx_init.eq(cx0), su.cy_init.eq(cy0), su.n_init.eq(lay.ctx_n),
+            su.ctx_count.eq(lay.ctx_count),
+        ]
+
+        # Legality (evaluated in CHECK, from registered products).
+        zero = 0
+        for name in _NONZERO_FIELDS:
+            zero = zero | (getattr(lay, name) == 0)
+        illegal = Signal()
+        m.d.comb += illegal.eq(
+            zero
+            | (span_w > pwid)
+            | (lim_x < 0) | (lim_y < 0)
+            | (lay.base + total > cfg.buf_a_depth * bw)
+            | (lay.ctx_n >= lay.batch) | (cy0 > lim_y) | (cx0 > lim_x))
+
+        # Kernel pattern: S times pattern = (pattern << d_w) | 1.
+        pattern = Signal(pwid)
+        pat_left = Signal(dim)
+        d_clamped = Signal(range(pwid + 1))
+        m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
+
+        # --- pipeline -----------------------------------------------------------------------
+        fifos = []
+        s1_valid = Signal()
+        s1 = Signal(step_layout(cfg))
+        all_done = Signal()
+        adv = Signal()
+        m.d.comb += adv.eq(~s1_valid | all_done)
+        m.d.comb += [
+            ic.en.eq(adv),
+            self.sram.addr.eq(ic.step.addr),
+            self.sram.en.eq(adv & ic.valid & ic.step.read),
+        ]
+        with m.If(adv):
+            m.d.sync += [s1_valid.eq(ic.valid), s1.eq(ic.step)]
+
+        word = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, bw))
+        for j in range(bw):
+            m.d.comb += word[j].eq(Mux((s1.lo <= j) & (j < s1.hi), self.sram.data[j], 0))
+
+        dones, blocks, empties = [], [], []
+        for i in range(r_n):
+            lane = FeedLane(cfg, offset_width=cw + 1)
+            m.submodules[f"lane{i}"] = lane
+            fifo = SyncFIFOBuffered(width=entry_layout(cfg).size, depth=cfg.feeder_fifo_depth)
+            m.submodules[f"fifo{i}"] = fifo
+            m.d.comb += [
+                lane.word.eq(word), lane.word_valid.eq(s1_valid),
+                lane.offset.eq(s1.offset + lane_off[i]),
+                lane.pattern.eq(pattern), lane.last_tap.eq(span_w_m1),
+                lane.ctx_end.eq(s1.ctx_last_row), lane.active.eq(s1.active[i]),
+                lane.next.eq(adv),
+                fifo.w_data.eq(lane.entries.payload), fifo.w_en.eq(lane.entries.valid),
+                lane.entries.ready.eq(fifo.w_rdy),
+            ]
+            dones.append(lane.done)
+            blocks.append(lane.blocked)
+            empties.append(lane.empty & (fifo.level == 0))
+            fifos.append(fifo)
+        m.d.comb += all_done.eq(Cat(dones).all())
+
+        # --- output: one element of every lane per transfer --------------------------------
+        heads = [data.View(entry_layout(cfg), f.r_data) for f in fifos]
+        idx = Signal(range(mr))
+        at_end = Signal()
+        m.d.comb += [
+            self.feed.valid.eq(Cat(f.r_rdy for f in fifos).all()),
+            at_end.eq(idx == heads[0].count - 1),
+            self.feed.p.last.eq(heads[0].last & at_end),
+        ]
+        for i, h in enumerate(heads):
+            m.d.comb += [
+                self.feed.p.data[i].eq(Mux(h.active, h.data[idx], 0)),
+                self.feed.p.mask[i].eq(h.active),
+            ]
+        take = self.feed.valid & self.feed.ready
+        for f in fifos:
+            m.d.comb += f.r_en.eq(take & at_end)
+        with m.If(take):
+            m.d.sync += idx.eq(Mux(at_end, 0, idx + 1))
+
+        # --- control ------------------------------------------------------------------------
+        m.d.comb += self.busy.eq(state != FeederState.IDLE)
+        stall = s1_valid & ~all_done
+        with m.If(self.busy):
+            m.d.sync += [
+                self.busy_cycles.eq(self.busy_cycles + 1),
+                self.words_read.eq(self.words_read + self.sram.en),
+                self.stall_cycles.eq(self.stall_cycles + stall),
+                self.fifo_stall_cycles.eq(self.fifo_stall_cycles
+                                          + (stall & Cat(blocks).any())),
+            ]
+        with m.Switch(state):
+            with m.Case(FeederState.IDLE):
+                with m.If(self.start):
+                    m.d.sync += [
+                        lay.eq(self.layer), setup_idx.eq(0), self.error.eq(0),
+                        self.words_read.eq(0), self.stall_cycles.eq(0),
+                        self.fifo_stall_cycles.eq(0), self.busy_cycles.eq(0),
+                        state.eq(FeederState.SETUP),
+                    ]
+            with m.Case(FeederState.SETUP):
+                m.d.sync += setup_idx.eq(setup_idx + 1)
+                with m.If(setup_idx == len(products) - 1):
+                    m.d.sync += state.eq(FeederState.CHECK)
+            with m.Case(FeederState.CHECK):
+                with m.If(illegal):
+                    m.d.sync += [self.error.eq(1), state.eq(FeederState.IDLE)]
+                with m.Else():
+                    m.d.sync += [pattern.eq(0), pat_left.eq(lay.kernel_w),
+                                 state.eq(FeederState.PATTERN)]
+            with m.Case(FeederState.PATTERN):
+                m.d.sync += [pattern.eq((pattern << d_clamped)[:pwid] | 1),
+                             pat_left.eq(pat_left - 1)]
+                with m.If(pat_left == 1):
+                    m.d.comb += ic.start.eq(1)
+                    m.d.sync += state.eq(FeederState.RUN)
+            with m.Case(FeederState.RUN):
+                with m.If(~ic.valid & ~s1_valid & Cat(empties).all()):
+                    m.d.sync += state.eq(FeederState.IDLE)
+        return m

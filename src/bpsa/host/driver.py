@@ -1,0 +1,414 @@
+"""Host driver of the accelerator: numpy tensors in, numpy tensors out, over a transport.
+
+A *transport* moves 32-bit register words and bytes of external memory; the driver does not
+care how. It has four coroutines::
+
+    async read32(offset) -> int          # a register, by byte offset (bpsa.spec.regmap.REGISTER_MAP)
+    async write32(offset, value)
+    async read_mem(addr, nbytes) -> bytes
+    async write_mem(addr, data)
+
+``bpsa.verify.tb_accelerator.CocotbTransport`` is the cocotb/Verilator one (AXI4-Lite master and AXI
+RAM of cocotbext-axi); the serial transport for a board has the same four methods.
+
+The driver lays tensors out as :mod:`bpsa.gateware.accelerator` documents (forward W and Y blocked by
+``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
+in a memory region, writes the descriptor, starts the layer, waits for DONE, raises
+:exc:`AcceleratorError` when STATUS.ERROR is set, reads the result and the counters.
+A layer whose rows are too wide for the controller (one row band must fit a bank) runs as
+column strips, one descriptor each (:func:`bpsa.plan.tiling.column_strips`).
+
+Integers only: operands are ``operand_width``-bit (signed or not, per the configuration),
+results ``acc_width``-bit two's complement (they wrap exactly as the hardware's accumulators
+do). Values out of the operand range are refused with :exc:`ValueError` before anything runs.
+"""
+
+import numpy as np
+
+from bpsa.plan import tiling
+from bpsa.spec.errors import error_name
+from bpsa.spec.layer import out_size, pair
+from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
+from bpsa.spec.regmap import (
+    CONTROL_BITS,
+    COUNTERS,
+    ID_VALUE,
+    MAP_VERSION,
+    REGISTER_MAP,
+    Phase,
+)
+
+__all__ = ["AcceleratorError", "Driver", "baseline_gradient_operands", "baseline_loss_operands",
+           "plan"]
+
+
+class AcceleratorError(RuntimeError):
+    """The hardware refused or aborted a layer; ``code`` is STATUS.ERROR."""
+
+    def __init__(self, code, what):
+        self.code = code
+        self.name = error_name(code)
+        super().__init__(f"accelerator refused {what}: error {code:#04x} ({self.name})")
+
+
+def _out_hw(h, w, r, s, stride, pad, dil):
+    """``(OH, OW)``, 0 or negative when the dilated kernel does not fit (the hardware then
+    refuses the layer with KERNEL_TOO_LARGE)."""
+    return (out_size(h, r, stride[0], pad[0], dil[0]), out_size(w, s, stride[1], pad[1], dil[1]))
+
+
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
+    """The controller's tiling of a layer (:func:`bpsa.plan.tiling.plan`: group sizes, row bands,
+    run counts), or :exc:`ValueError` naming what does not fit (the hardware refuses the same
+    layers with TOO_LARGE)."""
+    return tiling.plan(config, phase, n, c, h, w, k, r, s, pair(stride), pair(pad), pair(dil))
+
+
+def baseline_loss_operands(dy, w, input_hw, stride=1, pad=0, dil=1):
+    """``(z, wt, dil)``: the traditional loss as a forward convolution. ``z`` (N x K x (H +
+    d(R-1)) x (W + d(S-1))) is dY with ``s - 1`` zeros between its pixels, shifted by
+    ``d(R-1) - p`` (rows and columns outside ``z`` cropped); ``wt`` (C x K x R x S) is W turned
+    by 180 degrees with its channel axes swapped: ``conv2d(z, wt, 1, 0, dil)`` is dX."""
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+    dy, w = np.asarray(dy, dtype=np.int64), np.asarray(w, dtype=np.int64)
+    n, k, oh, ow = dy.shape
+    _, _, r, s = w.shape
+    h, wd = input_hw
+    drh, drw = dh * (r - 1), dw * (s - 1)
+    z = np.zeros((n, k, h + drh, wd + drw), dtype=np.int64)
+    rows = [(drh - ph + i * sh, i) for i in range(oh) if 0 <= drh - ph + i * sh < h + drh]
+    cols = [(drw - pw + j * sw, j) for j in range(ow) if 0 <= drw - pw + j * sw < wd + drw]
+    for zr, i in rows:
+        for zc, j in cols:
+            z[:, :, zr, zc] = dy[:, :, i, j]
+    return z, np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)), (dh, dw)
+
+
+def baseline_gradient_operands(x, dy, kernel_hw, stride=1, pad=0, dil=1):
+    """``(xt, dd, stride)``: the traditional gradient as a forward convolution. ``xt`` (C x N
+    x Hc x Wc) is X zero-padded and cropped to what the gradient reads, channels as the batch;
+    ``dd`` (K x N x Hd x Wd, ``Hd = s(OH-1)+1``) is dY with ``s - 1`` zeros between its pixels:
+    ``conv2d(xt, dd, dil, 0, 1)`` is dW with its first two axes swapped."""
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+    x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    n, k, oh, ow = dy.shape
+    r, s = kernel_hw
+    hd, wdd = sh * (oh - 1) + 1, sw * (ow - 1) + 1
+    dd = np.zeros((n, k, hd, wdd), dtype=np.int64)
+    dd[:, :, ::sh, ::sw] = dy
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    xp = xp[:, :, :hd + dh * (r - 1), :wdd + dw * (s - 1)]
+    return (np.ascontiguousarray(xp.transpose(1, 0, 2, 3)),
+            np.ascontiguousarray(dd.transpose(1, 0, 2, 3)), (dh, dw))
+
+
+class Driver:
+    """Runs layers on the accelerator behind ``transport`` (see the module docstring).
+
+    Parameters
+    ----------
+    transport : object with ``read32``, ``write32``, ``read_mem``, ``write_mem`` coroutines
+    config : bpsa.config.Config
+        The configuration the hardware was generated for (checked against CFG_ARRAY at
+        :meth:`open`).
+    mem_base, mem_size : int
+        The external memory region the driver may use for tensors; the DMA window is set to
+        it, so the hardware cannot touch anything else.
+    check : bool
+        Refuse layers the buffers cannot hold (:func:`plan`) before touching the hardware;
+        ``False`` sends them anyway (the hardware then answers TOO_LARGE).
+    poll_interval, max_polls : int
+        STATUS is read every ``poll_interval`` cycles (when the transport has ``idle``);
+        :exc:`TimeoutError` after ``max_polls`` reads without DONE.
+    """
+
+    def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64,
+                 check=True, max_polls=1_000_000):
+        self.t = transport
+        self.config = config
+        self.mem_base = mem_base
+        self.mem_size = mem_size
+        self.poll_interval = poll_interval
+        self.ob = element_bytes(config.operand_width)
+        self.ab = element_bytes(config.acc_width)
+        self.counters = {}
+        self.check = check
+        self.max_polls = max_polls
+        self.plan = None
+
+    # --- registers ----------------------------------------------------------------------------
+    async def open(self):
+        """Check ID, VERSION and the array geometry; set the DMA window."""
+        ident = await self.t.read32(REGISTER_MAP["ID"])
+        if ident != ID_VALUE:
+            raise AcceleratorError(0, f"ID register {ident:#x}, expected {ID_VALUE:#x}")
+        version = await self.t.read32(REGISTER_MAP["VERSION"])
+        if version >> 16 != MAP_VERSION[0]:
+            raise RuntimeError(f"register map version {version >> 16}.{version & 0xFFFF}, "
+                               f"driver speaks {MAP_VERSION[0]}.x")
+        geo = await self.t.read32(REGISTER_MAP["CFG_ARRAY"])
+        cfg = self.config
+        want = cfg.rows | cfg.cols << 8 | cfg.operand_width << 16 | cfg.acc_width << 24
+        if geo != want:
+            raise RuntimeError(f"hardware CFG_ARRAY {geo:#010x} is not configuration "
+                               f"{cfg.name!r} ({want:#010x})")
+        await self.set_window(self.mem_base, self.mem_base + self.mem_size - 1)
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+
+    async def set_window(self, lo, hi):
+        await self.t.write32(REGISTER_MAP["WINDOW_LO"], lo)
+        await self.t.write32(REGISTER_MAP["WINDOW_HI"], hi)
+
+    async def read_counters(self):
+        out = {}
+        for name, _ in COUNTERS:
+            lo = await self.t.read32(REGISTER_MAP[f"{name.upper()}_LO"])
+            hi = await self.t.read32(REGISTER_MAP[f"{name.upper()}_HI"])
+            out[name] = hi << 32 | lo
+        return out
+
+    async def start(self, desc):
+        """Clear DONE, ERROR and the counters, write the descriptor fields of ``desc``
+        (register name -> value), START, wait for DONE. Returns STATUS.ERROR (0: success);
+        the counters then describe this layer alone."""
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        for name, value in desc.items():
+            await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
+        for _ in range(self.max_polls):
+            status = await self.t.read32(REGISTER_MAP["STATUS"])
+            if status & 2:
+                return (status >> 8) & 0xFF
+            if hasattr(self.t, "idle"):
+                await self.t.idle(self.poll_interval)
+        raise TimeoutError(f"no DONE after {self.max_polls} STATUS reads (STATUS "
+                           f"{status:#x}); descriptor {desc}")
+
+    # --- memory ---------------------------------------------------------------------------------
+    def _check_operand(self, name, t):
+        t = np.asarray(t)
+        if t.dtype.kind not in "iu":
+            raise ValueError(f"{name} must hold integers, not {t.dtype}")
+        bits, signed = self.config.operand_width, self.config.operand_signed
+        lo, hi = operand_range(self.config)
+        if t.size and (t.min() < lo or t.max() > hi):
+            raise ValueError(f"{name} has values outside the {bits}-bit "
+                             f"{'signed' if signed else 'unsigned'} operand range [{lo}, {hi}]")
+        return t.astype(np.int64)
+
+    def _to_bytes(self, t, nbytes):
+        return (np.asarray(t, dtype=np.int64).ravel() & ((1 << (8 * nbytes)) - 1)) \
+            .astype(f"<u{nbytes}").tobytes()
+
+    def _from_bytes(self, raw, shape):
+        return self._wrap(np.frombuffer(raw, dtype=f"<u{self.ab}")).reshape(shape)
+
+    def _place(self, sizes):
+        """Byte addresses for regions of ``sizes`` bytes, 64-byte aligned, from mem_base."""
+        addrs, at = [], self.mem_base
+        for size in sizes:
+            addrs.append(at)
+            at += -(-size // 64) * 64
+        if at > self.mem_base + self.mem_size:
+            raise ValueError(f"tensors need {at - self.mem_base} bytes, the memory region has "
+                             f"{self.mem_size}")
+        return addrs
+
+    def blocked_w(self, w):
+        """Forward W (``K x C x R x S``) as ``KT x C x R x S x cols`` (lanes past K zero)."""
+        k, c, r, s = w.shape
+        cols = self.config.cols
+        kt = -(-k // cols)
+        out = np.zeros((kt * cols, c, r, s), dtype=np.int64)
+        out[:k] = w
+        return out.reshape(kt, cols, c, r, s).transpose(0, 2, 3, 4, 1)
+
+    # --- phases ---------------------------------------------------------------------------------
+    async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
+                  stride=1, pad=0, dil=1):
+        """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
+        model's shapes) and keeps the counters in :attr:`counters`.
+
+        forward: ``x`` (N x C x H x W), ``w`` (K x C x R x S); loss: ``dy`` (N x K x OH x OW),
+        ``w``, ``input_hw``; gradient: ``x``, ``dy``, ``kernel_hw``."""
+        if phase not in ("forward", "loss", "gradient"):
+            raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
+                             f"its own method), not {phase!r}")
+        stride, pad, dil = pair(stride), pair(pad), pair(dil)
+        cols = self.config.cols
+        if phase == "forward":
+            x, w = self._check_operand("x", x), self._check_operand("w", w)
+            (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
+        elif phase == "loss":
+            dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
+            (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
+            h, wd = input_hw
+        else:
+            x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
+            (n, c, h, wd), (_, k, _, _) = x.shape, dy.shape
+            r, s = kernel_hw
+        oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
+        if oh > 0 and ow > 0 and self.check:
+            try:
+                p = tiling.plan_or_strips(self.config, phase, n, c, h, wd, k, r, s, stride,
+                                          pad, dil)
+            except ValueError as e:
+                raise ValueError(f"{phase} layer does not fit configuration "
+                                 f"{self.config.name!r}: {e}") from None
+            if "strips" in p:
+                return await self._run_strips(phase, p, x, w, dy, (n, c, h, wd, k, r, s),
+                                              stride, pad, dil)
+            self.plan = p
+        kt = -(-k // cols)
+        ins, out_shape = [], None
+        if phase == "forward":
+            ins = [("ADDR_X", x), ("ADDR_W", self.blocked_w(w))]
+            out_elems = n * kt * max(oh, 0) * max(ow, 0) * cols
+        elif phase == "loss":
+            ins = [("ADDR_W", w), ("ADDR_DY", dy)]
+            out_elems, out_shape = n * c * h * wd, (n, c, h, wd)
+        else:
+            ins = [("ADDR_DY", dy), ("ADDR_X", x)]
+            out_elems, out_shape = k * c * r * s, (k, c, r, s)
+        sizes = [t.size * self.ob for _, t in ins] + [max(out_elems, 1) * self.ab]
+        addrs = self._place(sizes)
+        for (_, t), addr in zip(ins, addrs):
+            await self.t.write_mem(addr, self._to_bytes(t, self.ob))
+        desc = {"PHASE": Phase[phase.upper()], "N": n, "C": c, "H": h, "W": wd, "K": k, "R": r,
+                "S": s, "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_H": pad[0],
+                "PAD_W": pad[1], "DIL_H": dil[0], "DIL_W": dil[1]}
+        desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
+        desc["ADDR_OUT"] = addrs[-1]
+        error = await self.start(desc)
+        self.counters = await self.read_counters()
+        if error:
+            raise AcceleratorError(error, f"{phase} layer {desc}")
+        raw = await self.t.read_mem(addrs[-1], out_elems * self.ab)
+        if phase == "forward":
+            y = self._from_bytes(raw, (n, kt, oh, ow, cols))
+            return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
+        return self._from_bytes(raw, out_shape)
+
+    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil):
+        """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one
+        descriptor a strip: gather each strip's operands on the host (padding columns as
+        zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
+        ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
+        are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
+        n, c, h, wd, k, r, s = dims
+        pw, sub = pad[1], {"stride": stride, "pad": (pad[0], 0), "dil": dil}
+        oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
+        if phase != "loss":
+            xp = np.pad(x, ((0, 0), (0, 0), (0, 0), (pw, pw)))
+        out = np.zeros({"forward": (n, k, oh, ow), "loss": (n, c, h, wd),
+                        "gradient": (k, c, r, s)}[phase], dtype=np.int64)
+        total = {}
+        for st in cut["strips"]:
+            if st.in_cols == 0:         # a loss strip no dY column reaches: dX is zero
+                continue
+            if phase == "forward":
+                part = await self.run("forward", x=xp[..., st.in0 + pw:][..., :st.in_cols],
+                                      w=w, **sub)
+                out[..., st.out0:st.out0 + st.out_cols] = part
+            elif phase == "loss":
+                part = await self.run("loss", dy=dy[..., st.in0:st.in0 + st.in_cols], w=w,
+                                      input_hw=(h, st.engine_w), **sub)
+                keep = part[..., st.skip:st.skip + st.out_cols]
+                out[..., st.out0:st.out0 + keep.shape[-1]] = keep
+            else:
+                part = await self.run("gradient", x=xp[..., st.in0 + pw:][..., :st.in_cols],
+                                      dy=dy[..., st.out0:st.out0 + st.out_cols],
+                                      kernel_hw=(r, s), **sub)
+                out = self._wrap(out + part)
+            total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
+        self.counters = total
+        self.plan = cut
+        return out
+
+    def _wrap(self, v):
+        """``v`` as ``acc_width``-bit two's complement values."""
+        return wrap_array(v, self.config.acc_width)
+
+    async def fc_backward(self, x, w, dy, interleaved=None):
+        """Backward pass of a fully connected layer ``y = x w^T`` (``x``: N x C, ``w``: K x C,
+        ``dy``: N x K): ``(dx, dw)`` with ``dx = dy w`` (N x C) and ``dw = dy^T x`` (K x C).
+
+        ``interleaved`` (default: when the configuration generates the ``interleaved`` and
+        ``is`` dataflows and the layer fits :func:`bpsa.plan.tiling.fc_plan`): one PHASE 3
+        descriptor; the backward engine computes dX and dW in one pass in InterGrad's
+        interleaved dataflow, and ADDR_OUT receives dX (N x C) then dW (K x C) as accumulators.
+        Otherwise (also for layers with ``K >= buf_p_depth`` outputs, which PHASE 3 refuses)
+        the loss and the gradient of the equivalent 1x1 convolution on 1x1 images, two
+        descriptors one after the other (the counters are then the sums of both runs')."""
+        x, w, dy = (np.asarray(t) for t in (x, w, dy))
+        if x.ndim != 2 or w.ndim != 2 or dy.ndim != 2:
+            raise ValueError(f"fc_backward takes matrices x (N x C), w (K x C), dy (N x K), "
+                             f"not shapes {x.shape}, {w.shape}, {dy.shape}")
+        (n, c), (k, c2), (n2, k2) = x.shape, w.shape, dy.shape
+        if c2 != c or n2 != n or k2 != k:
+            raise ValueError(f"fc_backward shapes do not chain: x {x.shape}, w {w.shape}, "
+                             f"dy {dy.shape}")
+        if interleaved is None:
+            interleaved = self.config.has("interleaved") and self.config.has("is")
+            if interleaved and n and c and k:
+                try:
+                    tiling.fc_plan(self.config, n, c, k)
+                except ValueError:
+                    interleaved = False
+        if not interleaved:
+            dy4, w4, x4 = dy.reshape(n, k, 1, 1), w.reshape(k, c, 1, 1), x.reshape(n, c, 1, 1)
+            dx = await self.loss(dy4, w4, (1, 1))
+            first = dict(self.counters)
+            dw = await self.gradient(x4, dy4, (1, 1))
+            self.counters = {name: v + first.get(name, 0) for name, v in self.counters.items()}
+            return dx.reshape(n, c), dw.reshape(k, c)
+        if self.check and n and c and k:
+            try:
+                self.plan = tiling.fc_plan(self.config, n, c, k)
+            except ValueError as e:
+                raise ValueError(f"FC layer does not fit configuration {self.config.name!r}: "
+                                 f"{e}") from None
+        ins = [("ADDR_X", x), ("ADDR_W", w), ("ADDR_DY", dy)]
+        sizes = [t.size * self.ob for _, t in ins] + [max((n + k) * c, 1) * self.ab]
+        addrs = self._place(sizes)
+        for (_, t), addr in zip(ins, addrs):
+            await self.t.write_mem(addr, self._to_bytes(t, self.ob))
+        desc = {"PHASE": Phase.FC_BACKWARD, "N": n, "C": c, "H": 1, "W": 1, "K": k,
+                "R": 1, "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0,
+                "DIL_H": 1, "DIL_W": 1, "ADDR_OUT": addrs[-1]}
+        desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
+        error = await self.start(desc)
+        self.counters = await self.read_counters()
+        if error:
+            raise AcceleratorError(error, f"fc_backward layer {desc}")
+        raw = await self.t.read_mem(addrs[-1], (n + k) * c * self.ab)
+        out = self._from_bytes(raw, ((n + k) * c,))
+        return out[:n * c].reshape(n, c), out[n * c:].reshape(k, c)
+
+    # --- the traditional flow, for comparison ----------------------------------------------------
+    async def loss_baseline(self, dy, w, input_hw, stride=1, pad=0, dil=1):
+        """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,
+        padded dY (zeros stored in memory) and the rotated, channel-transposed W on the host,
+        and the accelerator runs their stride-1 *forward* convolution. Same result as
+        :meth:`loss`; the counters show what the zero-spaces cost."""
+        zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, pad, dil)
+        return await self.forward(zp, wt, 1, 0, d)
+
+    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, pad=0, dil=1):
+        """dW the traditional way: :func:`baseline_gradient_operands` builds the padded X and
+        the zero-inserted (dilated) dY on the host; the accelerator runs the forward
+        convolution of X (channels as the batch) by dY (the kernel, stride = dilation)."""
+        xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, pad, dil)
+        out = await self.forward(xt, dd, d, 0, 1)
+        return out.transpose(1, 0, 2, 3)
+
+    async def forward(self, x, w, stride=1, pad=0, dil=1):
+        return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil)
+
+    async def loss(self, dy, w, input_hw, stride=1, pad=0, dil=1):
+        return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride, pad=pad,
+                              dil=dil)
+
+    async def gradient(self, x, dy, kernel_hw, stride=1, pad=0, dil=1):
+        return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
+                              pad=pad, dil=dil)

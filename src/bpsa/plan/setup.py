@@ -1,0 +1,340 @@
+"""The controller's set-up programs: checks, layer geometry and tiling of one descriptor,
+written once in the step grammar of :mod:`bpsa.plan.grammar`.
+
+The set-up sequencer (:mod:`bpsa.gateware.controller.setup_sequencer`) runs, for a descriptor:
+the :func:`checks` step, :func:`geometry`, then the tiling program of the phase
+(:func:`tiling_program`) and its address checks (:func:`address_program`). The host runs the
+same programs on integers: :func:`run` (what the hardware computes, refusal included) and,
+through it, :func:`bpsa.plan.tiling.plan` and :func:`bpsa.plan.tiling.fc_plan`.
+
+Tiling (``C``: ``cols``; the A and B buffers are split into two banks of ``acap`` /
+``bcap`` words, ``xcap = acap * feeder_bus_width`` elements for the forward's X; ``pcap``:
+the P buffer's words; ``d(R-1)``: ``drh``)
+    forward
+        groups of ``cg = min(C_in, xcap // (H W), bcap // (R S))`` input channels, all output
+        rows; when an X plane does not fit a bank or the output plane P (``banded``): one
+        channel a group, bands of ``bh = min(OH, pcap // OW, (xcap // W - drh - 1) // s + 1)``
+        output rows. ``kt = ceil(K / C)`` output-channel blocks.
+    loss
+        dX channel blocks of ``cg = min(C_in, acap // (R S), pcap // ceil(W / C))`` channels,
+        groups of ``kg = min(K, acap // (cg R S), bcap // (OH OW))`` output channels; when dX
+        of a block (``cg ceil(H W / C)`` words) does not fit P or a dY plane a bank: bands of
+        ``bh = min(H, (pcap // cg) C // W, s (bcap // OW - 1) - drh)`` dX rows and
+        ``kg = min(K, acap // (cg R S), bcap // (((bh - 1 + drh) // s + 2) OW))``.
+    gradient
+        output-channel blocks of ``kb = min(K, pcap // ceil(R S / C))`` channels; groups of
+        ``kg = min(kb, acap // (OH OW))`` output and ``cg = min(C_in, bcap // (H W),
+        (pcap // kb) C // (R S))`` input channels; banded (a dY plane does not fit a bank of
+        A or an X plane a bank of B): bands of ``bh = min(OH, acap // OW, (bcap // W - drh -
+        1) // s + 1)`` dY rows, ``kg = min(kb, acap // (bh OW))``, ``cg = min(C_in, bcap //
+        (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
+    FC backward (batch N, C inputs, K outputs)
+        ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
+        ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
+        ``fnb = min(N, acap // fob, bcap // fib - fob, pcap // fq - K)`` batch rows a run.
+    A layer that needs bands is refused when not even one band fits, and a forward or
+    gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
+"""
+
+from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, high_bits, lift,
+                               low_bits, minimum, select, var)
+from bpsa.spec.errors import AccelError
+from bpsa.spec.numeric import element_bytes
+from bpsa.spec.regmap import Phase
+
+__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "UNIT_WIDTH", "address_program", "checks",
+           "geometry", "register_widths", "run", "tiling_program"]
+
+#: Bits of the set-up unit (sizes in elements and bytes).
+UNIT_WIDTH = 48
+
+#: Descriptor fields the programs read.
+DESCRIPTOR = ("phase", "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h",
+              "pad_w", "dil_h", "dil_w", "addr_x", "addr_w", "addr_dy", "addr_out",
+              "window_lo", "window_hi")
+
+#: Registers the set-up programs write: name -> ``"unit"`` (:data:`UNIT_WIDTH` bits),
+#: ``"dim"`` (``dim_width + 2`` bits) or ``"bit"``.
+PLAN_REGISTERS = {
+    **{name: "unit" for name in (
+        "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
+        "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
+        "fob", "fnb", "fwoff", "fq", "fdw0")},
+    "bh": "dim",
+    "banded": "bit",
+}
+
+#: The registers a phase's loops read (its *tile plan*); the others are scratch.
+OUTPUTS = {
+    Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
+                    "kt"),
+    Phase.LOSS: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "kg", "nb", "np",
+                 "bh", "banded", "kohow"),
+    Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
+                     "cg", "bh", "banded", "wdp1", "kohow"),
+    Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
+}
+
+TOO_LARGE = AccelError.TOO_LARGE
+
+(phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
+ addr_dy, addr_out, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
+(drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
+ tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded) = (
+    var(x) for x in ("drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2",
+                     "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
+                     "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
+                     "banded"))
+
+
+def register_widths(config):
+    """Bits of every register in :data:`PLAN_REGISTERS` for ``config``."""
+    bits = {"unit": UNIT_WIDTH, "dim": config.dim_width + 2, "bit": 1}
+    return {name: bits[kind] for name, kind in PLAN_REGISTERS.items()}
+
+
+def _caps(config):
+    acap, bcap = config.buf_a_depth // 2, config.buf_b_depth // 2
+    return acap, bcap, acap * config.feeder_bus_width, config.buf_p_depth
+
+
+def checks(config, phases):
+    """The first step: refusals of the descriptor itself, in one clock cycle. ``phases``: the
+    :class:`bpsa.spec.regmap.Phase` values the hardware generates."""
+    unknown = None
+    for p in phases:
+        unknown = (phase != int(p)) if unknown is None else unknown & (phase != int(p))
+    zero = (n == 0) | (c == 0) | (h == 0) | (w == 0) | (k == 0) | (r == 0) | (s == 0)
+    zstep = (stride_h == 0) | (stride_w == 0) | (dil_h == 0) | (dil_w == 0)
+    fc_shape = (phase == int(Phase.FC_BACKWARD)) & (
+        (h != 1) | (w != 1) | (r != 1) | (s != 1) | (pad_h != 0) | (pad_w != 0))
+    names = ", ".join(Phase(int(p)).name for p in phases)
+    return [Checks((
+        Check(unknown, AccelError.PHASE, f"phase {{phase}} is not generated (only {names})"),
+        Check(zero, AccelError.ZERO_SIZE, "a size (N, C, H, W, K, R, S) is 0"),
+        Check(zstep, AccelError.ZERO_STEP, "a stride or a dilation is 0"),
+        Check(fc_shape, AccelError.SHAPE, "an FC layer has H = W = R = S = 1 and no padding"),
+    ))]
+
+
+def geometry(config):
+    """Output size and plane sizes, shared by every phase."""
+    limit = (1 << config.dim_width) - 1
+    return [
+        Mul("drh", dil_h, r - 1),
+        Mul("drw", dil_w, s - 1),
+        Check((drh >= h + 2 * pad_h) | (drw >= w + 2 * pad_w), AccelError.KERNEL_TOO_LARGE,
+              "the dilated kernel is larger than the padded input"),
+        Div("oh", h + 2 * pad_h - drh - 1, stride_h),
+        Div("ow", w + 2 * pad_w - drw - 1, stride_w),
+        Set((("oh", oh + 1), ("ow", ow + 1))),
+        Check((oh > limit) | (ow > limit), AccelError.DIM,
+              f"the output ({{oh}} x {{ow}}) does not fit dim_width {config.dim_width}"),
+        Mul("hw", h, w),
+        Mul("ohow", oh, ow),
+        Mul("rs", r, s),
+        Mul("crs", c, rs),
+        Mul("chw", c, hw),
+    ]
+
+
+def _band_checks(what, *, padding):
+    out = [Check(banded & (bh == 0), TOO_LARGE, f"{what}: not even one row band fits")]
+    if padding:
+        out.append(Check(banded & (pad_h > drh), TOO_LARGE,
+                         f"{what}, and a layer whose padding ({{pad_h}}) is larger than its "
+                         f"dilated kernel's reach (d(R-1) = {{drh}}) is not cut into row bands"))
+    return Checks(tuple(out))
+
+
+def _forward(config):
+    acap, bcap, xcap, pcap = _caps(config)
+    cols = config.cols
+    what = (f"one channel plane of X ({{hw}} elements) or of Y ({{ohow}} words) does not fit a "
+            f"bank of buffer A ({xcap}) / the P buffer ({pcap})")
+    return [
+        Check(rs > bcap, TOO_LARGE,
+              f"W of one channel ({{rs}} words) does not fit a bank of buffer B ({bcap} words)"),
+        Div("q1", xcap, hw),
+        Div("q2", bcap, rs),
+        Set((("banded", (q1 == 0) | (ohow > pcap)),)),
+        Skip(banded == 0, 4),
+        Div("q3", xcap, w),
+        Div("t", select(q3 > drh, q3 - drh - 1, 0), stride_h),
+        Set((("t", select(q3 > drh, t + 1, 0)),)),
+        Div("q4", pcap, ow),
+        Set((("cg", select(banded, 1, minimum(c, q1, q2))),
+             ("bh", select(banded, minimum(oh, q4, t), oh)))),
+        _band_checks(what, padding=True),
+        Div("kt", k + (cols - 1), cols),
+    ]
+
+
+def _loss(config):
+    acap, bcap, _, pcap = _caps(config)
+    cols = config.cols
+    what = (f"dX of one image ({{cg}} rows of {{nb}} words) does not fit the P buffer ({pcap} "
+            f"words), or one dY plane ({{ohow}}) a bank of buffer B ({bcap})")
+    return [
+        Div("q1", acap, rs),
+        Div("q2", w + (cols - 1), cols),
+        Div("q2", pcap, q2),
+        Set((("cg", minimum(c, q1, q2)),)),
+        Checks((
+            Check(q1 == 0, TOO_LARGE, f"one kernel plane of W ({{rs}} elements) does not fit a "
+                                      f"bank of buffer A ({acap} words)"),
+            Check(cg == 0, TOO_LARGE, f"one dX row ({{w}} elements) does not fit the P buffer "
+                                      f"({pcap} words)"),
+        )),
+        Mul("t", cg, rs),
+        Div("q1", acap, t),
+        Div("q2", bcap, ohow),
+        Div("nb", hw + (cols - 1), cols),
+        Mul("np", cg, nb),
+        Set((("banded", (np_ > pcap) | (q2 == 0)),)),
+        Skip(banded == 0, 6),
+        Div("t", pcap, cg),
+        Mul("t", t, cols),
+        Div("q3", t, w),
+        Div("q4", bcap, ow),
+        Mul("t", select(q4 > 0, q4 - 1, 0), stride_h),
+        Set((("t", select(t > drh, t - drh, 0)),)),
+        Set((("bh", select(banded, minimum(h, q3, t), h)),)),
+        _band_checks(what, padding=False),
+        # a band needs at most (bh - 1 + d(R-1)) // s + 2 dY rows per output channel
+        Skip(banded == 0, 3),
+        Div("t", bh - 1 + drh, stride_h),
+        Mul("t", t + 2, ow),
+        Div("q4", bcap, t),
+        Set((("kg", select(banded, minimum(k, q1, q4), minimum(k, q1, q2))),)),
+        Mul("kohow", k, ohow),
+    ]
+
+
+def _gradient(config):
+    acap, bcap, _, pcap = _caps(config)
+    cols = config.cols
+    what = (f"one dY plane ({{ohow}}) or one X plane ({{hw}}) does not fit a bank of buffer "
+            f"A / B ({acap} / {bcap} words)")
+    return [
+        Div("nb", rs + (cols - 1), cols),       # P words of one kernel plane
+        Div("kb", pcap, nb),
+        Check(kb == 0, TOO_LARGE, f"dW of one kernel plane ({{nb}} words) does not fit the P "
+                                  f"buffer ({pcap} words)"),
+        Set((("kb", minimum(k, kb)),)),
+        Div("t", pcap, kb),
+        Mul("t", t, cols),
+        Div("q3", t, rs),
+        Check(q3 == 0, TOO_LARGE, "P holds no dW row of an input channel"),
+        Div("q1", acap, ohow),
+        Div("q2", bcap, hw),
+        Set((("banded", (q1 == 0) | (q2 == 0)),)),
+        Skip(banded == 0, 4),
+        Div("q4", acap, ow),
+        Div("q1", bcap, w),
+        Div("t", select(q1 > drh, q1 - drh - 1, 0), stride_h),
+        Set((("t", select(q1 > drh, t + 1, 0)),)),
+        Set((("bh", select(banded, minimum(oh, q4, t), oh)),)),
+        _band_checks(what, padding=True),
+        # banded: as many output / input channels as a band's rows leave room for
+        Skip(banded == 0, 5),
+        Mul("t", bh, ow),
+        Div("q4", acap, t),
+        Mul("u", bh - 1, stride_h),
+        Mul("t", u + drh + 1, w),
+        Div("u", bcap, t),
+        Div("q1", acap, ohow),
+        Set((("kg", select(banded, minimum(kb, q4), minimum(kb, q1))),
+             ("cg", select(banded, minimum(c, u, q3), minimum(c, q2, q3))))),
+        Mul("t", stride_w, ow - 1),
+        Set((("wdp1", t + 1),)),
+        Mul("kohow", k, ohow),
+    ]
+
+
+def _fc(config):
+    acap, bcap, _, pcap = _caps(config)
+    cols = config.cols
+    return [
+        Check(k >= pcap, TOO_LARGE, f"{{k}} outputs: P ({pcap} words) must hold every dW row "
+                                    f"of an input block plus a dX row"),
+        Div("q3", pcap, k + 1),                  # P words a row, at most
+        Set((("fib", minimum(c, q3 * cols, max(cols, bcap // 32))),)),
+        Div("fq", fib + (cols - 1), cols),
+        Div("q1", bcap, fib),
+        Check(q1 < 2, TOO_LARGE, f"a B bank ({bcap} words) does not hold an X row and a W row "
+                                 f"of {{fib}} inputs"),
+        Set((("fob", minimum(k, q1 >> 1, acap)),)),
+        Div("q2", acap, fob),
+        Div("q4", pcap, fq),
+        Set((("fnb", minimum(n, q2, q1 - fob, q4 - k)),)),
+        Mul("fwoff", fnb, fib),
+        Mul("fdw0", fnb, fq),
+        Mul("kohow", n, c),                      # N I: dX elements
+    ]
+
+
+def tiling_program(config, phase_):
+    """The tiling steps of ``phase_`` (a :class:`bpsa.spec.regmap.Phase`)."""
+    return {Phase.FORWARD: _forward, Phase.LOSS: _loss, Phase.GRADIENT: _gradient,
+            Phase.FC_BACKWARD: _fc}[Phase(phase_)](config)
+
+
+def _tensor_checks(addr, count_steps, shift):
+    end = addr + (tot << shift) - 1
+    outside = high_bits(tot, 32) | (addr < window_lo) | (end > window_hi) | high_bits(end, 32)
+    return count_steps + [
+        Check(low_bits(addr, shift) if shift else lift(0), AccelError.ALIGN,
+              "an address is not a multiple of its element size"),
+        Check(outside, AccelError.WINDOW, "a tensor is not inside the DMA window"),
+    ]
+
+
+def address_program(config, phase_):
+    """Alignment and window checks of the tensors of ``phase_`` (after its tiling steps)."""
+    cols = config.cols
+    obs = element_bytes(config.operand_width).bit_length() - 1
+    abs_ = element_bytes(config.acc_width).bit_length() - 1
+    phase_ = Phase(phase_)
+    if phase_ == Phase.FORWARD:
+        tensors = [(addr_x, [Mul("tot", n, chw)], obs),
+                   (addr_w, [Mul("t", kt, crs), Mul("tot", t, cols)], obs),
+                   (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),
+                               Mul("tot", t, rowlen)], abs_)]
+    elif phase_ == Phase.LOSS:
+        tensors = [(addr_w, [Mul("tot", k, crs)], obs),
+                   (addr_dy, [Mul("tot", n, kohow)], obs),
+                   (addr_out, [Mul("tot", n, chw)], abs_)]
+    elif phase_ == Phase.GRADIENT:
+        tensors = [(addr_dy, [Mul("tot", n, kohow)], obs),
+                   (addr_x, [Mul("tot", n, chw)], obs),
+                   (addr_out, [Mul("tot", k, crs)], abs_)]
+    else:
+        tensors = [(addr_x, [Set((("tot", kohow),))], obs),
+                   (addr_w, [Mul("tot", k, c)], obs),
+                   (addr_dy, [Mul("tot", n, k)], obs),
+                   (addr_out, [Mul("t", k, c), Set((("tot", t + kohow),))], abs_)]
+    steps = []
+    for addr, count_steps, shift in tensors:
+        steps += _tensor_checks(addr, count_steps, shift)
+    return steps
+
+
+def run(config, desc, *, phases=tuple(Phase), addresses=True):
+    """The set-up of descriptor ``desc`` (field -> int, :data:`DESCRIPTOR`; addresses and the
+    window default to 0 and the whole 32-bit space) as the hardware computes it: the
+    registers (name -> int). Raises :class:`bpsa.plan.grammar.Refusal` with the hardware's
+    error code. ``addresses=False`` leaves out the address checks."""
+    # registers a skipped step leaves alone hold a stale value in hardware; no result
+    # depends on it (every read of one is behind a select)
+    env = {name: 0 for name in PLAN_REGISTERS}
+    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "window_lo": 0,
+                "window_hi": (1 << 32) - 1, **desc})
+    widths = register_widths(config)
+    program = checks(config, phases) + geometry(config)
+    kw = {"unit_width": UNIT_WIDTH, "overflow_code": TOO_LARGE}
+    evaluate(program, env, widths, **kw)
+    program = tiling_program(config, env["phase"])
+    if addresses:
+        program = program + address_program(config, env["phase"])
+    return evaluate(program, env, widths, **kw)

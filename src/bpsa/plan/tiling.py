@@ -1,0 +1,257 @@
+"""The accelerator controller's tiling of a layer, in Python: group sizes, row bands and the
+sub-layer each band hands to an engine.
+
+:func:`plan` and :func:`fc_plan` run the set-up programs of :mod:`bpsa.plan.setup`, which the
+controller's set-up sequencer runs in hardware; :mod:`bpsa.host.driver` uses
+:func:`plan` to refuse layers before touching the hardware, and ``tests/test_plan_tiling.py``
+checks, with :mod:`bpsa.models.golden` alone, that running every band as its own asymmetrically padded
+sub-layer and putting the pieces together gives the whole layer.
+
+Row bands (*spatial tiling*)
+    When a single channel plane does not fit a buffer bank or the P buffer, the controller cuts
+    the layer into bands of rows and runs every band as a layer of its own. A group's band of
+    several channels is loaded as one DMA run per channel (forward: one channel a group, since
+    the X SRAM packs ``feeder_bus_width`` elements a word):
+
+    forward, gradient
+        bands of ``bh`` output rows ``[o0, o0 + obh)``. A band reads input rows ``[o0 s - p,
+        (o0 + obh - 1) s - p + d(R-1)]``; the rows inside the image are loaded (``y0``,
+        ``hb``), the rest are the band's top / bottom padding (``pt``, ``pb``). The forward
+        band's Y rows are stored at ``o0``; the gradient's bands add up in P.
+    loss
+        bands of ``bh`` dX rows ``[h0, h0 + hb)``. The band needs dY rows ``[oh_lo, oh_hi]``,
+        ``oh_lo = max(0, (h0 + p - d(R-1)) // s)``, ``oh_hi = min(OH - 1, (h0 + hb - 1 + p)
+        // s)``; with top padding ``pt = p + h0 - oh_lo s`` the band's transposed convolution
+        puts every dY row where the whole layer does. ``pb`` is the bottom padding that makes
+        ``oh_hi - oh_lo + 1`` the band's output height.
+
+    A layer that fits keeps one band (``banded`` is false) and groups of several channels.
+
+Channel blocks
+    The loss computes ``cblock`` dX channels at a time (W of one output channel for them must
+    fit a bank of A, and P one dX row of each); the gradient ``kblock`` output channels at a
+    time (P holds their dW rows for a channel group). ``cblocks`` / ``kblocks`` count them; a
+    layer that fits has one.
+    Banding the forward or the gradient needs ``pad_h <= dil_h (R - 1)`` (else a band could lie
+    wholly in the padding); such layers are refused when they do not fit.
+
+Column strips (*the driver's width tiling*)
+    The controller tiles channels, batch and rows, but one row band still spans the whole
+    width. A layer whose rows are too wide for a bank is cut by the *driver* into strips of
+    columns (:func:`column_strips`), each one descriptor of a narrower layer with ``pad_w =
+    0`` whose operands the driver gathers on the host (zero padding columns included):
+
+    forward, gradient
+        strips of Y / dY columns ``[q0, q0 + t)``; a strip reads the padded input's columns
+        ``[q0 s, q0 s + W')``, ``W' = (t - 1) s + d(S-1) + 1``. Forward Y columns are
+        stored at ``q0``; the gradient's partial dW of the strips are added on the host
+        (``acc_width``-bit wrapping sums, exactly the hardware's).
+    loss
+        strips of dX columns ``[x0, x0 + t)``, padded columns ``[a, b) = [x0 + p, x0 + t +
+        p)``. They need dY columns ``[q0, q1)``, ``q0 = max(0, (a - d(S-1)) // s)``, ``q1 =
+        min(OW, (b - 1) // s + 1)``; the strip's transposed convolution (``W' = (q1 - q0 -
+        1) s + d(S-1) + 1``, no padding) puts every one of them where the whole layer does,
+        shifted by ``q0 s``, so dX columns ``[x0, x0 + t)`` are its columns from ``skip = a
+        - q0 s`` (zero past ``W'``: no dY column reaches them).
+"""
+
+from dataclasses import dataclass
+
+from bpsa.plan import setup
+from bpsa.plan.grammar import Refusal
+from bpsa.spec.layer import out_size
+from bpsa.spec.regmap import Phase
+
+__all__ = ["Band", "Strip", "bands", "column_strips", "fc_plan", "plan", "plan_or_strips",
+           "strips"]
+
+
+@dataclass(frozen=True)
+class Band:
+    """One band: ``out0`` / ``out_rows``: the rows of the banded output (forward: Y rows,
+    loss: dX rows, gradient: dY rows); ``in0`` / ``in_rows``: the rows of the input the band
+    loads (forward, gradient: X rows; loss: dY rows); ``pad_top`` / ``pad_bottom``: the
+    engine's padding; ``engine_h`` / ``engine_oh``: the engine's ``H`` and ``OH``."""
+    out0: int
+    out_rows: int
+    in0: int
+    in_rows: int
+    pad_top: int
+    pad_bottom: int
+    engine_h: int
+    engine_oh: int
+
+
+@dataclass(frozen=True)
+class Strip:
+    """One column strip: ``out0`` / ``out_cols``: the columns of the output it produces
+    (forward: Y, loss: dX, gradient: dY, whose dW adds up); ``in0`` / ``in_cols``: the input
+    columns it reads (forward, gradient: X columns of the unpadded image, ``in0 < 0`` and
+    columns past W being padding; loss: dY columns); ``engine_w``: the strip layer's ``W``
+    (``pad_w = 0``); ``skip``: loss only, the first column of the strip's dX that is kept.
+    A loss strip no dY column reaches has ``in_cols == 0`` (its dX is zero, nothing runs)."""
+    out0: int
+    out_cols: int
+    in0: int
+    in_cols: int
+    engine_w: int
+    skip: int = 0
+
+
+def _dims(h, w, r, s, stride, pad, dil):
+    drh, drw = dil[0] * (r - 1), dil[1] * (s - 1)
+    return drh, out_size(h, r, stride[0], pad[0], dil[0]), out_size(w, s, stride[1], pad[1],
+                                                                  dil[1])
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def _setup(config, phase, n, c, h, w, k, r, s, stride, pad, dil):
+    """The registers of :func:`bpsa.plan.setup.run` (no address checks); :exc:`ValueError`
+    with the refusal's reason."""
+    desc = {"phase": phase, "n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s,
+            "stride_h": stride[0], "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1],
+            "dil_h": dil[0], "dil_w": dil[1]}
+    try:
+        return setup.run(config, desc, addresses=False)
+    except Refusal as e:
+        raise ValueError(str(e)) from None
+
+
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
+    """The controller's tiling (:mod:`bpsa.plan.setup`, the programs the hardware runs): a dict
+    with ``group`` (channels per group: forward C, loss K, gradient ``(C, K)``), ``groups``,
+    ``banded``, ``band`` (rows per band), ``bands``, ``runs`` (engine runs) and the channel
+    blocks (loss: ``cblock``, ``cblocks``; gradient: ``kblock``, ``kblocks``); :exc:`ValueError`
+    naming what does not fit (the hardware refuses the same layers with TOO_LARGE)."""
+    phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
+    if phase not in phases:
+        raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
+    e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil)
+    banded, band = bool(e["banded"]), e["bh"]
+    if phase == "forward":
+        groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
+        return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
+                "bands": bands_, "runs": n * e["kt"] * bands_ * groups}
+    if phase == "loss":
+        groups, bands_, cblocks = _ceil(k, e["kg"]), _ceil(h, band), _ceil(c, e["cg"])
+        return {"group": e["kg"], "groups": groups, "cblock": e["cg"], "cblocks": cblocks,
+                "banded": banded, "band": band, "bands": bands_,
+                "runs": n * bands_ * cblocks * groups}
+    kb, kg, cg = e["kb"], e["kg"], e["cg"]
+    # output-channel groups over all blocks (the last block may be shorter)
+    k_groups = (k // kb) * _ceil(kb, kg) + _ceil(k % kb, kg)
+    bands_ = _ceil(e["oh"], band)
+    return {"group": (cg, kg), "groups": _ceil(c, cg) * k_groups, "kblock": kb,
+            "kblocks": _ceil(k, kb), "banded": banded, "band": band, "bands": bands_,
+            "runs": _ceil(c, cg) * n * bands_ * k_groups}
+
+
+def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):
+    """The :class:`Band` list of a layer cut into bands of ``band`` rows (one band covering
+    the layer when not ``banded``)."""
+    drh, oh, _ = _dims(h, w, r, s, stride, pad, dil)
+    sh, ph = stride[0], pad[0]
+    out = []
+    if not banded:
+        if phase == "loss":
+            return [Band(0, h, 0, oh, ph, ph, h, oh)]
+        return [Band(0, oh, 0, h, ph, ph, h, oh)]
+    if phase == "loss":
+        for h0 in range(0, h, band):
+            hb = min(band, h - h0)
+            lo = max(0, (h0 + ph - drh) // sh)
+            hi = min(oh - 1, (h0 + hb - 1 + ph) // sh)
+            pt = ph + h0 - lo * sh
+            pb = max(0, hi * sh + drh + 1 - (ph + h0 + hb))
+            out.append(Band(h0, hb, lo, hi - lo + 1, pt, pb, hb, hi - lo + 1))
+        return out
+    for o0 in range(0, oh, band):
+        obh = min(band, oh - o0)
+        t = o0 * sh
+        y0 = max(0, t - ph)
+        pt = max(0, ph - t)
+        yend = t + (obh - 1) * sh + drh + 1 - ph      # one past the band's last input row
+        y1 = min(h, yend)
+        out.append(Band(o0, obh, y0, y1 - y0, pt, yend - y1, y1 - y0, obh))
+    return out
+
+
+def strips(phase, w, s, stride_w, pad_w, dil_w, width):
+    """The :class:`Strip` list of a layer of width ``w`` (kernel width ``s``) cut into strips
+    of ``width`` output columns (forward, gradient: Y / dY columns; loss: dX columns)."""
+    drw = dil_w * (s - 1)
+    ow = out_size(w, s, stride_w, pad_w, dil_w)
+    out = []
+    if phase == "loss":
+        for x0 in range(0, w, width):
+            x1 = min(w, x0 + width)
+            a, b = x0 + pad_w, x1 + pad_w
+            q0 = max(0, (a - drw) // stride_w)
+            q1 = min(ow, (b - 1) // stride_w + 1)
+            if q0 >= q1:
+                out.append(Strip(x0, x1 - x0, q0, 0, 0))
+                continue
+            ew = (q1 - q0 - 1) * stride_w + drw + 1
+            out.append(Strip(x0, x1 - x0, q0, q1 - q0, ew, a - q0 * stride_w))
+        return out
+    for q0 in range(0, ow, width):
+        q1 = min(ow, q0 + width)
+        ew = (q1 - q0 - 1) * stride_w + drw + 1
+        out.append(Strip(q0, q1 - q0, q0 * stride_w - pad_w, ew, ew))
+    return out
+
+
+def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
+                  dil=(1, 1)):
+    """The driver's column strips of a layer whose rows are too wide for the controller:
+    ``(strips, plans)``, the widest strips (fewest descriptors) whose layers :func:`plan`
+    accepts, and those plans (``None`` for an empty loss strip). :exc:`ValueError` when even
+    one-column strips do not fit (the reason is then not the width)."""
+    sw, pw, dw = stride[1], pad[1], dil[1]
+    length = w if phase == "loss" else _dims(h, w, r, s, stride, pad, dil)[2]
+    if length < 2:
+        raise ValueError(f"the layer is {length} column wide; there is nothing to cut")
+    last = None
+    for width in sorted({-(-length // m) for m in range(2, length + 1)}, reverse=True):
+        out, plans = strips(phase, w, s, sw, pw, dw, width), []
+        try:
+            for st in out:
+                plans.append(None if st.in_cols == 0 else plan(
+                    config, phase, n, c, h, st.engine_w, k, r, s, stride, (pad[0], 0), dil))
+        except ValueError as e:
+            last = e
+            continue
+        return out, plans
+    raise ValueError(f"not even strips of one column fit ({last})")
+
+
+def plan_or_strips(config, phase, *shape):
+    """:func:`plan` of the layer (``shape``: its arguments after ``phase``), or, when its rows
+    are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
+    :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
+    differ)."""
+    try:
+        return plan(config, phase, *shape)
+    except ValueError as e:
+        try:
+            strips_, plans = column_strips(config, phase, *shape)
+        except ValueError as e2:
+            why = str(e2)
+            raise ValueError(str(e) if why.endswith(f"({e})") else
+                             f"{e}; cut into column strips: {why}") from None
+        return {"strips": strips_, "plans": plans}
+
+
+def fc_plan(config, n, i, o):
+    """The controller's tiling of an FC layer's backward pass (PHASE 3: batch ``n``, ``i``
+    inputs, ``o`` outputs; :mod:`bpsa.plan.setup`): a dict with ``fib`` (inputs per block),
+    ``fq`` (P words a row, ``ceil(fib / cols)``), ``fob`` (outputs per run), ``fnb`` (batch
+    rows per run) and ``runs``; :exc:`ValueError` naming what does not fit (the hardware
+    refuses it with TOO_LARGE). P holds a chunk's dX rows and the input block's dW column:
+    ``(fnb + o) fq`` words."""
+    e = _setup(config, Phase.FC_BACKWARD, n, i, 1, 1, o, 1, 1, (1, 1), (0, 0), (1, 1))
+    return {"fib": e["fib"], "fq": e["fq"], "fob": e["fob"], "fnb": e["fnb"],
+            "runs": _ceil(i, e["fib"]) * _ceil(n, e["fnb"]) * _ceil(o, e["fob"])}

@@ -1,0 +1,234 @@
+"""Layer shapes: the one convolution layer type, the one FC layer type, their text form, and
+the one output-size formula.
+
+A convolution: X is ``batch x channels x height x width`` (N x C x H x W), W is
+``out_channels x channels x kernel_h x kernel_w`` (K x C x R x S), stride / padding / dilation
+per axis; ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` and ``OW`` likewise
+(:func:`out_size`). An FC layer ``Y = X W^T``: X is ``batch x inputs``, W ``outputs x inputs``.
+
+Text form (``bpsa sim --layer``): ``C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,
+dilation=..,N=..`` and ``N=..,I=..,O=..``.
+"""
+
+import numbers
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "out_size", "output_hw", "pair", "parse_fc",
+           "parse_layer"]
+
+
+def out_size(size, kernel, stride, pad, dil, pad_end=None):
+    """Outputs along one axis: ``(size + pad + pad_end - dil (kernel - 1) - 1) // stride +
+    1`` (``pad_end``: the far side's padding, ``pad`` unless given). May be 0 or negative
+    when the dilated kernel does not fit; :func:`output_hw` checks."""
+    pad_end = pad if pad_end is None else pad_end
+    return (size + pad + pad_end - dil * (kernel - 1) - 1) // stride + 1
+
+
+def _int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    return int(value)
+
+
+def pair(value, name="value"):
+    """An ``int`` or an ``(h, w)`` pair of ints as a tuple of two Python ints."""
+    if isinstance(value, (tuple, list)) or hasattr(value, "__len__"):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be an integer or an (h, w) pair, not {value!r}")
+        return (_int(value[0], name), _int(value[1], name))
+    v = _int(value, name)
+    return (v, v)
+
+
+def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
+    """Output size ``(OH, OW)`` of a convolution (:func:`out_size` on each axis).
+
+    Raises :exc:`ValueError` (naming the parameter) for ``stride < 1``, ``padding < 0``,
+    ``dilation < 1``, sizes ``< 1``, or a dilated kernel that does not fit in the padded input
+    (which would give an empty or negative output)."""
+    s, p, d = pair(stride, "stride"), pair(padding, "padding"), pair(dilation, "dilation")
+    if min(s) < 1:
+        raise ValueError(f"stride must be >= 1, not {stride!r}")
+    if min(p) < 0:
+        raise ValueError(f"padding must be >= 0, not {padding!r}")
+    if min(d) < 1:
+        raise ValueError(f"dilation must be >= 1, not {dilation!r}")
+    hw, rs = pair(input_hw, "input_hw"), pair(kernel_hw, "kernel_hw")
+    for name, v, given in (("input_hw", hw, input_hw), ("kernel_hw", rs, kernel_hw)):
+        if min(v) < 1:
+            raise ValueError(f"{name} must be >= 1 in both axes, not {given!r}")
+    for axis in range(2):
+        span = d[axis] * (rs[axis] - 1) + 1
+        padded = hw[axis] + 2 * p[axis]
+        if span > padded:
+            raise ValueError(
+                f"kernel_hw {rs} with dilation {d} spans {span} in axis {axis}, more than the "
+                f"padded input: input_hw {hw} with padding {p} gives {padded}")
+    return tuple(out_size(hw[a], rs[a], s[a], p[a], d[a]) for a in range(2))
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """One convolution layer (see the module docstring); ``pad_bottom`` pads the bottom
+    differently from the top (``None``: ``pad_h``, symmetric)."""
+    batch: int
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    pad_bottom: int | None = None
+
+    @classmethod
+    def conv(cls, n, c, h, w, k, r, s, stride=1, pad=0, dil=1, pad_bottom=None):
+        """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w))."""
+        (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom)
+
+    @property
+    def pad_b(self):
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
+
+    def padded_rows(self, x):
+        """``x`` with its top / bottom padding made explicit (the golden model's padding is
+        symmetric; the rows' is then 0)."""
+        return np.pad(np.asarray(x, dtype=np.int64),
+                      ((0, 0), (0, 0), (self.pad_h, self.pad_b), (0, 0)))
+
+    @property
+    def stride(self):
+        return (self.stride_h, self.stride_w)
+
+    @property
+    def pad(self):
+        return (self.pad_h, self.pad_w)
+
+    @property
+    def dil(self):
+        return (self.dil_h, self.dil_w)
+
+    @property
+    def x_shape(self):
+        return (self.batch, self.channels, self.height, self.width)
+
+    @property
+    def w_shape(self):
+        return (self.out_channels, self.channels, self.kernel_h, self.kernel_w)
+
+    @property
+    def crs(self):
+        """Elements of one im2col row (the depth of a context): ``C*R*S``."""
+        return self.channels * self.kernel_h * self.kernel_w
+
+    @property
+    def out_hw(self):
+        """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
+        return output_hw((self.height + self.pad_h + self.pad_b, self.width),
+                         (self.kernel_h, self.kernel_w), self.stride, (0, self.pad_w),
+                         self.dil)
+
+    def text(self):
+        """The layer string (:func:`parse_layer` reads it back)."""
+        def v(h, w):
+            return str(h) if h == w else f"{h}x{w}"
+        return (f"C={self.channels},H={self.height},W={self.width},K={self.out_channels},"
+                f"R={self.kernel_h},S={self.kernel_w},stride={v(*self.stride)},"
+                f"pad={v(*self.pad)},dilation={v(*self.dil)},N={self.batch}")
+
+
+#: Keys of a layer string, and the defaults of the optional ones.
+LAYER_KEYS = ("C", "H", "W", "K", "R", "S", "stride", "pad", "dilation", "N")
+_DEFAULTS = {"N": 1, "stride": 1, "pad": 0, "dilation": 1}
+_PAIR_KEYS = ("stride", "pad", "dilation")
+
+
+def _value(key, text):
+    parts = text.split("x") if key in _PAIR_KEYS else [text]
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        vals = []
+    if len(vals) != len(parts) or len(vals) not in (1, 2) or min(vals, default=-1) < 0:
+        form = "a non-negative integer or HxW" if key in _PAIR_KEYS else "a non-negative integer"
+        raise ValueError(f"layer key {key} must be {form}, not {text!r}")
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+def parse_layer(text):
+    """A :class:`ConvLayer` from ``"C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,
+    dilation=..,N=.."``. ``C``, ``H``, ``K`` and ``R`` are required; ``W`` defaults to ``H``,
+    ``S`` to ``R``, ``N`` to 1, ``stride`` to 1, ``pad`` to 0, ``dilation`` to 1. ``stride``,
+    ``pad`` and ``dilation`` may be ``HxW`` pairs. Raises :exc:`ValueError` for unknown,
+    repeated, missing or malformed keys and for sizes that give no output."""
+    values = {}
+    for item in (p.strip() for p in str(text).split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"layer item {item!r} is not KEY=VALUE")
+        if key not in LAYER_KEYS:
+            raise ValueError(f"unknown layer key {key!r}; keys are {', '.join(LAYER_KEYS)}")
+        if key in values:
+            raise ValueError(f"layer key {key} given twice")
+        values[key] = _value(key, val.strip())
+    missing = [k for k in ("C", "H", "K", "R") if k not in values]
+    if missing:
+        raise ValueError(f"layer needs {', '.join(missing)} (keys: {', '.join(LAYER_KEYS)})")
+    values.setdefault("W", values["H"])
+    values.setdefault("S", values["R"])
+    for k, v in _DEFAULTS.items():
+        values.setdefault(k, v)
+    for k in ("C", "H", "W", "K", "R", "S", "N"):
+        if values[k] < 1:
+            raise ValueError(f"layer key {k} must be at least 1, not {values[k]}")
+    for k in ("stride", "dilation"):
+        if min(pair(values[k])) < 1:
+            raise ValueError(f"layer key {k} must be at least 1, not {values[k]}")
+    layer = ConvLayer.conv(values["N"], values["C"], values["H"], values["W"], values["K"],
+                           values["R"], values["S"], values["stride"], values["pad"],
+                           values["dilation"])
+    layer.out_hw      # a kernel that does not fit the padded input raises here
+    return layer
+
+
+@dataclass(frozen=True)
+class FcLayer:
+    """One fully connected layer ``Y = X W^T``: ``batch`` rows, ``inputs``, ``outputs``."""
+    batch: int
+    inputs: int
+    outputs: int
+
+    def text(self):
+        return f"N={self.batch},I={self.inputs},O={self.outputs}"
+
+
+def parse_fc(text):
+    """``N=8,I=20,O=10`` (``N`` defaults to 1) -> :class:`FcLayer`; :exc:`ValueError` names a
+    bad or missing field."""
+    fields = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        m = re.fullmatch(r"([A-Za-z]+)\s*=\s*(\d+)", part)
+        if not m or m.group(1).upper() not in ("N", "I", "O"):
+            raise ValueError(f"FC layer field {part!r} is not N=, I= or O= with an integer")
+        fields[m.group(1).upper()] = int(m.group(2))
+    for key in ("I", "O"):
+        if key not in fields:
+            raise ValueError(f"FC layer {text!r} has no {key}=")
+    layer = FcLayer(fields.get("N", 1), fields["I"], fields["O"])
+    for name, v in asdict(layer).items():
+        if v < 1:
+            raise ValueError(f"FC layer {name} = {v}: must be at least 1")
+    return layer

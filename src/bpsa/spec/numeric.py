@@ -1,0 +1,43 @@
+"""Numbers at the hardware/host boundary: element sizes in memory, operand ranges and the
+accumulators' wrap-around. Pure Python and numpy; no Amaranth."""
+
+import numpy as np
+
+__all__ = ["element_bytes", "operand_range", "wrap", "wrap_array"]
+
+
+def element_bytes(bits):
+    """Bytes an element of ``bits`` bits occupies in external memory: the smallest of 1, 2, 4,
+    8 that holds it."""
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 64:
+        raise ValueError(f"element width must be an integer in [1, 64] bits, not {bits!r}")
+    for n in (1, 2, 4, 8):
+        if bits <= 8 * n:
+            return n
+
+
+def operand_range(config):
+    """``(lo, hi)``, both inclusive: the values an ``operand_width``-bit operand of ``config``
+    holds (two's complement when ``operand_signed``)."""
+    bits = config.operand_width
+    if config.operand_signed:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def wrap(x, bits, signed=True):
+    """The integer ``x`` reduced modulo ``2**bits``, as a signed or unsigned integer: what a
+    ``bits``-bit register holds after an overflow."""
+    x &= (1 << bits) - 1
+    if signed and x >> (bits - 1):
+        x -= 1 << bits
+    return x
+
+
+def wrap_array(t, bits, signed=True):
+    """:func:`wrap` of every element of the integer array ``t`` (exact for any Python ints),
+    as int64 (uint64 for unsigned 64-bit values)."""
+    t = np.asarray(t, dtype=object) % (1 << bits)
+    if signed:
+        t = np.where(t >= 1 << (bits - 1), t - (1 << bits), t)
+    return t.astype(np.int64 if signed or bits < 64 else np.uint64)

@@ -1,0 +1,243 @@
+"""The register map of the accelerator: layer descriptor, control, status, configuration words
+and performance counters. Pure Python: the register file (:mod:`bpsa.gateware.axi_lite`)
+decodes this table and the host driver reads it, as :data:`REGISTER_MAP` (name -> byte
+offset) or as :func:`register_map` (a JSON-ready dict with access, reset values and field
+descriptions), so both sides read the same truth.
+
+Register map (byte offsets; all registers 32 bits, accessed as aligned words)
+=============  ======  ======  =================================================================
+name           offset  access  contents
+=============  ======  ======  =================================================================
+ID             0x000   RO      ``0x42505341`` ("BPSA")
+VERSION        0x004   RO      register-map version, ``major << 16 | minor``
+CFG_ARRAY      0x008   RO      rows [7:0], cols [15:8], operand_width [23:16], acc_width [31:24]
+CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_signed [4],
+                               zero_gating [5], reserve_registers [6], dim_width [12:8],
+                               log2(feeder_bus_width) [18:16]
+CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16]
+CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
+STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
+WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (reset 0)
+WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF)
+PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
+ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
+<counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
+<counter>_HI   +4      RO      high half (see "Counters")
+=============  ======  ======  =================================================================
+
+Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
+STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084).
+Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
+STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
+BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
+OVERLAP_CYCLES (0x178; map version 1.1).
+
+Descriptor registers hold only their field's bits (``dim_width`` bits for shapes, 4 for
+PHASE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
+driver detects a value too large for this configuration by reading it back. Reset values:
+STRIDE_* and DIL_* are 1, everything else 0.
+"""
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "ADDR_WIDTH", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
+    "MAP_VERSION", "PHASE_BITS", "Phase", "REGISTERS", "REGISTER_MAP", "Register",
+    "STATUS_FIELDS", "config_words", "field_bits", "register_map",
+]
+
+#: Bits of the register file's byte address (a 4 KiB aperture).
+ADDR_WIDTH = 12
+
+#: Value of the ID register: "BPSA" in ASCII.
+ID_VALUE = 0x42505341
+
+#: Register-map version (major, minor): a driver refuses a different major version.
+MAP_VERSION = (1, 1)
+
+
+class Phase(enum.IntEnum):
+    """The PHASE descriptor field: which pass of a layer to run. Values 4..15 are reserved
+    (a controller refuses them)."""
+    FORWARD = 0
+    LOSS = 1
+    GRADIENT = 2
+    FC_BACKWARD = 3
+
+
+#: Bits of the PHASE field.
+PHASE_BITS = 4
+
+#: CFG_FEATURES bits [3:0]: one per dataflow, in this order.
+DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
+
+
+#: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
+#: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"addr"`` 32 bits.
+DESCRIPTOR_FIELDS = (
+    ("phase", "PHASE", "phase", 0, "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward"),
+    ("n", "N", "dim", 0, "batch N"),
+    ("c", "C", "dim", 0, "input channels C"),
+    ("h", "H", "dim", 0, "input height H"),
+    ("w", "W", "dim", 0, "input width W"),
+    ("k", "K", "dim", 0, "output channels K"),
+    ("r", "R", "dim", 0, "kernel height R"),
+    ("s", "S", "dim", 0, "kernel width S"),
+    ("stride_h", "STRIDE_H", "dim", 1, "vertical stride"),
+    ("stride_w", "STRIDE_W", "dim", 1, "horizontal stride"),
+    ("pad_h", "PAD_H", "dim", 0, "vertical padding (each side)"),
+    ("pad_w", "PAD_W", "dim", 0, "horizontal padding (each side)"),
+    ("dil_h", "DIL_H", "dim", 1, "vertical dilation"),
+    ("dil_w", "DIL_W", "dim", 1, "horizontal dilation"),
+    ("addr_x", "ADDR_X", "addr", 0, "byte address of X (N x C x H x W)"),
+    ("addr_w", "ADDR_W", "addr", 0, "byte address of W (K x C x R x S)"),
+    ("addr_dy", "ADDR_DY", "addr", 0, "byte address of dY (N x K x OH x OW; loss, gradient)"),
+    ("addr_out", "ADDR_OUT", "addr", 0, "byte address of the output (Y, dX or dW)"),
+)
+
+#: Performance counters, 64 bits each, in register order (fed from the ``counters`` input).
+COUNTERS = (
+    ("cycles", "cycles since the counters were cleared"),
+    ("busy_cycles", "cycles with a descriptor running"),
+    ("compute_cycles", "cycles the array computed (any valid slot)"),
+    ("stall_cycles", "cycles the operand paths stalled the array"),
+    ("macs", "multiply-accumulates performed"),
+    ("gated_macs", "multiply-accumulates skipped by zero gating"),
+    ("dma_read_bytes", "payload bytes the DMA read from external memory"),
+    ("dma_write_bytes", "payload bytes the DMA wrote to external memory"),
+    ("dma_busy_cycles", "cycles the DMA had a command in flight"),
+    ("buf_a_reads", "buffer A words read"),
+    ("buf_a_writes", "buffer A words written"),
+    ("buf_b_reads", "buffer B words read"),
+    ("buf_b_writes", "buffer B words written"),
+    ("buf_p_reads", "buffer P words read"),
+    ("buf_p_writes", "buffer P words written"),
+    ("overlap_cycles", "cycles the DMA had a command in flight while an engine computed"),
+)
+
+_DESC_BASE = 0x040
+_COUNTER_BASE = 0x100
+
+
+@dataclass(frozen=True)
+class Register:
+    """One 32-bit register of the map.
+
+    ``kind`` says where its value comes from: ``"const"`` (ID, VERSION, CFG_*: ``reset`` is
+    the value, which may depend on the configuration), ``"control"``, ``"status"``,
+    ``"desc"`` (``field`` names the descriptor field), ``"setting"`` (a read-write register
+    driving the output ``field`` directly), ``"counter_lo"`` / ``"counter_hi"`` (``field``
+    names the counter).
+    """
+    name: str
+    offset: int
+    access: str         # "ro", "rw" or "wo"
+    kind: str
+    doc: str
+    field: str = None
+    width: str = None   # descriptor and setting registers: "dim", "phase" or "addr"
+    reset: int = 0
+
+
+def _build_registers():
+    regs = [
+        Register("ID", 0x000, "ro", "const", 'identification, 0x42505341 ("BPSA")'),
+        Register("VERSION", 0x004, "ro", "const", "register-map version, major << 16 | minor"),
+        Register("CFG_ARRAY", 0x008, "ro", "const",
+                 "rows [7:0], cols [15:8], operand_width [23:16], acc_width [31:24]"),
+        Register("CFG_FEATURES", 0x00C, "ro", "const",
+                 "dataflows os/ws/is/interleaved [3:0], operand_signed [4], zero_gating [5], "
+                 "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16]"),
+        Register("CFG_BUFFERS", 0x010, "ro", "const",
+                 "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16]"),
+        Register("CONTROL", 0x020, "wo", "control",
+                 "START [0]: run the descriptor (ignored while busy); CLEAR [1]: clear DONE, "
+                 "ERROR and the counters"),
+        Register("STATUS", 0x024, "ro", "status", "BUSY [0], DONE [1] (sticky), ERROR [15:8]"),
+        Register("WINDOW_LO", 0x028, "rw", "setting",
+                 "lowest external byte address the DMA may touch", field="window_lo",
+                 width="addr", reset=0),
+        Register("WINDOW_HI", 0x02C, "rw", "setting",
+                 "highest external byte address the DMA may touch (inclusive)",
+                 field="window_hi", width="addr", reset=0xFFFF_FFFF),
+    ]
+    for i, (field, name, width, reset, doc) in enumerate(DESCRIPTOR_FIELDS):
+        regs.append(Register(name, _DESC_BASE + 4 * i, "rw", "desc", doc, field=field,
+                             width=width, reset=reset))
+    for i, (name, doc) in enumerate(COUNTERS):
+        off = _COUNTER_BASE + 8 * i
+        regs.append(Register(f"{name.upper()}_LO", off, "ro", "counter_lo",
+                             f"{doc}, bits [31:0] (latches the high half)", field=name))
+        regs.append(Register(f"{name.upper()}_HI", off + 4, "ro", "counter_hi",
+                             f"{doc}, bits [63:32]", field=name))
+    offsets = [r.offset for r in regs]
+    assert len(set(offsets)) == len(offsets) and max(offsets) < 2 ** ADDR_WIDTH
+    return tuple(regs)
+
+
+#: The register map: every register, in offset order.
+REGISTERS = _build_registers()
+
+#: Register name -> byte offset (what a host driver needs).
+REGISTER_MAP = {r.name: r.offset for r in REGISTERS}
+
+#: STATUS fields: name -> (lsb, width).
+STATUS_FIELDS = {"BUSY": (0, 1), "DONE": (1, 1), "ERROR": (8, 8)}
+
+#: CONTROL bits: name -> bit.
+CONTROL_BITS = {"START": 0, "CLEAR": 1}
+
+
+
+
+def _log2(n):
+    return n.bit_length() - 1
+
+
+def config_words(config):
+    """Values of the constant registers (ID, VERSION, CFG_*) for ``config``: name -> int."""
+    flows = sum(1 << i for i, d in enumerate(DATAFLOW_BITS) if config.has(d))
+    return {
+        "ID": ID_VALUE,
+        "VERSION": MAP_VERSION[0] << 16 | MAP_VERSION[1],
+        "CFG_ARRAY": config.rows | config.cols << 8 | config.operand_width << 16
+        | config.acc_width << 24,
+        "CFG_FEATURES": flows | config.operand_signed << 4 | config.zero_gating << 5
+        | config.reserve_registers << 6 | config.dim_width << 8
+        | _log2(config.feeder_bus_width) << 16,
+        "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
+        | _log2(config.buf_p_depth) << 16,
+    }
+
+
+def field_bits(config, width):
+    """Bits of a descriptor or setting register of width kind ``width`` (``"dim"``,
+    ``"phase"`` or ``"addr"``)."""
+    return {"dim": config.dim_width, "phase": PHASE_BITS, "addr": 32}[width]
+
+
+def register_map(config):
+    """The register map as a JSON-ready dict for a host driver: ``registers`` (name ->
+    offset, access, reset value, doc, and ``bits`` for descriptor registers), ``status`` and
+    ``control`` bit fields, ``descriptor`` (field -> register), ``counters`` (names in order),
+    ``addr_width``, ``id``, ``version``."""
+    consts = config_words(config)
+    regs = {}
+    for r in REGISTERS:
+        entry = {"offset": r.offset, "access": r.access, "doc": r.doc,
+                 "reset": consts.get(r.name, r.reset)}
+        if r.kind in ("desc", "setting"):
+            entry["bits"] = field_bits(config, r.width)
+        regs[r.name] = entry
+    return {
+        "addr_width": ADDR_WIDTH,
+        "id": ID_VALUE,
+        "version": list(MAP_VERSION),
+        "registers": regs,
+        "status": {k: list(v) for k, v in STATUS_FIELDS.items()},
+        "control": dict(CONTROL_BITS),
+        "descriptor": {field: name for field, name, _, _, _ in DESCRIPTOR_FIELDS},
+        "counters": [name for name, _ in COUNTERS],
+        "phases": {p.name.lower(): p.value for p in Phase},
+    }

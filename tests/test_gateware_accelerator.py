@@ -1,0 +1,334 @@
+"""The accelerator top: elaboration checks, and the generated Verilog under Verilator driven
+through the host driver (bpsa.verify.tb_accelerator) against the golden model."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bpsa.config import Config, load_config
+from bpsa.gateware.accelerator import Accelerator
+from bpsa.models import golden
+
+SMALL = load_config("small")
+
+
+def test_refuses_config_without_engines():
+    cfg = Config(rows=2, cols=2, dataflows=("ws",), name="ws_only")
+    with pytest.raises(ValueError, match="'os' dataflow .* or the 'is' dataflow"):
+        Accelerator(cfg)
+
+
+def test_refuses_non_config():
+    with pytest.raises(TypeError, match="config must be a Config"):
+        Accelerator({"rows": 4})
+
+
+@pytest.mark.cocotb
+def test_default_jobs_verilator(tmp_path):
+    from bpsa.verify.runner import run_cocotb
+    out = tmp_path / "res.json"
+    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_RESULTS": str(out)}, tag="default")
+    res = json.loads(out.read_text())
+    assert [r["phase"] for r in res] == ["forward", "loss", "gradient"]
+    assert all(r["match"] for r in res)
+
+
+#: Forward only: the loss and gradient phases are not generated.
+FORWARD_ONLY = SMALL.replace(dataflows=("os",), buf_a_depth=64, buf_b_depth=64,
+                             buf_p_depth=64, name="small_forward_only")
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("config", [SMALL, FORWARD_ONLY], ids=lambda c: c.name)
+def test_illegal_descriptors_verilator(config):
+    """Every refusal answered with its code, nothing read or written, no hang; good layers of
+    every generated phase still right afterwards; phases not generated refused (PHASE)."""
+    from bpsa.verify.runner import run_cocotb
+    tests, failures = run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator",
+                                 testcase="illegal_descriptors", tag="illegal")
+    assert tests == 1 and failures == 0
+
+
+@pytest.mark.cocotb
+def test_training_verilator(tmp_path):
+    """Three SGD steps of a two-layer CNN, every convolution on the accelerator, the weights
+    equal to a numpy-only loop after each step (checked in the testbench)."""
+    from bpsa.verify.runner import run_cocotb
+    out = tmp_path / "train.json"
+    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="training",
+               extra_env={"BPSA_RESULTS": str(out)}, tag="training")
+    log = json.loads(out.read_text())
+    assert [s["step"] for s in log] == [0, 1, 2]
+    assert all(s["dw1_nonzero"] and s["dw2_nonzero"] for s in log)
+    assert log[0]["loss"] > log[1]["loss"] > log[2]["loss"], "training does not learn"
+
+
+#: Small buffers, so that random layers need several channel / image / output-channel groups.
+TINY = SMALL.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="small_tinybuf")
+
+
+def random_jobs(config, count, seed):
+    """Random layers of every phase that the controller can tile on ``config``, half of them
+    with random AXI pauses; every third one has planes too large for the buffers (cut into
+    row bands). Then the fixed jobs: a banded group of several channels, channel blocks,
+    layers too wide for a bank that the driver runs as column strips, and the same width sent
+    as one descriptor (refused by the hardware, one per phase)."""
+    import random
+
+    from bpsa.host.driver import plan
+    rng = random.Random(seed)
+    jobs = []
+    phases = ["forward", "loss", "gradient"]
+    while len(jobs) < count:
+        r, s = rng.randint(1, 3), rng.randint(1, 3)
+        big = len(jobs) % 3 == 2
+        size = (12, 22) if big else (3, 11)
+        lay = {"batch": rng.randint(1, 2 if big else 3), "channels": rng.randint(1, 9),
+               "height": rng.randint(*size), "width": rng.randint(*size),
+               "out_channels": rng.randint(1, 9), "kernel_h": r, "kernel_w": s,
+               "stride_h": rng.randint(1, 3), "stride_w": rng.randint(1, 3),
+               "pad_h": rng.randint(0, 2), "pad_w": rng.randint(0, 2),
+               "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2)}
+        if big:
+            lay["channels"], lay["out_channels"] = rng.randint(1, 3), rng.randint(1, 5)
+        st, pd, dl = ((lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
+                      (lay["dil_h"], lay["dil_w"]))
+        try:
+            oh, ow = golden.output_hw((lay["height"], lay["width"]), (r, s), st, pd, dl)
+        except ValueError:      # the dilated kernel does not fit
+            continue
+        phase = phases[(len(jobs) // 3 if big else len(jobs)) % 3]
+        try:
+            p = plan(config, phase, lay["batch"], lay["channels"], lay["height"], lay["width"],
+                     lay["out_channels"], r, s, st, pd, dl)
+        except ValueError:
+            continue
+        if p["banded"] != big or p["runs"] > 200:
+            continue
+        jobs.append({"phase": phase, "layer": lay, "seed": rng.randint(0, 1 << 30),
+                     "pauses": len(jobs) % 2 == 1, "groups": p["groups"],
+                     "bands": p["bands"]})
+    # banded with several output channels a group (a load of one DMA run per channel)
+    jobs.append({"phase": "loss", "seed": 3, "pauses": True,
+                 "layer": {"batch": 1, "channels": 8, "height": 40, "width": 4,
+                           "out_channels": 5, "kernel_h": 1, "kernel_w": 1, "stride_h": 2,
+                           "stride_w": 2}})
+    # channel blocks: dX channels of the loss (W of an output channel wider than a bank;
+    # P holding only a dX row of 42 channels, banded), output channels of the gradient (dW of
+    # one input channel taller than P, banded)
+    k3 = {"kernel_h": 3, "kernel_w": 3, "pad_h": 1, "pad_w": 1}
+    jobs.append({"phase": "loss", "seed": 4, "layer": dict(
+        k3, batch=1, channels=20, height=6, width=5, out_channels=3)})
+    jobs.append({"phase": "loss", "seed": 5, "pauses": True, "layer": {
+        "batch": 1, "channels": 50, "height": 6, "width": 12, "out_channels": 3,
+        "kernel_h": 1, "kernel_w": 1}})
+    jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "layer": dict(
+        k3, batch=2, channels=2, height=12, width=12, out_channels=45, stride_h=2,
+        stride_w=2)})
+    # rows wider than a bank: the driver runs them as column strips (bpsa.plan.tiling.column_strips)
+    s2 = {"batch": 1, "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1,
+          "pad_w": 1}
+    jobs.append({"phase": "loss", "seed": 7, "pauses": True, "layer": dict(
+        s2, channels=2, height=3, width=70, out_channels=2)})
+    jobs.append({"phase": "gradient", "seed": 8, "layer": dict(
+        s2, channels=1, height=6, width=40, out_channels=2, stride_h=1)})
+    jobs.append({"phase": "forward", "seed": 9, "layer": dict(
+        s2, channels=1, height=3, width=300, out_channels=2)})
+    # the same width sent as one descriptor: the hardware refuses it
+    wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
+            "kernel_h": 3, "kernel_w": 3}
+    jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
+    return jobs
+
+
+def test_random_jobs_need_tiling():
+    """The random layers of the Verilator test do exercise multi-group tiling and row bands
+    in every phase, bands of several channels a group, channel blocks in the loss and the
+    gradient, and column strips in every phase."""
+    from bpsa.host.driver import plan
+    from bpsa.plan.tiling import column_strips
+    jobs = random_jobs(TINY, 18, seed=5)
+    multi = []
+    for j in jobs[18:19]:
+        lay = j["layer"]
+        p = plan(TINY, j["phase"], 1, lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], 1, 1, 2)
+        multi.append(p["banded"] and p["group"] > 1)
+    assert multi == [True]
+    blocks = []
+    for j in jobs[19:22]:
+        lay = j["layer"]
+        p = plan(TINY, j["phase"], lay["batch"], lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
+                 (lay.get("stride_h", 1), lay.get("stride_w", 1)),
+                 (lay.get("pad_h", 0), lay.get("pad_w", 0)))
+        blocks.append((p.get("cblocks", 1), p.get("kblocks", 1), p["banded"]))
+    assert blocks == [(3, 1, False), (2, 1, True), (1, 2, True)]
+    cuts = []
+    for j in jobs[22:25]:
+        lay = j["layer"]
+        shape = (lay["batch"], lay["channels"], lay["height"], lay["width"],
+                 lay["out_channels"], 3, 3, (lay["stride_h"], 2), (1, 1))
+        with pytest.raises(ValueError, match="not even one row band"):
+            plan(TINY, j["phase"], *shape)
+        cuts.append(len(column_strips(TINY, j["phase"], *shape)[0]))
+    assert cuts == [2, 2, 2]
+    for phase in ("forward", "loss", "gradient"):
+        assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
+        assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
+
+
+@pytest.mark.cocotb
+def test_random_layers_tiled_verilator(tmp_path):
+    """Random shapes of every phase, bigger than the buffers (several groups a layer), half
+    of them with random ready/valid pauses on every AXI channel, bit-exact against the golden
+    model; layers whose rows are too wide run as column strips through the driver, and are
+    refused with TOO_LARGE when sent as one descriptor."""
+    from bpsa.verify.runner import run_cocotb
+    jobs = random_jobs(TINY, 18, seed=5)
+    out = tmp_path / "res.json"
+    run_cocotb(TINY, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+               tag="random")
+    res = json.loads(out.read_text())
+    assert sum(1 for r in res if r.get("match")) == 25
+    assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
+
+
+@pytest.mark.cocotb
+def test_pauses_change_cycles_not_results(tmp_path):
+    """The same layer with and without memory-bus back-pressure: same result (checked in the
+    testbench), more cycles."""
+    from bpsa.verify.runner import run_cocotb
+    lay = {"batch": 2, "channels": 3, "height": 7, "width": 7, "out_channels": 5,
+           "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1}
+    jobs = [{"phase": p, "layer": lay, "seed": 11, "pauses": pz}
+            for p in ("forward", "loss", "gradient") for pz in (False, True)]
+    # the traditional flow of the same loss and gradient, for comparison (bit-exact too)
+    jobs += [{"phase": p, "layer": lay, "seed": 11, "baseline": True}
+             for p in ("loss", "gradient")]
+    # a fully connected layer's backward pass (dX and dW), under back-pressure
+    jobs.append({"phase": "fc_backward", "seed": 12, "pauses": True,
+                 "layer": {"batch": 6, "channels": 21, "height": 1, "width": 1,
+                           "out_channels": 9, "kernel_h": 1, "kernel_w": 1}})
+    out = tmp_path / "res.json"
+    run_cocotb(TINY, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+               tag="pauses")
+    res = json.loads(out.read_text())
+    assert res[8]["match"] and res[8]["phase"] == "fc_backward"
+    for bp, base in zip(res[2:6:2], res[6:8]):
+        assert base["match"] and base["baseline"] and not bp["baseline"]
+        # the zero-spaces travel over the bus and through the buffers
+        assert base["counters"]["dma_read_bytes"] > bp["counters"]["dma_read_bytes"]
+    res = res[:6]
+    for plain, paused in zip(res[::2], res[1::2]):
+        assert plain["match"] and paused["match"]
+        assert paused["cycles"] > plain["cycles"], (plain["phase"], plain["cycles"],
+                                                    paused["cycles"])
+        assert paused["counters"]["dma_read_bytes"] == plain["counters"]["dma_read_bytes"]
+
+
+def _fc_job(n, i, o, **kw):
+    return dict({"phase": "fc_backward", "seed": n + i + o,
+                 "layer": {"batch": n, "channels": i, "height": 1, "width": 1,
+                           "out_channels": o, "kernel_h": 1, "kernel_w": 1}}, **kw)
+
+
+@pytest.mark.cocotb
+def test_fc_backward_interleaved_verilator(tmp_path):
+    """PHASE 3 through the controller: FC layers larger than the buffers (several input
+    blocks, batch chunks and output blocks; ``bpsa.plan.tiling.fc_plan``) give dX and dW equal to
+    numpy in one interleaved pass each, under back-pressure too; the same layer as two
+    descriptors (loss and gradient of a 1x1 convolution) gives the same result; an FC layer
+    with more outputs than P has words is refused with TOO_LARGE as PHASE 3, and the driver
+    runs it as two descriptors by default (the gradient in output-channel blocks)."""
+    from bpsa.plan.tiling import fc_plan
+    from bpsa.verify.runner import run_cocotb
+    shapes = [(40, 10, 20), (6, 21, 9), (1, 1, 1), (13, 5, 70)]
+    assert all(fc_plan(TINY, *s)["runs"] > 1 for s in (shapes[0], shapes[1], shapes[3]))
+    assert fc_plan(TINY, 40, 10, 20)["fnb"] < 40          # batch chunks
+    jobs = [_fc_job(*s, pauses=k % 2 == 1) for k, s in enumerate(shapes)]
+    jobs.append(_fc_job(40, 10, 20, interleaved=False))
+    jobs.append(_fc_job(2, 3, 130, interleaved=True, expect="TOO_LARGE"))
+    jobs.append(_fc_job(2, 3, 130, pauses=True))
+    out = tmp_path / "res.json"
+    run_cocotb(TINY, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
+               tag="fc")
+    res = json.loads(out.read_text())
+    assert [r.get("match") for r in res[:5]] == [True] * 5
+    assert res[5]["refused"] == "TOO_LARGE"
+    assert res[6]["match"]
+    with pytest.raises(ValueError, match="P"):
+        fc_plan(TINY, 2, 3, 130)
+    # 1024-word buffers: input blocks of 16 (P rows of 4 words), rows loaded as one DMA run
+    shapes = [(64, 32, 48), (16, 24, 16), (5, 37, 11)]
+    assert [fc_plan(SMALL, *s)["fq"] for s in shapes] == [4, 4, 4]
+    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+               extra_env={"BPSA_JOBS": json.dumps([_fc_job(*s, pauses=k == 1)
+                                                   for k, s in enumerate(shapes)]),
+                          "BPSA_RESULTS": str(out)}, tag="fc")
+    assert [r["match"] for r in json.loads(out.read_text())] == [True] * 3
+
+
+def test_baseline_operands_equal_golden():
+    """The traditional flow's zero-spaced operands, convolved forward by ``bpsa.models.golden``, give
+    the golden dX and dW (random shapes, strides, paddings, dilations)."""
+    from bpsa.host.driver import baseline_gradient_operands, baseline_loss_operands
+    rng = np.random.default_rng(4)
+    done = 0
+    while done < 60:
+        n, c, k = (int(v) for v in rng.integers(1, 3, 3))
+        h, w = (int(v) for v in rng.integers(1, 12, 2))
+        r, s = (int(v) for v in rng.integers(1, 4, 2))
+        st, pd, dl = (tuple(int(v) for v in rng.integers(lo, hi, 2))
+                      for lo, hi in ((1, 4), (0, 3), (1, 3)))
+        try:
+            oh, ow = golden.output_hw((h, w), (r, s), st, pd, dl)
+        except ValueError:
+            continue
+        x = rng.integers(-5, 5, (n, c, h, w))
+        wt = rng.integers(-5, 5, (k, c, r, s))
+        dy = rng.integers(-5, 5, (n, k, oh, ow))
+        z, wr, d = baseline_loss_operands(dy, wt, (h, w), st, pd, dl)
+        assert np.array_equal(golden.conv2d(z, wr, 1, 0, d),
+                              golden.conv2d_input_grad(dy, wt, (h, w), st, pd, dl))
+        xt, dd, d = baseline_gradient_operands(x, dy, (r, s), st, pd, dl)
+        assert np.array_equal(golden.conv2d(xt, dd, d, 0, 1).transpose(1, 0, 2, 3),
+                              golden.conv2d_weight_grad(x, dy, (r, s), st, pd, dl))
+        done += 1
+
+
+def test_cli_refuses_layers_it_cannot_tile(capsys):
+    """``bpsa sim --phase ...`` through the accelerator: one-line errors, nothing built."""
+    from bpsa.cli import main
+    for argv, message in [
+        (["--phase", "step"], "give a layer"),
+        (["--phase", "loss", "--layer", "C=2,H=3,K=2,R=5"], "more than the padded input"),
+        (["--phase", "loss", "--layer", "C=1,H=30,K=1,R=23"], "does not fit a bank"),
+        (["--phase", "forward", "--baseline", "--layer", "C=1,H=8,K=1,R=3"],
+         "--baseline applies only"),
+        (["--phase", "gradient", "--baseline", "--layer", "C=1,H=40,K=1,R=3,stride=2"],
+         "feeder_pattern_width"),
+    ]:
+        assert main(["sim"] + argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.cocotb
+def test_cli_step(capsys):
+    """``bpsa sim --phase step`` runs forward, loss and gradient through the top and prints
+    cycles and DMA bytes per phase."""
+    from bpsa.cli import main
+    assert main(["sim", "--phase", "step", "--layer", "C=3,H=9,K=5,R=3,stride=2,pad=1,N=2",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["match"] is True
+    for p in ("forward", "loss", "gradient"):
+        assert res[f"{p}_match"] is True
+        assert res[f"{p}_dma_read_bytes"] > 0 and res[f"{p}_dma_write_bytes"] > 0
+        assert 0 < res[f"{p}_utilization"] <= 1

@@ -1,0 +1,230 @@
+"""The host driver's own logic (:mod:`bpsa.host.driver`), numpy only: column strips for layers too
+wide for the controller, run on a stand-in accelerator that answers descriptors with
+:mod:`bpsa.models.golden` and refuses, as the hardware does, every layer :func:`bpsa.plan.tiling.plan`
+refuses. The real hardware runs strips in ``tests/test_accelerator.py`` (Verilator)."""
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+from bpsa.config import load_config
+from bpsa.host.driver import Driver
+from bpsa.models import golden
+from bpsa.plan import tiling
+from bpsa.spec.numeric import element_bytes
+from bpsa.spec.regmap import CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
+
+TINY = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128,
+                                    name="small_tinybuf")
+NAMES = {offset: name for name, offset in REGISTER_MAP.items()}
+
+
+class GoldenTransport:
+    """A stand-in accelerator behind the driver's four transport coroutines: memory is a
+    bytearray, START decodes the descriptor's tensors, computes the phase with bpsa.models.golden
+    and writes the result in the hardware's layout; a layer the controller's plan refuses is
+    answered with TOO_LARGE (6). Counts the descriptors it ran in ``runs``."""
+
+    def __init__(self, config, size=1 << 22):
+        self.cfg, self.mem, self.regs, self.runs = config, bytearray(size), {}, []
+
+    async def read32(self, offset):
+        name = NAMES[offset]
+        cfg = self.cfg
+        if name == "ID":
+            return ID_VALUE
+        if name == "VERSION":
+            return MAP_VERSION[0] << 16 | MAP_VERSION[1]
+        if name == "CFG_ARRAY":
+            return cfg.rows | cfg.cols << 8 | cfg.operand_width << 16 | cfg.acc_width << 24
+        if name.endswith("_HI"):
+            return 0
+        if name.endswith("_LO"):
+            return 7 if name[:-3] == "busy_cycles".upper() else 0
+        return self.regs.get(name, 0)
+
+    async def write32(self, offset, value):
+        name = NAMES[offset]
+        if name == "CONTROL" and value >> CONTROL_BITS["START"] & 1:
+            self.regs["STATUS"] = 2 | self._run() << 8
+        elif name != "CONTROL":
+            self.regs[name] = value
+
+    async def read_mem(self, addr, nbytes):
+        return bytes(self.mem[addr:addr + nbytes])
+
+    async def write_mem(self, addr, data):
+        self.mem[addr:addr + len(data)] = data
+
+    def _tensor(self, name, shape):
+        nb = element_bytes(self.cfg.operand_width)
+        raw = self.mem[self.regs[name]:self.regs[name] + int(np.prod(shape)) * nb]
+        v = np.frombuffer(bytes(raw), dtype=f"<i{nb}").astype(np.int64)
+        return v.reshape(shape)
+
+    def _run(self):
+        d = {k: self.regs.get(k, 0) for k in ("PHASE", "N", "C", "H", "W", "K", "R", "S")}
+        n, c, h, w, k, r, s = (d[k] for k in "N C H W K R S".split())
+        st = (self.regs["STRIDE_H"], self.regs["STRIDE_W"])
+        pad = (self.regs["PAD_H"], self.regs["PAD_W"])
+        dil = (self.regs["DIL_H"], self.regs["DIL_W"])
+        phase = ("forward", "loss", "gradient")[d["PHASE"]]
+        try:
+            tiling.plan(self.cfg, phase, n, c, h, w, k, r, s, st, pad, dil)
+        except ValueError:
+            return 6
+        self.runs.append((phase, w, pad))
+        oh, ow = layer_shapes(n, c, h, w, k, r, s, st, pad, dil)
+        cols = self.cfg.cols
+        if phase == "forward":
+            kt = -(-k // cols)
+            x = self._tensor("ADDR_X", (n, c, h, w))
+            wb = self._tensor("ADDR_W", (kt, c, r, s, cols)).transpose(0, 4, 1, 2, 3)
+            y = golden.conv2d(x, wb.reshape(kt * cols, c, r, s), st, pad, dil)
+            out = y.reshape(n, kt, cols, oh, ow).transpose(0, 1, 3, 4, 2)
+        elif phase == "loss":
+            out = golden.conv2d_input_grad(self._tensor("ADDR_DY", (n, k, oh, ow)),
+                                           self._tensor("ADDR_W", (k, c, r, s)), (h, w),
+                                           st, pad, dil)
+        else:
+            out = golden.conv2d_weight_grad(self._tensor("ADDR_X", (n, c, h, w)),
+                                            self._tensor("ADDR_DY", (n, k, oh, ow)), (r, s),
+                                            st, pad, dil)
+        at = self.regs["ADDR_OUT"]
+        nb = element_bytes(self.cfg.acc_width)
+        raw = (np.asarray(out).ravel() & ((1 << 8 * nb) - 1)).astype(f"<u{nb}").tobytes()
+        self.mem[at:at + len(raw)] = raw
+        return 0
+
+
+def layer_shapes(n, c, h, w, k, r, s, stride, pad, dil):
+    """``(OH, OW)`` by the golden model (:exc:`ValueError` when the kernel does not fit)."""
+    return golden.output_hw((h, w), (r, s), stride, pad, dil)
+
+
+def _run(cfg, phase, lay, rng, low=-128):
+    n, c, h, w, k, r, s, st, pad, dil = lay
+    oh, ow = layer_shapes(n, c, h, w, k, r, s, st, pad, dil)
+    x = rng.integers(low, 128, (n, c, h, w))
+    wt = rng.integers(low, 128, (k, c, r, s))
+    dy = rng.integers(low, 128, (n, k, oh, ow))
+    t = GoldenTransport(cfg)
+    drv = Driver(t, cfg, mem_size=1 << 22)
+
+    async def go():
+        await drv.open()
+        if phase == "forward":
+            return await drv.forward(x, wt, st, pad, dil)
+        if phase == "loss":
+            return await drv.loss(dy, wt, (h, w), st, pad, dil)
+        return await drv.gradient(x, dy, (r, s), st, pad, dil)
+
+    got = asyncio.run(go())
+    if phase == "forward":
+        want = golden.conv2d(x, wt, st, pad, dil)
+    elif phase == "loss":
+        want = golden.conv2d_input_grad(dy, wt, (h, w), st, pad, dil)
+    else:
+        want = golden.conv2d_weight_grad(x, dy, (r, s), st, pad, dil)
+    half = 1 << (cfg.acc_width - 1)
+    t.unwrapped = want
+    return got, (want + half) % (2 * half) - half, t, drv
+
+
+def _wide_layers(count, seed):
+    """Random layers of every phase that the controller refuses on TINY but column strips
+    run: rows too wide for a bank, any stride, padding, dilation (stride above the dilated
+    kernel's width too, which leaves dX columns no dY column reaches)."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        phase = ("forward", "loss", "gradient")[len(out) % 3]
+        r, s = rng.randint(1, 3), rng.randint(1, 4)
+        st, pad, dil = ((rng.randint(1, 3), rng.randint(1, 4)), (rng.randint(0, 1),
+                        rng.randint(0, 3)), (rng.randint(1, 2), rng.randint(1, 2)))
+        lay = (rng.randint(1, 2), rng.randint(1, 4), rng.randint(2, 9), rng.randint(40, 200),
+               rng.randint(1, 5), r, s, st, pad, dil)
+        try:
+            layer_shapes(*lay)
+        except ValueError:      # the dilated kernel does not fit
+            continue
+        try:
+            tiling.plan(TINY, phase, *lay)
+            continue
+        except ValueError:
+            pass
+        try:
+            tiling.column_strips(TINY, phase, *lay)
+        except ValueError:
+            continue
+        out.append((phase, lay))
+    return out
+
+
+@pytest.mark.parametrize("phase,lay", _wide_layers(24, seed=11))
+def test_wide_layer_runs_as_column_strips(phase, lay):
+    """A layer too wide for the controller runs as several narrower descriptors (none of
+    which the hardware refuses, all with pad_w = 0) and gives the golden result."""
+    got, want, t, drv = _run(TINY, phase, lay, np.random.default_rng(lay[3]))
+    assert np.array_equal(got, want)
+    assert len(t.runs) >= 2 and all(p[1] == 0 for _, _, p in t.runs)
+    strips = drv.plan["strips"]
+    assert len(t.runs) == sum(st.in_cols > 0 for st in strips)
+    assert drv.counters["busy_cycles"] == 7 * len(t.runs)
+
+
+def test_strip_sums_wrap_like_the_accumulators():
+    """With 16-bit accumulators and operands near the top of their range every dW sum
+    overflows; the host's sum of the strips' partial dW wraps exactly as the whole layer's
+    accumulators would."""
+    cfg = TINY.replace(acc_width=16, name="small_tinybuf_acc16")
+    lay = (2, 1, 9, 120, 2, 3, 3, (1, 1), (1, 1), (1, 1))
+    got, want, t, drv = _run(cfg, "gradient", lay, np.random.default_rng(3), low=100)
+    assert np.array_equal(got, want) and len(t.runs) >= 2
+    assert t.unwrapped.min() >= 1 << 16         # every sum overflowed 16 bits
+
+
+def test_strips_cover_the_output():
+    """Strips tile the output columns exactly, in order, and read only the input columns the
+    whole layer reads (forward, gradient: inside the padded image; loss: inside dY)."""
+    for phase, (n, c, h, w, k, r, s, st, pad, dil) in _wide_layers(60, seed=12):
+        strips, plans = tiling.column_strips(TINY, phase, n, c, h, w, k, r, s, st, pad, dil)
+        _, ow = layer_shapes(n, c, h, w, k, r, s, st, pad, dil)
+        cols = w if phase == "loss" else ow
+        assert [x.out0 for x in strips] == list(np.cumsum([0] + [x.out_cols
+                                                                 for x in strips[:-1]]))
+        assert sum(x.out_cols for x in strips) == cols
+        for x, p in zip(strips, plans):
+            assert (p is None) == (x.in_cols == 0)
+            if phase == "loss":
+                assert 0 <= x.in0 and x.in0 + x.in_cols <= ow
+            else:
+                assert -pad[1] <= x.in0 and x.in0 + x.in_cols <= w + pad[1]
+
+
+def test_narrow_layers_are_not_cut():
+    """A layer the controller plans runs as one descriptor with its own padding."""
+    lay = (1, 2, 5, 7, 3, 3, 3, (2, 2), (1, 1), (1, 1))
+    for phase in ("forward", "loss", "gradient"):
+        got, want, t, drv = _run(TINY, phase, lay, np.random.default_rng(1))
+        assert np.array_equal(got, want)
+        assert t.runs == [(phase, 7, (1, 1))]
+
+
+def test_refusal_names_the_reason():
+    """When even one-column strips do not fit for the same reason as the whole layer, the
+    driver's error names it once; nothing runs."""
+    t = GoldenTransport(TINY)
+    drv = Driver(t, TINY)
+    rng = np.random.default_rng(0)
+
+    async def go():      # a 9x9 loss: one kernel plane (81 words) is larger than a bank of A
+        await drv.open()
+        await drv.loss(rng.integers(-5, 5, (1, 1, 1, 52)), rng.integers(-5, 5, (1, 1, 9, 9)),
+                       (9, 60))
+    with pytest.raises(ValueError, match=r"kernel plane of W \(81 elements\) does not fit a "
+                       r"bank of buffer A \(64 words\)$"):
+        asyncio.run(go())
+    assert t.runs == []

@@ -1,0 +1,84 @@
+"""The layer types, their text form and the output-size formula."""
+
+import itertools
+
+import pytest
+
+from bpsa.spec.layer import ConvLayer, FcLayer, out_size, output_hw, parse_fc, parse_layer
+
+
+def _windows(size, kernel, stride, pad, dil):
+    """Output positions counted one by one: windows whose taps lie in the padded axis."""
+    return sum(1 for o in range(size + 2 * pad)
+               if o * stride + dil * (kernel - 1) < size + 2 * pad)
+
+
+def test_out_size_counts_windows():
+    for size, kernel, stride, pad, dil in itertools.product(range(1, 9), range(1, 4),
+                                                            range(1, 4), range(3), range(1, 3)):
+        if dil * (kernel - 1) + 1 <= size + 2 * pad:
+            assert out_size(size, kernel, stride, pad, dil) == \
+                _windows(size, kernel, stride, pad, dil)
+
+
+def test_out_size_asymmetric_padding():
+    # top 1, bottom 0: 11 rows, windows of 3 at rows 0, 2, 4, 6, 8
+    assert out_size(10, 3, 2, 1, 1, pad_end=0) == 5
+    assert out_size(10, 3, 2, 1, 1, pad_end=2) == 6
+
+
+def test_output_hw_checks():
+    assert output_hw((224, 224), (7, 7), 2, 3) == (112, 112)
+    assert output_hw((5, 7), (3, 2), (2, 1), (0, 1), (1, 2)) == (2, 7)
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        output_hw((5, 5), (3, 3), 0)
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        output_hw((5, 5), (3, 3), 1, -1)
+    with pytest.raises(ValueError, match="dilation must be >= 1"):
+        output_hw((5, 5), (3, 3), 1, 0, 0)
+    with pytest.raises(ValueError, match="input_hw must be >= 1"):
+        output_hw((0, 5), (3, 3))
+    with pytest.raises(ValueError, match="spans 5 in axis 0"):
+        output_hw((4, 6), (3, 3), dilation=(2, 1))
+    with pytest.raises(TypeError, match="stride must be an integer"):
+        output_hw((5, 5), (3, 3), 1.5)
+
+
+def test_parse_layer_defaults_and_text_round_trip():
+    layer = parse_layer("C=3,H=32,K=8,R=7,stride=2,pad=3")
+    assert layer == ConvLayer(1, 3, 32, 32, 8, 7, 7, 2, 2, 3, 3, 1, 1)
+    assert layer.out_hw == (16, 16)
+    assert parse_layer(layer.text()) == layer
+    rect = parse_layer("C=2,H=9,W=11,K=5,R=2,S=3,stride=2x1,pad=1x0,dilation=1x2,N=2")
+    assert (rect.stride, rect.pad, rect.dil, rect.batch) == ((2, 1), (1, 0), (1, 2), 2)
+    assert parse_layer(rect.text()) == rect
+
+
+@pytest.mark.parametrize("text,match", [
+    ("C=3,H=8,K=2", "layer needs R"),
+    ("C=3,H=8,K=2,R=3,Q=1", "unknown layer key 'Q'"),
+    ("C=3,H=8,K=2,R=3,C=4", "given twice"),
+    ("C=3,H=8,K=2,R=3,stride=0", "stride must be at least 1"),
+    ("C=3,H=8,K=2,R=3,pad=1x2x3", "pad must be a non-negative integer or HxW"),
+    ("C=3,H=2,K=2,R=5", "spans 5"),
+    ("C3,H=8,K=2,R=3", "is not KEY=VALUE"),
+])
+def test_parse_layer_errors(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_layer(text)
+
+
+def test_padded_rows_and_asymmetric_out_hw():
+    layer = ConvLayer(1, 1, 4, 3, 1, 3, 3, pad_h=2, pad_bottom=0)
+    assert layer.padded_rows([[[[1] * 3] * 4]]).shape == (1, 1, 6, 3)
+    assert layer.out_hw == (4, 1)
+
+
+def test_parse_fc():
+    assert parse_fc("N=8,I=20,O=10") == FcLayer(8, 20, 10)
+    assert parse_fc("i=3, o=2") == FcLayer(1, 3, 2)
+    assert parse_fc(FcLayer(4, 5, 6).text()) == FcLayer(4, 5, 6)
+    for text, match in (("I=3", "has no O="), ("N=1,I=3,O=x", "is not N=, I= or O="),
+                        ("N=0,I=3,O=2", "batch = 0")):
+        with pytest.raises(ValueError, match=match):
+            parse_fc(text)
