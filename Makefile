@@ -16,11 +16,12 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-fast verilog sim synth synth-report bench-array bench-backward clean help
+.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
-	@echo "make test      the whole test suite (Amaranth simulator + cocotb/Verilator)"
+	@echo "make test      the test suite (Amaranth simulator + cocotb/Verilator), without the long sweeps"
+	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
 	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
@@ -35,16 +36,19 @@ install:
 	$(BIN)/python -m pip install -e '.[dev]'
 
 test:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" tests
+
+test-long:
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m long tests
 
 test-fast:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb" tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb and not long" tests
 
 verilog:
 	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)
 
 sim:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m cocotb tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "cocotb and not long" tests
 
 synth:
 	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth

@@ -181,6 +181,7 @@ def test_random_jobs_need_tiling():
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_random_layers_tiled_verilator(tmp_path):
     """Random shapes of every phase, bigger than the buffers (several groups a layer), half
     of them with random ready/valid pauses on every AXI channel, bit-exact against the golden

@@ -125,6 +125,7 @@ def test_board_verilator():
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_accelerator_over_serial_verilator():
     """The real accelerator in the board system, driven by the host driver over the serial
     protocol on a simulated UART line: a forward layer equals the golden model."""

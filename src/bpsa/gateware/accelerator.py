@@ -106,9 +106,8 @@ Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     ``feeder_pattern_width``).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, enum, wiring
-from amaranth.lib.memory import Memory
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -121,7 +120,11 @@ from bpsa.gateware.dma import (
     ElementKind,
     axi4_signature,
 )
+from bpsa.gateware.controller.counters import COUNTED, Counters
 from bpsa.gateware.controller.interfaces import AccelError
+from bpsa.gateware.controller.psum_buffer import PsumBuffer
+from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
+                                                        ForwardResults)
 from bpsa.gateware.controller.setup_sequencer import SetupSequencer
 from bpsa.gateware.seq_arith import SETUP_WIDTH, ArithOp, SeqMulDiv, alu_signature
 from bpsa.plan import setup
@@ -205,96 +208,44 @@ class Accelerator(wiring.Component):
             bwd = m.submodules.backward = ConvBackward(cfg)
         has_fc = bwd is not None and cfg.has("interleaved")
 
-        # --- P buffer: accumulate / clear / DMA store ---------------------------------------
-        pmem = m.submodules.buf_p = Memory(shape=data.ArrayLayout(signed(acc_w), C),
-                                           depth=cfg.buf_p_depth, init=[])
-        pw = pmem.write_port()
-        pr = pmem.read_port(transparent_for=(pw,))
-
-        # accumulate pipeline: stage 1 (address), stage 2 (read), stage 3 (add, write)
-        v1, v2 = Signal(), Signal()
-        a1, a2 = Signal(paw), Signal(paw)
-        x1 = Signal(data.ArrayLayout(signed(acc_w), C))
-        x2 = Signal.like(x1)
-        p_row = Signal(_W)            # rows per P row block: nb (words per result row)
-        run_p_row = Signal(paw + 1)   # .. of the run in the engine
+        # --- P buffer, fed by the engines' results; counters ---------------------------------
+        pbuf = m.submodules.buf_p = PsumBuffer(cfg)
+        p_row = Signal(_W)            # words per P row (result row) of the next run
         row_base = Signal(dim + 1)    # gradient: first output channel of the group
-        run_row_base = Signal(dim + 1)    # .. of the group the engine runs
         bank = Signal()               # buffer half of the next load and run
         ow_reg = Signal(dim)
-        m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
-        if fwd is not None:
-            y = fwd.y.payload
-            pix = Signal(dim + 1)
-            m.d.comb += pix.eq(y.ow0 + y.row)
-            with m.If(fwd.y.valid & (pix < ow_reg)):
-                m.d.sync += [v1.eq(1), a1.eq(y.oh * ow_reg + pix)]
-                for j in range(C):
-                    m.d.sync += x1[j].eq(y.data[j])
-        if bwd is not None:
-            o = bwd.out.payload
-            cur_tile = Signal.like(o.tile)
-            blk, tib = Signal(paw + 1), Signal(_W)
-            kt_rows = Signal(_W)          # row tiles per column block of the next run
-            run_kt_rows = Signal(_W)      # .. of the run in the engine
-            blk_now, tib_now = Signal.like(blk), Signal.like(tib)
-            m.d.comb += [blk_now.eq(blk), tib_now.eq(tib)]
-            with m.If(o.tile != cur_tile):
-                with m.If(tib + 1 == run_kt_rows):
-                    m.d.comb += [blk_now.eq(blk + 1), tib_now.eq(0)]
-                with m.Else():
-                    m.d.comb += tib_now.eq(tib + 1)
-            with m.If(bwd.out.valid):
-                m.d.sync += [cur_tile.eq(o.tile), blk.eq(blk_now), tib.eq(tib_now),
-                             v1.eq(1), a1.eq((o.row + run_row_base) * run_p_row + blk_now)]
-                for j in range(C):
-                    m.d.sync += x1[j].eq(o.data[j])
-        run_fc_o0 = Signal(_W)        # FC: first output (dW row) of the run's block
-        fc_o0 = Signal(_W)
+        fc_o0 = Signal(_W)            # FC: first output (dW row) of the next run's block
         fc_dw_p0 = Signal(paw + 1)    # FC: P word of dW row 0
-        dq_busy = Const(0, 1)
+        kt_rows = Signal(_W)          # row tiles per column block of the next run
+        results = []
+        if fwd is not None:
+            fres = m.submodules.forward_results = ForwardResults(cfg)
+            wiring.connect(m, fwd.y, fres.y)
+            m.d.comb += fres.ow.eq(ow_reg)
+            results.append(fres.acc)
+        if bwd is not None:
+            bres = m.submodules.backward_results = BackwardResults(cfg)
+            wiring.connect(m, bwd.out, bres.out)
+            m.d.comb += [bres.start.eq(bwd.start),
+                         bres.row_base.eq(row_base), bres.p_row.eq(p_row),
+                         bres.kt_rows.eq(kt_rows)]
+            results.append(bres.acc)
+        # one engine runs at a time: its vectors go to P
+        for res in results:
+            with m.If(res.valid):
+                m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(res.payload)]
         if has_fc:
-            # FC: dW rows from the engine's drain, through a FIFO into the accumulate
-            # pipeline's free cycles (dX vectors on ``out`` come at most every other cycle)
-            from amaranth.lib.fifo import SyncFIFOBuffered
-            dl = bwd.drain.payload
-            dq = m.submodules.drain_fifo = SyncFIFOBuffered(width=paw + C * acc_w,
-                                                             depth=R + 1)
-            # the engine's tiles: input tiles outer, output tiles inner (run_kt_rows of them)
-            d_cur = Signal.like(dl.tile)
-            d_ot, d_it = Signal(_W), Signal(paw + 1)
-            d_ot_now, d_it_now = Signal.like(d_ot), Signal.like(d_it)
-            m.d.comb += [d_ot_now.eq(d_ot), d_it_now.eq(d_it)]
-            with m.If(dl.tile != d_cur):
-                with m.If(d_ot + 1 == run_kt_rows):
-                    m.d.comb += [d_ot_now.eq(0), d_it_now.eq(d_it + 1)]
-                with m.Else():
-                    m.d.comb += d_ot_now.eq(d_ot + 1)
-            with m.If(bwd.drain.valid):
-                m.d.sync += [d_cur.eq(dl.tile), d_ot.eq(d_ot_now), d_it.eq(d_it_now)]
-            drow = Signal(_W)
-            m.d.comb += [drow.eq(run_fc_o0 + d_ot_now * R + dl.row),
-                         dq.w_en.eq(bwd.drain.valid & (drow < d.k)),
-                         dq.w_data.eq(Cat(((fc_dw_p0 + drow) * run_p_row + d_it_now)[:paw],
-                                          dl.data.as_value()))]
-            with m.If(dq.r_rdy & ~bwd.out.valid):
-                m.d.comb += dq.r_en.eq(1)
-                m.d.sync += [v1.eq(1), a1.eq(dq.r_data[:paw]),
-                             x1.as_value().eq(dq.r_data[paw:])]
-            dq_busy = dq.r_rdy
-        sums = Signal.like(x1)
-        for j in range(C):
-            m.d.comb += sums[j].eq(pr.data[j] + x2[j])
-        acc_busy = Signal()
-        m.d.comb += acc_busy.eq(v1 | v2 | dq_busy)
+            fcres = m.submodules.fc_results = FcDrainResults(cfg)
+            wiring.connect(m, bwd.drain, fcres.drain)
+            m.d.comb += [fcres.start.eq(bwd.start),
+                         fcres.o0.eq(fc_o0), fcres.kt_rows.eq(kt_rows),
+                         fcres.p_row.eq(p_row), fcres.dw_p0.eq(fc_dw_p0), fcres.k.eq(d.k)]
+            wiring.connect(m, fcres.fill, pbuf.fill)
+        acc_busy = pbuf.busy
 
-        # --- counters -------------------------------------------------------------------------
-        cnt = {name: Signal(64, name=f"count_{name}") for name in (
-            "cycles", "busy_cycles", "compute_cycles", "stall_cycles", "macs", "gated_macs",
-            "buf_a_reads", "buf_a_writes", "buf_b_reads", "buf_b_writes", "buf_p_reads",
-            "buf_p_writes", "overlap_cycles")}
-        for name, sig in cnt.items():
-            m.d.comb += getattr(rf.counters, name).eq(sig)
+        counters = m.submodules.counters = Counters()
+        for name in COUNTED:
+            m.d.comb += getattr(rf.counters, name).eq(getattr(counters.counts, name))
         m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
                      rf.counters.dma_write_bytes.eq(dma.write_bytes),
                      rf.counters.dma_busy_cycles.eq(dma.busy_cycles)]
@@ -309,23 +260,6 @@ class Accelerator(wiring.Component):
         with m.Elif(rf.clear | rf.start):
             m.d.sync += self.irq.eq(0)
         m.d.sync += done.eq(0)
-
-        def inc(name, by=1):
-            m.d.sync += cnt[name].eq(cnt[name] + by)
-
-        with m.If(rf.clear):
-            for sig in cnt.values():
-                m.d.sync += sig.eq(0)
-        with m.Else():
-            inc("cycles")
-            with m.If(busy):
-                inc("busy_cycles")
-            with m.If(pw.en):
-                inc("buf_p_writes")
-            with m.If(pr.en & ~v1):
-                inc("buf_p_reads")
-            with m.If(v1):
-                inc("buf_p_reads")
 
         # --- DMA: command, buffer ports ---------------------------------------------------------
         cmd = dma.cmd.payload
@@ -342,24 +276,14 @@ class Accelerator(wiring.Component):
                          bwd.a_write.en.eq(bw.en & (target == _Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
                          bwd.b_write.en.eq(bw.en & (target == _Target.BWD_B))]
-        with m.If(bw.en & ~rf.clear):
-            with m.If((target == _Target.FWD_X) | (target == _Target.BWD_A)):
-                inc("buf_a_writes")
-            with m.Else():
-                inc("buf_b_writes")
-        m.d.comb += dma.buf_read.data.eq(pr.data.as_value())
-
-        # P ports: the accumulate pipeline, else the clear pass, else the DMA's reads
-        clearing = Signal()
-        clr_addr = Signal(paw + 1)
-        with m.If(v1):
-            m.d.comb += [pr.addr.eq(a1), pr.en.eq(1)]
-        with m.Else():
-            m.d.comb += [pr.addr.eq(dma.buf_read.addr), pr.en.eq(dma.buf_read.en & storing)]
-        with m.If(v2):
-            m.d.comb += [pw.addr.eq(a2), pw.data.eq(sums), pw.en.eq(1)]
-        with m.Elif(clearing):
-            m.d.comb += [pw.addr.eq(clr_addr), pw.data.eq(0), pw.en.eq(1)]
+        to_a = (target == _Target.FWD_X) | (target == _Target.BWD_A)
+        m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
+                     counters.dma_busy.eq(dma.busy),
+                     counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
+                     counters.p_read.eq(pbuf.read_event), counters.p_write.eq(pbuf.write_event),
+                     pbuf.read_addr.eq(dma.buf_read.addr),
+                     pbuf.read_en.eq(dma.buf_read.en & storing),
+                     dma.buf_read.data.eq(pbuf.read_data.as_value())]
 
         # --- the controller ---------------------------------------------------------------------
         # the layer's tile plan (bpsa.plan.setup), from the set-up sequencer; the loops'
@@ -382,9 +306,11 @@ class Accelerator(wiring.Component):
                          getattr(req, name).eq(getattr(alu, name))]
         plan = seq.plan.payload
         r = {name: getattr(plan, name) for name in setup.PLAN_REGISTERS}
+        # the loops' registers; nb and np start from the plan's (LOSS_INIT), t, u and rowlen
+        # are scratch: no other plan register is shadowed
         r.update({name: Signal(_W, name=name) for name in (
             "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
-            "eohow", "kend")})
+            "eohow", "kend", "st_rows", "st_len", "st_nb", "st_stride", "st2_rows", "st2_p0")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
@@ -394,12 +320,7 @@ class Accelerator(wiring.Component):
         new_step, pend_store, final = Signal(), Signal(), Signal()
         # a load of several runs (banded layers, several channels a group)
         ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
-        r.update({name: Signal(_W, name=name) for name in (
-            "st_rows", "st_len", "st_nb", "st_stride")})
-        # FC: inputs / outputs / batch rows a run, the W block's word in a B bank; a second
-        # store (dW) after the step's (dX), and whether the next step clears the dW rows
-        r.update({name: Signal(_W, name=name) for name in (
-            "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "st2_rows", "st2_p0")})
+        # FC: a second store (dW) after the step's (dX) pends; the next step clears the dW rows
         st2_pend, clear_dw = Signal(), Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
             "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
@@ -455,27 +376,24 @@ class Accelerator(wiring.Component):
 
         # engine status, summed into the counters when a run ends
         run_busy = Signal()
-        m.d.comb += run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
-                                | (bwd.busy if bwd is not None else 0))
-        with m.If(run_busy & ~rf.clear):
-            inc("compute_cycles")
-            with m.If(dma.busy):
-                inc("overlap_cycles")
+        m.d.comb += [run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
+                                 | (bwd.busy if bwd is not None else 0)),
+                     counters.compute.eq(run_busy)]
         for eng in (fwd, bwd):
             if eng is None:
                 continue
             was_busy = Signal(name=f"{'fwd' if eng is fwd else 'bwd'}_was_busy")
             m.d.sync += was_busy.eq(eng.busy)
+            s = counters.run_stats
             with m.If(was_busy & ~eng.busy):
+                m.d.comb += counters.run_done.eq(1)
                 if eng is fwd:
-                    pairs = [("macs", fwd.fired), ("gated_macs", fwd.gated),
-                             ("stall_cycles", fwd.stall_cycles),
-                             ("buf_a_reads", fwd.words_read), ("buf_b_reads", fwd.w_words_read)]
+                    m.d.comb += [s.fired.eq(fwd.fired), s.gated.eq(fwd.gated),
+                                 s.stall_cycles.eq(fwd.stall_cycles),
+                                 s.a_words.eq(fwd.words_read), s.b_words.eq(fwd.w_words_read)]
                 else:
-                    pairs = [("macs", bwd.fired), ("gated_macs", bwd.gated),
-                             ("buf_a_reads", bwd.a_words), ("buf_b_reads", bwd.b_words)]
-                for cname, val in pairs:
-                    inc(cname, val)
+                    m.d.comb += [s.fired.eq(bwd.fired), s.gated.eq(bwd.gated),
+                                 s.a_words.eq(bwd.a_words), s.b_words.eq(bwd.b_words)]
 
         with m.FSM(name="ctrl") as fsm:
 
@@ -614,10 +532,8 @@ class Accelerator(wiring.Component):
 
             def clear_p(name, words, then):
                 with m.State(name):
-                    m.d.comb += [clearing.eq(1)]
-                    m.d.sync += clr_addr.eq(clr_addr + 1)
-                    with m.If(clr_addr + 1 >= words):
-                        m.d.sync += clr_addr.eq(0)
+                    m.d.comb += [pbuf.clear.eq(1), pbuf.clear_words.eq(words)]
+                    with m.If(pbuf.clear_last):
                         m.next = then
 
             def finish(name):
@@ -678,13 +594,7 @@ class Accelerator(wiring.Component):
                 clear_p(f"{prefix}_CLEAR", r["np"], f"{prefix}_RUN")
                 with m.State(f"{prefix}_RUN"):
                     m.d.comb += engine.start.eq(1)
-                    m.d.sync += [bank.eq(~bank), run_row_base.eq(row_base), new_step.eq(0),
-                                 run_p_row.eq(p_row), run_fc_o0.eq(fc_o0)]
-                    if bwd is not None and engine is bwd:
-                        m.d.sync += [cur_tile.eq(0), blk.eq(0), tib.eq(0),
-                                     run_kt_rows.eq(kt_rows)]
-                        if has_fc:
-                            m.d.sync += [d_cur.eq(0), d_ot.eq(0), d_it.eq(0)]
+                    m.d.sync += [bank.eq(~bank), new_step.eq(0)]
                     m.next = f"{prefix}_NEXT"
                 # the stored step's rows: st_rows rows of st_len elements, st_stride bytes
                 # apart in memory, st_nb words apart in P
