@@ -107,7 +107,7 @@ Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
-from amaranth.lib import enum, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
@@ -122,6 +122,7 @@ from bpsa.gateware.dma import (
 )
 from bpsa.gateware.controller.counters import COUNTED, Counters
 from bpsa.gateware.controller.interfaces import AccelError
+from bpsa.gateware.controller.load_unit import Cache, LoadUnit, Target
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults)
@@ -138,14 +139,6 @@ __all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
 _W = SETUP_WIDTH
 
 
-
-
-class _Target(enum.Enum, shape=2):
-    """Which buffer a DMA load writes."""
-    FWD_X = 0
-    FWD_W = 1
-    BWD_A = 2
-    BWD_B = 3
 
 
 class Accelerator(wiring.Component):
@@ -261,22 +254,30 @@ class Accelerator(wiring.Component):
             m.d.sync += self.irq.eq(0)
         m.d.sync += done.eq(0)
 
-        # --- DMA: command, buffer ports ---------------------------------------------------------
-        cmd = dma.cmd.payload
-        target = Signal(_Target)
-        storing = Signal()
+        # --- DMA: loads (the load unit) and stores, buffer ports -------------------------------
+        load = m.submodules.load = LoadUnit(cfg)
+        target = load.target
+        storing = Signal()            # a store runs: P's read port is the DMA's
+        store_valid = Signal()
+        store_cmd = Signal.like(dma.cmd.payload)
+        m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
+                     load.dma.ready.eq(dma.cmd.ready)]
+        with m.If(load.dma.valid):
+            m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(load.dma.payload)]
+        with m.Else():
+            m.d.comb += [dma.cmd.valid.eq(store_valid), dma.cmd.payload.eq(store_cmd)]
         bw = dma.buf_write
         if fwd is not None:
             m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
-                         fwd.x_write.en.eq(bw.en & (target == _Target.FWD_X)),
+                         fwd.x_write.en.eq(bw.en & (target == Target.FWD_X)),
                          fwd.w_write.addr.eq(bw.addr), fwd.w_write.data.eq(bw.data),
-                         fwd.w_write.en.eq(bw.en & (target == _Target.FWD_W))]
+                         fwd.w_write.en.eq(bw.en & (target == Target.FWD_W))]
         if bwd is not None:
             m.d.comb += [bwd.a_write.addr.eq(bw.addr), bwd.a_write.data.eq(bw.data),
-                         bwd.a_write.en.eq(bw.en & (target == _Target.BWD_A)),
+                         bwd.a_write.en.eq(bw.en & (target == Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
-                         bwd.b_write.en.eq(bw.en & (target == _Target.BWD_B))]
-        to_a = (target == _Target.FWD_X) | (target == _Target.BWD_A)
+                         bwd.b_write.en.eq(bw.en & (target == Target.BWD_B))]
+        to_a = (target == Target.FWD_X) | (target == Target.BWD_A)
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
                      counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
@@ -318,8 +319,6 @@ class Accelerator(wiring.Component):
         # steps: the next one's first group is prepared (new_step) while the stored one's
         # (pend_store; st_*) last run finishes; final: no step follows
         new_step, pend_store, final = Signal(), Signal(), Signal()
-        # a load of several runs (banded layers, several channels a group)
-        ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
         # FC: a second store (dW) after the step's (dX) pends; the next step clears the dW rows
         st2_pend, clear_dw = Signal(), Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
@@ -327,9 +326,6 @@ class Accelerator(wiring.Component):
             "dwg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "o0", "row", "pword", "kb0")}
-        cache = {(t, b): (Signal(33, name=f"cache_{t}{b}_addr"),
-                          Signal(_W, name=f"cache_{t}{b}_len"), Signal(name=f"cache_{t}{b}_valid"))
-                 for t in ("a", "b", "w") for b in (0, 1)}
 
         phase = d.phase
         is_fwd = Signal()
@@ -445,8 +441,7 @@ class Accelerator(wiring.Component):
             with m.State("IDLE"):
                 with m.If(rf.start):
                     m.d.sync += [err.eq(0), bank.eq(0)]
-                    for _, _, valid in cache.values():
-                        m.d.sync += valid.eq(0)
+                    m.d.comb += load.invalidate.eq(1)
                     m.next = "SETUP"
             # the set-up sequencer runs the checks, geometry and tiling (bpsa.plan.setup)
             inits = ([(Phase.FORWARD, "FWD_INIT")] if fwd is not None else []) + \
@@ -464,66 +459,41 @@ class Accelerator(wiring.Component):
 
             # --- DMA helpers -------------------------------------------------------------------
             def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
-                """States ``name`` (issue into bank ``bank``, or skip when that bank holds the
-                slice already), ``name_WAIT`` and ``name_MORE``. ``length`` elements from
+                """States ``name`` (hand the load unit the load into bank ``bank``; it skips a
+                slice the bank holds already) and ``name_WAIT``. ``length`` elements from
                 ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
                 elements ``stride`` bytes apart in memory, packed one after the other into the
-                bank (``length`` is then their total, which names the slice for the cache)."""
-                half = (cfg.buf_a_depth if cache_key == "a" else cfg.buf_b_depth) // 2
-                first = bank * half + offset
-                hits = [cache[cache_key, b][2] & (cache[cache_key, b][0] == addr)
-                        & (cache[cache_key, b][1] == length) for b in (0, 1)]
-                hit = Mux(bank, hits[1], hits[0])
+                bank (``length`` is then their total, which names the slice)."""
                 count, run_len, stride = runs if runs is not None else (1, length, 0)
-
-                def issue(a, buf, n):
-                    m.d.comb += [dma.cmd.valid.eq(1), cmd.direction.eq(Direction.LOAD),
-                                 cmd.kind.eq(ElementKind.OPERAND), cmd.addr.eq(a),
-                                 cmd.buf_addr.eq(buf), cmd.length.eq(n), cmd.lanes.eq(lanes)]
-
+                lp = load.load.payload
                 with m.State(name):
-                    with m.If(hit):
+                    m.d.comb += [load.load.valid.eq(1), lp.target.eq(tgt),
+                                 lp.cache.eq(Cache[cache_key.upper()]), lp.bank.eq(bank),
+                                 lp.offset.eq(offset), lp.addr.eq(addr), lp.length.eq(length),
+                                 lp.lanes.eq(lanes), lp.count.eq(count),
+                                 lp.run_len.eq(run_len), lp.stride.eq(stride)]
+                    with m.If(load.load.ready & load.hit):
                         m.next = then
-                    with m.Else():
-                        issue(addr, first, run_len)
-                        m.d.sync += target.eq(tgt)
-                        with m.If(dma.cmd.ready):
-                            for b in (0, 1):
-                                caddr, clen, cvalid = cache[cache_key, b]
-                                with m.If(bank == b):
-                                    m.d.sync += [cvalid.eq(0), caddr.eq(addr), clen.eq(length)]
-                            m.d.sync += [ld_ptr.eq(addr + stride),
-                                         ld_buf.eq(first + run_len), ld_left.eq(count - 1)]
-                            m.next = f"{name}_WAIT"
-                with m.State(f"{name}_MORE"):
-                    issue(ld_ptr, ld_buf, run_len)
-                    with m.If(dma.cmd.ready):
-                        m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_len),
-                                     ld_left.eq(ld_left - 1)]
+                    with m.Elif(load.load.ready):
                         m.next = f"{name}_WAIT"
                 with m.State(f"{name}_WAIT"):
-                    with m.If(dma.done):
-                        with m.If(dma.error != DmaError.NONE):
-                            fail(ERROR_DMA_BUS | dma.error.as_value())
-                        with m.Elif(ld_left != 0):
-                            m.next = f"{name}_MORE"
+                    with m.If(load.done):
+                        with m.If(load.error != DmaError.NONE):
+                            fail(ERROR_DMA_BUS | load.error.as_value())
                         with m.Else():
-                            for b in (0, 1):
-                                with m.If(bank == b):
-                                    m.d.sync += cache[cache_key, b][2].eq(1)
                             m.next = then
 
             def dma_store(name, addr, length, buf_addr, then):
                 with m.State(name):
-                    m.d.comb += [storing.eq(1), dma.cmd.valid.eq(1),
-                                 cmd.direction.eq(Direction.STORE),
-                                 cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(addr),
-                                 cmd.buf_addr.eq(buf_addr), cmd.length.eq(length),
-                                 cmd.lanes.eq(C)]
+                    m.d.comb += [storing.eq(1), store_valid.eq(1),
+                                 store_cmd.direction.eq(Direction.STORE),
+                                 store_cmd.kind.eq(ElementKind.ACCUMULATOR),
+                                 store_cmd.addr.eq(addr), store_cmd.buf_addr.eq(buf_addr),
+                                 store_cmd.length.eq(length), store_cmd.lanes.eq(C)]
                     with m.If(dma.cmd.ready):
                         m.next = f"{name}_WAIT"
                 with m.State(f"{name}_WAIT"):
-                    m.d.comb += [storing.eq(1)]
+                    m.d.comb += storing.eq(1)
                     with m.If(dma.done):
                         with m.If(dma.error != DmaError.NONE):
                             fail(ERROR_DMA_BUS | dma.error.as_value())
@@ -653,9 +623,9 @@ class Accelerator(wiring.Component):
                     ("mul", r["t"], r["rs"], grp_c),
                     ("mul", r["len_b"], r["t"], C),
                 ], "FWD_LOAD_X")
-                dma_load("FWD_LOAD_X", _Target.FWD_X, "a", ptr["x"], r["len_a"], B,
+                dma_load("FWD_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B,
                          "FWD_LOAD_W")
-                dma_load("FWD_LOAD_W", _Target.FWD_W, "b", ptr["w"], r["len_b"], C,
+                dma_load("FWD_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
                          "FWD_RUN_WAIT")
                 step_run("FWD", fwd)
                 with m.State("FWD_NEXT"):
@@ -746,10 +716,10 @@ class Accelerator(wiring.Component):
                 ], "LOSS_LOAD_A")
                 # W[group, block]: one run per output channel unless the block is all of C
                 all_c = grp_c == d.c
-                dma_load("LOSS_LOAD_A", _Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
+                dma_load("LOSS_LOAD_A", Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
                          "LOSS_LOAD_B", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_a"], r["u"]),
                                               r["crs"] << obs))
-                dma_load("LOSS_LOAD_B", _Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
+                dma_load("LOSS_LOAD_B", Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
                          "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
                                                 Mux(banded, r["eohow"], r["len_b"]),
                                                 r["ohow"] << obs))
@@ -817,11 +787,11 @@ class Accelerator(wiring.Component):
                     ("mul", r["t"], r["ohow"], loop["k0"]),
                     ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
                 ], "GRAD_LOAD_A")
-                dma_load("GRAD_LOAD_A", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                dma_load("GRAD_LOAD_A", Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
                          "GRAD_LOAD_B", runs=(Mux(banded, grp_k, 1),
                                               Mux(banded, r["eohow"], r["len_a"]),
                                               r["ohow"] << obs))
-                dma_load("GRAD_LOAD_B", _Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
+                dma_load("GRAD_LOAD_B", Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
                          "GRAD_RUN_WAIT", runs=(Mux(banded, grp_c, 1),
                                                 Mux(banded, r["blen"], r["len_b"]),
                                                 r["hw"] << obs))
@@ -889,13 +859,13 @@ class Accelerator(wiring.Component):
                 ], "FC_LOAD_DY")
                 # one DMA run per row, or one for the whole block when its rows are whole
                 all_k, all_c = grp_k == d.k, grp_c == d.c
-                dma_load("FC_LOAD_DY", _Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                dma_load("FC_LOAD_DY", Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
                          "FC_LOAD_X", runs=(Mux(all_k, 1, grp_n), Mux(all_k, r["len_a"], grp_k),
                                             d.k << obs))
-                dma_load("FC_LOAD_X", _Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
+                dma_load("FC_LOAD_X", Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
                          "FC_LOAD_W", runs=(Mux(all_c, 1, grp_n), Mux(all_c, r["len_x"], grp_c),
                                             d.c << obs))
-                dma_load("FC_LOAD_W", _Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
+                dma_load("FC_LOAD_W", Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
                          "FC_RUN_WAIT", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_b"], grp_c),
                                               d.c << obs), offset=r["fwoff"])
                 step_run("FC", bwd)

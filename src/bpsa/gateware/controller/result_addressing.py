@@ -4,8 +4,8 @@ The P word of a result is a function of the run's geometry (given at the run's s
 the vector's place in the run (the engine's output tags).
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
