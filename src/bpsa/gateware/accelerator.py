@@ -114,10 +114,8 @@ from amaranth.utils import exact_log2
 from bpsa.config import Config
 from bpsa.gateware.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
 from bpsa.gateware.dma import (
-    Direction,
     DmaEngine,
     DmaError,
-    ElementKind,
     axi4_signature,
 )
 from bpsa.gateware.controller.counters import COUNTED, Counters
@@ -126,6 +124,7 @@ from bpsa.gateware.controller.load_unit import Cache, LoadUnit, Target
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults)
+from bpsa.gateware.controller.step_scheduler import StepScheduler
 from bpsa.gateware.controller.setup_sequencer import SetupSequencer
 from bpsa.gateware.seq_arith import SETUP_WIDTH, ArithOp, SeqMulDiv, alu_signature
 from bpsa.plan import setup
@@ -139,6 +138,14 @@ __all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
 _W = SETUP_WIDTH
 
 
+
+
+class Pulse:
+    """In a ``("set", [...])`` step of the controller's programs: ``signal`` is high in that
+    step's cycle (the other items are registered)."""
+
+    def __init__(self, signal):
+        self.signal = signal
 
 
 class Accelerator(wiring.Component):
@@ -203,9 +210,10 @@ class Accelerator(wiring.Component):
 
         # --- P buffer, fed by the engines' results; counters ---------------------------------
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
+        sched = m.submodules.steps = StepScheduler(cfg)
         p_row = Signal(_W)            # words per P row (result row) of the next run
         row_base = Signal(dim + 1)    # gradient: first output channel of the group
-        bank = Signal()               # buffer half of the next load and run
+        bank = sched.bank             # buffer half of the next load and run
         ow_reg = Signal(dim)
         fc_o0 = Signal(_W)            # FC: first output (dW row) of the next run's block
         fc_dw_p0 = Signal(paw + 1)    # FC: P word of dW row 0
@@ -234,7 +242,6 @@ class Accelerator(wiring.Component):
                          fcres.o0.eq(fc_o0), fcres.kt_rows.eq(kt_rows),
                          fcres.p_row.eq(p_row), fcres.dw_p0.eq(fc_dw_p0), fcres.k.eq(d.k)]
             wiring.connect(m, fcres.fill, pbuf.fill)
-        acc_busy = pbuf.busy
 
         counters = m.submodules.counters = Counters()
         for name in COUNTED:
@@ -257,15 +264,14 @@ class Accelerator(wiring.Component):
         # --- DMA: loads (the load unit) and stores, buffer ports -------------------------------
         load = m.submodules.load = LoadUnit(cfg)
         target = load.target
-        storing = Signal()            # a store runs: P's read port is the DMA's
-        store_valid = Signal()
-        store_cmd = Signal.like(dma.cmd.payload)
         m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
                      load.dma.ready.eq(dma.cmd.ready)]
         with m.If(load.dma.valid):
             m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(load.dma.payload)]
         with m.Else():
-            m.d.comb += [dma.cmd.valid.eq(store_valid), dma.cmd.payload.eq(store_cmd)]
+            m.d.comb += [dma.cmd.valid.eq(sched.dma_valid), dma.cmd.payload.eq(sched.dma_cmd)]
+        m.d.comb += [sched.dma_ready.eq(dma.cmd.ready), sched.dma_done.eq(dma.done),
+                     sched.dma_error.eq(dma.error)]
         bw = dma.buf_write
         if fwd is not None:
             m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
@@ -283,7 +289,7 @@ class Accelerator(wiring.Component):
                      counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
                      counters.p_read.eq(pbuf.read_event), counters.p_write.eq(pbuf.write_event),
                      pbuf.read_addr.eq(dma.buf_read.addr),
-                     pbuf.read_en.eq(dma.buf_read.en & storing),
+                     pbuf.read_en.eq(dma.buf_read.en & sched.storing),
                      dma.buf_read.data.eq(pbuf.read_data.as_value())]
 
         # --- the controller ---------------------------------------------------------------------
@@ -311,16 +317,13 @@ class Accelerator(wiring.Component):
         # are scratch: no other plan register is shadowed
         r.update({name: Signal(_W, name=name) for name in (
             "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
-            "eohow", "kend", "st_rows", "st_len", "st_nb", "st_stride", "st2_rows", "st2_p0")})
+            "eohow", "kend")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
         banded = plan.banded
-        # steps: the next one's first group is prepared (new_step) while the stored one's
-        # (pend_store; st_*) last run finishes; final: no step follows
-        new_step, pend_store, final = Signal(), Signal(), Signal()
-        # FC: a second store (dW) after the step's (dX) pends; the next step clears the dW rows
-        st2_pend, clear_dw = Signal(), Signal()
+        # FC: the next step clears the dW rows
+        clear_dw = Signal()
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
             "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "st", "st2",
             "dwg")}
@@ -370,6 +373,19 @@ class Accelerator(wiring.Component):
                          bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
                          bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
 
+        # the phase's engine runs the scheduler's runs
+        engines = [(eng, is_fwd if eng is fwd else ~is_fwd) for eng in (fwd, bwd)
+                   if eng is not None]
+        for eng, active in engines:
+            m.d.comb += eng.start.eq(sched.eng_start & active)
+            with m.If(active):
+                m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
+                if eng is bwd:
+                    m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
+        m.d.comb += [pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
+                     sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),
+                     sched.clear_words.eq(r["np"])]
+
         # engine status, summed into the counters when a run ends
         run_busy = Signal()
         m.d.comb += [run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
@@ -417,7 +433,8 @@ class Accelerator(wiring.Component):
                                     m.next = nxt
                     elif kind == "set":
                         with m.State(names[i]):
-                            m.d.sync += step[1]
+                            m.d.sync += [s for s in step[1] if not isinstance(s, Pulse)]
+                            m.d.comb += [s.signal.eq(1) for s in step[1] if isinstance(s, Pulse)]
                             m.next = nxt
                     elif kind == "skip":
                         _, cond, count = step
@@ -440,8 +457,8 @@ class Accelerator(wiring.Component):
 
             with m.State("IDLE"):
                 with m.If(rf.start):
-                    m.d.sync += [err.eq(0), bank.eq(0)]
-                    m.d.comb += load.invalidate.eq(1)
+                    m.d.sync += err.eq(0)
+                    m.d.comb += [load.invalidate.eq(1), sched.layer_start.eq(1)]
                     m.next = "SETUP"
             # the set-up sequencer runs the checks, geometry and tiling (bpsa.plan.setup)
             inits = ([(Phase.FORWARD, "FWD_INIT")] if fwd is not None else []) + \
@@ -483,29 +500,6 @@ class Accelerator(wiring.Component):
                         with m.Else():
                             m.next = then
 
-            def dma_store(name, addr, length, buf_addr, then):
-                with m.State(name):
-                    m.d.comb += [storing.eq(1), store_valid.eq(1),
-                                 store_cmd.direction.eq(Direction.STORE),
-                                 store_cmd.kind.eq(ElementKind.ACCUMULATOR),
-                                 store_cmd.addr.eq(addr), store_cmd.buf_addr.eq(buf_addr),
-                                 store_cmd.length.eq(length), store_cmd.lanes.eq(C)]
-                    with m.If(dma.cmd.ready):
-                        m.next = f"{name}_WAIT"
-                with m.State(f"{name}_WAIT"):
-                    m.d.comb += storing.eq(1)
-                    with m.If(dma.done):
-                        with m.If(dma.error != DmaError.NONE):
-                            fail(ERROR_DMA_BUS | dma.error.as_value())
-                        with m.Else():
-                            m.next = then
-
-            def clear_p(name, words, then):
-                with m.State(name):
-                    m.d.comb += [pbuf.clear.eq(1), pbuf.clear_words.eq(words)]
-                    with m.If(pbuf.clear_last):
-                        m.next = then
-
             def finish(name):
                 with m.State(name):
                     m.d.sync += done.eq(1)
@@ -537,75 +531,38 @@ class Accelerator(wiring.Component):
                     ("mul", r["blen"], r["eh"], d.w),
                 ], then)
 
-            # --- steps: the groups of a step add up in P; P is stored and cleared between steps.
-            # The next step's first loads are issued while the step's last group runs; its
-            # store and P's clear follow when that run has drained (st_*: the stored step).
-            def step_run(prefix, engine):
-                """``prefix_RUN_WAIT``: the previous run has ended; at a new step first
-                ``_FLUSH`` (the accumulations have landed), ``_STORE`` (the previous step's P
-                rows, when one is pending) and ``_CLEAR`` (P for the new step); ``prefix_RUN``
-                starts the group just loaded and goes on to ``prefix_NEXT``."""
+            # --- steps (the step scheduler): the groups of a step add up in P; P is stored and
+            # cleared between steps. The next step's first loads are issued while the step's
+            # last group runs.
+            def step_run(prefix):
+                """``prefix_RUN_WAIT``: the scheduler runs the group just loaded (storing and
+                clearing P first at a new step), then ``prefix_NEXT``; ``prefix_LAST``: it
+                stores the layer's last step, then ``DONE``."""
                 with m.State(f"{prefix}_RUN_WAIT"):
-                    with m.If(~engine.busy):
-                        with m.If(engine.error):
-                            code = 0 if engine is fwd else engine.error_code.as_value()
-                            fail(ERROR_ENGINE | code)
-                        with m.Elif(new_step):
-                            m.next = f"{prefix}_FLUSH"
-                        with m.Else():
-                            m.next = f"{prefix}_RUN"
-                with m.State(f"{prefix}_FLUSH"):
-                    with m.If(~acc_busy):
-                        m.d.sync += [loop["row"].eq(0), loop["pword"].eq(0)]
-                        with m.If(pend_store):
-                            m.next = f"{prefix}_STORE"
-                        with m.Else():
-                            m.next = f"{prefix}_CLEAR"
-                clear_p(f"{prefix}_CLEAR", r["np"], f"{prefix}_RUN")
-                with m.State(f"{prefix}_RUN"):
-                    m.d.comb += engine.start.eq(1)
-                    m.d.sync += [bank.eq(~bank), new_step.eq(0)]
-                    m.next = f"{prefix}_NEXT"
-                # the stored step's rows: st_rows rows of st_len elements, st_stride bytes
-                # apart in memory, st_nb words apart in P
-                dma_store(f"{prefix}_STORE", ptr["st"], r["st_len"], loop["pword"],
-                          f"{prefix}_STORE_STEP")
-                with m.State(f"{prefix}_STORE_STEP"):
-                    m.d.sync += [ptr["st"].eq(ptr["st"] + r["st_stride"]),
-                                 loop["pword"].eq(loop["pword"] + r["st_nb"]),
-                                 loop["row"].eq(loop["row"] + 1)]
-                    with m.If(loop["row"] + 1 < r["st_rows"]):
-                        m.next = f"{prefix}_STORE"
-                    with m.Elif(st2_pend):            # FC: then the dW rows
-                        m.d.sync += [st2_pend.eq(0), ptr["st"].eq(ptr["st2"]),
-                                     r["st_rows"].eq(r["st2_rows"]), loop["row"].eq(0),
-                                     loop["pword"].eq(r["st2_p0"])]
-                        m.next = f"{prefix}_STORE"
-                    with m.Elif(final):
-                        m.next = "DONE"
-                    with m.Else():
-                        m.d.sync += pend_store.eq(0)
-                        m.next = f"{prefix}_CLEAR"
-                # the layer's last step: wait for its last run, then store it
+                    m.d.comb += sched.run.eq(1)
+                    with m.If(sched.fail):
+                        fail(sched.fail_code)
+                    with m.Elif(sched.started):
+                        m.next = f"{prefix}_NEXT"
                 with m.State(f"{prefix}_LAST"):
-                    with m.If(~engine.busy):
-                        with m.If(engine.error):
-                            code = 0 if engine is fwd else engine.error_code.as_value()
-                            fail(ERROR_ENGINE | code)
-                        with m.Else():
-                            m.next = f"{prefix}_FLUSH"
+                    m.d.comb += sched.last.eq(1)
+                    with m.If(sched.fail):
+                        fail(sched.fail_code)
+                    with m.Elif(sched.finished):
+                        m.next = "DONE"
 
-            def save_step(rows, length, nb, stride):
+            def save_step(rows, length, nb, stride, addr):
                 """The step whose last group just started: what its store needs."""
-                return [pend_store.eq(1), r["st_rows"].eq(rows), r["st_len"].eq(length),
-                        r["st_nb"].eq(nb), r["st_stride"].eq(stride)]
+                s = sched.save_step
+                return [sched.save.eq(1), s.rows.eq(rows), s.length.eq(length), s.nb.eq(nb),
+                        s.stride.eq(stride), s.addr.eq(addr)]
 
             # --- forward loops -------------------------------------------------------------------
             if fwd is not None:
                 with m.State("FWD_INIT"):
                     m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
                                  ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
-                                 ptr["out"].eq(d.addr_out), pend_store.eq(0), final.eq(0)]
+                                 ptr["out"].eq(d.addr_out)]
                     m.next = "FWD_OUTER"
                 with m.State("FWD_OUTER"):       # image n, output-channel block kti
                     m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
@@ -615,7 +572,7 @@ class Accelerator(wiring.Component):
                     ("mul", r["np"], r["obh"], r["ow"]),
                     ("mul", r["rowlen"], r["np"], C),
                     ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
-                             ptr["w"].eq(ptr["wk"]), new_step.eq(1)]),
+                             ptr["w"].eq(ptr["wk"]), Pulse(sched.new_step)]),
                 ], "FWD_GROUP_0")
                 program("FWD_GROUP", [
                     ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
@@ -627,7 +584,7 @@ class Accelerator(wiring.Component):
                          "FWD_LOAD_W")
                 dma_load("FWD_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
                          "FWD_RUN_WAIT")
-                step_run("FWD", fwd)
+                step_run("FWD")
                 with m.State("FWD_NEXT"):
                     m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
                                  ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
@@ -635,9 +592,8 @@ class Accelerator(wiring.Component):
                     with m.If(loop["c0"] + grp_c < d.c):
                         m.next = "FWD_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
-                        m.d.sync += save_step(1, r["rowlen"], 0, 0)
-                        m.d.sync += [ptr["st"].eq(ptr["out"]),
-                                     ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
+                        m.d.comb += save_step(1, r["rowlen"], 0, 0, ptr["out"])
+                        m.d.sync += [ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
                         with m.If(loop["o0"] + r["obh"] < r["oh"]):
                             m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                             m.next = "FWD_BAND"
@@ -653,7 +609,7 @@ class Accelerator(wiring.Component):
                                          ptr["wk"].eq(d.addr_w)]
                             m.next = "FWD_OUTER"
                         with m.Else():
-                            m.d.sync += final.eq(1)
+                            m.d.comb += sched.final.eq(1)
                             m.next = "FWD_LAST"
 
             # --- loss loops ----------------------------------------------------------------------
@@ -661,8 +617,7 @@ class Accelerator(wiring.Component):
                 with m.State("LOSS_INIT"):
                     m.d.sync += [r["nb"].eq(plan.nb), r["np"].eq(plan.np)]
                     m.d.sync += [loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
-                                 ptr["outn"].eq(d.addr_out), row_base.eq(0),
-                                 pend_store.eq(0), final.eq(0)]
+                                 ptr["outn"].eq(d.addr_out), row_base.eq(0)]
                     m.next = "LOSS_OUTER"
                 with m.State("LOSS_OUTER"):      # image n
                     m.d.sync += loop["o0"].eq(0)
@@ -700,7 +655,7 @@ class Accelerator(wiring.Component):
                     ("mul", r["t"], loop["c0"], r["hw"]),
                     ("mul", r["u"], loop["c0"], r["rs"]),
                     ("set", [loop["k0"].eq(0), ptr["w"].eq(d.addr_w + (r["u"] << obs)),
-                             p_row.eq(r["nb"]), new_step.eq(1),
+                             p_row.eq(r["nb"]), Pulse(sched.new_step),
                              ptr["out"].eq(ptr["outn"] + ((r["t"] + r["yoff"]) << abs_))]),
                 ], "LOSS_GROUP_0")
                 program("LOSS_GROUP", [
@@ -723,15 +678,15 @@ class Accelerator(wiring.Component):
                          "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
                                                 Mux(banded, r["eohow"], r["len_b"]),
                                                 r["ohow"] << obs))
-                step_run("LOSS", bwd)
+                step_run("LOSS")
                 with m.State("LOSS_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
                                  ptr["w"].eq(ptr["w"] + (r["len_x"] << obs))]
                     with m.If(loop["k0"] + grp_k < d.k):
                         m.next = "LOSS_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
-                        m.d.sync += save_step(grp_c, r["blen"], r["nb"], r["hw"] << abs_)
-                        m.d.sync += ptr["st"].eq(ptr["out"])
+                        m.d.comb += save_step(grp_c, r["blen"], r["nb"], r["hw"] << abs_,
+                                              ptr["out"])
                         with m.If(loop["c0"] + grp_c < d.c):
                             m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
                             m.next = "LOSS_BANDP_0"
@@ -744,12 +699,12 @@ class Accelerator(wiring.Component):
                                          ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
                             m.next = "LOSS_OUTER"
                         with m.Else():
-                            m.d.sync += final.eq(1)
+                            m.d.comb += sched.final.eq(1)
                             m.next = "LOSS_LAST"
 
                 # --- gradient loops --------------------------------------------------------------
                 with m.State("GRAD_INIT"):
-                    m.d.sync += [loop["kb0"].eq(0), pend_store.eq(0), final.eq(0)]
+                    m.d.sync += [loop["kb0"].eq(0)]
                     m.next = "GRAD_KBLK_0"
                 program("GRAD_KBLK", [           # output channels [kb0, kend)
                     ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], d.k)), loop["c0"].eq(0),
@@ -764,7 +719,7 @@ class Accelerator(wiring.Component):
                     ("mul", r["np"], r["kend"] - loop["kb0"], r["nb"]),
                     ("mul", r["len_x"], r["hw"], grp_c),
                     ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
-                             ptr["xn"].eq(ptr["xg"]), new_step.eq(1)]),
+                             ptr["xn"].eq(ptr["xg"]), Pulse(sched.new_step)]),
                 ], "GRAD_IMAGE")
                 with m.State("GRAD_IMAGE"):      # image n
                     m.d.sync += loop["o0"].eq(0)
@@ -795,7 +750,7 @@ class Accelerator(wiring.Component):
                          "GRAD_RUN_WAIT", runs=(Mux(banded, grp_c, 1),
                                                 Mux(banded, r["blen"], r["len_b"]),
                                                 r["hw"] << obs))
-                step_run("GRAD", bwd)
+                step_run("GRAD")
                 with m.State("GRAD_NEXT"):
                     with m.If(loop["k0"] + grp_k < r["kend"]):
                         m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
@@ -809,9 +764,8 @@ class Accelerator(wiring.Component):
                                      ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
                         m.next = "GRAD_IMAGE"
                     with m.Else():                # the step's last group runs: next step
-                        m.d.sync += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
-                                              r["crs"] << abs_)
-                        m.d.sync += ptr["st"].eq(ptr["outg"])
+                        m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                                              r["crs"] << abs_, ptr["outg"])
                         with m.If(loop["c0"] + grp_c < d.c):
                             m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
                                          ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
@@ -821,7 +775,7 @@ class Accelerator(wiring.Component):
                             m.d.sync += loop["kb0"].eq(r["kend"])
                             m.next = "GRAD_KBLK_0"
                         with m.Else():
-                            m.d.sync += final.eq(1)
+                            m.d.comb += sched.final.eq(1)
                             m.next = "GRAD_LAST"
 
             # --- FC backward loops (interleaved): input block c0 (a step per batch chunk n),
@@ -832,8 +786,7 @@ class Accelerator(wiring.Component):
                     m.d.sync += [loop["c0"].eq(0), ptr["outg"].eq(d.addr_out),
                                  ptr["dwg"].eq(d.addr_out + (r["kohow"] << abs_)),
                                  fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(r["fq"]),
-                                 pend_store.eq(0), st2_pend.eq(0),
-                                 final.eq(0)]
+]
                     m.next = "FC_IB"
                 with m.State("FC_IB"):           # input block c0
                     m.d.sync += [grp_c.eq(mn(r["fib"], d.c - loop["c0"])), loop["n"].eq(0),
@@ -845,7 +798,8 @@ class Accelerator(wiring.Component):
                     ("set", [grp_n.eq(mn(r["fnb"], d.n - loop["n"])), loop["k0"].eq(0)]),
                     ("mul", r["np"], r["fnb"] + Mux(clear_dw, d.k, 0), r["fq"]),
                     ("set", [clear_dw.eq(0), ptr["dy"].eq(ptr["dyn"]),
-                             ptr["w"].eq(d.addr_w + (loop["c0"] << obs)), new_step.eq(1)]),
+                             ptr["w"].eq(d.addr_w + (loop["c0"] << obs)),
+                             Pulse(sched.new_step)]),
                     ("mul", r["len_x"], grp_n, grp_c),
                     ("mul", r["u"], grp_n, d.k),
                     ("mul", r["rowlen"], grp_n, d.c),
@@ -868,7 +822,7 @@ class Accelerator(wiring.Component):
                 dma_load("FC_LOAD_W", Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
                          "FC_RUN_WAIT", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_b"], grp_c),
                                               d.c << obs), offset=r["fwoff"])
-                step_run("FC", bwd)
+                step_run("FC")
                 with m.State("FC_NEXT"):
                     m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
                                  ptr["dy"].eq(ptr["dy"] + (grp_k << obs)),
@@ -877,8 +831,7 @@ class Accelerator(wiring.Component):
                         m.next = "FC_GROUP_0"
                     with m.Else():                # the step's last group runs: next step
                         # dX rows [n, n + grp_n) of the input block
-                        m.d.sync += save_step(grp_n, grp_c, r["fq"], d.c << abs_)
-                        m.d.sync += ptr["st"].eq(ptr["outn"])
+                        m.d.comb += save_step(grp_n, grp_c, r["fq"], d.c << abs_, ptr["outn"])
                         with m.If(loop["n"] + grp_n < d.n):
                             m.d.sync += [loop["n"].eq(loop["n"] + grp_n),
                                          ptr["dyn"].eq(ptr["dyn"] + (r["u"] << obs)),
@@ -886,15 +839,16 @@ class Accelerator(wiring.Component):
                                          ptr["outn"].eq(ptr["outn"] + (r["rowlen"] << abs_))]
                             m.next = "FC_CHUNK_0"
                         with m.Else():            # ... and the block's dW column after it
-                            m.d.sync += [st2_pend.eq(1), r["st2_rows"].eq(d.k),
-                                         r["st2_p0"].eq(r["fdw0"]), ptr["st2"].eq(ptr["dwg"]),
-                                         ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
+                            s2 = sched.save2_step
+                            m.d.comb += [sched.save2.eq(1), s2.rows.eq(d.k),
+                                         s2.p0.eq(r["fdw0"]), s2.addr.eq(ptr["dwg"])]
+                            m.d.sync += [ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
                                          ptr["outg"].eq(ptr["outg"] + (grp_c << abs_))]
                             with m.If(loop["c0"] + grp_c < d.c):
                                 m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
                                 m.next = "FC_IB"
                             with m.Else():
-                                m.d.sync += final.eq(1)
+                                m.d.comb += sched.final.eq(1)
                                 m.next = "FC_LAST"
             finish("DONE")
         m.d.comb += busy.eq(~fsm.ongoing("IDLE"))
