@@ -9,8 +9,8 @@ hardware's tile sizes and refusals are the host's by construction.
 
 Expressions
     :class:`Expr` trees over names (descriptor fields, registers) and integer constants, with
-    ``+ - * << >> & |`` (``&`` and ``|`` join conditions), comparisons, :func:`select` (``c ? a : b``), :func:`minimum`,
-    :func:`low_bits` and :func:`high_bits`. Arithmetic is exact (Python integers, Amaranth's
+    ``+ - * << >> & |`` (``&`` and ``|`` join conditions), comparisons, :func:`select`
+    (``c ? a : b``), :func:`minimum`, :func:`low_bits` and :func:`high_bits`. Arithmetic is exact (Python integers, Amaranth's
     widening arithmetic); comparisons give 0 or 1. A value is cut to a register's width only
     when a step writes it (two's complement, as a hardware register holds it).
 Steps
@@ -25,8 +25,8 @@ Steps
 import operator
 from dataclasses import dataclass
 
-__all__ = ["Check", "Checks", "Div", "Expr", "Mul", "Refusal", "Set", "Skip", "evaluate", "high_bits",
-           "lift", "low_bits", "minimum", "select", "var"]
+__all__ = ["Check", "Checks", "Div", "Expr", "Mul", "Refusal", "Set", "Skip", "evaluate",
+           "high_bits", "lift", "low_bits", "minimum", "select", "value", "var"]
 
 
 class Expr:

@@ -2,9 +2,9 @@
 sub-layer each band hands to an engine.
 
 :func:`plan` and :func:`fc_plan` run the set-up programs of :mod:`bpsa.plan.setup`, which the
-controller's set-up sequencer runs in hardware; :mod:`bpsa.host.driver` uses
-:func:`plan` to refuse layers before touching the hardware, and ``tests/test_plan_tiling.py``
-checks, with :mod:`bpsa.models.golden` alone, that running every band as its own asymmetrically padded
+controller's set-up sequencer runs in hardware; :mod:`bpsa.host.driver` uses :func:`plan` to
+refuse layers before touching the hardware, and ``tests/test_plan_tiling.py`` checks, with
+:mod:`bpsa.models.golden` alone, that running every band as its own asymmetrically padded
 sub-layer and putting the pieces together gives the whole layer.
 
 Row bands (*spatial tiling*)
@@ -99,7 +99,7 @@ class Strip:
 
 
 def _dims(h, w, r, s, stride, pad, dil):
-    drh, drw = dil[0] * (r - 1), dil[1] * (s - 1)
+    drh = dil[0] * (r - 1)
     return drh, out_size(h, r, stride[0], pad[0], dil[0]), out_size(w, s, stride[1], pad[1],
                                                                   dil[1])
 

@@ -1,0 +1,113 @@
+"""The load unit against a Python model: DMA commands of multi-run loads, slices a bank holds
+skipped, invalidation, DMA errors, under random DMA back-pressure and latency."""
+
+import random
+
+from amaranth.sim import Simulator
+
+from bpsa.config import Config
+from bpsa.gateware.controller.load_unit import Cache, LoadUnit, Target
+from bpsa.gateware.dma import DmaError, Direction, ElementKind
+
+CFG = Config(name="load", rows=2, cols=2, buf_a_depth=64, buf_b_depth=32)
+HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16}
+
+
+def test_loads_skips_and_errors():
+    dut = LoadUnit(CFG)
+    rng = random.Random(4)
+    held = {}                 # (cache, bank) -> (addr, length): what each bank holds
+    stats = {"hits": 0, "commands": 0, "errors": 0}
+
+    async def bench(ctx):
+        prev = None
+        for i in range(150):
+            if rng.random() < 0.05:
+                ctx.set(dut.invalidate, 1)
+                await ctx.tick()
+                ctx.set(dut.invalidate, 0)
+                held.clear()
+            cache, bank = rng.choice(list(Cache)), rng.randrange(2)
+            addr = rng.choice([0x100, 0x200, 0x300])
+            count, run_len, stride = rng.randint(1, 3), rng.randint(1, 5), rng.choice([8, 64])
+            length = count * run_len if rng.random() < 0.8 else count * run_len + 1
+            offset = rng.randrange(4)
+            load = {"target": rng.choice(list(Target)), "cache": cache, "bank": bank,
+                    "offset": offset, "addr": addr, "length": length, "lanes": 1,
+                    "count": count, "run_len": run_len, "stride": stride}
+            if prev and rng.random() < 0.4:       # the same slice again
+                load = prev
+                cache, bank, addr, length = load["cache"], load["bank"], load["addr"], \
+                    load["length"]
+                count, run_len, stride, offset = load["count"], load["run_len"], \
+                    load["stride"], load["offset"]
+            prev = load
+            for name, v in load.items():
+                ctx.set(getattr(dut.load.payload, name), v)
+            ctx.set(dut.load.valid, 1)
+            hit = held.get((cache, bank)) == (addr, length)
+            want = [(addr + j * stride, bank * HALF[cache] + offset + j * run_len, run_len)
+                    for j in range(count)]
+            fail_at = rng.randrange(count) if rng.random() < 0.1 else None
+            got = []
+            # the first command: taken with the load (or the load is skipped at once)
+            while True:
+                ready = rng.random() < 0.6
+                ctx.set(dut.dma.ready, ready)
+                if ctx.get(dut.load.ready):
+                    break
+                assert not ctx.get(dut.hit)
+                await ctx.tick()
+            assert ctx.get(dut.hit) == hit
+            if hit:
+                stats["hits"] += 1
+                assert not ctx.get(dut.dma.valid)
+                await ctx.tick()
+                ctx.set(dut.load.valid, 0)
+                continue
+            held.pop((cache, bank), None)
+            assert ctx.get(dut.dma.valid)
+            while True:
+                assert ctx.get(dut.dma.valid) and ctx.get(dut.dma.ready)
+                c = dut.dma.payload
+                assert ctx.get(c.direction) == Direction.LOAD
+                assert ctx.get(c.kind) == ElementKind.OPERAND
+                got.append((ctx.get(c.addr), ctx.get(c.buf_addr), ctx.get(c.length)))
+                await ctx.tick()
+                ctx.set(dut.load.valid, 0)
+                ctx.set(dut.dma.ready, 0)
+                assert ctx.get(dut.target) == load["target"]
+                for _ in range(rng.randint(0, 3)):        # the DMA works
+                    assert not ctx.get(dut.dma.valid) and not ctx.get(dut.done)
+                    await ctx.tick()
+                failed = fail_at == len(got) - 1
+                ctx.set(dut.dma_done, 1)
+                ctx.set(dut.dma_error, DmaError.SLVERR if failed else DmaError.NONE)
+                last = failed or len(got) == count
+                assert ctx.get(dut.done) == last
+                if last:
+                    assert ctx.get(dut.error) == (DmaError.SLVERR if failed else DmaError.NONE)
+                await ctx.tick()
+                ctx.set(dut.dma_done, 0)
+                if last:
+                    break
+                while True:                  # the next run's command
+                    ready = rng.random() < 0.6
+                    ctx.set(dut.dma.ready, ready)
+                    assert ctx.get(dut.dma.valid)
+                    if ready:
+                        break
+                    await ctx.tick()
+            stats["commands"] += len(got)
+            if fail_at is None:
+                assert got == want
+                held[cache, bank] = (addr, length)
+            else:
+                stats["errors"] += 1
+                assert got == want[:fail_at + 1]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert stats["hits"] > 5 and stats["errors"] > 3 and stats["commands"] > 100
