@@ -1,0 +1,632 @@
+"""The loop walker: the loops of a layer's phase over its tile plan, one FSM for every
+generated phase (they share their registers: one phase runs at a time).
+
+From the plan of the set-up sequencer it walks the layer (forward: images, output-channel
+blocks, row bands, channel groups; loss: images, row bands, dX channel blocks, output-channel
+groups; gradient: output-channel blocks, input-channel groups, images, row bands,
+output-channel groups; FC backward: input blocks, batch chunks, output blocks), and for each
+group hands the load unit the group's loads, then the step scheduler the run; it tells the
+scheduler where a step's results go as soon as the step's last group has started. The
+engine of the phase reads the group's geometry from ``run``, the result addressing the run's
+place in P from ``geometry``. The per-step programs use the shared multiplier / divider.
+"""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from bpsa.config import Config
+from bpsa.gateware.axi_lite import Phase, descriptor_layout
+from bpsa.gateware.controller.interfaces import AccelError
+from bpsa.gateware.controller.load_unit import Cache, Target, load_layout
+from bpsa.gateware.controller.setup_sequencer import plan_layout
+from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
+from bpsa.gateware.dma import DmaError
+from bpsa.gateware.seq_arith import ArithOp, alu_signature
+from bpsa.spec.errors import ERROR_DMA_BUS
+from bpsa.spec.numeric import element_bytes
+
+__all__ = ["LoopWalker", "Pulse", "engine_run_layout", "run_geometry_layout"]
+
+#: Width of sizes, counts and strides.
+_W = 48
+
+
+class Pulse:
+    """In a ``("set", [...])`` step of a program: ``signal`` is high in that step's cycle
+    (the step's other items are registered)."""
+
+    def __init__(self, signal):
+        self.signal = signal
+
+
+def engine_run_layout(config):
+    """One engine run (a group): ``batch`` (FC: batch rows), ``channels`` (input channels),
+    ``out_channels``, ``height`` / ``out_height`` (the band's input / output rows) and the
+    band's ``pad_top`` / ``pad_bottom``; the rest of the layer is the descriptor's."""
+    dim = config.dim_width + 2
+    return data.StructLayout({"batch": unsigned(_W), "channels": unsigned(_W),
+                              "out_channels": unsigned(_W), "height": unsigned(dim),
+                              "out_height": unsigned(dim), "pad_top": unsigned(dim),
+                              "pad_bottom": unsigned(dim)})
+
+
+def run_geometry_layout(config):
+    """Where a run's results go in P: ``p_row`` words a result row, first row ``row_base``,
+    ``kt_rows`` row tiles a column block; FC backward: ``fc_o0`` (the run's first output) and
+    ``fc_dw_p0`` (P word of dW row 0); ``clear_words``: the P words the next step uses."""
+    paw = exact_log2(config.buf_p_depth)
+    return data.StructLayout({"p_row": unsigned(_W), "row_base": unsigned(config.dim_width + 1),
+                              "kt_rows": unsigned(_W), "fc_o0": unsigned(_W),
+                              "fc_dw_p0": unsigned(paw + 1), "clear_words": unsigned(_W)})
+
+
+class LoopWalker(wiring.Component):
+    """See the module docstring.
+
+    Parameters
+    ----------
+    config : Config
+    phases : tuple of :class:`bpsa.spec.regmap.Phase`
+        The phases generated.
+
+    Members
+    -------
+    go : In(1)
+        The plan is ready: walk the descriptor's phase.
+    desc : In(descriptor_layout(config)), plan : In(plan_layout(config))
+    bank : In(1)
+        The buffer half of the next load and run (the step scheduler's).
+    alu : Out(alu_signature(48))
+    load : Out(stream.Signature(load_layout(config))), load_hit, load_done : In(1),
+    load_error : In(DmaError)
+        The load unit.
+    run_req, last, new_step, final, save, save2 : Out(1), save_step : Out(store_layout()),
+    save2_step : Out(store2_layout()); started, finished, sched_fail : In(1),
+    sched_code : In(8)
+        The step scheduler.
+    run : Out(engine_run_layout(config)), geometry : Out(run_geometry_layout(config))
+    fail : Out(1), fail_code : Out(8)
+        A load, a run or a store failed, or a program overflowed: the layer ends.
+    done : Out(1)
+        The layer's last store is done.
+    """
+
+    def __init__(self, config, phases):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        self.config = config
+        self.phases = tuple(int(p) for p in phases)
+        super().__init__({
+            "go": In(1), "desc": In(descriptor_layout(config)), "plan": In(plan_layout(config)),
+            "bank": In(1), "alu": Out(alu_signature(_W)),
+            "load": Out(stream.Signature(load_layout(config))), "load_hit": In(1),
+            "load_done": In(1), "load_error": In(DmaError),
+            "run_req": Out(1), "last": Out(1), "new_step": Out(1), "final": Out(1),
+            "save": Out(1), "save_step": Out(store_layout()), "save2": Out(1),
+            "save2_step": Out(store2_layout()),
+            "started": In(1), "finished": In(1), "sched_fail": In(1), "sched_code": In(8),
+            "run": Out(engine_run_layout(config)),
+            "geometry": Out(run_geometry_layout(config)),
+            "fail": Out(1), "fail_code": Out(8), "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        e = self._env(m)
+        first = {int(Phase.FORWARD.value): "FWD_INIT", int(Phase.LOSS.value): "LOSS_INIT",
+                 int(Phase.GRADIENT.value): "GRAD_INIT", int(Phase.FC_BACKWARD.value): "FC_INIT"}
+        walks = {int(Phase.FORWARD.value): self._forward, int(Phase.LOSS.value): self._loss,
+                 int(Phase.GRADIENT.value): self._gradient,
+                 int(Phase.FC_BACKWARD.value): self._fc}
+        with m.FSM(name="walk"):
+            with m.State("IDLE"):
+                with m.If(self.go):
+                    for p in self.phases:
+                        with m.If(self.desc.phase.as_value() == p):
+                            m.next = first[p]
+            e.program, e.out_band, e.dma_load, e.step_run = self._helpers(e)
+            for p in self.phases:
+                walks[p](e)
+        g = self.geometry
+        m.d.comb += [g.p_row.eq(e.p_row), g.row_base.eq(e.row_base), g.kt_rows.eq(e.kt_rows),
+                     g.fc_o0.eq(e.fc_o0), g.fc_dw_p0.eq(e.fc_dw_p0),
+                     g.clear_words.eq(e.r["np"]),
+                     self.run.batch.eq(e.grp_n), self.run.channels.eq(e.grp_c),
+                     self.run.out_channels.eq(e.grp_k), self.run.height.eq(e.r["eh"]),
+                     self.run.out_height.eq(e.r["eoh"]), self.run.pad_top.eq(e.r["pt"]),
+                     self.run.pad_bottom.eq(e.r["pb"])]
+        return m
+
+    def _env(self, m):
+        """The walkers' registers (shared by the phases) and small helpers."""
+        cfg = self.config
+        dim, paw = cfg.dim_width, exact_log2(cfg.buf_p_depth)
+        plan = self.plan
+        r = {name: getattr(plan, name) for name in plan.shape().members if name != "error"}
+        # the loops' registers; nb and np start from the plan's (LOSS_INIT), t, u and rowlen
+        # are scratch: no other plan register is shadowed
+        r.update({name: Signal(_W, name=name) for name in (
+            "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
+            "eohow", "kend")})
+        # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
+        r.update({name: Signal(dim + 2, name=name) for name in (
+            "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
+        ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
+            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "dwg")}
+        loop = {name: Signal(_W, name=f"loop_{name}") for name in (
+            "n", "c0", "k0", "kti", "o0", "kb0")}
+
+        def mn(*vals):
+            out = vals[0]
+            for v in vals[1:]:
+                out = Mux(v < out, v, out)
+            return out
+
+        def fail(code):
+            m.d.comb += [self.fail.eq(1), self.fail_code.eq(code)]
+            m.next = "IDLE"
+
+        def save_step(rows, length, nb, stride, addr):
+            """The step whose last group just started: what its store needs."""
+            s = self.save_step
+            return [self.save.eq(1), s.rows.eq(rows), s.length.eq(length), s.nb.eq(nb),
+                    s.stride.eq(stride), s.addr.eq(addr)]
+
+        return SimpleNamespace(
+            m=m, r=r, ptr=ptr, loop=loop, mn=mn, fail=fail, save_step=save_step,
+            banded=plan.banded,
+            obs=exact_log2(element_bytes(cfg.operand_width)),
+            abs_=exact_log2(element_bytes(cfg.acc_width)),
+            grp_c=Signal(_W, name="grp_c"),     # channels of the current group
+            grp_k=Signal(_W, name="grp_k"),     # output channels of the current group
+            grp_n=Signal(_W, name="grp_n"),     # FC: batch rows of the current group
+            p_row=Signal(_W, name="p_row"),     # words per P row (result row) of the next run
+            row_base=Signal(dim + 1, name="row_base"),  # gradient: first output channel
+            kt_rows=Signal(_W, name="kt_rows"),  # row tiles per column block of the next run
+            fc_o0=Signal(_W, name="fc_o0"),     # FC: first output (dW row) of the next run
+            fc_dw_p0=Signal(paw + 1, name="fc_dw_p0"),  # FC: P word of dW row 0
+            clear_dw=Signal(name="clear_dw"))   # FC: the next step clears the dW rows
+
+    def _helpers(self, e):
+        """FSM-state builders: programs, row bands, loads, runs (inside the FSM)."""
+        m, r, loop, d, mn, fail = e.m, e.r, e.loop, self.desc, e.mn, e.fail
+        banded, alu = e.banded, self.alu
+
+        def program(name, steps, then):
+            """FSM states running ``steps`` in order, then going to ``then``. A step is
+            ``("mul"|"div", dst, a, b)``, ``("set", [statements])``, ``("check",
+            condition, error)`` or ``("skip", condition, n)`` (skip the next ``n`` steps
+            when ``condition`` holds)."""
+            names = [f"{name}_{i}" for i in range(len(steps))] + [then]
+            for i, step in enumerate(steps):
+                nxt = names[i + 1]
+                kind = step[0]
+                if kind in ("mul", "div"):
+                    _, dst, a, b = step
+                    with m.State(names[i]):
+                        m.d.comb += [alu.start.eq(~alu.busy & ~alu.done), alu.a.eq(a),
+                                     alu.b.eq(b),
+                                     alu.op.eq(ArithOp.MUL if kind == "mul"
+                                               else ArithOp.DIV)]
+                        with m.If(alu.done):
+                            m.d.sync += dst.eq(alu.result)
+                            with m.If(alu.overflow):
+                                fail(AccelError.TOO_LARGE)
+                            with m.Else():
+                                m.next = nxt
+                elif kind == "set":
+                    with m.State(names[i]):
+                        m.d.sync += [s for s in step[1] if not isinstance(s, Pulse)]
+                        m.d.comb += [s.signal.eq(1) for s in step[1] if isinstance(s, Pulse)]
+                        m.next = nxt
+                elif kind == "skip":
+                    _, cond, count = step
+                    with m.State(names[i]):
+                        with m.If(cond):
+                            m.next = names[i + 1 + count]
+                        with m.Else():
+                            m.next = nxt
+                else:
+                    _, cond, code = step
+                    with m.State(names[i]):
+                        with m.If(cond):
+                            fail(code)
+                        with m.Else():
+                            m.next = nxt
+
+        # --- DMA helpers -------------------------------------------------------------------
+        def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
+            """States ``name`` (hand the load unit the load into bank ``bank``; it skips a
+            slice the bank holds already) and ``name_WAIT``. ``length`` elements from
+            ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
+            elements ``stride`` bytes apart in memory, packed one after the other into the
+            bank (``length`` is then their total, which names the slice)."""
+            count, run_len, stride = runs if runs is not None else (1, length, 0)
+            lp = self.load.payload
+            with m.State(name):
+                m.d.comb += [self.load.valid.eq(1), lp.target.eq(tgt),
+                             lp.cache.eq(Cache[cache_key.upper()]), lp.bank.eq(self.bank),
+                             lp.offset.eq(offset), lp.addr.eq(addr), lp.length.eq(length),
+                             lp.lanes.eq(lanes), lp.count.eq(count),
+                             lp.run_len.eq(run_len), lp.stride.eq(stride)]
+                with m.If(self.load.ready & self.load_hit):
+                    m.next = then
+                with m.Elif(self.load.ready):
+                    m.next = f"{name}_WAIT"
+            with m.State(f"{name}_WAIT"):
+                with m.If(self.load_done):
+                    with m.If(self.load_error != DmaError.NONE):
+                        fail(ERROR_DMA_BUS | self.load_error.as_value())
+                    with m.Else():
+                        m.next = then
+
+        # --- row bands -------------------------------------------------------------------------
+        def out_band(name, then):
+            """Band of output rows ``[o0, o0 + obh)`` (forward, gradient): the X rows it
+            loads (``y0``, ``eh``; ``yoff = y0 W``, ``blen = eh W``) and the engine's
+            padding (bpsa.plan.tiling.bands)."""
+            p = d.pad_h
+            with m.State(name):
+                m.d.sync += r["obh"].eq(mn(r["bh"], r["oh"] - loop["o0"]))
+                with m.If(banded):
+                    m.next = f"{name}_B_0"
+                with m.Else():
+                    m.d.sync += [r["y0"].eq(0), r["eh"].eq(d.h), r["pt"].eq(p),
+                                 r["pb"].eq(p), r["yoff"].eq(0), r["blen"].eq(r["hw"])]
+                    m.next = then
+            program(f"{name}_B", [
+                ("mul", r["t"], loop["o0"], d.stride_h),
+                ("mul", r["u"], r["obh"] - 1, d.stride_h),
+                ("set", [r["y0"].eq(Mux(r["t"] > p, r["t"] - p, 0)),
+                         r["pt"].eq(Mux(r["t"] > p, 0, p - r["t"])),
+                         r["yend"].eq(r["t"] + r["u"] + r["drh"] + 1 - p)]),
+                ("set", [r["eh"].eq(mn(d.h, r["yend"]) - r["y0"]),
+                         r["pb"].eq(Mux(r["yend"] > d.h, r["yend"] - d.h, 0))]),
+                ("mul", r["yoff"], r["y0"], d.w),
+                ("mul", r["blen"], r["eh"], d.w),
+            ], then)
+
+        def step_run(prefix):
+            """``prefix_RUN_WAIT``: the step scheduler runs the group just loaded (storing and
+            clearing P first at a new step), then ``prefix_NEXT``; ``prefix_LAST``: it stores
+            the layer's last step, and the layer is done."""
+            with m.State(f"{prefix}_RUN_WAIT"):
+                m.d.comb += self.run_req.eq(1)
+                with m.If(self.sched_fail):
+                    fail(self.sched_code)
+                with m.Elif(self.started):
+                    m.next = f"{prefix}_NEXT"
+            with m.State(f"{prefix}_LAST"):
+                m.d.comb += self.last.eq(1)
+                with m.If(self.sched_fail):
+                    fail(self.sched_code)
+                with m.Elif(self.finished):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+
+        return program, out_band, dma_load, step_run
+
+    def _forward(self, e):
+        """The forward loops: images, output-channel blocks, row bands, groups of input channels."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, grp_k, banded, out_band = e.grp_c, e.grp_k, e.banded, e.out_band
+        obs, abs_, C, B = e.obs, e.abs_, self.config.cols, self.config.feeder_bus_width
+        with m.State("FWD_INIT"):
+            m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
+                         ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
+                         ptr["out"].eq(d.addr_out)]
+            m.next = "FWD_OUTER"
+        with m.State("FWD_OUTER"):       # image n, output-channel block kti
+            m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
+            m.next = "FWD_BAND"
+        out_band("FWD_BAND", "FWD_BANDP_0")
+        program("FWD_BANDP", [           # step (n, kti, band o0): P words, first group
+            ("mul", r["np"], r["obh"], r["ow"]),
+            ("mul", r["rowlen"], r["np"], C),
+            ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
+                     ptr["w"].eq(ptr["wk"]), Pulse(self.new_step)]),
+        ], "FWD_GROUP_0")
+        program("FWD_GROUP", [
+            ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+            ("mul", r["len_a"], r["blen"], grp_c),
+            ("mul", r["t"], r["rs"], grp_c),
+            ("mul", r["len_b"], r["t"], C),
+        ], "FWD_LOAD_X")
+        dma_load("FWD_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B,
+                 "FWD_LOAD_W")
+        dma_load("FWD_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
+                 "FWD_RUN_WAIT")
+        step_run("FWD")
+        with m.State("FWD_NEXT"):
+            m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                         ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
+                         ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
+            with m.If(loop["c0"] + grp_c < d.c):
+                m.next = "FWD_GROUP_0"
+            with m.Else():                # the step's last group runs: next step
+                m.d.comb += save_step(1, r["rowlen"], 0, 0, ptr["out"])
+                m.d.sync += [ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
+                with m.If(loop["o0"] + r["obh"] < r["oh"]):
+                    m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                    m.next = "FWD_BAND"
+                with m.Elif(loop["kti"] + 1 < r["kt"]):
+                    m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
+                                 loop["k0"].eq(loop["k0"] + C),
+                                 ptr["wk"].eq(ptr["w"] + (r["len_b"] << obs))]
+                    m.next = "FWD_OUTER"
+                with m.Elif(loop["n"] + 1 < d.n):
+                    m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
+                                 loop["n"].eq(loop["n"] + 1),
+                                 ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
+                                 ptr["wk"].eq(d.addr_w)]
+                    m.next = "FWD_OUTER"
+                with m.Else():
+                    m.d.comb += self.final.eq(1)
+                    m.next = "FWD_LAST"
+
+
+    def _loss(self, e):
+        """The loss loops: images, row bands of dX, dX channel blocks, groups of output channels."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, grp_k, banded, plan = e.grp_c, e.grp_k, e.banded, self.plan
+        obs, abs_, C, R = e.obs, e.abs_, self.config.cols, self.config.rows
+        p_row, row_base, kt_rows = e.p_row, e.row_base, e.kt_rows
+        with m.State("LOSS_INIT"):
+            m.d.sync += [r["nb"].eq(plan.nb), r["np"].eq(plan.np)]
+            m.d.sync += [loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                         ptr["outn"].eq(d.addr_out), row_base.eq(0)]
+            m.next = "LOSS_OUTER"
+        with m.State("LOSS_OUTER"):      # image n
+            m.d.sync += loop["o0"].eq(0)
+            m.next = "LOSS_BAND"
+        with m.State("LOSS_BAND"):       # band of dX rows [o0, o0 + obh)
+            m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), loop["c0"].eq(0)]
+            with m.If(banded):
+                m.next = "LOSS_BAND_B_0"
+            with m.Else():
+                m.d.sync += [r["eh"].eq(d.h), r["eoh"].eq(r["oh"]), r["pt"].eq(d.pad_h),
+                             r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
+                             r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
+                m.next = "LOSS_BANDP_0"
+        h0, hb, p = loop["o0"], r["obh"], d.pad_h
+        program("LOSS_BAND_B", [         # the dY rows [lo, hi] it needs (bpsa.plan.tiling)
+            ("set", [r["t"].eq(Mux(h0 + p > r["drh"], h0 + p - r["drh"], 0)),
+                     r["eh"].eq(hb)]),
+            ("div", r["lo"], r["t"], d.stride_h),
+            ("div", r["hi"], h0 + hb - 1 + p, d.stride_h),
+            ("set", [r["hi"].eq(mn(r["hi"], r["oh"] - 1))]),
+            ("mul", r["t"], r["lo"], d.stride_h),
+            ("mul", r["u"], r["hi"], d.stride_h),
+            ("set", [r["pt"].eq(p + h0 - r["t"]), r["eoh"].eq(r["hi"] - r["lo"] + 1),
+                     r["pb"].eq(Mux(r["u"] + r["drh"] + 1 > p + h0 + hb,
+                                    r["u"] + r["drh"] + 1 - (p + h0 + hb), 0))]),
+            ("mul", r["dyoff"], r["lo"], r["ow"]),
+            ("mul", r["eohow"], r["eoh"], r["ow"]),
+            ("mul", r["yoff"], h0, d.w),
+            ("mul", r["blen"], hb, d.w),
+            ("div", r["nb"], r["blen"] + (C - 1), C),
+            ("mul", r["np"], r["cg"], r["nb"]),
+        ], "LOSS_BANDP_0")
+        program("LOSS_BANDP", [          # step (n, band o0, dX channel block c0)
+            ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+            ("mul", r["t"], loop["c0"], r["hw"]),
+            ("mul", r["u"], loop["c0"], r["rs"]),
+            ("set", [loop["k0"].eq(0), ptr["w"].eq(d.addr_w + (r["u"] << obs)),
+                     p_row.eq(r["nb"]), Pulse(self.new_step),
+                     ptr["out"].eq(ptr["outn"] + ((r["t"] + r["yoff"]) << abs_))]),
+        ], "LOSS_GROUP_0")
+        program("LOSS_GROUP", [
+            ("set", [grp_k.eq(mn(r["kg"], d.k - loop["k0"]))]),
+            ("mul", r["u"], r["rs"], grp_c),
+            ("mul", r["len_a"], r["u"], grp_k),
+            ("mul", r["len_x"], r["crs"], grp_k),
+            ("mul", r["len_b"], r["eohow"], grp_k),
+            ("mul", r["t"], r["rs"], grp_k),
+            ("div", kt_rows, r["t"] + (R - 1), R),
+            ("mul", r["t"], r["ohow"], loop["k0"]),
+            ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
+        ], "LOSS_LOAD_A")
+        # W[group, block]: one run per output channel unless the block is all of C
+        all_c = grp_c == d.c
+        dma_load("LOSS_LOAD_A", Target.BWD_A, "a", ptr["w"], r["len_a"], 1,
+                 "LOSS_LOAD_B", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_a"], r["u"]),
+                                      r["crs"] << obs))
+        dma_load("LOSS_LOAD_B", Target.BWD_B, "b", ptr["dy"], r["len_b"], 1,
+                 "LOSS_RUN_WAIT", runs=(Mux(banded, grp_k, 1),
+                                        Mux(banded, r["eohow"], r["len_b"]),
+                                        r["ohow"] << obs))
+        step_run("LOSS")
+        with m.State("LOSS_NEXT"):
+            m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                         ptr["w"].eq(ptr["w"] + (r["len_x"] << obs))]
+            with m.If(loop["k0"] + grp_k < d.k):
+                m.next = "LOSS_GROUP_0"
+            with m.Else():                # the step's last group runs: next step
+                m.d.comb += save_step(grp_c, r["blen"], r["nb"], r["hw"] << abs_,
+                                      ptr["out"])
+                with m.If(loop["c0"] + grp_c < d.c):
+                    m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                    m.next = "LOSS_BANDP_0"
+                with m.Elif(loop["o0"] + r["obh"] < d.h):
+                    m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                    m.next = "LOSS_BAND"
+                with m.Elif(loop["n"] + 1 < d.n):
+                    m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                 ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                                 ptr["outn"].eq(ptr["outn"] + (r["chw"] << abs_))]
+                    m.next = "LOSS_OUTER"
+                with m.Else():
+                    m.d.comb += self.final.eq(1)
+                    m.next = "LOSS_LAST"
+
+
+    def _gradient(self, e):
+        """The gradient loops: output-channel blocks, input-channel groups, images, row bands
+        of dY, groups of output channels."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, grp_k, banded, out_band = e.grp_c, e.grp_k, e.banded, e.out_band
+        obs, abs_, C, R = e.obs, e.abs_, self.config.cols, self.config.rows
+        p_row, row_base, kt_rows = e.p_row, e.row_base, e.kt_rows
+        with m.State("GRAD_INIT"):
+            m.d.sync += [loop["kb0"].eq(0)]
+            m.next = "GRAD_KBLK_0"
+        program("GRAD_KBLK", [           # output channels [kb0, kend)
+            ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], d.k)), loop["c0"].eq(0),
+                     ptr["xg"].eq(d.addr_x)]),
+            ("mul", r["t"], loop["kb0"], r["crs"]),
+            ("set", [ptr["outg"].eq(d.addr_out + (r["t"] << abs_))]),
+        ], "GRAD_OUTER_0")
+        program("GRAD_OUTER", [          # step: output block kb0, channel group c0
+            ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+            ("mul", r["rowlen"], r["rs"], grp_c),
+            ("div", r["nb"], r["rowlen"] + (C - 1), C),
+            ("mul", r["np"], r["kend"] - loop["kb0"], r["nb"]),
+            ("mul", r["len_x"], r["hw"], grp_c),
+            ("set", [p_row.eq(r["nb"]), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                     ptr["xn"].eq(ptr["xg"]), Pulse(self.new_step)]),
+        ], "GRAD_IMAGE")
+        with m.State("GRAD_IMAGE"):      # image n
+            m.d.sync += loop["o0"].eq(0)
+            m.next = "GRAD_BAND"
+        out_band("GRAD_BAND", "GRAD_BANDP_0")
+        program("GRAD_BANDP", [          # band of dY rows [o0, o0 + obh)
+            ("mul", r["t"], r["obh"] - 1, d.stride_h),
+            ("mul", r["t"], r["wdp1"], r["t"] + 1),
+            ("div", kt_rows, r["t"] + (R - 1), R),
+            ("mul", r["eohow"], r["obh"], r["ow"]),
+            ("mul", r["dyoff"], loop["o0"], r["ow"]),
+            ("mul", r["len_b"], r["blen"], grp_c),
+            ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(loop["kb0"]),
+                     ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs))]),
+        ], "GRAD_GROUP_0")
+        program("GRAD_GROUP", [          # output-channel group k0
+            ("set", [grp_k.eq(mn(r["kg"], r["kend"] - loop["k0"])),
+                     row_base.eq(loop["k0"] - loop["kb0"])]),
+            ("mul", r["len_a"], r["eohow"], grp_k),
+            ("mul", r["t"], r["ohow"], loop["k0"]),
+            ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
+        ], "GRAD_LOAD_A")
+        dma_load("GRAD_LOAD_A", Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                 "GRAD_LOAD_B", runs=(Mux(banded, grp_k, 1),
+                                      Mux(banded, r["eohow"], r["len_a"]),
+                                      r["ohow"] << obs))
+        dma_load("GRAD_LOAD_B", Target.BWD_B, "b", ptr["x"], r["len_b"], 1,
+                 "GRAD_RUN_WAIT", runs=(Mux(banded, grp_c, 1),
+                                        Mux(banded, r["blen"], r["len_b"]),
+                                        r["hw"] << obs))
+        step_run("GRAD")
+        with m.State("GRAD_NEXT"):
+            with m.If(loop["k0"] + grp_k < r["kend"]):
+                m.d.sync += loop["k0"].eq(loop["k0"] + grp_k)
+                m.next = "GRAD_GROUP_0"
+            with m.Elif(loop["o0"] + r["obh"] < r["oh"]):
+                m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                m.next = "GRAD_BAND"
+            with m.Elif(loop["n"] + 1 < d.n):
+                m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                             ptr["dyn"].eq(ptr["dyn"] + (r["kohow"] << obs)),
+                             ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
+                m.next = "GRAD_IMAGE"
+            with m.Else():                # the step's last group runs: next step
+                m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                                      r["crs"] << abs_, ptr["outg"])
+                with m.If(loop["c0"] + grp_c < d.c):
+                    m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                                 ptr["xg"].eq(ptr["xg"] + (r["len_x"] << obs)),
+                                 ptr["outg"].eq(ptr["outg"] + (r["rowlen"] << abs_))]
+                    m.next = "GRAD_OUTER_0"
+                with m.Elif(r["kend"] < d.k):
+                    m.d.sync += loop["kb0"].eq(r["kend"])
+                    m.next = "GRAD_KBLK_0"
+                with m.Else():
+                    m.d.comb += self.final.eq(1)
+                    m.next = "GRAD_LAST"
+
+
+    def _fc(self, e):
+        """The FC backward loops (interleaved): input blocks, batch chunks (a step each),
+        output blocks (the groups)."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, grp_k, grp_n = e.grp_c, e.grp_k, e.grp_n
+        obs, abs_, R = e.obs, e.abs_, self.config.rows
+        p_row, row_base, kt_rows = e.p_row, e.row_base, e.kt_rows
+        fc_o0, fc_dw_p0, clear_dw = e.fc_o0, e.fc_dw_p0, e.clear_dw
+        with m.State("FC_INIT"):
+            m.d.sync += [loop["c0"].eq(0), ptr["outg"].eq(d.addr_out),
+                         ptr["dwg"].eq(d.addr_out + (r["kohow"] << abs_)),
+                         fc_dw_p0.eq(r["fnb"]), row_base.eq(0), p_row.eq(r["fq"])]
+            m.next = "FC_IB"
+        with m.State("FC_IB"):           # input block c0
+            m.d.sync += [grp_c.eq(mn(r["fib"], d.c - loop["c0"])), loop["n"].eq(0),
+                         ptr["dyn"].eq(d.addr_dy),
+                         ptr["xn"].eq(d.addr_x + (loop["c0"] << obs)),
+                         ptr["outn"].eq(ptr["outg"]), clear_dw.eq(1)]
+            m.next = "FC_CHUNK_0"
+        program("FC_CHUNK", [            # step: batch rows [n, n + grp_n)
+            ("set", [grp_n.eq(mn(r["fnb"], d.n - loop["n"])), loop["k0"].eq(0)]),
+            ("mul", r["np"], r["fnb"] + Mux(clear_dw, d.k, 0), r["fq"]),
+            ("set", [clear_dw.eq(0), ptr["dy"].eq(ptr["dyn"]),
+                     ptr["w"].eq(d.addr_w + (loop["c0"] << obs)),
+                     Pulse(self.new_step)]),
+            ("mul", r["len_x"], grp_n, grp_c),
+            ("mul", r["u"], grp_n, d.k),
+            ("mul", r["rowlen"], grp_n, d.c),
+        ], "FC_GROUP_0")
+        program("FC_GROUP", [            # output block k0
+            ("set", [grp_k.eq(mn(r["fob"], d.k - loop["k0"])), fc_o0.eq(loop["k0"])]),
+            ("div", kt_rows, grp_k + (R - 1), R),      # output tiles of the run
+            ("mul", r["len_a"], grp_n, grp_k),
+            ("mul", r["len_b"], grp_k, grp_c),
+            ("mul", r["t"], grp_k, d.c),
+        ], "FC_LOAD_DY")
+        # one DMA run per row, or one for the whole block when its rows are whole
+        all_k, all_c = grp_k == d.k, grp_c == d.c
+        dma_load("FC_LOAD_DY", Target.BWD_A, "a", ptr["dy"], r["len_a"], 1,
+                 "FC_LOAD_X", runs=(Mux(all_k, 1, grp_n), Mux(all_k, r["len_a"], grp_k),
+                                    d.k << obs))
+        dma_load("FC_LOAD_X", Target.BWD_B, "b", ptr["xn"], r["len_x"], 1,
+                 "FC_LOAD_W", runs=(Mux(all_c, 1, grp_n), Mux(all_c, r["len_x"], grp_c),
+                                    d.c << obs))
+        dma_load("FC_LOAD_W", Target.BWD_B, "w", ptr["w"], r["len_b"], 1,
+                 "FC_RUN_WAIT", runs=(Mux(all_c, 1, grp_k), Mux(all_c, r["len_b"], grp_c),
+                                      d.c << obs), offset=r["fwoff"])
+        step_run("FC")
+        with m.State("FC_NEXT"):
+            m.d.sync += [loop["k0"].eq(loop["k0"] + grp_k),
+                         ptr["dy"].eq(ptr["dy"] + (grp_k << obs)),
+                         ptr["w"].eq(ptr["w"] + (r["t"] << obs))]
+            with m.If(loop["k0"] + grp_k < d.k):
+                m.next = "FC_GROUP_0"
+            with m.Else():                # the step's last group runs: next step
+                # dX rows [n, n + grp_n) of the input block
+                m.d.comb += save_step(grp_n, grp_c, r["fq"], d.c << abs_, ptr["outn"])
+                with m.If(loop["n"] + grp_n < d.n):
+                    m.d.sync += [loop["n"].eq(loop["n"] + grp_n),
+                                 ptr["dyn"].eq(ptr["dyn"] + (r["u"] << obs)),
+                                 ptr["xn"].eq(ptr["xn"] + (r["rowlen"] << obs)),
+                                 ptr["outn"].eq(ptr["outn"] + (r["rowlen"] << abs_))]
+                    m.next = "FC_CHUNK_0"
+                with m.Else():            # ... and the block's dW column after it
+                    s2 = self.save2_step
+                    m.d.comb += [self.save2.eq(1), s2.rows.eq(d.k),
+                                 s2.p0.eq(r["fdw0"]), s2.addr.eq(ptr["dwg"])]
+                    m.d.sync += [ptr["dwg"].eq(ptr["dwg"] + (grp_c << abs_)),
+                                 ptr["outg"].eq(ptr["outg"] + (grp_c << abs_))]
+                    with m.If(loop["c0"] + grp_c < d.c):
+                        m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                        m.next = "FC_IB"
+                    with m.Else():
+                        m.d.comb += self.final.eq(1)
+                        m.next = "FC_LAST"
