@@ -57,8 +57,9 @@ Column strips (*the driver's width tiling*)
 
 from dataclasses import dataclass
 
+from bpsa.plan import bands as band_programs
 from bpsa.plan import setup
-from bpsa.plan.grammar import Refusal
+from bpsa.plan.grammar import Refusal, evaluate
 from bpsa.spec.layer import out_size
 from bpsa.spec.regmap import Phase
 
@@ -149,33 +150,28 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
             "runs": _ceil(c, cg) * n * bands_ * k_groups}
 
 
-def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True):
+def bands(phase, h, w, r, s, stride, pad, dil, band, banded=True, dim_width=16):
     """The :class:`Band` list of a layer cut into bands of ``band`` rows (one band covering
-    the layer when not ``banded``)."""
-    drh, oh, _ = _dims(h, w, r, s, stride, pad, dil)
+    the layer when not ``banded``): :mod:`bpsa.plan.bands`' programs, the walker's."""
+    drh, oh, ow = _dims(h, w, r, s, stride, pad, dil)
     sh, ph = stride[0], pad[0]
-    out = []
     if not banded:
         if phase == "loss":
             return [Band(0, h, 0, oh, ph, ph, h, oh)]
         return [Band(0, oh, 0, h, ph, ph, h, oh)]
-    if phase == "loss":
-        for h0 in range(0, h, band):
-            hb = min(band, h - h0)
-            lo = max(0, (h0 + ph - drh) // sh)
-            hi = min(oh - 1, (h0 + hb - 1 + ph) // sh)
-            pt = ph + h0 - lo * sh
-            pb = max(0, hi * sh + drh + 1 - (ph + h0 + hb))
-            out.append(Band(h0, hb, lo, hi - lo + 1, pt, pb, hb, hi - lo + 1))
-        return out
-    for o0 in range(0, oh, band):
-        obh = min(band, oh - o0)
-        t = o0 * sh
-        y0 = max(0, t - ph)
-        pt = max(0, ph - t)
-        yend = t + (obh - 1) * sh + drh + 1 - ph      # one past the band's last input row
-        y1 = min(h, yend)
-        out.append(Band(o0, obh, y0, y1 - y0, pt, yend - y1, y1 - y0, obh))
+    loss = phase == "loss"
+    program = band_programs.loss_band() if loss else band_programs.output_band()
+    widths = band_programs.register_widths(dim_width)
+    out = []
+    for o0 in range(0, h if loss else oh, band):
+        obh = min(band, (h if loss else oh) - o0)
+        e = evaluate(program, {"o0": o0, "obh": obh, "h": h, "w": w, "stride_h": sh,
+                               "pad_h": ph, "drh": drh, "oh": oh, "ow": ow},
+                     widths, unit_width=setup.UNIT_WIDTH, overflow_code=0)
+        if loss:
+            out.append(Band(o0, obh, e["lo"], e["eoh"], e["pt"], e["pb"], obh, e["eoh"]))
+        else:
+            out.append(Band(o0, obh, e["y0"], e["eh"], e["pt"], e["pb"], e["eh"], obh))
     return out
 
 

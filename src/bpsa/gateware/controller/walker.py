@@ -22,10 +22,11 @@ from bpsa.config import Config
 from bpsa.gateware.axi_lite import Phase, descriptor_layout
 from bpsa.gateware.controller.interfaces import AccelError
 from bpsa.gateware.controller.load_unit import Cache, Target, load_layout
-from bpsa.gateware.controller.setup_sequencer import plan_layout
+from bpsa.gateware.controller.setup_sequencer import compile_steps, plan_layout
 from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
 from bpsa.gateware.dma import DmaError
 from bpsa.gateware.seq_arith import ArithOp, alu_signature
+from bpsa.plan import bands as band_programs
 from bpsa.spec.errors import ERROR_DMA_BUS
 from bpsa.spec.numeric import element_bytes
 
@@ -195,6 +196,12 @@ class LoopWalker(wiring.Component):
         """FSM-state builders: programs, row bands, loads, runs (inside the FSM)."""
         m, r, loop, d, mn, fail = e.m, e.r, e.loop, self.desc, e.mn, e.fail
         banded, alu = e.banded, self.alu
+        # the band programs (bpsa.plan.bands) read these and write their registers
+        band_env = {"o0": loop["o0"], "obh": r["obh"], "h": d.h, "w": d.w,
+                    "stride_h": d.stride_h, "pad_h": d.pad_h, "drh": r["drh"], "oh": r["oh"],
+                    "ow": r["ow"], **{name: r[name] for name in band_programs.BAND_REGISTERS}}
+        band_regs = {name: r[name] for name in band_programs.BAND_REGISTERS}
+        e.band_env, e.band_regs = band_env, band_regs
 
         def program(name, steps, then):
             """FSM states running ``steps`` in order, then going to ``then``. A step is
@@ -278,17 +285,8 @@ class LoopWalker(wiring.Component):
                     m.d.sync += [r["y0"].eq(0), r["eh"].eq(d.h), r["pt"].eq(p),
                                  r["pb"].eq(p), r["yoff"].eq(0), r["blen"].eq(r["hw"])]
                     m.next = then
-            program(f"{name}_B", [
-                ("mul", r["t"], loop["o0"], d.stride_h),
-                ("mul", r["u"], r["obh"] - 1, d.stride_h),
-                ("set", [r["y0"].eq(Mux(r["t"] > p, r["t"] - p, 0)),
-                         r["pt"].eq(Mux(r["t"] > p, 0, p - r["t"])),
-                         r["yend"].eq(r["t"] + r["u"] + r["drh"] + 1 - p)]),
-                ("set", [r["eh"].eq(mn(d.h, r["yend"]) - r["y0"]),
-                         r["pb"].eq(Mux(r["yend"] > d.h, r["yend"] - d.h, 0))]),
-                ("mul", r["yoff"], r["y0"], d.w),
-                ("mul", r["blen"], r["eh"], d.w),
-            ], then)
+            compile_steps(m, f"{name}_B", band_programs.output_band(), then, env=band_env,
+                          regs=band_regs, alu=alu, fail=fail)
 
         def step_run(prefix):
             """``prefix_RUN_WAIT``: the step scheduler runs the group just loaded (storing and
@@ -396,22 +394,10 @@ class LoopWalker(wiring.Component):
                              r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
                              r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
                 m.next = "LOSS_BANDP_0"
-        h0, hb, p = loop["o0"], r["obh"], d.pad_h
-        program("LOSS_BAND_B", [         # the dY rows [lo, hi] it needs (bpsa.plan.tiling)
-            ("set", [r["t"].eq(Mux(h0 + p > r["drh"], h0 + p - r["drh"], 0)),
-                     r["eh"].eq(hb)]),
-            ("div", r["lo"], r["t"], d.stride_h),
-            ("div", r["hi"], h0 + hb - 1 + p, d.stride_h),
-            ("set", [r["hi"].eq(mn(r["hi"], r["oh"] - 1))]),
-            ("mul", r["t"], r["lo"], d.stride_h),
-            ("mul", r["u"], r["hi"], d.stride_h),
-            ("set", [r["pt"].eq(p + h0 - r["t"]), r["eoh"].eq(r["hi"] - r["lo"] + 1),
-                     r["pb"].eq(Mux(r["u"] + r["drh"] + 1 > p + h0 + hb,
-                                    r["u"] + r["drh"] + 1 - (p + h0 + hb), 0))]),
-            ("mul", r["dyoff"], r["lo"], r["ow"]),
-            ("mul", r["eohow"], r["eoh"], r["ow"]),
-            ("mul", r["yoff"], h0, d.w),
-            ("mul", r["blen"], hb, d.w),
+        # the dY rows [lo, hi] it needs (bpsa.plan.bands), then its P words
+        compile_steps(m, "LOSS_BAND_B", band_programs.loss_band(), "LOSS_BAND_P_0",
+                      env=e.band_env, regs=e.band_regs, alu=self.alu, fail=e.fail)
+        program("LOSS_BAND_P", [
             ("div", r["nb"], r["blen"] + (C - 1), C),
             ("mul", r["np"], r["cg"], r["nb"]),
         ], "LOSS_BANDP_0")
