@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names"]
+__all__ = ["Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names",
+           "require_config"]
 
 #: Dataflows the array can be generated with.
 DATAFLOWS = ("os", "ws", "is", "interleaved")
@@ -186,6 +187,13 @@ class Config:
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path.name}: not valid TOML: {e}") from None
         return cls.from_dict(data, name=path.stem)
+
+
+def require_config(value):
+    """``value`` if it is a :class:`Config`, else :exc:`TypeError`."""
+    if not isinstance(value, Config):
+        raise TypeError(f"config must be a Config, not {value!r}")
+    return value
 
 
 def preset_names():

@@ -110,7 +110,8 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.config import Config
+from bpsa.config import require_config
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
 from bpsa.gateware.dma import (
     DmaEngine,
@@ -137,7 +138,7 @@ _W = SETUP_WIDTH
 
 
 
-class Accelerator(wiring.Component):
+class Accelerator(CheckedComponent):
     """The accelerator top (see the module docstring).
 
     Members
@@ -150,15 +151,14 @@ class Accelerator(wiring.Component):
         STATUS.DONE: high from the end of a layer until CLEAR or the next START.
     """
 
-    def __init__(self, config):
-        if not isinstance(config, Config):
-            self._MustUse__silence = True
-            raise TypeError(f"config must be a Config, not {config!r}")
-        if not (config.has("os") or config.has("is")):
-            self._MustUse__silence = True
+    @classmethod
+    def check_parameters(cls, config):
+        if not (require_config(config).has("os") or config.has("is")):
             raise ValueError(f"Accelerator needs the 'os' dataflow (forward) or the 'is' "
                              f"dataflow (loss, gradient), not dataflows "
                              f"{list(config.dataflows)!r}")
+
+    def __init__(self, config):
         self.config = config
         self.has_forward = config.has("os") and config.reserve_registers
         self.has_backward = config.has("is")

@@ -29,7 +29,7 @@ from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.config import Config
+from bpsa.config import require_config
 from bpsa.gateware.enums import hw_enum
 from bpsa.spec import regmap
 from bpsa.spec.regmap import (
@@ -80,17 +80,11 @@ def axi_lite_signature(addr_width, data_width=32):
     })
 
 
-def _check_config(config):
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a Config, not {config!r}")
-    return config
-
-
 def descriptor_layout(config):
     """Layout of the ``desc`` output: the fields of :data:`DESCRIPTOR_FIELDS` in order (first
     at bit 0); ``phase`` is a :class:`Phase`, shapes ``dim_width`` bits, addresses 32 bits, all
     unsigned."""
-    _check_config(config)
+    require_config(config)
     return data.StructLayout({
         field: (Phase if width == "phase" else unsigned(field_bits(config, width)))
         for field, _, width, _, _ in DESCRIPTOR_FIELDS
@@ -134,7 +128,7 @@ class RegisterFile(wiring.Component):
     """
 
     def __init__(self, config):
-        self.config = _check_config(config)
+        self.config = require_config(config)
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH, 32)),
             "desc": Out(descriptor_layout(config)),

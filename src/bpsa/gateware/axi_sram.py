@@ -29,10 +29,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_lite import AxiResp
 from bpsa.gateware.dma import ADDR_WIDTH, DATA_WIDTH, AxiBurst, axi4_signature
 
-__all__ = ["AxiSram", "SIZE_RANGE", "mem_port_signature"]
+__all__ = ["AxiSram", "SIZE_RANGE", "check_size", "mem_port_signature", "word_addr_width"]
 
 #: Allowed memory sizes in bytes (powers of two).
 SIZE_RANGE = (64, 1 << 24)
@@ -52,6 +53,11 @@ def mem_port_signature(addr_width, data_width=DATA_WIDTH):
     })
 
 
+def word_addr_width(size):
+    """Word-address bits of a memory of ``size`` bytes (64-bit words)."""
+    return exact_log2(check_size(size) // _BEAT_BYTES)
+
+
 def check_size(size):
     """``size`` if it is a power of two in :data:`SIZE_RANGE`, else ``ValueError``."""
     lo, hi = SIZE_RANGE
@@ -61,7 +67,7 @@ def check_size(size):
     return size
 
 
-class AxiSram(wiring.Component):
+class AxiSram(CheckedComponent):
     """On-chip memory of ``size`` bytes with an AXI4 slave and a word port (see the module
     docstring).
 
@@ -73,14 +79,14 @@ class AxiSram(wiring.Component):
         Verilog ports ``port__addr`` ...
     """
 
+    @classmethod
+    def check_parameters(cls, size, *, id_width=1, init=()):
+        check_size(size)
+
     def __init__(self, size, *, id_width=1, init=()):
-        try:
-            self.size = check_size(size)
-        except ValueError:
-            self._MustUse__silence = True    # refused: no "created but never used" warning
-            raise
+        self.size = size
         self.depth = size // _BEAT_BYTES
-        self.word_addr_width = exact_log2(self.depth)
+        self.word_addr_width = word_addr_width(size)
         self.init = list(init)
         super().__init__({
             "axi": In(axi4_signature(id_width=id_width)),

@@ -40,11 +40,12 @@ path; it could be pipelined, since its result is needed only once per tile.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from bpsa.config import Config
+from bpsa.config import require_config
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.enums import hw_enum
 from bpsa.spec import errors
 
@@ -77,13 +78,7 @@ def layer_layout(config):
     return data.StructLayout({name: unsigned(config.dim_width) for name in DESC_FIELDS})
 
 
-def _check_config(component, config):
-    if not isinstance(config, Config):
-        component._MustUse__silence = True      # a failed construction is not "unused"
-        raise TypeError(f"config must be a Config, not {config!r}")
-
-
-def _lanes_layout(addr_width, lanes):
+def lanes_layout(addr_width, lanes):
     return data.StructLayout({
         "addr": data.ArrayLayout(unsigned(addr_width), lanes),
         "mask": unsigned(lanes),
@@ -92,7 +87,7 @@ def _lanes_layout(addr_width, lanes):
     })
 
 
-def _popcount(bits):
+def popcount(bits):
     total = 0
     for b in bits:
         total = total + b
@@ -105,7 +100,7 @@ def _sat(value, width):
     return Mux(value > top, top, value)[:width]
 
 
-class _AddressGenerator(wiring.Component):
+class _AddressGenerator(CheckedComponent):
     """Shared descriptor handshake, checks, prologue, counters and status.
 
     Members
@@ -136,8 +131,11 @@ class _AddressGenerator(wiring.Component):
 
     _a_elems = _b_elems = None    # tensor sizes checked against buffer A / B (set by subclass)
 
+    @classmethod
+    def check_parameters(cls, config, *args, **kwargs):
+        require_config(config)
+
     def __init__(self, config, a_layout, b_layout):
-        _check_config(self, config)
         self.config = config
         self.dw = config.dim_width
         self.vw = config.dim_width + 4          # signed virtual coordinates
@@ -576,10 +574,9 @@ class TransposedAddressGenerator(_AddressGenerator):
     _b_elems = "dy"
 
     def __init__(self, config):
-        _check_config(self, config)
         super().__init__(config,
-                         _lanes_layout(exact_log2(config.buf_a_depth), config.rows),
-                         _lanes_layout(exact_log2(config.buf_b_depth), config.cols))
+                         lanes_layout(exact_log2(config.buf_a_depth), config.rows),
+                         lanes_layout(exact_log2(config.buf_b_depth), config.cols))
 
     def _prepare(self, m, d, k, init):
         """Normalize, per axis, ``p - d(R-1)`` (virtual offset of input pixel 0) and ``d`` (tap
@@ -623,9 +620,9 @@ class TransposedAddressGenerator(_AddressGenerator):
             row_layout=tm.row_layout, row_origin=tm.row_origin, row_step=tm.row_step,
             lane_layout=tm.lane_layout, lane_origin=tm.lane_origin, lane_step=tm.lane_step,
             beat=b_beat, name="b")
-        words = _popcount(masks)
+        words = popcount(masks)
         self._count(m, "b", addrs=words, words=words,
-                    zeros=_popcount(i & ~mk for i, mk in zip(insides, masks)))
+                    zeros=popcount(i & ~mk for i, mk in zip(insides, masks)))
 
         # --- stream a: W rotated and channel-transposed -------------------------------------
         # Lane (A column): (k, r, q); addr = k*C*R*S + (R*S - 1 - (r*S + q)) (mod 2**aw_a).
@@ -661,7 +658,7 @@ class TransposedAddressGenerator(_AddressGenerator):
         _a_walker(m, self.a, rows=cfg.rows, cols=cfg.cols, start=start, n_slices=d.c,
                   slice_step=rs, ng=k.nhw, lane_layout=a_layout, lane_origin=a_origin,
                   lane_step=a_step, beat=a_beat, name="a")
-        a_words = _popcount(a_masks)
+        a_words = popcount(a_masks)
         self._count(m, "a", addrs=a_words, words=a_words, zeros=0)
 
 
@@ -744,14 +741,13 @@ class DilatedAddressGenerator(_AddressGenerator):
     _b_elems = "x"
 
     def __init__(self, config):
-        _check_config(self, config)
         a_layout = data.StructLayout({
             "addr": unsigned(exact_log2(config.buf_a_depth)),
             "mask": unsigned(config.rows),
             "slice_end": 1, "last": 1, "end": 1,
         })
         super().__init__(config, a_layout,
-                         _lanes_layout(exact_log2(config.buf_b_depth), config.cols))
+                         lanes_layout(exact_log2(config.buf_b_depth), config.cols))
 
     def _walkers(self, m, d, k, start, consts):
         cfg, dw, vw = self.config, self.dw, self.vw
@@ -796,14 +792,14 @@ class DilatedAddressGenerator(_AddressGenerator):
             with m.Elif(self.a.valid & self.a.ready):
                 m.d.sync += sent.eq(sent | seg)
             counts["seg"] = seg
-            counts["zeros"] = Mux(slice_end, _popcount(inside & ~nz), 0)
+            counts["zeros"] = Mux(slice_end, popcount(inside & ~nz), 0)
             return slice_end
 
         _a_walker(m, self.a, rows=rows, cols=cfg.cols, start=start, n_slices=d.k,
                   slice_step=k.ohow[:aw_a], ng=k.crs, lane_layout=a_layout,
                   lane_origin=a_origin, lane_step=a_step, beat=a_beat, name="a")
         seg = counts["seg"]
-        self._count(m, "a", addrs=seg != 0, words=_popcount(seg), zeros=counts["zeros"])
+        self._count(m, "a", addrs=seg != 0, words=popcount(seg), zeros=counts["zeros"])
 
         # --- stream b: im2col of X ------------------------------------------------------------
         # Row (B row): (n, i, j); raddr = n*C*H*W + i*W + j, ipart = the same with j = 0.
@@ -883,9 +879,9 @@ class DilatedAddressGenerator(_AddressGenerator):
             row_layout=row_layout, row_origin=row_origin, row_step=row_step,
             lane_layout=lane_layout, lane_origin=lane_origin, lane_step=lane_step,
             beat=b_beat, name="b")
-        words = _popcount(masks)
+        words = popcount(masks)
         self._count(m, "b", addrs=words, words=words,
-                    zeros=_popcount(i & ~mk for i, mk in zip(insides, masks)))
+                    zeros=popcount(i & ~mk for i, mk in zip(insides, masks)))
 
 
 def _operand_shape(config):
@@ -893,7 +889,7 @@ def _operand_shape(config):
     return arith_for(config).operand_shape
 
 
-class MaskExpander(wiring.Component):
+class MaskExpander(CheckedComponent):
     """Buffer side of the transposed mode: completes one B row read lane by lane.
 
     The buffer returns, for a beat of :class:`TransposedAddressGenerator`'s ``b`` stream, one
@@ -909,8 +905,11 @@ class MaskExpander(wiring.Component):
         One registered stage, one row per cycle; ``i.ready = ~o.valid | o.ready``.
     """
 
+    @classmethod
+    def check_parameters(cls, config, *args, **kwargs):
+        require_config(config)
+
     def __init__(self, config):
-        _check_config(self, config)
         self.config = config
         layout = data.StructLayout({
             "data": data.ArrayLayout(_operand_shape(config), config.cols),
@@ -933,7 +932,7 @@ class MaskExpander(wiring.Component):
         return m
 
 
-class CrossbarRecovery(wiring.Component):
+class CrossbarRecovery(CheckedComponent):
     """Buffer side of the dilated mode: puts consecutive compact elements back in their lanes.
 
     For a beat of :class:`DilatedAddressGenerator`'s ``a`` stream, the buffer returns ``rows``
@@ -950,8 +949,11 @@ class CrossbarRecovery(wiring.Component):
         ``i.ready = ~o.valid | o.ready``.
     """
 
+    @classmethod
+    def check_parameters(cls, config, *args, **kwargs):
+        require_config(config)
+
     def __init__(self, config):
-        _check_config(self, config)
         self.config = config
         op = _operand_shape(config)
         lanes = data.ArrayLayout(op, config.rows)

@@ -42,7 +42,7 @@ from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from bpsa.config import Config
+from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 
 __all__ = [
@@ -64,23 +64,17 @@ _NONZERO_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w
 
 # --- widths and layouts --------------------------------------------------------------------
 
-def _check_config(config):
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a Config, not {config!r}")
-    return config
-
-
-def _addr_width(config):
+def addr_width(config):
     """Bits of an SRAM word address (the SRAM is ``buf_a_depth`` words deep)."""
     return ceil_log2(config.buf_a_depth)
 
 
-def _ptr_width(config):
-    """Bits of an element address; pointer arithmetic is modulo ``2**_ptr_width``."""
-    return _addr_width(config) + exact_log2(config.feeder_bus_width)
+def ptr_width(config):
+    """Bits of an element address; pointer arithmetic is modulo ``2**ptr_width``."""
+    return addr_width(config) + exact_log2(config.feeder_bus_width)
 
 
-def _coord_width(config):
+def coord_width(config):
     """Bits of the (signed) coordinates and counter values: room for ``rows * 2**dim_width``
     plus padding and the pattern width."""
     return config.dim_width + ceil_log2(config.rows + 1) + 4
@@ -99,7 +93,7 @@ def layer_layout(config):
     """
     dim = unsigned(config.dim_width)
     fields = {name: dim for name in _SHAPE_FIELDS}
-    fields["base"] = unsigned(_ptr_width(config))
+    fields["base"] = unsigned(ptr_width(config))
     fields["ctx_count"] = unsigned(2 * config.dim_width)
     return data.StructLayout({name: fields[name] for name in LAYER_FIELDS})
 
@@ -131,7 +125,7 @@ def feed_layout(config):
 def counter_setup_layout(config):
     """Per-layer values of :class:`IndexCounters`, derived from the descriptor by
     :func:`counter_setup` (Python) or the :class:`DataFeeder`'s setup (hardware)."""
-    cw, pw, dim = _coord_width(config), _ptr_width(config), config.dim_width
+    cw, pw, dim = coord_width(config), ptr_width(config), config.dim_width
     cu, pu, du = unsigned(cw), unsigned(pw), unsigned(dim)
     return data.StructLayout({
         "span_all": cu,      # (R-1)*s_w + (S-1)*d_w + 1: columns of an interest-region row
@@ -162,8 +156,8 @@ def step_layout(config):
     """
     bw = config.feeder_bus_width
     return data.StructLayout({
-        "addr": unsigned(_addr_width(config)), "goff": unsigned(exact_log2(bw)),
-        "offset": signed(_coord_width(config)), "read": unsigned(1),
+        "addr": unsigned(addr_width(config)), "goff": unsigned(exact_log2(bw)),
+        "offset": signed(coord_width(config)), "read": unsigned(1),
         "lo": unsigned(ceil_log2(bw + 1)), "hi": unsigned(ceil_log2(bw + 1)),
         "row_last": unsigned(1), "ctx_last_row": unsigned(1), "ctx_last": unsigned(1),
         "last": unsigned(1), "active": unsigned(config.rows),
@@ -241,7 +235,7 @@ def counter_setup(config, layer):
     """The :func:`counter_setup_layout` values of a checked layer, as a dict (the hardware
     derives the same values in its setup)."""
     f = layer_value(config, layer)
-    pmask = (1 << _ptr_width(config)) - 1
+    pmask = (1 << ptr_width(config)) - 1
     span_w = (f["kernel_w"] - 1) * f["dil_w"] + 1
     span_h = (f["kernel_h"] - 1) * f["dil_h"] + 1
     h, w = f["height"], f["width"]
@@ -339,7 +333,7 @@ class IndexCounters(wiring.Component):
     """
 
     def __init__(self, config):
-        self.config = _check_config(config)
+        self.config = require_config(config)
         super().__init__({
             "setup": In(counter_setup_layout(config)), "start": In(1), "en": In(1),
             "valid": Out(1), "step": Out(step_layout(config)),
@@ -349,7 +343,7 @@ class IndexCounters(wiring.Component):
         cfg = self.config
         m = Module()
         su = self.setup
-        cw, pw = _coord_width(cfg), _ptr_width(cfg)
+        cw, pw = coord_width(cfg), ptr_width(cfg)
         bw, lb = cfg.feeder_bus_width, exact_log2(cfg.feeder_bus_width)
 
         names = ("x", "y", "c", "cx", "cy", "n")
@@ -479,7 +473,7 @@ class KernelPatternShifter(wiring.Component):
         if not isinstance(offset_width, int) or offset_width < 2:
             raise TypeError(f"offset_width must be an integer of at least 2, not "
                             f"{offset_width!r}")
-        self.config = _check_config(config)
+        self.config = require_config(config)
         super().__init__({
             "pattern": In(config.feeder_pattern_width), "offset": In(signed(offset_width)),
             "sel": Out(config.feeder_bus_width),
@@ -540,7 +534,7 @@ class FeedLane(wiring.Component):
         if not isinstance(offset_width, int) or offset_width < 2:
             raise TypeError(f"offset_width must be an integer of at least 2, not "
                             f"{offset_width!r}")
-        self.config = _check_config(config)
+        self.config = require_config(config)
         self.offset_width = offset_width
         op = arith_for(config).operand_shape
         pw = config.feeder_pattern_width
@@ -671,12 +665,12 @@ class DataFeeder(wiring.Component):
     """
 
     def __init__(self, config):
-        self.config = _check_config(config)
+        self.config = require_config(config)
         op = arith_for(config).operand_shape
         super().__init__({
             "layer": In(layer_layout(config)), "start": In(1),
             "busy": Out(1), "error": Out(1),
-            "sram": In(ReadPort.Signature(addr_width=_addr_width(config),
+            "sram": In(ReadPort.Signature(addr_width=addr_width(config),
                                           shape=data.ArrayLayout(op, config.feeder_bus_width))),
             "feed": Out(stream.Signature(feed_layout(config))),
             "words_read": Out(32), "stall_cycles": Out(32), "fifo_stall_cycles": Out(32),
@@ -688,7 +682,7 @@ class DataFeeder(wiring.Component):
         m = Module()
         bw, r_n, mr = cfg.feeder_bus_width, cfg.rows, cfg.feeder_lane_regs
         pwid = cfg.feeder_pattern_width
-        cw, ptrw, dim = _coord_width(cfg), _ptr_width(cfg), cfg.dim_width
+        cw, ptrw, dim = coord_width(cfg), ptr_width(cfg), cfg.dim_width
 
         state = Signal(FeederState)
         lay = Signal(layer_layout(cfg))

@@ -25,12 +25,13 @@ cycle, comparators only).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, enum, stream
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.config import Config
-from bpsa.gateware.bp_im2col import _lanes_layout, _popcount
+from bpsa.gateware.bp_im2col import lanes_layout, popcount
 
 __all__ = ["COUNTERS", "DESC_FIELDS", "Im2colAddressGenerator", "Im2colError",
            "desc_layout", "mat_width"]
@@ -69,7 +70,7 @@ def desc_layout(config):
     return data.StructLayout(fields)
 
 
-class Im2colAddressGenerator(wiring.Component):
+class Im2colAddressGenerator(CheckedComponent):
     """Dense matrix walker of a traditional im2col accelerator (see the module docstring).
 
     Members
@@ -90,18 +91,20 @@ class Im2colAddressGenerator(wiring.Component):
         descriptor), sends no beat and returns to idle. Prologue: 1 cycle (the check).
     """
 
-    def __init__(self, config):
+    @classmethod
+    def check_parameters(cls, config):
         if not isinstance(config, Config):
-            self._MustUse__silence = True
             raise TypeError(f"config must be a Config, not {config!r}")
+
+    def __init__(self, config):
         self.config = config
         self.mw = mat_width(config)
         self.aw_a = exact_log2(config.buf_a_depth)
         self.aw_b = exact_log2(config.buf_b_depth)
         members = {
             "desc": In(stream.Signature(desc_layout(config))),
-            "a": Out(stream.Signature(_lanes_layout(self.aw_a, config.rows))),
-            "b": Out(stream.Signature(_lanes_layout(self.aw_b, config.cols))),
+            "a": Out(stream.Signature(lanes_layout(self.aw_a, config.rows))),
+            "b": Out(stream.Signature(lanes_layout(self.aw_b, config.cols))),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(Im2colError),
         }
         members.update({f"count_{name}": Out(COUNTER_WIDTH) for name in COUNTERS})
@@ -228,7 +231,7 @@ class Im2colAddressGenerator(wiring.Component):
                 c = counters[f"{side}_stalls"]
                 m.d.sync += c.eq(c + 1)
             with m.If(port.valid & port.ready):
-                words = _popcount(masks)
+                words = popcount(masks)
                 for name, inc in (("beats", 1), ("addrs", words), ("words", words)):
                     c = counters[f"{side}_{name}"]
                     m.d.sync += c.eq(c + inc)

@@ -21,6 +21,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.plan.setup import UNIT_WIDTH
 
 __all__ = ["SETUP_WIDTH", "ArithOp", "SeqMulDiv", "alu_signature", "setup_alu"]
@@ -42,7 +43,7 @@ def alu_signature(width):
                              "result": In(width), "overflow": In(1)})
 
 
-class SeqMulDiv(wiring.Component):
+class SeqMulDiv(CheckedComponent):
     """Sequential unsigned multiply / divide (see the module docstring).
 
     Parameters
@@ -51,10 +52,12 @@ class SeqMulDiv(wiring.Component):
         Bits of the operands and the result, in [2, 64].
     """
 
-    def __init__(self, width):
+    @classmethod
+    def check_parameters(cls, width):
         if not isinstance(width, int) or not 2 <= width <= 64:
-            self._MustUse__silence = True
             raise ValueError(f"width must be an integer in [2, 64], not {width!r}")
+
+    def __init__(self, width):
         self.width = width
         super().__init__({
             "start": In(1), "op": In(ArithOp), "a": In(width), "b": In(width),

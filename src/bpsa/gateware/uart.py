@@ -17,9 +17,11 @@ bit, data and stop bit; ``tx`` idles high.
 """
 
 from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import stream
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
+
+from bpsa.gateware.checked import CheckedComponent
 
 __all__ = ["BAUD_RANGE", "CLK_RANGE", "MIN_DIVISOR", "UartRx", "UartTx", "uart_divisor"]
 
@@ -40,7 +42,7 @@ def _check_number(name, value, lo, hi):
         raise ValueError(f"{name} must be in [{lo}, {hi}], not {value!r}")
 
 
-def _check_divisor(divisor):
+def check_divisor(divisor):
     if isinstance(divisor, bool) or not isinstance(divisor, int) \
             or not MIN_DIVISOR <= divisor <= MAX_DIVISOR:
         raise ValueError(f"divisor must be an integer in [{MIN_DIVISOR}, {MAX_DIVISOR}], "
@@ -72,7 +74,7 @@ def uart_divisor(clk_freq, baud):
     return divisor
 
 
-class UartTx(wiring.Component):
+class UartTx(CheckedComponent):
     """8N1 transmitter.
 
     Members
@@ -85,12 +87,12 @@ class UartTx(wiring.Component):
         A byte is being shifted out.
     """
 
+    @classmethod
+    def check_parameters(cls, divisor):
+        check_divisor(divisor)
+
     def __init__(self, divisor):
-        try:
-            self.divisor = _check_divisor(divisor)
-        except ValueError:
-            self._MustUse__silence = True    # refused: no "created but never used" warning
-            raise
+        self.divisor = divisor
         super().__init__({
             "i": In(stream.Signature(8)),
             "tx": Out(1, init=1),
@@ -116,7 +118,7 @@ class UartTx(wiring.Component):
         return m
 
 
-class UartRx(wiring.Component):
+class UartRx(CheckedComponent):
     """8N1 receiver.
 
     Members
@@ -131,12 +133,12 @@ class UartRx(wiring.Component):
         One-cycle pulse: a byte arrived before the previous one was taken (it replaces it).
     """
 
+    @classmethod
+    def check_parameters(cls, divisor):
+        check_divisor(divisor)
+
     def __init__(self, divisor):
-        try:
-            self.divisor = _check_divisor(divisor)
-        except ValueError:
-            self._MustUse__silence = True    # refused: no "created but never used" warning
-            raise
+        self.divisor = divisor
         super().__init__({
             "rx": In(1, init=1),
             "o": Out(stream.Signature(8)),

@@ -8,11 +8,12 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_lite import ADDR_WIDTH as AXIL_ADDR_WIDTH
 from bpsa.gateware.axi_lite import AxiResp, axi_lite_signature
 from bpsa.gateware.axi_sram import mem_port_signature
 from bpsa.gateware.enums import hw_enum
-from bpsa.gateware.uart import UartRx, UartTx, _check_divisor
+from bpsa.gateware.uart import UartRx, UartTx, check_divisor
 from bpsa.spec import bridge
 
 __all__ = ["Command", "Status", "UartBridge", "UartBridgeCore"]
@@ -23,7 +24,7 @@ Command = hw_enum(bridge.Command, 8)
 Status = hw_enum(bridge.Status, 4)
 
 
-class UartBridgeCore(wiring.Component):
+class UartBridgeCore(CheckedComponent):
     """The protocol engine between byte streams and the two buses (no UART).
 
     Parameters
@@ -48,22 +49,23 @@ class UartBridgeCore(wiring.Component):
         The memory's word port.
     """
 
-    def __init__(self, *, mem_addr_width, timeout=1 << 20, axil_addr_width=AXIL_ADDR_WIDTH):
+    @classmethod
+    def check_parameters(cls, *, mem_addr_width, timeout=1 << 20,
+                         axil_addr_width=AXIL_ADDR_WIDTH):
         if isinstance(mem_addr_width, bool) or not isinstance(mem_addr_width, int) \
                 or not 1 <= mem_addr_width <= 29:
-            self._MustUse__silence = True
             raise ValueError(f"mem_addr_width must be an integer in [1, 29], "
                              f"not {mem_addr_width!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, int) \
                 or not 16 <= timeout <= 1 << 32:
-            self._MustUse__silence = True
             raise ValueError(f"timeout must be an integer in [16, {1 << 32}] cycles, "
                              f"not {timeout!r}")
         if isinstance(axil_addr_width, bool) or not isinstance(axil_addr_width, int) \
                 or not 3 <= axil_addr_width <= 32:
-            self._MustUse__silence = True
             raise ValueError(f"axil_addr_width must be an integer in [3, 32], "
                              f"not {axil_addr_width!r}")
+
+    def __init__(self, *, mem_addr_width, timeout=1 << 20, axil_addr_width=AXIL_ADDR_WIDTH):
         self.mem_addr_width = mem_addr_width
         self.timeout = timeout
         self.axil_addr_width = axil_addr_width
@@ -275,7 +277,7 @@ def _ok_or_bad(bad):
     return Cat(Const(0, 2), bad, Const(0, 1))
 
 
-class UartBridge(wiring.Component):
+class UartBridge(CheckedComponent):
     """The UART (:class:`bpsa.gateware.uart.UartRx`, :class:`bpsa.gateware.uart.UartTx`) and the protocol engine
     (:class:`UartBridgeCore`; see the module docstring for the protocol).
 
@@ -291,16 +293,20 @@ class UartBridge(wiring.Component):
         Bytes dropped for a low stop bit or overrun (saturating count).
     """
 
+    @classmethod
+    def check_parameters(cls, *, divisor, mem_addr_width, timeout=None,
+                         axil_addr_width=AXIL_ADDR_WIDTH):
+        check_divisor(divisor)
+        UartBridgeCore.check_parameters(
+            mem_addr_width=mem_addr_width, axil_addr_width=axil_addr_width,
+            timeout=1000 * 10 * divisor if timeout is None else timeout)
+
     def __init__(self, *, divisor, mem_addr_width, timeout=None,
                  axil_addr_width=AXIL_ADDR_WIDTH):
-        try:
-            self.divisor = _check_divisor(divisor)
-            self.timeout = 1000 * 10 * divisor if timeout is None else timeout
-            self.core = UartBridgeCore(mem_addr_width=mem_addr_width, timeout=self.timeout,
-                                       axil_addr_width=axil_addr_width)
-        except ValueError:
-            self._MustUse__silence = True    # refused: no "created but never used" warning
-            raise
+        self.divisor = divisor
+        self.timeout = 1000 * 10 * divisor if timeout is None else timeout
+        self.core = UartBridgeCore(mem_addr_width=mem_addr_width, timeout=self.timeout,
+                                   axil_addr_width=axil_addr_width)
         super().__init__({
             "rx": In(1, init=1),
             "tx": Out(1, init=1),

@@ -54,8 +54,9 @@ from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.config import Config
-from bpsa.gateware.axi_sram import AxiSram
+from bpsa.config import require_config
+from bpsa.gateware.checked import CheckedComponent
+from bpsa.gateware.axi_sram import AxiSram, word_addr_width
 from bpsa.gateware.uart import uart_divisor
 from bpsa.gateware.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
@@ -96,7 +97,7 @@ def load_core(spec=None):
     return getattr(importlib.import_module(module), attr)
 
 
-class SocTop(wiring.Component):
+class SocTop(CheckedComponent):
     """Core + UART bridge + SRAM (see the module docstring).
 
     Parameters
@@ -119,20 +120,21 @@ class SocTop(wiring.Component):
     frame_errors : Out(16)
     """
 
+    @classmethod
+    def check_parameters(cls, config, *, core=None, sram_bytes=8192, divisor=104,
+                         timeout=None):
+        require_config(config)
+        load_core(core)
+        AxiSram.check_parameters(sram_bytes)
+        UartBridge.check_parameters(divisor=divisor, timeout=timeout,
+                                    mem_addr_width=word_addr_width(sram_bytes))
+
     def __init__(self, config, *, core=None, sram_bytes=8192, divisor=104, timeout=None):
-        try:
-            if not isinstance(config, Config):
-                raise TypeError(f"config must be a Config, not {config!r}")
-            self.config = config
-            self.core_factory = load_core(core)
-            self.sram = AxiSram(sram_bytes)
-            self.bridge = UartBridge(divisor=divisor, mem_addr_width=self.sram.word_addr_width,
-                                     timeout=timeout)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True    # refused: no "created but never used" warning
-            if hasattr(self, "sram"):
-                self.sram._MustUse__silence = True
-            raise
+        self.config = config
+        self.core_factory = load_core(core)
+        self.sram = AxiSram(sram_bytes)
+        self.bridge = UartBridge(divisor=divisor, mem_addr_width=self.sram.word_addr_width,
+                                 timeout=timeout)
         super().__init__({
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),

@@ -66,7 +66,8 @@ from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from bpsa.config import Config
+from bpsa.config import require_config
+from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.array import Dataflow, SystolicArray
 from bpsa.gateware.bp_im2col import (
@@ -145,14 +146,14 @@ def drain_layout(config):
     )
 
 
-def _popcount(bits):
+def popcount(bits):
     total = 0
     for b in bits:
         total = total + b
     return total
 
 
-class ConvBackward(wiring.Component):
+class ConvBackward(CheckedComponent):
     """Backward top: buffers A and B, both BP-im2col address generators, the crossbar, the IS
     systolic array, the baseline's reorganization engine.
 
@@ -181,13 +182,12 @@ class ConvBackward(wiring.Component):
         (``gated``).
     """
 
-    def __init__(self, config):
-        if not isinstance(config, Config):
-            self._MustUse__silence = True
-            raise TypeError(f"config must be a Config, not {config!r}")
-        if not config.has("is"):
-            self._MustUse__silence = True
+    @classmethod
+    def check_parameters(cls, config):
+        if not require_config(config).has("is"):
             raise ValueError(f"config {config.name!r} does not generate the 'is' dataflow")
+
+    def __init__(self, config):
         self.config = config
         op = arith_for(config).operand_shape
         members = {
@@ -448,7 +448,7 @@ class ConvBackward(wiring.Component):
                 s.g_mask.eq(s.gb.mask),
                 s.grow.eq(Mux(s.gb.last, 0, s.grow + 1)),
             ]
-            s.inc("b_words", _popcount(s.gb.mask))
+            s.inc("b_words", popcount(s.gb.mask))
             with s.m.If(s.gb.last):
                 s.m.d.sync += s.issued.eq(s.issued + 1)
         s.row_vals = [Mux(s.g_mask[j], s.b_ports[j].data, 0) for j in range(s.C)]
@@ -458,7 +458,7 @@ class ConvBackward(wiring.Component):
                     with s.m.If((s.g_bank == b) & (s.g_row == i)):
                         for j in range(s.C):
                             s.m.d.sync += s.tile_regs[b][i][j].eq(s.row_vals[j])
-            s.inc("zeros_b", _popcount([v == 0 for v in s.row_vals]))
+            s.inc("zeros_b", popcount([v == 0 for v in s.row_vals]))
             with s.m.If(s.g_last):
                 s.m.d.sync += s.gathered.eq(s.gathered + 1)
             with s.m.If(s.g_end):
@@ -493,7 +493,7 @@ class ConvBackward(wiring.Component):
                 s.aend.eq(s.a_end),
                 s.aslice.eq(~s.grad | s.ga.slice_end),
             ]
-            s.inc("a_words", _popcount(s.a_mask))
+            s.inc("a_words", popcount(s.a_mask))
             with s.m.If(~s.grad | s.ga.slice_end):
                 s.inc("vectors")
         # Gradient: the crossbar merges the beats of a slice (one registered stage).
@@ -530,7 +530,7 @@ class ConvBackward(wiring.Component):
         for j in range(s.C):
             s.m.d.comb += s.arr.b_data[j].eq(0)
         with s.m.If(s.vec_v):
-            s.inc("zeros_a", _popcount([v == 0 for v in s.vec]))
+            s.inc("zeros_a", popcount([v == 0 for v in s.vec]))
 
     def _fc_walker(self, s):
         """FC backward: the dense walker, W-tile gatherer and drains."""
@@ -594,7 +594,7 @@ class ConvBackward(wiring.Component):
                     s.f_g_row.eq(s.f_g_row + 1),
                     s.f_g_wrow.eq(s.f_g_wrow + s.d.c),
                 ]
-                s.inc("b_words", _popcount(s.g_mask))
+                s.inc("b_words", popcount(s.g_mask))
                 with s.m.If(s.f_g_row == s.R - 1):
                     s.m.d.sync += [s.f_g_active.eq(0), s.f_g_idx.eq(s.f_g_idx + 1), s.f_g_row.eq(0)]
                     with s.m.If(s.f_g_o0 + s.R >= s.d.k):  # next input block
@@ -633,8 +633,8 @@ class ConvBackward(wiring.Component):
                         s.m.d.comb += s.b_ports[j].addr.eq(
                             (s.f_brow + s.f_i0 + j + s.d.base_b)[: s.aw_b]
                         )
-                    s.inc("a_words", _popcount(s.amask))
-                    s.inc("b_words", _popcount(s.bmask))
+                    s.inc("a_words", popcount(s.amask))
+                    s.inc("b_words", popcount(s.bmask))
                     s.inc("vectors")
                 s.m.d.sync += [
                     s.s1_tag.eq(s.f_tag),
@@ -658,8 +658,8 @@ class ConvBackward(wiring.Component):
                 s.m.d.comb += [s.arr.b_data[j].eq(s.f_b[j]) for j in range(s.C)]
             with s.m.If(s.s1_v & ~s.s1_tag):
                 s.m.d.sync += s.seen_a.eq(1)
-                s.inc("zeros_a", _popcount([v == 0 for v in s.f_a]))
-                s.inc("zeros_b", _popcount([v == 0 for v in s.f_b]))
+                s.inc("zeros_a", popcount([v == 0 for v in s.f_a]))
+                s.inc("zeros_b", popcount([v == 0 for v in s.f_b]))
 
             # Drains: W tile k + 2 (register k % 2) shifts in, row R-1 first, as dW tile k
             # leaves.

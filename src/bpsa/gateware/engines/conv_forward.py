@@ -39,13 +39,8 @@ from amaranth.utils import ceil_log2
 
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, SystolicArray
-from bpsa.gateware.feeder import (
-    DataFeeder,
-    _addr_width,
-    _check_config,
-    _coord_width,
-    _ptr_width,
-)
+from bpsa.config import require_config
+from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
 
 __all__ = [
@@ -84,7 +79,7 @@ def conv_layer_layout(config):
     dim = unsigned(config.dim_width)
     fields = {name: dim for name in _SHAPE_FIELDS}
     fields["out_channels"] = dim
-    fields["x_base"] = unsigned(_ptr_width(config))
+    fields["x_base"] = unsigned(ptr_width(config))
     fields["w_base"] = unsigned(_waddr_width(config))
     return data.StructLayout(fields)
 
@@ -118,7 +113,7 @@ def check_config(config):
     """Return ``config`` when a :class:`ConvForward` can be generated for it; otherwise raise
     :exc:`TypeError` (not a :class:`~bpsa.config.Config`) or :exc:`ValueError` naming the
     parameter: the ``os`` dataflow and the reserve registers are needed."""
-    _check_config(config)
+    require_config(config)
     if not config.has("os"):
         raise ValueError(f"ConvForward needs the 'os' dataflow, not dataflows "
                          f"{list(config.dataflows)!r}")
@@ -169,7 +164,7 @@ def check_layer(config, layer):
     dict; missing ``pad_h``, ``pad_w``, ``x_base`` and ``w_base`` mean 0, a missing
     ``pad_bottom`` means ``pad_h``). The hardware refuses the same
     descriptors with ``error``, except those whose values do not fit the descriptor fields."""
-    _check_config(config)
+    require_config(config)
     f = _fields(layer)
     layout = conv_layer_layout(config)
     for name in CONV_FIELDS:
@@ -220,7 +215,7 @@ class WeightFetcher(wiring.Component):
     """
 
     def __init__(self, config):
-        self.config = _check_config(config)
+        self.config = require_config(config)
         op = arith_for(config).operand_shape
         aw = _waddr_width(config)
         super().__init__({
@@ -317,7 +312,7 @@ class ConvForward(wiring.Component):
             "layer": In(conv_layer_layout(config)), "start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1),
             "x_write": Out(WritePort.Signature(
-                addr_width=_addr_width(config),
+                addr_width=addr_width(config),
                 shape=data.ArrayLayout(op, config.feeder_bus_width))),
             "w_write": Out(WritePort.Signature(
                 addr_width=_waddr_width(config), shape=data.ArrayLayout(op, config.cols))),
@@ -331,7 +326,7 @@ class ConvForward(wiring.Component):
         cfg = self.config
         m = Module()
         R, C, B = cfg.rows, cfg.cols, cfg.feeder_bus_width
-        dim, cw = cfg.dim_width, _coord_width(cfg)
+        dim, cw = cfg.dim_width, coord_width(cfg)
         op = arith_for(cfg).operand_shape
 
         # --- buffers and blocks -------------------------------------------------------------
