@@ -23,7 +23,8 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.gateware.checked import CheckedComponent
 
-__all__ = ["BAUD_RANGE", "CLK_RANGE", "MIN_DIVISOR", "UartRx", "UartTx", "uart_divisor"]
+__all__ = ["BAUD_RANGE", "CLK_RANGE", "MIN_DIVISOR", "UartRx", "UartTx", "check_divisor",
+           "uart_divisor"]
 
 #: Allowed clock frequencies (Hz).
 CLK_RANGE = (1_000, 1_000_000_000)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from bpsa.models import golden
+from bpsa.spec.layer import LayerGeometry
 
 __all__ = [
     "LAYER_FIELDS", "Layer", "Step", "contexts", "kernel_pattern", "shift_pattern",
@@ -48,7 +49,7 @@ def _pair(v):
 
 
 @dataclass(frozen=True)
-class Layer:
+class Layer(LayerGeometry):
     """One forward convolution as the feeder sees it (the Python view of its descriptor).
 
     Shapes: ``batch`` N, ``channels`` C, ``height`` H, ``width`` W, kernel ``kernel_h`` x
@@ -87,30 +88,6 @@ class Layer:
         out = asdict(self)
         out["pad_bottom"] = self.pad_b
         return out
-
-    @property
-    def pad_b(self):
-        """Bottom padding (``pad_h`` unless set)."""
-        return self.pad_h if self.pad_bottom is None else self.pad_bottom
-
-    @property
-    def stride(self):
-        return (self.stride_h, self.stride_w)
-
-    @property
-    def pad(self):
-        return (self.pad_h, self.pad_w)
-
-    @property
-    def dil(self):
-        return (self.dil_h, self.dil_w)
-
-    @property
-    def out_hw(self):
-        """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
-        return golden.output_hw((self.height + self.pad_h + self.pad_b, self.width),
-                                (self.kernel_h, self.kernel_w), self.stride,
-                                (0, self.pad_w), self.dil)
 
     @property
     def span_w(self):

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "out_size", "output_hw", "pair", "parse_fc",
+__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "out_size", "output_hw", "pair", "parse_fc",
            "parse_layer"]
 
 
@@ -71,8 +71,38 @@ def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
     return tuple(out_size(hw[a], rs[a], s[a], p[a], d[a]) for a in range(2))
 
 
+class LayerGeometry:
+    """Per-axis views and the output size of a layer with the fields ``height``, ``width``,
+    ``kernel_h``, ``kernel_w``, ``stride_h``, ``stride_w``, ``pad_h``, ``pad_w``, ``dil_h``,
+    ``dil_w`` and ``pad_bottom`` (``None``: ``pad_h``, symmetric)."""
+
+    @property
+    def pad_b(self):
+        """Bottom padding (``pad_h`` unless set)."""
+        return self.pad_h if self.pad_bottom is None else self.pad_bottom
+
+    @property
+    def stride(self):
+        return (self.stride_h, self.stride_w)
+
+    @property
+    def pad(self):
+        return (self.pad_h, self.pad_w)
+
+    @property
+    def dil(self):
+        return (self.dil_h, self.dil_w)
+
+    @property
+    def out_hw(self):
+        """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
+        return output_hw((self.height + self.pad_h + self.pad_b, self.width),
+                         (self.kernel_h, self.kernel_w), self.stride, (0, self.pad_w),
+                         self.dil)
+
+
 @dataclass(frozen=True)
-class ConvLayer:
+class ConvLayer(LayerGeometry):
     """One convolution layer (see the module docstring); ``pad_bottom`` pads the bottom
     differently from the top (``None``: ``pad_h``, symmetric)."""
     batch: int
@@ -96,27 +126,11 @@ class ConvLayer:
         (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
         return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom)
 
-    @property
-    def pad_b(self):
-        return self.pad_h if self.pad_bottom is None else self.pad_bottom
-
     def padded_rows(self, x):
         """``x`` with its top / bottom padding made explicit (the golden model's padding is
         symmetric; the rows' is then 0)."""
         return np.pad(np.asarray(x, dtype=np.int64),
                       ((0, 0), (0, 0), (self.pad_h, self.pad_b), (0, 0)))
-
-    @property
-    def stride(self):
-        return (self.stride_h, self.stride_w)
-
-    @property
-    def pad(self):
-        return (self.pad_h, self.pad_w)
-
-    @property
-    def dil(self):
-        return (self.dil_h, self.dil_w)
 
     @property
     def x_shape(self):
@@ -130,13 +144,6 @@ class ConvLayer:
     def crs(self):
         """Elements of one im2col row (the depth of a context): ``C*R*S``."""
         return self.channels * self.kernel_h * self.kernel_w
-
-    @property
-    def out_hw(self):
-        """``(OH, OW)``; raises ``ValueError`` when the kernel does not fit the padded input."""
-        return output_hw((self.height + self.pad_h + self.pad_b, self.width),
-                         (self.kernel_h, self.kernel_w), self.stride, (0, self.pad_w),
-                         self.dil)
 
     def text(self):
         """The layer string (:func:`parse_layer` reads it back)."""
