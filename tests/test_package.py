@@ -32,8 +32,10 @@ def installed(tmp_path_factory):
     tree = tmp / "tree"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "sim_build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    # pip and the build backend are not our code: their warnings stay warnings
+    tools_env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "-q",
-                    "-w", str(tmp / "dist")], check=True, cwd=tmp)
+                    "-w", str(tmp / "dist")], check=True, cwd=tmp, env=tools_env)
     wheel, = (tmp / "dist").glob("backprop_systolic-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bpsa/presets/small.toml" in names and "bpsa/workloads/conv_layers.csv" in names
@@ -47,7 +49,7 @@ def installed(tmp_path_factory):
                           capture_output=True, text=True).stdout.strip()
     (Path(site) / "bpsa_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([bin_dir / "python", "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                    str(wheel)], check=True)
+                    str(wheel)], check=True, env=tools_env)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # reuse this checkout's Verilator builds (keyed by the Verilog's hash)
     env["BPSA_SIM_BUILD"] = str((ROOT / "sim_build").resolve())
