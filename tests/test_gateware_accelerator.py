@@ -276,8 +276,8 @@ def test_fc_backward_interleaved_verilator(tmp_path):
 
 
 def test_baseline_operands_equal_golden():
-    """The traditional flow's zero-spaced operands, convolved forward by ``bpsa.models.golden``, give
-    the golden dX and dW (random shapes, strides, paddings, dilations)."""
+    """The traditional flow's zero-spaced operands, convolved forward by ``bpsa.models.golden``,
+    give the golden dX and dW (random shapes, strides, paddings, dilations)."""
     from bpsa.host.driver import baseline_gradient_operands, baseline_loss_operands
     rng = np.random.default_rng(4)
     done = 0

@@ -1,6 +1,6 @@
-"""The DMA engine: Amaranth-simulator tests against ``bpsa.gateware.dma.reference`` through a tiny Python
-AXI4 RAM (random ready/valid delays, protocol checks, error regions), and the cocotb/Verilator
-testbench with cocotbext-axi's AXI RAM model."""
+"""The DMA engine: Amaranth-simulator tests against ``bpsa.gateware.dma.reference`` through a tiny
+Python AXI4 RAM (random ready/valid delays, protocol checks, error regions), and the
+cocotb/Verilator testbench with cocotbext-axi's AXI RAM model."""
 
 import gc
 import random
@@ -35,8 +35,9 @@ CONFIGS = {
 
 
 class ByteMemory:
-    """Sparse byte memory with the ``read`` / ``write`` interface of ``bpsa.gateware.dma.reference``;
-    bytes never written read as a fixed pseudo-random function of their address."""
+    """Sparse byte memory with the ``read`` / ``write`` interface of
+    ``bpsa.gateware.dma.reference``; bytes never written read as a fixed pseudo-random function of
+    their address."""
 
     def __init__(self, seed):
         self.bytes = {}

@@ -347,8 +347,8 @@ def test_traffic_counts_explicit_im2col():
 
 
 def test_cli_refuses_bad_layers(capsys):
-    """``bpsa sim --engine --phase forward``: a bad layer string or a layer the hardware cannot run is
-    one ``bpsa: error:`` line and exit status 2 (nothing is built)."""
+    """``bpsa sim --engine --phase forward``: a bad layer string or a layer the hardware cannot run
+    is one ``bpsa: error:`` line and exit status 2 (nothing is built)."""
     from bpsa.cli import main
     for args, reason in [
         (["--layer", "C=1,H=4,K=1,R=1,bogus=1"], "unknown layer key 'bogus'"),

@@ -1,6 +1,7 @@
-"""Traditional im2col address generator (the dense matrix walker of src/bpsa/gateware/im2col_addr.py): every
-beat of both streams against a naive Python model of the tiled GEMM walk, under random
-backpressure, on 4x4 and 3x5 arrays; refused descriptors; the Verilog top."""
+"""Traditional im2col address generator (the dense matrix walker of
+src/bpsa/gateware/im2col_addr.py): every beat of both streams against a naive Python model of the
+tiled GEMM walk, under random backpressure, on 4x4 and 3x5 arrays; refused descriptors; the Verilog
+top."""
 
 import random
 from typing import NamedTuple

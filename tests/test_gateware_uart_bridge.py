@@ -157,5 +157,6 @@ def test_uart_bridge_verilator():
     from bpsa.verify.board_tops import register_tops
     from bpsa.verify.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_uart_bridge", top="uart_bridge")
+    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_uart_bridge",
+                                 top="uart_bridge")
     assert tests == 3 and failures == 0

@@ -1,7 +1,8 @@
 """The host driver's own logic (:mod:`bpsa.host.driver`), numpy only: column strips for layers too
 wide for the controller, run on a stand-in accelerator that answers descriptors with
-:mod:`bpsa.models.golden` and refuses, as the hardware does, every layer :func:`bpsa.plan.tiling.plan`
-refuses. The real hardware runs strips in ``tests/test_accelerator.py`` (Verilator)."""
+:mod:`bpsa.models.golden` and refuses, as the hardware does, every layer
+:func:`bpsa.plan.tiling.plan` refuses. The real hardware runs strips in
+``tests/test_accelerator.py`` (Verilator)."""
 
 import asyncio
 import random

@@ -1,6 +1,7 @@
 """Tests of src/bpsa/models/golden.py against a naive scalar-loop model written from DESIGN.md.
 
-The naive model below shares no code with src/bpsa/models/golden.py: it walks every index of the formulas
+The naive model below shares no code with src/bpsa/models/golden.py: it walks every index of the
+formulas
 
     Y[n,k,oh,ow] = sum_{c,r,q} X[n,c, oh*s + r*d - p, ow*s + q*d - p] * W[k,c,r,q]
     dX[n,c,h,w]  = sum over (k,r,q,oh,ow) landing on (h, w) of dY[n,k,oh,ow] * W[k,c,r,q]
@@ -16,7 +17,7 @@ import pytest
 
 from bpsa.models import golden
 
-# --- naive reference (independent of src/bpsa/models/golden.py) ---------------------------------------------
+# --- naive reference (independent of src/bpsa/models/golden.py) -----------------------------
 
 def naive_out(size, kernel, s, p, d):
     return (size + 2 * p - d * (kernel - 1) - 1) // s + 1

@@ -1,6 +1,6 @@
-"""The controller's row bands (:mod:`bpsa.plan.tiling`) against :mod:`bpsa.models.golden` alone: every band
-run as its own asymmetrically padded layer (padding made explicit with ``np.pad``) and the
-pieces put together equal the whole layer, for random shapes and band heights."""
+"""The controller's row bands (:mod:`bpsa.plan.tiling`) against :mod:`bpsa.models.golden` alone:
+every band run as its own asymmetrically padded layer (padding made explicit with ``np.pad``) and
+the pieces put together equal the whole layer, for random shapes and band heights."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,8 @@
 """The board top and the bitstream flow: board settings, the resource count and fit check,
 build plans for both boards (no tools run), the fit refusal of an obviously too large
 configuration after Yosys and before place and route (through ``bpsa bitstream``), and the
-whole system end to end under Verilator (``src/bpsa/verify/tb_board.py``). Bitstream builds themselves are
-``make bitstream``, not part of the tests."""
+whole system end to end under Verilator (``src/bpsa/verify/tb_board.py``). Bitstream builds
+themselves are ``make bitstream``, not part of the tests."""
 
 import gc
 import warnings
@@ -132,7 +132,8 @@ def test_accelerator_over_serial_verilator():
     from bpsa.verify.board_tops import register_tops
     from bpsa.verify.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board_accel", top="soc_accel")
+    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board_accel",
+                                 top="soc_accel")
     assert tests == 1 and failures == 0
 
 

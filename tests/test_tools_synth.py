@@ -1,4 +1,5 @@
-"""Yosys area reports (src/bpsa/tools/synth.py): real synthesis runs of the PE through YoWASP Yosys."""
+"""Yosys area reports (src/bpsa/tools/synth.py): real synthesis runs of the PE through YoWASP
+Yosys."""
 
 import json
 
@@ -310,7 +311,8 @@ def test_design_report_blocks(small, design):
     data = design.data
     assert data["targets"] == ["generic"]
     assert data["total"] == "array"
-    assert data["skipped"] == {"no_such_block": "not registered in src/bpsa/platform/verilog.py TOPS"}
+    assert data["skipped"] == {"no_such_block":
+                               "not registered in src/bpsa/platform/verilog.py TOPS"}
     assert data["failed"] == {}
     assert list(data["blocks"]) == ["pe", "array", "im2col_addr"]
     pes = small.rows * small.cols

@@ -262,7 +262,8 @@ def cmd_bitstream(args):
         core = board.load_core(args.core)
     except (ImportError, AttributeError) as e:
         raise UserError(f"core {args.core or board.DEFAULT_CORE!r} is not available ({e}); "
-                        f"give --core module:Class (e.g. bpsa.verify.board_tops:StandInCore)") from None
+                        f"give --core module:Class (e.g. bpsa.verify.board_tops:StandInCore)"
+                        ) from None
     spec = args.config or settings.config
     if spec == "auto":
         try:

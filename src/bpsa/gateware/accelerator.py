@@ -2,18 +2,18 @@
 the layer controller.
 
 Blocks
-    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START, STATUS,
-    DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``); the forward engine
-    :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder + output-stationary array; generated when the
-    configuration has the ``os`` dataflow) and the backward engine
-    :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators + input-stationary array;
-    generated with ``is``); the P buffer (``buf_p_depth`` words of ``cols`` accumulators,
-    read-add-write accumulation of every result vector, a clear pass, DMA stores); and the
-    controller below. The address generation stays in the engines: the controller only cuts a
-    layer into tiles that fit the buffers and moves them.
+    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START,
+    STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``); the
+    forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder +
+    output-stationary array; generated when the configuration has the ``os`` dataflow) and the
+    backward engine :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators
+    + input-stationary array; generated with ``is``); the P buffer (``buf_p_depth`` words of
+    ``cols`` accumulators, read-add-write accumulation of every result vector, a clear pass, DMA
+    stores); and the controller below. The address generation stays in the engines: the controller
+    only cuts a layer into tiles that fit the buffers and moves them.
 
-External memory layout (element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width`` for
-operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
+External memory layout (element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width``
+for operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
     ========  =====================================  ========================================
     phase     inputs                                 output (ADDR_OUT)
     ========  =====================================  ========================================
@@ -66,9 +66,9 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P row
     ``n`` (words from ``n FQ``) accumulates dX[n, in block] over the output blocks, P row
     ``FNB + k`` dW[k, in block] (the engine's drained rows, queued in a FIFO for the
-    accumulate pipeline's free cycles) over the chunks. A step stores its dX rows, the block's last step the dW column
-    after them. ``FIB = min(C, (P // (K + 1)) cols, max(cols, B bank // 32))`` (rows of
-    ``FQ = ceil(FIB / cols)`` P words; a narrow block keeps room for many batch rows and
+    accumulate pipeline's free cycles) over the chunks. A step stores its dX rows, the block's last
+    step the dW column after them. ``FIB = min(C, (P // (K + 1)) cols, max(cols, B bank // 32))``
+    (rows of ``FQ = ceil(FIB / cols)`` P words; a narrow block keeps room for many batch rows and
     outputs a run), ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
     FOB, B bank // FIB - FOB, P // FQ - K)``; refused (TOO_LARGE) when ``K >= P``.
     A load is skipped when its bank already holds the same tensor slice (same address and
@@ -100,10 +100,10 @@ Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     padding beyond the kernel's reach; see above), ``ALIGN`` (an address not a
     multiple of its element size), ``WINDOW`` (a tensor of the phase, input or output, not
     inside ``[WINDOW_LO, WINDOW_HI]`` or past 4 GiB). Later failures stop the layer at once:
-    ``DMA_BUS | code`` (a bus error response; :class:`bpsa.gateware.dma.DmaError` in the low bits) and
-    ``ENGINE | code`` (an engine refused a tile: the low bits are the backward engine's
-    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine; e.g. a dilated kernel wider than
-    ``feeder_pattern_width``).
+    ``DMA_BUS | code`` (a bus error response; :class:`bpsa.gateware.dma.DmaError` in the low bits)
+    and ``ENGINE | code`` (an engine refused a tile: the low bits are the backward engine's
+    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine; e.g. a dilated kernel wider
+    than ``feeder_pattern_width``).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
@@ -327,7 +327,8 @@ class Accelerator(CheckedComponent):
             bl = bwd.layer
             m.d.comb += [bl.phase.eq(Mux(is_fc, BwdPhase.FC,
                                          Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS))),
-                         bl.baseline.eq(0), bl.n.eq(Mux(is_fc, run.batch, 1)), bl.c.eq(run.channels),
+                         bl.baseline.eq(0), bl.n.eq(Mux(is_fc, run.batch, 1)),
+                         bl.c.eq(run.channels),
                          bl.h.eq(run.height),
                          bl.w.eq(d.w), bl.k.eq(run.out_channels), bl.r.eq(d.r), bl.s.eq(d.s),
                          bl.oh.eq(run.out_height), bl.ow.eq(plan.ow), bl.stride_h.eq(d.stride_h),

@@ -23,8 +23,8 @@ Dilated (dW)      virtual dilated dY: rows     im2col of X: rows (n, i, j),     
 ================  ==========================  ===============================  ================
 
 Every address is the flat (C-order) index of the element in its compact NCHW / KCRS tensor,
-exactly ``bpsa.models.golden``'s ``a_src`` / ``b_src``; ``bpsa.models.bp_im2col_model`` is the beat-exact
-reference. No divider is used anywhere: the generators step the mixed-radix coordinates
+exactly ``bpsa.models.golden``'s ``a_src`` / ``b_src``; ``bpsa.models.bp_im2col_model`` is the
+beat-exact reference. No divider is used anywhere: the generators step the mixed-radix coordinates
 (n, h, w), (k, r, q), (n, i, j), (c, r, q) and keep every virtual coordinate pre-divided by
 the stride as a quotient/phase pair, so the NZ test of a lane is one small addition per axis.
 The only divisions (``-(d(R-1) - p)`` and ``d`` by ``s``, per axis, for the transposed mode)

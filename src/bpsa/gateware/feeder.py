@@ -631,8 +631,8 @@ class DataFeeder(wiring.Component):
     Accepts a layer descriptor with ``start`` when idle; derives the index-counter values and
     the kernel pattern (``SETUP``, ``CHECK``, ``PATTERN``: ``14 + kernel_w`` cycles), then
     reads every SRAM word of each context's interest region once, in the order of
-    ``bpsa.models.feeder_model.index_steps``, and produces the lane streams on ``feed`` (see the module
-    docstring for the pixel mapping and element order). ``busy`` stays high until the last
+    ``bpsa.models.feeder_model.index_steps``, and produces the lane streams on ``feed`` (see the
+    module docstring for the pixel mapping and element order). ``busy`` stays high until the last
     element has been accepted on ``feed``.
 
     Output timing: lane-aligned (no row skew): every ``feed`` transfer carries element ``e`` of

@@ -106,5 +106,6 @@ class SeqMulDiv(CheckedComponent):
 
 def setup_alu(config):
     """The accelerator controller's unit (``SETUP_WIDTH`` bits; ``config`` is not needed, it is
-    taken so that ``bpsa.platform.verilog`` can generate the unit alone as the top ``setup_alu``)."""
+    taken so that ``bpsa.platform.verilog`` can generate the unit alone as the top
+    ``setup_alu``)."""
     return SeqMulDiv(SETUP_WIDTH)

@@ -278,8 +278,8 @@ def _ok_or_bad(bad):
 
 
 class UartBridge(CheckedComponent):
-    """The UART (:class:`bpsa.gateware.uart.UartRx`, :class:`bpsa.gateware.uart.UartTx`) and the protocol engine
-    (:class:`UartBridgeCore`; see the module docstring for the protocol).
+    """The UART (:class:`bpsa.gateware.uart.UartRx`, :class:`bpsa.gateware.uart.UartTx`) and the
+    protocol engine (:class:`UartBridgeCore`; see the module docstring for the protocol).
 
     Members
     -------

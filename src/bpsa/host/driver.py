@@ -3,7 +3,7 @@
 A *transport* moves 32-bit register words and bytes of external memory; the driver does not
 care how. It has four coroutines::
 
-    async read32(offset) -> int          # a register, by byte offset (bpsa.spec.regmap.REGISTER_MAP)
+    async read32(offset) -> int          # a register, by byte offset (regmap.REGISTER_MAP)
     async write32(offset, value)
     async read_mem(addr, nbytes) -> bytes
     async write_mem(addr, data)
@@ -11,8 +11,8 @@ care how. It has four coroutines::
 ``bpsa.verify.tb_accelerator.CocotbTransport`` is the cocotb/Verilator one (AXI4-Lite master and AXI
 RAM of cocotbext-axi); the serial transport for a board has the same four methods.
 
-The driver lays tensors out as :mod:`bpsa.gateware.accelerator` documents (forward W and Y blocked by
-``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
+The driver lays tensors out as :mod:`bpsa.gateware.accelerator` documents (forward W and Y blocked
+by ``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
 in a memory region, writes the descriptor, starts the layer, waits for DONE, raises
 :exc:`AcceleratorError` when STATUS.ERROR is set, reads the result and the counters.
 A layer whose rows are too wide for the controller (one row band must fit a bank) runs as

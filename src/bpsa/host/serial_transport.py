@@ -1,5 +1,5 @@
-"""Host side of the UART bridge protocol (``bpsa.gateware.uart_bridge``): a pyserial transport for the
-board and a simulated serial line for cocotb, running the same protocol code.
+"""Host side of the UART bridge protocol (``bpsa.gateware.uart_bridge``): a pyserial transport for
+the board and a simulated serial line for cocotb, running the same protocol code.
 
 Every transport has four methods, the interface of the host driver:
 

@@ -10,9 +10,9 @@ hardware's tile sizes and refusals are the host's by construction.
 Expressions
     :class:`Expr` trees over names (descriptor fields, registers) and integer constants, with
     ``+ - * << >> & |`` (``&`` and ``|`` join conditions), comparisons, :func:`select`
-    (``c ? a : b``), :func:`minimum`, :func:`low_bits` and :func:`high_bits`. Arithmetic is exact (Python integers, Amaranth's
-    widening arithmetic); comparisons give 0 or 1. A value is cut to a register's width only
-    when a step writes it (two's complement, as a hardware register holds it).
+    (``c ? a : b``), :func:`minimum`, :func:`low_bits` and :func:`high_bits`. Arithmetic is exact
+    (Python integers, Amaranth's widening arithmetic); comparisons give 0 or 1. A value is cut to a
+    register's width only when a step writes it (two's complement, as a hardware register holds it).
 Steps
     :class:`Mul` / :class:`Div` (``dst = a * b``, ``a // b`` on the sequential unit: both
     operands unsigned, ``width`` bits; a product that does not fit, or a division by zero, is

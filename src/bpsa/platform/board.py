@@ -4,16 +4,16 @@ amaranth-boards platforms (ICEBreaker: iCE40UP5K; ULX3S 85F: ECP5 LFE5U-85F).
 System
     :class:`SocTop` connects
 
-    * the UART bridge (:mod:`bpsa.gateware.uart_bridge`): the host's serial line to the core's AXI4-Lite
-      register slave (``axil``) and to the SRAM's word port;
-    * the core's AXI4 master (``mem``, its DMA) to the SRAM's AXI4 slave (:mod:`bpsa.gateware.axi_sram`),
-      byte addresses ``0 .. sram_bytes - 1``;
+    * the UART bridge (:mod:`bpsa.gateware.uart_bridge`): the host's serial line to the core's
+      AXI4-Lite register slave (``axil``) and to the SRAM's word port;
+    * the core's AXI4 master (``mem``, its DMA) to the SRAM's AXI4 slave
+      (:mod:`bpsa.gateware.axi_sram`), byte addresses ``0 .. sram_bytes - 1``;
     * the core's ``irq`` to an output (a LED on the boards).
 
     The core is any ``wiring.Component`` built as ``core(config)`` with members ``axil:
-    In(axi_lite_signature(bpsa.gateware.axi_lite.ADDR_WIDTH))``, ``mem: Out(bpsa.gateware.dma.axi4_signature())``
-    and ``irq: Out(1)``; the default is ``bpsa.gateware.accelerator.Accelerator``, imported when first
-    needed.
+    In(axi_lite_signature(bpsa.gateware.axi_lite.ADDR_WIDTH))``, ``mem:
+    Out(bpsa.gateware.dma.axi4_signature())`` and ``irq: Out(1)``; the default is
+    ``bpsa.gateware.accelerator.Accelerator``, imported when first needed.
 
 Board settings
     ``bpsa/platform/boards/<board>.toml`` (:func:`load_board`): the platform class, the design clock
@@ -24,8 +24,8 @@ Board settings
 Clock
     The platform's default clock stays the board oscillator. When ``clock_hz`` equals it the
     design runs on it directly (the platform's own ``sync`` domain). Otherwise, on ECP5,
-    :class:`BoardTop` makes ``sync`` from an ``EHXPLLL`` (:mod:`bpsa.platform.pll`; the frequency must be
-    exactly reachable, else :func:`prepare` raises ValueError naming ``clock_hz``) and the
+    :class:`BoardTop` makes ``sync`` from an ``EHXPLLL`` (:mod:`bpsa.platform.pll`; the frequency
+    must be exactly reachable, else :func:`prepare` raises ValueError naming ``clock_hz``) and the
     timing constraint is on the PLL output (``FREQUENCY NET "pll.clkop"``); on iCE40 a
     ``clock_hz`` other than the oscillator is refused (no PLL is generated there).
 

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "out_size", "output_hw", "pair", "parse_fc",
-           "parse_layer"]
+__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "out_size", "output_hw", "pair",
+           "parse_fc", "parse_layer"]
 
 
 def out_size(size, kernel, stride, pad, dil, pad_end=None):

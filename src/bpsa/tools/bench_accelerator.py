@@ -8,11 +8,11 @@ through the accelerator top under Verilator (driver, AXI RAM, DMA, tiling contro
 The layers are the stride >= 2 layers of ``sim/workloads/conv_layers.csv`` with channels
 capped at ``--max-channels`` and the input at ``--max-size`` (batch ``--batch``); the
 controller tiles them over the buffers. (``bpsa.tools.bench_backward`` compares BP-im2col with the
-baseline mode at engine level, on shapes small enough for the baseline's zero-spaced copies.) Every result is checked against the golden
-model. Per layer and phase it prints cycles, array utilization (useful MACs over
-``cycles * rows * cols``), DMA bytes read and written, buffer words (A, B, P: reads + writes),
-the DMA busy cycles, how much of them overlapped compute, and the Verilator speed. With
-``--baseline``, loss and gradient also run the traditional way (rows marked ``*``): the driver
+baseline mode at engine level, on shapes small enough for the baseline's zero-spaced copies.) Every
+result is checked against the golden model. Per layer and phase it prints cycles, array utilization
+(useful MACs over ``cycles * rows * cols``), DMA bytes read and written, buffer words (A, B, P:
+reads + writes), the DMA busy cycles, how much of them overlapped compute, and the Verilator speed.
+With ``--baseline``, loss and gradient also run the traditional way (rows marked ``*``): the driver
 builds the zero-inserted / zero-padded tensors in memory and the accelerator runs them as
 forward convolutions, zeros and all.
 """

@@ -2,7 +2,8 @@
 against WS and OS run separately on an FC layer's backward pass. Every figure comes from a run of
 the generated RTL under Verilator (results checked against numpy).
 
-    python -m bpsa.tools.bench_array [--config paper16] [--gemm 256,256,256] [--fc 256,64,256] [--json]
+    python -m bpsa.tools.bench_array [--config paper16] [--gemm 256,256,256] \
+        [--fc 256,64,256] [--json]
 
 ``--fc O,Bt,I``: W is O x I, batch Bt. The separate baseline computes dA = W^T delta holding the
 weights (ws) and G = delta a^T (os).

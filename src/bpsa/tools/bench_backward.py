@@ -1,6 +1,7 @@
 """Loss and gradient benchmark: BP-im2col against the baseline (zero-spaced copies) on the RTL.
 
-    python -m bpsa.tools.bench_backward [--config paper16] [--max-channels 4] [--max-size 16] [--json]
+    python -m bpsa.tools.bench_backward [--config paper16] [--max-channels 4] \
+        [--max-size 16] [--json]
 
 The stride >= 2 layers of ``sim/workloads/conv_layers.csv`` are scaled down (channels and input
 size) until both modes of both phases fit the configuration's buffers; layers that scale to the

@@ -157,8 +157,8 @@ ARRAY_VARIANTS = tuple((key, "plain OS array" if key == "plain" else label, chan
                        for key, label, changes in PE_VARIANTS)
 
 
-#: Blocks of :func:`design_report`, in report order. Names not in :data:`bpsa.platform.verilog.TOPS` are
-#: skipped (and named in the report), so the list may hold blocks still being written.
+#: Blocks of :func:`design_report`, in report order. Names not in :data:`bpsa.platform.verilog.TOPS`
+# are : skipped (and named in the report), so the list may hold blocks still being written.
 DESIGN_BLOCKS = ("pe", "array", "feeder", "bp_loss_addr", "bp_grad_addr", "im2col_addr",
                  "conv_forward", "conv_backward", "axil_regs", "dma", "controller", "accelerator")
 
@@ -922,8 +922,8 @@ def _feature_share(row):
 
 def design_report(config, out_dir="build/synth", targets=tuple(TARGETS), *,
                   blocks=DESIGN_BLOCKS, total=DESIGN_TOTAL, overheads=True, jobs=None):
-    """Synthesize every block of ``blocks`` (names of :data:`~bpsa.platform.verilog.TOPS`) for ``config``
-    on each of ``targets`` and, with ``overheads``, the PE and array variants of
+    """Synthesize every block of ``blocks`` (names of :data:`~bpsa.platform.verilog.TOPS`) for
+    ``config`` on each of ``targets`` and, with ``overheads``, the PE and array variants of
     :data:`PE_VARIANTS` / :data:`ARRAY_VARIANTS`; write one Markdown report and one JSON file,
     ``design_report.md`` and ``design_report.json``, into ``out_dir``, with every block's
     Verilog (``<block>.v``), configuration and Yosys files next to them. ``jobs`` Verilog

@@ -12,7 +12,7 @@ __all__ = ["check_job", "job", "run_jobs", "summary"]
 
 
 def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False):
-    """The testbench job of a :class:`bpsa.verify.conv_forward_run.ConvLayer` (``baseline``: loss or
+    """The testbench job of a :class:`bpsa.spec.layer.ConvLayer` (``baseline``: loss or
     gradient the traditional way, see :func:`baseline_layer`)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
             "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline}

@@ -1,10 +1,11 @@
 """Simulation tops of the board blocks and a stand-in accelerator core (until
-``bpsa.gateware.accelerator.Accelerator`` exists), for the cocotb testbenches and for trial bitstreams.
+``bpsa.gateware.accelerator.Accelerator`` exists), for the cocotb testbenches and for trial
+bitstreams.
 
 ``StandInCore(config)`` has the accelerator's interface (``axil``, ``mem``, ``irq``): the real
 register file (:class:`bpsa.gateware.axi_lite.RegisterFile`) and the real DMA engine
-(:class:`bpsa.gateware.dma.DmaEngine`) with a buffer of the default geometry. START copies ``N`` operand
-elements from ADDR_X to ADDR_OUT through the buffer (a DMA load, then a store); DONE and
+(:class:`bpsa.gateware.dma.DmaEngine`) with a buffer of the default geometry. START copies ``N``
+operand elements from ADDR_X to ADDR_OUT through the buffer (a DMA load, then a store); DONE and
 ERROR (the first DMA error) show in STATUS, the DMA byte and busy counters and a cycle counter
 in the counter registers, and ``irq`` is STATUS.DONE.
 

@@ -1,12 +1,13 @@
-"""Host side of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`: layer checks, buffer images, the
-descriptor, assembly of the psum vectors into dX / dW, the summary of ``bpsa sim --phase
+"""Host side of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`: layer checks, buffer
+images, the descriptor, assembly of the psum vectors into dX / dW, the summary of ``bpsa sim --phase
 loss|gradient``,
 and the Verilator run helper.
 
-Layers are :class:`bpsa.verify.conv_forward_run.ConvLayer` (parsed by
-:func:`bpsa.verify.conv_forward_run.parse_layer`). ``baseline`` selects the traditional flow: the host
-writes the compact tensors at ``src_base_a`` / ``src_base_b`` (right after the zero-spaced
-copies), the hardware writes the copies (see :mod:`bpsa.gateware.engines.conv_backward`) and reads them densely.
+Layers are :class:`bpsa.spec.layer.ConvLayer` (parsed by
+:func:`bpsa.spec.layer.parse_layer`). ``baseline`` selects the traditional flow: the
+host writes the compact tensors at ``src_base_a`` / ``src_base_b`` (right after the zero-spaced
+copies), the hardware writes the copies (see :mod:`bpsa.gateware.engines.conv_backward`) and reads
+them densely.
 """
 
 import hashlib
@@ -85,7 +86,8 @@ def check_layer(config, layer, phase="loss", baseline=False):
 
 
 def descriptor(config, layer, phase="loss", *, baseline=False):
-    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values of a phase of ``layer``; in the
+    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values of a phase of
+    ``layer``; in the
     baseline the compact tensors sit right after the zero-spaced copies."""
     oh, ow = layer.out_hw
     g = geometry(config, layer, phase)
@@ -94,7 +96,8 @@ def descriptor(config, layer, phase="loss", *, baseline=False):
             "k": layer.out_channels, "r": layer.kernel_h, "s": layer.kernel_w,
             "oh": oh, "ow": ow, "stride_h": layer.stride_h, "stride_w": layer.stride_w,
             "pad_h": layer.pad_h, "pad_w": layer.pad_w, "dil_h": layer.dil_h,
-            "dil_w": layer.dil_w, "pad_bottom": layer.pad_b, "src_base_a": g["za"] if baseline else 0,
+            "dil_w": layer.dil_w, "pad_bottom": layer.pad_b,
+            "src_base_a": g["za"] if baseline else 0,
             "src_base_b": g["zb"] if baseline else 0, "base_a": 0, "base_b": 0,
             "sgd_en": 0, "sgd_shift": 0}
 
@@ -197,8 +200,9 @@ def summary(config, layer, phase, got, want, counters, *, baseline=False):
 
 def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1):
     """Run ``layers`` one after the other on one ConvBackward generated for ``config`` under
-    Verilator (cocotb module ``bpsa.verify.tb_conv_backward``), random dY and W from ``seed``. Returns
-    one summary dict per layer. Raises :exc:`ValueError` for a layer the hardware refuses."""
+    Verilator (cocotb module ``bpsa.verify.tb_conv_backward``), random dY and W from ``seed``.
+    Returns one summary dict per layer. Raises :exc:`ValueError` for a layer the hardware
+    refuses."""
     from bpsa.verify.runner import run_cocotb
     for layer in layers:
         check_layer(config, layer, phase, baseline)

@@ -2,9 +2,9 @@
 
 Lays X and W out into the buffers' word images, builds the layer descriptor, assembles Y from
 the drained rows, counts the traffic an explicit im2col would cause (from
-:func:`bpsa.models.golden.lower_forward`), and runs a layer through the generated RTL under Verilator
-(``bpsa sim --phase forward``). Layer strings look like ``C=3,H=32,W=32,K=8,R=7,S=7,stride=2,
-pad=3,dilation=1,N=1`` (see :func:`parse_layer`).
+:func:`bpsa.models.golden.lower_forward`), and runs a layer through the generated RTL under
+Verilator (``bpsa sim --phase forward``). Layer strings look like
+``C=3,H=32,W=32,K=8,R=7,S=7,stride=2, pad=3,dilation=1,N=1`` (see :func:`parse_layer`).
 """
 
 import hashlib
@@ -38,8 +38,8 @@ def feeder_layer(layer, x_base=0):
 # --- buffer images and descriptor ----------------------------------------------------------
 
 def descriptor(config, layer, x_base=0, w_base=0):
-    """The :class:`~bpsa.gateware.engines.conv_forward.ConvForward` descriptor of ``layer`` (a dict); raises
-    :exc:`ValueError` with the reason when the hardware would refuse it."""
+    """The :class:`~bpsa.gateware.engines.conv_forward.ConvForward` descriptor of ``layer`` (a
+    dict); raises :exc:`ValueError` with the reason when the hardware would refuse it."""
     from bpsa.gateware.engines.conv_forward import layer_value
     d = {k: getattr(layer, k) for k in ("batch", "channels", "height", "width", "kernel_h",
                                          "kernel_w", "stride_h", "stride_w", "pad_h",
@@ -183,8 +183,8 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False):
     """Run ``layers`` (a list of :class:`ConvLayer`) one after the other on one ConvForward
     generated for ``config`` under Verilator (cocotb module ``bpsa.verify.tb_conv_forward``), with
     random X and W from ``seed``. Returns one summary dict per layer (see :func:`summary`);
-    ``match`` tells whether Y equals ``bpsa.models.golden.conv2d``. Raises :exc:`ValueError` with the
-    reason for a layer the hardware would refuse."""
+    ``match`` tells whether Y equals ``bpsa.models.golden.conv2d``. Raises :exc:`ValueError` with
+    the reason for a layer the hardware would refuse."""
     from bpsa.verify.runner import run_cocotb
     for layer in layers:
         descriptor(config, layer)

@@ -1,6 +1,6 @@
-"""Host side of the FC backward phase of :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (InterGrad's
-interleaved dataflow): layer checks, buffer images, the descriptor, assembly of the ``out``
-(dX) and ``drain`` (dW) vectors, the golden results and the Verilator run helper.
+"""Host side of the FC backward phase of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`
+(InterGrad's interleaved dataflow): layer checks, buffer images, the descriptor, assembly of the
+``out`` (dX) and ``drain`` (dW) vectors, the golden results and the Verilator run helper.
 
 A fully connected layer ``Y = X W^T`` has batch ``N``, ``I`` inputs and ``O`` outputs; its
 backward pass is ``dX = dY W`` (``N x I``) and ``dW = dY^T X`` (``O x I``), or with
@@ -17,15 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from bpsa.models import golden
+from bpsa.gateware.engines.conv_backward import Phase as EnginePhase
 from bpsa.spec.layer import FcLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
 __all__ = ["geometry", "check_layer", "descriptor", "random_tensors",
            "images", "expected", "assemble", "summary", "run_fc_layers"]
-
-#: ``bpsa.gateware.engines.conv_backward.Phase.FC``.
-PHASE_FC = 2
-
 
 def geometry(config, layer):
     """Words of dY (buffer A), X and W (buffer B), the tile grid and MACs."""
@@ -56,9 +53,10 @@ def check_layer(config, layer, sgd_shift=None):
 
 
 def descriptor(config, layer, sgd_shift=None):
-    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values: dY from word 0 of A, X from
-    word 0 of B and W right after it. The convolution fields the FC phase ignores are 1 / 0."""
-    desc = {"phase": PHASE_FC, "baseline": 0, "n": layer.batch, "c": layer.inputs,
+    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values: dY from word 0 of
+    A, X from word 0 of B and W right after it. The convolution fields the FC phase ignores are 1 /
+    0."""
+    desc = {"phase": EnginePhase.FC.value, "baseline": 0, "n": layer.batch, "c": layer.inputs,
             "k": layer.outputs, "src_base_a": 0, "src_base_b": layer.batch * layer.inputs,
             "base_a": 0, "base_b": 0, "sgd_en": int(sgd_shift is not None),
             "sgd_shift": sgd_shift or 0}

@@ -1,7 +1,7 @@
 """cocotb testbench of the systolic array (generated Verilog under Verilator).
 
-Runs one random problem per test through :mod:`bpsa.verify.gemm` and compares every result with numpy.
-Parameters come from the environment: ``BPSA_FLOW`` (os, ws, is, interleaved), ``BPSA_DIMS``
+Runs one random problem per test through :mod:`bpsa.verify.gemm` and compares every result with
+numpy. Parameters come from the environment: ``BPSA_FLOW`` (os, ws, is, interleaved), ``BPSA_DIMS``
 ("M,K,N" or "O,Bt,I"), ``BPSA_SEED``, ``BPSA_SGD`` (shift, interleaved only), and
 ``BPSA_SUMMARY`` (a path: write the run's JSON summary there).
 """

@@ -4,7 +4,8 @@ cocotbext-axi's ``AxiLiteMaster`` with random pauses on every channel.
 Checks every register's reset value, write / read-back of the descriptor registers (field
 widths), read-only registers ignoring writes, SLVERR on unmapped addresses, byte strobes, the
 START / CLEAR pulses with the descriptor copy, STATUS (busy, sticky done, error code) and the
-64-bit counters read as consistent halves. Expectations come from ``bpsa.gateware.axi_lite``'s table.
+64-bit counters read as consistent halves. Expectations come from ``bpsa.gateware.axi_lite``'s
+table.
 
 cocotbext-axi 0.1.28 under cocotb 2: it works unchanged. Amaranth joins interface members with
 ``__``, so the bus is found with ``AxiLiteBus.from_prefix(dut, "axil", bus_separator="__")``.

@@ -1,8 +1,8 @@
-"""cocotb testbench of the board system with the real accelerator (``bpsa.platform.board.SocTop`` around
-``bpsa.gateware.accelerator.Accelerator``): the host driver :class:`bpsa.host.driver.Driver`, over the serial
-protocol on a simulated UART line (``bpsa.host.serial_transport``), loads tensors into the on-chip
-SRAM, runs a strided forward layer and gets the golden result, exactly as it would over a
-real serial port to a board (loss and gradient take the same path; they are run over AXI in
+"""cocotb testbench of the board system with the real accelerator (``bpsa.platform.board.SocTop``
+around ``bpsa.gateware.accelerator.Accelerator``): the host driver :class:`bpsa.host.driver.Driver`,
+over the serial protocol on a simulated UART line (``bpsa.host.serial_transport``), loads tensors
+into the on-chip SRAM, runs a strided forward layer and gets the golden result, exactly as it would
+over a real serial port to a board (loss and gradient take the same path; they are run over AXI in
 ``bpsa.verify.tb_accelerator``, which is 20 times faster to simulate than the UART)."""
 
 import cocotb

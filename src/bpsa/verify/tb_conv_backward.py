@@ -7,11 +7,12 @@ dX / dW assembled (the K-tile partial sums added on this side) and compared bit-
 the golden model wrapped to ``acc_width``; ``error`` must stay low.
 
 ``fc_matches_golden`` does the same for FC layers (the interleaved phase): ``BPSA_FC_LAYERS``
-(JSON list of :class:`bpsa.verify.fc_backward_run.FcLayer` fields), ``BPSA_SGD_SHIFT`` (empty: dW, else
-the updated weights); dX from ``out`` and dW from ``drain`` against :func:`bpsa.models.golden.gemm`.
+(JSON list of :class:`bpsa.spec.layer.FcLayer` fields), ``BPSA_SGD_SHIFT`` (empty: dW,
+else the updated weights); dX from ``out`` and dW from ``drain`` against
+:func:`bpsa.models.golden.gemm`.
 
-Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.verify.conv_forward_run.ConvLayer` fields) or
-``BPSA_LAYER`` (one layer string), ``BPSA_PHASE`` (``loss`` or ``gradient``), ``BPSA_SEED``,
+Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields)
+or ``BPSA_LAYER`` (one layer string), ``BPSA_PHASE`` (``loss`` or ``gradient``), ``BPSA_SEED``,
 ``BPSA_BASELINE`` (non-empty: baseline mode), ``BPSA_SUMMARY`` (a path: the JSON list of the
 layers' summaries is written there, also when a layer mismatches).
 """

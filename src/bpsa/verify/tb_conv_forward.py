@@ -3,11 +3,11 @@
 
 For each layer: random X and W, written into the X SRAM and the W buffer through the write
 ports; the descriptor and ``start``; every ``y`` row collected until ``done``; Y assembled and
-compared bit-exactly with ``bpsa.models.golden.conv2d`` wrapped to ``acc_width``; ``error`` must stay
-low and the X SRAM words read must equal the feeder model's count.
+compared bit-exactly with ``bpsa.models.golden.conv2d`` wrapped to ``acc_width``; ``error`` must
+stay low and the X SRAM words read must equal the feeder model's count.
 
-Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.verify.conv_forward_run.ConvLayer` fields) or
-``BPSA_LAYER`` (one layer string, ``C=..,H=..``), ``BPSA_SEED``, ``BPSA_RANDOM_BASE`` (non-empty:
+Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields)
+or ``BPSA_LAYER`` (one layer string, ``C=..,H=..``), ``BPSA_SEED``, ``BPSA_RANDOM_BASE`` (non-empty:
 X and W at random buffer offsets), ``BPSA_SUMMARY`` (a path: the JSON list of the layers'
 summaries is written there, also when a layer mismatches).
 """

@@ -3,8 +3,8 @@
 memory on the engine's read / write ports.
 
 Random loads and stores (both element kinds, random alignments, lanes and lengths, long ones
-across 4 KiB boundaries) are checked bit-exactly against ``bpsa.gateware.dma.reference`` on both the RAM
-and the buffer; commands outside the window, misaligned or overrunning the buffer end with
+across 4 KiB boundaries) are checked bit-exactly against ``bpsa.gateware.dma.reference`` on both the
+RAM and the buffer; commands outside the window, misaligned or overrunning the buffer end with
 their error and no bus traffic; SLVERR read beats and write responses (injected into the RAM
 model) end the command with SLVERR and no hang; counters add up.
 

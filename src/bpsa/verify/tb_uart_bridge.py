@@ -1,6 +1,6 @@
-"""cocotb testbench of the UART bridge (``bpsa.gateware.uart_bridge.UartBridge``, generated Verilog under
-Verilator) through a simulated serial line (``bpsa.host.serial_transport.SimSerialLine``) driven by
-the host protocol code (``AsyncTransport``), the same code that drives the board.
+"""cocotb testbench of the UART bridge (``bpsa.gateware.uart_bridge.UartBridge``, generated Verilog
+under Verilator) through a simulated serial line (``bpsa.host.serial_transport.SimSerialLine``)
+driven by the host protocol code (``AsyncTransport``), the same code that drives the board.
 
 The register bus ends in cocotbext-axi's ``AxiLiteRam`` (random pauses; errors injected for an
 address range), the memory port in a Python word memory with random ``ready``. Checked against

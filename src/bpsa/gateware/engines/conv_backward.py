@@ -29,12 +29,13 @@ Schedule
     :class:`bpsa.gateware.bp_im2col.TransposedAddressGenerator` (loss) or
     :class:`bpsa.gateware.bp_im2col.DilatedAddressGenerator` (gradient) walks the tiles (column tile
     outer, row tile inner). A gatherer reads each B-tile row (``cols`` read ports; masked lanes
-    are not read and become 0, :class:`bpsa.gateware.bp_im2col.MaskExpander`'s contract) into one of two
-    tile registers; the first tile is shifted into the reserve chains and loaded, then tile
+    are not read and become 0, :class:`bpsa.gateware.bp_im2col.MaskExpander`'s contract) into one of
+    two tile registers; the first tile is shifted into the reserve chains and loaded, then tile
     ``t`` streams its A vectors (``rows`` read ports of buffer A: per lane for the loss; at
-    ``addr, addr+1, ..`` for the gradient, merged by :class:`bpsa.gateware.bp_im2col.CrossbarRecovery`)
-    while tile ``t+1`` is shifted in, ``a_last`` switching the PEs (the schedule of
-    ``bpsa.verify.gemm``'s held-B GEMM); a tile lasts at least ``2 * rows`` cycles.
+    ``addr, addr+1, ..`` for the gradient, merged by
+    :class:`bpsa.gateware.bp_im2col.CrossbarRecovery`) while tile ``t+1`` is shifted in, ``a_last``
+    switching the PEs (the schedule of ``bpsa.verify.gemm``'s held-B GEMM); a tile lasts at least
+    ``2 * rows`` cycles.
 
 FC backward (``Phase.FC``, configurations that generate ``interleaved``)
     InterGrad's interleaved dataflow on the same array: a fully connected layer ``Y = X W^T``
@@ -108,11 +109,12 @@ class Phase(enum.Enum, shape=2):
 
 
 def backward_layout(config):
-    """The descriptor: ``phase``, ``baseline``, the layer (:data:`bpsa.gateware.bp_im2col.DESC_FIELDS`,
-    ``dim_width`` bits each), ``src_base_a`` / ``src_base_b`` (baseline: first word of the
-    compact tensors) and ``base_a`` / ``base_b`` (added to every address the compute pass
-    reads from buffer A / B, wrapping at the buffer's end: the accelerator's double-buffer
-    bank; 0 for the layouts of the module docstring), ``sgd_en`` / ``sgd_shift`` (FC: drain
+    """The descriptor: ``phase``, ``baseline``, the layer
+    (:data:`bpsa.gateware.bp_im2col.DESC_FIELDS`, ``dim_width`` bits each), ``src_base_a`` /
+    ``src_base_b`` (baseline: first word of the compact tensors) and ``base_a`` / ``base_b`` (added
+    to every address the compute pass reads from buffer A / B, wrapping at the buffer's end: the
+    accelerator's double-buffer bank; 0 for the layouts of the module docstring), ``sgd_en`` /
+    ``sgd_shift`` (FC: drain
     the updated weights instead of dW)."""
     fields = {"phase": Phase, "baseline": 1}
     fields.update({name: unsigned(config.dim_width) for name in DESC_FIELDS})

@@ -16,11 +16,11 @@ Buffers (written by the host through the write ports while the top is idle)
 Schedule
     For each output-channel tile, in order ``k0 = 0, cols, ..``, the feeder runs the whole layer
     once: contexts ``(n, oh, ow0)`` in that order, ``ow0`` stepping by ``rows`` (see
-    :mod:`bpsa.gateware.feeder`). A context is one output-stationary tile of depth ``CRS``: the feeder's
-    vector ``e`` (element ``e`` of the context for every lane) meets W word ``e`` of the tile in
-    the same cycle, and ``a_last`` marks ``e = CRS - 1``. Array row ``i`` computes pixel ``ow0 +
-    i``, column ``j`` output channel ``k0 + j``. Contexts closer than ``2 * rows`` cycles (short
-    contexts, ``CRS < 2 * rows``) are spaced by holding the context's last vector back (idle
+    :mod:`bpsa.gateware.feeder`). A context is one output-stationary tile of depth ``CRS``: the
+    feeder's vector ``e`` (element ``e`` of the context for every lane) meets W word ``e`` of the
+    tile in the same cycle, and ``a_last`` marks ``e = CRS - 1``. Array row ``i`` computes pixel
+    ``ow0 + i``, column ``j`` output channel ``k0 + j``. Contexts closer than ``2 * rows`` cycles
+    (short contexts, ``CRS < 2 * rows``) are spaced by holding the context's last vector back (idle
     cycles, no refusal); feeder stalls become bubbles (valid bits travel with the data).
 
 Refusals
@@ -71,8 +71,8 @@ def _waddr_width(config):
 def conv_layer_layout(config):
     """Layout of the layer descriptor (``ConvLayer``), all fields unsigned.
 
-    ``batch`` .. ``dil_w`` and ``pad_bottom`` (as in :func:`bpsa.gateware.feeder.layer_layout`: ``pad_h``
-    is the top padding, ``pad_bottom`` the bottom one) and ``out_channels`` (K):
+    ``batch`` .. ``dil_w`` and ``pad_bottom`` (as in :func:`bpsa.gateware.feeder.layer_layout`:
+    ``pad_h`` is the top padding, ``pad_bottom`` the bottom one) and ``out_channels`` (K):
     ``dim_width`` bits. ``x_base``: element address of ``X[0, 0, 0, 0]`` in the X SRAM.
     ``w_base``: word address of the first W word in the W buffer.
     """
@@ -143,7 +143,8 @@ def _fields(layer):
 
 
 def feeder_fields(layer):
-    """The :class:`~bpsa.gateware.feeder.DataFeeder` descriptor (a dict) that runs the whole layer."""
+    """The :class:`~bpsa.gateware.feeder.DataFeeder` descriptor (a dict) that runs the whole
+    layer."""
     f = _fields(layer)
     out = {name: f[name] for name in _SHAPE_FIELDS}
     out.update(base=f["x_base"], ctx_n=0, ctx_oh=0, ctx_ow=0, ctx_count=0)
