@@ -31,7 +31,8 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`bpsa.host.driver` lays tensors out this way and back.
 
-Tiling and double buffering (all loops in hardware; a *group* is one engine run)
+Tiling and double buffering (all loops in hardware; a *group* is one engine run; the group,
+block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.plan.bands`')
     Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
     half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
     DMA loads group ``g + 1`` into the other bank, so loads hide behind compute. Within an
@@ -43,21 +44,17 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
     each group of ``CG`` input channels load X[n, group] and the group's W words and run the
     engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
-    groups (word ``oh * OW + ow``); store it. ``CG = min(C, X bank // (H W), W bank // (R S))``
-    (X bank: ``buf_a_depth / 2 * feeder_bus_width`` elements; W bank ``buf_b_depth / 2``).
+    groups (word ``oh * OW + ow``); store it.
     loss: for each image n and block of ``CB`` dX channels: clear P, then for each group of
     ``KG`` output channels load W[group, block] into buffer A (one DMA run per output channel
     unless the block is all of C) and dY[n, group] into buffer B and run the loss on them; P
     accumulates dX[n, block]^T (row c, ``ceil(H W / cols)`` words a row); store one row per
-    channel. ``CB = min(C, (buf_a_depth / 2) // (R S), buf_p_depth // ceil(W / cols))``,
-    ``KG = min(K, (buf_a_depth / 2) // (CB R S), (buf_b_depth / 2) // (OH OW))``.
+    channel.
     gradient: for each block of ``KB`` output channels and each group of ``CG`` input
     channels: clear P, then for each image n and group of ``KG`` output channels of the block
     load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
     accumulates dW[block, channel group] (row k - block start); store one row per output
-    channel. ``KB = min(K, buf_p_depth // ceil(R S / cols))``, ``KG = min(KB, (buf_a_depth /
-    2) // (OH OW))``, ``CG = min(C, (buf_b_depth / 2) // (H W), (buf_p_depth // KB) * cols //
-    (R S))``.
+    channel.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
     one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
@@ -67,14 +64,11 @@ Tiling and double buffering (all loops in hardware; a *group* is one engine run)
     ``n`` (words from ``n FQ``) accumulates dX[n, in block] over the output blocks, P row
     ``FNB + k`` dW[k, in block] (the engine's drained rows, queued in a FIFO for the
     accumulate pipeline's free cycles) over the chunks. A step stores its dX rows, the block's last
-    step the dW column after them. ``FIB = min(C, (P // (K + 1)) cols, max(cols, B bank // 32))``
-    (rows of ``FQ = ceil(FIB / cols)`` P words; a narrow block keeps room for many batch rows and
-    outputs a run), ``FOB = min(K, (B bank // FIB) // 2, A bank)``, ``FNB = min(N, A bank //
-    FOB, B bank // FIB - FOB, P // FQ - K)``; refused (TOO_LARGE) when ``K >= P``.
+    step the dW column after them; refused (TOO_LARGE) when ``K >= P``.
     A load is skipped when its bank already holds the same tensor slice (same address and
     length since START).
 
-Row bands (spatial tiling; :mod:`bpsa.plan.tiling` is the Python mirror)
+Row bands (spatial tiling)
     When a single channel plane does not fit (forward: H W elements in an X bank or OH OW
     words in P; loss: dX of one image in P or a dY plane in a bank; gradient: a dY plane in a
     bank of A or an X plane in a bank of B), the layer is cut into bands of rows. A group's
@@ -84,10 +78,8 @@ Row bands (spatial tiling; :mod:`bpsa.plan.tiling` is the Python mirror)
     its own with asymmetric padding (the engines' ``pad_h`` / ``pad_bottom``); its Y rows are
     stored at their place. loss: bands of ``BH`` dX rows; each loads the dY rows that reach
     it, ``[lo, hi]``, and runs with the top padding that puts them where the whole layer does.
-    gradient: bands of ``BH`` dY rows, added up in P like the groups. Band heights:
-    forward ``min(OH, P // OW, (X bank // W - d(R-1) - 1) // s + 1)``; loss ``min(H, (P // C)
-    cols // W, s (B bank // OW - 1) - d(R-1))``; gradient ``min(OH, A bank // OW, (B bank //
-    W - d(R-1) - 1) // s + 1)``. A layer whose single row band does not fit (a very wide row)
+    gradient: bands of ``BH`` dY rows, added up in P like the groups. A layer whose single row
+    band does not fit (a very wide row)
     is refused with TOO_LARGE, and so is a forward / gradient layer that needs bands and pads
     more rows than its dilated kernel reaches (``pad_h > d(R-1)``).
 
