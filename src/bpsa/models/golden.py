@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bpsa.spec.layer import output_hw
+from bpsa.spec.layer import conv_params, output_hw
 
 __all__ = [
     "output_hw", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "gemm",
@@ -60,16 +60,7 @@ def _pair(value, name):
 
 
 def _params(stride, padding, dilation):
-    s = _pair(stride, "stride")
-    p = _pair(padding, "padding")
-    d = _pair(dilation, "dilation")
-    if min(s) < 1:
-        raise ValueError(f"stride must be >= 1, not {stride!r}")
-    if min(p) < 0:
-        raise ValueError(f"padding must be >= 0, not {padding!r}")
-    if min(d) < 1:
-        raise ValueError(f"dilation must be >= 1, not {dilation!r}")
-    return s, p, d
+    return conv_params(stride, padding, dilation)
 
 
 def _hw(value, name):

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "out_size", "output_hw", "pair",
-           "parse_fc", "parse_layer"]
+__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "conv_params", "out_size",
+           "output_hw", "pair", "parse_fc", "parse_layer"]
 
 
 def out_size(size, kernel, stride, pad, dil, pad_end=None):
@@ -44,12 +44,9 @@ def pair(value, name="value"):
     return (v, v)
 
 
-def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
-    """Output size ``(OH, OW)`` of a convolution (:func:`out_size` on each axis).
-
-    Raises :exc:`ValueError` (naming the parameter) for ``stride < 1``, ``padding < 0``,
-    ``dilation < 1``, sizes ``< 1``, or a dilated kernel that does not fit in the padded input
-    (which would give an empty or negative output)."""
+def conv_params(stride, padding, dilation):
+    """``(stride, padding, dilation)`` as ``(h, w)`` pairs; :exc:`ValueError` naming the
+    parameter for ``stride < 1``, ``padding < 0`` or ``dilation < 1``."""
     s, p, d = pair(stride, "stride"), pair(padding, "padding"), pair(dilation, "dilation")
     if min(s) < 1:
         raise ValueError(f"stride must be >= 1, not {stride!r}")
@@ -57,6 +54,16 @@ def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
         raise ValueError(f"padding must be >= 0, not {padding!r}")
     if min(d) < 1:
         raise ValueError(f"dilation must be >= 1, not {dilation!r}")
+    return s, p, d
+
+
+def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
+    """Output size ``(OH, OW)`` of a convolution (:func:`out_size` on each axis).
+
+    Raises :exc:`ValueError` (naming the parameter) for ``stride < 1``, ``padding < 0``,
+    ``dilation < 1``, sizes ``< 1``, or a dilated kernel that does not fit in the padded input
+    (which would give an empty or negative output)."""
+    s, p, d = conv_params(stride, padding, dilation)
     hw, rs = pair(input_hw, "input_hw"), pair(kernel_hw, "kernel_hw")
     for name, v, given in (("input_hw", hw, input_hw), ("kernel_hw", rs, kernel_hw)):
         if min(v) < 1:
