@@ -42,13 +42,13 @@ test-long:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m long tests
 
 test-fast:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb and not long" tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb and not verilator and not long" tests
 
 verilog:
 	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)
 
 sim:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "cocotb and not long" tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "(cocotb or verilator) and not long" tests
 
 synth:
 	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth
