@@ -180,20 +180,15 @@ def test_random_jobs_need_tiling():
         assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
 
 
-@pytest.mark.cocotb
+@pytest.mark.verilator
 @pytest.mark.long
-def test_random_layers_tiled_verilator(tmp_path):
+def test_random_layers_tiled_verilator():
     """Random shapes of every phase, bigger than the buffers (several groups a layer), half
     of them with random ready/valid pauses on every AXI channel, bit-exact against the golden
     model; layers whose rows are too wide run as column strips through the driver, and are
     refused with TOO_LARGE when sent as one descriptor."""
-    from bpsa.verify.runner import run_cocotb
-    jobs = random_jobs(TINY, 18, seed=5)
-    out = tmp_path / "res.json"
-    run_cocotb(TINY, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
-               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
-               tag="random")
-    res = json.loads(out.read_text())
+    from bpsa.verify.native import run_jobs
+    res = run_jobs(TINY, random_jobs(TINY, 18, seed=5))
     assert sum(1 for r in res if r.get("match")) == 25
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
@@ -238,8 +233,8 @@ def _fc_job(n, i, o, **kw):
                            "out_channels": o, "kernel_h": 1, "kernel_w": 1}}, **kw)
 
 
-@pytest.mark.cocotb
-def test_fc_backward_interleaved_verilator(tmp_path):
+@pytest.mark.verilator
+def test_fc_backward_interleaved_verilator():
     """PHASE 3 through the controller: FC layers larger than the buffers (several input
     blocks, batch chunks and output blocks; ``bpsa.plan.tiling.fc_plan``) give dX and dW equal to
     numpy in one interleaved pass each, under back-pressure too; the same layer as two
@@ -247,7 +242,7 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     with more outputs than P has words is refused with TOO_LARGE as PHASE 3, and the driver
     runs it as two descriptors by default (the gradient in output-channel blocks)."""
     from bpsa.plan.tiling import fc_plan
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.verify.native import run_jobs
     shapes = [(40, 10, 20), (6, 21, 9), (1, 1, 1), (13, 5, 70)]
     assert all(fc_plan(TINY, *s)["runs"] > 1 for s in (shapes[0], shapes[1], shapes[3]))
     assert fc_plan(TINY, 40, 10, 20)["fnb"] < 40          # batch chunks
@@ -255,11 +250,7 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     jobs.append(_fc_job(40, 10, 20, interleaved=False))
     jobs.append(_fc_job(2, 3, 130, interleaved=True, expect="TOO_LARGE"))
     jobs.append(_fc_job(2, 3, 130, pauses=True))
-    out = tmp_path / "res.json"
-    run_cocotb(TINY, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
-               extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
-               tag="fc")
-    res = json.loads(out.read_text())
+    res = run_jobs(TINY, jobs)
     assert [r.get("match") for r in res[:5]] == [True] * 5
     assert res[5]["refused"] == "TOO_LARGE"
     assert res[6]["match"]
@@ -268,11 +259,8 @@ def test_fc_backward_interleaved_verilator(tmp_path):
     # 1024-word buffers: input blocks of 16 (P rows of 4 words), rows loaded as one DMA run
     shapes = [(64, 32, 48), (16, 24, 16), (5, 37, 11)]
     assert [fc_plan(SMALL, *s)["fq"] for s in shapes] == [4, 4, 4]
-    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
-               extra_env={"BPSA_JOBS": json.dumps([_fc_job(*s, pauses=k == 1)
-                                                   for k, s in enumerate(shapes)]),
-                          "BPSA_RESULTS": str(out)}, tag="fc")
-    assert [r["match"] for r in json.loads(out.read_text())] == [True] * 3
+    res = run_jobs(SMALL, [_fc_job(*s, pauses=k == 1) for k, s in enumerate(shapes)])
+    assert [r["match"] for r in res] == [True] * 3
 
 
 def test_baseline_operands_equal_golden():

@@ -156,7 +156,7 @@ def _sim_accelerator_fc(args, config):
     job = {"phase": "fc_backward", "seed": args.seed, "interleaved": not args.baseline,
            "layer": {"batch": layer.batch, "channels": layer.inputs, "height": 1, "width": 1,
                      "out_channels": layer.outputs, "kernel_h": 1, "kernel_w": 1}}
-    out = summary(config, run_jobs(config, [job])[0])
+    out = summary(config, run_jobs(config, [job], harness=args.harness)[0])
     out.update(phase="fc", layer=layer.text(), interleaved=not args.baseline)
     return out
 
@@ -182,7 +182,7 @@ def _sim_accelerator(args, config):
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
     results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline)
-                                for p in phases])
+                                for p in phases], harness=args.harness)
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
         return sums[0]
@@ -339,6 +339,10 @@ def build_parser():
                     help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
                          "batch Bt)")
     sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
+    sp.add_argument("--harness", choices=("native", "cocotb"), default="native",
+                    help="--phase through the whole accelerator: the compiled Verilator "
+                         "transport (native, fast; default) or cocotb with cocotbext-axi's bus "
+                         "models")
     sp.add_argument("--engine", action="store_true",
                     help="run --phase on the engine top alone (ConvForward / ConvBackward, "
                          "buffers written directly) instead of the whole accelerator")

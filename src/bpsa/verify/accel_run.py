@@ -87,8 +87,15 @@ def summary(config, result):
     return out
 
 
-def run_jobs(config, jobs, *, tag="cli"):
-    """Run ``jobs`` through the accelerator top; returns the testbench results."""
+def run_jobs(config, jobs, *, tag="cli", harness="native"):
+    """Run ``jobs`` through the accelerator top; returns the testbench results. ``harness``:
+    ``"native"`` (the compiled transport, :mod:`bpsa.verify.native`) or ``"cocotb"``
+    (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models)."""
+    if harness == "native":
+        from bpsa.verify.native import run_jobs as native_jobs
+        return native_jobs(config, jobs)
+    if harness != "cocotb":
+        raise ValueError(f"harness must be 'native' or 'cocotb', not {harness!r}")
     from bpsa.verify.runner import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"

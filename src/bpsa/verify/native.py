@@ -20,7 +20,12 @@ from pathlib import Path
 
 from bpsa.verify.runner import sim_build_root, verilator_env
 
-__all__ = ["NativeTransport", "build_native"]
+__all__ = ["NativeTransport", "build_native", "run_jobs"]
+
+#: Memory behind the DMA port for :func:`run_jobs` (the cocotb testbench's too).
+JOB_MEMORY = 1 << 20
+#: Stall probability of a memory channel in a job with ``"pauses"``.
+JOB_STALL = 0.35
 
 _HARNESS = resources.files("bpsa.verify") / "native" / "accel_harness.cpp"
 
@@ -76,6 +81,7 @@ class NativeTransport:
         buf = ctypes.c_char_p
         for name, res, args in (
                 ("bpsa_new", vp, [u64, u64, ctypes.c_double]), ("bpsa_free", None, [vp]),
+                ("bpsa_set_stall", None, [vp, ctypes.c_double]),
                 ("bpsa_cycles", u64, [vp]),
                 ("bpsa_read32", ctypes.c_int, [vp, u32, ctypes.POINTER(u32)]),
                 ("bpsa_write32", ctypes.c_int, [vp, u32, u32]),
@@ -97,6 +103,12 @@ class NativeTransport:
 
     def __exit__(self, *exc):
         self.close()
+
+    def set_stall(self, stall):
+        """From now on, each memory channel stalls in a cycle with probability ``stall``."""
+        if not 0.0 <= stall < 1.0:
+            raise ValueError(f"stall must be a probability in [0, 1), not {stall!r}")
+        self._lib.bpsa_set_stall(self._sim, stall)
 
     @property
     def cycles(self):
@@ -133,3 +145,47 @@ class NativeTransport:
     async def idle(self, cycles):
         """Let the hardware run ``cycles`` cycles, or until its interrupt is raised."""
         self._lib.bpsa_run(self._sim, cycles, 1)
+
+
+def run_jobs(config, jobs, *, seed=1):
+    """Run testbench jobs (:func:`bpsa.verify.jobs.run_job`; ``"pauses"``: random memory
+    stalls, ``"expect"``: the refusal the job must get) through the driver on the native
+    transport; returns one summary a job, as the cocotb testbench does. Raises
+    :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong."""
+    import asyncio
+
+    import numpy as np
+
+    from bpsa.host.driver import AcceleratorError, Driver
+    from bpsa.verify.jobs import run_job
+
+    out = []
+    with NativeTransport(config, mem_bytes=JOB_MEMORY, seed=seed) as t:
+        drv = Driver(t, config, mem_size=JOB_MEMORY)
+
+        async def walk():
+            await drv.open()
+            for i, job in enumerate(jobs):
+                t.set_stall(JOB_STALL if job.get("pauses") else 0.0)
+                if job.get("expect"):
+                    drv.check = False
+                    try:
+                        await run_job(config, drv, job, lambda: t.cycles)
+                    except AcceleratorError as e:
+                        assert e.name == job["expect"], f"job {i} {job}: {e}"
+                        out.append({"phase": job["phase"], "layer": job["layer"],
+                                    "refused": e.name})
+                        continue
+                    finally:
+                        drv.check = True
+                    raise AssertionError(f"job {i} {job}: not refused")
+                got, want, summary = await run_job(config, drv, job, lambda: t.cycles)
+                if not summary["match"]:
+                    bad = np.argwhere(got != want)[:5].tolist()
+                    raise AssertionError(f"job {i} {job}: result differs from the golden "
+                                         f"model at {bad}")
+                out.append(summary)
+
+        asyncio.run(walk())
+    return out
+

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import random
-import time
 import warnings
 
 import cocotb
@@ -40,8 +39,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam  # noqa: E40
 from bpsa.config import Config  # noqa: E402
 from bpsa.host.driver import AcceleratorError, Driver  # noqa: E402
 from bpsa.host.training import train  # noqa: E402
-from bpsa.models import golden  # noqa: E402
-from bpsa.spec.numeric import operand_range, wrap_array  # noqa: E402
+from bpsa.verify.jobs import run_job  # noqa: E402
 from bpsa.verify.runner import load_config_json  # noqa: E402
 
 RAM_SIZE = 1 << 20
@@ -100,85 +98,16 @@ class Harness:
                 ch.clear_pause_generator()
                 ch.pause = False      # clearing the generator keeps its last value
 
+    def clock(self):
+        """Simulated clock cycles so far."""
+        return get_sim_time("ns") // 10
+
     async def reset(self):
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 3)
         self.dut.rst.value = 0
         await RisingEdge(self.dut.clk)
         await self.driver.open()
-
-
-def job_tensors(cfg, layer, rng, zero_prob):
-    lo, hi = operand_range(cfg)
-    oh, ow = golden.output_hw((layer["height"], layer["width"]),
-                              (layer["kernel_h"], layer["kernel_w"]),
-                              (layer["stride_h"], layer["stride_w"]),
-                              (layer["pad_h"], layer["pad_w"]), (layer["dil_h"], layer["dil_w"]))
-    shapes = {"x": (layer["batch"], layer["channels"], layer["height"], layer["width"]),
-              "w": (layer["out_channels"], layer["channels"], layer["kernel_h"],
-                    layer["kernel_w"]),
-              "dy": (layer["batch"], layer["out_channels"], oh, ow)}
-    out = {}
-    for name, shape in shapes.items():
-        t = rng.integers(lo, hi + 1, shape)
-        if zero_prob:
-            t[rng.random(shape) < zero_prob] = 0
-        out[name] = t
-    return out
-
-
-def _layer(job):
-    lay = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
-    lay.update(job["layer"])
-    return lay
-
-
-async def run_job(h, job):
-    """Run one job through the driver; returns (got, want, summary)."""
-    cfg, drv = h.cfg, h.driver
-    lay = _layer(job)
-    rng = np.random.default_rng(job.get("seed", 1))
-    t = job_tensors(cfg, lay, rng, job.get("zero_prob", 0.0))
-    args = dict(stride=(lay["stride_h"], lay["stride_w"]), pad=(lay["pad_h"], lay["pad_w"]),
-                dil=(lay["dil_h"], lay["dil_w"]))
-    phase = job["phase"]
-    t0, s0 = time.perf_counter(), get_sim_time("ns")
-    if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
-        x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
-        dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
-        got = np.concatenate([dx.ravel(), dw.ravel()])
-        want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
-    elif phase == "forward":
-        got = await drv.forward(t["x"], t["w"], **args)
-        want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
-    elif phase == "loss":
-        run = drv.loss_baseline if job.get("baseline") else drv.loss
-        got = await run(t["dy"], t["w"], (lay["height"], lay["width"]), **args)
-        want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
-                                        args["stride"], args["pad"], args["dil"])
-    else:
-        run = drv.gradient_baseline if job.get("baseline") else drv.gradient
-        got = await run(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
-        want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
-                                         args["stride"], args["pad"], args["dil"])
-    sim_cycles = int((get_sim_time("ns") - s0) // 10)
-    sim_seconds = time.perf_counter() - t0
-    want = wrap_array(want, cfg.acc_width)
-    c = dict(drv.counters)
-    # every phase does the forward's multiply-accumulates: N K OH OW C R S
-    macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
-    if phase == "fc_backward":      # dX and dW: two products of that size
-        macs_dense *= 2
-    summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
-               "baseline": bool(job.get("baseline")),
-               "interleaved": job.get("interleaved"),
-               "match": bool(np.array_equal(got, want)), "counters": c,
-               "strips": len(drv.plan["strips"]) if isinstance(drv.plan, dict)
-               and "strips" in drv.plan else 1,
-               "cycles": c["busy_cycles"],
-               "useful_macs": macs_dense, "sim_cycles": sim_cycles,
-               "sim_seconds": sim_seconds}
-    return got, want, summary
 
 
 @cocotb.test()
@@ -192,7 +121,7 @@ async def layers(dut):
         if job.get("expect"):
             h.driver.check = False
             try:
-                await run_job(h, job)
+                await run_job(h.cfg, h.driver, job, h.clock)
             except AcceleratorError as e:
                 assert e.name == job["expect"], f"job {i} {job}: {e}"
                 summaries.append({"phase": job["phase"], "layer": job["layer"],
@@ -201,7 +130,7 @@ async def layers(dut):
             finally:
                 h.driver.check = True
             raise AssertionError(f"job {i} {job}: not refused")
-        got, want, summary = await run_job(h, job)
+        got, want, summary = await run_job(h.cfg, h.driver, job, h.clock)
         summaries.append(summary)
         if not summary["match"]:
             bad = np.argwhere(got != want)[:5].tolist()

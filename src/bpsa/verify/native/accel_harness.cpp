@@ -124,6 +124,8 @@ void *bpsa_new(uint64_t mem_bytes, uint64_t seed, double stall) {
 
 void bpsa_free(void *p) { delete static_cast<Sim *>(p); }
 
+void bpsa_set_stall(void *p, double stall) { static_cast<Sim *>(p)->stall = stall; }
+
 uint64_t bpsa_cycles(void *p) { return static_cast<Sim *>(p)->cycles; }
 
 // Returns the response (0 OKAY, 2 SLVERR, ...) and the data through *data; -1 on a timeout.

@@ -1,0 +1,87 @@
+"""Layer jobs through the host driver, on any transport: random tensors, the run, the golden
+result and a summary. The cocotb testbench (:mod:`bpsa.verify.tb_accelerator`) and the native
+transport (:func:`bpsa.verify.native.run_jobs`) share them."""
+
+import time
+
+import numpy as np
+
+from bpsa.models import golden
+from bpsa.spec.numeric import operand_range, wrap_array
+
+__all__ = ["job_layer", "job_tensors", "run_job"]
+
+
+def job_tensors(cfg, layer, rng, zero_prob):
+    lo, hi = operand_range(cfg)
+    oh, ow = golden.output_hw((layer["height"], layer["width"]),
+                              (layer["kernel_h"], layer["kernel_w"]),
+                              (layer["stride_h"], layer["stride_w"]),
+                              (layer["pad_h"], layer["pad_w"]), (layer["dil_h"], layer["dil_w"]))
+    shapes = {"x": (layer["batch"], layer["channels"], layer["height"], layer["width"]),
+              "w": (layer["out_channels"], layer["channels"], layer["kernel_h"],
+                    layer["kernel_w"]),
+              "dy": (layer["batch"], layer["out_channels"], oh, ow)}
+    out = {}
+    for name, shape in shapes.items():
+        t = rng.integers(lo, hi + 1, shape)
+        if zero_prob:
+            t[rng.random(shape) < zero_prob] = 0
+        out[name] = t
+    return out
+
+
+def job_layer(job):
+    lay = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
+    lay.update(job["layer"])
+    return lay
+
+
+async def run_job(cfg, drv, job, clock):
+    """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved"}``)
+    through the driver ``drv``: random tensors from ``seed``, the result and its golden value
+    (wrapped to ``acc_width``) and a summary (counters, match, useful MACs, simulated cycles by
+    ``clock()``, wall seconds). Returns ``(got, want, summary)``."""
+    lay = job_layer(job)
+    rng = np.random.default_rng(job.get("seed", 1))
+    t = job_tensors(cfg, lay, rng, job.get("zero_prob", 0.0))
+    args = dict(stride=(lay["stride_h"], lay["stride_w"]), pad=(lay["pad_h"], lay["pad_w"]),
+                dil=(lay["dil_h"], lay["dil_w"]))
+    phase = job["phase"]
+    t0, s0 = time.perf_counter(), clock()
+    if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
+        x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
+        dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
+        got = np.concatenate([dx.ravel(), dw.ravel()])
+        want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
+    elif phase == "forward":
+        got = await drv.forward(t["x"], t["w"], **args)
+        want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
+    elif phase == "loss":
+        run = drv.loss_baseline if job.get("baseline") else drv.loss
+        got = await run(t["dy"], t["w"], (lay["height"], lay["width"]), **args)
+        want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
+                                        args["stride"], args["pad"], args["dil"])
+    else:
+        run = drv.gradient_baseline if job.get("baseline") else drv.gradient
+        got = await run(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
+        want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
+                                         args["stride"], args["pad"], args["dil"])
+    sim_cycles = int(clock() - s0)
+    sim_seconds = time.perf_counter() - t0
+    want = wrap_array(want, cfg.acc_width)
+    c = dict(drv.counters)
+    # every phase does the forward's multiply-accumulates: N K OH OW C R S
+    macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
+    if phase == "fc_backward":      # dX and dW: two products of that size
+        macs_dense *= 2
+    summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
+               "baseline": bool(job.get("baseline")),
+               "interleaved": job.get("interleaved"),
+               "match": bool(np.array_equal(got, want)), "counters": c,
+               "strips": len(drv.plan["strips"]) if isinstance(drv.plan, dict)
+               and "strips" in drv.plan else 1,
+               "cycles": c["busy_cycles"],
+               "useful_macs": macs_dense, "sim_cycles": sim_cycles,
+               "sim_seconds": sim_seconds}
+    return got, want, summary
