@@ -60,3 +60,16 @@ def test_native_transport_checks():
             asyncio.run(t.write_mem(4000, bytes(200)))
         asyncio.run(t.write_mem(8, b"\x01\x02"))
         assert asyncio.run(t.read_mem(8, 3)) == b"\x01\x02\x00"
+
+
+def test_simulate_entry_point():
+    """``bpsa.simulate``: a layer in a few lines, numpy in and out, with the counters."""
+    import bpsa
+    rng = np.random.default_rng(7)
+    x, w = rng.integers(-128, 128, (1, 4, 12, 12)), rng.integers(-128, 128, (6, 4, 3, 3))
+    with bpsa.simulate("small") as acc:
+        y = acc.forward(x, w, stride=2, padding=1)
+        assert np.array_equal(y, wrap_array(golden.conv2d(x, w, 2, 1), 32))
+        assert acc.counters["macs"] + acc.counters["gated_macs"] >= y.size * 4 * 9
+        dw = acc.gradient(x, y % 7, (3, 3), stride=2, padding=1)
+        assert np.array_equal(dw, golden.conv2d_weight_grad(x, y % 7, (3, 3), 2, 1))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bpsa.verify.runner import sim_build_root, verilator_env
 
-__all__ = ["NativeTransport", "build_native", "run_jobs"]
+__all__ = ["NativeTransport", "SimulatedAccelerator", "build_native", "run_jobs"]
 
 #: Memory behind the DMA port for :func:`run_jobs` (the cocotb testbench's too).
 JOB_MEMORY = 1 << 20
@@ -189,3 +189,52 @@ def run_jobs(config, jobs, *, seed=1):
         asyncio.run(walk())
     return out
 
+
+
+class SimulatedAccelerator:
+    """An accelerator generated for ``config``, simulated in this process on the native
+    transport, with the host driver's layer calls as plain functions (numpy in, numpy out).
+    ``counters`` holds the hardware's counters of the last call. Use it as a context manager
+    (:func:`bpsa.simulate`)."""
+
+    def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0):
+        import asyncio
+
+        from bpsa.config import load_config
+        from bpsa.host.driver import Driver
+
+        self.config = load_config(config)
+        self.transport = NativeTransport(self.config, mem_bytes=mem_bytes, seed=seed,
+                                         stall=stall)
+        self.driver = Driver(self.transport, self.config, mem_size=mem_bytes)
+        self._run = asyncio.run
+        self._run(self.driver.open())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.transport.close()
+
+    @property
+    def counters(self):
+        return dict(self.driver.counters)
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1):
+        """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S)."""
+        return self._run(self.driver.forward(x, w, stride, padding, dilation))
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+        """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w``."""
+        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation))
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+        """dW (K x C x R x S) of ``x`` and ``dy``."""
+        return self._run(self.driver.gradient(x, dy, kernel_hw, stride, padding, dilation))
+
+    def fc_backward(self, x, w, dy):
+        """``(dx, dw)`` of a fully connected layer ``y = x w^T``."""
+        return self._run(self.driver.fc_backward(x, w, dy))
