@@ -190,8 +190,8 @@ async def illegal_descriptors(dut):
     # still right on the next good layer of every generated phase
     for phase in ("forward", "loss", "gradient"):
         if generated[("forward", "loss", "gradient").index(phase)]:
-            got, want, _ = await run_job(h, {"phase": phase, "layer": DEFAULT_JOBS[0]["layer"],
-                                              "seed": 7})
+            job = {"phase": phase, "layer": DEFAULT_JOBS[0]["layer"], "seed": 7}
+            got, want, _ = await run_job(h.cfg, h.driver, job, h.clock)
             assert np.array_equal(got, want), f"{phase} after the refusals differs"
     # the driver raises the hardware's refusal as an exception with the code's name
     try:
