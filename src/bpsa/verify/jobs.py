@@ -9,7 +9,7 @@ import numpy as np
 from bpsa.models import golden
 from bpsa.spec.numeric import operand_range, wrap_array
 
-__all__ = ["job_layer", "job_tensors", "run_job"]
+__all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
 
 
 def job_tensors(cfg, layer, rng, zero_prob):
@@ -85,3 +85,38 @@ async def run_job(cfg, drv, job, clock):
                "useful_macs": macs_dense, "sim_cycles": sim_cycles,
                "sim_seconds": sim_seconds}
     return got, want, summary
+
+
+async def run_jobs(cfg, drv, jobs, clock, *, before=None, log=None):
+    """Run ``jobs`` one after the other (:func:`run_job`); a job with ``"expect"`` must be
+    refused with that error name (the driver's own check is off for it). ``before(i, job)``
+    prepares a job (e.g. the memory's stalls), ``log(i, summary)`` reports one. Returns one
+    summary a job; :exc:`AssertionError` when a result differs from the golden model or a
+    refusal is not the expected one."""
+    from bpsa.host.driver import AcceleratorError
+    out = []
+    for i, job in enumerate(jobs):
+        if before:
+            before(i, job)
+        if job.get("expect"):
+            drv.check = False
+            try:
+                await run_job(cfg, drv, job, clock)
+            except AcceleratorError as e:
+                assert e.name == job["expect"], f"job {i} {job}: {e}"
+                out.append({"phase": job["phase"], "layer": job["layer"], "refused": e.name})
+                continue
+            finally:
+                drv.check = True
+            raise AssertionError(f"job {i} {job}: not refused")
+        got, want, summary = await run_job(cfg, drv, job, clock)
+        out.append(summary)
+        if not summary["match"]:
+            bad = np.argwhere(got != want)[:5].tolist()
+            raise AssertionError(f"job {i} {job}: result differs from the golden model at "
+                                 f"{bad} (got {[int(got[tuple(b)]) for b in bad]}, want "
+                                 f"{[int(want[tuple(b)]) for b in bad]})")
+        if log:
+            log(i, summary)
+    return out
+

@@ -154,41 +154,19 @@ def run_jobs(config, jobs, *, seed=1):
     :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong."""
     import asyncio
 
-    import numpy as np
+    from bpsa.host.driver import Driver
+    from bpsa.verify import jobs as job_runner
 
-    from bpsa.host.driver import AcceleratorError, Driver
-    from bpsa.verify.jobs import run_job
-
-    out = []
     with NativeTransport(config, mem_bytes=JOB_MEMORY, seed=seed) as t:
         drv = Driver(t, config, mem_size=JOB_MEMORY)
 
         async def walk():
             await drv.open()
-            for i, job in enumerate(jobs):
-                t.set_stall(JOB_STALL if job.get("pauses") else 0.0)
-                if job.get("expect"):
-                    drv.check = False
-                    try:
-                        await run_job(config, drv, job, lambda: t.cycles)
-                    except AcceleratorError as e:
-                        assert e.name == job["expect"], f"job {i} {job}: {e}"
-                        out.append({"phase": job["phase"], "layer": job["layer"],
-                                    "refused": e.name})
-                        continue
-                    finally:
-                        drv.check = True
-                    raise AssertionError(f"job {i} {job}: not refused")
-                got, want, summary = await run_job(config, drv, job, lambda: t.cycles)
-                if not summary["match"]:
-                    bad = np.argwhere(got != want)[:5].tolist()
-                    raise AssertionError(f"job {i} {job}: result differs from the golden "
-                                         f"model at {bad}")
-                out.append(summary)
+            return await job_runner.run_jobs(
+                config, drv, jobs, lambda: t.cycles,
+                before=lambda i, job: t.set_stall(JOB_STALL if job.get("pauses") else 0.0))
 
-        asyncio.run(walk())
-    return out
-
+        return asyncio.run(walk())
 
 
 class SimulatedAccelerator:

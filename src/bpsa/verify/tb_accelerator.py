@@ -39,7 +39,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam  # noqa: E40
 from bpsa.config import Config  # noqa: E402
 from bpsa.host.driver import AcceleratorError, Driver  # noqa: E402
 from bpsa.host.training import train  # noqa: E402
-from bpsa.verify.jobs import run_job  # noqa: E402
+from bpsa.verify.jobs import run_job, run_jobs  # noqa: E402
 from bpsa.verify.runner import load_config_json  # noqa: E402
 
 RAM_SIZE = 1 << 20
@@ -115,30 +115,11 @@ async def layers(dut):
     h = Harness(dut)
     await h.reset()
     jobs = json.loads(os.environ["BPSA_JOBS"]) if os.environ.get("BPSA_JOBS") else DEFAULT_JOBS
-    summaries = []
-    for i, job in enumerate(jobs):
-        h.pauses(bool(job.get("pauses")), seed=i)
-        if job.get("expect"):
-            h.driver.check = False
-            try:
-                await run_job(h.cfg, h.driver, job, h.clock)
-            except AcceleratorError as e:
-                assert e.name == job["expect"], f"job {i} {job}: {e}"
-                summaries.append({"phase": job["phase"], "layer": job["layer"],
-                                  "refused": e.name})
-                continue
-            finally:
-                h.driver.check = True
-            raise AssertionError(f"job {i} {job}: not refused")
-        got, want, summary = await run_job(h.cfg, h.driver, job, h.clock)
-        summaries.append(summary)
-        if not summary["match"]:
-            bad = np.argwhere(got != want)[:5].tolist()
-            raise AssertionError(f"job {i} {job}: result differs from the golden model at "
-                                 f"{bad} (got {[int(got[tuple(b)]) for b in bad]}, want "
-                                 f"{[int(want[tuple(b)]) for b in bad]})")
-        dut._log.info("job %d %s %s: %d cycles, match", i, job["phase"], job["layer"],
-                      summary["cycles"])
+    summaries = await run_jobs(
+        h.cfg, h.driver, jobs, h.clock, before=lambda i, job: h.pauses(bool(job.get("pauses")),
+                                                                       seed=i),
+        log=lambda i, s: dut._log.info("job %d %s %s: %d cycles, match", i, s["phase"],
+                                       s["layer"], s["cycles"]))
     h.pauses(False)
     if os.environ.get("BPSA_RESULTS"):
         with open(os.environ["BPSA_RESULTS"], "w") as f:
