@@ -40,26 +40,33 @@ FORWARD_ONLY = SMALL.replace(dataflows=("os",), buf_a_depth=64, buf_b_depth=64,
                              buf_p_depth=64, name="small_forward_only")
 
 
-@pytest.mark.cocotb
+@pytest.mark.verilator
 @pytest.mark.parametrize("config", [SMALL, FORWARD_ONLY], ids=lambda c: c.name)
 def test_illegal_descriptors_verilator(config):
     """Every refusal answered with its code, nothing read or written, no hang; good layers of
-    every generated phase still right afterwards; phases not generated refused (PHASE)."""
-    from bpsa.verify.runner import run_cocotb
-    tests, failures = run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator",
-                                 testcase="illegal_descriptors", tag="illegal")
-    assert tests == 1 and failures == 0
+    every generated phase still right afterwards; phases not generated refused (PHASE)
+    (:func:`bpsa.verify.scenarios.illegal_descriptors` on the native transport)."""
+    from bpsa.verify import scenarios
+    from bpsa.verify.native import JOB_MEMORY, run_with_driver
+
+    async def body(drv, t):
+        await scenarios.illegal_descriptors(config, drv, lambda: t.cycles, JOB_MEMORY)
+        return t.cycles
+
+    assert run_with_driver(config, body) > 0
 
 
-@pytest.mark.cocotb
-def test_training_verilator(tmp_path):
+@pytest.mark.verilator
+def test_training_verilator():
     """Three SGD steps of a two-layer CNN, every convolution on the accelerator, the weights
-    equal to a numpy-only loop after each step (checked in the testbench)."""
-    from bpsa.verify.runner import run_cocotb
-    out = tmp_path / "train.json"
-    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="training",
-               extra_env={"BPSA_RESULTS": str(out)}, tag="training")
-    log = json.loads(out.read_text())
+    equal to a numpy-only loop after each step (checked in :func:`bpsa.host.training.train`)."""
+    from bpsa.host.training import train
+    from bpsa.verify.native import run_with_driver
+
+    async def body(drv, t):
+        return await train(drv, SMALL, steps=3)
+
+    log = run_with_driver(SMALL, body)
     assert [s["step"] for s in log] == [0, 1, 2]
     assert all(s["dw1_nonzero"] and s["dw2_nonzero"] for s in log)
     assert log[0]["loss"] > log[1]["loss"] > log[2]["loss"], "training does not learn"

@@ -73,3 +73,107 @@ def test_simulate_entry_point():
         assert acc.counters["macs"] + acc.counters["gated_macs"] >= y.size * 4 * 9
         dw = acc.gradient(x, y % 7, (3, 3), stride=2, padding=1)
         assert np.array_equal(dw, golden.conv2d_weight_grad(x, y % 7, (3, 3), 2, 1))
+
+
+def test_native_top_registers_the_reset():
+    """The native build's top puts the reset behind a register and keeps every other port."""
+    from bpsa.platform.verilog import generate_verilog
+    from bpsa.verify.native import native_top
+    text = generate_verilog(SMALL, "accelerator")
+    top = native_top(text)
+    assert "always @(posedge clk) rst_q <= rst;" in top and ".rst(rst_q)" in top
+    header = text[text.index("\nmodule accelerator("):].split(";")[0]
+    for port in ("clk", "irq", "axil__awaddr", "mem__rdata", "mem__wstrb"):
+        assert port in header and f".{port}({port})" in top
+
+
+def test_watchdog_ends_a_run_with_the_status():
+    """A run that takes longer than the watchdog allows ends with HangError naming STATUS and
+    the cycle count, instead of waiting forever."""
+    from bpsa.verify.native import HangError, NativeTransport
+    with NativeTransport(SMALL, mem_bytes=1 << 20) as t:
+        drv = Driver(t, SMALL, mem_size=1 << 20)
+        asyncio.run(drv.open())
+        t.watchdog = 50
+        x, w = np.ones((1, 4, 12, 12), dtype=np.int64), np.ones((4, 4, 3, 3), dtype=np.int64)
+        with pytest.raises(HangError, match=r"no interrupt .* cycles after START \(watchdog 50\);"
+                                            r" STATUS 0x[0-9a-f]+ at cycle"):
+            asyncio.run(drv.forward(x, w))
+
+
+def _fst_time_steps(path, var):
+    """The time steps of an FST file (read by pywellen, the reader of the Surfer viewer) at
+    which ``var`` is dumped."""
+    import pywellen
+    wave = pywellen.Waveform(str(path))
+    assert wave.file_format == "FST"
+    names = {v.full_name: v for v in wave.all_vars()}
+    assert "TOP.accelerator_native.core.clk" in names or any(
+        n.startswith("TOP.accelerator_native.core.") for n in names)
+    steps = []
+    wave.stream_time_steps(lambda time, *_: steps.append(time), [names[var]])
+    return steps
+
+
+def test_trace_window(tmp_path):
+    """``trace`` writes an FST waveform of the cycles in the window only; bad windows and
+    paths are refused before anything runs."""
+    from bpsa.verify.native import NativeTransport
+    sizes = {}
+    x = np.arange(2 * 8 * 8).reshape(1, 2, 8, 8) % 7
+    w = np.ones((3, 2, 3, 3), dtype=np.int64)
+    for name, window in (("short", (100, 140)), ("long", (100, 800))):
+        path = tmp_path / f"{name}.fst"
+        with NativeTransport(SMALL, mem_bytes=1 << 20, trace=path, trace_window=window,
+                             opt="-O0") as t:
+            drv = Driver(t, SMALL, mem_size=1 << 20)
+            asyncio.run(drv.open())
+            y = asyncio.run(drv.forward(x, w))
+            assert t.cycles > 800
+        assert np.array_equal(y, golden.conv2d(x, w))
+        sizes[name] = path.stat().st_size
+        steps = _fst_time_steps(path, "TOP.clk")
+        # two time steps a cycle (clock low, clock high), the window's cycles only
+        assert steps == list(range(2 * window[0], 2 * window[1] + 2)), (steps[:3], steps[-3:])
+    assert 0 < sizes["short"] < sizes["long"]
+    with pytest.raises(ValueError, match="FIRST <= LAST"):
+        NativeTransport(SMALL, trace=tmp_path / "a.fst", trace_window=(9, 3))
+    with pytest.raises(ValueError, match="must end in .fst"):
+        NativeTransport(SMALL, trace=tmp_path / "a.vcd")
+    with pytest.raises(ValueError, match="cannot write trace file"):
+        NativeTransport(SMALL, trace=tmp_path / "no" / "such" / "dir.fst")
+    with pytest.raises(ValueError, match="a trace window needs a trace file"):
+        NativeTransport(SMALL, trace_window=(0, 10))
+
+
+def test_build_options_are_checked():
+    from bpsa.verify.native import build_native
+    with pytest.raises(ValueError, match="opt must be one of -O0, -O1, -O2, -O3, not '-Ofast'"):
+        build_native(SMALL, opt="-Ofast")
+    with pytest.raises(ValueError, match=r"threads must be an integer in \[1, 64\], not 0"):
+        build_native(SMALL, threads=0)
+
+
+def test_cli_trace_errors(tmp_path, capsys):
+    from bpsa.cli import main
+    base = ["sim", "--phase", "forward", "--layer", "C=1,H=4,K=1,R=3"]
+    for extra, message in (
+            (["--trace-window", "5:9"], "--trace-window needs --trace FILE.fst"),
+            (["--trace", str(tmp_path / "t.fst"), "--trace-window", "9:5"],
+             "need 0 <= FIRST <= LAST"),
+            (["--trace", str(tmp_path / "t.fst"), "--trace-window", "a:b"],
+             "give FIRST:LAST, two cycle numbers"),
+            (["--trace", str(tmp_path / "t.vcd")], "must end in .fst"),
+            (["--trace", str(tmp_path / "x" / "t.fst")], "cannot write trace file"),
+            (["--harness", "cocotb", "--trace", str(tmp_path / "t.fst")],
+             "--trace needs the native harness")):
+        assert main(base + extra) == 2, extra
+        assert message in capsys.readouterr().err, extra
+
+
+def test_cli_trace_window_after_the_run(tmp_path, capsys):
+    from bpsa.cli import main
+    path = tmp_path / "t.fst"
+    assert main(["sim", "--phase", "forward", "--layer", "C=1,H=4,K=1,R=3", "--quiet",
+                 "--trace", str(path), "--trace-window", "10000000:10000001"]) == 2
+    assert "starts after the run's last cycle" in capsys.readouterr().err

@@ -156,9 +156,40 @@ def _sim_accelerator_fc(args, config):
     job = {"phase": "fc_backward", "seed": args.seed, "interleaved": not args.baseline,
            "layer": {"batch": layer.batch, "channels": layer.inputs, "height": 1, "width": 1,
                      "out_channels": layer.outputs, "kernel_h": 1, "kernel_w": 1}}
-    out = summary(config, run_jobs(config, [job], harness=args.harness)[0])
+    out = summary(config, run_jobs(config, [job], harness=args.harness, **_native(args))[0])
     out.update(phase="fc", layer=layer.text(), interleaved=not args.baseline)
     return out
+
+
+def _trace_window(text):
+    """``FIRST:LAST`` cycles of a trace window."""
+    try:
+        first, last = (int(v.replace("_", "")) for v in text.split(":"))
+    except ValueError:
+        raise UserError(f"--trace-window {text!r}: give FIRST:LAST, two cycle numbers") \
+            from None
+    if not 0 <= first <= last:
+        raise UserError(f"--trace-window {text!r}: need 0 <= FIRST <= LAST")
+    return first, last
+
+
+def _native(args):
+    """The native transport's options of ``bpsa sim``: progress bar, trace."""
+    window = _trace_window(args.trace_window) if args.trace_window else None
+    if window and not args.trace:
+        raise UserError("--trace-window needs --trace FILE.fst")
+    if args.harness == "cocotb":
+        if args.trace:
+            raise UserError("--trace needs the native harness (cocotb: WAVES=1, see README)")
+        return {}
+    if args.trace:
+        from bpsa.verify.native import check_trace_path
+        try:
+            check_trace_path(args.trace)
+        except ValueError as e:
+            raise UserError(f"--trace: {e}") from None
+    return {"progress": not (args.quiet or args.json), "trace": args.trace,
+            "trace_window": window}
 
 
 def _sim_accelerator(args, config):
@@ -182,7 +213,7 @@ def _sim_accelerator(args, config):
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
     results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline)
-                                for p in phases], harness=args.harness)
+                                for p in phases], harness=args.harness, **_native(args))
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
         return sums[0]
@@ -205,10 +236,16 @@ def cmd_sim(args):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
     if args.phase == "fc" and args.engine:
         result = _sim_fc(args, config)
-    elif args.phase == "fc":
-        result = _sim_accelerator_fc(args, config)
     elif args.phase is not None and not args.engine:
-        result = _sim_accelerator(args, config)
+        from bpsa.verify.native import HangError, TraceWindowError
+        try:
+            result = (_sim_accelerator_fc if args.phase == "fc" else _sim_accelerator)(args,
+                                                                                     config)
+        except TraceWindowError as e:
+            raise UserError(f"--trace-window: {e}") from None
+        except HangError as e:
+            print(f"bpsa: the accelerator hung: {e}", file=sys.stderr)
+            sys.exit(1)
     elif args.phase in ("loss", "gradient"):
         result = _sim_backward(args, config)
     elif args.phase == "forward":
@@ -235,6 +272,35 @@ def cmd_sim(args):
             v = result[k]
             print(f"{k:<{width}}  {v:.4f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     if not result["match"]:
+        sys.exit(1)
+
+
+def cmd_fuzz(args):
+    import json
+
+    from bpsa.verify.fuzz import fuzz
+    config = _config(args)
+    if args.count < 1:
+        raise UserError(f"--count {args.count}: give a positive number of layers")
+    if not (config.has("os") or config.has("is")):
+        raise UserError(f"configuration {config.name!r} generates no accelerator phase")
+    res = fuzz(config, args.count, seed=args.seed, progress=not (args.quiet or args.json))
+    res["config"], res["seed"] = config.name, args.seed
+    res["layers_per_second"] = res["jobs"] / max(res["seconds"], 1e-9)
+    res["cycles_per_second"] = res["cycles"] / max(res["seconds"], 1e-9)
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+    else:
+        refused = ", ".join(f"{k} {v}" for k, v in sorted(res["refused"].items())) or "none"
+        print(f"{res['jobs']} random layers on {config.name} (seed {args.seed}): "
+              f"{res['ran']} ran, {sum(res['refused'].values())} refused as expected "
+              f"({refused}), {len(res['mismatches'])} mismatches")
+        print(f"{res['cycles']:,} cycles in {res['seconds']:.1f} s: "
+              f"{res['layers_per_second']:.1f} layers/s, "
+              f"{res['cycles_per_second']:,.0f} cycles/s")
+        for m in res["mismatches"]:
+            print(f"MISMATCH {m['error']}\n  job {json.dumps(m['job'], sort_keys=True)}")
+    if res["mismatches"]:
         sys.exit(1)
 
 
@@ -370,6 +436,12 @@ def build_parser():
     sp.add_argument("--sgd-shift", type=int, default=None,
                     help="interleaved / --phase fc: apply the in-place update W -= G >> SHIFT")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--trace", metavar="FILE.fst",
+                    help="--phase through the accelerator: write an FST waveform (open it "
+                         "with GTKWave or Surfer); the model is built with tracing")
+    sp.add_argument("--trace-window", metavar="FIRST:LAST",
+                    help="with --trace: only cycles FIRST to LAST (counted from reset)")
     sp.set_defaults(func=cmd_sim)
 
     sp = sub.add_parser("bitstream", help="FPGA bitstream of the board top (core + UART "
@@ -386,6 +458,17 @@ def build_parser():
     sp.add_argument("--fit-only", action="store_true",
                     help="stop after synthesis and the fit check (no place and route)")
     sp.set_defaults(func=cmd_bitstream)
+
+    sp = sub.add_parser("fuzz", help="random layers of every phase (and layers the hardware "
+                                      "must refuse) through the whole accelerator on the "
+                                      "native transport, under random back-pressure, against "
+                                      "the golden model; exit 1 on any mismatch")
+    add_config(sp)
+    sp.add_argument("--count", type=int, default=100, help="random layers (default: 100)")
+    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_fuzz)
 
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")

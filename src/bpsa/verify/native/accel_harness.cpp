@@ -11,6 +11,9 @@
 
 #include "Vaccelerator.h"
 #include "verilated.h"
+#ifdef BPSA_TRACE
+#include "verilated_fst_c.h"
+#endif
 
 namespace {
 
@@ -19,6 +22,13 @@ struct Burst {
     unsigned beats;
     unsigned id;
 };
+
+Vaccelerator *make_top(VerilatedContext &ctx) {
+#ifdef BPSA_TRACE
+    ctx.traceEverOn(true);    // before the model is built, or it has no trace hooks
+#endif
+    return new Vaccelerator(&ctx);
+}
 
 struct Sim {
     VerilatedContext ctx;
@@ -33,10 +43,29 @@ struct Sim {
     uint64_t r_data = 0;
     bool r_last = false;
     unsigned r_resp = 0, r_id = 0;
+#ifdef BPSA_TRACE
+    VerilatedFstC *fst = nullptr;
+    uint64_t trace_first = 0, trace_last = 0;   // the cycles traced: [first, last]
+
+    void dump(uint64_t time) {
+        if (fst && cycles >= trace_first && cycles <= trace_last)
+            fst->dump(time);
+    }
+#else
+    void dump(uint64_t) {}
+#endif
 
     Sim(uint64_t mem_bytes, uint64_t seed, double stall_prob)
-        : top(new Vaccelerator(&ctx)), mem(mem_bytes, 0), rng(seed), stall(stall_prob) {}
-    ~Sim() { top->final(); delete top; }
+        : top(make_top(ctx)), mem(mem_bytes, 0), rng(seed), stall(stall_prob) {}
+    ~Sim() {
+        top->final();
+#ifdef BPSA_TRACE
+        if (fst)
+            fst->close();
+        delete fst;
+#endif
+        delete top;
+    }
 
     bool go() { return stall <= 0.0 || std::uniform_real_distribution<double>(0, 1)(rng) >= stall; }
 
@@ -72,6 +101,7 @@ struct Sim {
         t.mem___05Fbid = responses.empty() ? 0 : responses.front();
         t.clk = 0;
         t.eval();
+        dump(2 * cycles);
         if (t.mem___05Farvalid && t.mem___05Farready)
             reads.push_back({t.mem___05Faraddr, unsigned(t.mem___05Farlen) + 1u, unsigned(t.mem___05Farid)});
         if (t.mem___05Fawvalid && t.mem___05Fawready)
@@ -101,6 +131,7 @@ struct Sim {
         }
         t.clk = 1;
         t.eval();
+        dump(2 * cycles + 1);
         cycles++;
     }
 };
@@ -125,6 +156,23 @@ void *bpsa_new(uint64_t mem_bytes, uint64_t seed, double stall) {
 void bpsa_free(void *p) { delete static_cast<Sim *>(p); }
 
 void bpsa_set_stall(void *p, double stall) { static_cast<Sim *>(p)->stall = stall; }
+
+// Traces cycles [first, last] into the FST file `path`; returns 0, or -1 when the library was
+// built without tracing.
+int bpsa_trace(void *p, const char *path, uint64_t first, uint64_t last) {
+#ifdef BPSA_TRACE
+    Sim &s = *static_cast<Sim *>(p);
+    s.fst = new VerilatedFstC;
+    s.top->trace(s.fst, 99);
+    s.fst->open(path);
+    s.trace_first = first;
+    s.trace_last = last;
+    return 0;
+#else
+    (void)p; (void)path; (void)first; (void)last;
+    return -1;
+#endif
+}
 
 uint64_t bpsa_cycles(void *p) { return static_cast<Sim *>(p)->cycles; }
 

@@ -1,0 +1,73 @@
+"""Simulation speed of the native transport: build seconds and simulated cycles per wall-clock
+second of the whole accelerator, per C++ optimisation level and Verilator thread count.
+
+    python -m bpsa.tools.bench_sim [--config small] [--opt -O0,-O1,-O2] [--threads 1,2]
+                                   [--layer C=16,H=32,K=16,R=3,pad=1] [--phase forward] [--json]
+
+Each build is timed from scratch (in a temporary build root, so a cached build does not count);
+the run is the layer's ``--phase`` through the driver, timed from START to DONE (the Python
+driver's share included), once the model is loaded. Every result is checked against the golden
+model.
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+
+from bpsa.config import load_config
+from bpsa.spec.layer import parse_layer
+
+__all__ = ["measure"]
+
+
+def measure(config, opt, threads, layer, phase, *, build_root):
+    """``{"opt", "threads", "build_seconds", "cycles", "run_seconds", "cycles_per_second"}``
+    of one build of ``config`` running ``phase`` of ``layer``."""
+    import dataclasses
+
+    from bpsa.verify.native import build_native, run_jobs
+    t0 = time.perf_counter()
+    build_native(config, opt=opt, threads=threads, build_root=build_root)
+    build = time.perf_counter() - t0
+    job = {"phase": phase, "layer": dataclasses.asdict(layer), "seed": 1}
+    res = run_jobs(config, [job], opt=opt, threads=threads, build_root=build_root)[0]
+    if not res["match"]:
+        raise AssertionError(f"{phase} of {layer.text()} differs from the golden model")
+    return {"opt": opt, "threads": threads, "build_seconds": round(build, 1),
+            "cycles": res["sim_cycles"], "run_seconds": round(res["sim_seconds"], 3),
+            "cycles_per_second": round(res["sim_cycles"] / res["sim_seconds"])}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bpsa.tools.bench_sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="small")
+    p.add_argument("--opt", default="-O0,-O1,-O2", help="comma-separated (default -O0,-O1,-O2)")
+    p.add_argument("--threads", default="1,2", help="comma-separated (default 1,2)")
+    p.add_argument("--layer", default="C=16,H=32,K=16,R=3,pad=1")
+    p.add_argument("--phase", default="forward", choices=["forward", "loss", "gradient"])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    config = load_config(args.config)
+    layer = parse_layer(args.layer)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bpsa_bench_sim_") as root:
+        for opt in args.opt.split(","):
+            for threads in (int(t) for t in args.threads.split(",")):
+                row = measure(config, opt, threads, layer, args.phase, build_root=root)
+                rows.append(row)
+                if not args.json:
+                    print(f"{config.name:>8} {opt} {threads} thread(s): build "
+                          f"{row['build_seconds']:6.1f} s, {row['cycles']:,} cycles in "
+                          f"{row['run_seconds']:.2f} s = {row['cycles_per_second']:,} cycles/s",
+                          flush=True)
+    if args.json:
+        print(json.dumps({"config": config.name, "layer": layer.text(), "phase": args.phase,
+                          "builds": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Random layers through the whole accelerator on the native transport (``bpsa fuzz``).
+
+Every job is a random layer of a phase the configuration generates (forward, loss, gradient,
+FC backward), with random shapes, strides, padding, dilation and batch, under random memory
+back-pressure. Most are layers the configuration runs (the driver tiles them, in column strips
+when a row is too wide): each result is compared with :mod:`bpsa.models.golden`. About one in
+eight is a layer that one descriptor cannot hold: it is sent as one descriptor with the
+driver's own check off, and the hardware must refuse it with the error code of the set-up
+programs (:func:`bpsa.plan.setup.run`), move no data and not hang.
+"""
+
+import dataclasses
+import time
+
+import numpy as np
+
+from bpsa.plan import setup
+from bpsa.plan.grammar import Refusal
+from bpsa.spec.errors import error_name
+from bpsa.spec.layer import ConvLayer
+from bpsa.spec.regmap import Phase
+
+__all__ = ["fuzz", "random_job"]
+
+_PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
+           "fc_backward": Phase.FC_BACKWARD}
+#: Random jobs stay below this many dense MACs (so that thousands run in minutes).
+MAX_MACS = 40_000
+#: Stall probabilities of the memory's channels a job draws from.
+STALLS = (0.0, 0.0, 0.2, 0.5)
+
+
+def phases(config):
+    """The phases the accelerator generated for ``config`` runs."""
+    out = ["forward"] if config.has("os") else []
+    if config.has("is"):
+        out += ["loss", "gradient"]
+        if config.has("interleaved"):
+            out.append("fc_backward")
+    return out
+
+
+def _refusal(config, phase, lay):
+    """The error name the hardware answers ``lay`` sent as one descriptor with, or None."""
+    desc = {"phase": _PHASES[phase], "n": lay["batch"], "c": lay["channels"],
+            "h": lay["height"], "w": lay["width"], "k": lay["out_channels"],
+            "r": lay["kernel_h"], "s": lay["kernel_w"]}
+    desc.update({k: lay[k] for k in ("stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
+                                     "dil_w")})
+    try:
+        setup.run(config, desc, addresses=False)
+    except Refusal as e:
+        return error_name(e.code)
+    return None
+
+
+def _conv_layer(config, rng, wide):
+    r, s = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    lay = {"batch": int(rng.integers(1, 4)), "channels": int(rng.integers(1, 13)),
+           "height": int(rng.integers(1, 20)), "width": int(rng.integers(1, 20)),
+           "out_channels": int(rng.integers(1, 13)), "kernel_h": r, "kernel_w": s,
+           "stride_h": int(rng.integers(1, 5)), "stride_w": int(rng.integers(1, 5)),
+           "pad_h": int(rng.integers(0, r)), "pad_w": int(rng.integers(0, s)),
+           "dil_h": int(rng.integers(1, 4)), "dil_w": int(rng.integers(1, 4))}
+    if wide:    # wider than a bank: runs as column strips, refused as one descriptor
+        bank = max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth)
+        lay.update(height=int(rng.integers(1, 5)), width=int(rng.integers(bank // 4, 2 * bank)),
+                   channels=int(rng.integers(1, 3)), out_channels=int(rng.integers(1, 3)),
+                   batch=1)
+    return lay
+
+
+def random_job(config, rng):
+    """A random job (see the module docstring) for ``config`` from the numpy generator
+    ``rng``: ``{"phase", "layer", "seed", "stall"}``, plus ``"expect"`` (the error name) for a
+    layer the hardware must refuse."""
+    from bpsa.verify.accel_run import check_job
+    choices = phases(config)
+    phase = choices[int(rng.integers(len(choices)))]
+    refuse = rng.random() < 0.125
+    for attempt in range(10_000):
+        if attempt == 200:      # no refusal found for this phase: a layer it runs
+            refuse = False
+        if phase == "fc_backward":
+            big = 2 * config.buf_p_depth if refuse else 48
+            lay = {"batch": int(rng.integers(1, 17)), "channels": int(rng.integers(1, 49)),
+                   "out_channels": int(rng.integers(1, big)), "height": 1,
+                   "width": 1, "kernel_h": 1, "kernel_w": 1}
+        else:
+            lay = _conv_layer(config, rng, wide=refuse and rng.random() < 0.7)
+        lay = dataclasses.asdict(ConvLayer.conv(
+            lay["batch"], lay["channels"], lay["height"], lay["width"], lay["out_channels"],
+            lay["kernel_h"], lay["kernel_w"], stride=(lay.get("stride_h", 1),
+                                                      lay.get("stride_w", 1)),
+            pad=(lay.get("pad_h", 0), lay.get("pad_w", 0)),
+            dil=(lay.get("dil_h", 1), lay.get("dil_w", 1))))
+        layer = ConvLayer(**lay)
+        # a dimension no descriptor field holds
+        if max(v for v in lay.values() if isinstance(v, int)) >= 1 << config.dim_width:
+            continue
+        try:
+            oh, ow = layer.out_hw
+        except ValueError:
+            continue
+        macs = lay["batch"] * lay["out_channels"] * oh * ow * lay["channels"] \
+            * lay["kernel_h"] * lay["kernel_w"]
+        if macs > MAX_MACS and not refuse:
+            continue
+        job = {"phase": phase, "layer": lay, "seed": int(rng.integers(1 << 30)),
+               "stall": float(STALLS[int(rng.integers(len(STALLS)))])}
+        expect = _refusal(config, phase, lay)
+        if refuse:
+            if expect is None:
+                continue
+            job["expect"] = expect
+            if phase == "fc_backward":      # one PHASE 3 descriptor, no fallback
+                job["interleaved"] = True
+            return job
+        if phase == "fc_backward":
+            if expect is not None:
+                continue
+            job["interleaved"] = True
+            return job
+        try:
+            check_job(config, layer, phase)
+        except ValueError:
+            continue
+        return job
+    raise RuntimeError(f"no random {phase} layer found for configuration {config.name!r}")
+
+
+def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
+    """Run ``count`` random jobs (:func:`random_job`, from ``seed``) on the native transport.
+    Returns ``{"jobs", "ran", "refused" (error name -> count), "mismatches" (a list of
+    ``{"job", "error"}``), "cycles", "seconds"}``; a mismatch is a result that differs from
+    the golden model, a wrong refusal, a refusal that moved data, or a hang."""
+    from tqdm import tqdm
+
+    from bpsa.host.driver import AcceleratorError
+    from bpsa.verify.jobs import run_job
+    from bpsa.verify.native import HangError, expected_cycles, run_with_driver
+
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive number of layers, not {count!r}")
+    rng = np.random.default_rng(seed)
+    jobs = [random_job(config, rng) for _ in range(count)]
+    out = {"jobs": count, "ran": 0, "refused": {}, "mismatches": [], "cycles": 0}
+
+    async def body(drv, t):
+        t0 = time.perf_counter()
+        for job in tqdm(jobs, unit="layer", disable=not progress, leave=False,
+                        dynamic_ncols=True):
+            t.set_stall(job["stall"])
+            t.watchdog = 20 * expected_cycles(config, job)
+            try:
+                if job.get("expect"):
+                    drv.check = False
+                    try:
+                        await run_job(config, drv, job, lambda: t.cycles)
+                    except AcceleratorError as e:
+                        moved = drv.counters["dma_read_bytes"] + drv.counters["dma_write_bytes"]
+                        if e.name != job["expect"] or moved:
+                            out["mismatches"].append({"job": job, "error": (
+                                f"refused with {e.name}, moving {moved} bytes; expected "
+                                f"{job['expect']}, moving none")})
+                        else:
+                            out["refused"][e.name] = out["refused"].get(e.name, 0) + 1
+                    else:
+                        out["mismatches"].append({"job": job, "error": "not refused"})
+                    finally:
+                        drv.check = True
+                    continue
+                got, want, _ = await run_job(config, drv, job, lambda: t.cycles)
+            except HangError as e:
+                out["mismatches"].append({"job": job, "error": f"hang: {e}"})
+                break       # the design is stuck: later jobs would hang too
+            out["ran"] += 1
+            if not np.array_equal(got, want):
+                bad = np.argwhere(got != want)[:3].tolist()
+                out["mismatches"].append({"job": job, "error": (
+                    f"differs from the golden model at {bad}: got "
+                    f"{[int(got[tuple(b)]) for b in bad]}, want "
+                    f"{[int(want[tuple(b)]) for b in bad]}")})
+        out["cycles"] = int(t.cycles)
+        out["seconds"] = time.perf_counter() - t0
+
+    from bpsa.verify.native import JOB_MEMORY
+    run_with_driver(config, body, mem_bytes=JOB_MEMORY, seed=seed, opt=opt, threads=threads)
+    return out

@@ -1,0 +1,73 @@
+"""Whole-accelerator scenarios on any transport (the cocotb testbench's, the native one): a
+driver opened on the accelerator in, assertions out."""
+
+import numpy as np
+
+from bpsa.host.driver import AcceleratorError
+from bpsa.verify.jobs import run_job
+
+__all__ = ["DEFAULT_JOBS", "GOOD", "illegal_descriptors"]
+
+#: Default jobs: one small layer per phase (stride 2, padding 1).
+DEFAULT_JOBS = [{"phase": p, "layer": {"batch": 1, "channels": 2, "height": 5, "width": 5,
+                                       "out_channels": 3, "kernel_h": 3, "kernel_w": 3,
+                                       "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1},
+                 "seed": 1} for p in ("forward", "loss", "gradient")]
+
+GOOD = {"PHASE": 0, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 3, "S": 3, "STRIDE_H": 1,
+        "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1, "DIL_W": 1, "ADDR_X": 0x1000,
+        "ADDR_W": 0x2000, "ADDR_DY": 0x3000, "ADDR_OUT": 0x4000}
+
+
+async def illegal_descriptors(cfg, drv, clock, ram_size):
+    """Every refusal answered with its code, nothing read or written, no hang; good layers of
+    every generated phase still right afterwards; phases not generated refused (PHASE).
+    ``drv``: a driver opened on any transport of a ``ram_size``-byte memory; ``clock()``: its
+    cycle count."""
+    RAM_SIZE = ram_size
+    sentinel = bytes([0xA5]) * 4096
+    generated = {0: cfg.has("os"), 1: cfg.has("is"), 2: cfg.has("is")}
+    cases = [
+        ({"N": 0}, 2), ({"C": 0}, 2), ({"H": 0}, 2), ({"K": 0}, 2), ({"R": 0}, 2),
+        ({"STRIDE_H": 0}, 3), ({"STRIDE_W": 0}, 3), ({"DIL_W": 0}, 3),
+        ({"R": 5}, 4), ({"S": 3, "W": 2}, 4), ({"R": 3, "DIL_H": 2, "H": 4}, 4),
+        # PHASE 3 (FC backward) needs H = W = R = S = 1 and no padding: SHAPE
+        ({"PHASE": 3}, 9 if cfg.has("interleaved") and cfg.has("is") else 1),
+        ({"PHASE": 7}, 1), ({"PHASE": 15}, 1),
+        ({"ADDR_X": RAM_SIZE - 4}, 8), ({"ADDR_OUT": RAM_SIZE - 8}, 8),
+        ({"ADDR_X": 0xFFFF_FFF0}, 8),
+    ]
+    for phase in (1, 2):
+        cases.append(({"PHASE": phase, "ADDR_DY": RAM_SIZE - 2}, 8 if generated[phase] else 1))
+        cases.append(({"PHASE": phase, "N": 0}, 2 if generated[phase] else 1))
+    if not generated[0]:
+        cases = [(c, 1 if c.get("PHASE", 0) == 0 else e) for c, e in cases]
+    if cfg.acc_width > 8:
+        cases.append(({"ADDR_OUT": 0x4001}, 7))
+    for i, (change, code) in enumerate(cases):
+        desc = dict(GOOD, **change)
+        out = desc["ADDR_OUT"]
+        if out + len(sentinel) <= RAM_SIZE:
+            await drv.t.write_mem(out, sentinel)
+        got = await drv.start(desc)
+        assert got == code, f"case {i} {change}: error {got:#x}, expected {code:#x}"
+        after = await drv.read_counters()
+        assert after["dma_read_bytes"] == 0 and after["dma_write_bytes"] == 0, \
+            f"case {i} {change}: the refused layer moved data"
+        if out + len(sentinel) <= RAM_SIZE:
+            assert await drv.t.read_mem(out, len(sentinel)) == sentinel, \
+                f"case {i} {change}: memory written"
+    # still right on the next good layer of every generated phase
+    for phase in ("forward", "loss", "gradient"):
+        if generated[("forward", "loss", "gradient").index(phase)]:
+            job = {"phase": phase, "layer": DEFAULT_JOBS[0]["layer"], "seed": 7}
+            got, want, _ = await run_job(cfg, drv, job, clock)
+            assert np.array_equal(got, want), f"{phase} after the refusals differs"
+    # the driver raises the hardware's refusal as an exception with the code's name
+    try:
+        await drv.forward(np.ones((1, 1, 2, 2), dtype=np.int64),
+                          np.ones((1, 1, 3, 3), dtype=np.int64))
+    except AcceleratorError as e:
+        assert e.name == ("KERNEL_TOO_LARGE" if generated[0] else "PHASE"), e
+    else:
+        raise AssertionError("a 3x3 kernel on a 2x2 input was not refused")
