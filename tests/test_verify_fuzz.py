@@ -66,3 +66,13 @@ def test_cli_fuzz_refuses_bad_counts(capsys):
     from bpsa.cli import main
     assert main(["fuzz", "--count", "0"]) == 2
     assert "--count 0: give a positive number of layers" in capsys.readouterr().err
+
+
+@pytest.mark.long
+@pytest.mark.verilator
+def test_fuzz_10000():
+    """``bpsa fuzz --count 10000 --config small`` (make test-long): no mismatch."""
+    from bpsa.verify.fuzz import fuzz
+    res = fuzz(SMALL, 10_000, seed=1)
+    assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
+    assert res["ran"] + sum(res["refused"].values()) == 10_000

@@ -177,3 +177,29 @@ def test_cli_trace_window_after_the_run(tmp_path, capsys):
     assert main(["sim", "--phase", "forward", "--layer", "C=1,H=4,K=1,R=3", "--quiet",
                  "--trace", str(path), "--trace-window", "10000000:10000001"]) == 2
     assert "starts after the run's last cycle" in capsys.readouterr().err
+
+
+def test_job_memory_and_expected_cycles():
+    """Memory grows to a power of two that holds a full-size layer's tensors; the cycle
+    estimate (progress bar, watchdog) is above the measured cycles of the regression layers
+    (``bpsa sim --json`` on small: forward 6,324, loss 26,820, gradient 25,557 cycles)."""
+    import dataclasses
+
+    from bpsa.spec.layer import parse_layer
+    from bpsa.verify.native import JOB_MEMORY, expected_cycles, job_memory
+    small = parse_layer("C=8,H=16,K=8,R=3,stride=2,pad=1,N=2")
+    jobs = {p: {"phase": p, "layer": dataclasses.asdict(small)}
+            for p in ("forward", "loss", "gradient")}
+    assert job_memory(SMALL, list(jobs.values())) == JOB_MEMORY
+    for phase, measured in (("forward", 6324), ("loss", 26820), ("gradient", 25557)):
+        assert measured < expected_cycles(SMALL, jobs[phase]) < 20 * measured
+    big = parse_layer("C=256,H=28,K=256,R=3,stride=2,pad=1")
+    mem = job_memory(SMALL, [{"phase": "loss", "layer": dataclasses.asdict(big)}])
+    tensors = (256 * 28 * 28 + 256 * 256 * 9 + 256 * 14 * 14) * 4
+    assert mem >= 2 * tensors and mem & (mem - 1) == 0
+
+
+def test_generator_digest_is_stable():
+    from bpsa.verify.native import generator_digest
+    assert generator_digest() == generator_digest()
+    assert len(generator_digest()) == 64

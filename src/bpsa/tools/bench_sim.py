@@ -1,7 +1,7 @@
 """Simulation speed of the native transport: build seconds and simulated cycles per wall-clock
 second of the whole accelerator, per C++ optimisation level and Verilator thread count.
 
-    python -m bpsa.tools.bench_sim [--config small] [--opt -O0,-O1,-O2] [--threads 1,2]
+    python -m bpsa.tools.bench_sim [--config small] [--opt 0,1,2] [--threads 1,2]
                                    [--layer C=16,H=32,K=16,R=3,pad=1] [--phase forward] [--json]
 
 Each build is timed from scratch (in a temporary build root, so a cached build does not count);
@@ -44,7 +44,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bpsa.tools.bench_sim", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="small")
-    p.add_argument("--opt", default="-O0,-O1,-O2", help="comma-separated (default -O0,-O1,-O2)")
+    p.add_argument("--opt", default="0,1,2",
+                   help="C++ optimisation levels, comma-separated (default 0,1,2: -O0 -O1 -O2)")
     p.add_argument("--threads", default="1,2", help="comma-separated (default 1,2)")
     p.add_argument("--layer", default="C=16,H=32,K=16,R=3,pad=1")
     p.add_argument("--phase", default="forward", choices=["forward", "loss", "gradient"])
@@ -54,7 +55,7 @@ def main(argv=None):
     layer = parse_layer(args.layer)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bpsa_bench_sim_") as root:
-        for opt in args.opt.split(","):
+        for opt in (f"-O{level.strip().lstrip('-O')}" for level in args.opt.split(",")):
             for threads in (int(t) for t in args.threads.split(",")):
                 row = measure(config, opt, threads, layer, args.phase, build_root=root)
                 rows.append(row)
