@@ -88,7 +88,7 @@ def main(argv=None):
     jobs = [job(layer, p, seed=i + 1, pauses=args.pauses, baseline=b)
             for i, (layer, _) in enumerate(layers) for p, b in kinds]
     t0 = time.perf_counter()
-    results = run_jobs(cfg, jobs, tag="bench")
+    results = run_jobs(cfg, jobs, tag="bench", progress=not args.json)
     wall = time.perf_counter() - t0
     rows = []
     per = len(kinds)
