@@ -151,8 +151,8 @@ def build_native(config, *, opt=None, threads=None, trace=False, build_root=None
         # the model's own optimisation level (verilator_env sets -O0 for the cocotb builds)
         flags = " ".join(f for f in os.environ.get("MAKEFLAGS", "").split()
                          if not f.startswith(("OPT_FAST=", "OPT_SLOW=", "OPT_GLOBAL=")))
-        slow = "-O0" if opt == "-O0" else "-O1"
-        flags += f" OPT_FAST={opt} OPT_SLOW={slow} OPT_GLOBAL={slow}"
+        slow = "-O0"   # construction and settle code: run once, not worth optimising
+        flags += f" OPT_FAST={opt} OPT_SLOW={slow} OPT_GLOBAL={opt}"
         if trace:   # verilated.mk links -llz4 -lz for FST; the shims need neither
             flags += " LDLIBS=-shared"
         env = dict(os.environ, MAKEFLAGS=flags)
