@@ -209,10 +209,11 @@ def _sim_accelerator(args, config):
     try:
         layer = parse_layer(args.layer)
         for p in phases:
-            check_job(config, layer, p, baseline=args.baseline)
+            check_job(config, layer, p, baseline=args.baseline, mode=args.mode)
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
-    results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline)
+    results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline,
+                                    mode=args.mode if p != "forward" else None)
                                 for p in phases], harness=args.harness, **_native(args))
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
@@ -232,6 +233,10 @@ def cmd_sim(args):
                           or (args.phase == "fc" and args.engine)):
         raise UserError("--baseline applies only to --phase loss|gradient (and fc through "
                         "the accelerator)")
+    if args.mode is not None and (args.engine or args.baseline
+                                  or args.phase not in ("loss", "gradient", "step")):
+        raise UserError("--mode applies only to --phase loss|gradient|step through the "
+                        "accelerator (not with --engine or --baseline)")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
     if args.phase == "fc" and args.engine:
@@ -427,6 +432,14 @@ def build_parser():
                          "the accelerator, the driver builds the zero-spaced tensors in memory "
                          "and runs them as a forward convolution; with --engine, the zero-spaced "
                          "copy is written into the buffer and read densely")
+    sp.add_argument("--mode", choices=["zero_free", "bp_im2col"], default=None,
+                    type=lambda v: v.replace("-", "_"),
+                    help="--phase loss|gradient|step through the accelerator: the backward "
+                         "front end; zero_free (the zero-free gradient walker on the OS "
+                         "array; no inserted zero is read or multiplied) or bp_im2col (the "
+                         "paper's NZ-detecting generators on the IS array); default: "
+                         "zero_free for the gradient when the configuration generates it, "
+                         "bp_im2col for the loss (the zero-free loss is not built yet)")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "

@@ -11,11 +11,15 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names",
+__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names",
            "require_config"]
 
 #: Dataflows the array can be generated with.
 DATAFLOWS = ("os", "ws", "is", "interleaved")
+
+#: Backward front ends (how the loss and the gradient run): the paper's BP-im2col generators
+#: on the input-stationary array, and the zero-free walkers on the output-stationary array.
+BACKWARD_MODES = ("bp_im2col", "zero_free")
 
 #: Arithmetic formats. Floating-point formats are added here later.
 ARITHMETICS = ("int",)
@@ -68,6 +72,10 @@ class Config:
         ``feeder_bus_width`` elements per SRAM word (power of two, 1..64), ``feeder_lane_regs``
         (M, 1..16), ``feeder_pattern_width`` (kernel-pattern bits, 1..64),
         ``feeder_fifo_depth`` (1..64).
+    Backward front ends
+        ``backward_modes``: which of ``bp_im2col`` (needs the ``is`` dataflow) and
+        ``zero_free`` (needs ``os`` and the reserve registers) are generated; a descriptor's
+        MODE picks one. Default (``None``): every mode the dataflows allow.
     Layer descriptors
         ``dim_width``: bits of every shape field in a layer descriptor (N, C, H, W, K, R, S,
         stride, padding, dilation), 4..16; shapes up to ``2**dim_width - 1``.
@@ -88,6 +96,7 @@ class Config:
     feeder_lane_regs: int = 3
     feeder_pattern_width: int = 16
     feeder_fifo_depth: int = 4
+    backward_modes: tuple = None
     dim_width: int = 12
     buf_a_depth: int = 1024
     buf_b_depth: int = 1024
@@ -98,7 +107,22 @@ class Config:
         if isinstance(self.dataflows, (list, str)):
             dataflows = [self.dataflows] if isinstance(self.dataflows, str) else self.dataflows
             object.__setattr__(self, "dataflows", tuple(dataflows))
+        if self.backward_modes is None and isinstance(self.dataflows, tuple):
+            object.__setattr__(self, "backward_modes", tuple(
+                mode for mode in BACKWARD_MODES if self._mode_needs(mode) is None))
+        elif isinstance(self.backward_modes, (list, str)):
+            modes = self.backward_modes
+            object.__setattr__(self, "backward_modes",
+                               tuple([modes] if isinstance(modes, str) else modes))
         self.validate()
+
+    def _mode_needs(self, mode):
+        """What backward mode ``mode`` lacks in this configuration (``None``: nothing)."""
+        if mode == "bp_im2col" and "is" not in self.dataflows:
+            return "the 'is' dataflow"
+        if mode == "zero_free" and ("os" not in self.dataflows or not self.reserve_registers):
+            return "the 'os' dataflow and reserve_registers"
+        return None
 
     def validate(self):
         """Raise :class:`ConfigError` for the first invalid field."""
@@ -124,6 +148,17 @@ class Config:
         _check_int("feeder_lane_regs", self.feeder_lane_regs, 1, 16)
         _check_int("feeder_pattern_width", self.feeder_pattern_width, 1, 64)
         _check_int("feeder_fifo_depth", self.feeder_fifo_depth, 1, 64)
+        if not isinstance(self.backward_modes, tuple) \
+                or any(mo not in BACKWARD_MODES for mo in self.backward_modes) \
+                or len(set(self.backward_modes)) != len(self.backward_modes):
+            raise ConfigError(f"backward_modes must be a list of distinct values from "
+                              f"{list(BACKWARD_MODES)}, not {self.backward_modes!r}")
+        for mode in self.backward_modes:
+            need = self._mode_needs(mode)
+            if need is not None:
+                raise ConfigError(f"backward_modes {mode!r} needs {need}; with dataflows "
+                                  f"{list(self.dataflows)!r} the allowed modes are "
+                                  f"{[mo for mo in BACKWARD_MODES if self._mode_needs(mo) is None]}")
         _check_int("dim_width", self.dim_width, 4, 16)
         for name in ("buf_a_depth", "buf_b_depth", "buf_p_depth"):
             _check_pow2(name, getattr(self, name), 16, 65536)
@@ -137,6 +172,13 @@ class Config:
         if dataflow not in DATAFLOWS:
             raise ValueError(f"dataflow must be one of {list(DATAFLOWS)}, not {dataflow!r}")
         return dataflow in self.dataflows
+
+    def has_mode(self, mode):
+        """Whether backward mode ``mode`` (one of :data:`BACKWARD_MODES`) is generated."""
+        if mode not in BACKWARD_MODES:
+            raise ValueError(f"backward mode must be one of {list(BACKWARD_MODES)}, "
+                             f"not {mode!r}")
+        return mode in self.backward_modes
 
     @property
     def has_accumulator(self):
@@ -158,12 +200,18 @@ class Config:
     def to_dict(self):
         d = dataclasses.asdict(self)
         d["dataflows"] = list(self.dataflows)
+        d["backward_modes"] = list(self.backward_modes)
         return d
 
     def to_json(self):
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def replace(self, **changes):
+        """A copy with ``changes``; ``backward_modes`` is derived again (the default) when the
+        dataflows or the reserve registers change and it is not given."""
+        if "backward_modes" not in changes and \
+                {"dataflows", "reserve_registers"} & set(changes):
+            changes["backward_modes"] = None
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -114,11 +114,12 @@ from bpsa.gateware.controller.interfaces import AccelError
 from bpsa.gateware.controller.load_unit import LoadUnit, Target
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
-                                                        ForwardResults)
+                                                        ForwardResults, ZeroFreeGradientResults)
 from bpsa.gateware.controller.step_scheduler import StepScheduler
 from bpsa.gateware.controller.walker import LoopWalker
 from bpsa.gateware.controller.setup_sequencer import SetupSequencer
 from bpsa.gateware.seq_arith import SETUP_WIDTH, SeqMulDiv
+from bpsa.plan.setup import generated_phases
 from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
 
@@ -153,7 +154,8 @@ class Accelerator(CheckedComponent):
     def __init__(self, config):
         self.config = config
         self.has_forward = config.has("os") and config.reserve_registers
-        self.has_backward = config.has("is")
+        self.has_backward = config.has_mode("bp_im2col")
+        self.has_zf = config.has_mode("zero_free")
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH)),
             "mem": Out(axi4_signature()),
@@ -186,9 +188,7 @@ class Accelerator(CheckedComponent):
         has_fc = bwd is not None and cfg.has("interleaved")
 
         # --- P buffer, fed by the engines' results; counters ---------------------------------
-        phases = (([regmap.Phase.FORWARD] if fwd is not None else [])
-                  + ([regmap.Phase.LOSS, regmap.Phase.GRADIENT] if bwd is not None else [])
-                  + ([regmap.Phase.FC_BACKWARD] if has_fc else []))
+        phases = generated_phases(cfg)
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
         sched = m.submodules.steps = StepScheduler(cfg)
         walker = m.submodules.walker = LoopWalker(cfg, phases)
@@ -203,6 +203,12 @@ class Accelerator(CheckedComponent):
             wiring.connect(m, fwd.y, fres.y)
             m.d.comb += fres.ow.eq(ow_reg)
             results.append(fres.acc)
+        if self.has_zf:
+            zres = m.submodules.zf_gradient_results = ZeroFreeGradientResults(cfg)
+            wiring.connect(m, fwd.zg, zres.zg)
+            m.d.comb += [zres.start.eq(fwd.zg_start), zres.row_base.eq(row_base),
+                         zres.p_row.eq(p_row)]
+            results.append(zres.acc)
         if bwd is not None:
             bres = m.submodules.backward_results = BackwardResults(cfg)
             wiring.connect(m, bwd.out, bres.out)
@@ -301,8 +307,11 @@ class Accelerator(CheckedComponent):
         is_fwd = Signal()
         is_grad = Signal()
         is_fc = Signal()
+        is_zg = Signal()                 # a zero-free gradient: the forward engine's array
         m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_grad.eq(phase == Phase.GRADIENT),
                      is_fc.eq(phase == Phase.FC_BACKWARD)]
+        if self.has_zf:
+            m.d.comb += is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE))
 
         # engine descriptors (held while a run is in flight)
         if fwd is not None:
@@ -331,11 +340,23 @@ class Accelerator(CheckedComponent):
                          bl.base_a.eq(bank * (cfg.buf_a_depth // 2)),
                          bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
 
+        if self.has_zf:
+            zl = fwd.zg_layer
+            m.d.comb += [zl.channels.eq(run.channels), zl.width.eq(d.w),
+                         zl.height.eq(run.height), zl.out_height.eq(run.out_height),
+                         zl.out_width.eq(plan.ow), zl.kernel_h.eq(d.r), zl.kernel_w.eq(d.s),
+                         zl.stride_h.eq(d.stride_h), zl.stride_w.eq(d.stride_w),
+                         zl.dil_h.eq(d.dil_h), zl.dil_w.eq(d.dil_w),
+                         zl.pad_top.eq(run.pad_top), zl.pad_w.eq(d.pad_w),
+                         zl.x_base.eq(bank * (cfg.buf_a_depth // 2)),
+                         zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
+                         fwd.zg_start.eq(sched.eng_start & is_zg)]
+
         # the phase's engine runs the scheduler's runs
-        engines = [(eng, is_fwd if eng is fwd else ~is_fwd) for eng in (fwd, bwd)
-                   if eng is not None]
+        engines = [(eng, (is_fwd | is_zg) if eng is fwd else ~(is_fwd | is_zg))
+                   for eng in (fwd, bwd) if eng is not None]
         for eng, active in engines:
-            m.d.comb += eng.start.eq(sched.eng_start & active)
+            m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg)
             with m.If(active):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:

@@ -28,6 +28,14 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         A or an X plane a bank of B): bands of ``bh = min(OH, acap // OW, (bcap // W - drh -
         1) // s + 1)`` dY rows, ``kg = min(kb, acap // (bh OW))``, ``cg = min(C_in, bcap //
         (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
+    gradient, zero-free (MODE 1; ``B = feeder_bus_width``: X blocked by ``B`` channels, dY by
+        ``cols``, one pixel a buffer word)
+        ``nb = B R S`` P words hold dW of one block of ``B`` input channels for ``cols``
+        output channels; a step is one input-channel block and ``kb = min(kt, pcap // nb)``
+        output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``); when the dY
+        plane (``OH OW`` words) does not fit a bank of B or the X plane (``H W`` words) a bank
+        of A (``banded``): bands of ``bh = min(OH, bcap // OW, (acap // W - drh - 1) // s +
+        1)`` dY rows.
     FC backward (batch N, C inputs, K outputs)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
@@ -40,17 +48,18 @@ from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, hig
                                low_bits, minimum, select, var)
 from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import element_bytes
-from bpsa.spec.regmap import Phase
+from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
 
-__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "UNIT_WIDTH", "address_program", "checks",
-           "geometry", "register_widths", "run", "tiling_program"]
+__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "UNIT_WIDTH", "ZF_GRADIENT",
+           "address_program", "checks", "generated_phases", "geometry", "programs", "register_widths", "run",
+           "tiling_program"]
 
 #: Bits of the set-up unit (sizes in elements and bytes).
 UNIT_WIDTH = 48
 
 #: Descriptor fields the programs read.
 DESCRIPTOR = ("phase", "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h",
-              "pad_w", "dil_h", "dil_w", "addr_x", "addr_w", "addr_dy", "addr_out",
+              "pad_w", "dil_h", "dil_w", "addr_x", "addr_w", "addr_dy", "addr_out", "mode",
               "window_lo", "window_hi")
 
 #: Registers the set-up programs write: name -> ``"unit"`` (:data:`UNIT_WIDTH` bits),
@@ -59,12 +68,16 @@ PLAN_REGISTERS = {
     **{name: "unit" for name in (
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
-        "fob", "fnb", "fwoff", "fq", "fdw0")},
+        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords")},
     "bh": "dim",
     "banded": "bit",
 }
 
-#: The registers a phase's loops read (its *tile plan*); the others are scratch.
+#: The program key of the zero-free gradient (a phase and a mode; the other programs are
+#: keyed by their phase alone).
+ZF_GRADIENT = (Phase.GRADIENT, Mode.ZERO_FREE)
+
+#: The registers a program's loops read (its *tile plan*); the others are scratch.
 OUTPUTS = {
     Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
                     "kt"),
@@ -73,18 +86,20 @@ OUTPUTS = {
     Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
                      "cg", "bh", "banded", "wdp1", "kohow"),
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
+    ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
+                  "banded", "xwords", "dwords"),
 }
 
 TOO_LARGE = AccelError.TOO_LARGE
 
 (phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
- addr_dy, addr_out, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
+ addr_dy, addr_out, mode, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
- tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded) = (
+ tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords) = (
     var(x) for x in ("drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2",
                      "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
-                     "banded"))
+                     "banded", "ct", "xwords", "dwords"))
 
 
 def register_widths(config):
@@ -98,12 +113,63 @@ def _caps(config):
     return acap, bcap, acap * config.feeder_bus_width, config.buf_p_depth
 
 
+def generated_phases(config):
+    """The phases the accelerator generated for ``config`` runs: forward with the ``os``
+    dataflow and the reserve registers (the forward engine), loss with the BP-im2col engine
+    (``backward_modes`` ``bp_im2col``), gradient with either backward mode, FC backward with
+    the BP-im2col engine and the ``interleaved`` dataflow."""
+    fwd = config.has("os") and config.reserve_registers
+    bwd = config.has_mode("bp_im2col")
+    return tuple(p for p, on in ((Phase.FORWARD, fwd), (Phase.LOSS, bwd),
+                                 (Phase.GRADIENT, bwd or config.has_mode("zero_free")),
+                                 (Phase.FC_BACKWARD, bwd and config.has("interleaved"))) if on)
+
+
+def _generated_modes(config, phase_):
+    """The :class:`Mode` values the hardware runs ``phase_`` in (the zero-free loss is not
+    built yet)."""
+    modes = [m for m, name in MODE_NAMES.items() if config.has_mode(name)]
+    if phase_ == Phase.LOSS:
+        modes = [m for m in modes if m == Mode.BP_IM2COL]
+    return modes
+
+
+def programs(config, phases):
+    """The tiling programs the hardware generates: ``(key, phase, mode)``; ``mode`` is
+    ``None`` for a program that runs the phase in every mode (the checks refused the
+    others)."""
+    out = []
+    for p in phases:
+        p = Phase(p)
+        if p == Phase.GRADIENT and Mode.ZERO_FREE in _generated_modes(config, p):
+            out.append((ZF_GRADIENT, p, Mode.ZERO_FREE))
+            if Mode.BP_IM2COL in _generated_modes(config, p):
+                out.append((p, p, Mode.BP_IM2COL))
+        else:
+            out.append((p, p, None))
+    return out
+
+
+def _mode_names(modes):
+    return ", ".join(MODE_NAMES[m] for m in modes) or "none"
+
+
 def checks(config, phases):
     """The first step: refusals of the descriptor itself, in one clock cycle. ``phases``: the
     :class:`bpsa.spec.regmap.Phase` values the hardware generates."""
     unknown = None
     for p in phases:
         unknown = (phase != int(p)) if unknown is None else unknown & (phase != int(p))
+    bad_mode, allowed = lift(0), []
+    for p in phases:
+        if Phase(p) not in (Phase.LOSS, Phase.GRADIENT):
+            continue
+        modes = _generated_modes(config, Phase(p))
+        ok = lift(0)
+        for mo in modes:
+            ok = ok | (mode == int(mo))
+        bad_mode = bad_mode | ((phase == int(p)) & (ok == 0))
+        allowed.append(f"{Phase(p).name.lower()}: {_mode_names(modes)}")
     zero = (n == 0) | (c == 0) | (h == 0) | (w == 0) | (k == 0) | (r == 0) | (s == 0)
     zstep = (stride_h == 0) | (stride_w == 0) | (dil_h == 0) | (dil_w == 0)
     fc_shape = (phase == int(Phase.FC_BACKWARD)) & (
@@ -111,6 +177,8 @@ def checks(config, phases):
     names = ", ".join(Phase(int(p)).name for p in phases)
     return [Checks((
         Check(unknown, AccelError.PHASE, f"phase {{phase}} is not generated (only {names})"),
+        Check(bad_mode, AccelError.MODE,
+              f"mode {{mode}} is not generated for this phase ({'; '.join(allowed)})"),
         Check(zero, AccelError.ZERO_SIZE, "a size (N, C, H, W, K, R, S) is 0"),
         Check(zstep, AccelError.ZERO_STEP, "a stride or a dilation is 0"),
         Check(fc_shape, AccelError.SHAPE, "an FC layer has H = W = R = S = 1 and no padding"),
@@ -252,6 +320,31 @@ def _gradient(config):
     ]
 
 
+def _zf_gradient(config):
+    acap, bcap, _, pcap = _caps(config)
+    cols, B = config.cols, config.feeder_bus_width
+    what = (f"one dY plane ({{ohow}} words) or one X plane ({{hw}} words) does not fit a bank "
+            f"of buffer B / A ({bcap} / {acap} words)")
+    return [
+        Mul("nb", rs, B),                       # P words: dW of B input channels, one block
+        Check(nb > pcap, TOO_LARGE, f"dW of {B} input channels ({{nb}} words of {cols} "
+                                    f"output channels) does not fit the P buffer ({pcap} words)"),
+        Div("kt", k + (cols - 1), cols),
+        Div("ct", c + (B - 1), B),
+        Div("t", pcap, nb),
+        Set((("kb", minimum(kt, t)), ("banded", (ohow > bcap) | (hw > acap)))),
+        Skip(banded == 0, 4),
+        Div("q4", bcap, ow),
+        Div("q1", acap, w),
+        Div("t", select(q1 > drh, q1 - drh - 1, 0), stride_h),
+        Set((("t", select(q1 > drh, t + 1, 0)),)),
+        Set((("bh", select(banded, minimum(oh, q4, t), oh)),)),
+        _band_checks(what, padding=True),
+        Mul("xwords", ct, hw),                  # X words (pixels of B lanes) of one image
+        Mul("dwords", kt, ohow),                # dY words (pixels of cols lanes) of one image
+    ]
+
+
 def _fc(config):
     acap, bcap, _, pcap = _caps(config)
     cols = config.cols
@@ -275,7 +368,10 @@ def _fc(config):
 
 
 def tiling_program(config, phase_):
-    """The tiling steps of ``phase_`` (a :class:`bpsa.spec.regmap.Phase`)."""
+    """The tiling steps of program ``phase_`` (a :class:`bpsa.spec.regmap.Phase`, or
+    :data:`ZF_GRADIENT`)."""
+    if phase_ == ZF_GRADIENT:
+        return _zf_gradient(config)
     return {Phase.FORWARD: _forward, Phase.LOSS: _loss, Phase.GRADIENT: _gradient,
             Phase.FC_BACKWARD: _fc}[Phase(phase_)](config)
 
@@ -291,12 +387,17 @@ def _tensor_checks(addr, count_steps, shift):
 
 
 def address_program(config, phase_):
-    """Alignment and window checks of the tensors of ``phase_`` (after its tiling steps)."""
-    cols = config.cols
+    """Alignment and window checks of the tensors of program ``phase_`` (after its tiling
+    steps)."""
+    cols, B = config.cols, config.feeder_bus_width
     obs = element_bytes(config.operand_width).bit_length() - 1
     abs_ = element_bytes(config.acc_width).bit_length() - 1
-    phase_ = Phase(phase_)
-    if phase_ == Phase.FORWARD:
+    phase_ = phase_ if phase_ == ZF_GRADIENT else Phase(phase_)
+    if phase_ == ZF_GRADIENT:
+        tensors = [(addr_dy, [Mul("t", n, dwords), Mul("tot", t, cols)], obs),
+                   (addr_x, [Mul("t", n, xwords), Mul("tot", t, B)], obs),
+                   (addr_out, [Mul("t", kt, crs), Mul("tot", t, cols)], abs_)]
+    elif phase_ == Phase.FORWARD:
         tensors = [(addr_x, [Mul("tot", n, chw)], obs),
                    (addr_w, [Mul("t", kt, crs), Mul("tot", t, cols)], obs),
                    (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),
@@ -320,7 +421,7 @@ def address_program(config, phase_):
     return steps
 
 
-def run(config, desc, *, phases=tuple(Phase), addresses=True):
+def run(config, desc, *, phases=None, addresses=True):
     """The set-up of descriptor ``desc`` (field -> int, :data:`DESCRIPTOR`; addresses and the
     window default to 0 and the whole 32-bit space) as the hardware computes it: the
     registers (name -> int). Raises :class:`bpsa.plan.grammar.Refusal` with the hardware's
@@ -328,13 +429,18 @@ def run(config, desc, *, phases=tuple(Phase), addresses=True):
     # registers a skipped step leaves alone hold a stale value in hardware; no result
     # depends on it (every read of one is behind a select)
     env = {name: 0 for name in PLAN_REGISTERS}
-    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "window_lo": 0,
-                "window_hi": (1 << 32) - 1, **desc})
+    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0,
+                "window_lo": 0, "window_hi": (1 << 32) - 1, **desc})
     widths = register_widths(config)
+    if phases is None:
+        phases = generated_phases(config)
     program = checks(config, phases) + geometry(config)
     kw = {"unit_width": UNIT_WIDTH, "overflow_code": TOO_LARGE}
     evaluate(program, env, widths, **kw)
-    program = tiling_program(config, env["phase"])
+    key = Phase(env["phase"])
+    if key == Phase.GRADIENT and env["mode"] == Mode.ZERO_FREE:
+        key = ZF_GRADIENT
+    program = tiling_program(config, key)
     if addresses:
-        program = program + address_program(config, env["phase"])
+        program = program + address_program(config, key)
     return evaluate(program, env, widths, **kw)

@@ -61,10 +61,10 @@ from bpsa.plan import bands as band_programs
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal, evaluate
 from bpsa.spec.layer import out_size
-from bpsa.spec.regmap import Phase
+from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
 
-__all__ = ["Band", "Strip", "bands", "column_strips", "fc_plan", "plan", "plan_or_strips",
-           "strips"]
+__all__ = ["Band", "Strip", "bands", "column_strips", "default_mode", "fc_plan", "mode_value",
+           "plan", "plan_or_strips", "strips"]
 
 
 @dataclass(frozen=True)
@@ -109,29 +109,59 @@ def _ceil(a, b):
     return -(-a // b)
 
 
-def _setup(config, phase, n, c, h, w, k, r, s, stride, pad, dil):
+def mode_value(mode):
+    """The MODE field (:class:`bpsa.spec.regmap.Mode`) of a mode name (``"bp_im2col"``,
+    ``"zero_free"``; ``-`` may stand for ``_``) or value."""
+    if isinstance(mode, str):
+        by_name = {name: m for m, name in MODE_NAMES.items()}
+        key = mode.replace("-", "_")
+        if key not in by_name:
+            raise ValueError(f"mode must be one of {sorted(by_name)}, not {mode!r}")
+        return by_name[key]
+    return Mode(mode)
+
+
+def default_mode(config, phase):
+    """The mode the driver runs ``phase`` (``"loss"`` or ``"gradient"``) in by default: zero-free
+    where the configuration generates it for the phase, else BP-im2col."""
+    if phase == "gradient" and config.has_mode("zero_free"):
+        return "zero_free"
+    return "bp_im2col"
+
+
+def _setup(config, phase, n, c, h, w, k, r, s, stride, pad, dil, mode=Mode.BP_IM2COL):
     """The registers of :func:`bpsa.plan.setup.run` (no address checks); :exc:`ValueError`
     with the refusal's reason."""
     desc = {"phase": phase, "n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s,
             "stride_h": stride[0], "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1],
-            "dil_h": dil[0], "dil_w": dil[1]}
+            "dil_h": dil[0], "dil_w": dil[1], "mode": int(mode)}
     try:
         return setup.run(config, desc, addresses=False)
     except Refusal as e:
         raise ValueError(str(e)) from None
 
 
-def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1)):
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1),
+         mode="bp_im2col"):
     """The controller's tiling (:mod:`bpsa.plan.setup`, the programs the hardware runs): a dict
     with ``group`` (channels per group: forward C, loss K, gradient ``(C, K)``), ``groups``,
     ``banded``, ``band`` (rows per band), ``bands``, ``runs`` (engine runs) and the channel
     blocks (loss: ``cblock``, ``cblocks``; gradient: ``kblock``, ``kblocks``); :exc:`ValueError`
-    naming what does not fit (the hardware refuses the same layers with TOO_LARGE)."""
+    naming what does not fit (the hardware refuses the same layers with TOO_LARGE). ``mode``
+    (loss, gradient): ``"bp_im2col"`` or ``"zero_free"`` (zero-free gradient: ``group`` is
+    ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` a step)."""
     phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     if phase not in phases:
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
-    e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil)
+    mode = mode_value(mode) if phase != "forward" else Mode.BP_IM2COL
+    e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil, mode)
     banded, band = bool(e["banded"]), e["bh"]
+    if phase == "gradient" and mode == Mode.ZERO_FREE:
+        bands_, kb = _ceil(e["oh"], band), e["kb"]
+        return {"group": (config.feeder_bus_width, config.cols), "kblock": kb,
+                "kblocks": _ceil(e["kt"], kb), "banded": banded, "band": band,
+                "bands": bands_, "groups": e["ct"] * e["kt"],
+                "runs": e["ct"] * n * bands_ * e["kt"]}
     if phase == "forward":
         groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
         return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
@@ -201,7 +231,7 @@ def strips(phase, w, s, stride_w, pad_w, dil_w, width):
 
 
 def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                  dil=(1, 1)):
+                  dil=(1, 1), mode="bp_im2col"):
     """The driver's column strips of a layer whose rows are too wide for the controller:
     ``(strips, plans)``, the widest strips (fewest descriptors) whose layers :func:`plan`
     accepts, and those plans (``None`` for an empty loss strip). :exc:`ValueError` when even
@@ -216,7 +246,8 @@ def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
         try:
             for st in out:
                 plans.append(None if st.in_cols == 0 else plan(
-                    config, phase, n, c, h, st.engine_w, k, r, s, stride, (pad[0], 0), dil))
+                    config, phase, n, c, h, st.engine_w, k, r, s, stride, (pad[0], 0), dil,
+                    mode))
         except ValueError as e:
             last = e
             continue
@@ -224,16 +255,16 @@ def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
     raise ValueError(f"not even strips of one column fit ({last})")
 
 
-def plan_or_strips(config, phase, *shape):
+def plan_or_strips(config, phase, *shape, mode="bp_im2col"):
     """:func:`plan` of the layer (``shape``: its arguments after ``phase``), or, when its rows
     are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
     :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
     differ)."""
     try:
-        return plan(config, phase, *shape)
+        return plan(config, phase, *shape, mode=mode)
     except ValueError as e:
         try:
-            strips_, plans = column_strips(config, phase, *shape)
+            strips_, plans = column_strips(config, phase, *shape, mode=mode)
         except ValueError as e2:
             why = str(e2)
             raise ValueError(str(e) if why.endswith(f"({e})") else

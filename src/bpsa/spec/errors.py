@@ -29,6 +29,7 @@ class AccelError(enum.IntEnum):
     ALIGN = 7               #: an address is not a multiple of its element size
     WINDOW = 8              #: a tensor is not inside the DMA window
     SHAPE = 9               #: FC backward with H, W, R or S not 1, or padding
+    MODE = 10               #: a backward mode (MODE) not generated for the phase
 
 
 class DmaError(enum.IntEnum):

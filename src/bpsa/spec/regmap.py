@@ -13,7 +13,8 @@ VERSION        0x004   RO      register-map version, ``major << 16 | minor``
 CFG_ARRAY      0x008   RO      rows [7:0], cols [15:8], operand_width [23:16], acc_width [31:24]
 CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_signed [4],
                                zero_gating [5], reserve_registers [6], dim_width [12:8],
-                               log2(feeder_bus_width) [18:16]
+                               log2(feeder_bus_width) [18:16], backward modes generated:
+                               BP-im2col [20], zero-free [21]
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16]
 CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
 STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
@@ -21,19 +22,21 @@ WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (r
 WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF)
 PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
 ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
+MODE           0x088   RW      backward mode (:class:`Mode`): 0 BP-im2col, 1 zero-free
 <counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
 <counter>_HI   +4      RO      high half (see "Counters")
 =============  ======  ======  =================================================================
 
 Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
-STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084).
+STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084),
+MODE (0x088; map version 1.2).
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
 OVERLAP_CYCLES (0x178; map version 1.1).
 
 Descriptor registers hold only their field's bits (``dim_width`` bits for shapes, 4 for
-PHASE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
+PHASE, 2 for MODE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
 driver detects a value too large for this configuration by reading it back. Reset values:
 STRIDE_* and DIL_* are 1, everything else 0.
 """
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ADDR_WIDTH", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
-    "MAP_VERSION", "PHASE_BITS", "Phase", "REGISTERS", "REGISTER_MAP", "Register",
+    "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "Phase", "REGISTERS", "REGISTER_MAP", "Register",
     "STATUS_FIELDS", "config_words", "field_bits", "register_map",
 ]
 
@@ -54,7 +57,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 1)
+MAP_VERSION = (1, 2)
 
 
 class Phase(enum.IntEnum):
@@ -69,12 +72,31 @@ class Phase(enum.IntEnum):
 #: Bits of the PHASE field.
 PHASE_BITS = 4
 
+
+class Mode(enum.IntEnum):
+    """The MODE descriptor field: how the loss and the gradient are computed (the forward and
+    FC backward ignore it). ``BP_IM2COL``: the paper's NZ-detecting address generators on the
+    input-stationary array (zero-spaces skipped in memory, gated in the array).
+    ``ZERO_FREE``: the zero-free walkers on the output-stationary array (no inserted zero is
+    read, sent or multiplied); channel-blocked tensors (see :mod:`bpsa.gateware.accelerator`).
+    A mode the configuration does not generate for the phase is refused (``MODE``)."""
+    BP_IM2COL = 0
+    ZERO_FREE = 1
+
+
+#: Bits of the MODE field.
+MODE_BITS = 2
+
+#: Configuration / command-line names of the modes (``Config.backward_modes``).
+MODE_NAMES = {Mode.BP_IM2COL: "bp_im2col", Mode.ZERO_FREE: "zero_free"}
+
 #: CFG_FEATURES bits [3:0]: one per dataflow, in this order.
 DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
 
 
 #: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
-#: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"addr"`` 32 bits.
+#: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"mode"`` 2 bits,
+#: ``"addr"`` 32 bits.
 DESCRIPTOR_FIELDS = (
     ("phase", "PHASE", "phase", 0, "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward"),
     ("n", "N", "dim", 0, "batch N"),
@@ -94,6 +116,7 @@ DESCRIPTOR_FIELDS = (
     ("addr_w", "ADDR_W", "addr", 0, "byte address of W (K x C x R x S)"),
     ("addr_dy", "ADDR_DY", "addr", 0, "byte address of dY (N x K x OH x OW; loss, gradient)"),
     ("addr_out", "ADDR_OUT", "addr", 0, "byte address of the output (Y, dX or dW)"),
+    ("mode", "MODE", "mode", 0, "backward mode: 0 BP-im2col, 1 zero-free (loss, gradient)"),
 )
 
 #: Performance counters, 64 bits each, in register order (fed from the ``counters`` input).
@@ -148,7 +171,8 @@ def _build_registers():
                  "rows [7:0], cols [15:8], operand_width [23:16], acc_width [31:24]"),
         Register("CFG_FEATURES", 0x00C, "ro", "const",
                  "dataflows os/ws/is/interleaved [3:0], operand_signed [4], zero_gating [5], "
-                 "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16]"),
+                 "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16], "
+                 "backward modes BP-im2col [20], zero-free [21]"),
         Register("CFG_BUFFERS", 0x010, "ro", "const",
                  "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16]"),
         Register("CONTROL", 0x020, "wo", "control",
@@ -205,7 +229,8 @@ def config_words(config):
         | config.acc_width << 24,
         "CFG_FEATURES": flows | config.operand_signed << 4 | config.zero_gating << 5
         | config.reserve_registers << 6 | config.dim_width << 8
-        | _log2(config.feeder_bus_width) << 16,
+        | _log2(config.feeder_bus_width) << 16
+        | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes),
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
         | _log2(config.buf_p_depth) << 16,
     }
@@ -213,8 +238,8 @@ def config_words(config):
 
 def field_bits(config, width):
     """Bits of a descriptor or setting register of width kind ``width`` (``"dim"``,
-    ``"phase"`` or ``"addr"``)."""
-    return {"dim": config.dim_width, "phase": PHASE_BITS, "addr": 32}[width]
+    ``"phase"``, ``"mode"`` or ``"addr"``)."""
+    return {"dim": config.dim_width, "phase": PHASE_BITS, "mode": MODE_BITS, "addr": 32}[width]
 
 
 def register_map(config):
@@ -240,4 +265,5 @@ def register_map(config):
         "descriptor": {field: name for field, name, _, _, _ in DESCRIPTOR_FIELDS},
         "counters": [name for name, _ in COUNTERS],
         "phases": {p.name.lower(): p.value for p in Phase},
+        "modes": {MODE_NAMES[m]: m.value for m in Mode},
     }

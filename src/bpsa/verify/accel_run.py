@@ -6,16 +6,17 @@ import json
 import tempfile
 from pathlib import Path
 
-from bpsa.plan.tiling import plan_or_strips
+from bpsa.plan.tiling import MODE_NAMES, default_mode, mode_value, plan_or_strips
 
-__all__ = ["check_job", "job", "run_jobs", "summary"]
+__all__ = ["check_job", "job", "job_mode", "run_jobs", "summary"]
 
 
-def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False):
+def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None):
     """The testbench job of a :class:`bpsa.spec.layer.ConvLayer` (``baseline``: loss or
-    gradient the traditional way, see :func:`baseline_layer`)."""
+    gradient the traditional way, see :func:`baseline_layer`; ``mode``: the backward mode,
+    default the driver's)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
-            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline}
+            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode}
 
 
 def baseline_layer(layer, phase):
@@ -36,10 +37,17 @@ def baseline_layer(layer, phase):
     raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")
 
 
-def check_job(config, layer, phase, baseline=False):
+def job_mode(config, phase, mode=None):
+    """The backward mode name a loss or gradient job runs in (``None`` for the forward)."""
+    if phase not in ("loss", "gradient"):
+        return None
+    return MODE_NAMES[mode_value(mode or default_mode(config, phase))]
+
+
+def check_job(config, layer, phase, baseline=False, mode=None):
     """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
     cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
-    convolution)."""
+    convolution; ``mode``: the backward mode, default the driver's)."""
     if baseline:
         try:
             return check_job(config, baseline_layer(layer, phase), "forward")
@@ -49,10 +57,15 @@ def check_job(config, layer, phase, baseline=False):
     if phase == "forward" and span_w > config.feeder_pattern_width:
         raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
                          f"feeder_pattern_width {config.feeder_pattern_width}")
-    need = "os" if phase == "forward" else "is"
-    if not config.has(need):
-        raise ValueError(f"configuration {config.name!r} does not generate the {need!r} "
-                         f"dataflow that the {phase} phase runs on")
+    mode = job_mode(config, phase, mode)
+    if phase == "forward" and not config.has("os"):
+        raise ValueError(f"configuration {config.name!r} does not generate the 'os' dataflow "
+                         f"that the forward phase runs on")
+    if mode is not None and (not config.has_mode(mode)
+                             or (phase == "loss" and mode == "zero_free")):
+        have = [mo for mo in config.backward_modes if phase != "loss" or mo != "zero_free"]
+        raise ValueError(f"configuration {config.name!r} does not generate the {phase} in "
+                         f"mode {mode!r} (modes for the {phase}: {have})")
     limit = (1 << config.dim_width) - 1
     for name, v in dataclasses.asdict(layer).items():
         if v is not None and v > limit:
@@ -64,13 +77,14 @@ def check_job(config, layer, phase, baseline=False):
     # rows too wide for the controller: the driver cuts the layer into column strips
     return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
                           layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
-                          layer.stride, layer.pad, layer.dil)
+                          layer.stride, layer.pad, layer.dil, mode=mode or "bp_im2col")
 
 
 def summary(config, result):
     """The flat summary of one testbench result."""
     c = result["counters"]
     out = {"phase": result["phase"], "baseline": bool(result.get("baseline")),
+           "mode": result.get("mode"),
            "match": result["match"], "cycles": c["busy_cycles"],
            "compute_cycles": c["compute_cycles"], "dma_busy_cycles": c["dma_busy_cycles"],
            "dma_read_bytes": c["dma_read_bytes"], "dma_write_bytes": c["dma_write_bytes"],

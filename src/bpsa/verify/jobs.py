@@ -58,13 +58,21 @@ async def run_job(cfg, drv, job, clock):
         got = await drv.forward(t["x"], t["w"], **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
     elif phase == "loss":
-        run = drv.loss_baseline if job.get("baseline") else drv.loss
-        got = await run(t["dy"], t["w"], (lay["height"], lay["width"]), **args)
+        if job.get("baseline"):
+            got = await drv.loss_baseline(t["dy"], t["w"], (lay["height"], lay["width"]),
+                                          **args)
+        else:
+            got = await drv.loss(t["dy"], t["w"], (lay["height"], lay["width"]),
+                                 mode=job.get("mode"), **args)
         want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
                                         args["stride"], args["pad"], args["dil"])
     else:
-        run = drv.gradient_baseline if job.get("baseline") else drv.gradient
-        got = await run(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]), **args)
+        if job.get("baseline"):
+            got = await drv.gradient_baseline(t["x"], t["dy"], (lay["kernel_h"],
+                                                                lay["kernel_w"]), **args)
+        else:
+            got = await drv.gradient(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
+                                     mode=job.get("mode"), **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
                                          args["stride"], args["pad"], args["dil"])
     sim_cycles = int(clock() - s0)
@@ -77,6 +85,7 @@ async def run_job(cfg, drv, job, clock):
         macs_dense *= 2
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
                "baseline": bool(job.get("baseline")),
+               "mode": None if job.get("baseline") else drv.mode,
                "interleaved": job.get("interleaved"),
                "match": bool(np.array_equal(got, want)), "counters": c,
                "strips": len(drv.plan["strips"]) if isinstance(drv.plan, dict)

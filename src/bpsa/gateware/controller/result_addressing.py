@@ -13,9 +13,9 @@ from amaranth.utils import exact_log2
 from bpsa.config import Config
 from bpsa.gateware.controller.psum_buffer import accumulate_layout
 from bpsa.gateware.engines.conv_backward import TILE_WIDTH, drain_layout, out_layout
-from bpsa.gateware.engines.conv_forward import y_layout
+from bpsa.gateware.engines.conv_forward import y_layout, zg_layout
 
-__all__ = ["BackwardResults", "FcDrainResults", "ForwardResults"]
+__all__ = ["BackwardResults", "FcDrainResults", "ForwardResults", "ZeroFreeGradientResults"]
 
 #: Width of the run geometry registers.
 _W = 48
@@ -56,6 +56,41 @@ class ForwardResults(wiring.Component):
                      self.acc.valid.eq(self.y.valid & (pix < self.ow)),
                      self.acc.payload.addr.eq(y.oh * self.ow + pix)]
         _copy(m, self.acc.payload.data, y.data, self.config.cols)
+        return m
+
+
+class ZeroFreeGradientResults(wiring.Component):
+    """The zero-free gradient's drained rows: offset ``addr`` of the run's dW block goes to P
+    word ``row_base p_row + addr`` (``row_base``: the run's output-channel block within the
+    step, ``p_row``: P words of a block).
+
+    Members
+    -------
+    zg : In(valid / payload: :func:`bpsa.gateware.engines.conv_forward.zg_layout`)
+    start : In(1)
+        A run starts: the geometry below is taken for the run.
+    row_base, p_row : In
+    acc : Out(stream.Signature(accumulate_layout(config)))
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        self.config = config
+        paw = exact_log2(config.buf_p_depth)
+        super().__init__({"zg": In(_valid_stream(zg_layout(config))), "start": In(1),
+                          "row_base": In(config.dim_width + 1), "p_row": In(_W),
+                          "acc": Out(stream.Signature(accumulate_layout(config)))})
+        self._paw = paw
+
+    def elaborate(self, platform):
+        m = Module()
+        base = Signal(self._paw + 1)
+        with m.If(self.start):
+            m.d.sync += base.eq(self.row_base * self.p_row)
+        m.d.comb += [self.acc.valid.eq(self.zg.valid),
+                     self.acc.payload.addr.eq(base + self.zg.payload.addr)]
+        _copy(m, self.acc.payload.data, self.zg.payload.data, self.config.cols)
         return m
 
 

@@ -20,7 +20,14 @@ from bpsa.gateware.seq_arith import ArithOp, alu_signature
 from bpsa.plan import grammar, setup
 from bpsa.spec.regmap import Phase
 
-__all__ = ["SetupSequencer", "compile_expr", "compile_steps", "plan_layout"]
+__all__ = ["SetupSequencer", "compile_expr", "compile_steps", "plan_layout", "program_name"]
+
+
+def program_name(key):
+    """FSM name of a tiling program (:func:`bpsa.plan.setup.programs`' key)."""
+    if key == setup.ZF_GRADIENT:
+        return "GRADIENT_ZF"
+    return Phase(key).name
 
 
 def plan_layout(config):
@@ -179,15 +186,18 @@ class SetupSequencer(wiring.Component):
                     m.next = "CHECK_0"
             compile_steps(m, "CHECK", setup.checks(cfg, self.phases) + setup.geometry(cfg),
                           "PHASE_SETUP", env=env, regs=regs, alu=self.alu, fail=fail)
-            with m.State("PHASE_SETUP"):
-                for i, p in enumerate(self.phases):
-                    with (m.If if i == 0 else m.Elif)(d.phase.as_value() == p.value):
-                        m.next = f"{p.name}_0"
+            with m.State("PHASE_SETUP"):     # the descriptor's program (phase, mode)
+                for i, (key, p, mode) in enumerate(setup.programs(cfg, self.phases)):
+                    cond = d.phase.as_value() == p.value
+                    if mode is not None:
+                        cond = cond & (d.mode == mode.value)
+                    with (m.If if i == 0 else m.Elif)(cond):
+                        m.next = f"{program_name(key)}_0"
                 with m.Else():
                     fail(AccelError.PHASE)
-            for p in self.phases:
-                steps = setup.tiling_program(cfg, p) + setup.address_program(cfg, p)
-                compile_steps(m, p.name, steps, finish, env=env, regs=regs, alu=self.alu,
-                              fail=fail)
+            for key, _, _ in setup.programs(cfg, self.phases):
+                steps = setup.tiling_program(cfg, key) + setup.address_program(cfg, key)
+                compile_steps(m, program_name(key), steps, finish, env=env, regs=regs,
+                              alu=self.alu, fail=fail)
         m.d.comb += self.busy.eq(~self.desc.ready)
         return m

@@ -27,6 +27,8 @@ from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
 from bpsa.gateware.dma import DmaError
 from bpsa.gateware.seq_arith import ArithOp, alu_signature
 from bpsa.plan import bands as band_programs
+from bpsa.plan import setup as setup_programs
+from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS
 from bpsa.spec.numeric import element_bytes
 
@@ -118,20 +120,24 @@ class LoopWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         e = self._env(m)
-        first = {int(Phase.FORWARD.value): "FWD_INIT", int(Phase.LOSS.value): "LOSS_INIT",
-                 int(Phase.GRADIENT.value): "GRAD_INIT", int(Phase.FC_BACKWARD.value): "FC_INIT"}
-        walks = {int(Phase.FORWARD.value): self._forward, int(Phase.LOSS.value): self._loss,
-                 int(Phase.GRADIENT.value): self._gradient,
-                 int(Phase.FC_BACKWARD.value): self._fc}
+        P = regmap.Phase
+        first = {P.FORWARD: "FWD_INIT", P.LOSS: "LOSS_INIT", P.GRADIENT: "GRAD_INIT",
+                 P.FC_BACKWARD: "FC_INIT", setup_programs.ZF_GRADIENT: "ZG_INIT"}
+        walks = {P.FORWARD: self._forward, P.LOSS: self._loss, P.GRADIENT: self._gradient,
+                 P.FC_BACKWARD: self._fc, setup_programs.ZF_GRADIENT: self._zf_gradient}
+        programs = setup_programs.programs(self.config, self.phases)
         with m.FSM(name="walk"):
             with m.State("IDLE"):
                 with m.If(self.go):
-                    for p in self.phases:
-                        with m.If(self.desc.phase.as_value() == p):
-                            m.next = first[p]
+                    for i, (key, p, mode) in enumerate(programs):
+                        cond = self.desc.phase.as_value() == p.value
+                        if mode is not None:
+                            cond = cond & (self.desc.mode == mode.value)
+                        with (m.If if i == 0 else m.Elif)(cond):
+                            m.next = first[key]
             e.program, e.out_band, e.dma_load, e.step_run = self._helpers(e)
-            for p in self.phases:
-                walks[p](e)
+            for key, _, _ in programs:
+                walks[key](e)
         g = self.geometry
         m.d.comb += [g.p_row.eq(e.p_row), g.row_base.eq(e.row_base), g.kt_rows.eq(e.kt_rows),
                      g.fc_o0.eq(e.fc_o0), g.fc_dw_p0.eq(e.fc_dw_p0),
@@ -152,7 +158,7 @@ class LoopWalker(wiring.Component):
         # are scratch: no other plan register is shadowed
         r.update({name: Signal(_W, name=name) for name in (
             "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
-            "eohow", "kend")})
+            "eohow", "kend", "zstride", "xstep", "dstep")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
@@ -538,6 +544,89 @@ class LoopWalker(wiring.Component):
                     m.d.comb += self.final.eq(1)
                     m.next = "GRAD_LAST"
 
+
+    def _zf_gradient(self, e):
+        """The zero-free gradient loops: blocks of ``kb`` output-channel blocks, input-channel
+        blocks (a step each), images, row bands of dY, output-channel blocks (the groups).
+        X is blocked by ``B`` channels, dY by ``cols``, dW leaves blocked like the forward's W
+        (:mod:`bpsa.gateware.accelerator`)."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, banded, out_band, plan = e.grp_c, e.banded, e.out_band, self.plan
+        obs, abs_, C, B = e.obs, e.abs_, self.config.cols, self.config.feeder_bus_width
+        p_row, row_base = e.p_row, e.row_base
+        with m.State("ZG_INIT"):
+            m.d.sync += [r["nb"].eq(plan.nb), loop["kb0"].eq(0)]
+            m.next = "ZG_KBLK_0"
+        program("ZG_KBLK", [             # output-channel blocks [kb0, kend)
+            ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], r["kt"])), loop["c0"].eq(0)]),
+            ("mul", r["t"], loop["kb0"], r["crs"]),
+            ("mul", r["t"], r["t"], C),
+            ("mul", r["zstride"], r["crs"], C),
+            ("mul", r["xstep"], r["xwords"], B),
+            ("mul", r["dstep"], r["dwords"], C),
+            ("set", [ptr["outg"].eq(d.addr_out + (r["t"] << abs_))]),
+        ], "ZG_STEP_0")
+        program("ZG_STEP", [             # step: input-channel block c0 (B channels)
+            ("set", [grp_c.eq(mn(B, d.c - loop["c0"])), loop["n"].eq(0),
+                     ptr["dyn"].eq(d.addr_dy)]),
+            ("mul", r["np"], r["kend"] - loop["kb0"], r["nb"]),
+            ("mul", r["rowlen"], r["rs"], grp_c),
+            ("mul", r["rowlen"], r["rowlen"], C),
+            ("mul", r["t"], loop["c0"], r["rs"]),
+            ("mul", r["t"], r["t"], C),
+            ("mul", r["u"], loop["c0"], r["hw"]),
+            ("set", [ptr["out"].eq(ptr["outg"] + (r["t"] << abs_)), p_row.eq(r["nb"]),
+                     ptr["xn"].eq(d.addr_x + (r["u"] << obs)), Pulse(self.new_step)]),
+        ], "ZG_IMAGE")
+        with m.State("ZG_IMAGE"):        # image n
+            m.d.sync += loop["o0"].eq(0)
+            m.next = "ZG_BAND"
+        out_band("ZG_BAND", "ZG_BANDP_0")
+        program("ZG_BANDP", [            # band of dY rows [o0, o0 + obh)
+            ("mul", r["t"], r["yoff"], B),
+            ("mul", r["len_a"], r["blen"], B),
+            ("mul", r["eohow"], r["obh"], r["ow"]),
+            ("mul", r["len_b"], r["eohow"], C),
+            ("mul", r["dyoff"], loop["o0"], r["ow"]),
+            ("mul", r["dyoff"], r["dyoff"], C),
+            ("set", [r["eoh"].eq(r["obh"]), loop["k0"].eq(loop["kb0"]),
+                     ptr["x"].eq(ptr["xn"] + (r["t"] << obs))]),
+        ], "ZG_GROUP_0")
+        program("ZG_GROUP", [            # output-channel block k0
+            ("set", [row_base.eq(loop["k0"] - loop["kb0"])]),
+            ("mul", r["t"], loop["k0"], r["ohow"]),
+            ("mul", r["t"], r["t"], C),
+            ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
+        ], "ZG_LOAD_X")
+        dma_load("ZG_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B, "ZG_LOAD_DY")
+        dma_load("ZG_LOAD_DY", Target.FWD_W, "b", ptr["dy"], r["len_b"], C, "ZG_RUN_WAIT")
+        step_run("ZG")
+        with m.State("ZG_NEXT"):
+            with m.If(loop["k0"] + 1 < r["kend"]):
+                m.d.sync += loop["k0"].eq(loop["k0"] + 1)
+                m.next = "ZG_GROUP_0"
+            with m.Elif(loop["o0"] + r["obh"] < r["oh"]):
+                m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                m.next = "ZG_BAND"
+            with m.Elif(loop["n"] + 1 < d.n):
+                m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                             ptr["xn"].eq(ptr["xn"] + (r["xstep"] << obs)),
+                             ptr["dyn"].eq(ptr["dyn"] + (r["dstep"] << obs))]
+                m.next = "ZG_IMAGE"
+            with m.Else():                # the step's last group runs: next step
+                m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                                      r["zstride"] << abs_, ptr["out"])
+                with m.If(loop["c0"] + grp_c < d.c):
+                    m.d.sync += loop["c0"].eq(loop["c0"] + grp_c)
+                    m.next = "ZG_STEP_0"
+                with m.Elif(r["kend"] < r["kt"]):
+                    m.d.sync += loop["kb0"].eq(r["kend"])
+                    m.next = "ZG_KBLK_0"
+                with m.Else():
+                    m.d.comb += self.final.eq(1)
+                    m.next = "ZG_LAST"
 
     def _fc(self, e):
         """The FC backward loops (interleaved): input blocks, batch chunks (a step each),

@@ -42,11 +42,12 @@ from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, SystolicArray
 from bpsa.config import require_config
 from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
+from bpsa.gateware.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "y_layout", "weight_layout",
     "check_config", "check_layer", "layer_value", "feeder_fields", "weight_words", "ConvState",
-    "WeightFetcher", "ConvForward",
+    "WeightFetcher", "ConvForward", "zg_layout",
 ]
 
 #: Shape fields shared with the feeder's descriptor (same names and meaning).
@@ -98,6 +99,15 @@ def y_layout(config):
         "n": dim, "k0": dim, "oh": dim, "ow0": dim,
         "row": unsigned(max(1, ceil_log2(config.rows))),
     })
+
+
+def zg_layout(config):
+    """Payload of the ``zg`` port (zero-free gradient): one drained row of a context,
+    ``data[j]`` = ``dW[k0 + j, c, r, q]`` of the run's dY block, at ``addr`` = ``c' R S + r S +
+    q`` (``c'``: the channel within the run's X block)."""
+    ar = arith_for(config)
+    return data.StructLayout({"data": data.ArrayLayout(ar.acc_shape, config.cols),
+                              "addr": unsigned(2 * (config.dim_width + 2))})
 
 
 def weight_layout(config):
@@ -254,7 +264,8 @@ class WeightFetcher(wiring.Component):
 # --- the top -------------------------------------------------------------------------------
 
 class ConvState(enum.Enum, shape=3):
-    """State of the :class:`ConvForward` control."""
+    """State of the :class:`ConvForward` control (``PRIME``, ``RUN`` and ``DRAIN`` serve both
+    the forward and the zero-free gradient)."""
     IDLE = 0
     SETUP = 1
     CHECK = 2
@@ -296,6 +307,13 @@ class ConvForward(wiring.Component):
         Write port of the W buffer.
     y : Out(Signature(valid: Out(1), payload: Out(y_layout)))
         The drained Y rows.
+    zg_layer : In(zf_gradient_layout), zg_start : In(1), zg : Out(Signature(valid, payload:
+    zg_layout))
+        With the ``zero_free`` backward mode: a zero-free gradient run
+        (:class:`bpsa.gateware.zf_gradient.ZeroFreeGradientWalker` feeds the array from the X
+        SRAM, holding channel-blocked X, and the W buffer, holding channel-blocked dY), started
+        by ``zg_start`` when idle; its drained rows of input channels inside the block leave
+        on ``zg``. ``busy``, ``done`` and the counters as for a forward run.
     cycles, words_read, w_words_read, stall_cycles, fifo_stall_cycles, vectors, gap_cycles,
     y_vectors, array_cycles, fired, gated, drained : Out(COUNTER_WIDTH)
         Counters of the current (or last) run, cleared by ``start``: busy cycles; X SRAM words
@@ -319,6 +337,13 @@ class ConvForward(wiring.Component):
                 addr_width=_waddr_width(config), shape=data.ArrayLayout(op, config.cols))),
             "y": Out(wiring.Signature({"valid": Out(1), "payload": Out(y_layout(config))})),
         }
+        self.has_zf = config.has_mode("zero_free")
+        if self.has_zf:
+            members.update({
+                "zg_layer": In(zf_gradient_layout(config)), "zg_start": In(1),
+                "zg": Out(wiring.Signature({"valid": Out(1),
+                                            "payload": Out(zg_layout(config))})),
+            })
         for name in COUNTERS:
             members[name] = Out(COUNTER_WIDTH)
         super().__init__(members)
@@ -339,9 +364,18 @@ class ConvForward(wiring.Component):
             wp = mem.write_port()
             m.d.comb += [wp.en.eq(port.en), wp.addr.eq(port.addr), wp.data.eq(port.data)]
         feeder = m.submodules.feeder = DataFeeder(cfg)
-        wiring.connect(m, feeder.sram, xmem.read_port())
         fetch = m.submodules.weights = WeightFetcher(cfg)
-        wiring.connect(m, fetch.mem, wmem.read_port())
+        zmode = Signal()                      # the run is a zero-free gradient
+        x_rp, w_rp = xmem.read_port(), wmem.read_port()
+        if self.has_zf:
+            zf = m.submodules.zf_gradient = ZeroFreeGradientWalker(cfg)
+            for rp, a, b in ((x_rp, zf.x_mem, feeder.sram), (w_rp, zf.dy_mem, fetch.mem)):
+                m.d.comb += [rp.addr.eq(Mux(zmode, a.addr, b.addr)),
+                             rp.en.eq(Mux(zmode, a.en, b.en)),
+                             a.data.eq(rp.data), b.data.eq(rp.data)]
+        else:
+            wiring.connect(m, feeder.sram, x_rp)
+            wiring.connect(m, fetch.mem, w_rp)
         arr = m.submodules.array = SystolicArray(cfg)
         m.d.comb += arr.dataflow.eq(Dataflow.OS)
 
@@ -403,14 +437,26 @@ class ConvForward(wiring.Component):
         gap = Signal(range(2 * R + 1), init=2 * R)   # cycles since a_last was presented
         allow = Signal()
         take = Signal()
+        src_valid, src_last = Signal(), Signal()
+        src_a = Signal(data.ArrayLayout(op, R))
+        src_b = Signal(data.ArrayLayout(op, C))
+        m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
+                     src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
+        if self.has_zf:
+            zfeed = zf.feed
+            with m.If(zmode):
+                m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
+                             src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
         m.d.comb += [
-            allow.eq(~fv.p.last | (~(iv & il) & (gap >= 2 * R - 1))),
-            take.eq((state == ConvState.RUN) & fv.valid & bv.valid & allow),
-            fv.ready.eq(take), bv.ready.eq(take),
+            allow.eq(~src_last | (~(iv & il) & (gap >= 2 * R - 1))),
+            take.eq((state == ConvState.RUN) & src_valid & allow),
+            fv.ready.eq(take & ~zmode), bv.ready.eq(take & ~zmode),
         ]
-        m.d.sync += [iv.eq(take), il.eq(take & fv.p.last)]
+        if self.has_zf:
+            m.d.comb += zfeed.ready.eq(take & zmode)
+        m.d.sync += [iv.eq(take), il.eq(take & src_last)]
         with m.If(take):
-            m.d.sync += [a_r.eq(fv.p.data), b_r.eq(bv.p.data)]
+            m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
         with m.If(iv & il):
             m.d.sync += gap.eq(1)
         with m.Elif(gap != 2 * R):
@@ -420,7 +466,7 @@ class ConvForward(wiring.Component):
         for j in range(C):
             m.d.comb += arr.b_data[j].eq(b_r[j])
         m.d.comb += arr.chain_shift.eq(state == ConvState.PRIME)   # preload is 0
-        misaligned = take & (fv.p.last != bv.p.last)
+        misaligned = take & ~zmode & (fv.p.last != bv.p.last)
 
         # --- drain: position of every drained row ------------------------------------------
         dk0, dn, doh, dow0 = (Signal(dim, name=f"drain_{k}") for k in ("k0", "n", "oh", "ow0"))
@@ -434,7 +480,7 @@ class ConvForward(wiring.Component):
             m.d.sync += xrow.eq(xr - lay.stride_w)
         y = self.y
         m.d.comb += [
-            y.valid.eq(arr.drain_valid & (xr <= lim_x)),
+            y.valid.eq(arr.drain_valid & (xr <= lim_x) & ~zmode),
             y.payload.data.eq(arr.drain_data), y.payload.n.eq(dn), y.payload.k0.eq(dk0),
             y.payload.oh.eq(doh), y.payload.ow0.eq(dow0), y.payload.row.eq(arr.drain_row),
         ]
@@ -454,6 +500,29 @@ class ConvForward(wiring.Component):
             with m.Else():
                 m.d.sync += [dcx.eq(dcx + rs), dow0.eq(dow0 + R)]
 
+        # --- zero-free gradient drain: P offset of every drained row --------------------------
+        if self.has_zf:
+            zl = Signal(zf_gradient_layout(cfg))
+            zrs = Signal(2 * (dim + 2))       # R S of the run
+            dg = Signal(dim + 2)              # first channel of the draining row group
+            dtap = Signal(2 * (dim + 2))
+            zdrained_all = Signal()
+            zch = Signal(dim + 3)
+            m.d.comb += zch.eq(dg + arr.drain_row)
+            zg = self.zg
+            m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (zch < zl.channels)),
+                         zg.payload.data.eq(arr.drain_data),
+                         zg.payload.addr.eq(zch * zrs + dtap)]
+            with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
+                with m.If(dtap + 1 == zrs):
+                    m.d.sync += dtap.eq(0)
+                    with m.If(dg + R >= zl.channels):
+                        m.d.sync += zdrained_all.eq(1)
+                    with m.Else():
+                        m.d.sync += dg.eq(dg + R)
+                with m.Else():
+                    m.d.sync += dtap.eq(dtap + 1)
+
         # --- counters -----------------------------------------------------------------------
         cnt = {name: getattr(self, name) for name in COUNTERS}
         # The feeder clears its counters at every start (every tile): fold them into bases.
@@ -468,10 +537,10 @@ class ConvForward(wiring.Component):
             m.d.comb += cnt[name].eq(value)
         incs = {
             "cycles": self.busy,
-            "words_read": feeder.sram.en,
-            "w_words_read": fetch.mem.en,
+            "words_read": x_rp.en,
+            "w_words_read": w_rp.en,
             "vectors": take,
-            "gap_cycles": (state == ConvState.RUN) & fv.valid & bv.valid & ~allow,
+            "gap_cycles": (state == ConvState.RUN) & src_valid & ~allow,
             "y_vectors": y.valid,
         }
         with m.If(self.busy):
@@ -504,9 +573,19 @@ class ConvForward(wiring.Component):
             with m.Case(ConvState.IDLE):
                 with m.If(self.start):
                     m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), err.eq(0), done.eq(0),
-                                 fused.eq(0), state.eq(ConvState.SETUP)]
+                                 fused.eq(0), zmode.eq(0), state.eq(ConvState.SETUP)]
                     m.d.sync += [cnt[name].eq(0) for name in incs]
                     m.d.sync += [fbase[name].eq(0) for name in folded]
+                if self.has_zf:
+                    with m.Elif(self.zg_start):
+                        zlay = self.zg_layer
+                        m.d.comb += [zf.start.eq(1), zf.layer.eq(zlay), arr.clear.eq(1)]
+                        m.d.sync += [zl.eq(zlay), zrs.eq(zlay.kernel_h * zlay.kernel_w),
+                                     dg.eq(0), dtap.eq(0), zdrained_all.eq(0),
+                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
+                                     prime.eq(0), gap.eq(2 * R), state.eq(ConvState.PRIME)]
+                        m.d.sync += [cnt[name].eq(0) for name in incs]
+                        m.d.sync += [fbase[name].eq(0) for name in folded]
             with m.Case(ConvState.SETUP):
                 m.d.sync += setup_idx.eq(setup_idx + 1)
                 with m.If(setup_idx == len(products) - 1):
@@ -527,7 +606,11 @@ class ConvForward(wiring.Component):
                 with m.If(prime == R - 1):
                     m.d.sync += state.eq(ConvState.RUN)
             with m.Case(ConvState.RUN):
-                with m.If(~feeder.busy):
+                if self.has_zf:
+                    with m.If(zmode):
+                        with m.If(~zf.busy):
+                            m.d.sync += state.eq(ConvState.DRAIN)
+                with m.If(~feeder.busy & ~zmode):
                     with m.If(feeder.error):
                         m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
                     with m.Elif(k0 + C < lay.out_channels):
@@ -536,6 +619,7 @@ class ConvForward(wiring.Component):
                     with m.Else():
                         m.d.sync += state.eq(ConvState.DRAIN)
             with m.Case(ConvState.DRAIN):
-                with m.If(drained_all):
+                with m.If(Mux(zmode, zdrained_all, drained_all) if self.has_zf
+                          else drained_all):
                     m.d.sync += [done.eq(1), state.eq(ConvState.IDLE)]
         return m
