@@ -90,16 +90,19 @@ def random_jobs(config, count, seed):
         except ValueError:      # the dilated kernel does not fit
             continue
         phase = phases[(len(jobs) // 3 if big else len(jobs)) % 3]
+        # gradients alternate between the zero-free walker and BP-im2col
+        mode = (None if phase != "gradient" else
+                ("zero_free", "bp_im2col")[sum(j["phase"] == "gradient" for j in jobs) % 2])
         try:
             p = plan(config, phase, lay["batch"], lay["channels"], lay["height"], lay["width"],
-                     lay["out_channels"], r, s, st, pd, dl)
+                     lay["out_channels"], r, s, st, pd, dl, mode=mode)
         except ValueError:
             continue
         if p["banded"] != big or p["runs"] > 200:
             continue
         jobs.append({"phase": phase, "layer": lay, "seed": rng.randint(0, 1 << 30),
                      "pauses": len(jobs) % 2 == 1, "groups": p["groups"],
-                     "bands": p["bands"]})
+                     "bands": p["bands"], "mode": mode})
     # banded with several output channels a group (a load of one DMA run per channel)
     jobs.append({"phase": "loss", "seed": 3, "pauses": True,
                  "layer": {"batch": 1, "channels": 8, "height": 40, "width": 4,
@@ -114,9 +117,9 @@ def random_jobs(config, count, seed):
     jobs.append({"phase": "loss", "seed": 5, "pauses": True, "layer": {
         "batch": 1, "channels": 50, "height": 6, "width": 12, "out_channels": 3,
         "kernel_h": 1, "kernel_w": 1}})
-    jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "layer": dict(
-        k3, batch=2, channels=2, height=12, width=12, out_channels=45, stride_h=2,
-        stride_w=2)})
+    jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "mode": "bp_im2col",
+                 "layer": dict(k3, batch=2, channels=2, height=12, width=12, out_channels=45,
+                               stride_h=2, stride_w=2)})
     # rows wider than a bank: the driver runs them as column strips (bpsa.plan.tiling.column_strips)
     s2 = {"batch": 1, "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1,
           "pad_w": 1}
@@ -130,6 +133,11 @@ def random_jobs(config, count, seed):
     wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
             "kernel_h": 3, "kernel_w": 3}
     jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
+    # zero-free gradient: two input-channel blocks, three output-channel blocks (one a step:
+    # P holds B R S words), two images, row bands
+    jobs.append({"phase": "gradient", "seed": 10, "pauses": True, "mode": "zero_free",
+                 "layer": dict(k3, batch=2, channels=10, height=20, width=12, out_channels=9,
+                               stride_h=2, stride_w=2)})
     return jobs
 
 
@@ -153,9 +161,16 @@ def test_random_jobs_need_tiling():
         p = plan(TINY, j["phase"], lay["batch"], lay["channels"], lay["height"], lay["width"],
                  lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
                  (lay.get("stride_h", 1), lay.get("stride_w", 1)),
-                 (lay.get("pad_h", 0), lay.get("pad_w", 0)))
+                 (lay.get("pad_h", 0), lay.get("pad_w", 0)), mode=j.get("mode"))
         blocks.append((p.get("cblocks", 1), p.get("kblocks", 1), p["banded"]))
     assert blocks == [(3, 1, False), (2, 1, True), (1, 2, True)]
+    zf = jobs[-1]
+    lay = zf["layer"]
+    p = plan(TINY, "gradient", lay["batch"], lay["channels"], lay["height"], lay["width"],
+             lay["out_channels"], 3, 3, (2, 2), (1, 1), mode="zero_free")
+    assert (p["kblock"], p["kblocks"], p["banded"], p["bands"] > 1) == (1, 3, True, True)
+    assert {j["mode"] for j in jobs if j["phase"] == "gradient" and "groups" in j} == {
+        "zero_free", "bp_im2col"}
     cuts = []
     for j in jobs[22:25]:
         lay = j["layer"]
@@ -179,7 +194,7 @@ def test_random_layers_tiled_verilator():
     refused with TOO_LARGE when sent as one descriptor."""
     from bpsa.verify.native import run_jobs
     res = run_jobs(TINY, random_jobs(TINY, 18, seed=5))
-    assert sum(1 for r in res if r.get("match")) == 25
+    assert sum(1 for r in res if r.get("match")) == 26
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
 

@@ -125,7 +125,9 @@ def test_config_words():
     cfg = CONFIGS["wide"]
     words = config_words(cfg)
     assert words["CFG_ARRAY"] == 16 | 8 << 8 | 16 << 16 | 48 << 24
-    assert words["CFG_FEATURES"] == 0b101 | 1 << 4 | 1 << 5 | 1 << 6 | 16 << 8 | 3 << 16
+    # os + is: both backward modes (BP-im2col [20], zero-free [21])
+    assert words["CFG_FEATURES"] == (0b101 | 1 << 4 | 1 << 5 | 1 << 6 | 16 << 8 | 3 << 16
+                                     | 1 << 20 | 1 << 21)
     assert words["CFG_BUFFERS"] == 12 | 10 << 8 | 10 << 16
 
 

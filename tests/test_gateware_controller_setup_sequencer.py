@@ -14,7 +14,7 @@ from bpsa.gateware.seq_arith import SeqMulDiv
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.errors import AccelError
-from bpsa.spec.regmap import Phase
+from bpsa.spec.regmap import Mode, Phase
 
 TINY = Config(name="tiny", rows=2, cols=3, buf_a_depth=64, buf_b_depth=64, buf_p_depth=32,
               dim_width=8, dataflows=("os", "is", "interleaved"))
@@ -31,7 +31,8 @@ def random_descriptor(rng, config):
          "k": rng.randint(1, 300 if big else 6), "r": rng.randint(1, 7), "s": rng.randint(1, 7),
          "stride_h": rng.randint(1, 3), "stride_w": rng.randint(1, 3),
          "pad_h": rng.randint(0, 3), "pad_w": rng.randint(0, 3),
-         "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2)}
+         "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2),
+         "mode": rng.choice([0, 1, 1, 3])}                  # 3: not a mode
     if phase == Phase.FC_BACKWARD and kind < 0.9:
         d.update(h=1, w=1, r=1, s=1, pad_h=0, pad_w=0, stride_h=1, stride_w=1, dil_h=1,
                  dil_w=1, c=rng.randint(1, 400 if big else 40))
@@ -56,7 +57,7 @@ def host(config, phases, desc):
         return AccelError(e.code), None
 
 
-@pytest.mark.parametrize("config,count", [(load_config("small"), 160), (TINY, 80)])
+@pytest.mark.parametrize("config,count", [(load_config("small"), 220), (TINY, 100)])
 def test_sequencer_equals_host_plan(config, count):
     phases = (Phase.FORWARD, Phase.LOSS, Phase.GRADIENT, Phase.FC_BACKWARD)
     if config is TINY:
@@ -69,7 +70,13 @@ def test_sequencer_equals_host_plan(config, count):
                  seq.alu.result.eq(alu.result), seq.alu.overflow.eq(alu.overflow)]
     rng = random.Random(7 if config is TINY else 5)
     descs = [random_descriptor(rng, config) for _ in range(count)]
-    seen = {"refused": set(), "banded": 0, "phases": set()}
+    # every refusal at least once, whatever the random draw
+    plain = dict(phase=int(Phase.GRADIENT), n=1, c=2, h=5, w=5, k=2, r=3, s=3, stride_h=1,
+                 stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1, mode=1, addr_x=0,
+                 addr_w=0x1000, addr_dy=0x2000, addr_out=0x3000, window_lo=0,
+                 window_hi=(1 << 32) - 1)
+    descs += [{**plain, "c": 0}, {**plain, "mode": 3}, {**plain, "phase": 5}]
+    seen = {"refused": set(), "banded": 0, "phases": set(), "programs": set()}
 
     async def bench(ctx):
         for desc in descs:
@@ -95,10 +102,14 @@ def test_sequencer_equals_host_plan(config, count):
             assert error == want_error, (desc, error, want_error)
             if error == AccelError.NONE:
                 payload = seq.plan.payload
-                for name in setup.OUTPUTS[Phase(desc["phase"])]:
+                key = Phase(desc["phase"])
+                if key == Phase.GRADIENT and desc["mode"] == Mode.ZERO_FREE:
+                    key = setup.ZF_GRADIENT
+                for name in setup.OUTPUTS[key]:
                     assert ctx.get(getattr(payload, name)) == want[name], (name, desc)
                 seen["banded"] += want["banded"]
                 seen["phases"].add(desc["phase"])
+                seen["programs"].add(key)
             else:
                 seen["refused"].add(error)
             assert not ctx.get(seq.busy)
@@ -110,6 +121,8 @@ def test_sequencer_equals_host_plan(config, count):
     # the random layers did reach every case
     assert seen["phases"] == {int(p) for p in phases}
     assert seen["banded"] >= (1 if config is TINY else 5)
-    assert {AccelError.TOO_LARGE, AccelError.PHASE, AccelError.ZERO_SIZE} <= seen["refused"]
+    assert {AccelError.TOO_LARGE, AccelError.PHASE, AccelError.ZERO_SIZE,
+            AccelError.MODE} <= seen["refused"]
+    assert setup.ZF_GRADIENT in seen["programs"]
     if config is not TINY:
         assert {AccelError.ALIGN, AccelError.WINDOW, AccelError.SHAPE} <= seen["refused"]

@@ -72,8 +72,10 @@ class GoldenTransport:
         pad = (self.regs["PAD_H"], self.regs["PAD_W"])
         dil = (self.regs["DIL_H"], self.regs["DIL_W"])
         phase = ("forward", "loss", "gradient")[d["PHASE"]]
+        zf = phase == "gradient" and self.regs.get("MODE", 0) == 1
         try:
-            tiling.plan(self.cfg, phase, n, c, h, w, k, r, s, st, pad, dil)
+            tiling.plan(self.cfg, phase, n, c, h, w, k, r, s, st, pad, dil,
+                        mode="zero_free" if zf else "bp_im2col")
         except ValueError:
             return 6
         self.runs.append((phase, w, pad))
@@ -89,6 +91,15 @@ class GoldenTransport:
             out = golden.conv2d_input_grad(self._tensor("ADDR_DY", (n, k, oh, ow)),
                                            self._tensor("ADDR_W", (k, c, r, s)), (h, w),
                                            st, pad, dil)
+        elif zf:        # X blocked by B channels, dY by cols, dW blocked like forward W
+            B = self.cfg.feeder_bus_width
+            ct, kt = -(-c // B), -(-k // cols)
+            xb = self._tensor("ADDR_X", (n, ct, h, w, B)).transpose(0, 1, 4, 2, 3)
+            dyb = self._tensor("ADDR_DY", (n, kt, oh, ow, cols)).transpose(0, 1, 4, 2, 3)
+            dw = golden.conv2d_weight_grad(xb.reshape(n, ct * B, h, w)[:, :c],
+                                           dyb.reshape(n, kt * cols, oh, ow), (r, s),
+                                           st, pad, dil)
+            out = dw.reshape(kt, cols, c, r, s).transpose(0, 2, 3, 4, 1)
         else:
             out = golden.conv2d_weight_grad(self._tensor("ADDR_X", (n, c, h, w)),
                                             self._tensor("ADDR_DY", (n, k, oh, ow)), (r, s),
@@ -151,13 +162,14 @@ def _wide_layers(count, seed):
             layer_shapes(*lay)
         except ValueError:      # the dilated kernel does not fit
             continue
+        mode = tiling.default_mode(TINY, phase)
         try:
-            tiling.plan(TINY, phase, *lay)
+            tiling.plan(TINY, phase, *lay, mode=mode)
             continue
         except ValueError:
             pass
         try:
-            tiling.column_strips(TINY, phase, *lay)
+            tiling.column_strips(TINY, phase, *lay, mode=mode)
         except ValueError:
             continue
         out.append((phase, lay))
