@@ -30,23 +30,27 @@ def test_loads_skips_and_errors():
             cache, bank = rng.choice(list(Cache)), rng.randrange(2)
             addr = rng.choice([0x100, 0x200, 0x300])
             count, run_len, stride = rng.randint(1, 3), rng.randint(1, 5), rng.choice([8, 64])
+            lanes = rng.choice([1, 1, 4])       # several lanes a word: runs every run_words
+            run_words = run_len if lanes == 1 else -(-run_len // lanes)
             length = count * run_len if rng.random() < 0.8 else count * run_len + 1
             offset = rng.randrange(4)
             load = {"target": rng.choice(list(Target)), "cache": cache, "bank": bank,
-                    "offset": offset, "addr": addr, "length": length, "lanes": 1,
-                    "count": count, "run_len": run_len, "stride": stride}
+                    "offset": offset, "addr": addr, "length": length, "lanes": lanes,
+                    "count": count, "run_len": run_len, "run_words": run_words,
+                    "stride": stride}
             if prev and rng.random() < 0.4:       # the same slice again
                 load = prev
                 cache, bank, addr, length = load["cache"], load["bank"], load["addr"], \
                     load["length"]
                 count, run_len, stride, offset = load["count"], load["run_len"], \
                     load["stride"], load["offset"]
+                run_words = load["run_words"]
             prev = load
             for name, v in load.items():
                 ctx.set(getattr(dut.load.payload, name), v)
             ctx.set(dut.load.valid, 1)
             hit = held.get((cache, bank)) == (addr, length)
-            want = [(addr + j * stride, bank * HALF[cache] + offset + j * run_len, run_len)
+            want = [(addr + j * stride, bank * HALF[cache] + offset + j * run_words, run_len)
                     for j in range(count)]
             fail_at = rng.randrange(count) if rng.random() < 0.1 else None
             got = []

@@ -103,8 +103,8 @@ def test_sequencer_equals_host_plan(config, count):
             if error == AccelError.NONE:
                 payload = seq.plan.payload
                 key = Phase(desc["phase"])
-                if key == Phase.GRADIENT and desc["mode"] == Mode.ZERO_FREE:
-                    key = setup.ZF_GRADIENT
+                if key in (Phase.LOSS, Phase.GRADIENT) and desc["mode"] == Mode.ZERO_FREE:
+                    key = setup.ZF_LOSS if key == Phase.LOSS else setup.ZF_GRADIENT
                 for name in setup.OUTPUTS[key]:
                     assert ctx.get(getattr(payload, name)) == want[name], (name, desc)
                 seen["banded"] += want["banded"]
@@ -123,6 +123,7 @@ def test_sequencer_equals_host_plan(config, count):
     assert seen["banded"] >= (1 if config is TINY else 5)
     assert {AccelError.TOO_LARGE, AccelError.PHASE, AccelError.ZERO_SIZE,
             AccelError.MODE} <= seen["refused"]
-    assert setup.ZF_GRADIENT in seen["programs"]
+    assert {setup.ZF_GRADIENT} | ({setup.ZF_LOSS} if Phase.LOSS in phases else set()) \
+        <= seen["programs"]
     if config is not TINY:
         assert {AccelError.ALIGN, AccelError.WINDOW, AccelError.SHAPE} <= seen["refused"]

@@ -72,10 +72,11 @@ class GoldenTransport:
         pad = (self.regs["PAD_H"], self.regs["PAD_W"])
         dil = (self.regs["DIL_H"], self.regs["DIL_W"])
         phase = ("forward", "loss", "gradient")[d["PHASE"]]
-        zf = phase == "gradient" and self.regs.get("MODE", 0) == 1
+        zero_free = self.regs.get("MODE", 0) == 1 and phase != "forward"
+        zf = phase == "gradient" and zero_free
         try:
             tiling.plan(self.cfg, phase, n, c, h, w, k, r, s, st, pad, dil,
-                        mode="zero_free" if zf else "bp_im2col")
+                        mode="zero_free" if zero_free else "bp_im2col")
         except ValueError:
             return 6
         self.runs.append((phase, w, pad))
@@ -87,6 +88,14 @@ class GoldenTransport:
             wb = self._tensor("ADDR_W", (kt, c, r, s, cols)).transpose(0, 4, 1, 2, 3)
             y = golden.conv2d(x, wb.reshape(kt * cols, c, r, s), st, pad, dil)
             out = y.reshape(n, kt, cols, oh, ow).transpose(0, 1, 3, 4, 2)
+        elif phase == "loss" and zero_free:     # dY, dX blocked by cols; W input-blocked
+            ct, kt = -(-c // cols), -(-k // cols)
+            dyb = self._tensor("ADDR_DY", (n, kt, oh, ow, cols)).transpose(0, 1, 4, 2, 3)
+            wb = self._tensor("ADDR_W", (ct, k, r, s, cols)).transpose(1, 0, 4, 2, 3)
+            dx = golden.conv2d_input_grad(dyb.reshape(n, kt * cols, oh, ow)[:, :k],
+                                          wb.reshape(k, ct * cols, r, s), (h, w), st, pad,
+                                          dil)
+            out = dx.reshape(n, ct, cols, h, w).transpose(0, 1, 3, 4, 2)
         elif phase == "loss":
             out = golden.conv2d_input_grad(self._tensor("ADDR_DY", (n, k, oh, ow)),
                                            self._tensor("ADDR_W", (k, c, r, s)), (h, w),
@@ -233,11 +242,15 @@ def test_refusal_names_the_reason():
     drv = Driver(t, TINY)
     rng = np.random.default_rng(0)
 
-    async def go():      # a 9x9 loss: one kernel plane (81 words) is larger than a bank of A
+    async def go(mode):  # a 9x9 loss: one kernel plane (81 words) is larger than a bank
         await drv.open()
         await drv.loss(rng.integers(-5, 5, (1, 1, 1, 52)), rng.integers(-5, 5, (1, 1, 9, 9)),
-                       (9, 60))
+                       (9, 60), mode=mode)
     with pytest.raises(ValueError, match=r"kernel plane of W \(81 elements\) does not fit a "
                        r"bank of buffer A \(64 words\)$"):
-        asyncio.run(go())
+        asyncio.run(go("bp_im2col"))
+    # zero-free: W of a block of cols output channels (4 x 81 words) in a bank of B
+    with pytest.raises(ValueError, match=r"W of 4 output channels \(324 words\) does not fit "
+                       r"a bank of buffer B \(64 words\)$"):
+        asyncio.run(go("zero_free"))
     assert t.runs == []

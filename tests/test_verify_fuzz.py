@@ -24,6 +24,9 @@ def test_random_jobs_cover_every_phase_and_refusals(config):
     kinds = collections.Counter((j["phase"], "expect" in j) for j in jobs)
     for phase in phases(config):
         assert kinds[(phase, False)] > 40, kinds
+    # the loss and the gradient in both backward modes
+    for phase in ("loss", "gradient"):
+        assert {j["mode"] for j in jobs if j["phase"] == phase} == {"zero_free", "bp_im2col"}
     assert sum(n for (_, refused), n in kinds.items() if refused) >= 20, kinds
     lays = [j["layer"] for j in jobs if "expect" not in j and j["phase"] != "fc_backward"]
     assert {lay["stride_h"] for lay in lays} >= {1, 2, 3, 4}
@@ -41,7 +44,11 @@ def test_random_jobs_cover_every_phase_and_refusals(config):
 
 def test_phases_follow_the_dataflows():
     assert phases(SMALL) == ["forward", "loss", "gradient", "fc_backward"]
-    assert phases(SMALL.replace(dataflows=("os",), name="os_only")) == ["forward"]
+    # the zero-free gradient runs on the forward engine's array
+    assert phases(SMALL.replace(dataflows=("os",), name="os_only")) == ["forward", "loss",
+                                                                         "gradient"]
+    assert phases(SMALL.replace(dataflows=("os",), backward_modes=(),
+                                name="os_no_backward")) == ["forward"]
 
 
 @pytest.mark.verilator

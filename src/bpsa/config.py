@@ -122,6 +122,8 @@ class Config:
             return "the 'is' dataflow"
         if mode == "zero_free" and ("os" not in self.dataflows or not self.reserve_registers):
             return "the 'os' dataflow and reserve_registers"
+        if mode == "zero_free" and self.feeder_bus_width < self.cols:
+            return "feeder_bus_width >= cols (the loss reads dY words of cols channels)"
         return None
 
     def validate(self):

@@ -5,9 +5,11 @@ Blocks
     :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START,
     STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``); the
     forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder +
-    output-stationary array; generated when the configuration has the ``os`` dataflow) and the
+    output-stationary array; generated when the configuration has the ``os`` dataflow; with the
+    ``zero_free`` backward mode its array also runs the zero-free gradient walker) and the
     backward engine :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators
-    + input-stationary array; generated with ``is``); the P buffer (``buf_p_depth`` words of
+    + input-stationary array; generated with the ``bp_im2col`` backward mode, which needs
+    ``is``); the P buffer (``buf_p_depth`` words of
     ``cols`` accumulators, read-add-write accumulation of every result vector, a clear pass, DMA
     stores); and the controller below. The address generation stays in the engines: the controller
     only cuts a layer into tiles that fit the buffers and moves them.
@@ -25,6 +27,11 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
               dY: N x K x OH x OW (ADDR_DY)
     gradient  dY: N x K x OH x OW (ADDR_DY);         dW: K x C x R x S
               X: N x C x H x W (ADDR_X)
+    gradient  dY blocked: N x KT x OH x OW x cols    dW blocked: KT x C x R x S x cols (the
+    (MODE 1,  (ADDR_DY; lanes past K hold 0);        forward's W layout)
+    zero-     X blocked: N x CT x H x W x B
+    free)     (ADDR_X; B = feeder_bus_width,
+              CT = ceil(C / B); lanes past C hold 0)
     FC back-  X: N x C (ADDR_X); W: K x C            dX: N x C, then dW: K x C
     ward      (ADDR_W); dY: N x K (ADDR_DY)
     ========  =====================================  ========================================
@@ -55,6 +62,15 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
     accumulates dW[block, channel group] (row k - block start); store one row per output
     channel.
+    zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.zf_gradient`): for each
+    range of ``kb`` output-channel blocks and each block of ``B`` input channels (a step):
+    clear P, then for each image n, band of dY rows and output-channel block load X[n, block,
+    band rows] into the X SRAM (one pixel a word; the same slice for every output block, so
+    the load unit skips it after both banks hold it) and dY[n, output block, band] into the W
+    buffer and run the walker on the forward engine's array: per row group of the block and
+    tap, one output-stationary context over the band's compact dY pixels. P word ``b B R S +
+    c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
+    one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
     one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
@@ -85,7 +101,8 @@ Row bands (spatial tiling)
 
 Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
     Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, or
-    a phase whose engine or dataflow is not generated), ``ZERO_SIZE``, ``ZERO_STEP``,
+    a phase whose engine or dataflow is not generated), ``MODE`` (a loss or gradient in a MODE
+    the configuration's ``backward_modes`` do not generate for it), ``ZERO_SIZE``, ``ZERO_STEP``,
     ``SHAPE`` (FC backward with H, W, R or S not 1, or padding),
     ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
     wider than ``dim_width``), ``TOO_LARGE`` (not even one row band fits, or a band would need a
@@ -209,6 +226,10 @@ class Accelerator(CheckedComponent):
             m.d.comb += [zres.start.eq(fwd.zg_start), zres.row_base.eq(row_base),
                          zres.p_row.eq(p_row)]
             results.append(zres.acc)
+            lres = m.submodules.zf_loss_results = ZeroFreeGradientResults(cfg)
+            wiring.connect(m, fwd.zl, lres.zg)
+            m.d.comb += [lres.start.eq(fwd.zl_start), lres.row_base.eq(0), lres.p_row.eq(0)]
+            results.append(lres.acc)
         if bwd is not None:
             bres = m.submodules.backward_results = BackwardResults(cfg)
             wiring.connect(m, bwd.out, bres.out)
@@ -308,10 +329,12 @@ class Accelerator(CheckedComponent):
         is_grad = Signal()
         is_fc = Signal()
         is_zg = Signal()                 # a zero-free gradient: the forward engine's array
+        is_zl = Signal()                 # a zero-free loss: the same
         m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_grad.eq(phase == Phase.GRADIENT),
                      is_fc.eq(phase == Phase.FC_BACKWARD)]
         if self.has_zf:
-            m.d.comb += is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE))
+            m.d.comb += [is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE)),
+                         is_zl.eq((phase == Phase.LOSS) & (d.mode == regmap.Mode.ZERO_FREE))]
 
         # engine descriptors (held while a run is in flight)
         if fwd is not None:
@@ -351,12 +374,25 @@ class Accelerator(CheckedComponent):
                          zl.x_base.eq(bank * (cfg.buf_a_depth // 2)),
                          zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zg_start.eq(sched.eng_start & is_zg)]
+            ll, zr = fwd.zl_layer, walker.zrun
+            m.d.comb += [ll.height.eq(run.height), ll.width.eq(d.w),
+                         ll.out_height.eq(run.out_height), ll.out_width.eq(plan.ow),
+                         ll.kernel_h.eq(d.r), ll.kernel_w.eq(d.s),
+                         ll.stride_h.eq(d.stride_h), ll.stride_w.eq(d.stride_w),
+                         ll.pad_top.eq(run.pad_top), ll.pad_w.eq(d.pad_w),
+                         ll.x_base.eq(bank * (cfg.buf_a_depth // 2)),
+                         ll.w_base.eq(bank * (cfg.buf_b_depth // 2)),
+                         fwd.zl_start.eq(sched.eng_start & is_zl)]
+            for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r",
+                         "kblocks", "kvalid", "plane"):
+                m.d.comb += getattr(ll, name).eq(getattr(zr, name))
 
         # the phase's engine runs the scheduler's runs
-        engines = [(eng, (is_fwd | is_zg) if eng is fwd else ~(is_fwd | is_zg))
+        on_fwd = is_fwd | is_zg | is_zl
+        engines = [(eng, on_fwd if eng is fwd else ~on_fwd)
                    for eng in (fwd, bwd) if eng is not None]
         for eng, active in engines:
-            m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg)
+            m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
             with m.If(active):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:

@@ -28,6 +28,12 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         A or an X plane a bank of B): bands of ``bh = min(OH, acap // OW, (bcap // W - drh -
         1) // s + 1)`` dY rows, ``kg = min(kb, acap // (bh OW))``, ``cg = min(C_in, bcap //
         (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
+    loss, zero-free (MODE 1; dY and W with ``cols`` channels a word, dX out blocked by ``cols``)
+        steps of one image, band and block of ``cols`` input channels (dX of the band in P:
+        ``bh W <= pcap`` words); groups of ``kg = min(kt, acap // words, bcap // (cols R S))``
+        blocks of ``cols`` output channels (``words``: a block's dY rows of the band); when dX of
+        an image does not fit P or the dY plane a bank of A (``banded``): bands of ``bh =
+        min(H, pcap // W, s (acap // OW - 1) - d(R-1))`` dX rows.
     gradient, zero-free (MODE 1; ``B = feeder_bus_width``: X blocked by ``B`` channels, dY by
         ``cols``, one pixel a buffer word)
         ``nb = B R S`` P words hold dW of one block of ``B`` input channels for ``cols``
@@ -51,7 +57,7 @@ from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
 
 __all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "UNIT_WIDTH", "ZF_GRADIENT",
-           "address_program", "checks", "generated_phases", "geometry", "programs", "register_widths", "run",
+           "ZF_LOSS", "address_program", "checks", "generated_phases", "geometry", "programs", "register_widths", "run",
            "tiling_program"]
 
 #: Bits of the set-up unit (sizes in elements and bytes).
@@ -73,8 +79,9 @@ PLAN_REGISTERS = {
     "banded": "bit",
 }
 
-#: The program key of the zero-free gradient (a phase and a mode; the other programs are
-#: keyed by their phase alone).
+#: The program keys of the zero-free loss and gradient (a phase and a mode; the other
+#: programs are keyed by their phase alone).
+ZF_LOSS = (Phase.LOSS, Mode.ZERO_FREE)
 ZF_GRADIENT = (Phase.GRADIENT, Mode.ZERO_FREE)
 
 #: The registers a program's loops read (its *tile plan*); the others are scratch.
@@ -88,6 +95,7 @@ OUTPUTS = {
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
                   "banded", "xwords", "dwords"),
+    ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded"),
 }
 
 TOO_LARGE = AccelError.TOO_LARGE
@@ -120,18 +128,15 @@ def generated_phases(config):
     the BP-im2col engine and the ``interleaved`` dataflow."""
     fwd = config.has("os") and config.reserve_registers
     bwd = config.has_mode("bp_im2col")
-    return tuple(p for p, on in ((Phase.FORWARD, fwd), (Phase.LOSS, bwd),
-                                 (Phase.GRADIENT, bwd or config.has_mode("zero_free")),
+    zf = config.has_mode("zero_free")
+    return tuple(p for p, on in ((Phase.FORWARD, fwd), (Phase.LOSS, bwd or zf),
+                                 (Phase.GRADIENT, bwd or zf),
                                  (Phase.FC_BACKWARD, bwd and config.has("interleaved"))) if on)
 
 
 def _generated_modes(config, phase_):
-    """The :class:`Mode` values the hardware runs ``phase_`` in (the zero-free loss is not
-    built yet)."""
-    modes = [m for m, name in MODE_NAMES.items() if config.has_mode(name)]
-    if phase_ == Phase.LOSS:
-        modes = [m for m in modes if m == Mode.BP_IM2COL]
-    return modes
+    """The :class:`Mode` values the hardware runs ``phase_`` (loss or gradient) in."""
+    return [m for m, name in MODE_NAMES.items() if config.has_mode(name)]
 
 
 def programs(config, phases):
@@ -141,8 +146,8 @@ def programs(config, phases):
     out = []
     for p in phases:
         p = Phase(p)
-        if p == Phase.GRADIENT and Mode.ZERO_FREE in _generated_modes(config, p):
-            out.append((ZF_GRADIENT, p, Mode.ZERO_FREE))
+        if p in (Phase.LOSS, Phase.GRADIENT) and Mode.ZERO_FREE in _generated_modes(config, p):
+            out.append((ZF_LOSS if p == Phase.LOSS else ZF_GRADIENT, p, Mode.ZERO_FREE))
             if Mode.BP_IM2COL in _generated_modes(config, p):
                 out.append((p, p, Mode.BP_IM2COL))
         else:
@@ -345,6 +350,38 @@ def _zf_gradient(config):
     ]
 
 
+def _zf_loss(config):
+    acap, bcap, _, pcap = _caps(config)
+    cols = config.cols
+    what = (f"dX of one row ({{w}} words) does not fit the P buffer ({pcap} words), or one "
+            f"dY row ({{ow}} words) a bank of buffer A ({acap} words)")
+    return [
+        Mul("nb", rs, cols),                    # W words of one block of output channels
+        Check(nb > bcap, TOO_LARGE, f"W of {cols} output channels ({{nb}} words) does not fit "
+                                    f"a bank of buffer B ({bcap} words)"),
+        Div("kt", k + (cols - 1), cols),
+        Div("ct", c + (cols - 1), cols),
+        Set((("banded", (hw > pcap) | (ohow > acap)),)),
+        Skip(banded == 0, 5),
+        Div("q3", pcap, w),                     # dX rows P holds
+        Div("q4", acap, ow),                    # dY rows a bank holds
+        Mul("t", select(q4 > 0, q4 - 1, 0), stride_h),
+        Set((("t", select(t > drh, t - drh, 0)),)),
+        Set((("bh", minimum(h, q3, t)),)),
+        Set((("bh", select(banded, bh, h)),)),
+        _band_checks(what, padding=False),
+        # dY words of one block of output channels for a band (at most (bh - 1 + d(R-1)) // s
+        # + 2 rows)
+        Set((("u", ohow),)),
+        Skip(banded == 0, 2),
+        Div("t", bh - 1 + drh, stride_h),
+        Mul("u", t + 2, ow),
+        Div("q1", acap, u),
+        Div("q2", bcap, nb),
+        Set((("kg", minimum(kt, q1, q2)),)),
+    ]
+
+
 def _fc(config):
     acap, bcap, _, pcap = _caps(config)
     cols = config.cols
@@ -372,6 +409,8 @@ def tiling_program(config, phase_):
     :data:`ZF_GRADIENT`)."""
     if phase_ == ZF_GRADIENT:
         return _zf_gradient(config)
+    if phase_ == ZF_LOSS:
+        return _zf_loss(config)
     return {Phase.FORWARD: _forward, Phase.LOSS: _loss, Phase.GRADIENT: _gradient,
             Phase.FC_BACKWARD: _fc}[Phase(phase_)](config)
 
@@ -392,8 +431,12 @@ def address_program(config, phase_):
     cols, B = config.cols, config.feeder_bus_width
     obs = element_bytes(config.operand_width).bit_length() - 1
     abs_ = element_bytes(config.acc_width).bit_length() - 1
-    phase_ = phase_ if phase_ == ZF_GRADIENT else Phase(phase_)
-    if phase_ == ZF_GRADIENT:
+    phase_ = phase_ if phase_ in (ZF_GRADIENT, ZF_LOSS) else Phase(phase_)
+    if phase_ == ZF_LOSS:
+        tensors = [(addr_w, [Mul("t", ct, k), Mul("t", t, rs), Mul("tot", t, cols)], obs),
+                   (addr_dy, [Mul("t", n, kt), Mul("t", t, ohow), Mul("tot", t, cols)], obs),
+                   (addr_out, [Mul("t", n, ct), Mul("t", t, hw), Mul("tot", t, cols)], abs_)]
+    elif phase_ == ZF_GRADIENT:
         tensors = [(addr_dy, [Mul("t", n, dwords), Mul("tot", t, cols)], obs),
                    (addr_x, [Mul("t", n, xwords), Mul("tot", t, B)], obs),
                    (addr_out, [Mul("t", kt, crs), Mul("tot", t, cols)], abs_)]
@@ -438,8 +481,8 @@ def run(config, desc, *, phases=None, addresses=True):
     kw = {"unit_width": UNIT_WIDTH, "overflow_code": TOO_LARGE}
     evaluate(program, env, widths, **kw)
     key = Phase(env["phase"])
-    if key == Phase.GRADIENT and env["mode"] == Mode.ZERO_FREE:
-        key = ZF_GRADIENT
+    if key in (Phase.LOSS, Phase.GRADIENT) and env["mode"] == Mode.ZERO_FREE:
+        key = ZF_LOSS if key == Phase.LOSS else ZF_GRADIENT
     program = tiling_program(config, key)
     if addresses:
         program = program + address_program(config, key)

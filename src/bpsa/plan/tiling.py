@@ -124,7 +124,7 @@ def mode_value(mode):
 def default_mode(config, phase):
     """The mode the driver runs ``phase`` (``"loss"`` or ``"gradient"``) in by default: zero-free
     where the configuration generates it for the phase, else BP-im2col."""
-    if phase == "gradient" and config.has_mode("zero_free"):
+    if phase in ("loss", "gradient") and config.has_mode("zero_free"):
         return "zero_free"
     return "bp_im2col"
 
@@ -156,6 +156,11 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     mode = mode_value(mode) if phase != "forward" else Mode.BP_IM2COL
     e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil, mode)
     banded, band = bool(e["banded"]), e["bh"]
+    if phase == "loss" and mode == Mode.ZERO_FREE:
+        bands_, kg = _ceil(h, band), e["kg"]
+        return {"group": kg * config.cols, "groups": _ceil(e["kt"], kg),
+                "cblock": config.cols, "cblocks": e["ct"], "banded": banded, "band": band,
+                "bands": bands_, "runs": n * bands_ * e["ct"] * _ceil(e["kt"], kg)}
     if phase == "gradient" and mode == Mode.ZERO_FREE:
         bands_, kb = _ceil(e["oh"], band), e["kb"]
         return {"group": (config.feeder_bus_width, config.cols), "kblock": kb,

@@ -16,11 +16,12 @@ import numpy as np
 
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal
+from bpsa.plan.tiling import mode_value
 from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.regmap import Phase
 
-__all__ = ["fuzz", "random_job"]
+__all__ = ["fuzz", "modes", "phases", "random_job"]
 
 _PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
            "fc_backward": Phase.FC_BACKWARD}
@@ -32,19 +33,24 @@ STALLS = (0.0, 0.0, 0.2, 0.5)
 
 def phases(config):
     """The phases the accelerator generated for ``config`` runs."""
-    out = ["forward"] if config.has("os") else []
-    if config.has("is"):
-        out += ["loss", "gradient"]
-        if config.has("interleaved"):
-            out.append("fc_backward")
-    return out
+    names = {p: name for name, p in _PHASES.items()}
+    return [names[p] for p in setup.generated_phases(config)]
 
 
-def _refusal(config, phase, lay):
+def modes(config, phase):
+    """The backward modes (names) the hardware runs ``phase`` in (``[None]`` for the forward
+    and FC backward)."""
+    if phase not in ("loss", "gradient"):
+        return [None]
+    return list(config.backward_modes)
+
+
+def _refusal(config, phase, lay, mode=None):
     """The error name the hardware answers ``lay`` sent as one descriptor with, or None."""
     desc = {"phase": _PHASES[phase], "n": lay["batch"], "c": lay["channels"],
             "h": lay["height"], "w": lay["width"], "k": lay["out_channels"],
-            "r": lay["kernel_h"], "s": lay["kernel_w"]}
+            "r": lay["kernel_h"], "s": lay["kernel_w"],
+            "mode": int(mode_value(mode)) if mode else 0}
     desc.update({k: lay[k] for k in ("stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
                                      "dil_w")})
     try:
@@ -72,11 +78,14 @@ def _conv_layer(config, rng, wide):
 
 def random_job(config, rng):
     """A random job (see the module docstring) for ``config`` from the numpy generator
-    ``rng``: ``{"phase", "layer", "seed", "stall"}``, plus ``"expect"`` (the error name) for a
-    layer the hardware must refuse."""
+    ``rng``: ``{"phase", "layer", "seed", "stall", "mode"}`` (a backward mode the
+    configuration generates for the phase, drawn at random), plus ``"expect"`` (the error name)
+    for a layer the hardware must refuse."""
     from bpsa.verify.accel_run import check_job
     choices = phases(config)
     phase = choices[int(rng.integers(len(choices)))]
+    mode_choices = modes(config, phase)
+    mode = mode_choices[int(rng.integers(len(mode_choices)))]
     refuse = rng.random() < 0.125
     for attempt in range(10_000):
         if attempt == 200:      # no refusal found for this phase: a layer it runs
@@ -107,8 +116,8 @@ def random_job(config, rng):
         if macs > MAX_MACS and not refuse:
             continue
         job = {"phase": phase, "layer": lay, "seed": int(rng.integers(1 << 30)),
-               "stall": float(STALLS[int(rng.integers(len(STALLS)))])}
-        expect = _refusal(config, phase, lay)
+               "stall": float(STALLS[int(rng.integers(len(STALLS)))]), "mode": mode}
+        expect = _refusal(config, phase, lay, mode)
         if refuse:
             if expect is None:
                 continue
@@ -122,7 +131,7 @@ def random_job(config, rng):
             job["interleaved"] = True
             return job
         try:
-            check_job(config, layer, phase)
+            check_job(config, layer, phase, mode=mode)
         except ValueError:
             continue
         return job

@@ -445,13 +445,14 @@ class SimulatedAccelerator:
         """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S)."""
         return self._run(self.driver.forward(x, w, stride, padding, dilation))
 
-    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None):
         """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w``."""
-        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation))
+        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation, mode))
 
-    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
         """dW (K x C x R x S) of ``x`` and ``dy``."""
-        return self._run(self.driver.gradient(x, dy, kernel_hw, stride, padding, dilation))
+        return self._run(self.driver.gradient(x, dy, kernel_hw, stride, padding, dilation,
+                                              mode))
 
     def fc_backward(self, x, w, dy):
         """``(dx, dw)`` of a fully connected layer ``y = x w^T``."""

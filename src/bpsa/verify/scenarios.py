@@ -16,7 +16,7 @@ DEFAULT_JOBS = [{"phase": p, "layer": {"batch": 1, "channels": 2, "height": 5, "
 
 GOOD = {"PHASE": 0, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 3, "S": 3, "STRIDE_H": 1,
         "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1, "DIL_W": 1, "ADDR_X": 0x1000,
-        "ADDR_W": 0x2000, "ADDR_DY": 0x3000, "ADDR_OUT": 0x4000}
+        "ADDR_W": 0x2000, "ADDR_DY": 0x3000, "ADDR_OUT": 0x4000, "MODE": 0}
 
 
 async def illegal_descriptors(cfg, drv, clock, ram_size):
@@ -26,7 +26,10 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
     cycle count."""
     RAM_SIZE = ram_size
     sentinel = bytes([0xA5]) * 4096
-    generated = {0: cfg.has("os"), 1: cfg.has("is"), 2: cfg.has("is")}
+    from bpsa.plan.setup import generated_phases
+    phases = generated_phases(cfg)
+    generated = {p: p in phases for p in (0, 1, 2)}
+    zf = int(cfg.has_mode("zero_free"))     # the gradient's default mode
     cases = [
         ({"N": 0}, 2), ({"C": 0}, 2), ({"H": 0}, 2), ({"K": 0}, 2), ({"R": 0}, 2),
         ({"STRIDE_H": 0}, 3), ({"STRIDE_W": 0}, 3), ({"DIL_W": 0}, 3),
@@ -38,8 +41,15 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
         ({"ADDR_X": 0xFFFF_FFF0}, 8),
     ]
     for phase in (1, 2):
-        cases.append(({"PHASE": phase, "ADDR_DY": RAM_SIZE - 2}, 8 if generated[phase] else 1))
-        cases.append(({"PHASE": phase, "N": 0}, 2 if generated[phase] else 1))
+        mode = {"MODE": zf if phase == 2 else 0}
+        cases.append(({"PHASE": phase, "ADDR_DY": RAM_SIZE - 2, **mode},
+                      8 if generated[phase] else 1))
+        cases.append(({"PHASE": phase, "N": 0, **mode}, 2 if generated[phase] else 1))
+    # a mode the configuration does not generate for the phase: MODE (10)
+    cases.append(({"PHASE": 1, "MODE": 1}, 10 if generated[1] else 1))
+    cases.append(({"PHASE": 2, "MODE": 3}, 10 if generated[2] else 1))
+    if generated[2] and not cfg.has_mode("bp_im2col"):
+        cases.append(({"PHASE": 2, "MODE": 0}, 10))
     if not generated[0]:
         cases = [(c, 1 if c.get("PHASE", 0) == 0 else e) for c, e in cases]
     if cfg.acc_width > 8:

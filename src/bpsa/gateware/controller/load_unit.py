@@ -39,13 +39,14 @@ def dma_command_layout(config):
 def load_layout(config):
     """One load: ``count`` runs of ``run_len`` elements, ``stride`` bytes apart from ``addr``,
     packed one after the other into bank ``bank`` of the ``cache``'s buffer from word
-    ``offset``; ``length`` (their total) and ``addr`` name the slice; ``lanes`` elements a
-    buffer word; ``target`` says which buffer the words go to."""
+    ``offset``, a run every ``run_words`` words; ``length`` (their total) and ``addr`` name the
+    slice; ``lanes`` elements a buffer word; ``target`` says which buffer the words go to."""
     cmd = dma_command_layout(config)
     return data.StructLayout({
         "target": Target, "cache": Cache, "bank": 1, "offset": unsigned(_W),
         "addr": unsigned(33), "length": unsigned(_W), "lanes": cmd["lanes"].shape,
-        "count": unsigned(_W), "run_len": unsigned(_W), "stride": unsigned(_W),
+        "count": unsigned(_W), "run_len": unsigned(_W), "run_words": unsigned(_W),
+        "stride": unsigned(_W),
     })
 
 
@@ -105,7 +106,8 @@ class LoadUnit(wiring.Component):
                     with m.If(p.bank == b):
                         m.d.comb += hit.eq(valid & (addr == p.addr) & (length == p.length))
         ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
-        run_len, stride, lanes = Signal(_W), Signal(_W), Signal.like(p.lanes)
+        run_len, run_words, stride = Signal(_W), Signal(_W), Signal(_W)
+        lanes = Signal.like(p.lanes)
         ld_cache, ld_bank = Signal(Cache), Signal()
         cmd = self.dma.payload
         m.d.comb += [cmd.direction.eq(Direction.LOAD), cmd.kind.eq(ElementKind.OPERAND)]
@@ -133,8 +135,9 @@ class LoadUnit(wiring.Component):
                                     m.d.sync += [valid.eq(0), addr.eq(p.addr),
                                                  length.eq(p.length)]
                             m.d.sync += [ld_ptr.eq(p.addr + p.stride),
-                                         ld_buf.eq(first + p.run_len), ld_left.eq(p.count - 1),
-                                         run_len.eq(p.run_len), stride.eq(p.stride),
+                                         ld_buf.eq(first + p.run_words),
+                                         ld_left.eq(p.count - 1), run_len.eq(p.run_len),
+                                         run_words.eq(p.run_words), stride.eq(p.stride),
                                          lanes.eq(p.lanes), ld_cache.eq(p.cache),
                                          ld_bank.eq(p.bank)]
                             m.next = "WAIT"
@@ -142,7 +145,7 @@ class LoadUnit(wiring.Component):
                 m.d.comb += [self.dma.valid.eq(1), cmd.addr.eq(ld_ptr), cmd.buf_addr.eq(ld_buf),
                              cmd.length.eq(run_len), cmd.lanes.eq(lanes)]
                 with m.If(self.dma.ready):
-                    m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_len),
+                    m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_words),
                                  ld_left.eq(ld_left - 1)]
                     m.next = "WAIT"
             with m.State("WAIT"):

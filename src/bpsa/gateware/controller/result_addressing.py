@@ -60,9 +60,9 @@ class ForwardResults(wiring.Component):
 
 
 class ZeroFreeGradientResults(wiring.Component):
-    """The zero-free gradient's drained rows: offset ``addr`` of the run's dW block goes to P
-    word ``row_base p_row + addr`` (``row_base``: the run's output-channel block within the
-    step, ``p_row``: P words of a block).
+    """A zero-free run's drained rows: offset ``addr`` goes to P word ``row_base p_row +
+    addr`` (gradient: ``row_base`` the run's output-channel block within the step, ``p_row``
+    the P words of a block; loss: both 0, ``addr`` is the pixel's place in the band).
 
     Members
     -------

@@ -27,6 +27,8 @@ def program_name(key):
     """FSM name of a tiling program (:func:`bpsa.plan.setup.programs`' key)."""
     if key == setup.ZF_GRADIENT:
         return "GRADIENT_ZF"
+    if key == setup.ZF_LOSS:
+        return "LOSS_ZF"
     return Phase(key).name
 
 

@@ -32,7 +32,8 @@ from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS
 from bpsa.spec.numeric import element_bytes
 
-__all__ = ["LoopWalker", "Pulse", "engine_run_layout", "run_geometry_layout"]
+__all__ = ["LoopWalker", "Pulse", "engine_run_layout", "run_geometry_layout",
+           "zero_free_run_layout"]
 
 #: Width of sizes, counts and strides.
 _W = 48
@@ -55,6 +56,17 @@ def engine_run_layout(config):
                               "out_channels": unsigned(_W), "height": unsigned(dim),
                               "out_height": unsigned(dim), "pad_top": unsigned(dim),
                               "pad_bottom": unsigned(dim)})
+
+
+def zero_free_run_layout(config):
+    """What a zero-free loss run needs beyond :func:`engine_run_layout`: the band's top
+    padding and ``pad_w`` and the dilations divided by the strides (quotient ``_q``, remainder
+    ``_r``), the run's blocks of output channels (``kblocks``), the channels of its last block
+    (``kvalid``) and its dY words a block (``plane``)."""
+    dim = config.dim_width + 2
+    return data.StructLayout({**{name: unsigned(dim) for name in (
+        "pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r", "kblocks", "kvalid")},
+        "plane": unsigned(2 * dim)})
 
 
 def run_geometry_layout(config):
@@ -113,6 +125,7 @@ class LoopWalker(wiring.Component):
             "save2_step": Out(store2_layout()),
             "started": In(1), "finished": In(1), "sched_fail": In(1), "sched_code": In(8),
             "run": Out(engine_run_layout(config)),
+            "zrun": Out(zero_free_run_layout(config)),
             "geometry": Out(run_geometry_layout(config)),
             "fail": Out(1), "fail_code": Out(8), "done": Out(1),
         })
@@ -122,9 +135,11 @@ class LoopWalker(wiring.Component):
         e = self._env(m)
         P = regmap.Phase
         first = {P.FORWARD: "FWD_INIT", P.LOSS: "LOSS_INIT", P.GRADIENT: "GRAD_INIT",
-                 P.FC_BACKWARD: "FC_INIT", setup_programs.ZF_GRADIENT: "ZG_INIT"}
+                 P.FC_BACKWARD: "FC_INIT", setup_programs.ZF_GRADIENT: "ZG_INIT",
+                 setup_programs.ZF_LOSS: "ZL_INIT_0"}
         walks = {P.FORWARD: self._forward, P.LOSS: self._loss, P.GRADIENT: self._gradient,
-                 P.FC_BACKWARD: self._fc, setup_programs.ZF_GRADIENT: self._zf_gradient}
+                 P.FC_BACKWARD: self._fc, setup_programs.ZF_GRADIENT: self._zf_gradient,
+                 setup_programs.ZF_LOSS: self._zf_loss}
         programs = setup_programs.programs(self.config, self.phases)
         with m.FSM(name="walk"):
             with m.State("IDLE"):
@@ -146,6 +161,11 @@ class LoopWalker(wiring.Component):
                      self.run.out_channels.eq(e.grp_k), self.run.height.eq(e.r["eh"]),
                      self.run.out_height.eq(e.r["eoh"]), self.run.pad_top.eq(e.r["pt"]),
                      self.run.pad_bottom.eq(e.r["pb"])]
+        z = self.zrun
+        m.d.comb += [z.pt_q.eq(e.r["zptq"]), z.pt_r.eq(e.r["zptr"]), z.pw_q.eq(e.r["zpwq"]),
+                     z.pw_r.eq(e.r["zpwr"]), z.dh_q.eq(e.r["zdhq"]), z.dh_r.eq(e.r["zdhr"]),
+                     z.dw_q.eq(e.r["zdwq"]), z.dw_r.eq(e.r["zdwr"]), z.kblocks.eq(e.r["zgrp"]),
+                     z.kvalid.eq(e.r["zkv"]), z.plane.eq(e.r["eohow"])]
         return m
 
     def _env(self, m):
@@ -158,7 +178,8 @@ class LoopWalker(wiring.Component):
         # are scratch: no other plan register is shadowed
         r.update({name: Signal(_W, name=name) for name in (
             "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
-            "eohow", "kend", "zstride", "xstep", "dstep")})
+            "eohow", "kend", "zstride", "xstep", "dstep", "zdhq", "zdhr", "zdwq", "zdwr",
+            "zpwq", "zpwr", "zptq", "zptr", "zkv", "zgrp", "wcb", "zlen")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
@@ -252,20 +273,26 @@ class LoopWalker(wiring.Component):
                             m.next = nxt
 
         # --- DMA helpers -------------------------------------------------------------------
-        def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0):
+        def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0,
+                     run_words=None):
             """States ``name`` (hand the load unit the load into bank ``bank``; it skips a
             slice the bank holds already) and ``name_WAIT``. ``length`` elements from
             ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
             elements ``stride`` bytes apart in memory, packed one after the other into the
-            bank (``length`` is then their total, which names the slice)."""
+            bank, a run every ``run_words`` buffer words (default ``run_len``: one element a
+            word) (``length`` is then their total, which names the slice)."""
             count, run_len, stride = runs if runs is not None else (1, length, 0)
+            if run_words is None:
+                assert runs is None or lanes == 1, "runs of several lanes a word need run_words"
+                run_words = run_len
             lp = self.load.payload
             with m.State(name):
                 m.d.comb += [self.load.valid.eq(1), lp.target.eq(tgt),
                              lp.cache.eq(Cache[cache_key.upper()]), lp.bank.eq(self.bank),
                              lp.offset.eq(offset), lp.addr.eq(addr), lp.length.eq(length),
                              lp.lanes.eq(lanes), lp.count.eq(count),
-                             lp.run_len.eq(run_len), lp.stride.eq(stride)]
+                             lp.run_len.eq(run_len), lp.run_words.eq(run_words),
+                             lp.stride.eq(stride)]
                 with m.If(self.load.ready & self.load_hit):
                     m.next = then
                 with m.Elif(self.load.ready):
@@ -627,6 +654,102 @@ class LoopWalker(wiring.Component):
                 with m.Else():
                     m.d.comb += self.final.eq(1)
                     m.next = "ZG_LAST"
+
+    def _zf_loss(self, e):
+        """The zero-free loss loops: images, row bands of dX, blocks of ``cols`` input channels
+        (a step each), groups of ``kg`` blocks of output channels. dY and dX are blocked by
+        ``cols`` channels, W is read with the input channels as lanes
+        (:mod:`bpsa.gateware.accelerator`)."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        banded, plan = e.banded, self.plan
+        obs, abs_, C = e.obs, e.abs_, self.config.cols
+        program("ZL_INIT", [             # the strides' quotients of the dilations and pad_w
+            ("set", [r["nb"].eq(plan.nb), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
+                     ptr["outn"].eq(d.addr_out)]),
+            ("div", r["zdhq"], d.dil_h, d.stride_h),
+            ("div", r["zdwq"], d.dil_w, d.stride_w),
+            ("div", r["zpwq"], d.pad_w, d.stride_w),
+            ("mul", r["t"], r["zdhq"], d.stride_h),
+            ("mul", r["u"], r["zdwq"], d.stride_w),
+            ("set", [r["zdhr"].eq(d.dil_h - r["t"]), r["zdwr"].eq(d.dil_w - r["u"])]),
+            ("mul", r["t"], r["zpwq"], d.stride_w),
+            ("set", [r["zpwr"].eq(d.pad_w - r["t"])]),
+            ("mul", r["t"], r["kt"], r["ohow"]),
+            ("mul", r["dstep"], r["t"], C),               # dY elements of one image
+            ("mul", r["t"], r["ct"], r["hw"]),
+            ("mul", r["xstep"], r["t"], C),               # dX elements of one image
+        ], "ZL_OUTER")
+        with m.State("ZL_OUTER"):        # image n
+            m.d.sync += loop["o0"].eq(0)
+            m.next = "ZL_BAND"
+        with m.State("ZL_BAND"):         # band of dX rows [o0, o0 + obh)
+            m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), loop["c0"].eq(0)]
+            with m.If(banded):
+                m.next = "ZL_BAND_B_0"
+            with m.Else():
+                m.d.sync += [r["eh"].eq(d.h), r["eoh"].eq(r["oh"]), r["pt"].eq(d.pad_h),
+                             r["pb"].eq(d.pad_h), r["dyoff"].eq(0), r["yoff"].eq(0),
+                             r["blen"].eq(r["hw"]), r["eohow"].eq(r["ohow"])]
+                m.next = "ZL_BANDP_0"
+        compile_steps(m, "ZL_BAND_B", band_programs.loss_band(), "ZL_BANDP_0",
+                      env=e.band_env, regs=e.band_regs, alu=self.alu, fail=e.fail)
+        program("ZL_BANDP", [            # the band's top padding by the stride
+            ("div", r["zptq"], r["pt"], d.stride_h),
+            ("mul", r["t"], r["zptq"], d.stride_h),
+            ("set", [r["zptr"].eq(r["pt"] - r["t"]), r["np"].eq(r["blen"])]),
+        ], "ZL_STEP_0")
+        program("ZL_STEP", [             # step: input-channel block c0 (in blocks)
+            ("mul", r["t"], loop["c0"], r["hw"]),
+            ("mul", r["t"], r["t"] + r["yoff"], C),
+            ("mul", r["u"], loop["c0"], d.k),
+            ("mul", r["u"], r["u"], r["nb"]),
+            ("mul", r["rowlen"], r["blen"], C),
+            ("set", [ptr["out"].eq(ptr["outn"] + (r["t"] << abs_)),
+                     r["wcb"].eq(d.addr_w + (r["u"] << obs)), loop["k0"].eq(0),
+                     Pulse(self.new_step)]),
+        ], "ZL_GROUP_0")
+        program("ZL_GROUP", [            # blocks [k0, k0 + zgrp) of output channels
+            ("set", [r["zgrp"].eq(mn(r["kg"], r["kt"] - loop["k0"]))]),
+            ("mul", r["t"], loop["k0"] + r["zgrp"], C),
+            ("set", [r["kend"].eq(mn(r["t"], d.k))]),
+            ("set", [r["zkv"].eq(r["kend"] - (r["t"] - C))]),
+            ("mul", r["u"], loop["k0"], C),
+            ("mul", r["len_b"], r["kend"] - r["u"], r["nb"]),    # W: channels x R S x cols
+            ("mul", r["u"], r["u"], r["nb"]),
+            ("mul", r["t"], loop["k0"], r["ohow"]),
+            ("mul", r["t"], r["t"] + r["dyoff"], C),
+            ("mul", r["len_a"], r["eohow"], C),                  # dY: one block's band
+            ("mul", r["len_x"], r["ohow"], C),
+            ("mul", r["zlen"], r["len_a"], r["zgrp"]),
+            ("set", [ptr["dy"].eq(ptr["dyn"] + (r["t"] << obs)),
+                     ptr["w"].eq(r["wcb"] + (r["u"] << obs))]),
+        ], "ZL_LOAD_DY")
+        dma_load("ZL_LOAD_DY", Target.FWD_X, "a", ptr["dy"], r["zlen"], C, "ZL_LOAD_W",
+                 runs=(r["zgrp"], r["len_a"], r["len_x"] << obs), run_words=r["eohow"])
+        dma_load("ZL_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C, "ZL_RUN_WAIT")
+        step_run("ZL")
+        with m.State("ZL_NEXT"):
+            with m.If(loop["k0"] + r["zgrp"] < r["kt"]):
+                m.d.sync += loop["k0"].eq(loop["k0"] + r["zgrp"])
+                m.next = "ZL_GROUP_0"
+            with m.Else():                # the step's last group runs: next step
+                m.d.comb += save_step(1, r["rowlen"], 0, 0, ptr["out"])
+                with m.If(loop["c0"] + 1 < r["ct"]):
+                    m.d.sync += loop["c0"].eq(loop["c0"] + 1)
+                    m.next = "ZL_STEP_0"
+                with m.Elif(loop["o0"] + r["obh"] < d.h):
+                    m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                    m.next = "ZL_BAND"
+                with m.Elif(loop["n"] + 1 < d.n):
+                    m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                 ptr["dyn"].eq(ptr["dyn"] + (r["dstep"] << obs)),
+                                 ptr["outn"].eq(ptr["outn"] + (r["xstep"] << abs_))]
+                    m.next = "ZL_OUTER"
+                with m.Else():
+                    m.d.comb += self.final.eq(1)
+                    m.next = "ZL_LAST"
 
     def _fc(self, e):
         """The FC backward loops (interleaved): input blocks, batch chunks (a step each),

@@ -43,6 +43,7 @@ from bpsa.config import require_config
 from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
 from bpsa.gateware.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
+from bpsa.gateware.zf_loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "y_layout", "weight_layout",
@@ -314,6 +315,12 @@ class ConvForward(wiring.Component):
         SRAM, holding channel-blocked X, and the W buffer, holding channel-blocked dY), started
         by ``zg_start`` when idle; its drained rows of input channels inside the block leave
         on ``zg``. ``busy``, ``done`` and the counters as for a forward run.
+    zl_layer : In(zf_loss_layout), zl_start : In(1), zl : Out(Signature(valid, payload:
+    zg_layout))
+        The same for a zero-free loss run (:class:`bpsa.gateware.zf_loss.ZeroFreeLossWalker`:
+        dY channel-blocked in the X SRAM, W with the input channels as lanes in the W buffer);
+        ``zl`` carries each drained pixel's ``cols`` input channels and its P offset ``h W +
+        w`` in the band.
     cycles, words_read, w_words_read, stall_cycles, fifo_stall_cycles, vectors, gap_cycles,
     y_vectors, array_cycles, fired, gated, drained : Out(COUNTER_WIDTH)
         Counters of the current (or last) run, cleared by ``start``: busy cycles; X SRAM words
@@ -343,6 +350,9 @@ class ConvForward(wiring.Component):
                 "zg_layer": In(zf_gradient_layout(config)), "zg_start": In(1),
                 "zg": Out(wiring.Signature({"valid": Out(1),
                                             "payload": Out(zg_layout(config))})),
+                "zl_layer": In(zf_loss_layout(config)), "zl_start": In(1),
+                "zl": Out(wiring.Signature({"valid": Out(1),
+                                            "payload": Out(zg_layout(config))})),
             })
         for name in COUNTERS:
             members[name] = Out(COUNTER_WIDTH)
@@ -366,13 +376,16 @@ class ConvForward(wiring.Component):
         feeder = m.submodules.feeder = DataFeeder(cfg)
         fetch = m.submodules.weights = WeightFetcher(cfg)
         zmode = Signal()                      # the run is a zero-free gradient
+        lmode = Signal()                      # the run is a zero-free loss
         x_rp, w_rp = xmem.read_port(), wmem.read_port()
         if self.has_zf:
             zf = m.submodules.zf_gradient = ZeroFreeGradientWalker(cfg)
-            for rp, a, b in ((x_rp, zf.x_mem, feeder.sram), (w_rp, zf.dy_mem, fetch.mem)):
-                m.d.comb += [rp.addr.eq(Mux(zmode, a.addr, b.addr)),
-                             rp.en.eq(Mux(zmode, a.en, b.en)),
-                             a.data.eq(rp.data), b.data.eq(rp.data)]
+            zlw = m.submodules.zf_loss = ZeroFreeLossWalker(cfg)
+            for rp, a, b, c in ((x_rp, zf.x_mem, feeder.sram, zlw.x_mem),
+                                (w_rp, zf.dy_mem, fetch.mem, zlw.w_mem)):
+                m.d.comb += [rp.addr.eq(Mux(lmode, c.addr, Mux(zmode, a.addr, b.addr))),
+                             rp.en.eq(Mux(lmode, c.en, Mux(zmode, a.en, b.en))),
+                             a.data.eq(rp.data), b.data.eq(rp.data), c.data.eq(rp.data)]
         else:
             wiring.connect(m, feeder.sram, x_rp)
             wiring.connect(m, fetch.mem, w_rp)
@@ -443,17 +456,21 @@ class ConvForward(wiring.Component):
         m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
                      src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
         if self.has_zf:
-            zfeed = zf.feed
+            zfeed, lfeed = zf.feed, zlw.feed
             with m.If(zmode):
                 m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
                              src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
+            with m.If(lmode):
+                m.d.comb += [src_valid.eq(lfeed.valid), src_last.eq(lfeed.p.last),
+                             src_a.eq(lfeed.p.a), src_b.eq(lfeed.p.b)]
+        walker_mode = zmode | lmode
         m.d.comb += [
             allow.eq(~src_last | (~(iv & il) & (gap >= 2 * R - 1))),
             take.eq((state == ConvState.RUN) & src_valid & allow),
-            fv.ready.eq(take & ~zmode), bv.ready.eq(take & ~zmode),
+            fv.ready.eq(take & ~walker_mode), bv.ready.eq(take & ~walker_mode),
         ]
         if self.has_zf:
-            m.d.comb += zfeed.ready.eq(take & zmode)
+            m.d.comb += [zfeed.ready.eq(take & zmode), lfeed.ready.eq(take & lmode)]
         m.d.sync += [iv.eq(take), il.eq(take & src_last)]
         with m.If(take):
             m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
@@ -466,7 +483,7 @@ class ConvForward(wiring.Component):
         for j in range(C):
             m.d.comb += arr.b_data[j].eq(b_r[j])
         m.d.comb += arr.chain_shift.eq(state == ConvState.PRIME)   # preload is 0
-        misaligned = take & ~zmode & (fv.p.last != bv.p.last)
+        misaligned = take & ~walker_mode & (fv.p.last != bv.p.last)
 
         # --- drain: position of every drained row ------------------------------------------
         dk0, dn, doh, dow0 = (Signal(dim, name=f"drain_{k}") for k in ("k0", "n", "oh", "ow0"))
@@ -480,7 +497,7 @@ class ConvForward(wiring.Component):
             m.d.sync += xrow.eq(xr - lay.stride_w)
         y = self.y
         m.d.comb += [
-            y.valid.eq(arr.drain_valid & (xr <= lim_x) & ~zmode),
+            y.valid.eq(arr.drain_valid & (xr <= lim_x) & ~walker_mode),
             y.payload.data.eq(arr.drain_data), y.payload.n.eq(dn), y.payload.k0.eq(dk0),
             y.payload.oh.eq(doh), y.payload.ow0.eq(dow0), y.payload.row.eq(arr.drain_row),
         ]
@@ -522,6 +539,21 @@ class ConvForward(wiring.Component):
                         m.d.sync += dg.eq(dg + R)
                 with m.Else():
                     m.d.sync += dtap.eq(dtap + 1)
+
+            # zero-free loss: the walker's tags give each drained row's P offset
+            lctx = Signal(range(TAG_SLOTS))   # tag slot of the draining context
+            l_issued, l_drained = Signal(32), Signal(32)
+            zlo = self.zl
+            m.d.comb += [zlw.tag_ctx.eq(lctx), zlw.tag_row.eq(arr.drain_row),
+                         zlo.valid.eq(arr.drain_valid & lmode & zlw.tag.ok),
+                         zlo.payload.data.eq(arr.drain_data),
+                         zlo.payload.addr.eq(zlw.tag.addr)]
+            l_ctx_end = arr.drain_valid & lmode & (arr.drain_row == 0)
+            m.d.comb += zlw.ctx_done.eq(l_ctx_end)
+            with m.If(l_ctx_end):
+                m.d.sync += [lctx.eq(lctx + 1), l_drained.eq(l_drained + 1)]
+            with m.If(take & src_last & lmode):
+                m.d.sync += l_issued.eq(l_issued + 1)
 
         # --- counters -----------------------------------------------------------------------
         cnt = {name: getattr(self, name) for name in COUNTERS}
@@ -573,7 +605,8 @@ class ConvForward(wiring.Component):
             with m.Case(ConvState.IDLE):
                 with m.If(self.start):
                     m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), err.eq(0), done.eq(0),
-                                 fused.eq(0), zmode.eq(0), state.eq(ConvState.SETUP)]
+                                 fused.eq(0), zmode.eq(0), lmode.eq(0),
+                                 state.eq(ConvState.SETUP)]
                     m.d.sync += [cnt[name].eq(0) for name in incs]
                     m.d.sync += [fbase[name].eq(0) for name in folded]
                 if self.has_zf:
@@ -583,7 +616,17 @@ class ConvForward(wiring.Component):
                         m.d.sync += [zl.eq(zlay), zrs.eq(zlay.kernel_h * zlay.kernel_w),
                                      dg.eq(0), dtap.eq(0), zdrained_all.eq(0),
                                      err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
+                                     lmode.eq(0),
                                      prime.eq(0), gap.eq(2 * R), state.eq(ConvState.PRIME)]
+                        m.d.sync += [cnt[name].eq(0) for name in incs]
+                        m.d.sync += [fbase[name].eq(0) for name in folded]
+                    with m.Elif(self.zl_start):
+                        m.d.comb += [zlw.start.eq(1), zlw.layer.eq(self.zl_layer),
+                                     arr.clear.eq(1)]
+                        m.d.sync += [lctx.eq(0), l_issued.eq(0), l_drained.eq(0),
+                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(0),
+                                     lmode.eq(1), prime.eq(0), gap.eq(2 * R),
+                                     state.eq(ConvState.PRIME)]
                         m.d.sync += [cnt[name].eq(0) for name in incs]
                         m.d.sync += [fbase[name].eq(0) for name in folded]
             with m.Case(ConvState.SETUP):
@@ -607,10 +650,9 @@ class ConvForward(wiring.Component):
                     m.d.sync += state.eq(ConvState.RUN)
             with m.Case(ConvState.RUN):
                 if self.has_zf:
-                    with m.If(zmode):
-                        with m.If(~zf.busy):
-                            m.d.sync += state.eq(ConvState.DRAIN)
-                with m.If(~feeder.busy & ~zmode):
+                    with m.If(zmode & ~zf.busy | lmode & ~zlw.busy):
+                        m.d.sync += state.eq(ConvState.DRAIN)
+                with m.If(~feeder.busy & ~walker_mode):
                     with m.If(feeder.error):
                         m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
                     with m.Elif(k0 + C < lay.out_channels):
@@ -619,7 +661,8 @@ class ConvForward(wiring.Component):
                     with m.Else():
                         m.d.sync += state.eq(ConvState.DRAIN)
             with m.Case(ConvState.DRAIN):
-                with m.If(Mux(zmode, zdrained_all, drained_all) if self.has_zf
+                with m.If(Mux(lmode, l_issued == l_drained,
+                              Mux(zmode, zdrained_all, drained_all)) if self.has_zf
                           else drained_all):
                     m.d.sync += [done.eq(1), state.eq(ConvState.IDLE)]
         return m
