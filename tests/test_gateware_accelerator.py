@@ -90,9 +90,9 @@ def random_jobs(config, count, seed):
         except ValueError:      # the dilated kernel does not fit
             continue
         phase = phases[(len(jobs) // 3 if big else len(jobs)) % 3]
-        # gradients alternate between the zero-free walker and BP-im2col
-        mode = (None if phase != "gradient" else
-                ("zero_free", "bp_im2col")[sum(j["phase"] == "gradient" for j in jobs) % 2])
+        # losses and gradients alternate between the zero-free walkers and BP-im2col
+        mode = (None if phase == "forward" else
+                ("zero_free", "bp_im2col")[sum(j["phase"] == phase for j in jobs) % 2])
         try:
             p = plan(config, phase, lay["batch"], lay["channels"], lay["height"], lay["width"],
                      lay["out_channels"], r, s, st, pd, dl, mode=mode)
@@ -104,7 +104,7 @@ def random_jobs(config, count, seed):
                      "pauses": len(jobs) % 2 == 1, "groups": p["groups"],
                      "bands": p["bands"], "mode": mode})
     # banded with several output channels a group (a load of one DMA run per channel)
-    jobs.append({"phase": "loss", "seed": 3, "pauses": True,
+    jobs.append({"phase": "loss", "seed": 3, "pauses": True, "mode": "bp_im2col",
                  "layer": {"batch": 1, "channels": 8, "height": 40, "width": 4,
                            "out_channels": 5, "kernel_h": 1, "kernel_w": 1, "stride_h": 2,
                            "stride_w": 2}})
@@ -112,9 +112,9 @@ def random_jobs(config, count, seed):
     # P holding only a dX row of 42 channels, banded), output channels of the gradient (dW of
     # one input channel taller than P, banded)
     k3 = {"kernel_h": 3, "kernel_w": 3, "pad_h": 1, "pad_w": 1}
-    jobs.append({"phase": "loss", "seed": 4, "layer": dict(
+    jobs.append({"phase": "loss", "seed": 4, "mode": "bp_im2col", "layer": dict(
         k3, batch=1, channels=20, height=6, width=5, out_channels=3)})
-    jobs.append({"phase": "loss", "seed": 5, "pauses": True, "layer": {
+    jobs.append({"phase": "loss", "seed": 5, "pauses": True, "mode": "bp_im2col", "layer": {
         "batch": 1, "channels": 50, "height": 6, "width": 12, "out_channels": 3,
         "kernel_h": 1, "kernel_w": 1}})
     jobs.append({"phase": "gradient", "seed": 6, "pauses": True, "mode": "bp_im2col",
@@ -146,13 +146,13 @@ def test_random_jobs_need_tiling():
     in every phase, bands of several channels a group, channel blocks in the loss and the
     gradient, and column strips in every phase."""
     from bpsa.host.driver import plan
-    from bpsa.plan.tiling import column_strips
+    from bpsa.plan.tiling import column_strips, default_mode
     jobs = random_jobs(TINY, 18, seed=5)
     multi = []
     for j in jobs[18:19]:
         lay = j["layer"]
         p = plan(TINY, j["phase"], 1, lay["channels"], lay["height"], lay["width"],
-                 lay["out_channels"], 1, 1, 2)
+                 lay["out_channels"], 1, 1, 2, mode=j.get("mode"))
         multi.append(p["banded"] and p["group"] > 1)
     assert multi == [True]
     blocks = []
@@ -169,8 +169,9 @@ def test_random_jobs_need_tiling():
     p = plan(TINY, "gradient", lay["batch"], lay["channels"], lay["height"], lay["width"],
              lay["out_channels"], 3, 3, (2, 2), (1, 1), mode="zero_free")
     assert (p["kblock"], p["kblocks"], p["banded"], p["bands"] > 1) == (1, 3, True, True)
-    assert {j["mode"] for j in jobs if j["phase"] == "gradient" and "groups" in j} == {
-        "zero_free", "bp_im2col"}
+    for phase in ("loss", "gradient"):
+        assert {j["mode"] for j in jobs if j["phase"] == phase and "groups" in j} == {
+            "zero_free", "bp_im2col"}
     cuts = []
     for j in jobs[22:25]:
         lay = j["layer"]
@@ -178,7 +179,8 @@ def test_random_jobs_need_tiling():
                  lay["out_channels"], 3, 3, (lay["stride_h"], 2), (1, 1))
         with pytest.raises(ValueError, match="not even one row band"):
             plan(TINY, j["phase"], *shape)
-        cuts.append(len(column_strips(TINY, j["phase"], *shape)[0]))
+        cuts.append(len(column_strips(TINY, j["phase"], *shape,
+                                      mode=default_mode(TINY, j["phase"]))[0]))
     assert cuts == [2, 2, 2]
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase

@@ -29,7 +29,7 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
     from bpsa.plan.setup import generated_phases
     phases = generated_phases(cfg)
     generated = {p: p in phases for p in (0, 1, 2)}
-    zf = int(cfg.has_mode("zero_free"))     # the gradient's default mode
+    zf = int(cfg.has_mode("zero_free"))     # the loss's and the gradient's default mode
     cases = [
         ({"N": 0}, 2), ({"C": 0}, 2), ({"H": 0}, 2), ({"K": 0}, 2), ({"R": 0}, 2),
         ({"STRIDE_H": 0}, 3), ({"STRIDE_W": 0}, 3), ({"DIL_W": 0}, 3),
@@ -41,15 +41,15 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
         ({"ADDR_X": 0xFFFF_FFF0}, 8),
     ]
     for phase in (1, 2):
-        mode = {"MODE": zf if phase == 2 else 0}
+        mode = {"MODE": zf}
         cases.append(({"PHASE": phase, "ADDR_DY": RAM_SIZE - 2, **mode},
                       8 if generated[phase] else 1))
         cases.append(({"PHASE": phase, "N": 0, **mode}, 2 if generated[phase] else 1))
     # a mode the configuration does not generate for the phase: MODE (10)
-    cases.append(({"PHASE": 1, "MODE": 1}, 10 if generated[1] else 1))
-    cases.append(({"PHASE": 2, "MODE": 3}, 10 if generated[2] else 1))
-    if generated[2] and not cfg.has_mode("bp_im2col"):
-        cases.append(({"PHASE": 2, "MODE": 0}, 10))
+    for phase in (1, 2):
+        cases.append(({"PHASE": phase, "MODE": 3}, 10 if generated[phase] else 1))
+        if generated[phase] and not cfg.has_mode("bp_im2col"):
+            cases.append(({"PHASE": phase, "MODE": 0}, 10))
     if not generated[0]:
         cases = [(c, 1 if c.get("PHASE", 0) == 0 else e) for c, e in cases]
     if cfg.acc_width > 8:
