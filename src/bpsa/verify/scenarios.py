@@ -40,10 +40,25 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
         ({"ADDR_X": RAM_SIZE - 4}, 8), ({"ADDR_OUT": RAM_SIZE - 8}, 8),
         ({"ADDR_X": 0xFFFF_FFF0}, 8),
     ]
+    def host_code(change):
+        """The error the set-up programs give (a layer the tiling refuses is TOO_LARGE
+        before its window is checked)."""
+        from bpsa.plan.grammar import Refusal
+        from bpsa.plan.setup import run
+        desc = {k.lower(): v for k, v in dict(GOOD, **change).items()}
+        desc.update(window_lo=0, window_hi=RAM_SIZE - 1)
+        try:
+            run(cfg, desc, phases=phases)
+        except Refusal as e:
+            return e.code
+        return 0
+
     for phase in (1, 2):
         mode = {"MODE": zf}
-        cases.append(({"PHASE": phase, "ADDR_DY": RAM_SIZE - 2, **mode},
-                      8 if generated[phase] else 1))
+        change = {"PHASE": phase, "ADDR_DY": RAM_SIZE - 2, **mode}
+        code = host_code(change)
+        assert code in (6, 8) or not generated[phase], code
+        cases.append((change, code if generated[phase] else 1))
         cases.append(({"PHASE": phase, "N": 0, **mode}, 2 if generated[phase] else 1))
     # a mode the configuration does not generate for the phase: MODE (10)
     for phase in (1, 2):
@@ -67,10 +82,18 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
         if out + len(sentinel) <= RAM_SIZE:
             assert await drv.t.read_mem(out, len(sentinel)) == sentinel, \
                 f"case {i} {change}: memory written"
-    # still right on the next good layer of every generated phase
+    # still right on the next good layer of every generated phase (a 1x1 one when the
+    # buffers cannot hold the 3x3 layer's tiles in the phase's default mode)
+    from bpsa.spec.layer import ConvLayer
+    from bpsa.verify.accel_run import check_job
     for phase in ("forward", "loss", "gradient"):
         if generated[("forward", "loss", "gradient").index(phase)]:
-            job = {"phase": phase, "layer": DEFAULT_JOBS[0]["layer"], "seed": 7}
+            layer = DEFAULT_JOBS[0]["layer"]
+            try:
+                check_job(cfg, ConvLayer(**layer), phase)
+            except ValueError:
+                layer = dict(layer, kernel_h=1, kernel_w=1, pad_h=0, pad_w=0)
+            job = {"phase": phase, "layer": layer, "seed": 7}
             got, want, _ = await run_job(cfg, drv, job, clock)
             assert np.array_equal(got, want), f"{phase} after the refusals differs"
     # the driver raises the hardware's refusal as an exception with the code's name
