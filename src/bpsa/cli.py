@@ -435,11 +435,10 @@ def build_parser():
     sp.add_argument("--mode", choices=["zero_free", "bp_im2col"], default=None,
                     type=lambda v: v.replace("-", "_"),
                     help="--phase loss|gradient|step through the accelerator: the backward "
-                         "front end; zero_free (the zero-free gradient walker on the OS "
-                         "array; no inserted zero is read or multiplied) or bp_im2col (the "
-                         "paper's NZ-detecting generators on the IS array); default: "
-                         "zero_free for the gradient when the configuration generates it, "
-                         "bp_im2col for the loss (the zero-free loss is not built yet)")
+                         "front end; zero_free (the zero-free walkers on the forward engine's "
+                         "OS array: no inserted zero is read or multiplied) or bp_im2col (the "
+                         "paper's NZ-detecting generators on the IS array); default: zero_free "
+                         "when the configuration generates it")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "

@@ -237,10 +237,11 @@ class Accelerator(CheckedComponent):
                          bres.row_base.eq(row_base), bres.p_row.eq(p_row),
                          bres.kt_rows.eq(kt_rows)]
             results.append(bres.acc)
-        # one engine runs at a time: its vectors go to P
+        # one engine runs at a time: its vectors go to P (in the step's half of P)
         for res in results:
             with m.If(res.valid):
-                m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(res.payload)]
+                m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(res.payload),
+                             pbuf.acc.payload.addr.eq(res.payload.addr + sched.p_base)]
         if has_fc:
             fcres = m.submodules.fc_results = FcDrainResults(cfg)
             wiring.connect(m, bwd.drain, fcres.drain)
@@ -276,7 +277,9 @@ class Accelerator(CheckedComponent):
             m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(load.dma.payload)]
         with m.Else():
             m.d.comb += [dma.cmd.valid.eq(sched.dma_valid), dma.cmd.payload.eq(sched.dma_cmd)]
-        m.d.comb += [sched.dma_ready.eq(dma.cmd.ready), sched.dma_done.eq(dma.done),
+        # the load unit first: the scheduler's store waits while a load is offered
+        m.d.comb += [sched.dma_ready.eq(dma.cmd.ready & ~load.dma.valid),
+                     sched.dma_done.eq(dma.done),
                      sched.dma_error.eq(dma.error)]
         bw = dma.buf_write
         if fwd is not None:
@@ -296,7 +299,8 @@ class Accelerator(CheckedComponent):
                      counters.p_read.eq(pbuf.read_event), counters.p_write.eq(pbuf.write_event),
                      pbuf.read_addr.eq(dma.buf_read.addr),
                      pbuf.read_en.eq(dma.buf_read.en & sched.storing),
-                     dma.buf_read.data.eq(pbuf.read_data.as_value())]
+                     dma.buf_read.data.eq(pbuf.read_data.as_value()),
+                     dma.buf_read_ready.eq(pbuf.read_ready)]
 
         # --- the controller: set-up sequencer, loop walker, load unit, step scheduler --------
         seq = m.submodules.setup = SetupSequencer(cfg, phases)
@@ -397,7 +401,8 @@ class Accelerator(CheckedComponent):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
-        m.d.comb += [pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
+        m.d.comb += [sched.double.eq(is_zg | is_zl), pbuf.clear_base.eq(sched.p_base),
+                     pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
                      sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),
                      sched.clear_words.eq(geo.clear_words)]
 

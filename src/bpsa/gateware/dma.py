@@ -192,6 +192,9 @@ class DmaEngine(wiring.Component):
         holds until its handshake.
     buf_read : In(ReadPort.Signature(addr_width=log2(depth), shape=word_width))
         Connect a synchronous ``Memory.read_port()``.
+    buf_read_ready : In(1, init=1)
+        The read port serves the engine this cycle (a store reads a word only then; the
+        port's ``data`` must hold from the cycle after a read until the next read).
     buf_write : In(WritePort.Signature(addr_width=log2(depth), shape=word_width))
         Connect ``Memory.write_port()``.
     read_bytes, write_bytes : Out(64)
@@ -232,6 +235,7 @@ class DmaEngine(wiring.Component):
             "window_hi": In(ADDR_WIDTH),
             "axi": Out(axi4_signature()),
             "buf_read": In(ReadPort.Signature(addr_width=aw, shape=word_width)),
+            "buf_read_ready": In(1, init=1),
             "buf_write": In(WritePort.Signature(addr_width=aw, shape=word_width)),
             "read_bytes": Out(64),
             "write_bytes": Out(64),
@@ -513,7 +517,7 @@ class DmaEngine(wiring.Component):
 
         # Buffer words, read one ahead, into the unpacking register.
         absorb = s.rd_pending & ((s.sh_left == 0) | (step & (k == s.sh_left)))
-        fetch = (s.fetch_left != 0) & (~s.rd_pending | absorb)
+        fetch = (s.fetch_left != 0) & (~s.rd_pending | absorb) & self.buf_read_ready
         n = _min(s.fetch_left, s.lanes)
         m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch)]
         with m.If(fetch):

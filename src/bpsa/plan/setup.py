@@ -28,7 +28,8 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         A or an X plane a bank of B): bands of ``bh = min(OH, acap // OW, (bcap // W - drh -
         1) // s + 1)`` dY rows, ``kg = min(kb, acap // (bh OW))``, ``cg = min(C_in, bcap //
         (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
-    loss, zero-free (MODE 1; dY and W with ``cols`` channels a word, dX out blocked by ``cols``)
+    loss, zero-free (MODE 1; dY and W with ``cols`` channels a word, dX out blocked by ``cols``;
+        P double-buffered, ``pcap`` is half of it)
         steps of one image, band and block of ``cols`` input channels (dX of the band in P:
         ``bh W <= pcap`` words); groups of ``kg = min(kt, acap // words, bcap // (cols R S))``
         blocks of ``cols`` output channels (``words``: a block's dY rows of the band); when dX of
@@ -36,7 +37,8 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         min(H, pcap // W, s (acap // OW - 1) - d(R-1))`` dX rows.
     gradient, zero-free (MODE 1; ``B = feeder_bus_width``: X blocked by ``B`` channels, dY by
         ``cols``, one pixel a buffer word)
-        ``nb = B R S`` P words hold dW of one block of ``B`` input channels for ``cols``
+        P is double-buffered (``pcap`` is half of it): ``nb = B R S`` P words hold dW of one
+        block of ``B`` input channels for ``cols``
         output channels; a step is one input-channel block and ``kb = min(kt, pcap // nb)``
         output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``); when the dY
         plane (``OH OW`` words) does not fit a bank of B or the X plane (``H W`` words) a bank
@@ -327,13 +329,15 @@ def _gradient(config):
 
 def _zf_gradient(config):
     acap, bcap, _, pcap = _caps(config)
+    pcap //= 2                                  # P is double-buffered
     cols, B = config.cols, config.feeder_bus_width
     what = (f"one dY plane ({{ohow}} words) or one X plane ({{hw}} words) does not fit a bank "
             f"of buffer B / A ({bcap} / {acap} words)")
     return [
         Mul("nb", rs, B),                       # P words: dW of B input channels, one block
         Check(nb > pcap, TOO_LARGE, f"dW of {B} input channels ({{nb}} words of {cols} "
-                                    f"output channels) does not fit the P buffer ({pcap} words)"),
+                                    f"output channels) does not fit half the P buffer "
+                                    f"({pcap} words; P is double-buffered)"),
         Div("kt", k + (cols - 1), cols),
         Div("ct", c + (B - 1), B),
         Div("t", pcap, nb),
@@ -352,6 +356,7 @@ def _zf_gradient(config):
 
 def _zf_loss(config):
     acap, bcap, _, pcap = _caps(config)
+    pcap //= 2                                  # P is double-buffered
     cols = config.cols
     what = (f"dX of one row ({{w}} words) does not fit the P buffer ({pcap} words), or one "
             f"dY row ({{ow}} words) a bank of buffer A ({acap} words)")

@@ -100,6 +100,7 @@ class Harness:
         dut.window_lo.value = self.window[0]
         dut.window_hi.value = self.window[1]
         dut.buf_read__data.value = 0
+        dut.buf_read_ready.value = 1
         for _ in range(3):
             await RisingEdge(dut.clk)
         dut.rst.value = 0

@@ -1,6 +1,6 @@
 """The partial-sum buffer P: result vectors added into it, a clear pass, and the DMA's reads."""
 
-from amaranth.hdl import Module, Signal, signed, unsigned
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -32,12 +32,15 @@ class PsumBuffer(wiring.Component):
         Result vectors; always taken (``ready`` is 1).
     fill : In(stream.Signature(accumulate_layout(config)))
         More vectors, taken in the cycles ``acc`` has none.
-    clear : In(1), clear_words : In(48), clear_last : Out(1)
-        While ``clear`` is high, one word a cycle from word 0 is zeroed; ``clear_last`` is
-        high in the cycle that zeroes word ``clear_words - 1`` (the count then restarts at 0).
+    clear : In(1), clear_words : In(48), clear_base : In(log2(buf_p_depth)),
+    clear_last : Out(1)
+        While ``clear`` is high, one word a cycle from word ``clear_base`` is zeroed;
+        ``clear_last`` is high in the cycle that zeroes word ``clear_base + clear_words - 1``
+        (the count then restarts).
     read_addr, read_en : In, read_data : Out
-        A read port for the DMA's stores, used in cycles without an accumulation; data in the
-        next cycle.
+        A read port for the DMA's stores, used in cycles without an accumulation (``read_ready``;
+        a read in another cycle is not served); data in the next cycle, held until the next
+        read even while accumulations use the memory.
     busy : Out(1)
         An accumulation is in flight or waiting in ``fill``.
     read_event, write_event : Out(1)
@@ -53,8 +56,8 @@ class PsumBuffer(wiring.Component):
         super().__init__({
             "acc": In(stream.Signature(layout)),
             "fill": In(stream.Signature(layout)),
-            "clear": In(1), "clear_words": In(48), "clear_last": Out(1),
-            "read_addr": In(aw), "read_en": In(1),
+            "clear": In(1), "clear_words": In(48), "clear_base": In(aw), "clear_last": Out(1),
+            "read_addr": In(aw), "read_en": In(1), "read_ready": Out(1),
             "read_data": Out(data.ArrayLayout(signed(config.acc_width), config.cols)),
             "busy": Out(1), "read_event": Out(1), "write_event": Out(1),
         })
@@ -99,7 +102,13 @@ class PsumBuffer(wiring.Component):
         with m.If(v2):
             m.d.comb += [wp.addr.eq(a2), wp.data.eq(sums), wp.en.eq(1)]
         with m.Elif(self.clear):
-            m.d.comb += [wp.addr.eq(clr_addr), wp.data.eq(0), wp.en.eq(1)]
-        m.d.comb += [self.read_data.eq(rp.data), self.busy.eq(v1 | v2 | self.fill.valid),
+            m.d.comb += [wp.addr.eq(self.clear_base + clr_addr), wp.data.eq(0), wp.en.eq(1)]
+        # the DMA's word: fresh the cycle after its read, then held (accumulations reuse rp)
+        dma_read, held = Signal(), Signal.like(self.read_data)
+        m.d.sync += dma_read.eq(~v1 & self.read_en)
+        with m.If(dma_read):
+            m.d.sync += held.eq(rp.data)
+        m.d.comb += [self.read_data.eq(Mux(dma_read, rp.data, held)), self.read_ready.eq(~v1),
+                     self.busy.eq(v1 | v2 | self.fill.valid),
                      self.read_event.eq(rp.en), self.write_event.eq(wp.en)]
         return m

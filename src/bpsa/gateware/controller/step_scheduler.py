@@ -5,13 +5,15 @@ A layer is a sequence of *steps*; a step is one or more engine runs (groups) who
 up in P. The loop walker of the phase loads a group's operands, then asks for a run (``run``);
 when the group starts a new step (``new_step``), the scheduler first waits for the previous
 run's accumulations to land (FLUSH), stores the finished step's P rows through the DMA when
-one is pending (STORE), clears P for the new step (CLEAR), then starts the engine (RUN) and
-toggles the bank. The walker tells it what a step's store needs as soon as the step's last
+one is pending (a store machine beside the step machine), clears P for the new step (CLEAR),
+then starts the engine (RUN) and toggles the bank. With ``double`` (the zero-free phases) the
+steps alternate between the two halves of P and the store runs while the next step computes;
+otherwise the step waits for its store. The walker tells it what a step's store needs as soon as the step's last
 group has started (``save``), so the next step's first loads overlap that run; ``last`` (the
 layer's last step) waits for the last run and stores it.
 """
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -72,6 +74,13 @@ class StepScheduler(wiring.Component):
         The P buffer's clear pass and accumulate pipeline.
     storing : Out(1)
         A store runs (P's read port serves the DMA).
+    double : In(1)
+        The layer double-buffers P: its steps alternate between the two halves of P
+        (``p_base`` 0 or ``buf_p_depth / 2``), and a finished step's store runs while the next
+        step computes in the other half. Otherwise the next step waits for the store.
+    p_base : Out(log2(buf_p_depth))
+        The first P word of the current step (added to every result's P word and to the
+        clear pass).
     dma_valid : Out(1), dma_cmd : Out(DMA command), dma_ready, dma_done : In(1),
     dma_error : In(DmaError)
     """
@@ -88,19 +97,24 @@ class StepScheduler(wiring.Component):
             "bank": Out(1),
             "eng_start": Out(1), "eng_busy": In(1), "eng_error": In(1), "eng_code": In(4),
             "p_clear": Out(1), "p_clear_words": Out(_W), "p_clear_last": In(1),
-            "p_busy": In(1), "storing": Out(1),
+            "p_busy": In(1), "storing": Out(1), "double": In(1),
+            "p_base": Out(range(config.buf_p_depth)),
             "dma_valid": Out(1), "dma_cmd": Out(dma_command_layout(config)),
             "dma_ready": In(1), "dma_done": In(1), "dma_error": In(DmaError),
         })
 
     def elaborate(self, platform):
         m = Module()
+        cfg = self.config
+        half = cfg.buf_p_depth // 2
         new_step, pend_store, final, st2_pend, bank = (Signal(name=n) for n in (
             "new_step", "pend_store", "final", "st2_pend", "bank"))
         st = Signal(store_layout())
         st2 = Signal(store2_layout())
         row, pword = Signal(_W), Signal(_W)
-        m.d.comb += self.bank.eq(bank)
+        p_half = Signal()                        # the P half the current step accumulates in
+        m.d.comb += [self.bank.eq(bank),
+                     self.p_base.eq(Mux(self.double & p_half, half, 0))]
 
         with m.If(self.new_step):
             m.d.sync += new_step.eq(1)
@@ -112,29 +126,91 @@ class StepScheduler(wiring.Component):
             m.d.sync += [st2_pend.eq(1), st2.eq(self.save2_step)]
         with m.If(self.layer_start):
             m.d.sync += [bank.eq(0), pend_store.eq(0), final.eq(0), st2_pend.eq(0),
-                         new_step.eq(0)]
+                         new_step.eq(0), p_half.eq(0)]
+
+        fail_code = Signal(8)
+        store_fail = Signal()                    # the store machine's failure, for the FSM
 
         def fail(code):
             m.d.comb += [self.fail.eq(1), self.fail_code.eq(code)]
             m.next = "IDLE"
 
+        # --- the store machine: a finished step's P rows through the DMA, in the background
+        # with a double-buffered P (the next step accumulates in the other half) ---------------
+        kick = Signal()                          # start storing the saved step
+        store_idle = Signal()
+        cur, cur2, cur2_pend = Signal(store_layout()), Signal(store2_layout()), Signal()
         cmd = self.dma_cmd
+        with m.FSM(name="store"):
+            with m.State("S_IDLE"):
+                m.d.comb += store_idle.eq(1)
+                with m.If(kick):                  # its own copy: the walker saves the next
+                    m.d.sync += [row.eq(0), cur.eq(st), cur2.eq(st2),      # step meanwhile
+                                 cur2_pend.eq(st2_pend), st2_pend.eq(0),
+                                 pword.eq(Mux(self.double & p_half, half, 0)),
+                                 pend_store.eq(0)]
+                    m.next = "S_STORE"
+            # the stored step's rows: st.rows rows of st.length elements, st.stride bytes
+            # apart in memory, st.nb words apart in P
+            with m.State("S_STORE"):
+                m.d.comb += [self.storing.eq(1), self.dma_valid.eq(1),
+                             cmd.direction.eq(Direction.STORE),
+                             cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(cur.addr),
+                             cmd.buf_addr.eq(pword), cmd.length.eq(cur.length),
+                             cmd.lanes.eq(cfg.cols)]
+                with m.If(self.dma_ready):
+                    m.next = "S_WAIT"
+            with m.State("S_WAIT"):
+                m.d.comb += self.storing.eq(1)
+                with m.If(self.dma_done):
+                    with m.If(self.dma_error != DmaError.NONE):
+                        m.d.sync += [store_fail.eq(1),
+                                     fail_code.eq(ERROR_DMA_BUS | self.dma_error.as_value())]
+                        m.next = "S_IDLE"
+                    with m.Else():
+                        m.next = "S_STEP"
+            with m.State("S_STEP"):
+                m.d.sync += [cur.addr.eq(cur.addr + cur.stride), pword.eq(pword + cur.nb),
+                             row.eq(row + 1)]
+                with m.If(row + 1 < cur.rows):
+                    m.next = "S_STORE"
+                with m.Elif(cur2_pend):           # FC: then the dW rows
+                    m.d.sync += [cur2_pend.eq(0), cur.addr.eq(cur2.addr),
+                                 cur.rows.eq(cur2.rows), row.eq(0), pword.eq(cur2.p0)]
+                    m.next = "S_STORE"
+                with m.Else():
+                    m.next = "S_IDLE"
+        with m.If(self.layer_start):
+            m.d.sync += store_fail.eq(0)
+
         with m.FSM(name="step"):
             with m.State("IDLE"):                # the engine's previous run has ended?
-                with m.If((self.run | self.last) & ~self.eng_busy):
+                with m.If(store_fail):
+                    fail(fail_code)
+                with m.Elif((self.run | self.last) & ~self.eng_busy):
                     with m.If(self.eng_error):
                         fail(ERROR_ENGINE | self.eng_code)
                     with m.Elif(self.last | new_step):
                         m.next = "FLUSH"
                     with m.Else():
                         m.next = "RUN"
-            with m.State("FLUSH"):               # the accumulations have landed
-                with m.If(~self.p_busy):
-                    m.d.sync += [row.eq(0), pword.eq(0)]
-                    with m.If(pend_store):
-                        m.next = "STORE"
-                    with m.Else():
+            with m.State("FLUSH"):               # the accumulations have landed, and the
+                with m.If(store_fail):           # store before has read its half
+                    fail(fail_code)
+                with m.Elif(~self.p_busy & store_idle):
+                    m.d.comb += kick.eq(pend_store)
+                    with m.If(self.last):
+                        m.next = "DRAIN"
+                    with m.Elif(self.double):     # the store runs on; the next step uses
+                        m.d.sync += p_half.eq(~p_half)       # the other half
                         m.next = "CLEAR"
+                    with m.Else():
+                        m.next = "WAIT_STORE"
+            with m.State("WAIT_STORE"):          # P has one copy: the store first
+                with m.If(store_fail):
+                    fail(fail_code)
+                with m.Elif(store_idle & ~kick):
+                    m.next = "CLEAR"
             with m.State("CLEAR"):
                 m.d.comb += [self.p_clear.eq(1), self.p_clear_words.eq(self.clear_words)]
                 with m.If(self.p_clear_last):
@@ -143,36 +219,10 @@ class StepScheduler(wiring.Component):
                 m.d.comb += [self.eng_start.eq(1), self.started.eq(1)]
                 m.d.sync += [bank.eq(~bank), new_step.eq(0)]
                 m.next = "IDLE"
-            # the stored step's rows: st.rows rows of st.length elements, st.stride bytes
-            # apart in memory, st.nb words apart in P
-            with m.State("STORE"):
-                m.d.comb += [self.storing.eq(1), self.dma_valid.eq(1),
-                             cmd.direction.eq(Direction.STORE),
-                             cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(st.addr),
-                             cmd.buf_addr.eq(pword), cmd.length.eq(st.length),
-                             cmd.lanes.eq(self.config.cols)]
-                with m.If(self.dma_ready):
-                    m.next = "STORE_WAIT"
-            with m.State("STORE_WAIT"):
-                m.d.comb += self.storing.eq(1)
-                with m.If(self.dma_done):
-                    with m.If(self.dma_error != DmaError.NONE):
-                        fail(ERROR_DMA_BUS | self.dma_error.as_value())
-                    with m.Else():
-                        m.next = "STORE_STEP"
-            with m.State("STORE_STEP"):
-                m.d.sync += [st.addr.eq(st.addr + st.stride), pword.eq(pword + st.nb),
-                             row.eq(row + 1)]
-                with m.If(row + 1 < st.rows):
-                    m.next = "STORE"
-                with m.Elif(st2_pend):            # FC: then the dW rows
-                    m.d.sync += [st2_pend.eq(0), st.addr.eq(st2.addr), st.rows.eq(st2.rows),
-                                 row.eq(0), pword.eq(st2.p0)]
-                    m.next = "STORE"
-                with m.Elif(final):
+            with m.State("DRAIN"):               # the layer's last store
+                with m.If(store_fail):
+                    fail(fail_code)
+                with m.Elif(store_idle & ~kick):
                     m.d.comb += self.finished.eq(1)
                     m.next = "IDLE"
-                with m.Else():
-                    m.d.sync += pend_store.eq(0)
-                    m.next = "CLEAR"
         return m
