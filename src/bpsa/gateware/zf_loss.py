@@ -45,10 +45,15 @@ from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.zf_gradient import feed_layout
 
-__all__ = ["TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "zf_loss_layout"]
+__all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "zf_loss_layout"]
 
 #: Contexts whose P offsets are held at once (the walker waits for a free slot).
 TAG_SLOTS = 8
+
+#: Blocks the transposer holds: the loader fills one while the emitter sends another and a
+#: third waits, so one vector leaves a cycle when ``rows <= cols`` (with two, the hand-over
+#: costs a cycle a block).
+SLOTS = 3
 
 #: Fields of the walker's run descriptor (:func:`zf_loss_layout`).
 ZF_LOSS_FIELDS = ("height", "width", "out_height", "out_width", "kernel_h", "kernel_w",
@@ -124,13 +129,23 @@ class ZeroFreeLossWalker(wiring.Component):
         sd = signed(dim + 2)
         wide = unsigned(2 * dim + 2)
 
-        # --- the transposer: two slots of rows x cols operands, with their block's data ----
+        # --- the transposer: SLOTS slots of rows x cols operands, with their block data -----
+        S = SLOTS
         slot_data = [[Signal(data.ArrayLayout(op, C), name=f"slot{s}_row{i}")
-                      for i in range(R)] for s in range(2)]
-        slot_full = [Signal(name=f"slot{s}_full") for s in range(2)]
-        slot_w = [Signal(wide, name=f"slot{s}_w") for s in range(2)]      # W word of t = 0
-        slot_kv = [Signal(range(C + 1), name=f"slot{s}_kv") for s in range(2)]
-        slot_last = [Signal(name=f"slot{s}_last") for s in range(2)]
+                      for i in range(R)] for s in range(S)]
+        slot_full = [Signal(name=f"slot{s}_full") for s in range(S)]
+        slot_w = [Signal(wide, name=f"slot{s}_w") for s in range(S)]      # W word of t = 0
+        slot_kv = [Signal(range(C + 1), name=f"slot{s}_kv") for s in range(S)]
+        slot_last = [Signal(name=f"slot{s}_last") for s in range(S)]
+
+        def pick(signals, index):
+            out = signals[0]
+            for k in range(1, S):
+                out = Mux(index == k, signals[k], out)
+            return out
+
+        def succ(index):
+            return Mux(index == S - 1, 0, index + 1)
 
         # --- tags ------------------------------------------------------------------------------
         tags = [[Signal(tag_layout(cfg), name=f"tag{c}_{i}") for i in range(R)]
@@ -161,9 +176,10 @@ class ZeroFreeLossWalker(wiring.Component):
         p_i, p_j, p_h, p_w = (Signal(dim, name=f"pix_{n}") for n in ("i", "j", "h", "w"))
         lane = Signal(range(R))
         first_block = Signal()
-        fill = Signal(range(2))                  # slot the loader fills
+        fill = Signal(range(S))                  # slot the loader fills
         # the read issued last cycle lands in the transposer this cycle
-        wr_en, wr_inb, wr_lane, wr_slot = Signal(), Signal(), Signal(range(R)), Signal()
+        wr_en, wr_inb, wr_lane = Signal(), Signal(), Signal(range(R))
+        wr_slot = Signal(range(SLOTS))
         wr_done = Signal()                       # ... and completes the block
         rs = Signal(2 * dim)
         crs = Signal(wide)
@@ -174,7 +190,7 @@ class ZeroFreeLossWalker(wiring.Component):
         oc = Signal(sd)
         m.d.comb += [ol.eq(p_i + rr_quo), oc.eq(p_j + rq_quo)]
         inb = exists & (ol >= 0) & (ol < lay.out_height) & (oc >= 0) & (oc < lay.out_width)
-        can_load = load & ~slot_full[0] & (fill == 0) | load & ~slot_full[1] & (fill == 1)
+        can_load = load & ~pick(slot_full, fill)
         tag_room = ctx_in_flight < TAG_SLOTS
         step = Signal()                          # one pixel read this cycle
         m.d.comb += [
@@ -183,13 +199,13 @@ class ZeroFreeLossWalker(wiring.Component):
             self.x_mem.en.eq(step & inb),
         ]
         m.d.sync += [wr_en.eq(step), wr_inb.eq(inb), wr_lane.eq(lane), wr_slot.eq(fill)]
-        for s in range(2):
+        for s in range(S):
             for i in range(R):
                 with m.If(wr_en & (wr_slot == s) & (wr_lane == i)):
                     for j in range(C):
                         m.d.sync += slot_data[s][i][j].eq(Mux(wr_inb, self.x_mem.data[j], 0))
         with m.If(wr_done):
-            for s in range(2):
+            for s in range(S):
                 with m.If(wr_slot == s):
                     m.d.sync += slot_full[s].eq(1)
         m.d.sync += wr_done.eq(0)
@@ -286,12 +302,13 @@ class ZeroFreeLossWalker(wiring.Component):
             with m.If(lane == R - 1):           # the block is read: hand the slot over
                 last_kb = kb + 1 == lay.kblocks
                 last_tap = tap_n + 1 == taps
-                for s in range(2):
+                for s in range(S):
                     with m.If(fill == s):
                         m.d.sync += [slot_w[s].eq(lay.w_base + w_kb + tidx),
                                      slot_kv[s].eq(Mux(last_kb, lay.kvalid, C)),
                                      slot_last[s].eq(last_kb & last_tap)]
-                m.d.sync += [wr_done.eq(1), fill.eq(~fill), lane.eq(0), first_block.eq(0)]
+                m.d.sync += [wr_done.eq(1), fill.eq(succ(fill)), lane.eq(0),
+                             first_block.eq(0)]
                 with m.If(~last_kb):             # same pixels, next block of k
                     m.d.sync += [kb.eq(kb + 1), kb_base.eq(kb_base + lay.plane),
                                  w_kb.eq(w_kb + crs),
@@ -331,16 +348,16 @@ class ZeroFreeLossWalker(wiring.Component):
             m.d.sync += ctx_in_flight.eq(0)
 
         # --- emitter: the slot's columns with their W words ----------------------------------
-        emit = Signal(range(2))                  # slot the emitter drains
+        emit = Signal(range(S))                  # slot the emitter drains
         t = Signal(range(C + 1))
         valid, last = Signal(), Signal()
         out_a = Signal(data.ArrayLayout(op, R))
-        full = Mux(emit == 0, slot_full[0], slot_full[1])
-        kv = Mux(emit == 0, slot_kv[0], slot_kv[1])
+        full = pick(slot_full, emit)
+        kv = pick(slot_kv, emit)
         fetch = Signal()
         m.d.comb += [
             fetch.eq(full & (~valid | self.feed.ready)),
-            self.w_mem.addr.eq(Mux(emit == 0, slot_w[0], slot_w[1]) + t * rs),
+            self.w_mem.addr.eq(pick(slot_w, emit) + t * rs),
             self.w_mem.en.eq(fetch),
             self.feed.valid.eq(valid), self.feed.p.a.eq(out_a), self.feed.p.b.eq(self.w_mem.data),
             self.feed.p.last.eq(last),
@@ -350,23 +367,25 @@ class ZeroFreeLossWalker(wiring.Component):
             for i in range(R):
                 col = 0
                 for j in range(C):
-                    col = Mux(t == j, Mux(emit == 0, slot_data[0][i][j], slot_data[1][i][j]),
+                    col = Mux(t == j, pick([slot_data[k][i][j] for k in range(S)], emit),
                               col)
                 m.d.sync += out_a[i].eq(col)
             m.d.sync += [valid.eq(1),
-                         last.eq(end & Mux(emit == 0, slot_last[0], slot_last[1])),
+                         last.eq(end & pick(slot_last, emit)),
                          t.eq(Mux(end, 0, t + 1))]
             with m.If(end):
-                for s in range(2):
+                for s in range(S):
                     with m.If(emit == s):
                         m.d.sync += slot_full[s].eq(0)
-                m.d.sync += emit.eq(~emit)
+                m.d.sync += emit.eq(succ(emit))
         with m.Elif(self.feed.ready):
             m.d.sync += valid.eq(0)
         with m.If(self.start & ~self.busy):
-            m.d.sync += [emit.eq(0), t.eq(0), valid.eq(0), slot_full[0].eq(0),
-                         slot_full[1].eq(0)]
+            m.d.sync += [emit.eq(0), t.eq(0), valid.eq(0)]
+            m.d.sync += [f.eq(0) for f in slot_full]
 
-        m.d.comb += self.busy.eq(setup | scan | load | ~loader_done | wr_en | slot_full[0]
-                                 | slot_full[1] | valid)
+        any_full = 0
+        for f in slot_full:
+            any_full = any_full | f
+        m.d.comb += self.busy.eq(setup | scan | load | ~loader_done | wr_en | any_full | valid)
         return m
