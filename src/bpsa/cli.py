@@ -309,6 +309,70 @@ def cmd_fuzz(args):
         sys.exit(1)
 
 
+def cmd_perf(args):
+    """``bpsa perf``: the cycle model (:mod:`bpsa.models.perf`) of a layer, or of every layer
+    of the workload, in the zero-free loss and gradient."""
+    import csv
+    import json
+    import time
+    from importlib import resources
+
+    from bpsa.models.perf import layer_cycles
+    from bpsa.spec.layer import parse_layer
+    config = _config(args)
+    phases = ["loss", "gradient"] if args.phase == "both" else [args.phase]
+    if (args.layer is None) == (not args.workload):
+        raise UserError("give --layer C=..,H=..,K=.. or --workload")
+    if args.layer is not None:
+        try:
+            lay = parse_layer(args.layer)
+        except ValueError as e:
+            raise UserError(f"--layer {args.layer!r}: {e}") from None
+        rows = [{"network": "-", "layer": args.layer, "lay": lay}]
+    else:
+        with resources.files("bpsa.workloads").joinpath("conv_layers.csv").open() as f:
+            rows = list(csv.DictReader(f))
+    t0 = time.perf_counter()
+    out = []
+    for row in rows:
+        if "lay" in row:
+            lay = row["lay"]
+            dims = dict(n=args.batch or lay.batch, c=lay.channels, h=lay.height, w=lay.width,
+                        k=lay.out_channels, r=lay.kernel_h, s=lay.kernel_w, stride=lay.stride,
+                        pad=lay.pad, dil=lay.dil)
+        else:
+            c, h, w, k, r, s, st, p, d = (int(row[x]) for x in (
+                "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation"))
+            dims = dict(n=args.batch or 1, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st),
+                        pad=(p, p), dil=(d, d))
+        for phase in phases:
+            entry = {"network": row["network"], "layer": row["layer"], "phase": phase,
+                     "batch": dims["n"]}
+            try:
+                entry.update(layer_cycles(config, phase, **dims).as_dict())
+            except ValueError as e:
+                if "lay" in row:
+                    raise UserError(f"cannot model layer {args.layer!r} on "
+                                    f"{config.name!r}: {e}") from None
+                entry["refused"] = str(e)
+            out.append(entry)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"config": config.name, "seconds": seconds, "layers": out},
+                         sort_keys=True))
+        return
+    print(f"{'network':14s} {'layer':22s} {'phase':8s} {'cycles':>11s} {'util':>6s} "
+          f"{'DMA busy':>10s}  bound")
+    for e in out:
+        if "refused" in e:
+            print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} refused: "
+                  f"{e['refused']}")
+            continue
+        print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} {e['cycles']:11,d} "
+              f"{e['utilization']:6.3f} {e['dma_busy_cycles']:10,d}  {e['bound']}")
+    print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
+
+
 def cmd_zeros(args):
     from bpsa.tools import zero_report
     sys.exit(zero_report.main(["--json"] if args.json else []))
@@ -481,6 +545,20 @@ def build_parser():
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_fuzz)
+
+    sp = sub.add_parser("perf", help="cycle model of the zero-free loss and gradient: cycles, "
+                                     "utilization, DMA and what bounds a layer, or every "
+                                     "layer of the workload, in seconds without RTL")
+    add_config(sp)
+    sp.add_argument("--phase", choices=["loss", "gradient", "both"], default="both")
+    sp.add_argument("--layer", metavar="C=..,H=..,K=..,R=..,stride=..,pad=..,N=..",
+                    help="one layer (as for bpsa sim)")
+    sp.add_argument("--workload", action="store_true",
+                    help="every layer of src/bpsa/workloads/conv_layers.csv")
+    sp.add_argument("--batch", type=int, default=None,
+                    help="batch (default: the layer's N, or 1 for --workload)")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_perf)
 
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")

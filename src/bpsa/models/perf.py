@@ -1,0 +1,258 @@
+"""Cycle model of the accelerator's zero-free loss and gradient (``bpsa perf``).
+
+It walks a layer the way the controller does (:mod:`bpsa.plan.setup`'s tiling, the loop order
+of :mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the
+zero-free walkers on the output-stationary array (closed forms of
+:mod:`bpsa.gateware.zf_gradient` and :mod:`bpsa.gateware.zf_loss`), the DMA's loads into the
+two buffer banks (overlapped with the previous run, skipped when the bank holds the slice), the
+P clears and the stores of the double-buffered P (overlapped with the next step). From the
+layer and the configuration alone: no RTL, whole networks in seconds.
+
+Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
+counters on random layers (``tests/test_models_perf.py`` states the error it allows).
+Not modelled: memory back-pressure (the model's memory answers at once, like the native
+transport without stalls).
+"""
+
+from dataclasses import dataclass
+
+from bpsa.plan import setup, tiling
+from bpsa.plan.grammar import Refusal
+from bpsa.spec.layer import out_size
+from bpsa.spec.numeric import element_bytes
+from bpsa.spec.regmap import Mode, Phase
+
+__all__ = ["TIMING", "LayerCycles", "layer_cycles"]
+
+#: Fitted constants (cycles).
+TIMING = {
+    "setup_gradient": 430,  # the set-up sequencer's and the walker's first programs
+    "setup_loss": 680,
+    "dma_command": 12,     # a DMA command's latency beyond its beats
+    "run_program": 60,     # the walker's per-run program before its loads
+    "step_flush": 6,       # a new step: the accumulations land
+    "bus_bytes": 8,        # the AXI4 data width in bytes (64 bits)
+}
+
+
+@dataclass
+class LayerCycles:
+    """The model's figures for one layer and phase: ``cycles`` (BUSY_CYCLES), ``compute_cycles``
+    (an engine busy), ``macs`` (the layer's multiply-accumulates), ``array_slots`` (MAC slots
+    the array is fed: the RTL's MACS + GATED_MACS), ``utilization`` (``macs`` over rows x cols
+    x ``cycles``), DMA bytes and busy cycles, engine runs, and what bounds the layer."""
+    cycles: int
+    compute_cycles: int
+    macs: int
+    array_slots: int
+    utilization: float
+    dma_read_bytes: int
+    dma_write_bytes: int
+    dma_busy_cycles: int
+    runs: int
+    bound: str
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+def _dma(nbytes, commands=1):
+    if nbytes <= 0:
+        return 0
+    return -(-nbytes // TIMING["bus_bytes"]) + TIMING["dma_command"] * commands
+
+
+def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
+    """Busy cycles of one zero-free gradient run (fitted: the walker's contexts, a context at
+    least ``2 rows`` cycles apart, plus fill and drain)."""
+    R, C = config.rows, config.cols
+    groups = -(-channels // R)
+    d = obh * ow
+    ctx = groups * r * s
+    return ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1
+
+
+def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
+                     dh, dw, k):
+    """Busy cycles of one zero-free loss run: per class, a tap scan, then per tile of ``rows``
+    pixels and per tap and block of ``cols`` output channels a transposer block
+    (``max(rows, channels of the block)`` cycles), the taps the class skips before its last
+    one a cycle each."""
+    R, C = config.rows, config.cols
+    kblocks = -(-k // C)
+    kvalid = k - (kblocks - 1) * C
+    total = 0
+    for a in range(sh):
+        for b in range(sw):
+            taps = [(ri, qi) for ri in range(r) for qi in range(s)
+                    if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0]
+            total += r * s + 1                          # the tap scan
+            if not taps or a >= height or b >= width:
+                continue
+            pixels = len(range(a, height, sh)) * len(range(b, width, sw))
+            tiles = -(-pixels // R)
+            blocks = sum(max(R, C) for _ in range(kblocks - 1)) + max(R, kvalid)
+            # the loader walks the taps up to the class's last one, a cycle per skipped tap
+            last = taps[-1][0] * s + taps[-1][1]
+            per_tile = max(len(taps) * blocks, 2 * R) + (last + 1 - len(taps))
+            total += tiles * per_tile
+    return total + 3 * R + C + 4
+
+
+def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
+    """Vectors a zero-free loss run sends: per tile of a class, ``k`` for each of its taps."""
+    total = 0
+    for a in range(min(sh, height)):
+        for b in range(min(sw, width)):
+            taps = sum(1 for ri in range(r) for qi in range(s)
+                       if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0)
+            pixels = len(range(a, height, sh)) * len(range(b, width, sw))
+            total += -(-pixels // rows) * taps * k
+    return total
+
+
+def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
+    """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
+    (``loads``: ``[(cache, key, nbytes, commands)]``), ``steps_store[i]``: the DMA commands
+    (cycles each) of the store of the step that run ``i`` starts after, ``store_final``: the
+    last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
+    first, a store's row commands fill the time between loads (the store runs while the next
+    step computes in the other half of P)."""
+    t_walk = setup_cycles
+    dma_free = 0
+    dma_busy = 0
+    end_prev = t_walk
+    bank = 0
+    held = {}
+    compute = loaded = 0
+    pending = []                    # store commands: [ready time, cycles]
+
+    def stores_until(limit):
+        """Run the store commands that can start before ``limit``."""
+        nonlocal dma_free, dma_busy
+        while pending and max(dma_free, pending[0][0]) < limit:
+            ready, dur = pending.pop(0)
+            dma_free = max(dma_free, ready) + dur
+            dma_busy += dur
+
+    for i, (loads, cycles, new_step) in enumerate(runs):
+        t = t_walk + TIMING["run_program"]
+        for cache, key, nbytes, commands in loads:
+            if held.get((cache, bank)) == key:
+                t += 2
+                continue
+            stores_until(t)
+            start = max(t, dma_free)
+            dur = _dma(nbytes, commands)
+            dma_free = start + dur
+            dma_busy += dur
+            loaded += nbytes
+            held[(cache, bank)] = key
+            t = dma_free + 2
+        start = max(t, end_prev + 2)
+        if new_step:
+            start = max(start, end_prev + TIMING["step_flush"])
+            stores_until(float("inf"))          # the store before has read its half
+            start = max(start, dma_free if i else start)
+            if i:
+                pending += [[end_prev + TIMING["step_flush"], dur] for dur in steps_store[i]]
+            start += clear_words
+        end_prev = start + cycles
+        compute += cycles
+        t_walk = start + 1
+        bank ^= 1
+    pending += [[end_prev + TIMING["step_flush"], dur] for dur in store_final]
+    stores_until(float("inf"))
+    total = max(end_prev + TIMING["step_flush"], dma_free) + 4
+    return total, compute, dma_busy, loaded
+
+
+def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
+                 dil=(1, 1)):
+    """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``, zero-free)
+    of a layer on ``config``; :exc:`ValueError` with the controller's reason for a layer it
+    refuses."""
+    if phase not in ("loss", "gradient"):
+        raise ValueError(f"the model covers the zero-free loss and gradient, not {phase!r}")
+    if not config.has_mode("zero_free"):
+        raise ValueError(f"configuration {config.name!r} does not generate the zero-free mode")
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    desc = {"phase": Phase.LOSS if phase == "loss" else Phase.GRADIENT, "n": n, "c": c,
+            "h": h, "w": w, "k": k, "r": r, "s": s, "stride_h": sh, "stride_w": sw,
+            "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw, "mode": int(Mode.ZERO_FREE)}
+    try:
+        e = setup.run(config, desc, addresses=False)
+    except Refusal as err:
+        raise ValueError(str(err)) from None
+    R, C, B = config.rows, config.cols, config.feeder_bus_width
+    ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
+    oh, ow = out_size(h, r, sh, ph, dh), out_size(w, s, sw, pw, dw)
+    macs = n * k * oh * ow * c * r * s
+    band = e["bh"]
+    bands = tiling.bands("loss" if phase == "loss" else "gradient", h, w, r, s, stride, pad,
+                         dil, band, bool(e["banded"]))
+    runs, stores = [], []
+    kt = e["kt"]
+    slots = 0
+    if phase == "gradient":
+        ct, kb, nb = e["ct"], e["kb"], e["nb"]
+        store_step = None
+        for kb0 in range(0, kt, kb):
+            kend = min(kb0 + kb, kt)
+            for cb in range(ct):
+                cgv = min(B, c - cb * B)
+                step_store = [_dma(cgv * r * s * C * ab)] * (kend - kb0)
+                first = True
+                for ni in range(n):
+                    for bd in bands:
+                        for kk in range(kb0, kend):
+                            loads = [("a", ("x", ni, cb, bd.in0), bd.in_rows * w * B * ob, 1),
+                                     ("b", ("dy", ni, kk, bd.out0), bd.out_rows * ow * C * ob,
+                                      1)]
+                            comp = _zf_gradient_compute(config, channels=cgv, obh=bd.out_rows,
+                                                        ow=ow, r=r, s=s)
+                            slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
+                            runs.append((loads, comp, first))
+                            stores.append(store_step if first and runs[:-1] else [])
+                            first = False
+                store_step = step_store
+        clear = min(kb, kt) * nb
+        store_final = store_step
+    else:
+        ct, kg, nb = e["ct"], e["kg"], e["nb"]
+        store_step = None
+        for ni in range(n):
+            for bd in bands:
+                for cb in range(ct):
+                    first = True
+                    for k0 in range(0, kt, kg):
+                        kend = min((k0 + kg) * C, k)
+                        kch = kend - k0 * C
+                        loads = [("a", ("dy", ni, k0, bd.in0), (kg if k0 + kg <= kt else kt - k0)
+                                  * bd.in_rows * ow * C * ob, min(kg, kt - k0)),
+                                 ("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
+                        comp = _zf_loss_compute(config, height=bd.out_rows, width=w,
+                                                out_height=bd.in_rows, out_width=ow, r=r, s=s,
+                                                sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
+                                                dw=dw, k=kch)
+                        slots += _zf_loss_vectors(height=bd.out_rows, width=w, r=r, s=s,
+                                                  sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
+                                                  dw=dw, k=kch, rows=R) * R * C
+                        runs.append((loads, comp, first))
+                        stores.append(store_step if first and runs[:-1] else [])
+                        first = False
+                    store_step = [_dma(bd.out_rows * w * C * ab)]
+        clear = band * w
+        store_final = store_step
+    total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
+                                                TIMING[f"setup_{phase}"])
+    util = macs / (R * C * total)
+    # what bounds it: the array computing, the DMA moving, or neither (runs waiting for loads
+    # that did not hide behind the previous run, steps, set-up)
+    bound = "array" if compute > 0.8 * total else ("dma" if dma_busy > 0.8 * total
+                                                   else "stalls")
+    writes = (n * ct * h * w * C * ab if phase == "loss" else kt * c * r * s * C * ab)
+    return LayerCycles(cycles=total, compute_cycles=compute, macs=macs, array_slots=slots,
+                       utilization=util,
+                       dma_read_bytes=reads, dma_write_bytes=writes,
+                       dma_busy_cycles=dma_busy, runs=len(runs), bound=bound)
