@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz clean help
+.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz perf clean help
 
 help:
 	@echo "make install   create $(VENV) and install everything from PyPI"
@@ -28,6 +28,7 @@ help:
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
+	@echo "make perf      cycle model of the zero-free loss and gradient on every workload layer (CONFIG=paper16 BATCH=8)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
@@ -68,6 +69,11 @@ bench-backward:
 
 bench-sim:
 	$(BIN)/python -m bpsa.tools.bench_sim --config $(CONFIG)
+
+PERF_CONFIG ?= paper16
+BATCH   ?= 8
+perf:
+	$(BIN)/bpsa perf --config $(PERF_CONFIG) --workload --batch $(BATCH)
 
 fuzz:
 	$(BIN)/bpsa fuzz --count $(COUNT) --config $(CONFIG)

@@ -375,7 +375,7 @@ class Accelerator(CheckedComponent):
                          zl.stride_h.eq(d.stride_h), zl.stride_w.eq(d.stride_w),
                          zl.dil_h.eq(d.dil_h), zl.dil_w.eq(d.dil_w),
                          zl.pad_top.eq(run.pad_top), zl.pad_w.eq(d.pad_w),
-                         zl.x_base.eq(bank * (cfg.buf_a_depth // 2)),
+                         zl.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2)),
                          zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zg_start.eq(sched.eng_start & is_zg)]
             ll, zr = fwd.zl_layer, walker.zrun

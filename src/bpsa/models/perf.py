@@ -113,7 +113,8 @@ def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
 
 def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
     """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
-    (``loads``: ``[(cache, key, nbytes, commands)]``), ``steps_store[i]``: the DMA commands
+    (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default),
+    ``steps_store[i]``: the DMA commands
     (cycles each) of the store of the step that run ``i`` starts after, ``store_final``: the
     last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
     first, a store's row commands fill the time between loads (the store runs while the next
@@ -137,8 +138,9 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
 
     for i, (loads, cycles, new_step) in enumerate(runs):
         t = t_walk + TIMING["run_program"]
-        for cache, key, nbytes, commands in loads:
-            if held.get((cache, bank)) == key:
+        for cache, key, nbytes, commands, *fixed in loads:
+            b = fixed[0] if fixed else bank
+            if held.get((cache, b)) == key:
                 t += 2
                 continue
             stores_until(t)
@@ -147,7 +149,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
             dma_free = start + dur
             dma_busy += dur
             loaded += nbytes
-            held[(cache, bank)] = key
+            held[(cache, b)] = key
             t = dma_free + 2
         start = max(t, end_prev + 2)
         if new_step:
@@ -197,6 +199,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     if phase == "gradient":
         ct, kb, nb = e["ct"], e["kb"], e["nb"]
         store_step = None
+        xbank = 0                       # X stays in the bank of its band's parity
         for kb0 in range(0, kt, kb):
             kend = min(kb0 + kb, kt)
             for cb in range(ct):
@@ -205,8 +208,10 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                 first = True
                 for ni in range(n):
                     for bd in bands:
+                        xbank ^= 1
                         for kk in range(kb0, kend):
-                            loads = [("a", ("x", ni, cb, bd.in0), bd.in_rows * w * B * ob, 1),
+                            loads = [("a", ("x", ni, cb, bd.in0), bd.in_rows * w * B * ob, 1,
+                                      xbank),
                                      ("b", ("dy", ni, kk, bd.out0), bd.out_rows * ow * C * ob,
                                       1)]
                             comp = _zf_gradient_compute(config, channels=cgv, obh=bd.out_rows,

@@ -95,6 +95,9 @@ class LoopWalker(wiring.Component):
     desc : In(descriptor_layout(config)), plan : In(plan_layout(config))
     bank : In(1)
         The buffer half of the next load and run (the step scheduler's).
+    xbank : Out(1)
+        Zero-free gradient: the half of buffer A holding the run's X (the parity of its image
+        and band count).
     alu : Out(alu_signature(48))
     load : Out(stream.Signature(load_layout(config))), load_hit, load_done : In(1),
     load_error : In(DmaError)
@@ -117,7 +120,7 @@ class LoopWalker(wiring.Component):
         self.phases = tuple(int(p) for p in phases)
         super().__init__({
             "go": In(1), "desc": In(descriptor_layout(config)), "plan": In(plan_layout(config)),
-            "bank": In(1), "alu": Out(alu_signature(_W)),
+            "bank": In(1), "xbank": Out(1), "alu": Out(alu_signature(_W)),
             "load": Out(stream.Signature(load_layout(config))), "load_hit": In(1),
             "load_done": In(1), "load_error": In(DmaError),
             "run_req": Out(1), "last": Out(1), "new_step": Out(1), "final": Out(1),
@@ -274,13 +277,14 @@ class LoopWalker(wiring.Component):
 
         # --- DMA helpers -------------------------------------------------------------------
         def dma_load(name, tgt, cache_key, addr, length, lanes, then, runs=None, offset=0,
-                     run_words=None):
+                     run_words=None, bank=None):
             """States ``name`` (hand the load unit the load into bank ``bank``; it skips a
             slice the bank holds already) and ``name_WAIT``. ``length`` elements from
             ``addr``; with ``runs = (count, run_len, stride)``, ``count`` runs of ``run_len``
             elements ``stride`` bytes apart in memory, packed one after the other into the
             bank, a run every ``run_words`` buffer words (default ``run_len``: one element a
-            word) (``length`` is then their total, which names the slice)."""
+            word) (``length`` is then their total, which names the slice). ``bank``: the bank
+            to load (default: the scheduler's, the next run's)."""
             count, run_len, stride = runs if runs is not None else (1, length, 0)
             if run_words is None:
                 assert runs is None or lanes == 1, "runs of several lanes a word need run_words"
@@ -288,7 +292,8 @@ class LoopWalker(wiring.Component):
             lp = self.load.payload
             with m.State(name):
                 m.d.comb += [self.load.valid.eq(1), lp.target.eq(tgt),
-                             lp.cache.eq(Cache[cache_key.upper()]), lp.bank.eq(self.bank),
+                             lp.cache.eq(Cache[cache_key.upper()]),
+                             lp.bank.eq(self.bank if bank is None else bank),
                              lp.offset.eq(offset), lp.addr.eq(addr), lp.length.eq(length),
                              lp.lanes.eq(lanes), lp.count.eq(count),
                              lp.run_len.eq(run_len), lp.run_words.eq(run_words),
@@ -611,7 +616,10 @@ class LoopWalker(wiring.Component):
             m.d.sync += loop["o0"].eq(0)
             m.next = "ZG_BAND"
         out_band("ZG_BAND", "ZG_BANDP_0")
+        xbank = Signal(name="zg_xbank")
+        m.d.comb += self.xbank.eq(xbank)
         program("ZG_BANDP", [            # band of dY rows [o0, o0 + obh)
+            ("set", [xbank.eq(~xbank)]),
             ("mul", r["t"], r["yoff"], B),
             ("mul", r["len_a"], r["blen"], B),
             ("mul", r["eohow"], r["obh"], r["ow"]),
@@ -627,7 +635,10 @@ class LoopWalker(wiring.Component):
             ("mul", r["t"], r["t"], C),
             ("set", [ptr["dy"].eq(ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs))]),
         ], "ZG_LOAD_X")
-        dma_load("ZG_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B, "ZG_LOAD_DY")
+        # X of an image stays in the bank of the image's parity for all its runs (loaded once,
+        # while the image before computes from the other bank)
+        dma_load("ZG_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B, "ZG_LOAD_DY",
+                 bank=self.xbank)
         dma_load("ZG_LOAD_DY", Target.FWD_W, "b", ptr["dy"], r["len_b"], C, "ZG_RUN_WAIT")
         step_run("ZG")
         with m.State("ZG_NEXT"):
