@@ -12,36 +12,45 @@ import pytest
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
-from bpsa.gateware.controller.step_scheduler import StepScheduler
+from bpsa.gateware.controller.step_scheduler import STORE_CHUNK, StepScheduler
 from bpsa.gateware.dma import DmaError, Direction, ElementKind
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
 
 CFG = Config(name="steps", rows=2, cols=2)
 
 
-def layer(rng):
-    """Steps of a layer: runs, the store of each step, P words, an optional second store."""
+def layer(rng, double=False):
+    """Steps of a layer: runs, the store of each step, P words, an optional second store (FC
+    backward's, which never double-buffers P)."""
     steps = []
     for s in range(rng.randint(1, 4)):
         steps.append({"runs": rng.randint(1, 3), "words": rng.randint(1, 6),
-                      "store": {"rows": rng.randint(1, 3), "length": rng.randint(1, 9),
+                      "store": {"rows": rng.randint(1, 3),
+                                "length": rng.choice([rng.randint(1, 9), rng.randint(1, 400)]),
                                 "nb": rng.randint(1, 4), "stride": rng.choice([16, 64]),
                                 "addr": 0x1000 * (s + 1)},
                       "store2": ({"rows": rng.randint(1, 2), "p0": rng.randint(5, 9),
-                                  "addr": 0x8000 + 0x100 * s} if rng.random() < 0.3 else None)})
+                                  "addr": 0x8000 + 0x100 * s}
+                                 if rng.random() < 0.3 and not double else None)})
     return steps
+
+
+def _chunks(addr, word, length):
+    """A row's store commands: chunks of at most STORE_CHUNK words (4-byte accumulators)."""
+    chunk = STORE_CHUNK * CFG.cols
+    return [("store", addr + 4 * off, word + off // CFG.cols, min(chunk, length - off))
+            for off in range(0, length, chunk)]
 
 
 def expected_stores(step, base=0):
     st, out = step["store"], []
     for i in range(st["rows"]):
-        out.append(("store", st["addr"] + i * st["stride"], base + i * st["nb"],
-                    st["length"]))
+        out += _chunks(st["addr"] + i * st["stride"], base + i * st["nb"], st["length"])
     if step["store2"]:
         s2 = step["store2"]
         for i in range(s2["rows"]):
-            out.append(("store", s2["addr"] + i * st["stride"], s2["p0"] + i * st["nb"],
-                        st["length"]))
+            out += _chunks(s2["addr"] + i * st["stride"], s2["p0"] + i * st["nb"],
+                           st["length"])
     return out
 
 
@@ -58,7 +67,7 @@ def test_steps_in_order(double):
 
     async def bench(ctx):
         for trial in range(40):
-            steps = layer(rng)
+            steps = layer(rng, double)
             fail_engine = rng.random() < 0.1
             fail_store = not fail_engine and rng.random() < 0.1
             ctx.set(dut.layer_start, 1)

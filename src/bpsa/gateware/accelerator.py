@@ -228,7 +228,8 @@ class Accelerator(CheckedComponent):
             results.append(zres.acc)
             lres = m.submodules.zf_loss_results = ZeroFreeGradientResults(cfg)
             wiring.connect(m, fwd.zl, lres.zg)
-            m.d.comb += [lres.start.eq(fwd.zl_start), lres.row_base.eq(0), lres.p_row.eq(0)]
+            m.d.comb += [lres.start.eq(fwd.zl_start), lres.row_base.eq(row_base),
+                         lres.p_row.eq(p_row)]
             results.append(lres.acc)
         if bwd is not None:
             bres = m.submodules.backward_results = BackwardResults(cfg)
@@ -401,7 +402,8 @@ class Accelerator(CheckedComponent):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
-        m.d.comb += [sched.double.eq(is_zg | is_zl), pbuf.clear_base.eq(sched.p_base),
+        m.d.comb += [sched.double.eq(is_zg | is_zl), sched.abort.eq(walker.fail),
+                     pbuf.clear_base.eq(sched.p_base),
                      pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
                      sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),
                      sched.clear_words.eq(geo.clear_words)]

@@ -17,6 +17,7 @@ transport without stalls).
 from dataclasses import dataclass
 
 from bpsa.plan import setup, tiling
+from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
@@ -60,6 +61,12 @@ def _dma(nbytes, commands=1):
     if nbytes <= 0:
         return 0
     return -(-nbytes // TIMING["bus_bytes"]) + TIMING["dma_command"] * commands
+
+
+def _store_row(elements, nbytes, cols):
+    """The DMA commands of one stored row: chunks of ``STORE_CHUNK`` P words."""
+    per = STORE_CHUNK * cols
+    return [_dma(min(per, elements - off) * nbytes) for off in range(0, elements, per)]
 
 
 def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
@@ -158,7 +165,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
             start = max(start, dma_free if i else start)
             if i:
                 pending += [[end_prev + TIMING["step_flush"], dur] for dur in steps_store[i]]
-            start += clear_words
+            start += clear_words[i] if isinstance(clear_words, list) else clear_words
         end_prev = start + cycles
         compute += cycles
         t_walk = start + 1
@@ -204,7 +211,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
             kend = min(kb0 + kb, kt)
             for cb in range(ct):
                 cgv = min(B, c - cb * B)
-                step_store = [_dma(cgv * r * s * C * ab)] * (kend - kb0)
+                step_store = _store_row(cgv * r * s * C, ab, C) * (kend - kb0)
                 first = True
                 for ni in range(n):
                     for bd in bands:
@@ -224,30 +231,36 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         clear = min(kb, kt) * nb
         store_final = store_step
     else:
-        ct, kg, nb = e["ct"], e["kg"], e["nb"]
+        ct, kg, nb, zn = e["ct"], e["kg"], e["nb"], e["zn"]
         store_step = None
-        for ni in range(n):
+        clears = []
+        for cb in range(ct):
             for bd in bands:
-                for cb in range(ct):
+                for n0 in range(0, n, zn):
+                    zng = min(zn, n - n0)
                     first = True
                     for k0 in range(0, kt, kg):
                         kend = min((k0 + kg) * C, k)
                         kch = kend - k0 * C
-                        loads = [("a", ("dy", ni, k0, bd.in0), (kg if k0 + kg <= kt else kt - k0)
-                                  * bd.in_rows * ow * C * ob, min(kg, kt - k0)),
-                                 ("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
+                        blocks = min(kg, kt - k0)
                         comp = _zf_loss_compute(config, height=bd.out_rows, width=w,
                                                 out_height=bd.in_rows, out_width=ow, r=r, s=s,
                                                 sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
                                                 dw=dw, k=kch)
-                        slots += _zf_loss_vectors(height=bd.out_rows, width=w, r=r, s=s,
-                                                  sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
-                                                  dw=dw, k=kch, rows=R) * R * C
-                        runs.append((loads, comp, first))
-                        stores.append(store_step if first and runs[:-1] else [])
-                        first = False
-                    store_step = [_dma(bd.out_rows * w * C * ab)]
-        clear = band * w
+                        vec = _zf_loss_vectors(height=bd.out_rows, width=w, r=r, s=s, sh=sh,
+                                               sw=sw, pt=bd.pad_top, pw=pw, dh=dh, dw=dw,
+                                               k=kch, rows=R)
+                        for ni in range(n0, n0 + zng):
+                            loads = [("a", ("dy", ni, k0, bd.in0),
+                                      blocks * bd.in_rows * ow * C * ob, blocks),
+                                     ("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
+                            runs.append((loads, comp, first))
+                            stores.append(store_step if first and runs[:-1] else [])
+                            clears.append(zng * bd.out_rows * w)
+                            slots += vec * R * C
+                            first = False
+                    store_step = _store_row(bd.out_rows * w * C, ab, C) * zng
+        clear = clears
         store_final = store_step
     total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
                                                 TIMING[f"setup_{phase}"])

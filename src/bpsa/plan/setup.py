@@ -30,15 +30,16 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
     loss, zero-free (MODE 1; dY and W with ``cols`` channels a word, dX out blocked by ``cols``;
         P double-buffered, ``pcap`` is half of it)
-        steps of one image, band and block of ``cols`` input channels (dX of the band in P:
-        ``bh W <= pcap`` words); groups of ``kg = min(kt, acap // words, bcap // (cols R S))``
-        blocks of ``cols`` output channels (``words``: a block's dY rows of the band); when dX of
-        an image does not fit P or the dY plane a bank of A (``banded``): bands of ``bh =
-        min(H, pcap // W, s (acap // OW - 1) - d(R-1))`` dX rows.
+        steps of one block of ``cols`` input channels, band and ``zn = min(N, pcap // (bh W))``
+        images (their dX bands in P); groups of ``kg = min(kt, acap // words, bcap // (cols R
+        S))`` blocks of ``cols`` output channels (``words``: a block's dY rows of the band), a
+        run per image of the step (W of the group stays in its bank); when dX of an image does
+        not fit P or the dY plane a bank of A (``banded``): bands of ``bh = min(H, pcap // W,
+        s (acap // OW - 1) - d(R-1))`` dX rows.
     gradient, zero-free (MODE 1; ``B = feeder_bus_width``: X blocked by ``B`` channels, dY by
         ``cols``, one pixel a buffer word)
-        P is double-buffered (``pcap`` is half of it): ``nb = B R S`` P words hold dW of one
-        block of ``B`` input channels for ``cols``
+        P is double-buffered (``pcap`` is half of it): ``nb = min(C, B) R S`` P words hold dW
+        of one block of input channels for ``cols``
         output channels; a step is one input-channel block and ``kb = min(kt, pcap // nb)``
         output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``); when the dY
         plane (``OH OW`` words) does not fit a bank of B or the X plane (``H W`` words) a bank
@@ -58,12 +59,16 @@ from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
 
-__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "UNIT_WIDTH", "ZF_GRADIENT",
+__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH", "ZF_GRADIENT",
            "ZF_LOSS", "address_program", "checks", "generated_phases", "geometry", "programs", "register_widths", "run",
            "tiling_program"]
 
 #: Bits of the set-up unit (sizes in elements and bytes).
 UNIT_WIDTH = 48
+
+#: P words a store command of the step scheduler moves at most (a load waits for one chunk of
+#: a store, not for a whole row).
+STORE_CHUNK = 64
 
 #: Descriptor fields the programs read.
 DESCRIPTOR = ("phase", "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h",
@@ -76,7 +81,7 @@ PLAN_REGISTERS = {
     **{name: "unit" for name in (
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
-        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords")},
+        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn")},
     "bh": "dim",
     "banded": "bit",
 }
@@ -97,7 +102,8 @@ OUTPUTS = {
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
                   "banded", "xwords", "dwords"),
-    ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded"),
+    ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
+              "zn"),
 }
 
 TOO_LARGE = AccelError.TOO_LARGE
@@ -105,11 +111,11 @@ TOO_LARGE = AccelError.TOO_LARGE
 (phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
  addr_dy, addr_out, mode, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
- tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords) = (
+ tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn) = (
     var(x) for x in ("drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2",
                      "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
-                     "banded", "ct", "xwords", "dwords"))
+                     "banded", "ct", "xwords", "dwords", "zn"))
 
 
 def register_widths(config):
@@ -334,8 +340,8 @@ def _zf_gradient(config):
     what = (f"one dY plane ({{ohow}} words) or one X plane ({{hw}} words) does not fit a bank "
             f"of buffer B / A ({bcap} / {acap} words)")
     return [
-        Mul("nb", rs, B),                       # P words: dW of B input channels, one block
-        Check(nb > pcap, TOO_LARGE, f"dW of {B} input channels ({{nb}} words of {cols} "
+        Mul("nb", rs, minimum(c, B)),           # P words: dW of a block of input channels
+        Check(nb > pcap, TOO_LARGE, f"dW of min(C, {B}) input channels ({{nb}} words of {cols} "
                                     f"output channels) does not fit half the P buffer "
                                     f"({pcap} words; P is double-buffered)"),
         Div("kt", k + (cols - 1), cols),
@@ -384,6 +390,10 @@ def _zf_loss(config):
         Div("q1", acap, u),
         Div("q2", bcap, nb),
         Set((("kg", minimum(kt, q1, q2)),)),
+        # images a step: their dX bands in P (W stays in its bank across them)
+        Mul("t", bh, w),
+        Div("zn", pcap, t),
+        Set((("zn", minimum(n, zn)),)),
     ]
 
 

@@ -16,15 +16,19 @@ layer's last step) waits for the last run and stores it.
 from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from bpsa.config import Config
 from bpsa.gateware.dma import DmaError, Direction, ElementKind
 from bpsa.gateware.controller.load_unit import dma_command_layout
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
+from bpsa.plan.setup import STORE_CHUNK
+from bpsa.spec.numeric import element_bytes
 
-__all__ = ["StepScheduler", "store_layout"]
+__all__ = ["STORE_CHUNK", "StepScheduler", "store_layout"]
 
 _W = 48
+
 
 
 def store_layout():
@@ -78,6 +82,8 @@ class StepScheduler(wiring.Component):
         The layer double-buffers P: its steps alternate between the two halves of P
         (``p_base`` 0 or ``buf_p_depth / 2``), and a finished step's store runs while the next
         step computes in the other half. Otherwise the next step waits for the store.
+    abort : In(1)
+        The layer failed elsewhere (a load): a background store starts no further command.
     p_base : Out(log2(buf_p_depth))
         The first P word of the current step (added to every result's P word and to the
         clear pass).
@@ -97,7 +103,7 @@ class StepScheduler(wiring.Component):
             "bank": Out(1),
             "eng_start": Out(1), "eng_busy": In(1), "eng_error": In(1), "eng_code": In(4),
             "p_clear": Out(1), "p_clear_words": Out(_W), "p_clear_last": In(1),
-            "p_busy": In(1), "storing": Out(1), "double": In(1),
+            "p_busy": In(1), "storing": Out(1), "double": In(1), "abort": In(1),
             "p_base": Out(range(config.buf_p_depth)),
             "dma_valid": Out(1), "dma_cmd": Out(dma_command_layout(config)),
             "dma_ready": In(1), "dma_done": In(1), "dma_error": In(DmaError),
@@ -137,49 +143,78 @@ class StepScheduler(wiring.Component):
 
         # --- the store machine: a finished step's P rows through the DMA, in the background
         # with a double-buffered P (the next step accumulates in the other half) ---------------
+        # a failed layer stores nothing more (a chunk on the bus ends, no further one starts)
+        aborted = Signal()
+        with m.If(self.fail | self.abort):
+            m.d.sync += aborted.eq(1)
+        with m.If(self.layer_start):
+            m.d.sync += aborted.eq(0)
         kick = Signal()                          # start storing the saved step
         store_idle = Signal()
         cur, cur2, cur2_pend = Signal(store_layout()), Signal(store2_layout()), Signal()
+        caddr, cword, left = Signal(33), Signal(_W), Signal(_W)   # the current chunk
+        acc_shift = exact_log2(element_bytes(cfg.acc_width))
         cmd = self.dma_cmd
         with m.FSM(name="store"):
             with m.State("S_IDLE"):
                 m.d.comb += store_idle.eq(1)
                 with m.If(kick):                  # its own copy: the walker saves the next
-                    m.d.sync += [row.eq(0), cur.eq(st), cur2.eq(st2),      # step meanwhile
+                    base = Mux(self.double & p_half, half, 0)              # step meanwhile
+                    m.d.sync += [row.eq(0), cur.eq(st), cur2.eq(st2),
                                  cur2_pend.eq(st2_pend), st2_pend.eq(0),
-                                 pword.eq(Mux(self.double & p_half, half, 0)),
-                                 pend_store.eq(0)]
+                                 pword.eq(base), cword.eq(base), caddr.eq(st.addr),
+                                 left.eq(st.length), pend_store.eq(0)]
                     m.next = "S_STORE"
             # the stored step's rows: st.rows rows of st.length elements, st.stride bytes
             # apart in memory, st.nb words apart in P
+            # a row goes out in chunks of at most STORE_CHUNK words, so that loads (which
+            # take the DMA first) wait for a chunk, not a whole row
+            chunk = STORE_CHUNK * cfg.cols
+            n_now = Mux(left > chunk, chunk, left)
             with m.State("S_STORE"):
-                m.d.comb += [self.storing.eq(1), self.dma_valid.eq(1),
+                stop = aborted | self.layer_start
+                m.d.comb += [self.storing.eq(~stop), self.dma_valid.eq(~stop),
                              cmd.direction.eq(Direction.STORE),
-                             cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(cur.addr),
-                             cmd.buf_addr.eq(pword), cmd.length.eq(cur.length),
+                             cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(caddr),
+                             cmd.buf_addr.eq(cword), cmd.length.eq(n_now),
                              cmd.lanes.eq(cfg.cols)]
-                with m.If(self.dma_ready):
+                with m.If(stop):
+                    m.next = "S_IDLE"
+                with m.Elif(self.dma_ready):
                     m.next = "S_WAIT"
             with m.State("S_WAIT"):
                 m.d.comb += self.storing.eq(1)
-                with m.If(self.dma_done):
+                with m.If(self.layer_start):      # a new layer: the old command is forgotten
+                    m.next = "S_IDLE"
+                with m.Elif(self.dma_done & aborted):
+                    m.next = "S_IDLE"
+                with m.Elif(self.dma_done):
                     with m.If(self.dma_error != DmaError.NONE):
                         m.d.sync += [store_fail.eq(1),
                                      fail_code.eq(ERROR_DMA_BUS | self.dma_error.as_value())]
                         m.next = "S_IDLE"
+                    with m.Elif(left > chunk):    # the row's next chunk
+                        m.d.sync += [left.eq(left - chunk), cword.eq(cword + STORE_CHUNK),
+                                     caddr.eq(caddr + (chunk << acc_shift))]
+                        m.next = "S_STORE"
                     with m.Else():
                         m.next = "S_STEP"
             with m.State("S_STEP"):
-                m.d.sync += [cur.addr.eq(cur.addr + cur.stride), pword.eq(pword + cur.nb),
-                             row.eq(row + 1)]
-                with m.If(row + 1 < cur.rows):
-                    m.next = "S_STORE"
-                with m.Elif(cur2_pend):           # FC: then the dW rows
-                    m.d.sync += [cur2_pend.eq(0), cur.addr.eq(cur2.addr),
-                                 cur.rows.eq(cur2.rows), row.eq(0), pword.eq(cur2.p0)]
-                    m.next = "S_STORE"
-                with m.Else():
+                with m.If(aborted):
                     m.next = "S_IDLE"
+                with m.Else():
+                    m.d.sync += [cur.addr.eq(cur.addr + cur.stride), pword.eq(pword + cur.nb),
+                                 cword.eq(pword + cur.nb), caddr.eq(cur.addr + cur.stride),
+                                 left.eq(cur.length), row.eq(row + 1)]
+                    with m.If(row + 1 < cur.rows):
+                        m.next = "S_STORE"
+                    with m.Elif(cur2_pend):           # FC: then the dW rows
+                        m.d.sync += [cur2_pend.eq(0), cur.addr.eq(cur2.addr),
+                                     caddr.eq(cur2.addr), cur.rows.eq(cur2.rows), row.eq(0),
+                                     pword.eq(cur2.p0), cword.eq(cur2.p0)]
+                        m.next = "S_STORE"
+                    with m.Else():
+                        m.next = "S_IDLE"
         with m.If(self.layer_start):
             m.d.sync += store_fail.eq(0)
 

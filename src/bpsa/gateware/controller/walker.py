@@ -667,18 +667,21 @@ class LoopWalker(wiring.Component):
                     m.next = "ZG_LAST"
 
     def _zf_loss(self, e):
-        """The zero-free loss loops: images, row bands of dX, blocks of ``cols`` input channels
-        (a step each), groups of ``kg`` blocks of output channels. dY and dX are blocked by
-        ``cols`` channels, W is read with the input channels as lanes
+        """The zero-free loss loops: blocks of ``cols`` input channels, row bands of dX, steps
+        of ``zn`` images (their dX bands in P), groups of ``kg`` blocks of output channels,
+        images (a run each: W of the group stays in its bank across the images). dY and dX
+        are blocked by ``cols`` channels, W is read with the input channels as lanes
         (:mod:`bpsa.gateware.accelerator`)."""
         m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
         program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
                                                       e.save_step, e.mn)
         banded, plan = e.banded, self.plan
         obs, abs_, C = e.obs, e.abs_, self.config.cols
+        p_row, row_base = e.p_row, e.row_base
+        n0 = loop["kti"]                 # first image of the step (a loop register the
+        zng = e.grp_n                    # forward's loops use; one phase runs at a time)
         program("ZL_INIT", [             # the strides' quotients of the dilations and pad_w
-            ("set", [r["nb"].eq(plan.nb), loop["n"].eq(0), ptr["dyn"].eq(d.addr_dy),
-                     ptr["outn"].eq(d.addr_out)]),
+            ("set", [r["nb"].eq(plan.nb), loop["c0"].eq(0)]),
             ("div", r["zdhq"], d.dil_h, d.stride_h),
             ("div", r["zdwq"], d.dil_w, d.stride_w),
             ("div", r["zpwq"], d.pad_w, d.stride_w),
@@ -691,12 +694,14 @@ class LoopWalker(wiring.Component):
             ("mul", r["dstep"], r["t"], C),               # dY elements of one image
             ("mul", r["t"], r["ct"], r["hw"]),
             ("mul", r["xstep"], r["t"], C),               # dX elements of one image
-        ], "ZL_OUTER")
-        with m.State("ZL_OUTER"):        # image n
-            m.d.sync += loop["o0"].eq(0)
-            m.next = "ZL_BAND"
+        ], "ZL_CB_0")
+        program("ZL_CB", [               # block c0 of input channels (in blocks)
+            ("mul", r["u"], loop["c0"], d.k),
+            ("mul", r["u"], r["u"], r["nb"]),
+            ("set", [r["wcb"].eq(d.addr_w + (r["u"] << obs)), loop["o0"].eq(0)]),
+        ], "ZL_BAND")
         with m.State("ZL_BAND"):         # band of dX rows [o0, o0 + obh)
-            m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), loop["c0"].eq(0)]
+            m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), n0.eq(0)]
             with m.If(banded):
                 m.next = "ZL_BAND_B_0"
             with m.Else():
@@ -709,55 +714,60 @@ class LoopWalker(wiring.Component):
         program("ZL_BANDP", [            # the band's top padding by the stride
             ("div", r["zptq"], r["pt"], d.stride_h),
             ("mul", r["t"], r["zptq"], d.stride_h),
-            ("set", [r["zptr"].eq(r["pt"] - r["t"]), r["np"].eq(r["blen"])]),
+            ("set", [r["zptr"].eq(r["pt"] - r["t"]), p_row.eq(r["blen"])]),
+            ("mul", r["rowlen"], r["blen"], C),           # dX elements of an image's band
         ], "ZL_STEP_0")
-        program("ZL_STEP", [             # step: input-channel block c0 (in blocks)
-            ("mul", r["t"], loop["c0"], r["hw"]),
+        program("ZL_STEP", [             # step: images [n0, n0 + zng), their bands in P
+            ("set", [zng.eq(mn(r["zn"], d.n - n0)), loop["k0"].eq(0)]),
+            ("mul", r["np"], zng, r["blen"]),
+            ("mul", r["t"], n0, r["ct"]),
+            ("mul", r["t"], r["t"] + loop["c0"], r["hw"]),
             ("mul", r["t"], r["t"] + r["yoff"], C),
-            ("mul", r["u"], loop["c0"], d.k),
-            ("mul", r["u"], r["u"], r["nb"]),
-            ("mul", r["rowlen"], r["blen"], C),
-            ("set", [ptr["out"].eq(ptr["outn"] + (r["t"] << abs_)),
-                     r["wcb"].eq(d.addr_w + (r["u"] << obs)), loop["k0"].eq(0),
-                     Pulse(self.new_step)]),
+            ("set", [ptr["out"].eq(d.addr_out + (r["t"] << abs_)), Pulse(self.new_step)]),
         ], "ZL_GROUP_0")
         program("ZL_GROUP", [            # blocks [k0, k0 + zgrp) of output channels
-            ("set", [r["zgrp"].eq(mn(r["kg"], r["kt"] - loop["k0"]))]),
+            ("set", [r["zgrp"].eq(mn(r["kg"], r["kt"] - loop["k0"])), loop["n"].eq(n0)]),
             ("mul", r["t"], loop["k0"] + r["zgrp"], C),
             ("set", [r["kend"].eq(mn(r["t"], d.k))]),
             ("set", [r["zkv"].eq(r["kend"] - (r["t"] - C))]),
             ("mul", r["u"], loop["k0"], C),
             ("mul", r["len_b"], r["kend"] - r["u"], r["nb"]),    # W: channels x R S x cols
             ("mul", r["u"], r["u"], r["nb"]),
-            ("mul", r["t"], loop["k0"], r["ohow"]),
-            ("mul", r["t"], r["t"] + r["dyoff"], C),
             ("mul", r["len_a"], r["eohow"], C),                  # dY: one block's band
             ("mul", r["len_x"], r["ohow"], C),
             ("mul", r["zlen"], r["len_a"], r["zgrp"]),
-            ("set", [ptr["dy"].eq(ptr["dyn"] + (r["t"] << obs)),
-                     ptr["w"].eq(r["wcb"] + (r["u"] << obs))]),
+            ("set", [ptr["w"].eq(r["wcb"] + (r["u"] << obs))]),
+        ], "ZL_IMG_0")
+        program("ZL_IMG", [              # image n of the step: a run
+            ("mul", r["t"], loop["k0"], r["ohow"]),
+            ("mul", r["t"], r["t"] + r["dyoff"], C),
+            ("mul", r["u"], loop["n"], r["dstep"]),
+            ("set", [ptr["dy"].eq(d.addr_dy + ((r["u"] + r["t"]) << obs)),
+                     row_base.eq(loop["n"] - n0)]),
         ], "ZL_LOAD_DY")
         dma_load("ZL_LOAD_DY", Target.FWD_X, "a", ptr["dy"], r["zlen"], C, "ZL_LOAD_W",
                  runs=(r["zgrp"], r["len_a"], r["len_x"] << obs), run_words=r["eohow"])
         dma_load("ZL_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C, "ZL_RUN_WAIT")
         step_run("ZL")
         with m.State("ZL_NEXT"):
-            with m.If(loop["k0"] + r["zgrp"] < r["kt"]):
+            with m.If(loop["n"] + 1 < n0 + zng):
+                m.d.sync += loop["n"].eq(loop["n"] + 1)
+                m.next = "ZL_IMG_0"
+            with m.Elif(loop["k0"] + r["zgrp"] < r["kt"]):
                 m.d.sync += loop["k0"].eq(loop["k0"] + r["zgrp"])
                 m.next = "ZL_GROUP_0"
-            with m.Else():                # the step's last group runs: next step
-                m.d.comb += save_step(1, r["rowlen"], 0, 0, ptr["out"])
-                with m.If(loop["c0"] + 1 < r["ct"]):
-                    m.d.sync += loop["c0"].eq(loop["c0"] + 1)
+            with m.Else():                # the step's last run started: next step
+                m.d.comb += save_step(zng, r["rowlen"], r["blen"], r["xstep"] << abs_,
+                                      ptr["out"])
+                with m.If(n0 + zng < d.n):
+                    m.d.sync += n0.eq(n0 + zng)
                     m.next = "ZL_STEP_0"
                 with m.Elif(loop["o0"] + r["obh"] < d.h):
                     m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                     m.next = "ZL_BAND"
-                with m.Elif(loop["n"] + 1 < d.n):
-                    m.d.sync += [loop["n"].eq(loop["n"] + 1),
-                                 ptr["dyn"].eq(ptr["dyn"] + (r["dstep"] << obs)),
-                                 ptr["outn"].eq(ptr["outn"] + (r["xstep"] << abs_))]
-                    m.next = "ZL_OUTER"
+                with m.Elif(loop["c0"] + 1 < r["ct"]):
+                    m.d.sync += loop["c0"].eq(loop["c0"] + 1)
+                    m.next = "ZL_CB_0"
                 with m.Else():
                     m.d.comb += self.final.eq(1)
                     m.next = "ZL_LAST"
