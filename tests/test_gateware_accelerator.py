@@ -133,11 +133,12 @@ def random_jobs(config, count, seed):
     wide = {"batch": 1, "channels": 1, "height": 4, "width": 300, "out_channels": 1,
             "kernel_h": 3, "kernel_w": 3}
     jobs += [{"phase": p, "layer": wide, "expect": "TOO_LARGE"} for p in phases]
-    # zero-free gradient: two input-channel blocks, three output-channel blocks (one a step:
-    # P holds B R S words), two images, row bands
+    # zero-free gradient: two input-channel blocks, three output-channel blocks (two a step:
+    # half of P holds two blocks' B R S words), two images, row bands
     jobs.append({"phase": "gradient", "seed": 10, "pauses": True, "mode": "zero_free",
-                 "layer": dict(k3, batch=2, channels=10, height=20, width=12, out_channels=9,
-                               stride_h=2, stride_w=2)})
+                 "layer": dict(batch=2, channels=10, height=20, width=12, out_channels=9,
+                               kernel_h=2, kernel_w=2, pad_h=1, pad_w=1, stride_h=2,
+                               stride_w=2)})
     return jobs
 
 
@@ -167,8 +168,8 @@ def test_random_jobs_need_tiling():
     zf = jobs[-1]
     lay = zf["layer"]
     p = plan(TINY, "gradient", lay["batch"], lay["channels"], lay["height"], lay["width"],
-             lay["out_channels"], 3, 3, (2, 2), (1, 1), mode="zero_free")
-    assert (p["kblock"], p["kblocks"], p["banded"], p["bands"] > 1) == (1, 3, True, True)
+             lay["out_channels"], 2, 2, (2, 2), (1, 1), mode="zero_free")
+    assert (p["kblock"], p["kblocks"], p["banded"], p["bands"] > 1) == (2, 2, True, True)
     for phase in ("loss", "gradient"):
         assert {j["mode"] for j in jobs if j["phase"] == phase and "groups" in j} == {
             "zero_free", "bp_im2col"}

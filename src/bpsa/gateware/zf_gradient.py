@@ -4,7 +4,8 @@ zero test.
 
 For one tap ``(r, q)`` the gradient is a matrix product over the compact output grid::
 
-    dW[k, c, r, q] = sum over (oh, ow) of dY[k, oh, ow] * X[c, oh s_h + r d_h - p_h, ow s_w + q d_w - p_w]
+    dW[k, c, r, q] = sum over (oh, ow) of
+                     dY[k, oh, ow] * X[c, oh s_h + r d_h - p_h, ow s_w + q d_w - p_w]
 
 Array row ``i`` holds input channel ``g rows + i`` of the block, column ``j`` output channel
 ``j`` of the dY block: one *context* (an output-stationary tile) per (row group ``g``, tap), its

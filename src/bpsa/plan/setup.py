@@ -59,9 +59,9 @@ from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
 
-__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH", "ZF_GRADIENT",
-           "ZF_LOSS", "address_program", "checks", "generated_phases", "geometry", "programs", "register_widths", "run",
-           "tiling_program"]
+__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH",
+           "ZF_GRADIENT", "ZF_LOSS", "address_program", "checks", "generated_phases",
+           "geometry", "programs", "register_widths", "run", "tiling_program"]
 
 #: Bits of the set-up unit (sizes in elements and bytes).
 UNIT_WIDTH = 48

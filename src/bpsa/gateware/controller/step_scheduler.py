@@ -8,9 +8,10 @@ run's accumulations to land (FLUSH), stores the finished step's P rows through t
 one is pending (a store machine beside the step machine), clears P for the new step (CLEAR),
 then starts the engine (RUN) and toggles the bank. With ``double`` (the zero-free phases) the
 steps alternate between the two halves of P and the store runs while the next step computes;
-otherwise the step waits for its store. The walker tells it what a step's store needs as soon as the step's last
-group has started (``save``), so the next step's first loads overlap that run; ``last`` (the
-layer's last step) waits for the last run and stores it.
+otherwise the step waits for its store. The walker tells it what a step's store needs as
+soon as the step's last group has started (``save``), so the next step's first loads overlap
+that run; ``last`` (the layer's last step) waits for the last run and stores it. A row is
+stored in commands of at most ``STORE_CHUNK`` P words.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
