@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
-                                                        ForwardResults)
+                                                        ForwardResults, ZeroFreeResults)
 
 CFG = Config(name="addr", rows=3, cols=2, acc_width=16, operand_width=8, dim_width=8,
              buf_p_depth=256)
@@ -140,5 +140,41 @@ def test_fc_drain_results():
                 await ctx.tick()
                 ctx.set(dut.drain.valid, 0)
         assert got == want and len(want) > 30
+
+    _run(dut, bench)
+
+
+def test_zero_free_results():
+    """Every row to ``row_base p_row + addr``, the geometry taken at the run's start (changing
+    it during the run moves nothing), rows without ``valid`` dropped."""
+    dut = ZeroFreeResults(CFG)
+    rng = random.Random(4)
+
+    async def bench(ctx):
+        seen = 0
+        for _ in range(30):
+            row_base, p_row = rng.randint(0, 3), rng.randint(1, 40)
+            ctx.set(dut.row_base, row_base)
+            ctx.set(dut.p_row, p_row)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.row_base, rng.randint(0, 3))      # not the run's any more
+            ctx.set(dut.p_row, rng.randint(1, 40))
+            for _ in range(rng.randint(1, 8)):
+                addr, valid = rng.randrange(p_row), rng.random() < 0.7
+                vec = [rng.randint(-999, 999) for _ in range(CFG.cols)]
+                ctx.set(dut.zg.valid, valid)
+                ctx.set(dut.zg.payload.addr, addr)
+                for j, v in enumerate(vec):
+                    ctx.set(dut.zg.payload.data[j], v)
+                assert ctx.get(dut.acc.valid) == valid
+                if valid:
+                    seen += 1
+                    assert ctx.get(dut.acc.payload.addr) == row_base * p_row + addr
+                    assert [ctx.get(dut.acc.payload.data[j]) for j in range(CFG.cols)] == vec
+                await ctx.tick()
+            ctx.set(dut.zg.valid, 0)
+        assert seen > 50
 
     _run(dut, bench)

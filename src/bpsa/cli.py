@@ -485,7 +485,7 @@ def build_parser():
                     default=None,
                     help="run a convolution layer (--layer) through the whole accelerator "
                          "(driver, AXI memory, DMA, tiling controller): forward (feeder + OS "
-                         "array), loss|gradient (BP-im2col + IS array), or step (all three); "
+                         "array), loss|gradient (see --mode), or step (all three); "
                          "fc (--layer N=..,I=..,O=..: an FC layer's dX and dW in one "
                          "interleaved pass); with --engine, forward|loss|gradient|fc on the "
                          "engine top alone")

@@ -27,6 +27,10 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
               dY: N x K x OH x OW (ADDR_DY)
     gradient  dY: N x K x OH x OW (ADDR_DY);         dW: K x C x R x S
               X: N x C x H x W (ADDR_X)
+    loss      dY blocked: N x KT x OH x OW x cols    dX blocked: N x CT x H x W x cols
+    (MODE 1,  (ADDR_DY); W: CT x K x R x S x cols    (CT = ceil(C / cols); lanes past C
+    zero-     (ADDR_W; lane j of block t: input      hold 0)
+    free)     channel t*cols + j; lanes past C 0)
     gradient  dY blocked: N x KT x OH x OW x cols    dW blocked: KT x C x R x S x cols (the
     (MODE 1,  (ADDR_DY; lanes past K hold 0);        forward's W layout)
     zero-     X blocked: N x CT x H x W x B
@@ -71,6 +75,12 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     tap, one output-stationary context over the band's compact dY pixels. P word ``b B R S +
     c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
     one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
+    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.zf_loss`): for each block of
+    ``cols`` input channels, band of dX rows and step of ``zn`` images (their dX bands in P,
+    which is double-buffered), for each group of ``kg`` blocks of output channels (W of the
+    group stays in its bank) and each image: load dY[image, group, the band's dY rows] into the
+    X SRAM and W[block, group] into the W buffer and run the walker on the forward engine's
+    array; the step stores one run of ``band W cols`` accumulators per image.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
     one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
@@ -131,7 +141,7 @@ from bpsa.gateware.controller.interfaces import AccelError
 from bpsa.gateware.controller.load_unit import LoadUnit, Target
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
-                                                        ForwardResults, ZeroFreeGradientResults)
+                                                        ForwardResults, ZeroFreeResults)
 from bpsa.gateware.controller.step_scheduler import StepScheduler
 from bpsa.gateware.controller.walker import LoopWalker
 from bpsa.gateware.controller.setup_sequencer import SetupSequencer
@@ -221,12 +231,12 @@ class Accelerator(CheckedComponent):
             m.d.comb += fres.ow.eq(ow_reg)
             results.append(fres.acc)
         if self.has_zf:
-            zres = m.submodules.zf_gradient_results = ZeroFreeGradientResults(cfg)
+            zres = m.submodules.zf_gradient_results = ZeroFreeResults(cfg)
             wiring.connect(m, fwd.zg, zres.zg)
             m.d.comb += [zres.start.eq(fwd.zg_start), zres.row_base.eq(row_base),
                          zres.p_row.eq(p_row)]
             results.append(zres.acc)
-            lres = m.submodules.zf_loss_results = ZeroFreeGradientResults(cfg)
+            lres = m.submodules.zf_loss_results = ZeroFreeResults(cfg)
             wiring.connect(m, fwd.zl, lres.zg)
             m.d.comb += [lres.start.eq(fwd.zl_start), lres.row_base.eq(row_base),
                          lres.p_row.eq(p_row)]

@@ -15,7 +15,7 @@ from bpsa.gateware.controller.psum_buffer import accumulate_layout
 from bpsa.gateware.engines.conv_backward import TILE_WIDTH, drain_layout, out_layout
 from bpsa.gateware.engines.conv_forward import y_layout, zg_layout
 
-__all__ = ["BackwardResults", "FcDrainResults", "ForwardResults", "ZeroFreeGradientResults"]
+__all__ = ["BackwardResults", "FcDrainResults", "ForwardResults", "ZeroFreeResults"]
 
 #: Width of the run geometry registers.
 _W = 48
@@ -59,14 +59,16 @@ class ForwardResults(wiring.Component):
         return m
 
 
-class ZeroFreeGradientResults(wiring.Component):
+class ZeroFreeResults(wiring.Component):
     """A zero-free run's drained rows: offset ``addr`` goes to P word ``row_base p_row +
     addr`` (gradient: ``row_base`` the run's output-channel block within the step, ``p_row``
-    the P words of a block; loss: both 0, ``addr`` is the pixel's place in the band).
+    the P words of a block, ``addr`` the channel and tap; loss: ``row_base`` the run's image
+    within the step, ``p_row`` the P words of an image's band, ``addr`` the pixel in it).
 
     Members
     -------
     zg : In(valid / payload: :func:`bpsa.gateware.engines.conv_forward.zg_layout`)
+        The engine's ``zg`` (gradient) or ``zl`` (loss) rows.
     start : In(1)
         A run starts: the geometry below is taken for the run.
     row_base, p_row : In
@@ -77,15 +79,13 @@ class ZeroFreeGradientResults(wiring.Component):
         if not isinstance(config, Config):
             raise TypeError(f"config must be a Config, not {config!r}")
         self.config = config
-        paw = exact_log2(config.buf_p_depth)
         super().__init__({"zg": In(_valid_stream(zg_layout(config))), "start": In(1),
                           "row_base": In(config.dim_width + 1), "p_row": In(_W),
                           "acc": Out(stream.Signature(accumulate_layout(config)))})
-        self._paw = paw
 
     def elaborate(self, platform):
         m = Module()
-        base = Signal(self._paw + 1)
+        base = Signal(exact_log2(self.config.buf_p_depth) + 1)
         with m.If(self.start):
             m.d.sync += base.eq(self.row_base * self.p_row)
         m.d.comb += [self.acc.valid.eq(self.zg.valid),
