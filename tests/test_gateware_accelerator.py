@@ -36,6 +36,8 @@ def test_default_jobs_verilator(tmp_path):
                extra_env={"BPSA_RESULTS": str(out)}, tag="default")
     res = json.loads(out.read_text())
     assert [r["phase"] for r in res] == ["forward", "loss", "gradient"]
+    # the zero-free walkers (the driver's default) through cocotbext-axi's bus models too
+    assert [r["mode"] for r in res] == [None, "zero_free", "zero_free"]
     assert all(r["match"] for r in res)
 
 
