@@ -66,7 +66,7 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
     accumulates dW[block, channel group] (row k - block start); store one row per output
     channel.
-    zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.zf_gradient`): for each
+    zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.engines.zf_gradient`): for each
     range of ``kb`` output-channel blocks and each block of ``B`` input channels (a step):
     clear P, then for each image n, band of dY rows and output-channel block load X[n, block,
     band rows] into the X SRAM (one pixel a word; the same slice for every output block, so
@@ -75,7 +75,7 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     tap, one output-stationary context over the band's compact dY pixels. P word ``b B R S +
     c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
     one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
-    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.zf_loss`): for each block of
+    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each block of
     ``cols`` input channels, band of dX rows and step of ``zn`` images (their dX bands in P,
     which is double-buffered), for each group of ``kg`` blocks of output channels (W of the
     group stays in its bank) and each image: load dY[image, group, the band's dY rows] into the

@@ -1,12 +1,12 @@
 """Cycle model of the accelerator's zero-free loss and gradient (``bpsa perf``).
 
-It walks a layer the way the controller does (:mod:`bpsa.plan.setup`'s tiling, the loop order
-of :mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the
-zero-free walkers on the output-stationary array (closed forms of
-:mod:`bpsa.gateware.zf_gradient` and :mod:`bpsa.gateware.zf_loss`), the DMA's loads into the
-two buffer banks (overlapped with the previous run, skipped when the bank holds the slice), the
-P clears and the stores of the double-buffered P (overlapped with the next step). From the
-layer and the configuration alone: no RTL, whole networks in seconds.
+It walks a layer the way the controller does (:mod:`bpsa.plan.setup`'s tiling, the loop order of
+:mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the zero-free
+walkers on the output-stationary array (closed forms of :mod:`bpsa.gateware.engines.zf_gradient`
+and :mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
+with the previous run, skipped when the bank holds the slice), the P clears and the stores of
+the double-buffered P (overlapped with the next step). From the layer and the configuration
+alone: no RTL, whole networks in seconds.
 
 Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
 counters on random layers (``tests/test_models_perf.py`` states the error it allows).

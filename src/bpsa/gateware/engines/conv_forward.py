@@ -42,8 +42,8 @@ from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, SystolicArray
 from bpsa.config import require_config
 from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
-from bpsa.gateware.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
-from bpsa.gateware.zf_loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
+from bpsa.gateware.engines.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
+from bpsa.gateware.engines.zf_loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "y_layout", "weight_layout",
@@ -311,16 +311,16 @@ class ConvForward(wiring.Component):
     zg_layer : In(zf_gradient_layout), zg_start : In(1), zg : Out(Signature(valid, payload:
     zg_layout))
         With the ``zero_free`` backward mode: a zero-free gradient run
-        (:class:`bpsa.gateware.zf_gradient.ZeroFreeGradientWalker` feeds the array from the X
-        SRAM, holding channel-blocked X, and the W buffer, holding channel-blocked dY), started
-        by ``zg_start`` when idle; its drained rows of input channels inside the block leave
-        on ``zg``. ``busy``, ``done`` and the counters as for a forward run.
+        (:class:`bpsa.gateware.engines.zf_gradient.ZeroFreeGradientWalker` feeds the array from
+        the X SRAM, holding channel-blocked X, and the W buffer, holding channel-blocked dY),
+        started by ``zg_start`` when idle; its drained rows of input channels inside the block
+        leave on ``zg``. ``busy``, ``done`` and the counters as for a forward run.
     zl_layer : In(zf_loss_layout), zl_start : In(1), zl : Out(Signature(valid, payload:
     zg_layout))
-        The same for a zero-free loss run (:class:`bpsa.gateware.zf_loss.ZeroFreeLossWalker`:
-        dY channel-blocked in the X SRAM, W with the input channels as lanes in the W buffer);
-        ``zl`` carries each drained pixel's ``cols`` input channels and its P offset ``h W +
-        w`` in the band.
+        The same for a zero-free loss run
+        (:class:`bpsa.gateware.engines.zf_loss.ZeroFreeLossWalker`: dY channel-blocked in the X
+        SRAM, W with the input channels as lanes in the W buffer); ``zl`` carries each drained
+        pixel's ``cols`` input channels and its P offset ``h W + w`` in the band.
     cycles, words_read, w_words_read, stall_cycles, fifo_stall_cycles, vectors, gap_cycles,
     y_vectors, array_cycles, fired, gated, drained : Out(COUNTER_WIDTH)
         Counters of the current (or last) run, cleared by ``start``: busy cycles; X SRAM words

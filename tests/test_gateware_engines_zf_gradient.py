@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 from bpsa.config import Config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.engines.conv_forward import ConvForward
-from bpsa.gateware.zf_gradient import ZeroFreeGradientWalker
+from bpsa.gateware.engines.zf_gradient import ZeroFreeGradientWalker
 from bpsa.models.golden import conv2d_weight_grad
 from bpsa.spec.numeric import operand_range, wrap_array
 

@@ -43,7 +43,7 @@ from amaranth.utils import ceil_log2
 
 from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
-from bpsa.gateware.zf_gradient import feed_layout
+from bpsa.gateware.engines.zf_gradient import feed_layout
 
 __all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "zf_loss_layout"]
 
