@@ -232,12 +232,7 @@ class Driver:
     def input_blocked_w(self, w):
         """W (``K x C x R x S``) for the zero-free loss: ``CT x K x R x S x cols``, the input
         channels as lanes (lanes past C zero)."""
-        k, c, r, s = w.shape
-        cols = self.config.cols
-        ct = -(-c // cols)
-        out = np.zeros((k, ct * cols, r, s), dtype=np.int64)
-        out[:, :c] = w
-        return out.reshape(k, ct, cols, r, s).transpose(1, 0, 3, 4, 2)
+        return self.channel_blocked(w, self.config.cols).transpose(1, 0, 2, 3, 4)
 
     @staticmethod
     def channel_blocked(t, lanes):
