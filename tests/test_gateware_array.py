@@ -3,10 +3,12 @@ cocotb/Verilator), the no-stall drain against its closed form, and protocol erro
 
 import numpy as np
 import pytest
+from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
 from bpsa.config import Config, load_config
-from bpsa.gateware.array import SystolicArray
+from bpsa.gateware.array import SystolicArray, array_signature, share_array
 from bpsa.verify.gemm import (
     ArrayShape,
     collect_outputs,
@@ -24,13 +26,41 @@ def _raw(port):
     return port.as_value() if hasattr(port, "as_value") else port
 
 
-def run_program(cfg, prog):
-    """Run ``prog`` on the array in the Amaranth simulator; returns (results, counters)."""
-    dut = SystolicArray(cfg)
+class _SharedArray(Elaboratable):
+    """One array driven by two users through :func:`share_array`; ``owner`` picks the user."""
+
+    def __init__(self, cfg):
+        self.array = SystolicArray(cfg)
+        self.users = [array_signature(cfg).flip().create(path=(f"user{i}",)) for i in range(2)]
+        self.owner = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.array = self.array
+        share_array(m, self.array, [(u, self.owner == i) for i, u in enumerate(self.users)])
+        return m
+
+
+EVENTS = ("drain_valid", "psum_valid", "drain_shift", "busy", "error")
+
+
+def run_program(cfg, prog, shared_owner=None):
+    """Run ``prog`` on the array in the Amaranth simulator; returns (results, counters).
+    With ``shared_owner`` (0 or 1) the array is shared by two users and ``prog`` drives user
+    ``shared_owner`` while the other user's inputs carry random noise; the other user must see
+    no event."""
+    if shared_owner is None:
+        top = dut = SystolicArray(cfg)
+    else:
+        top = _SharedArray(cfg)
+        dut, idle = top.users[shared_owner], top.users[1 - shared_owner]
+        noise = np.random.default_rng(shared_owner)
     shape = ArrayShape.of(cfg)
     drains, psums, counters = [], [], {}
 
     async def tb(ctx):
+        if shared_owner is not None:
+            ctx.set(top.owner, shared_owner)
         ctx.set(dut.dataflow, prog.static["dataflow"])
         if hasattr(dut, "sgd_en"):
             ctx.set(dut.sgd_en, prog.static.get("sgd_en", 0))
@@ -42,7 +72,17 @@ def run_program(cfg, prog):
             for port, value in prog.port_values(cycle).items():
                 if hasattr(dut, port):
                     ctx.set(_raw(getattr(dut, port)), value)
+            if shared_owner is not None:
+                for name, member in idle.signature.members.items():
+                    if member.flow == Out:        # the array's inputs, seen from a user
+                        sig = _raw(getattr(idle, name))
+                        ctx.set(sig, int.from_bytes(noise.bytes(len(sig) // 8 + 1), "little")
+                                % (1 << len(sig)))
             await ctx.tick()
+            if shared_owner is not None:
+                for name in EVENTS:
+                    if hasattr(idle, name):
+                        assert ctx.get(getattr(idle, name)) == 0, f"idle user saw {name}"
             values = {}
             for p in OUT_PORTS:
                 if hasattr(dut, p):
@@ -56,7 +96,7 @@ def run_program(cfg, prog):
         for c in COUNTERS:
             counters[c] = ctx.get(getattr(dut, c))
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
@@ -82,6 +122,24 @@ def test_gemm_matches_numpy(preset, flow, dims):
     got, counters = run_program(cfg, prog)
     want = expected(flow, shape, **ops)
     for name, mat in want.items():
+        np.testing.assert_array_equal(got[name], mat, err_msg=f"{flow} {dims}: {name}")
+    assert counters["fired"] + counters["gated"] >= 1
+
+
+@pytest.mark.parametrize("owner", [0, 1])
+@pytest.mark.parametrize("flow,dims", [("os", (7, 5, 9)), ("is", (6, 9, 5)),
+                                       ("interleaved", (4, 5, 4))])
+def test_shared_array_serves_its_owner_only(owner, flow, dims):
+    """Two front ends share one array (the accelerator's engines): the owner's GEMM comes out
+    exact while the other user drives noise, and the other user sees no drain, partial sum,
+    busy or error."""
+    cfg = load_config("small")
+    shape = ArrayShape.of(cfg)
+    rng = np.random.default_rng(sum(dims) + owner)
+    ops = random_problem(shape, flow, dims, rng)
+    prog = program(flow, shape, **ops)
+    got, counters = run_program(cfg, prog, shared_owner=owner)
+    for name, mat in expected(flow, shape, **ops).items():
         np.testing.assert_array_equal(got[name], mat, err_msg=f"{flow} {dims}: {name}")
     assert counters["fired"] + counters["gated"] >= 1
 

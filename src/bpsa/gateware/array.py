@@ -68,14 +68,14 @@ cycles, a_words, b_words, drained, psums, fired, gated : Out
     vectors, psum vectors, MACs performed, MACs gated by zero operands.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.pe import PE, PEMode, vertical_shape
 
-__all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH"]
+__all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH", "array_signature", "share_array"]
 
 COUNTER_WIDTH = 48
 
@@ -110,43 +110,73 @@ def _popcount(bits):
     return bits[0]
 
 
+def array_signature(config):
+    """The :class:`SystolicArray` interface for ``config`` (its members, seen from the array).
+    An engine that drives a shared array has ``In(array_signature(config))``."""
+    ar = arith_for(config)
+    R, C = config.rows, config.cols
+    vshape = vertical_shape(config)
+    members = {
+        "dataflow": In(Dataflow),
+        "a_data": In(data.ArrayLayout(ar.operand_shape, R)),
+        "a_valid": In(1), "a_last": In(1),
+        "b_data": In(data.ArrayLayout(vshape, C)),
+        "b_valid": In(1),
+        "preload": In(data.ArrayLayout(ar.acc_shape, C)),
+        "chain_shift": In(1),
+        "drain_shift": Out(1),
+        "drain_data": Out(data.ArrayLayout(ar.acc_shape, C)),
+        "drain_valid": Out(1),
+        "drain_row": Out(range(R)),
+        "busy": Out(1),
+        "error": Out(1),
+        "clear": In(1),
+    }
+    if config.has_held_operand:
+        members.update({
+            "chain_load": In(1),
+            "psum_data": Out(data.ArrayLayout(vshape, C)),
+            "psum_valid": Out(1),
+        })
+    if config.has("interleaved"):
+        members.update({
+            "b_tag": In(1),
+            "sgd_en": In(1), "sgd_shift": In(ar.shift_shape),
+        })
+    for name in ("cycles", "a_words", "b_words", "drained", "psums", "fired", "gated"):
+        members[name] = Out(COUNTER_WIDTH)
+    return wiring.Signature(members)
+
+
+#: Array outputs that announce an event; a user that does not own the array sees them low.
+_EVENT_OUTPUTS = ("drain_shift", "drain_valid", "psum_valid", "busy", "error")
+
+
+def share_array(m, array, users):
+    """Let several front ends drive one ``array``. ``users`` is a list of ``(port, owns)``: each
+    ``port`` an ``In(array_signature(...))`` interface of an engine, ``owns`` a 1-bit value that
+    is high for at most one user at a time (and stable while a run is in flight). The owner's
+    inputs reach the array; every user sees the array's data and counters, but only the owner
+    sees its events (drains, partial sums, busy, error), so an idle engine never mistakes
+    another's results for its own. With no owner the array's inputs are idle (zero)."""
+    for name, member in array.signature.members.items():
+        if member.flow == In:
+            value = Const(0, len(Value.cast(getattr(array, name))))
+            for port, owns in reversed(users):
+                value = Mux(owns, Value.cast(getattr(port, name)), value)
+            m.d.comb += Value.cast(getattr(array, name)).eq(value)
+        else:
+            out = Value.cast(getattr(array, name))
+            for port, owns in users:
+                m.d.comb += Value.cast(getattr(port, name)).eq(
+                    out & owns if name in _EVENT_OUTPUTS else out)
+
+
 class SystolicArray(wiring.Component):
     def __init__(self, config):
         self.config = config
-        ar = arith_for(config)
-        self.arith = ar
-        R, C = config.rows, config.cols
-        vshape = vertical_shape(config)
-        members = {
-            "dataflow": In(Dataflow),
-            "a_data": In(data.ArrayLayout(ar.operand_shape, R)),
-            "a_valid": In(1), "a_last": In(1),
-            "b_data": In(data.ArrayLayout(vshape, C)),
-            "b_valid": In(1),
-            "preload": In(data.ArrayLayout(ar.acc_shape, C)),
-            "chain_shift": In(1),
-            "drain_shift": Out(1),
-            "drain_data": Out(data.ArrayLayout(ar.acc_shape, C)),
-            "drain_valid": Out(1),
-            "drain_row": Out(range(R)),
-            "busy": Out(1),
-            "error": Out(1),
-            "clear": In(1),
-        }
-        if config.has_held_operand:
-            members.update({
-                "chain_load": In(1),
-                "psum_data": Out(data.ArrayLayout(vshape, C)),
-                "psum_valid": Out(1),
-            })
-        if config.has("interleaved"):
-            members.update({
-                "b_tag": In(1),
-                "sgd_en": In(1), "sgd_shift": In(ar.shift_shape),
-            })
-        for name in ("cycles", "a_words", "b_words", "drained", "psums", "fired", "gated"):
-            members[name] = Out(COUNTER_WIDTH)
-        super().__init__(members)
+        self.arith = arith_for(config)
+        super().__init__(array_signature(config))
 
     def elaborate(self, platform):
         cfg = self.config

@@ -70,7 +70,7 @@ from amaranth.utils import exact_log2
 from bpsa.config import require_config
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.arith import arith_for
-from bpsa.gateware.array import Dataflow, SystolicArray
+from bpsa.gateware.array import Dataflow, SystolicArray, array_signature
 from bpsa.gateware.bp_im2col import (
     DESC_FIELDS,
     BPError,
@@ -182,15 +182,19 @@ class ConvBackward(CheckedComponent):
         (``zeros_b``), masked or read as zero, lanes past the matrix edge included; A vectors
         (slices); tiles; the array's MACs performed (``fired``) and skipped by zero gating
         (``gated``).
+    array : In(array_signature)
+        With ``shared_array=True``: the engine drives an array outside it (the accelerator's
+        one array, :func:`bpsa.gateware.array.share_array`) instead of holding its own.
     """
 
     @classmethod
-    def check_parameters(cls, config):
+    def check_parameters(cls, config, *, shared_array=False):
         if not require_config(config).has("is"):
             raise ValueError(f"config {config.name!r} does not generate the 'is' dataflow")
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_array=False):
         self.config = config
+        self.shared_array = shared_array
         op = arith_for(config).operand_shape
         members = {
             "layer": In(backward_layout(config)),
@@ -212,6 +216,8 @@ class ConvBackward(CheckedComponent):
                 wiring.Signature({"valid": Out(1), "payload": Out(drain_layout(config))})
             )
         members.update({name: Out(COUNTER_WIDTH) for name in COUNTERS})
+        if shared_array:
+            members["array"] = In(array_signature(config))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -236,7 +242,10 @@ class ConvBackward(CheckedComponent):
         s.lgen = s.m.submodules.loss_gen = TransposedAddressGenerator(s.cfg)
         s.ggen = s.m.submodules.grad_gen = DilatedAddressGenerator(s.cfg)
         s.xbar = s.m.submodules.crossbar = CrossbarRecovery(s.cfg)
-        s.arr = s.m.submodules.array = SystolicArray(s.cfg)
+        if self.shared_array:
+            s.arr = self.array
+        else:
+            s.arr = s.m.submodules.array = SystolicArray(s.cfg)
         s.m.d.comb += s.arr.dataflow.eq(Dataflow.IS)
 
         s.d = Signal(backward_layout(s.cfg))

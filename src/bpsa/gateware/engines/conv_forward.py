@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from bpsa.gateware.arith import arith_for
-from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, SystolicArray
+from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, SystolicArray, array_signature
 from bpsa.config import require_config
 from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
@@ -329,10 +329,14 @@ class ConvForward(wiring.Component):
         of those, cycles a lane waited for FIFO space; vectors issued into the array; cycles a
         context's last vector waited for the ``2 * rows`` spacing; ``y`` rows; and the array's
         ``cycles``, ``fired``, ``gated``, ``drained`` counters.
+    array : In(array_signature)
+        With ``shared_array=True``: the engine drives an array outside it (the accelerator's
+        one array, :func:`bpsa.gateware.array.share_array`) instead of holding its own.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_array=False):
         self.config = check_config(config)
+        self.shared_array = shared_array
         op = arith_for(config).operand_shape
         members = {
             "layer": In(conv_layer_layout(config)), "start": In(1),
@@ -356,6 +360,8 @@ class ConvForward(wiring.Component):
             })
         for name in COUNTERS:
             members[name] = Out(COUNTER_WIDTH)
+        if shared_array:
+            members["array"] = In(array_signature(config))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -389,7 +395,10 @@ class ConvForward(wiring.Component):
         else:
             wiring.connect(m, feeder.sram, x_rp)
             wiring.connect(m, fetch.mem, w_rp)
-        arr = m.submodules.array = SystolicArray(cfg)
+        if self.shared_array:
+            arr = self.array
+        else:
+            arr = m.submodules.array = SystolicArray(cfg)
         m.d.comb += arr.dataflow.eq(Dataflow.OS)
 
         state = Signal(ConvState)
