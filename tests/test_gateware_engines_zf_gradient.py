@@ -6,17 +6,27 @@ simulator. The Verilog runs under Verilator through the whole accelerator
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Assert, Assume, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.engines.conv_forward import ConvForward
-from bpsa.gateware.engines.zf_gradient import ZeroFreeGradientWalker
+from bpsa.gateware.engines.zf_gradient import (
+    ZeroFreeGradientWalker,
+    cursor_layout,
+    cursor_origin,
+    cursor_step,
+    step_layout,
+    step_values,
+    zf_gradient_layout,
+)
 from bpsa.models.golden import conv2d_weight_grad
 from bpsa.spec.numeric import operand_range, wrap_array
+from bpsa.verify.formal import prove
 
 #: rows < B (two row groups a word), non-square.
 CFG_A = Config(name="zf_r2_c3_b4", rows=2, cols=3, feeder_bus_width=4, dim_width=6,
@@ -205,3 +215,81 @@ def test_zero_free_run_equals_golden_weight_grad(cfg, seed):
     assert counts["vectors"] == groups * r * s * lay["out_height"] * lay["out_width"]
     assert counts["fired"] + counts["gated"] == counts["vectors"] * cfg.rows * cfg.cols
     assert counts["w_words_read"] == counts["vectors"]
+
+
+# --- bounded formal check of the walker's index map ---------------------------------------------
+#
+# The walker's cursor (tap, dY pixel and the X coordinates and addresses it keeps by additions
+# only) against its definition by multiplication, for every run whose fields are below
+# 2**FORMAL_DW and every position: the origin is position 0, and one step from any position is
+# the next position of the loop nest (or, from the last, the origin with ``wrapped``). Each
+# property is combinational, so a depth-1 BMC with z3 proves it for all values. By induction
+# over the vectors, every X word the walker reads is X[oh s_h + r d_h - p_t, ow s_w + q d_w -
+# p_w] and every dY word dY[oh, ow]: no stride zero is ever formed.
+
+CFG_F = Config(name="zf_formal", rows=2, cols=2, feeder_bus_width=4, dim_width=4,
+               buf_a_depth=64, buf_b_depth=64, buf_p_depth=64, dataflows=["os"])
+FORMAL_DW = 3
+
+
+class _CursorProof(wiring.Component):
+    """Free run and position; Assume a valid run, Assert one property (``origin``/``step``)."""
+
+    def __init__(self, prop):
+        self.prop = prop
+        super().__init__({
+            "layer": In(zf_gradient_layout(CFG_F)),
+            "c": In(data.StructLayout({x: unsigned(FORMAL_DW) for x in ("r", "q", "oh", "ow")})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lay, c = self.layer, self.c
+        for name in ("channels", "width", "height", "out_height", "out_width", "kernel_h",
+                     "kernel_w", "stride_h", "stride_w", "dil_h", "dil_w"):
+            m.d.comb += Assume((getattr(lay, name) > 0) & (getattr(lay, name) < 2 ** FORMAL_DW))
+        m.d.comb += Assume((lay.pad_top < 2 ** FORMAL_DW) & (lay.pad_w < 2 ** FORMAL_DW)
+                           & (c.r < lay.kernel_h) & (c.q < lay.kernel_w)
+                           & (c.oh < lay.out_height) & (c.ow < lay.out_width))
+
+        def state_of(r, q, oh, ow, name):
+            """The cursor at position (r, q, oh, ow), by its definition."""
+            st = Signal(cursor_layout(CFG_F), name=name)
+            xr0 = r * lay.dil_h - lay.pad_top
+            xc0 = q * lay.dil_w - lay.pad_w
+            m.d.comb += [st.r.eq(r), st.q.eq(q), st.oh.eq(oh), st.ow.eq(ow),
+                         st.xr0.eq(xr0), st.xc0.eq(xc0), st.ra0.eq(xr0 * lay.width),
+                         st.xr.eq(xr0 + oh * lay.stride_h), st.xc.eq(xc0 + ow * lay.stride_w),
+                         st.ra.eq((xr0 + oh * lay.stride_h) * lay.width),
+                         st.dyi.eq(oh * lay.out_width + ow)]
+            return st
+
+        if self.prop == "origin":
+            org = Signal(cursor_layout(CFG_F))
+            m.d.comb += cursor_origin(lay, org)
+            m.d.comb += Assert(org.as_value() == state_of(0, 0, 0, 0, "zero").as_value())
+            return m
+        steps = Signal(step_layout(CFG_F))
+        m.d.comb += step_values(lay, steps)
+        nxt = Signal(cursor_layout(CFG_F))
+        wrapped = cursor_step(m, lay, steps, state_of(c.r, c.q, c.oh, c.ow, "cur"), nxt)
+        # the successor in mixed radix (r, q, oh, ow), ow fastest
+        coords = [c.r, c.q, c.oh, c.ow]
+        limits = [lay.kernel_h, lay.kernel_w, lay.out_height, lay.out_width]
+        succ, carry = [], 1
+        for x, lim in reversed(list(zip(coords, limits))):
+            wrap = carry & (x + 1 == lim)
+            succ.insert(0, Mux(wrap, 0, x + carry))
+            carry = wrap
+        m.d.comb += [Assert(wrapped == carry, "wrapped at the last position"),
+                     Assert(nxt.as_value() == state_of(*succ, "succ").as_value(), "step")]
+        return m
+
+
+@pytest.mark.formal
+@pytest.mark.parametrize("prop", ["origin", "step"])
+def test_cursor_formally_equals_its_definition(prop, tmp_path):
+    """Every run with fields below 2**FORMAL_DW, every position: the cursor's origin and its
+    step equal the index map by multiplication (see above)."""
+    passed, log = prove(_CursorProof(prop), f"zf_gradient_{prop}", tmp_path)
+    assert passed, log

@@ -34,7 +34,8 @@ from amaranth.utils import ceil_log2
 from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 
-__all__ = ["ZF_FIELDS", "ZeroFreeGradientWalker", "feed_layout", "zf_gradient_layout"]
+__all__ = ["ZF_FIELDS", "ZeroFreeGradientWalker", "cursor_layout", "cursor_origin", "cursor_step",
+           "feed_layout", "step_layout", "step_values", "zf_gradient_layout"]
 
 #: Fields of the walker's run descriptor (:func:`zf_gradient_layout`).
 ZF_FIELDS = ("channels", "width", "height", "out_height", "out_width", "kernel_h", "kernel_w",
@@ -99,27 +100,24 @@ class ZeroFreeGradientWalker(wiring.Component):
         cfg = self.config
         m = Module()
         R, B = cfg.rows, cfg.feeder_bus_width
-        dim = cfg.dim_width + 2
         lay = Signal(zf_gradient_layout(cfg))
-        sc = signed(dim + 2)                  # coordinates (may be negative: padding)
-        sa = signed(2 * dim + 3)              # row addresses y * width
-        shw, dhw, ptw = Signal(sa), Signal(sa), Signal(sa)
-        g_ch = Signal(dim)                    # first channel of the row group
-        r, q, oh, ow = (Signal(dim, name=n) for n in ("r", "q", "oh", "ow"))
-        xr0, xc0, xr, xc = (Signal(sc, name=n) for n in ("xr0", "xc0", "xr", "xc"))
-        ra0, ra = Signal(sa), Signal(sa)
-        dyi = Signal(2 * dim)                 # dY word of the context
+        steps = Signal(step_layout(cfg))      # products fixed for the run
+        cur = Signal(cursor_layout(cfg))
+        nxt = Signal(cursor_layout(cfg))
+        wrapped = cursor_step(m, lay, steps, cur, nxt)
+        g_ch = Signal(cfg.dim_width + 2)      # first channel of the row group
         setup, running = Signal(), Signal()
         valid, last, inb_r = Signal(), Signal(), Signal()
-        g_r = Signal(dim)
+        g_r = Signal(cfg.dim_width + 2)
 
         fetch = Signal()
         inb = Signal()
         m.d.comb += [
             fetch.eq(running & (~valid | self.feed.ready)),
-            inb.eq((xr >= 0) & (xr < lay.height) & (xc >= 0) & (xc < lay.width)),
-            self.x_mem.addr.eq(lay.x_base + ra + xc), self.x_mem.en.eq(fetch & inb),
-            self.dy_mem.addr.eq(lay.dy_base + dyi), self.dy_mem.en.eq(fetch),
+            inb.eq((cur.xr >= 0) & (cur.xr < lay.height) & (cur.xc >= 0)
+                   & (cur.xc < lay.width)),
+            self.x_mem.addr.eq(lay.x_base + cur.ra + cur.xc), self.x_mem.en.eq(fetch & inb),
+            self.dy_mem.addr.eq(lay.dy_base + cur.dyi), self.dy_mem.en.eq(fetch),
             self.busy.eq(setup | running | valid),
             self.feed.valid.eq(valid), self.feed.p.last.eq(last),
             self.feed.p.b.eq(self.dy_mem.data),
@@ -134,46 +132,90 @@ class ZeroFreeGradientWalker(wiring.Component):
 
         with m.If(fetch):
             m.d.sync += [valid.eq(1), inb_r.eq(inb), g_r.eq(g_ch),
-                         last.eq((ow == lay.out_width - 1) & (oh == lay.out_height - 1))]
+                         last.eq((cur.ow == lay.out_width - 1)
+                                 & (cur.oh == lay.out_height - 1))]
         with m.Elif(self.feed.ready):
             m.d.sync += valid.eq(0)
 
-        pw, pt = lay.pad_w.as_signed(), lay.pad_top.as_signed()
         with m.If(self.start & ~self.busy):
             m.d.sync += [lay.eq(self.layer), setup.eq(1)]
         with m.Elif(setup):
             zero = ((lay.channels == 0) | (lay.out_height == 0) | (lay.out_width == 0)
                     | (lay.kernel_h == 0) | (lay.kernel_w == 0))
-            m.d.sync += [
-                setup.eq(0), running.eq(~zero),
-                shw.eq(lay.stride_h * lay.width), dhw.eq(lay.dil_h * lay.width),
-                ptw.eq(-(pt * lay.width)),
-                g_ch.eq(0), r.eq(0), q.eq(0), oh.eq(0), ow.eq(0), dyi.eq(0),
-                xr0.eq(-pt), xr.eq(-pt), xc0.eq(-pw), xc.eq(-pw),
-                ra0.eq(-(pt * lay.width)), ra.eq(-(pt * lay.width)),
-            ]
+            m.d.sync += [setup.eq(0), running.eq(~zero), g_ch.eq(0)]
+            m.d.sync += step_values(lay, steps)
+            m.d.sync += cursor_origin(lay, cur)
         with m.Elif(fetch):
-            with m.If(ow != lay.out_width - 1):
-                m.d.sync += [ow.eq(ow + 1), xc.eq(xc + lay.stride_w), dyi.eq(dyi + 1)]
-            with m.Elif(oh != lay.out_height - 1):
-                m.d.sync += [ow.eq(0), oh.eq(oh + 1), xc.eq(xc0), xr.eq(xr + lay.stride_h),
-                             ra.eq(ra + shw), dyi.eq(dyi + 1)]
-            with m.Else():                    # the context's last vector: next tap
-                m.d.sync += [ow.eq(0), oh.eq(0), dyi.eq(0)]
-                with m.If(q != lay.kernel_w - 1):
-                    m.d.sync += [q.eq(q + 1), xc0.eq(xc0 + lay.dil_w),
-                                 xc.eq(xc0 + lay.dil_w), xr.eq(xr0), ra.eq(ra0)]
+            m.d.sync += cur.eq(nxt)
+            with m.If(wrapped):               # the group's last vector: next row group
+                with m.If(g_ch + R < lay.channels):
+                    m.d.sync += g_ch.eq(g_ch + R)
                 with m.Else():
-                    m.d.sync += [q.eq(0), xc0.eq(-pw), xc.eq(-pw)]
-                    with m.If(r != lay.kernel_h - 1):
-                        m.d.sync += [r.eq(r + 1), xr0.eq(xr0 + lay.dil_h),
-                                     xr.eq(xr0 + lay.dil_h), ra0.eq(ra0 + dhw),
-                                     ra.eq(ra0 + dhw)]
-                    with m.Else():
-                        m.d.sync += [r.eq(0), xr0.eq(-pt), xr.eq(-pt), ra0.eq(ptw),
-                                     ra.eq(ptw)]
-                        with m.If(g_ch + R < lay.channels):
-                            m.d.sync += g_ch.eq(g_ch + R)
-                        with m.Else():
-                            m.d.sync += running.eq(0)
+                    m.d.sync += running.eq(0)
         return m
+
+
+def step_layout(config):
+    """Products the cursor adds, fixed for a run: ``shw = s_h width``, ``dhw = d_h width``,
+    ``ptw = -pad_top width``."""
+    sa = signed(2 * (config.dim_width + 2) + 3)
+    return data.StructLayout({"shw": sa, "dhw": sa, "ptw": sa})
+
+
+def cursor_layout(config):
+    """The walker's position: tap ``(r, q)``, dY pixel ``(oh, ow)``, and the X coordinates and
+    addresses that go with them: ``xr0 = r d_h - pad_top``, ``xc0 = q d_w - pad_w``,
+    ``ra0 = xr0 width``, ``xr = xr0 + oh s_h``, ``xc = xc0 + ow s_w``, ``ra = xr width``,
+    ``dyi = oh out_width + ow`` (kept by additions only)."""
+    dim = config.dim_width + 2
+    sc, sa = signed(dim + 2), signed(2 * dim + 3)
+    return data.StructLayout({"r": unsigned(dim), "q": unsigned(dim), "oh": unsigned(dim),
+                              "ow": unsigned(dim), "xr0": sc, "xc0": sc, "xr": sc, "xc": sc,
+                              "ra0": sa, "ra": sa, "dyi": unsigned(2 * dim)})
+
+
+def step_values(lay, steps):
+    """Statements that set ``steps`` (:func:`step_layout`) for the run ``lay``."""
+    pt = lay.pad_top.as_signed()
+    return [steps.shw.eq(lay.stride_h * lay.width), steps.dhw.eq(lay.dil_h * lay.width),
+            steps.ptw.eq(-(pt * lay.width))]
+
+
+def cursor_origin(lay, cur):
+    """Statements that put ``cur`` at the run's first vector (tap 0, pixel 0)."""
+    pw, pt = lay.pad_w.as_signed(), lay.pad_top.as_signed()
+    return [cur.r.eq(0), cur.q.eq(0), cur.oh.eq(0), cur.ow.eq(0), cur.dyi.eq(0),
+            cur.xr0.eq(-pt), cur.xr.eq(-pt), cur.xc0.eq(-pw), cur.xc.eq(-pw),
+            cur.ra0.eq(-(pt * lay.width)), cur.ra.eq(-(pt * lay.width))]
+
+
+def cursor_step(m, lay, steps, cur, nxt):
+    """Drive ``nxt`` (comb) with the cursor after ``cur``: ``ow`` fastest, then ``oh``, ``q``,
+    ``r``; returns a signal that is high when ``cur`` is the last tap's last pixel (``nxt`` is
+    then the origin again)."""
+    pw, pt = lay.pad_w.as_signed(), lay.pad_top.as_signed()
+    wrapped = Signal()
+    m.d.comb += nxt.eq(cur)
+    with m.If(cur.ow != lay.out_width - 1):
+        m.d.comb += [nxt.ow.eq(cur.ow + 1), nxt.xc.eq(cur.xc + lay.stride_w),
+                     nxt.dyi.eq(cur.dyi + 1)]
+    with m.Elif(cur.oh != lay.out_height - 1):
+        m.d.comb += [nxt.ow.eq(0), nxt.oh.eq(cur.oh + 1), nxt.xc.eq(cur.xc0),
+                     nxt.xr.eq(cur.xr + lay.stride_h), nxt.ra.eq(cur.ra + steps.shw),
+                     nxt.dyi.eq(cur.dyi + 1)]
+    with m.Else():                            # the context's last vector: next tap
+        m.d.comb += [nxt.ow.eq(0), nxt.oh.eq(0), nxt.dyi.eq(0)]
+        with m.If(cur.q != lay.kernel_w - 1):
+            m.d.comb += [nxt.q.eq(cur.q + 1), nxt.xc0.eq(cur.xc0 + lay.dil_w),
+                         nxt.xc.eq(cur.xc0 + lay.dil_w), nxt.xr.eq(cur.xr0),
+                         nxt.ra.eq(cur.ra0)]
+        with m.Else():
+            m.d.comb += [nxt.q.eq(0), nxt.xc0.eq(-pw), nxt.xc.eq(-pw)]
+            with m.If(cur.r != lay.kernel_h - 1):
+                m.d.comb += [nxt.r.eq(cur.r + 1), nxt.xr0.eq(cur.xr0 + lay.dil_h),
+                             nxt.xr.eq(cur.xr0 + lay.dil_h), nxt.ra0.eq(cur.ra0 + steps.dhw),
+                             nxt.ra.eq(cur.ra0 + steps.dhw)]
+            with m.Else():
+                m.d.comb += [nxt.r.eq(0), nxt.xr0.eq(-pt), nxt.xr.eq(-pt),
+                             nxt.ra0.eq(steps.ptw), nxt.ra.eq(steps.ptw), wrapped.eq(1)]
+    return wrapped
