@@ -6,17 +6,25 @@ simulator. The Verilog runs under Verilator through the whole accelerator
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Assert, Assume, Module, Signal, signed, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.engines.conv_forward import ConvForward
-from bpsa.gateware.engines.zf_loss import TAG_SLOTS, ZeroFreeLossWalker
+from bpsa.gateware.engines.zf_loss import (
+    TAG_SLOTS,
+    ZeroFreeLossWalker,
+    dy_position,
+    inc_divmod,
+    sub_divmod,
+)
 from bpsa.models.golden import conv2d_input_grad
 from bpsa.spec.numeric import operand_range, wrap_array
+from bpsa.verify.formal import prove
 
 #: rows < cols, B > cols.
 CFG_A = Config(name="zl_r2_c3_b4", rows=2, cols=3, feeder_bus_width=4, dim_width=6,
@@ -237,3 +245,73 @@ def test_zero_free_loss_run_equals_golden(cfg, seed):
             assert got == [int(v) for v in want[:, h, x]], (h, x)
     assert counts["vectors"] == len(vectors)
     assert counts["fired"] + counts["gated"] == counts["vectors"] * cfg.rows * cfg.cols
+
+
+# --- bounded formal check of the walker's index map ---------------------------------------------
+#
+# The walker finds a class pixel's dY pixel under a tap without a divider: it keeps the floor
+# division of ``a + pad - r d`` by the stride, steps it by ``sub_divmod`` (next tap, with the
+# dilation's quotient and remainder from the controller) and ``inc_divmod`` (next class), and
+# reads the position with ``dy_position``. Each is proved against floor division for every
+# value of FORMAL_DW-bit fields: combinational properties, depth-1 BMCs with z3. With them,
+# by induction over the walker's taps and classes, a tap is sent only where the zero-spaced dY
+# holds a real dY pixel (no stride zero is read or multiplied), and it is that pixel.
+
+FORMAL_DW = 3
+
+
+class _DivmodProof(wiring.Component):
+    """Free stride, values and coordinates; Assert one property."""
+
+    def __init__(self, prop):
+        self.prop = prop
+        w = FORMAL_DW
+        super().__init__({"s": In(unsigned(w)), "v": In(signed(w + 3)), "d": In(unsigned(w)),
+                          "a": In(unsigned(w)), "i": In(unsigned(w)), "r": In(unsigned(w)),
+                          "pad": In(unsigned(w))})
+
+    def elaborate(self, platform):
+        m = Module()
+        s, v, d = self.s, self.v, self.d
+        m.d.comb += Assume(s > 0)
+        wide = signed(FORMAL_DW + 8)
+
+        def floor_divmod(value, name):
+            val = Signal(wide, name=f"{name}_v")
+            rem, quo = Signal(wide, name=f"{name}_rem"), Signal(wide, name=f"{name}_quo")
+            m.d.comb += [val.eq(value), rem.eq(val % s), quo.eq(val // s)]
+            return rem, quo
+
+        if self.prop == "sub":
+            rem, quo = floor_divmod(v, "v")
+            want_rem, want_quo = floor_divmod(v - d, "vd")
+            got_rem, got_quo = sub_divmod(rem, quo, d % s, d // s, s)
+            m.d.comb += [Assert(got_rem == want_rem, "remainder"),
+                         Assert(got_quo == want_quo, "quotient")]
+        elif self.prop == "inc":
+            rem, quo = floor_divmod(v, "v")
+            want_rem, want_quo = floor_divmod(v + 1, "v1")
+            got_rem, got_quo = inc_divmod(rem, quo, s)
+            m.d.comb += [Assert(got_rem == want_rem, "remainder"),
+                         Assert(got_quo == want_quo, "quotient")]
+        else:
+            # class a, class pixel i (dX row a + s i), tap r with dilation d, padding pad:
+            # the zero-spaced dY row is h + pad - r d; a real dY row where it is a multiple of s
+            a, i, r, pad = self.a, self.i, self.r, self.pad
+            m.d.comb += Assume(a < s)
+            rem, quo = floor_divmod(a + pad - r * d, "tap")
+            zrow = Signal(wide)
+            m.d.comb += zrow.eq(a + s * i + pad - r * d)
+            ok, oh, _ = dy_position(i, 0, rem, quo, 0, 0)
+            m.d.comb += [Assert(ok == (zrow % s == 0), "a real dY pixel, never a stride zero"),
+                         Assert(~ok | (oh * s == zrow), "that pixel")]
+        return m
+
+
+@pytest.mark.formal
+@pytest.mark.parametrize("prop", ["sub", "inc", "position"])
+def test_index_map_formally_equals_floor_division(prop, tmp_path):
+    """Every stride, value and coordinate of FORMAL_DW bits: the walker's divider-free steps
+    and positions equal floor division (see above)."""
+    passed, log = prove(_DivmodProof(prop), f"zf_loss_{prop}", tmp_path)
+    assert passed, log

@@ -45,7 +45,8 @@ from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.engines.zf_gradient import feed_layout
 
-__all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "zf_loss_layout"]
+__all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "dy_position", "inc_divmod",
+           "sub_divmod", "zf_loss_layout"]
 
 #: Contexts whose P offsets are held at once (the walker waits for a free slot).
 TAG_SLOTS = 8
@@ -184,11 +185,11 @@ class ZeroFreeLossWalker(wiring.Component):
         rs = Signal(2 * dim)
         crs = Signal(wide)
 
-        tap_ok = (rr_rem == 0) & (rq_rem == 0)
         exists = p_h < lay.height
         ol = Signal(sd)
         oc = Signal(sd)
-        m.d.comb += [ol.eq(p_i + rr_quo), oc.eq(p_j + rq_quo)]
+        tap_ok, pos_h, pos_w = dy_position(p_i, p_j, rr_rem, rr_quo, rq_rem, rq_quo)
+        m.d.comb += [ol.eq(pos_h), oc.eq(pos_w)]
         inb = exists & (ol >= 0) & (ol < lay.out_height) & (oc >= 0) & (oc < lay.out_width)
         can_load = load & ~pick(slot_full, fill)
         tag_room = ctx_in_flight < TAG_SLOTS
@@ -212,14 +213,12 @@ class ZeroFreeLossWalker(wiring.Component):
 
         def next_tap_rows():
             """(rem, quo) of ``a + pad_top - (r + 1) d_h`` from those of ``r``."""
-            rem = rr_rem - lay.dh_r
-            return [rr_rem.eq(Mux(rem < 0, rem + lay.stride_h, rem)),
-                    rr_quo.eq(rr_quo - lay.dh_q - Mux(rem < 0, 1, 0))]
+            rem, quo = sub_divmod(rr_rem, rr_quo, lay.dh_r, lay.dh_q, lay.stride_h)
+            return [rr_rem.eq(rem), rr_quo.eq(quo)]
 
         def next_tap_cols(rem_src, quo_src):
-            rem = rem_src - lay.dw_r
-            return [rq_rem.eq(Mux(rem < 0, rem + lay.stride_w, rem)),
-                    rq_quo.eq(quo_src - lay.dw_q - Mux(rem < 0, 1, 0))]
+            rem, quo = sub_divmod(rem_src, quo_src, lay.dw_r, lay.dw_q, lay.stride_w)
+            return [rq_rem.eq(rem), rq_quo.eq(quo)]
 
         def first_tap():
             return [r.eq(0), q.eq(0), tidx.eq(0), rr_rem.eq(ra_rem), rr_quo.eq(ra_quo),
@@ -244,11 +243,6 @@ class ZeroFreeLossWalker(wiring.Component):
                          rq_quo.eq(quo_b),
                          t_i.eq(0), t_j.eq(0), t_h.eq(na), t_w.eq(nb),
                          p_i.eq(0), p_j.eq(0), p_h.eq(na), p_w.eq(nb)]
-
-        def inc_mod(rem, quo, stride):
-            """(rem, quo) of v + 1 from those of v."""
-            nxt = rem + 1
-            return Mux(nxt >= stride, nxt - stride, nxt), quo + Mux(nxt >= stride, 1, 0)
 
         wrapped = Signal()
         with m.If(self.start & ~self.busy):
@@ -330,8 +324,8 @@ class ZeroFreeLossWalker(wiring.Component):
                         m.d.sync += load.eq(0)
                         m.d.comb += next_class.eq(1)
         with m.If(next_class):
-            nrem_b, nquo_b = inc_mod(rb_rem, rb_quo, lay.stride_w)
-            nrem_a, nquo_a = inc_mod(ra_rem, ra_quo, lay.stride_h)
+            nrem_b, nquo_b = inc_divmod(rb_rem, rb_quo, lay.stride_w)
+            nrem_a, nquo_a = inc_divmod(ra_rem, ra_quo, lay.stride_h)
             with m.If(b + 1 < lay.stride_w):
                 class_start(a, b + 1, ra_rem, ra_quo, nrem_b, nquo_b)
             with m.Elif(a + 1 < lay.stride_h):
@@ -389,3 +383,28 @@ class ZeroFreeLossWalker(wiring.Component):
             any_full = any_full | f
         m.d.comb += self.busy.eq(setup | scan | load | ~loader_done | wr_en | any_full | valid)
         return m
+
+
+# --- the index map's arithmetic (proved against floor division in the walker's tests) -------
+
+def sub_divmod(rem, quo, d_rem, d_quo, stride):
+    """``(rem', quo')`` with ``quo' stride + rem' = quo stride + rem - (d_quo stride + d_rem)``
+    and ``0 <= rem' < stride``, given ``0 <= rem, d_rem < stride``: floor division of ``v - d``
+    from those of ``v`` and ``d``, without a divider."""
+    diff = rem - d_rem
+    return Mux(diff < 0, diff + stride, diff), quo - d_quo - Mux(diff < 0, 1, 0)
+
+
+def inc_divmod(rem, quo, stride):
+    """``(rem', quo')``: floor division of ``v + 1`` by ``stride`` from that of ``v``."""
+    nxt = rem + 1
+    return Mux(nxt >= stride, nxt - stride, nxt), quo + Mux(nxt >= stride, 1, 0)
+
+
+def dy_position(i, j, rr_rem, rr_quo, rq_rem, rq_quo):
+    """Class pixel ``(i, j)`` (dX ``(a + s_h i, b + s_w j)``) under tap ``(r, q)``, given
+    ``(rr_quo, rr_rem)`` = floor division of ``a + pad_top - r d_h`` by ``s_h`` and
+    ``(rq_quo, rq_rem)`` that of ``b + pad_w - q d_w`` by ``s_w``: ``(tap_ok, oh, ow)``, where
+    ``tap_ok`` says the tap meets a dY pixel (no stride zero) and ``(oh, ow)`` is that pixel
+    (maybe outside dY: padding)."""
+    return (rr_rem == 0) & (rq_rem == 0), i + rr_quo, j + rq_quo
