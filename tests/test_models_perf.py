@@ -89,7 +89,23 @@ def test_model_runs_every_workload_layer_on_paper16():
             ran += 1
             assert 0 < m.utilization <= 1 and m.cycles >= m.compute_cycles, (row, phase)
             assert m.array_slots >= m.macs
+            assert m.cycles >= m.roofline_cycles, (row, phase)   # a lower bound
     assert ran >= 40
+
+
+def test_roofline_by_hand():
+    """paper16: 256 MACs a cycle, 8 bus bytes a cycle, int16 operands, int32 results."""
+    cfg = load_config("paper16")
+    # ResNet-50 layer3.0.conv2's loss: 115,605,504 MACs / 256 = 451,584 cycles; it moves
+    # dY 256*14*14*2 + W 256*256*9*2 + dX 256*28*28*4 = 2,082,816 bytes = 260,352 cycles
+    m = layer_cycles(cfg, "loss", n=1, c=256, h=28, w=28, k=256, r=3, s=3, stride=(2, 2),
+                     pad=(1, 1))
+    assert m.roofline_cycles == 451_584
+    assert m.over_roofline == pytest.approx(m.cycles / 451_584)
+    # a 1x1 stride-2 gradient, C=64, 8x8, K=16: 16,384 MACs = 64 cycles; X 64*64*2 + dY
+    # 16*16*2 + dW 16*64*4 = 12,800 bytes = 1,600 cycles: the bus bounds it
+    m = layer_cycles(cfg, "gradient", n=1, c=64, h=8, w=8, k=16, r=1, s=1, stride=(2, 2))
+    assert m.roofline_cycles == 1_600
 
 
 def test_model_refuses_other_phases_and_modes():

@@ -362,14 +362,15 @@ def cmd_perf(args):
                          sort_keys=True))
         return
     print(f"{'network':14s} {'layer':22s} {'phase':8s} {'cycles':>11s} {'util':>6s} "
-          f"{'DMA busy':>10s}  bound")
+          f"{'roofline':>11s} {'x roof':>6s} {'DMA busy':>10s}  bound")
     for e in out:
         if "refused" in e:
             print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} refused: "
                   f"{e['refused']}")
             continue
         print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} {e['cycles']:11,d} "
-              f"{e['utilization']:6.3f} {e['dma_busy_cycles']:10,d}  {e['bound']}")
+              f"{e['utilization']:6.3f} {e['roofline_cycles']:11,d} {e['over_roofline']:6.2f} "
+              f"{e['dma_busy_cycles']:10,d}  {e['bound']}")
     print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
 
 

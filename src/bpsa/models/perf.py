@@ -23,7 +23,7 @@ from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "layer_cycles"]
+__all__ = ["TIMING", "LayerCycles", "layer_cycles", "roofline_cycles"]
 
 #: Fitted constants (cycles).
 TIMING = {
@@ -41,7 +41,11 @@ class LayerCycles:
     """The model's figures for one layer and phase: ``cycles`` (BUSY_CYCLES), ``compute_cycles``
     (an engine busy), ``macs`` (the layer's multiply-accumulates), ``array_slots`` (MAC slots
     the array is fed: the RTL's MACS + GATED_MACS), ``utilization`` (``macs`` over rows x cols
-    x ``cycles``), DMA bytes and busy cycles, engine runs, and what bounds the layer."""
+    x ``cycles``), DMA bytes and busy cycles, engine runs, and what bounds the layer.
+    ``roofline_cycles`` is the layer's lower bound on this configuration,
+    ``max(macs / (rows cols), min_bytes / bus bytes a cycle)`` with ``min_bytes`` the phase's
+    inputs read once and its output written once (operands at operand width, results as
+    accumulators); ``over_roofline`` is ``cycles / roofline_cycles``."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -52,6 +56,8 @@ class LayerCycles:
     dma_busy_cycles: int
     runs: int
     bound: str
+    roofline_cycles: int
+    over_roofline: float
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -270,7 +276,19 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     bound = "array" if compute > 0.8 * total else ("dma" if dma_busy > 0.8 * total
                                                    else "stalls")
     writes = (n * ct * h * w * C * ab if phase == "loss" else kt * c * r * s * C * ab)
+    roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s,
+                           oh=oh, ow=ow)
     return LayerCycles(cycles=total, compute_cycles=compute, macs=macs, array_slots=slots,
                        utilization=util,
                        dma_read_bytes=reads, dma_write_bytes=writes,
-                       dma_busy_cycles=dma_busy, runs=len(runs), bound=bound)
+                       dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
+                       roofline_cycles=roof, over_roofline=total / roof)
+
+
+def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow):
+    """The layer's roofline bound in cycles (see :class:`LayerCycles`)."""
+    ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
+    x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
+    moved = {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
+             "gradient": (x + y) * ob + wt * ab}[phase]
+    return max(-(-macs // (config.rows * config.cols)), -(-moved // TIMING["bus_bytes"]))
