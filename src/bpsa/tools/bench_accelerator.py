@@ -2,15 +2,18 @@
 through the accelerator top under Verilator (driver, AXI RAM, DMA, tiling controller).
 
     python -m bpsa.tools.bench_accelerator [--config paper16] [--max-channels 32] [--max-size 32]
-                                    [--batch 1] [--only NAME,..]
+                                    [--batch 1] [--only NAME,..] [--all-strides]
+                                    [--phases forward,loss,gradient]
                                     [--pauses] [--json]
 
-The layers are the stride >= 2 layers of ``sim/workloads/conv_layers.csv`` with channels
+The layers are the stride >= 2 layers (every layer with ``--all-strides``) of
+``src/bpsa/workloads/conv_layers.csv`` with channels
 capped at ``--max-channels`` and the input at ``--max-size`` (batch ``--batch``); the
 controller tiles them over the buffers. (``bpsa.tools.bench_backward`` compares BP-im2col with the
 baseline mode at engine level, on shapes small enough for the baseline's zero-spaced copies.) Every
 result is checked against the golden model. Per layer and phase it prints cycles, array utilization
-(useful MACs over ``cycles * rows * cols``), DMA bytes read and written, buffer words (A, B, P:
+(useful MACs over ``cycles * rows * cols``), the cycles over the layer's roofline bound
+(:func:`bpsa.models.perf.roofline_cycles`), DMA bytes read and written, buffer words (A, B, P:
 reads + writes), the DMA busy cycles, how much of them overlapped compute, and the Verilator speed.
 With ``--baseline``, loss and gradient also run the traditional way (rows marked ``*``): the driver
 builds the zero-inserted / zero-padded tensors in memory and the accelerator runs them as
@@ -31,22 +34,28 @@ from bpsa.verify.accel_run import check_job, job, run_jobs, summary
 PHASES = ("forward", "loss", "gradient")
 
 
-def accel_layers(cfg, csv_path, max_channels, max_size, batch, baseline=False):
-    """The stride >= 2 layers, capped, that the accelerator runs in all three phases: a list
-    of (layer, [source layer names]), identical shapes once."""
+def accel_layers(cfg, csv_path, max_channels, max_size, batch, baseline=False, *,
+                 all_strides=False, phases=PHASES):
+    """The stride >= 2 layers (every layer with ``all_strides``), capped, that the
+    accelerator runs in all of ``phases``: a list of (layer, [source layer names]), identical
+    shapes once."""
     out, seen = [], {}
-    for row in csv.DictReader(open(csv_path)):
-        if int(row["stride"]) < 2:
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if int(row["stride"]) < 2 and not all_strides:
             continue
         R, S, s, p, d = (int(row[k]) for k in ("R", "S", "stride", "pad", "dilation"))
         c, k = min(int(row["C"]), max_channels), min(int(row["K"]), max_channels)
         h = min(int(row["H"]), max_size)
         layer = ConvLayer.conv(batch, c, h, h, k, R, S, stride=s, pad=p, dil=d)
         try:
-            for phase in PHASES:
+            for phase in phases:
                 check_job(cfg, layer, phase)
             if baseline:
-                for phase in PHASES[1:]:
+                for phase in phases:
+                    if phase == "forward":
+                        continue
                     check_job(cfg, layer, phase, baseline=True)
         except ValueError:
             continue
@@ -57,6 +66,16 @@ def accel_layers(cfg, csv_path, max_channels, max_size, batch, baseline=False):
             seen[layer.text()] = (layer, [name])
             out.append(seen[layer.text()])
     return out
+
+
+def _roofline(cfg, layer, phase):
+    """The layer's roofline bound in cycles (:func:`bpsa.models.perf.roofline_cycles`)."""
+    from bpsa.models.perf import roofline_cycles
+    oh, ow = layer.out_hw
+    dims = dict(n=layer.batch, c=layer.channels, h=layer.height, w=layer.width,
+                k=layer.out_channels, r=layer.kernel_h, s=layer.kernel_w, oh=oh, ow=ow)
+    macs = dims["n"] * dims["k"] * oh * ow * dims["c"] * dims["r"] * dims["s"]
+    return roofline_cycles(cfg, phase, macs=macs, **dims)
 
 
 def main(argv=None):
@@ -73,18 +92,25 @@ def main(argv=None):
     ap.add_argument("--baseline", action="store_true",
                     help="also run loss and gradient the traditional way (zero-spaced tensors "
                          "built by the driver, run as forward convolutions) for comparison")
+    ap.add_argument("--all-strides", action="store_true",
+                    help="every layer of the workload, not only the stride >= 2 ones")
+    ap.add_argument("--phases", default=",".join(PHASES), metavar="PHASE,PHASE",
+                    help=f"phases to run (of {', '.join(PHASES)}; default all)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
+    phases = tuple(args.phases.split(","))
+    if not phases or any(p not in PHASES for p in phases):
+        ap.error(f"--phases must name some of {', '.join(PHASES)}, not {args.phases!r}")
     layers = accel_layers(cfg, args.csv, args.max_channels, args.max_size, args.batch,
-                          args.baseline)
+                          args.baseline, all_strides=args.all_strides, phases=phases)
     if args.only:
         keys = args.only.split(",")
         layers = [(lay, names) for lay, names in layers
                   if any(k in n for k in keys for n in names)]
-    kinds = [(p, False) for p in PHASES]
+    kinds = [(p, False) for p in phases]
     if args.baseline:
-        kinds += [(p, True) for p in PHASES[1:]]
+        kinds += [(p, True) for p in phases if p != "forward"]
     jobs = [job(layer, p, seed=i + 1, pauses=args.pauses, baseline=b)
             for i, (layer, _) in enumerate(layers) for p, b in kinds]
     t0 = time.perf_counter()
@@ -97,6 +123,8 @@ def main(argv=None):
             s = summary(cfg, res)
             s.update(layer=layer.text(), sources=names, sim_cycles=res["sim_cycles"],
                      sim_seconds=res["sim_seconds"])
+            s["roofline_cycles"] = _roofline(cfg, layer, s["phase"])
+            s["over_roofline"] = s["cycles"] / s["roofline_cycles"]
             rows.append(s)
     total_cycles = sum(r["sim_cycles"] for r in rows)
     total_sim = sum(r["sim_seconds"] for r in rows)
@@ -107,13 +135,13 @@ def main(argv=None):
     else:
         print(f"# {cfg.name}: {len(layers)} layers, {len(rows)} runs, all checked against the "
               f"golden model")
-        print(f"{'layer':<44} {'phase':<9} {'cycles':>8} {'util':>6} {'dma_rd_B':>9} "
+        print(f"{'layer':<44} {'phase':<9} {'cycles':>8} {'util':>6} {'x roof':>6} {'dma_rd_B':>9} "
               f"{'dma_wr_B':>9} {'bufA':>7} {'bufB':>7} {'bufP':>7} {'dma_cyc':>8} "
               f"{'overlap':>7}")
         for r in rows:
             phase = r["phase"] + ("*" if r["baseline"] else "")
             print(f"{r['layer']:<44} {phase:<9} {r['cycles']:>8} "
-                  f"{r['utilization']:>6.3f} {r['dma_read_bytes']:>9} "
+                  f"{r['utilization']:>6.3f} {r['over_roofline']:>6.2f} {r['dma_read_bytes']:>9} "
                   f"{r['dma_write_bytes']:>9} {r['buf_a_words']:>7} {r['buf_b_words']:>7} "
                   f"{r['buf_p_words']:>7} {r['dma_busy_cycles']:>8} "
                   f"{r['dma_overlap']:>7.3f}")
