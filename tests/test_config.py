@@ -33,6 +33,8 @@ def test_defaults_are_valid():
     ("feeder_fifo_depth", 0, r"feeder_fifo_depth must be in \[1, 64\]"),
     ("dim_width", 3, r"dim_width must be in \[4, 16\], not 3"),
     ("buf_a_depth", 1000, r"buf_a_depth must be a power of two in \[16, 65536\], not 1000"),
+    ("dma_data_width", 32, r"dma_data_width must be a power of two in \[64, 256\], not 32"),
+    ("dma_data_width", 512, r"dma_data_width must be a power of two in \[64, 256\], not 512"),
     ("buf_p_depth", 8, r"buf_p_depth must be a power of two"),
     ("name", "", r"name must be a non-empty string"),
 ])

@@ -129,6 +129,9 @@ def test_config_words():
     assert words["CFG_FEATURES"] == (0b101 | 1 << 4 | 1 << 5 | 1 << 6 | 16 << 8 | 3 << 16
                                      | 1 << 20 | 1 << 21)
     assert words["CFG_BUFFERS"] == 12 | 10 << 8 | 10 << 16
+    # log2(dma_data_width / 64) in [25:24]
+    assert config_words(cfg.replace(dma_data_width=256))["CFG_BUFFERS"] == \
+        12 | 10 << 8 | 10 << 16 | 2 << 24
 
 
 def test_bad_config():

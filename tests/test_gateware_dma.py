@@ -31,6 +31,12 @@ CONFIGS = {
                           feeder_bus_width=4, buf_a_depth=64, buf_b_depth=64, buf_p_depth=64),
     "uint6": Config(name="uint6", operand_width=6, operand_signed=False, acc_width=16,
                     cols=5, buf_a_depth=64, buf_b_depth=64, buf_p_depth=64),
+    # wider buses: 128-bit beats (a word of 16 int8 lanes is one beat), 256-bit beats wider
+    # than the widest word (int16 x 4 = 64 bits, accumulators 4 x 32)
+    "bus128": Config(name="bus128", feeder_bus_width=16, buf_a_depth=64, buf_b_depth=64,
+                     buf_p_depth=64, dma_data_width=128),
+    "bus256": Config(name="bus256", operand_width=16, feeder_bus_width=4, buf_a_depth=64,
+                     buf_b_depth=64, buf_p_depth=64, dma_data_width=256),
 }
 
 
@@ -72,18 +78,21 @@ class AxiRamModel:
 
     def __init__(self, axi, memory, rng, pause=0.0, err=None, err_resp=AxiResp.SLVERR):
         self.axi, self.mem, self.rng, self.pause = axi, memory, rng, pause
+        self.beat = len(axi.wdata) // 8             # bytes a beat
         self.err, self.err_resp = err, err_resp
         self.handshakes = 0
 
     def _bad(self, addr):
-        return self.err is not None and self.err[0] <= addr + 7 and addr <= self.err[1]
+        return (self.err is not None and self.err[0] <= addr + self.beat - 1
+                and addr <= self.err[1])
 
     def _burst(self, addr, length, size, burst):
-        assert size == 3 and burst == AxiBurst.INCR, f"burst size {size} type {burst}"
-        assert addr % 8 == 0, f"unaligned burst address 0x{addr:x}"
-        assert addr // 4096 == (addr + 8 * (length + 1) - 1) // 4096, \
+        beat = self.beat
+        assert 1 << size == beat and burst == AxiBurst.INCR, f"burst size {size} type {burst}"
+        assert addr % beat == 0, f"unaligned burst address 0x{addr:x}"
+        assert addr // 4096 == (addr + beat * (length + 1) - 1) // 4096, \
             f"burst 0x{addr:x} + {length + 1} beats crosses 4 KiB"
-        return [addr + 8 * i for i in range(length + 1)]
+        return [addr + beat * i for i in range(length + 1)]
 
     async def run(self, ctx):
         axi, rng = self.axi, self.rng
@@ -126,7 +135,8 @@ class AxiRamModel:
                         beats = self._burst(*payload)
                         for i, a in enumerate(beats):
                             bad = self._bad(a)
-                            data = 0 if bad else int.from_bytes(self.mem.read(a, 8), "little")
+                            data = 0 if bad else int.from_bytes(self.mem.read(a, self.beat),
+                                                                "little")
                             r_q.append((data, self.err_resp if bad else AxiResp.OKAY,
                                         i == len(beats) - 1))
                     elif ch == "aw":
@@ -147,7 +157,7 @@ class AxiRamModel:
                 if self._bad(a):
                     burst[1] = self.err_resp
                 else:
-                    for i in range(8):
+                    for i in range(self.beat):
                         if strb >> i & 1:
                             self.mem.write(a + i, [data >> (8 * i) & 0xFF])
                 if last:
@@ -367,7 +377,7 @@ def test_params():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["default", "int16_acc40"])
+@pytest.mark.parametrize("name", ["int16_acc40", "bus256"])
 def test_dma_verilator(name):
     """The generated Verilog under Verilator against cocotbext-axi's AxiRam with random
     back-pressure on every channel."""
@@ -395,6 +405,28 @@ def test_throughput(direction):
             ctx.set(engine.clear_counters, 0)
             cmd = {"direction": direction, "kind": kind, "addr": addr, "buf_addr": 0,
                    "length": length, "lanes": lanes}
+            assert await issue(ctx, engine, cmd) == DmaError.NONE
+            cycles = ctx.get(engine.busy_cycles)
+            assert cycles <= most, f"{cmd}: {cycles} cycles"
+
+    run_dma(engine, body)
+
+
+@pytest.mark.parametrize("direction", list(Direction))
+def test_wide_bus_throughput(direction):
+    """A 128-bit bus moves 16 bytes a cycle when a word holds a beat (bus128: words of 16
+    int8 operands or 4 int32 accumulators): twice the 64-bit bus's rate."""
+    engine = DmaEngine(CONFIGS["bus128"], depth=1024)
+    assert engine.word_width == 128 and len(engine.axi.wdata) == 128
+
+    async def body(ctx, harness, memory, ram):
+        for kind, length, most in ((ElementKind.OPERAND, 2000, 2000 // 16 + 8),
+                                   (ElementKind.ACCUMULATOR, 1000, 1000 // 4 + 8)):
+            ctx.set(engine.clear_counters, 1)
+            await ctx.tick()
+            ctx.set(engine.clear_counters, 0)
+            cmd = {"direction": direction, "kind": kind, "addr": 0x1000, "buf_addr": 0,
+                   "length": length, "lanes": 0}
             assert await issue(ctx, engine, cmd) == DmaError.NONE
             cycles = ctx.get(engine.busy_cycles)
             assert cycles <= most, f"{cmd}: {cycles} cycles"

@@ -63,6 +63,8 @@ def test_core_loading():
         warnings.simplefilter("ignore", UnusedElaboratable)
         with pytest.raises(TypeError, match="config must be a Config"):
             SocTop({"rows": 2}, core=StandInCore)
+        with pytest.raises(ValueError, match="dma_data_width 128 \\(allowed on boards: 64\\)"):
+            SocTop(Config(name="wide", dma_data_width=128), core=StandInCore)
         gc.collect()
 
 

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.verilator
 SMALL = load_config("small")
 
 
-async def _step(t, rng):
-    drv = Driver(t, SMALL, mem_size=1 << 21)
+async def _step(t, rng, config=SMALL):
+    drv = Driver(t, config, mem_size=1 << 21)
     await drv.open()
     x = rng.integers(-128, 128, (2, 3, 11, 9))
     w = rng.integers(-128, 128, (5, 3, 3, 3))
@@ -49,6 +49,15 @@ def test_driver_on_native_transport():
             assert t.cycles > sum(results[-1])
     plain, stalled = results
     assert all(s > p for p, s in zip(plain, stalled)), (plain, stalled)
+
+
+def test_wide_memory_bus():
+    """dma_data_width 256: every phase bit-exact under memory back-pressure (the harness
+    moves 32-byte beats)."""
+    from bpsa.verify.native import NativeTransport
+    cfg = SMALL.replace(dma_data_width=256, name="small_bus256")
+    with NativeTransport(cfg, mem_bytes=1 << 21, seed=3, stall=0.3) as t:
+        asyncio.run(_step(t, np.random.default_rng(4), cfg))
 
 
 def test_native_transport_checks():

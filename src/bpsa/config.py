@@ -81,6 +81,8 @@ class Config:
         stride, padding, dilation), 4..16; shapes up to ``2**dim_width - 1``.
     Buffers
         ``buf_a_depth``, ``buf_b_depth``, ``buf_p_depth``: words, powers of two, 16..65536.
+    External memory
+        ``dma_data_width``: bits of the AXI4 master's data bus, 64, 128 or 256.
     """
 
     rows: int = 4
@@ -101,6 +103,7 @@ class Config:
     buf_a_depth: int = 1024
     buf_b_depth: int = 1024
     buf_p_depth: int = 1024
+    dma_data_width: int = 64
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -164,6 +167,7 @@ class Config:
         _check_int("dim_width", self.dim_width, 4, 16)
         for name in ("buf_a_depth", "buf_b_depth", "buf_p_depth"):
             _check_pow2(name, getattr(self, name), 16, 65536)
+        _check_pow2("dma_data_width", self.dma_data_width, 64, 256)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
 

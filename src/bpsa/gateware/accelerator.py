@@ -169,7 +169,7 @@ class Accelerator(CheckedComponent):
     -------
     axil : In(axi_lite_signature(12))
         Host register interface (:mod:`bpsa.gateware.axi_lite`; Verilog ports ``axil__*``).
-    mem : Out(axi4_signature())
+    mem : Out(axi4_signature(data_width=config.dma_data_width))
         External memory (:mod:`bpsa.gateware.dma`; Verilog ports ``mem__*``).
     irq : Out(1)
         STATUS.DONE: high from the end of a layer until CLEAR or the next START.
@@ -189,7 +189,7 @@ class Accelerator(CheckedComponent):
         self.has_zf = config.has_mode("zero_free")
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH)),
-            "mem": Out(axi4_signature()),
+            "mem": Out(axi4_signature(data_width=config.dma_data_width)),
             "irq": Out(1),
         })
 

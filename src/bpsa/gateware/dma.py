@@ -2,8 +2,9 @@
 buffer, one command at a time.
 
 External memory
-    Bus: AXI4, 32-bit addresses, :data:`DATA_WIDTH` = 64-bit data, one ID (0), INCR bursts of
-    full beats (``AxSIZE`` = 3) from beat-aligned addresses, at most ``max_burst`` beats (16 by
+    Bus: AXI4, 32-bit addresses, ``Config.dma_data_width`` = 64 (default), 128 or 256-bit
+    data, one ID (0), INCR bursts of full beats (``AxSIZE`` = log2 of the beat's bytes) from
+    beat-aligned addresses, at most ``max_burst`` beats (16 by
     default, up to 256) and never across a 4 KiB boundary. Writes mark the bytes outside the
     command's range with ``wstrb`` = 0. AW / AR run ahead of the data channels (all bursts of a
     command may be outstanding); ``bready`` is always high.
@@ -28,7 +29,7 @@ Element conversion
 
 Throughput
     Each cycle moves as many elements as are left in the current beat and the current buffer
-    word (at most one beat): a full beat (8 bytes) per cycle when ``lanes`` is at least the
+    word (at most one beat): a full beat (``dma_data_width / 8`` bytes) per cycle when ``lanes`` is at least the
     elements per beat and the address is beat-aligned; splits at word and beat boundaries
     otherwise (at least one element per cycle).
 
@@ -66,11 +67,8 @@ __all__ = [
 
 #: AXI4 address bits.
 ADDR_WIDTH = 32
-#: AXI4 data bits.
+#: AXI4 data bits of the default configuration (``Config.dma_data_width`` sets them).
 DATA_WIDTH = 64
-_BEAT_BYTES = DATA_WIDTH // 8
-_BEAT_SHIFT = exact_log2(_BEAT_BYTES)
-_BEATS_4K = 4096 // _BEAT_BYTES
 
 
 class AxiBurst(enum.Enum, shape=2):
@@ -187,7 +185,7 @@ class DmaEngine(wiring.Component):
     window_lo, window_hi : In(32)
         The external byte addresses commands may touch (inclusive); sampled when a command is
         checked.
-    axi : Out(axi4_signature())
+    axi : Out(axi4_signature(data_width=config.dma_data_width))
         External memory (Verilog ports ``axi__awaddr`` ...). Every valid is a register that
         holds until its handshake.
     buf_read : In(ReadPort.Signature(addr_width=log2(depth), shape=word_width))
@@ -220,6 +218,10 @@ class DmaEngine(wiring.Component):
                 or max_burst & (max_burst - 1):
             raise ValueError(f"max_burst must be a power of two in [1, 256], not {max_burst!r}")
         self.config = config
+        self.data_width = config.dma_data_width
+        self.beat_bytes = self.data_width // 8
+        self.beat_shift = exact_log2(self.beat_bytes)
+        self.beats_4k = 4096 // self.beat_bytes
         self.word_width = word_width
         self.depth = depth
         self.max_burst = max_burst
@@ -233,7 +235,7 @@ class DmaEngine(wiring.Component):
             "busy": Out(1),
             "window_lo": In(ADDR_WIDTH),
             "window_hi": In(ADDR_WIDTH),
-            "axi": Out(axi4_signature()),
+            "axi": Out(axi4_signature(data_width=self.data_width)),
             "buf_read": In(ReadPort.Signature(addr_width=aw, shape=word_width)),
             "buf_read_ready": In(1, init=1),
             "buf_write": In(WritePort.Signature(addr_width=aw, shape=word_width)),
@@ -246,7 +248,7 @@ class DmaEngine(wiring.Component):
     @property
     def _vec_width(self):
         """Bits of the elements one load step moves, in buffer-lane format."""
-        return max(min(_BEAT_BYTES // nb, lanes) * bits
+        return max(min(self.beat_bytes // nb, lanes) * bits
                    for _, bits, nb, _, lanes in self.kinds()) or 1
 
     def kinds(self):
@@ -259,7 +261,7 @@ class DmaEngine(wiring.Component):
         lay = self.layout
         len_w = Shape.cast(lay["length"].shape).width
         beats_w = len_w + 1
-        beat_w = ADDR_WIDTH - _BEAT_SHIFT
+        beat_w = ADDR_WIDTH - self.beat_shift
         s = SimpleNamespace()      # signals shared by the sections below
 
         # --- the command, its derived values and checks ---------------------------------------
@@ -267,7 +269,7 @@ class DmaEngine(wiring.Component):
         s.err = err = Signal(DmaError)
         s.lanes = Signal.like(c.lanes)          # effective lanes per word
         s.nbytes = Signal(4)                    # bytes per element in memory
-        s.first_slot = Signal(_BEAT_SHIFT + 1)  # element slot of the first element in its beat
+        s.first_slot = Signal(self.beat_shift + 1)  # element slot of the first element in its beat
         max_lanes = Signal.like(c.lanes)
         s.size = size = Signal(2)               # log2 of nbytes
         with m.Switch(c.kind):
@@ -284,9 +286,9 @@ class DmaEngine(wiring.Component):
             end.eq(c.addr + (c.length << size) - 1),
             room.eq(self.depth - c.buf_addr),
             capacity.eq(room * s.lanes),
-            s.first_beat.eq(c.addr[_BEAT_SHIFT:]),
-            s.total_beats.eq(end[_BEAT_SHIFT:] - s.first_beat + 1),
-            s.first_slot.eq(c.addr[:_BEAT_SHIFT] >> size),
+            s.first_beat.eq(c.addr[self.beat_shift:]),
+            s.total_beats.eq(end[self.beat_shift:] - s.first_beat + 1),
+            s.first_slot.eq(c.addr[:self.beat_shift] >> size),
         ]
         s.is_store = c.direction == Direction.STORE
 
@@ -303,7 +305,7 @@ class DmaEngine(wiring.Component):
                 getattr(axi, f"{p}id").eq(0),
                 getattr(axi, f"{p}addr").eq(s.ax_addr),
                 getattr(axi, f"{p}len").eq(s.ax_len),
-                getattr(axi, f"{p}size").eq(_BEAT_SHIFT),
+                getattr(axi, f"{p}size").eq(self.beat_shift),
                 getattr(axi, f"{p}burst").eq(AxiBurst.INCR),
                 getattr(axi, f"{p}cache").eq(0b0011),     # normal, bufferable
                 getattr(axi, f"{p}valid").eq(s.ax_valid & active),
@@ -373,7 +375,7 @@ class DmaEngine(wiring.Component):
     def _burst_len(self, beat, left):
         """Beats of the next burst starting at beat address ``beat`` with ``left`` beats to go:
         at most ``max_burst`` and never across a 4 KiB boundary."""
-        to_4k = _BEATS_4K - beat[:exact_log2(_BEATS_4K)]
+        to_4k = self.beats_4k - beat[:exact_log2(self.beats_4k)]
         n = Mux(left < self.max_burst, left, self.max_burst)
         return Mux(to_4k < n, to_4k, n)
 
@@ -394,7 +396,7 @@ class DmaEngine(wiring.Component):
             n = Signal(9)
             m.d.comb += n.eq(self._burst_len(s.ax_beat, s.ax_left))
             m.d.sync += [
-                s.ax_valid.eq(1), s.ax_addr.eq(s.ax_beat << _BEAT_SHIFT), s.ax_len.eq(n - 1),
+                s.ax_valid.eq(1), s.ax_addr.eq(s.ax_beat << self.beat_shift), s.ax_len.eq(n - 1),
                 s.ax_beat.eq(s.ax_beat + n), s.ax_left.eq(s.ax_left - n),
                 s.bursts_sent.eq(s.bursts_sent + 1),
             ]
@@ -403,8 +405,8 @@ class DmaEngine(wiring.Component):
 
     def _declare_load(self, s, len_w):
         s.rb_valid = Signal()                    # a beat is held in rb_data
-        s.rb_data = Signal(DATA_WIDTH)
-        s.rb_slot = Signal(_BEAT_SHIFT + 1)      # element slot of the next element in it
+        s.rb_data = Signal(self.data_width)
+        s.rb_slot = Signal(self.beat_shift + 1)      # element slot of the next element in it
         s.rb_first = Signal()                    # no beat taken yet
         s.ld_left = Signal(len_w)                # elements still to unpack
         s.pk_word = Signal(self.word_width)      # the buffer word being packed
@@ -417,13 +419,13 @@ class DmaEngine(wiring.Component):
         axi, c = self.axi, s.c
         # Each cycle moves k >= 1 elements from the held beat into the word being packed: as
         # many as are left in the beat, in the word and in the command.
-        k = Signal(range(_BEAT_BYTES + 1))
+        k = Signal(range(self.beat_bytes + 1))
         vec = Signal(self._vec_width)            # the k elements in buffer-lane format
         lane_shift = Signal(range(self.word_width))
         beat_end = Signal()
         with m.Switch(c.kind):
             for kind, bits, nb, _, max_lanes in self.kinds():
-                per_beat = _BEAT_BYTES // nb
+                per_beat = self.beat_bytes // nb
                 with m.Case(kind):
                     m.d.comb += k.eq(_min(_min(per_beat - s.rb_slot, s.lanes - s.pk_lane),
                                           s.ld_left))
@@ -468,12 +470,12 @@ class DmaEngine(wiring.Component):
         s.sh = Signal(self.word_width)           # the word being unpacked, low lane first
         s.sh_left = Signal.like(s.lanes)
         s.st_left = Signal(len_w)                # elements still to place into beats
-        s.wa_data = Signal(DATA_WIDTH)           # the beat being assembled
-        s.wa_strb = Signal(_BEAT_BYTES)
-        s.wa_slot = Signal(_BEAT_SHIFT + 1)
+        s.wa_data = Signal(self.data_width)           # the beat being assembled
+        s.wa_strb = Signal(self.beat_bytes)
+        s.wa_slot = Signal(self.beat_shift + 1)
         s.w_valid = Signal()                     # the W output register
-        s.w_data = Signal(DATA_WIDTH)
-        s.w_strb = Signal(_BEAT_BYTES)
+        s.w_data = Signal(self.data_width)
+        s.w_strb = Signal(self.beat_bytes)
         s.w_last = Signal()
         s.wb_left = Signal(9)                    # beats left in the current W burst
         s.wsp_beat = Signal(beat_w)              # the W side's copy of the burst split
@@ -494,14 +496,14 @@ class DmaEngine(wiring.Component):
         # Each cycle moves k >= 1 elements from the low lanes of the unpacking register into
         # the beat being assembled: as many as are left in the word and in the beat.
         step = (s.sh_left != 0) & (~s.w_valid | axi.wready)
-        k = Signal(range(_BEAT_BYTES + 1))
-        vec = Signal(DATA_WIDTH)                 # the k elements, widened, from byte 0
-        vec_strb = Signal(_BEAT_BYTES)
+        k = Signal(range(self.beat_bytes + 1))
+        vec = Signal(self.data_width)                 # the k elements, widened, from byte 0
+        vec_strb = Signal(self.beat_bytes)
         sh_next = Signal.like(s.sh)
         beat_end = Signal()
         with m.Switch(c.kind):
             for kind, bits, nb, is_signed, max_lanes in self.kinds():
-                per_beat = _BEAT_BYTES // nb
+                per_beat = self.beat_bytes // nb
                 with m.Case(kind):
                     m.d.comb += k.eq(_min(per_beat - s.wa_slot, s.sh_left))
                     for e in range(min(per_beat, max_lanes)):
@@ -531,7 +533,7 @@ class DmaEngine(wiring.Component):
             m.d.sync += [s.sh.eq(sh_next), s.sh_left.eq(s.sh_left - k)]
 
         # The elements into their bytes of the beat; a finished beat into the W register.
-        byte = Signal(range(_BEAT_BYTES))
+        byte = Signal(range(self.beat_bytes))
         data_next = Signal.like(s.wa_data)
         strb_next = Signal.like(s.wa_strb)
         m.d.comb += [

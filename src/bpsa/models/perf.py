@@ -32,7 +32,6 @@ TIMING = {
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "run_program": 60,     # the walker's per-run program before its loads
     "step_flush": 6,       # a new step: the accumulations land
-    "bus_bytes": 8,        # the AXI4 data width in bytes (64 bits)
 }
 
 
@@ -63,16 +62,24 @@ class LayerCycles:
         return dict(self.__dict__)
 
 
-def _dma(nbytes, commands=1):
+def _dma(nbytes, commands, rate):
+    """Cycles of ``commands`` DMA commands moving ``nbytes`` at ``rate`` bytes a cycle."""
     if nbytes <= 0:
         return 0
-    return -(-nbytes // TIMING["bus_bytes"]) + TIMING["dma_command"] * commands
+    return -(-nbytes // rate) + TIMING["dma_command"] * commands
 
 
-def _store_row(elements, nbytes, cols):
+def _rate(config, lanes, nbytes):
+    """Bytes the DMA moves a cycle into or out of buffer words of ``lanes`` elements of
+    ``nbytes``: a beat (``dma_data_width / 8`` bytes), or a word if that is less."""
+    return min(config.dma_data_width // 8, lanes * nbytes)
+
+
+def _store_row(elements, nbytes, cols, rate):
     """The DMA commands of one stored row: chunks of ``STORE_CHUNK`` P words."""
     per = STORE_CHUNK * cols
-    return [_dma(min(per, elements - off) * nbytes) for off in range(0, elements, per)]
+    return [_dma(min(per, elements - off) * nbytes, 1, rate)
+            for off in range(0, elements, per)]
 
 
 def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
@@ -124,9 +131,10 @@ def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
     return total
 
 
-def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
+def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates):
     """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
-    (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default),
+    (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default;
+    ``rates[cache]``: the DMA's bytes a cycle into that buffer),
     ``steps_store[i]``: the DMA commands
     (cycles each) of the store of the step that run ``i`` starts after, ``store_final``: the
     last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
@@ -158,7 +166,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles):
                 continue
             stores_until(t)
             start = max(t, dma_free)
-            dur = _dma(nbytes, commands)
+            dur = _dma(nbytes, commands, rates[cache])
             dma_free = start + dur
             dma_busy += dur
             loaded += nbytes
@@ -209,6 +217,9 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     runs, stores = [], []
     kt = e["kt"]
     slots = 0
+    store_rate = _rate(config, C, ab)
+    # gradient: X blocked by B into A, dY by cols into B; loss: dY by cols into A, W by cols
+    rates = {"a": _rate(config, B if phase == "gradient" else C, ob), "b": _rate(config, C, ob)}
     if phase == "gradient":
         ct, kb, nb = e["ct"], e["kb"], e["nb"]
         store_step = None
@@ -217,7 +228,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
             kend = min(kb0 + kb, kt)
             for cb in range(ct):
                 cgv = min(B, c - cb * B)
-                step_store = _store_row(cgv * r * s * C, ab, C) * (kend - kb0)
+                step_store = _store_row(cgv * r * s * C, ab, C, store_rate) * (kend - kb0)
                 first = True
                 for ni in range(n):
                     for bd in bands:
@@ -265,11 +276,11 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                             clears.append(zng * bd.out_rows * w)
                             slots += vec * R * C
                             first = False
-                    store_step = _store_row(bd.out_rows * w * C, ab, C) * zng
+                    store_step = _store_row(bd.out_rows * w * C, ab, C, store_rate) * zng
         clear = clears
         store_final = store_step
     total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
-                                                TIMING[f"setup_{phase}"])
+                                                TIMING[f"setup_{phase}"], rates)
     util = macs / (R * C * total)
     # what bounds it: the array computing, the DMA moving, or neither (runs waiting for loads
     # that did not hide behind the previous run, steps, set-up)
@@ -291,4 +302,5 @@ def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow):
     x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
     moved = {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
              "gradient": (x + y) * ob + wt * ab}[phase]
-    return max(-(-macs // (config.rows * config.cols)), -(-moved // TIMING["bus_bytes"]))
+    return max(-(-macs // (config.rows * config.cols)),
+               -(-moved // (config.dma_data_width // 8)))

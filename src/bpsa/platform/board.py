@@ -57,6 +57,7 @@ from amaranth.lib.wiring import In, Out
 from bpsa.config import require_config
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_sram import AxiSram, word_addr_width
+from bpsa.gateware.dma import DATA_WIDTH
 from bpsa.gateware.uart import uart_divisor
 from bpsa.gateware.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
@@ -124,6 +125,10 @@ class SocTop(CheckedComponent):
     def check_parameters(cls, config, *, core=None, sram_bytes=8192, divisor=104,
                          timeout=None):
         require_config(config)
+        if config.dma_data_width != DATA_WIDTH:
+            raise ValueError(f"a board's SRAM has a {DATA_WIDTH}-bit bus: config {config.name!r} "
+                             f"has dma_data_width {config.dma_data_width} (allowed on boards: "
+                             f"{DATA_WIDTH})")
         load_core(core)
         AxiSram.check_parameters(sram_bytes)
         UartBridge.check_parameters(divisor=divisor, timeout=timeout,

@@ -15,7 +15,8 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                zero_gating [5], reserve_registers [6], dim_width [12:8],
                                log2(feeder_bus_width) [18:16], backward modes generated:
                                BP-im2col [20], zero-free [21]
-CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16]
+CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
+                               log2(dma_data_width / 64) [25:24] (map version 1.3)
 CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
 STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
 WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (reset 0)
@@ -57,7 +58,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 2)
+MAP_VERSION = (1, 3)
 
 
 class Phase(enum.IntEnum):
@@ -174,7 +175,8 @@ def _build_registers():
                  "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16], "
                  "backward modes BP-im2col [20], zero-free [21]"),
         Register("CFG_BUFFERS", 0x010, "ro", "const",
-                 "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16]"),
+                 "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16], "
+                 "log2(dma_data_width / 64) [25:24]"),
         Register("CONTROL", 0x020, "wo", "control",
                  "START [0]: run the descriptor (ignored while busy); CLEAR [1]: clear DONE, "
                  "ERROR and the counters"),
@@ -232,7 +234,7 @@ def config_words(config):
         | _log2(config.feeder_bus_width) << 16
         | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes),
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
-        | _log2(config.buf_p_depth) << 16,
+        | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24,
     }
 
 

@@ -45,7 +45,7 @@ class StandInCore(wiring.Component):
         self.config = config
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH)),
-            "mem": Out(axi4_signature()),
+            "mem": Out(axi4_signature(data_width=config.dma_data_width)),
             "irq": Out(1),
         })
 

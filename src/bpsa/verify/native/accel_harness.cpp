@@ -17,6 +17,27 @@
 
 namespace {
 
+// The memory bus is dma_data_width bits: a scalar (64 bits) or a VlWide of 32-bit words
+// (128, 256 bits); a beat is moved byte by byte through these.
+template <typename T>
+void put_beat(T &sig, const uint8_t *src, unsigned n) {
+    uint64_t v = 0;
+    std::memcpy(&v, src, n);
+    sig = v;
+}
+template <std::size_t N>
+void put_beat(VlWide<N> &sig, const uint8_t *src, unsigned) {
+    for (std::size_t w = 0; w < N; w++) {
+        uint32_t v = 0;
+        std::memcpy(&v, src + 4 * w, 4);
+        sig[w] = v;
+    }
+}
+template <typename T>
+uint8_t beat_byte(const T &sig, unsigned i) { return uint8_t(uint64_t(sig) >> (8 * i)); }
+template <std::size_t N>
+uint8_t beat_byte(const VlWide<N> &sig, unsigned i) { return uint8_t(sig[i / 4] >> (8 * (i % 4))); }
+
 struct Burst {
     uint64_t addr;
     unsigned beats;
@@ -31,6 +52,7 @@ Vaccelerator *make_top(VerilatedContext &ctx) {
 }
 
 struct Sim {
+    static constexpr unsigned kBeat = sizeof(Vaccelerator::mem___05Fwdata);   // bytes a beat
     VerilatedContext ctx;
     Vaccelerator *top;
     std::vector<uint8_t> mem;
@@ -40,7 +62,7 @@ struct Sim {
     std::deque<Burst> reads, writes;
     std::deque<unsigned> responses;
     bool r_valid = false, b_valid = false;
-    uint64_t r_data = 0;
+    uint8_t r_data[kBeat] = {};
     bool r_last = false;
     unsigned r_resp = 0, r_id = 0;
 #ifdef BPSA_TRACE
@@ -81,16 +103,16 @@ struct Sim {
             r_valid = true;
             r_last = b.beats == 1;
             r_id = b.id;
-            if (b.addr + 8 <= mem.size()) {
-                std::memcpy(&r_data, &mem[b.addr], 8);
+            if (b.addr + kBeat <= mem.size()) {
+                std::memcpy(r_data, &mem[b.addr], kBeat);
                 r_resp = 0;
             } else {
-                r_data = 0;
+                std::memset(r_data, 0, kBeat);
                 r_resp = 2;    // SLVERR
             }
         }
         t.mem___05Frvalid = r_valid;
-        t.mem___05Frdata = r_data;
+        put_beat(t.mem___05Frdata, r_data, kBeat);
         t.mem___05Frlast = r_last;
         t.mem___05Frresp = r_resp;
         t.mem___05Frid = r_id;
@@ -108,18 +130,18 @@ struct Sim {
             writes.push_back({t.mem___05Fawaddr, unsigned(t.mem___05Fawlen) + 1u, unsigned(t.mem___05Fawid)});
         if (t.mem___05Frvalid && t.mem___05Frready) {
             Burst &b = reads.front();
-            b.addr += 8;
+            b.addr += kBeat;
             if (--b.beats == 0)
                 reads.pop_front();
             r_valid = false;
         }
         if (t.mem___05Fwvalid && t.mem___05Fwready) {
             Burst &b = writes.front();
-            uint64_t data = t.mem___05Fwdata;
-            for (int i = 0; i < 8; i++)
-                if ((t.mem___05Fwstrb >> i) & 1 && b.addr + i < mem.size())
-                    mem[b.addr + i] = uint8_t(data >> (8 * i));
-            b.addr += 8;
+            uint64_t strb = t.mem___05Fwstrb;
+            for (unsigned i = 0; i < kBeat; i++)
+                if ((strb >> i) & 1 && b.addr + i < mem.size())
+                    mem[b.addr + i] = beat_byte(t.mem___05Fwdata, i);
+            b.addr += kBeat;
             if (--b.beats == 0) {
                 responses.push_back(b.id);
                 writes.pop_front();
