@@ -18,7 +18,7 @@ __all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "PRESET_DIR",
 DATAFLOWS = ("os", "ws", "is", "interleaved")
 
 #: Backward front ends (how the loss and the gradient run): the paper's BP-im2col generators
-#: on the input-stationary array, and the zero-free walkers on the output-stationary array.
+#: with the array input-stationary, and the zero-free walkers with it output-stationary.
 BACKWARD_MODES = ("bp_im2col", "zero_free")
 
 #: Arithmetic formats. Floating-point formats are added here later.

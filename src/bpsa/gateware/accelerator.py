@@ -74,7 +74,7 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     clear P, then for each image n, band of dY rows and output-channel block load X[n, block,
     band rows] into the X SRAM (one pixel a word; the same slice for every output block, so
     the load unit skips it after both banks hold it) and dY[n, output block, band] into the W
-    buffer and run the walker on the forward engine's array: per row group of the block and
+    buffer and run the walker through the forward engine on the array: per row group of the block and
     tap, one output-stationary context over the band's compact dY pixels. P word ``b B R S +
     c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
     one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
@@ -86,8 +86,8 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     array; the step stores one run of ``band W cols`` accumulators per image.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
-    one pass of the backward engine's interleaved dataflow. For each input block of ``FIB``
-    inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
+    one pass of the array's interleaved dataflow, driven by the backward engine. For each
+    input block of ``FIB`` inputs, for each chunk of ``FNB`` batch rows (a step), for each block of
     ``FOB`` outputs (a group): load dY[chunk, out block] into A, X[chunk, in block] into B
     and W[out block, in block] after it (from word ``FNB FIB`` of the bank) and run; P row
     ``n`` (words from ``n FQ``) accumulates dX[n, in block] over the output blocks, P row
@@ -350,7 +350,7 @@ class Accelerator(CheckedComponent):
         is_fwd = Signal()
         is_grad = Signal()
         is_fc = Signal()
-        is_zg = Signal()                 # a zero-free gradient: the forward engine's array
+        is_zg = Signal()                 # a zero-free gradient: the forward engine drives the array
         is_zl = Signal()                 # a zero-free loss: the same
         m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_grad.eq(phase == Phase.GRADIENT),
                      is_fc.eq(phase == Phase.FC_BACKWARD)]
