@@ -56,7 +56,7 @@ def test_wide_memory_bus():
     moves 32-byte beats)."""
     from bpsa.verify.native import NativeTransport
     cfg = SMALL.replace(dma_data_width=256, name="small_bus256")
-    with NativeTransport(cfg, mem_bytes=1 << 21, seed=3, stall=0.3) as t:
+    with NativeTransport(cfg, mem_bytes=1 << 21, seed=3, stall=0.3, opt="-O0") as t:
         asyncio.run(_step(t, np.random.default_rng(4), cfg))
 
 
