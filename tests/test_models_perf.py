@@ -1,8 +1,8 @@
-"""The cycle model of the zero-free loss and gradient (``bpsa.models.perf``) against the RTL's
-counters (whole accelerator, native transport) on random layers: the MAC slots the array is fed
-exactly, the cycles within the bounds the closing note of the one-array issue states (median
-error 3 %, no layer beyond 20 %: the model's DMA is coarser than the RTL's on tiny layers that
-the bus bounds); and on every layer of the workload it refuses nothing the controller runs."""
+"""The cycle model of the forward pass and the zero-free loss and gradient
+(``bpsa.models.perf``) against the RTL's counters (whole accelerator, native transport) on
+random layers: the MAC slots the array is fed exactly, the cycles within the bounds the notes
+of the one-array issue state (below, with what the model leaves out); on every layer of the
+workload it refuses nothing the controller runs, and its roofline is a lower bound."""
 
 import csv
 import re
@@ -19,7 +19,7 @@ from bpsa.plan import tiling
 SMALL = load_config("small")
 
 
-def _random_jobs(count, seed):
+def _random_jobs(count, seed, phases=("loss", "gradient")):
     from bpsa.spec.layer import ConvLayer
     from bpsa.verify.accel_run import check_job
     rng = np.random.default_rng(seed)
@@ -30,13 +30,14 @@ def _random_jobs(count, seed):
                    height=int(rng.integers(4, 24)), width=int(rng.integers(4, 24)),
                    out_channels=int(rng.integers(1, 24)), kernel_h=r, kernel_w=r,
                    stride_h=st, stride_w=st, pad_h=r // 2, pad_w=r // 2)
-        phase = ("loss", "gradient")[len(jobs) % 2]
+        phase = phases[len(jobs) % len(phases)]
+        mode = None if phase == "forward" else "zero_free"
         try:
-            p = check_job(SMALL, ConvLayer(**lay, dil_h=1, dil_w=1), phase, mode="zero_free")
+            p = check_job(SMALL, ConvLayer(**lay, dil_h=1, dil_w=1), phase, mode=mode)
         except ValueError:
             continue
         if "strips" not in p:
-            jobs.append({"phase": phase, "layer": lay, "seed": 1, "mode": "zero_free"})
+            jobs.append({"phase": phase, "layer": lay, "seed": 1, "mode": mode})
     return jobs
 
 
@@ -65,6 +66,24 @@ def test_model_against_rtl_counters():
     assert max(errors) <= 0.30, sorted(errors)
 
 
+@pytest.mark.verilator
+def test_forward_model_against_rtl_counters():
+    from bpsa.verify.native import run_jobs
+    jobs = _random_jobs(30, seed=11, phases=("forward",))
+    res = run_jobs(SMALL, jobs)
+    errors = []
+    for job, r in zip(jobs, res):
+        m = _model(SMALL, "forward", job["layer"])
+        c = r["counters"]
+        assert m.array_slots == c["macs"] + c["gated_macs"], job
+        assert m.macs == r["useful_macs"], job
+        errors.append(abs(m.cycles / r["cycles"] - 1))
+    # measured: median 3.1 %; the feeder's words per kernel row are modelled, its per-row
+    # bubbles are not (2x2 stride-2 layers: 13-15 % low), tiny layers' overheads 12-22 % high
+    assert statistics.median(errors) <= 0.04, sorted(errors)
+    assert max(errors) <= 0.25, sorted(errors)
+
+
 def _workload():
     with resources.files("bpsa.workloads").joinpath("conv_layers.csv").open() as f:
         return list(csv.DictReader(f))
@@ -78,7 +97,7 @@ def test_model_runs_every_workload_layer_on_paper16():
     for row in _workload():
         c, h, w, k = (int(row[x]) for x in ("C", "H", "W", "K"))
         r, s, st, p, d = (int(row[x]) for x in ("R", "S", "stride", "pad", "dilation"))
-        for phase in ("loss", "gradient"):
+        for phase in ("forward", "loss", "gradient"):
             args = dict(n=8, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
                         dil=(d, d))
             try:
@@ -86,13 +105,13 @@ def test_model_runs_every_workload_layer_on_paper16():
             except ValueError as e:
                 with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
                     tiling.plan(cfg, phase, 8, c, h, w, k, r, s, (st, st), (p, p), (d, d),
-                                mode="zero_free")
+                                mode=None if phase == "forward" else "zero_free")
                 continue
             ran += 1
             assert 0 < m.utilization <= 1 and m.cycles >= m.compute_cycles, (row, phase)
             assert m.array_slots >= m.macs
             assert m.cycles >= m.roofline_cycles, (row, phase)   # a lower bound
-    assert ran >= 40
+    assert ran >= 70
 
 
 def test_roofline_by_hand():
@@ -111,8 +130,11 @@ def test_roofline_by_hand():
 
 
 def test_model_refuses_other_phases_and_modes():
-    with pytest.raises(ValueError, match="zero-free loss and gradient"):
-        layer_cycles(SMALL, "forward", n=1, c=1, h=4, w=4, k=1, r=1, s=1)
+    with pytest.raises(ValueError, match="forward and the zero-free loss and gradient"):
+        layer_cycles(SMALL, "fc", n=1, c=1, h=4, w=4, k=1, r=1, s=1)
+    with pytest.raises(ValueError, match="does not generate the forward engine"):
+        layer_cycles(SMALL.replace(dataflows=("is",)), "forward", n=1, c=1, h=4, w=4, k=1,
+                     r=1, s=1)
     with pytest.raises(ValueError, match="does not generate the zero-free mode"):
         layer_cycles(SMALL.replace(backward_modes=("bp_im2col",)), "loss", n=1, c=1, h=4,
                      w=4, k=1, r=1, s=1)
@@ -125,10 +147,10 @@ def test_cli_perf(capsys):
     assert main(["perf", "--config", "small", "--layer", "C=8,H=16,K=8,R=3,stride=2,pad=1,N=2",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [e["phase"] for e in out["layers"]] == ["loss", "gradient"]
+    assert [e["phase"] for e in out["layers"]] == ["forward", "loss", "gradient"]
     want = layer_cycles(SMALL, "gradient", n=2, c=8, h=16, w=16, k=8, r=3, s=3, stride=(2, 2),
                         pad=(1, 1))
-    assert out["layers"][1]["cycles"] == want.cycles
+    assert out["layers"][2]["cycles"] == want.cycles
     assert main(["perf", "--config", "small"]) == 2
     assert "give --layer" in capsys.readouterr().err
     assert main(["perf", "--config", "small", "--layer", "C=8,H=2,K=8,R=5"]) == 2

@@ -320,7 +320,8 @@ def cmd_perf(args):
     from bpsa.models.perf import layer_cycles
     from bpsa.spec.layer import parse_layer
     config = _config(args)
-    phases = ["loss", "gradient"] if args.phase == "both" else [args.phase]
+    phases = {"both": ["loss", "gradient"],
+              "all": ["forward", "loss", "gradient"]}.get(args.phase, [args.phase])
     if (args.layer is None) == (not args.workload):
         raise UserError("give --layer C=..,H=..,K=.. or --workload")
     if args.layer is not None:
@@ -547,11 +548,14 @@ def build_parser():
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_fuzz)
 
-    sp = sub.add_parser("perf", help="cycle model of the zero-free loss and gradient: cycles, "
-                                     "utilization, DMA and what bounds a layer, or every "
-                                     "layer of the workload, in seconds without RTL")
+    sp = sub.add_parser("perf", help="cycle model of the forward pass and the zero-free loss "
+                                     "and gradient: cycles, utilization, roofline, DMA and "
+                                     "what bounds a layer, or every layer of the workload, in "
+                                     "seconds without RTL")
     add_config(sp)
-    sp.add_argument("--phase", choices=["loss", "gradient", "both"], default="both")
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "both", "all"],
+                    default="all",
+                    help="both: loss and gradient; all (default): forward, loss and gradient")
     sp.add_argument("--layer", metavar="C=..,H=..,K=..,R=..,stride=..,pad=..,N=..",
                     help="one layer (as for bpsa sim)")
     sp.add_argument("--workload", action="store_true",

@@ -1,17 +1,21 @@
-"""Cycle model of the accelerator's zero-free loss and gradient (``bpsa perf``).
+"""Cycle model of the accelerator's forward pass and zero-free loss and gradient (``bpsa perf``).
 
 It walks a layer the way the controller does (:mod:`bpsa.plan.setup`'s tiling, the loop order of
-:mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the zero-free
-walkers on the output-stationary array (closed forms of :mod:`bpsa.gateware.engines.zf_gradient`
-and :mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
-with the previous run, skipped when the bank holds the slice), the P clears and the stores of
-the double-buffered P (overlapped with the next step). From the layer and the configuration
-alone: no RTL, whole networks in seconds.
+:mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the engine
+on the array (the forward: per context the slower of the array and the data feeder's SRAM
+words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.engines.zf_gradient` and
+:mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
+with the previous run, skipped when the bank holds the slice), the P clears and the stores
+(the zero-free phases' P is double-buffered, so their stores overlap the next step; the
+forward's is not). From the layer and the configuration alone: no RTL, whole networks in
+seconds.
 
 Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
 counters on random layers (``tests/test_models_perf.py`` states the error it allows).
 Not modelled: memory back-pressure (the model's memory answers at once, like the native
-transport without stalls).
+transport without stalls), the feeder's per-row bubbles and intermediate-register stalls
+(the forward's kernels wider than ``feeder_lane_regs`` elements a word), BP-im2col and the
+traditional flow.
 """
 
 from dataclasses import dataclass
@@ -32,6 +36,8 @@ TIMING = {
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "run_program": 60,     # the walker's per-run program before its loads
     "step_flush": 6,       # a new step: the accumulations land
+    "setup_forward": 430,
+    "forward_run": 40,     # a forward run's set-up, chain priming, feeder start and drain
 }
 
 
@@ -119,6 +125,36 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
     return total + 3 * R + C + 4
 
 
+def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
+                     dh, dw, cache):
+    """Busy cycles of one forward run (one image, ``channels`` input channels, a band of
+    ``out_rows`` output rows from ``in_rows`` X rows): per context (``rows`` pixels of an
+    output row), the slower of the array (``C R S`` vectors, at least ``2 rows`` cycles apart)
+    and the feeder, which steps over every X SRAM word that covers the context's interest
+    region in each (channel, kernel row): ``ceil((offset + span) / B)`` words, the offset being
+    where the row starts in its word."""
+    key = (channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw, dh, dw)
+    if key in cache:
+        return cache[key]
+    R, C, B = config.rows, config.cols, config.feeder_bus_width
+    span = (R - 1) * sw + (s - 1) * dw + 1
+    depth = channels * r * s
+    x0s = [ow0 * sw - pw for ow0 in range(0, ow, R)]
+    total = 0
+    for o in range(out_rows):
+        ys = [o * sh - pt + ri * dh for ri in range(r)]
+        for x0 in x0s:
+            words = 0
+            for c in range(channels):
+                for y in ys:
+                    goff = ((c * in_rows + y) * width + x0) % B
+                    words += -(-(goff + span) // B)
+            total += max(depth, 2 * R, words)
+    cycles = total + TIMING["forward_run"] + R + s
+    cache[key] = cycles
+    return cycles
+
+
 def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
     """Vectors a zero-free loss run sends: per tile of a class, ``k`` for each of its taps."""
     total = 0
@@ -131,15 +167,16 @@ def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
     return total
 
 
-def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates):
+def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double=True):
     """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
     (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default;
     ``rates[cache]``: the DMA's bytes a cycle into that buffer),
     ``steps_store[i]``: the DMA commands
     (cycles each) of the store of the step that run ``i`` starts after, ``store_final``: the
     last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
-    first, a store's row commands fill the time between loads (the store runs while the next
-    step computes in the other half of P)."""
+    first, a store's row commands fill the time between loads (with ``double``, the store runs
+    while the next step computes in the other half of P; without, the next step waits for the
+    store and the clear)."""
     t_walk = setup_cycles
     dma_free = 0
     dma_busy = 0
@@ -179,6 +216,9 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates):
             start = max(start, dma_free if i else start)
             if i:
                 pending += [[end_prev + TIMING["step_flush"], dur] for dur in steps_store[i]]
+                if not double:                  # P has one copy: store, clear, then run
+                    stores_until(float("inf"))
+                    start = max(start, dma_free)
             start += clear_words[i] if isinstance(clear_words, list) else clear_words
         end_prev = start + cycles
         compute += cycles
@@ -195,14 +235,19 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``, zero-free)
     of a layer on ``config``; :exc:`ValueError` with the controller's reason for a layer it
     refuses."""
-    if phase not in ("loss", "gradient"):
-        raise ValueError(f"the model covers the zero-free loss and gradient, not {phase!r}")
-    if not config.has_mode("zero_free"):
+    if phase not in ("forward", "loss", "gradient"):
+        raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
+                         f"not {phase!r}")
+    if phase == "forward" and not (config.has("os") and config.reserve_registers):
+        raise ValueError(f"configuration {config.name!r} does not generate the forward engine")
+    if phase != "forward" and not config.has_mode("zero_free"):
         raise ValueError(f"configuration {config.name!r} does not generate the zero-free mode")
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
-    desc = {"phase": Phase.LOSS if phase == "loss" else Phase.GRADIENT, "n": n, "c": c,
+    phase_value = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
+    mode = Mode.BP_IM2COL if phase == "forward" else Mode.ZERO_FREE
+    desc = {"phase": phase_value[phase], "n": n, "c": c,
             "h": h, "w": w, "k": k, "r": r, "s": s, "stride_h": sh, "stride_w": sw,
-            "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw, "mode": int(Mode.ZERO_FREE)}
+            "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw, "mode": int(mode)}
     try:
         e = setup.run(config, desc, addresses=False)
     except Refusal as err:
@@ -212,15 +257,38 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     oh, ow = out_size(h, r, sh, ph, dh), out_size(w, s, sw, pw, dw)
     macs = n * k * oh * ow * c * r * s
     band = e["bh"]
-    bands = tiling.bands("loss" if phase == "loss" else "gradient", h, w, r, s, stride, pad,
-                         dil, band, bool(e["banded"]))
+    bands = tiling.bands(phase, h, w, r, s, stride, pad, dil, band, bool(e["banded"]))
     runs, stores = [], []
     kt = e["kt"]
     slots = 0
     store_rate = _rate(config, C, ab)
-    # gradient: X blocked by B into A, dY by cols into B; loss: dY by cols into A, W by cols
-    rates = {"a": _rate(config, B if phase == "gradient" else C, ob), "b": _rate(config, C, ob)}
-    if phase == "gradient":
+    # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
+    rates = {"a": _rate(config, C if phase == "loss" else B, ob), "b": _rate(config, C, ob)}
+    if phase == "forward":
+        cg, kt = e["cg"], e["kt"]
+        rates = {"a": _rate(config, B, ob), "b": _rate(config, C, ob)}
+        cache = {}
+        store_step, clears = None, []
+        for ni in range(n):
+            for t in range(kt):
+                for bd in bands:
+                    first = True
+                    for c0 in range(0, c, cg):
+                        cgv = min(cg, c - c0)
+                        loads = [("a", ("x", ni, c0, bd.in0), cgv * bd.in_rows * w * ob, 1),
+                                 ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
+                        comp = _forward_compute(config, channels=cgv, in_rows=bd.in_rows,
+                                                width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s,
+                                                sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
+                                                dw=dw, cache=cache)
+                        slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
+                        runs.append((loads, comp, first))
+                        stores.append(store_step if first and runs[:-1] else [])
+                        clears.append(bd.out_rows * ow)
+                        first = False
+                    store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate)
+        clear, store_final = clears, store_step
+    elif phase == "gradient":
         ct, kb, nb = e["ct"], e["kb"], e["nb"]
         store_step = None
         xbank = 0                       # X stays in the bank of its band's parity
@@ -280,13 +348,16 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         clear = clears
         store_final = store_step
     total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
-                                                TIMING[f"setup_{phase}"], rates)
+                                                TIMING[f"setup_{phase}"], rates,
+                                                double=phase != "forward")
     util = macs / (R * C * total)
     # what bounds it: the array computing, the DMA moving, or neither (runs waiting for loads
     # that did not hide behind the previous run, steps, set-up)
     bound = "array" if compute > 0.8 * total else ("dma" if dma_busy > 0.8 * total
                                                    else "stalls")
-    writes = (n * ct * h * w * C * ab if phase == "loss" else kt * c * r * s * C * ab)
+    writes = {"forward": lambda: n * e["kt"] * oh * ow * C * ab,
+              "loss": lambda: n * e["ct"] * h * w * C * ab,
+              "gradient": lambda: e["kt"] * c * r * s * C * ab}[phase]()
     roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s,
                            oh=oh, ow=ow)
     return LayerCycles(cycles=total, compute_cycles=compute, macs=macs, array_slots=slots,
