@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bpsa.config import load_config
-from bpsa.models.perf import layer_cycles
+from bpsa.models.perf import layer_cycles, traditional_cycles
 from bpsa.plan import tiling
 
 SMALL = load_config("small")
@@ -158,3 +158,16 @@ def test_cli_perf(capsys):
     # a layer the controller cannot tile: its reason
     assert main(["perf", "--config", "small", "--layer", "C=1,H=4,W=2000,K=1,R=3"]) == 2
     assert "cannot model layer" in capsys.readouterr().err
+
+
+def test_traditional_flow_against_a_full_size_rtl_run():
+    """ResNet-50 layer3.0.conv2's loss the traditional way on paper16 (`bpsa sim --baseline`,
+    measured at defc2ab: 2,307,774 cycles); utilization counts the layer's own MACs."""
+    cfg = load_config("paper16")
+    m = traditional_cycles(cfg, "loss", n=1, c=256, h=28, w=28, k=256, r=3, s=3,
+                           stride=(2, 2), pad=(1, 1))
+    assert abs(m.cycles / 2_307_774 - 1) < 0.01
+    assert m.macs == 256 * 14 * 14 * 256 * 9
+    assert m.utilization == pytest.approx(m.macs / (256 * m.cycles))
+    with pytest.raises(ValueError, match="applies to loss and gradient"):
+        traditional_cycles(cfg, "forward", n=1, c=1, h=4, w=4, k=1, r=1, s=1)

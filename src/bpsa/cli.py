@@ -317,11 +317,17 @@ def cmd_perf(args):
     import time
     from importlib import resources
 
-    from bpsa.models.perf import layer_cycles
+    from bpsa.models.perf import layer_cycles, traditional_cycles
     from bpsa.spec.layer import parse_layer
     config = _config(args)
     phases = {"both": ["loss", "gradient"],
               "all": ["forward", "loss", "gradient"]}.get(args.phase, [args.phase])
+    if args.baseline:
+        if "forward" in phases and args.phase != "all":
+            raise UserError("--baseline applies to the loss and the gradient, not --phase "
+                            "forward")
+        phases = [p for p in phases if p != "forward"]
+    model = traditional_cycles if args.baseline else layer_cycles
     if (args.layer is None) == (not args.workload):
         raise UserError("give --layer C=..,H=..,K=.. or --workload")
     if args.layer is not None:
@@ -348,9 +354,9 @@ def cmd_perf(args):
                         pad=(p, p), dil=(d, d))
         for phase in phases:
             entry = {"network": row["network"], "layer": row["layer"], "phase": phase,
-                     "batch": dims["n"]}
+                     "batch": dims["n"], "baseline": args.baseline}
             try:
-                entry.update(layer_cycles(config, phase, **dims).as_dict())
+                entry.update(model(config, phase, **dims).as_dict())
             except ValueError as e:
                 if "lay" in row:
                     raise UserError(f"cannot model layer {args.layer!r} on "
@@ -562,6 +568,9 @@ def build_parser():
                     help="every layer of src/bpsa/workloads/conv_layers.csv")
     sp.add_argument("--batch", type=int, default=None,
                     help="batch (default: the layer's N, or 1 for --workload)")
+    sp.add_argument("--baseline", action="store_true",
+                    help="loss and gradient the traditional way: the forward convolution of "
+                         "the zero-spaced operands (utilization of the layer's own MACs)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_perf)
 

@@ -27,7 +27,7 @@ from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "layer_cycles", "roofline_cycles"]
+__all__ = ["TIMING", "LayerCycles", "layer_cycles", "roofline_cycles", "traditional_cycles"]
 
 #: Fitted constants (cycles).
 TIMING = {
@@ -365,6 +365,31 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                        dma_read_bytes=reads, dma_write_bytes=writes,
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
                        roofline_cycles=roof, over_roofline=total / roof)
+
+
+def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
+                       dil=(1, 1)):
+    """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``) of a layer
+    run the traditional way (``--baseline``): the forward convolution of the zero-inserted /
+    zero-padded operands the driver builds (:func:`bpsa.verify.accel_run.baseline_layer`),
+    with ``macs``, ``utilization`` and the roofline of the layer itself (the zeros are work
+    the traditional flow adds, not the layer's)."""
+    from bpsa.spec.layer import ConvLayer
+    from bpsa.verify.accel_run import baseline_layer
+    if phase not in ("loss", "gradient"):
+        raise ValueError(f"the traditional flow applies to loss and gradient, not {phase!r}")
+    layer = ConvLayer.conv(n, c, h, w, k, r, s, stride=stride, pad=pad, dil=dil)
+    b = baseline_layer(layer, phase)
+    m = layer_cycles(config, "forward", n=b.batch, c=b.channels, h=b.height, w=b.width,
+                     k=b.out_channels, r=b.kernel_h, s=b.kernel_w, stride=b.stride, pad=b.pad,
+                     dil=b.dil)
+    oh, ow = layer.out_hw
+    macs = n * k * oh * ow * c * r * s
+    roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh,
+                           ow=ow)
+    return LayerCycles(**dict(m.as_dict(), macs=macs,
+                              utilization=macs / (config.rows * config.cols * m.cycles),
+                              roofline_cycles=roof, over_roofline=m.cycles / roof))
 
 
 def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow):
