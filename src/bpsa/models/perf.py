@@ -132,13 +132,24 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
     output row), the slower of the array (``C R S`` vectors, at least ``2 rows`` cycles apart)
     and the feeder, which steps over every X SRAM word that covers the context's interest
     region in each (channel, kernel row): ``ceil((offset + span) / B)`` words, the offset being
-    where the row starts in its word."""
+    where the row starts in its word, each a cycle, or ``ceil(e / M)`` when a lane has ``e``
+    interest elements in it (``M = feeder_lane_regs`` registers take ``M`` a cycle)."""
     key = (channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw, dh, dw)
     if key in cache:
         return cache[key]
-    R, C, B = config.rows, config.cols, config.feeder_bus_width
+    R, C, B, M = config.rows, config.cols, config.feeder_bus_width, config.feeder_lane_regs
     span = (R - 1) * sw + (s - 1) * dw + 1
     depth = channels * r * s
+    # feeder cycles of one (channel, kernel row) by the row's offset in its word: a cycle a
+    # word, more when a lane has more than M interest elements in it (M registers a cycle)
+    row_cycles = []
+    for goff in range(B):
+        cycles = 0
+        for word in range(-(-(goff + span) // B)):
+            most = max(sum(1 for q in range(s) if word * B <= goff + i * sw + q * dw
+                           < (word + 1) * B) for i in range(R))
+            cycles += max(1, -(-most // M))
+        row_cycles.append(cycles)
     x0s = [ow0 * sw - pw for ow0 in range(0, ow, R)]
     total = 0
     for o in range(out_rows):
@@ -147,8 +158,7 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
             words = 0
             for c in range(channels):
                 for y in ys:
-                    goff = ((c * in_rows + y) * width + x0) % B
-                    words += -(-(goff + span) // B)
+                    words += row_cycles[((c * in_rows + y) * width + x0) % B]
             total += max(depth, 2 * R, words)
     cycles = total + TIMING["forward_run"] + R + s
     cache[key] = cycles
