@@ -48,18 +48,23 @@ def _model(config, phase, lay):
                         pad=(lay["pad_h"], lay["pad_w"]))
 
 
-@pytest.mark.verilator
-def test_model_against_rtl_counters():
+def _cycle_errors(jobs):
+    """Run ``jobs`` on the RTL; assert the model's MAC slots and MACs exact; return the
+    relative cycle errors."""
     from bpsa.verify.native import run_jobs
-    jobs = _random_jobs(30, seed=3)
-    res = run_jobs(SMALL, jobs)
     errors = []
-    for job, r in zip(jobs, res):
+    for job, r in zip(jobs, run_jobs(SMALL, jobs)):
         m = _model(SMALL, job["phase"], job["layer"])
         c = r["counters"]
         assert m.array_slots == c["macs"] + c["gated_macs"], job
         assert m.macs == r["useful_macs"], job
         errors.append(abs(m.cycles / r["cycles"] - 1))
+    return errors
+
+
+@pytest.mark.verilator
+def test_model_against_rtl_counters():
+    errors = _cycle_errors(_random_jobs(30, seed=3))
     # measured: median 0.7 %; the worst, 26 %, a 1,022-cycle gradient (C=2, 18x7, K=18,
     # 1x1, stride 2) whose five tiny runs the model does not overlap as the RTL does
     assert statistics.median(errors) <= 0.02, sorted(errors)
@@ -68,16 +73,7 @@ def test_model_against_rtl_counters():
 
 @pytest.mark.verilator
 def test_forward_model_against_rtl_counters():
-    from bpsa.verify.native import run_jobs
-    jobs = _random_jobs(30, seed=11, phases=("forward",))
-    res = run_jobs(SMALL, jobs)
-    errors = []
-    for job, r in zip(jobs, res):
-        m = _model(SMALL, "forward", job["layer"])
-        c = r["counters"]
-        assert m.array_slots == c["macs"] + c["gated_macs"], job
-        assert m.macs == r["useful_macs"], job
-        errors.append(abs(m.cycles / r["cycles"] - 1))
+    errors = _cycle_errors(_random_jobs(30, seed=11, phases=("forward",)))
     # measured: median 3.1 %; the feeder's words per kernel row are modelled, its per-row
     # bubbles are not (2x2 stride-2 layers: 13-15 % low), tiny layers' overheads 12-22 % high
     assert statistics.median(errors) <= 0.04, sorted(errors)
