@@ -74,9 +74,9 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     clear P, then for each image n, band of dY rows and output-channel block load X[n, block,
     band rows] into the X SRAM (one pixel a word; the same slice for every output block, so
     the load unit skips it after both banks hold it) and dY[n, output block, band] into the W
-    buffer and run the walker through the forward engine on the array: per row group of the block and
-    tap, one output-stationary context over the band's compact dY pixels. P word ``b B R S +
-    c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
+    buffer and run the walker through the forward engine on the array: per row group of the
+    block and tap, one output-stationary context over the band's compact dY pixels. P word
+    ``b B R S + c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
     one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
     zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each block of
     ``cols`` input channels, band of dX rows and step of ``zn`` images (their dX bands in P,

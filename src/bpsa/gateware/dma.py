@@ -29,8 +29,8 @@ Element conversion
 
 Throughput
     Each cycle moves as many elements as are left in the current beat and the current buffer
-    word (at most one beat): a full beat (``dma_data_width / 8`` bytes) per cycle when ``lanes`` is at least the
-    elements per beat and the address is beat-aligned; splits at word and beat boundaries
+    word (at most one beat): a full beat (``dma_data_width / 8`` bytes) per cycle when
+    ``lanes`` is at least the elements per beat and the address is beat-aligned; splits at word and beat boundaries
     otherwise (at least one element per cycle).
 
 Errors (``error`` with the ``done`` pulse; a command is answered exactly once)

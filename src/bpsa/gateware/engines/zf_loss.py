@@ -45,8 +45,8 @@ from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.engines.zf_gradient import feed_layout
 
-__all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "dy_position", "inc_divmod",
-           "sub_divmod", "zf_loss_layout"]
+__all__ = ["SLOTS", "TAG_SLOTS", "ZF_LOSS_FIELDS", "ZeroFreeLossWalker", "dy_position",
+           "inc_divmod", "sub_divmod", "zf_loss_layout"]
 
 #: Contexts whose P offsets are held at once (the walker waits for a free slot).
 TAG_SLOTS = 8
