@@ -184,7 +184,7 @@ def test_random_jobs_need_tiling():
             plan(TINY, j["phase"], *shape)
         cuts.append(len(column_strips(TINY, j["phase"], *shape,
                                       mode=default_mode(TINY, j["phase"]))[0]))
-    assert cuts == [2, 2, 2]
+    assert cuts == [2, 2, 3]            # the forward's P is double-buffered when banded
     for phase in ("forward", "loss", "gradient"):
         assert any(j["phase"] == phase and j.get("groups", 1) > 1 for j in jobs), phase
         assert any(j["phase"] == phase and j.get("bands", 1) > 1 for j in jobs), phase
@@ -201,6 +201,35 @@ def test_random_layers_tiled_verilator():
     res = run_jobs(TINY, random_jobs(TINY, 18, seed=5))
     assert sum(1 for r in res if r.get("match")) == 26
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
+
+
+@pytest.mark.verilator
+def test_forward_output_blocks_share_x():
+    """The forward loads X of a group once for a step's ``kb`` output-channel blocks: three
+    layers (several steps of blocks with P single-buffered; one step with P double-buffered;
+    row bands with two blocks a step, under memory stalls), bit-exact, and the bytes read are
+    X once per step of blocks plus W once per run."""
+    from bpsa.host.driver import plan
+    from bpsa.verify.native import run_jobs
+    shapes = [(2, 20, 6, 6, 14, 3, 3, (1, 1), (1, 1)), (2, 20, 6, 6, 11, 3, 3, (1, 1), (0, 0)),
+              (1, 3, 20, 100, 9, 3, 3, (2, 8), (1, 0))]
+    want = [(3, 2, False, False), (3, 1, True, False), (2, 2, True, True)]
+    jobs = []
+    for i, ((n, c, h, w, k, r, s, st, pad), shape) in enumerate(zip(shapes, want)):
+        p = plan(TINY, "forward", n, c, h, w, k, r, s, st, pad)
+        assert (p["kblock"], p["kblocks"], p["double"], p["banded"]) == shape
+        jobs.append({"phase": "forward", "seed": 30 + i, "pauses": i == 2,
+                     "layer": dict(batch=n, channels=c, height=h, width=w, out_channels=k,
+                                   kernel_h=r, kernel_w=s, stride_h=st[0], stride_w=st[1],
+                                   pad_h=pad[0], pad_w=pad[1])})
+    res = run_jobs(TINY, jobs)
+    assert all(x["match"] for x in res)
+    for (n, c, h, w, k, r, s, st, pad), x in zip(shapes[:2], res):
+        p = plan(TINY, "forward", n, c, h, w, k, r, s, st, pad)
+        kt = -(-k // TINY.cols)
+        x_bytes = n * p["kblocks"] * c * h * w          # 8-bit operands
+        w_bytes = n * kt * c * r * s * TINY.cols
+        assert x["counters"]["dma_read_bytes"] == x_bytes + w_bytes
 
 
 @pytest.mark.verilator

@@ -53,7 +53,7 @@ def random_layer(rng):
         n, c, k = desc["n"], desc["c"], desc["k"]
         oh = setup.run(CFG, desc)["oh"]
         if name == "forward":
-            steps = n * _ceil(k, CFG.cols) * _ceil(oh, p["band"])
+            steps = n * p["kblocks"] * _ceil(oh, p["band"])
         elif name == "loss":
             steps = n * p["bands"] * p["cblocks"]
         else:

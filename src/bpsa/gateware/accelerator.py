@@ -55,10 +55,13 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     loading its first group into the other bank while that last run computes; then it waits
     for the run, stores the finished step's P rows and clears P, and starts the new step. The
     P stores and clears themselves are not overlapped with compute (P has one copy).
-    forward: for each image n and output-channel block t (``cols`` channels): clear P, then for
-    each group of ``CG`` input channels load X[n, group] and the group's W words and run the
-    engine (one image, the group's channels); P accumulates ``Y[n, block, :, :]`` across the
-    groups (word ``oh * OW + ow``); store it.
+    forward: for each image n, range of ``kb`` output-channel blocks (``cols`` channels each)
+    and row band (a step): clear P, then for each group of ``CG`` input channels load X[n,
+    group, band] into the half of the X SRAM of the group's parity (once for the range's
+    blocks) and, for each block of the range, the group's W words, and run the engine (one
+    image, the group's channels, one block); P word ``b p_row + oh OW + ow`` accumulates
+    ``Y[n, kb0 + b, oh, ow]`` across the groups (``p_row``: the band's words); store one run
+    of the band's rows per block.
     loss: for each image n and block of ``CB`` dX channels: clear P, then for each group of
     ``KG`` output channels load W[group, block] into buffer A (one DMA run per output channel
     unless the block is all of C) and dY[n, group] into buffer B and run the loss on them; P
@@ -235,7 +238,7 @@ class Accelerator(CheckedComponent):
         if fwd is not None:
             fres = m.submodules.forward_results = ForwardResults(cfg)
             wiring.connect(m, fwd.y, fres.y)
-            m.d.comb += fres.ow.eq(ow_reg)
+            m.d.comb += [fres.ow.eq(ow_reg), fres.row_base.eq(row_base), fres.p_row.eq(p_row)]
             results.append(fres.acc)
         if self.has_zf:
             zres = m.submodules.zf_gradient_results = ZeroFreeResults(cfg)
@@ -358,6 +361,9 @@ class Accelerator(CheckedComponent):
             m.d.comb += [is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE)),
                          is_zl.eq((phase == Phase.LOSS) & (d.mode == regmap.Mode.ZERO_FREE))]
 
+        if fwd is not None:
+            m.d.comb += fres.start.eq(sched.eng_start & is_fwd)
+
         # engine descriptors (held while a run is in flight)
         if fwd is not None:
             lay = fwd.layer
@@ -367,7 +373,7 @@ class Accelerator(CheckedComponent):
                          lay.pad_h.eq(run.pad_top), lay.pad_bottom.eq(run.pad_bottom),
                          lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
                          lay.dil_w.eq(d.dil_w), lay.out_channels.eq(run.out_channels),
-                         lay.x_base.eq(bank * (cfg.buf_a_depth // 2 * B)),
+                         lay.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2 * B)),
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
             bl = bwd.layer
@@ -421,7 +427,8 @@ class Accelerator(CheckedComponent):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
-        m.d.comb += [sched.double.eq(is_zg | is_zl), sched.abort.eq(walker.fail),
+        m.d.comb += [sched.double.eq(is_zg | is_zl | (is_fwd & plan.dbl)),
+                     sched.abort.eq(walker.fail),
                      pbuf.clear_base.eq(sched.p_base),
                      pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
                      sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),

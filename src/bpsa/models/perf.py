@@ -7,7 +7,7 @@ words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.engines.zf_gra
 :mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
 with the previous run, skipped when the bank holds the slice), the P clears and the stores
 (the zero-free phases' P is double-buffered, so their stores overlap the next step; the
-forward's is not). From the layer and the configuration alone: no RTL, whole networks in
+forward's is when the set-up program's ``dbl`` says so). From the layer and the configuration alone: no RTL, whole networks in
 seconds.
 
 Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
@@ -275,28 +275,35 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
     rates = {"a": _rate(config, C if phase == "loss" else B, ob), "b": _rate(config, C, ob)}
     if phase == "forward":
-        cg, kt = e["cg"], e["kt"]
+        cg, kt, kb = e["cg"], e["kt"], e["kb"]
         rates = {"a": _rate(config, B, ob), "b": _rate(config, C, ob)}
         cache = {}
         store_step, clears = None, []
+        xbank = 0                       # X of a group stays in the bank of the group's parity
         for ni in range(n):
-            for t in range(kt):
+            for kb0 in range(0, kt, kb):
+                kend = min(kb0 + kb, kt)
                 for bd in bands:
                     first = True
                     for c0 in range(0, c, cg):
                         cgv = min(cg, c - c0)
-                        loads = [("a", ("x", ni, c0, bd.in0), cgv * bd.in_rows * w * ob, 1),
-                                 ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
+                        xbank ^= 1
                         comp = _forward_compute(config, channels=cgv, in_rows=bd.in_rows,
                                                 width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s,
                                                 sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
                                                 dw=dw, cache=cache)
-                        slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
-                        runs.append((loads, comp, first))
-                        stores.append(store_step if first and runs[:-1] else [])
-                        clears.append(bd.out_rows * ow)
-                        first = False
-                    store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate)
+                        for t in range(kb0, kend):
+                            loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
+                            if t == kb0:
+                                loads.insert(0, ("a", ("x", ni, c0, bd.in0),
+                                                 cgv * bd.in_rows * w * ob, 1, xbank))
+                            slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
+                            runs.append((loads, comp, first))
+                            stores.append(store_step if first and runs[:-1] else [])
+                            clears.append((kend - kb0) * bd.out_rows * ow)
+                            first = False
+                    store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
+                        kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "gradient":
         ct, kb, nb = e["ct"], e["kb"], e["nb"]
@@ -359,7 +366,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         store_final = store_step
     total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
                                                 TIMING[f"setup_{phase}"], rates,
-                                                double=phase != "forward")
+                                                double=phase != "forward" or bool(e["dbl"]))
     util = macs / (R * C * total)
     # what bounds it: the array computing, the DMA moving, or neither (runs waiting for loads
     # that did not hide behind the previous run, steps, set-up)

@@ -14,7 +14,11 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         groups of ``cg = min(C_in, xcap // (H W), bcap // (R S))`` input channels, all output
         rows; when an X plane does not fit a bank or the output plane P (``banded``): one
         channel a group, bands of ``bh = min(OH, pcap // OW, (xcap // W - drh - 1) // s + 1)``
-        output rows. ``kt = ceil(K / C)`` output-channel blocks.
+        output rows. ``kt = ceil(K / C)`` output-channel blocks, a step ``kb = min(kt, pcap
+        // (bh OW))`` of them (P holds their Y band; X of a group is loaded once for them).
+        P is double-buffered (``dbl``; ``pcap`` is then half of it, and a step's store
+        overlaps the next step) when the layer needs bands anyway or when Y of all ``kt``
+        blocks fits half of P; otherwise halving P would cost X reloads.
     loss
         dX channel blocks of ``cg = min(C_in, acap // (R S), pcap // ceil(W / C))`` channels,
         groups of ``kg = min(K, acap // (cg R S), bcap // (OH OW))`` output channels; when dX
@@ -84,6 +88,7 @@ PLAN_REGISTERS = {
         "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn")},
     "bh": "dim",
     "banded": "bit",
+    "dbl": "bit",
 }
 
 #: The program keys of the zero-free loss and gradient (a phase and a mode; the other
@@ -94,7 +99,7 @@ ZF_GRADIENT = (Phase.GRADIENT, Mode.ZERO_FREE)
 #: The registers a program's loops read (its *tile plan*); the others are scratch.
 OUTPUTS = {
     Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
-                    "kt"),
+                    "kt", "kb", "dbl"),
     Phase.LOSS: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "kg", "nb", "np",
                  "bh", "banded", "kohow"),
     Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
@@ -111,11 +116,12 @@ TOO_LARGE = AccelError.TOO_LARGE
 (phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
  addr_dy, addr_out, mode, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
- tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn) = (
+ tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn,
+ dbl) = (
     var(x) for x in ("drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2",
                      "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
-                     "banded", "ct", "xwords", "dwords", "zn"))
+                     "banded", "ct", "xwords", "dwords", "zn", "dbl"))
 
 
 def register_widths(config):
@@ -231,6 +237,8 @@ def _band_checks(what, *, padding):
 def _forward(config):
     acap, bcap, xcap, pcap = _caps(config)
     cols = config.cols
+    half = pcap // 2
+    pc = select(dbl, half, pcap)                # the P words a step has
     what = (f"one channel plane of X ({{hw}} elements) or of Y ({{ohow}} words) does not fit a "
             f"bank of buffer A ({xcap}) / the P buffer ({pcap})")
     return [
@@ -239,15 +247,23 @@ def _forward(config):
         Div("q1", xcap, hw),
         Div("q2", bcap, rs),
         Set((("banded", (q1 == 0) | (ohow > pcap)),)),
+        Div("kt", k + (cols - 1), cols),
+        # P double-buffered (stores overlap the next step) unless halving it would cost X
+        # reuse: a layer that needs bands anyway, or whose Y of every block fits half of P
+        Div("q3", half, ohow),
+        Set((("dbl", banded | (q3 >= kt)),)),
         Skip(banded == 0, 4),
         Div("q3", xcap, w),
         Div("t", select(q3 > drh, q3 - drh - 1, 0), stride_h),
         Set((("t", select(q3 > drh, t + 1, 0)),)),
-        Div("q4", pcap, ow),
+        Div("q4", pc, ow),
         Set((("cg", select(banded, 1, minimum(c, q1, q2))),
              ("bh", select(banded, minimum(oh, q4, t), oh)))),
         _band_checks(what, padding=True),
-        Div("kt", k + (cols - 1), cols),
+        # P holds a band of Y for kb output-channel blocks: X of a group serves kb blocks
+        Mul("t", bh, ow),
+        Div("q4", pc, t),
+        Set((("kb", minimum(kt, q4)),)),
     ]
 
 

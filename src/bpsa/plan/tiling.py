@@ -146,7 +146,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     """The controller's tiling (:mod:`bpsa.plan.setup`, the programs the hardware runs): a dict
     with ``group`` (channels per group: forward C, loss K, gradient ``(C, K)``), ``groups``,
     ``banded``, ``band`` (rows per band), ``bands``, ``runs`` (engine runs) and the channel
-    blocks (loss: ``cblock``, ``cblocks``; gradient: ``kblock``, ``kblocks``); :exc:`ValueError`
+    blocks (loss: ``cblock``, ``cblocks``; forward, gradient: ``kblock``, ``kblocks``; forward:
+    ``double``, P double-buffered); :exc:`ValueError`
     naming what does not fit (the hardware refuses the same layers with TOO_LARGE). ``mode``
     (loss, gradient): ``"bp_im2col"`` or ``"zero_free"`` (zero-free gradient: ``group`` is
     ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` a step)."""
@@ -170,7 +171,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     if phase == "forward":
         groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
         return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
-                "bands": bands_, "runs": n * e["kt"] * bands_ * groups}
+                "bands": bands_, "kblock": e["kb"], "kblocks": _ceil(e["kt"], e["kb"]),
+                "double": bool(e["dbl"]), "runs": n * e["kt"] * bands_ * groups}
     if phase == "loss":
         groups, bands_, cblocks = _ceil(k, e["kg"]), _ceil(h, band), _ceil(c, e["cg"])
         return {"group": e["kg"], "groups": groups, "cblock": e["cg"], "cblocks": cblocks,

@@ -31,30 +31,39 @@ def _copy(m, dst, src, cols):
 
 
 class ForwardResults(wiring.Component):
-    """The forward engine's drained rows: ``Y[oh, ow0 + row]`` goes to P word ``oh OW + ow0 +
-    row``; pixels past the row's end (``ow0 + row >= OW``) are dropped.
+    """The forward engine's drained rows: ``Y[oh, ow0 + row]`` goes to P word ``row_base p_row
+    + oh OW + ow0 + row`` (``row_base``: the run's output-channel block within the step,
+    ``p_row``: the P words of a block); pixels past the row's end (``ow0 + row >= OW``) are
+    dropped.
 
     Members
     -------
     y : In(valid / payload: :func:`bpsa.gateware.engines.conv_forward.y_layout`)
     ow : In(dim_width)
         The layer's OW.
+    start : In(1)
+        A run starts: ``row_base`` and ``p_row`` are taken for the run.
+    row_base, p_row : In
     acc : Out(stream.Signature(accumulate_layout(config)))
     """
 
     def __init__(self, config):
         self.config = config
         super().__init__({"y": In(_valid_stream(y_layout(config))),
-                          "ow": In(config.dim_width),
+                          "ow": In(config.dim_width), "start": In(1),
+                          "row_base": In(config.dim_width + 1), "p_row": In(_W),
                           "acc": Out(stream.Signature(accumulate_layout(config)))})
 
     def elaborate(self, platform):
         m = Module()
         y = self.y.payload
+        base = Signal(exact_log2(self.config.buf_p_depth) + 1)
+        with m.If(self.start):
+            m.d.sync += base.eq(self.row_base * self.p_row)
         pix = Signal(self.config.dim_width + 1)
         m.d.comb += [pix.eq(y.ow0 + y.row),
                      self.acc.valid.eq(self.y.valid & (pix < self.ow)),
-                     self.acc.payload.addr.eq(y.oh * self.ow + pix)]
+                     self.acc.payload.addr.eq(base + y.oh * self.ow + pix)]
         _copy(m, self.acc.payload.data, y.data, self.config.cols)
         return m
 

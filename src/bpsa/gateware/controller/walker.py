@@ -96,8 +96,8 @@ class LoopWalker(wiring.Component):
     bank : In(1)
         The buffer half of the next load and run (the step scheduler's).
     xbank : Out(1)
-        Zero-free gradient: the half of buffer A holding the run's X (the parity of its image
-        and band count).
+        Forward and zero-free gradient: the half of buffer A holding the run's X (forward: the
+        parity of its group count; gradient: of its image and band count).
     alu : Out(alu_signature(48))
     load : Out(stream.Signature(load_layout(config))), load_hit, load_done : In(1),
     load_error : In(DmaError)
@@ -157,6 +157,7 @@ class LoopWalker(wiring.Component):
             for key, _, _ in programs:
                 walks[key](e)
         g = self.geometry
+        m.d.comb += self.xbank.eq(e.xbank)
         m.d.comb += [g.p_row.eq(e.p_row), g.row_base.eq(e.row_base), g.kt_rows.eq(e.kt_rows),
                      g.fc_o0.eq(e.fc_o0), g.fc_dw_p0.eq(e.fc_dw_p0),
                      g.clear_words.eq(e.r["np"]),
@@ -187,7 +188,7 @@ class LoopWalker(wiring.Component):
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
-            "xn", "xg", "x", "w", "wk", "dy", "dyn", "out", "outn", "outg", "dwg")}
+            "xn", "xg", "x", "w", "wk", "wg", "dy", "dyn", "out", "outn", "outg", "dwg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "o0", "kb0")}
 
@@ -220,7 +221,8 @@ class LoopWalker(wiring.Component):
             kt_rows=Signal(_W, name="kt_rows"),  # row tiles per column block of the next run
             fc_o0=Signal(_W, name="fc_o0"),     # FC: first output (dW row) of the next run
             fc_dw_p0=Signal(paw + 1, name="fc_dw_p0"),  # FC: P word of dW row 0
-            clear_dw=Signal(name="clear_dw"))   # FC: the next step clears the dW rows
+            clear_dw=Signal(name="clear_dw"),   # FC: the next step clears the dW rows
+            xbank=Signal(name="xbank_reg"))     # forward, ZG: the half of A holding X
 
     def _helpers(self, e):
         """FSM-state builders: programs, row bands, loads, runs (inside the FSM)."""
@@ -347,65 +349,86 @@ class LoopWalker(wiring.Component):
         return program, out_band, dma_load, step_run
 
     def _forward(self, e):
-        """The forward loops: images, output-channel blocks, row bands, groups of input channels."""
+        """The forward loops: images, steps of ``kb`` output-channel blocks, row bands, groups
+        of input channels, the step's blocks (the runs). X of a group is loaded once into the
+        half of buffer A of the group's parity and serves the step's blocks; P holds the
+        band's Y of every block of the step (``p_row`` words a block)."""
         m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
         program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
                                                       e.save_step, e.mn)
         grp_c, grp_k, banded, out_band = e.grp_c, e.grp_k, e.banded, e.out_band
+        p_row, row_base, xbank = e.p_row, e.row_base, e.xbank
         obs, abs_, C, B = e.obs, e.abs_, self.config.cols, self.config.feeder_bus_width
         with m.State("FWD_INIT"):
-            m.d.sync += [loop["n"].eq(0), loop["kti"].eq(0), loop["k0"].eq(0),
-                         ptr["xn"].eq(d.addr_x), ptr["wk"].eq(d.addr_w),
-                         ptr["out"].eq(d.addr_out)]
-            m.next = "FWD_OUTER"
-        with m.State("FWD_OUTER"):       # image n, output-channel block kti
-            m.d.sync += [loop["o0"].eq(0), grp_k.eq(mn(C, d.k - loop["k0"]))]
-            m.next = "FWD_BAND"
+            m.d.sync += [loop["n"].eq(0), ptr["xn"].eq(d.addr_x), ptr["outg"].eq(d.addr_out)]
+            m.next = "FWD_IMAGE"
+        with m.State("FWD_IMAGE"):       # image n
+            m.d.sync += loop["kb0"].eq(0)
+            m.next = "FWD_KBLK_0"
+        program("FWD_KBLK", [            # output-channel blocks [kb0, kend)
+            ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], r["kt"])), loop["o0"].eq(0),
+                     ptr["out"].eq(ptr["outg"])]),
+            ("mul", r["zstride"], r["crs"], C),          # elements of a block of W
+            ("mul", r["t"], loop["kb0"], r["zstride"]),
+            ("mul", r["dstep"], r["ohow"], C),           # elements of a block of Y
+            ("mul", r["xstep"], r["dstep"], r["kend"] - loop["kb0"]),
+            ("set", [ptr["wk"].eq(d.addr_w + (r["t"] << obs))]),
+        ], "FWD_BAND")
         out_band("FWD_BAND", "FWD_BANDP_0")
-        program("FWD_BANDP", [           # step (n, kti, band o0): P words, first group
-            ("mul", r["np"], r["obh"], r["ow"]),
-            ("mul", r["rowlen"], r["np"], C),
-            ("set", [loop["c0"].eq(0), ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
-                     ptr["w"].eq(ptr["wk"]), Pulse(self.new_step)]),
+        program("FWD_BANDP", [           # step (n, kb0, band o0): P words, first group
+            ("mul", r["t"], r["obh"], r["ow"]),
+            ("mul", r["rowlen"], r["t"], C),
+            ("mul", r["np"], r["t"], r["kend"] - loop["kb0"]),
+            ("set", [loop["c0"].eq(0), p_row.eq(r["t"]),
+                     ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
+                     ptr["wg"].eq(ptr["wk"]), Pulse(self.new_step)]),
         ], "FWD_GROUP_0")
-        program("FWD_GROUP", [
-            ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"]))]),
+        program("FWD_GROUP", [           # input channels [c0, c0 + cg): X once for the blocks
+            ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"])), xbank.eq(~xbank),
+                     loop["kti"].eq(loop["kb0"]), loop["k0"].eq(loop["kb0"] * C),
+                     ptr["w"].eq(ptr["wg"])]),
             ("mul", r["len_a"], r["blen"], grp_c),
             ("mul", r["t"], r["rs"], grp_c),
             ("mul", r["len_b"], r["t"], C),
         ], "FWD_LOAD_X")
-        dma_load("FWD_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B,
-                 "FWD_LOAD_W")
+        dma_load("FWD_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B, "FWD_BLOCK",
+                 bank=self.xbank)
+        with m.State("FWD_BLOCK"):       # output-channel block kti: its W words of the group
+            m.d.sync += [row_base.eq(loop["kti"] - loop["kb0"]),
+                         grp_k.eq(mn(C, d.k - loop["k0"]))]
+            m.next = "FWD_LOAD_W"
         dma_load("FWD_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
                  "FWD_RUN_WAIT")
         step_run("FWD")
         with m.State("FWD_NEXT"):
-            m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
-                         ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
-                         ptr["w"].eq(ptr["w"] + (r["len_b"] << obs))]
-            with m.If(loop["c0"] + grp_c < d.c):
+            m.d.sync += ptr["w"].eq(ptr["w"] + (r["zstride"] << obs))
+            with m.If(loop["kti"] + 1 < r["kend"]):
+                m.d.sync += [loop["kti"].eq(loop["kti"] + 1), loop["k0"].eq(loop["k0"] + C)]
+                m.next = "FWD_BLOCK"
+            with m.Elif(loop["c0"] + grp_c < d.c):
+                m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
+                             ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
+                             ptr["wg"].eq(ptr["wg"] + (r["len_b"] << obs))]
                 m.next = "FWD_GROUP_0"
             with m.Else():                # the step's last group runs: next step
-                m.d.comb += save_step(1, r["rowlen"], 0, 0, ptr["out"])
-                m.d.sync += [ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))]
+                m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], p_row,
+                                      r["dstep"] << abs_, ptr["out"])
+                m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))
                 with m.If(loop["o0"] + r["obh"] < r["oh"]):
                     m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                     m.next = "FWD_BAND"
-                with m.Elif(loop["kti"] + 1 < r["kt"]):
-                    m.d.sync += [loop["kti"].eq(loop["kti"] + 1),
-                                 loop["k0"].eq(loop["k0"] + C),
-                                 ptr["wk"].eq(ptr["w"] + (r["len_b"] << obs))]
-                    m.next = "FWD_OUTER"
-                with m.Elif(loop["n"] + 1 < d.n):
-                    m.d.sync += [loop["kti"].eq(0), loop["k0"].eq(0),
-                                 loop["n"].eq(loop["n"] + 1),
-                                 ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs)),
-                                 ptr["wk"].eq(d.addr_w)]
-                    m.next = "FWD_OUTER"
-                with m.Else():
-                    m.d.comb += self.final.eq(1)
-                    m.next = "FWD_LAST"
-
+                with m.Else():            # the blocks' Y is stored: the next blocks
+                    m.d.sync += ptr["outg"].eq(ptr["outg"] + (r["xstep"] << abs_))
+                    with m.If(r["kend"] < r["kt"]):
+                        m.d.sync += loop["kb0"].eq(r["kend"])
+                        m.next = "FWD_KBLK_0"
+                    with m.Elif(loop["n"] + 1 < d.n):
+                        m.d.sync += [loop["n"].eq(loop["n"] + 1),
+                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
+                        m.next = "FWD_IMAGE"
+                    with m.Else():
+                        m.d.comb += self.final.eq(1)
+                        m.next = "FWD_LAST"
 
     def _loss(self, e):
         """The loss loops: images, row bands of dX, dX channel blocks, groups of output channels."""
@@ -616,8 +639,7 @@ class LoopWalker(wiring.Component):
             m.d.sync += loop["o0"].eq(0)
             m.next = "ZG_BAND"
         out_band("ZG_BAND", "ZG_BANDP_0")
-        xbank = Signal(name="zg_xbank")
-        m.d.comb += self.xbank.eq(xbank)
+        xbank = e.xbank
         program("ZG_BANDP", [            # band of dY rows [o0, o0 + obh)
             ("set", [xbank.eq(~xbank)]),
             ("mul", r["t"], r["yoff"], B),
