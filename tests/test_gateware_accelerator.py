@@ -233,6 +233,43 @@ def test_forward_output_blocks_share_x():
 
 
 @pytest.mark.verilator
+def test_requantized_outputs():
+    """REQUANT: the forward's Y and the zero-free loss's dX leave as operands (shift, round
+    half up, saturate: ``bpsa.models.golden.requantize`` of the golden result), bit-exact for
+    shifts from 0 (mostly saturated) to ``acc_width - 1`` (mostly 0 and -1), through steps of
+    output-channel blocks, row bands, column strips and memory stalls; the DMA writes one
+    operand a result instead of an accumulator."""
+    from bpsa.verify.native import run_jobs
+    from bpsa.spec.numeric import element_bytes
+    base = dict(batch=2, channels=20, height=6, width=6, out_channels=14, kernel_h=3,
+                kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
+    banded = dict(batch=1, channels=3, height=20, width=100, out_channels=9, kernel_h=3,
+                  kernel_w=3, stride_h=2, stride_w=8, pad_h=1, pad_w=0)
+    strips = dict(batch=1, channels=2, height=6, width=160, out_channels=3, kernel_h=3,
+                  kernel_w=3, stride_h=1, stride_w=2, pad_h=1, pad_w=1)
+    lstrips = dict(strips, height=20, width=60, stride_h=2)
+    loss = dict(batch=2, channels=6, height=9, width=7, out_channels=5, kernel_h=3,
+                kernel_w=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1)
+    jobs = [{"phase": "forward", "layer": base, "seed": 40, "requant": 0},
+            {"phase": "forward", "layer": base, "seed": 41, "requant": 9, "pauses": True},
+            {"phase": "forward", "layer": banded, "seed": 42, "requant": 5},
+            {"phase": "forward", "layer": strips, "seed": 43, "requant": 6},
+            {"phase": "forward", "layer": base, "seed": 44, "requant": 31},
+            {"phase": "loss", "layer": loss, "seed": 45, "requant": 3, "mode": "zero_free"},
+            {"phase": "loss", "layer": loss, "seed": 46, "requant": 8, "mode": "zero_free",
+             "pauses": True},
+            {"phase": "loss", "layer": lstrips, "seed": 47, "requant": 7,
+             "mode": "zero_free"}]
+    res = run_jobs(TINY, jobs)
+    assert all(r["match"] and r["requant"] == j["requant"] for r, j in zip(res, jobs))
+    assert res[3]["strips"] > 1 and res[7]["strips"] > 1
+    ob = element_bytes(TINY.operand_width)
+    for r in res[:2]:                   # Y blocked by cols channels: N KT OH OW cols operands
+        assert r["counters"]["dma_write_bytes"] == 2 * 4 * 36 * TINY.cols * ob
+    assert res[5]["counters"]["dma_write_bytes"] == 2 * 2 * 63 * TINY.cols * ob
+
+
+@pytest.mark.verilator
 def test_pauses_change_cycles_not_results():
     """The same layer with and without memory-bus back-pressure (the native transport's
     random stalls): same result (checked by ``run_jobs``), more cycles."""

@@ -32,7 +32,8 @@ def random_descriptor(rng, config):
          "stride_h": rng.randint(1, 3), "stride_w": rng.randint(1, 3),
          "pad_h": rng.randint(0, 3), "pad_w": rng.randint(0, 3),
          "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2),
-         "mode": rng.choice([0, 1, 1, 3])}                  # 3: not a mode
+         "mode": rng.choice([0, 1, 1, 3]),                  # 3: not a mode
+         "requant": int(rng.random() < 0.25)}     # refused but for forward / zero-free loss
     if phase == Phase.FC_BACKWARD and kind < 0.9:
         d.update(h=1, w=1, r=1, s=1, pad_h=0, pad_w=0, stride_h=1, stride_w=1, dil_h=1,
                  dil_w=1, c=rng.randint(1, 400 if big else 40))
@@ -72,10 +73,13 @@ def test_sequencer_equals_host_plan(config, count):
     descs = [random_descriptor(rng, config) for _ in range(count)]
     # every refusal at least once, whatever the random draw
     plain = dict(phase=int(Phase.GRADIENT), n=1, c=2, h=5, w=5, k=2, r=3, s=3, stride_h=1,
-                 stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1, mode=1, addr_x=0,
+                 stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1, mode=1, requant=0, addr_x=0,
                  addr_w=0x1000, addr_dy=0x2000, addr_out=0x3000, window_lo=0,
                  window_hi=(1 << 32) - 1)
-    descs += [{**plain, "c": 0}, {**plain, "mode": 3}, {**plain, "phase": 5}]
+    descs += [{**plain, "c": 0}, {**plain, "mode": 3}, {**plain, "phase": 5},
+              {**plain, "requant": 1},
+              # requantized outputs are operands: aligned to the operand size only
+              {**plain, "phase": int(Phase.FORWARD), "requant": 1, "addr_out": 0x3002}]
     seen = {"refused": set(), "banded": 0, "phases": set(), "programs": set()}
 
     async def bench(ctx):
@@ -122,7 +126,7 @@ def test_sequencer_equals_host_plan(config, count):
     assert seen["phases"] == {int(p) for p in phases}
     assert seen["banded"] >= (1 if config is TINY else 5)
     assert {AccelError.TOO_LARGE, AccelError.PHASE, AccelError.ZERO_SIZE,
-            AccelError.MODE} <= seen["refused"]
+            AccelError.MODE, AccelError.REQUANT} <= seen["refused"]
     assert {setup.ZF_GRADIENT} | ({setup.ZF_LOSS} if Phase.LOSS in phases else set()) \
         <= seen["programs"]
     if config is not TINY:

@@ -365,8 +365,11 @@ VERILATOR_LAYERS = {
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", sorted(VERILATOR_LAYERS))
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.long)
+                                    if p == "nonsquare" else p
+                                    for p in sorted(VERILATOR_LAYERS)])
 def test_verilator(preset):
+    # the non-square preset's build runs in ``make test-long`` (``make test`` budget)
     """The generated Verilog of ConvBackward: every layer's dX and dW equal
     ``bpsa.models.golden.conv2d_input_grad`` / ``conv2d_weight_grad`` bit-exactly in both modes (one
     build per preset, four runs); the baseline reads more words, sends the same zeros to the

@@ -196,7 +196,7 @@ def _sim_accelerator(args, config):
     """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
     (driver, AXI memory, DMA); ``step`` runs the three phases."""
     from bpsa.spec.layer import parse_layer
-    from bpsa.verify.accel_run import check_job, job, run_jobs, summary
+    from bpsa.verify.accel_run import check_job, job, job_mode, run_jobs, summary
     if args.gemm is not None:
         raise UserError(f"--gemm does not apply to --phase {args.phase}; give --layer")
     if args.layer is None:
@@ -206,6 +206,14 @@ def _sim_accelerator(args, config):
         raise UserError(f"--phase {args.phase} picks its dataflow; --dataflow and --sgd-shift "
                         "do not apply")
     phases = ["forward", "loss", "gradient"] if args.phase == "step" else [args.phase]
+    if args.requant is not None:
+        bits = (config.acc_width - 1).bit_length()
+        if args.phase not in ("forward", "loss") or args.baseline or (
+                args.phase == "loss" and job_mode(config, "loss", args.mode) != "zero_free"):
+            raise UserError("--requant applies to --phase forward and to the zero-free "
+                            "--phase loss (their outputs feed a next layer)")
+        if not 0 <= args.requant < 1 << bits:
+            raise UserError(f"--requant {args.requant}: give a shift in [0, {(1 << bits) - 1}]")
     try:
         layer = parse_layer(args.layer)
         for p in phases:
@@ -213,7 +221,8 @@ def _sim_accelerator(args, config):
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
     results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline,
-                                    mode=args.mode if p != "forward" else None)
+                                    mode=args.mode if p != "forward" else None,
+                                    requant=args.requant)
                                 for p in phases], harness=args.harness, **_native(args))
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
@@ -328,6 +337,8 @@ def cmd_perf(args):
                             "forward")
         phases = [p for p in phases if p != "forward"]
     model = traditional_cycles if args.baseline else layer_cycles
+    if args.requant and args.baseline:
+        raise UserError("--requant applies to the zero-free model, not --baseline")
     if (args.layer is None) == (not args.workload):
         raise UserError("give --layer C=..,H=..,K=.. or --workload")
     if args.layer is not None:
@@ -356,7 +367,8 @@ def cmd_perf(args):
             entry = {"network": row["network"], "layer": row["layer"], "phase": phase,
                      "batch": dims["n"], "baseline": args.baseline}
             try:
-                entry.update(model(config, phase, **dims).as_dict())
+                extra = {"requant": True} if args.requant and phase != "gradient" else {}
+                entry.update(model(config, phase, **dims, **extra).as_dict())
             except ValueError as e:
                 if "lay" in row:
                     raise UserError(f"cannot model layer {args.layer!r} on "
@@ -517,6 +529,10 @@ def build_parser():
                          "to 1, stride to 1, pad to 0, dilation to 1; stride/pad/dilation may "
                          "be HxW)")
     sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--requant", type=int, default=None, metavar="SHIFT",
+                    help="--phase forward, or loss in the zero-free mode, through the "
+                         "accelerator: the output leaves as operands, shifted right by SHIFT, "
+                         "rounded half up and saturated (the descriptor's REQUANT, OUT_SHIFT)")
     sp.add_argument("--sgd-shift", type=int, default=None,
                     help="interleaved / --phase fc: apply the in-place update W -= G >> SHIFT")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
@@ -571,6 +587,9 @@ def build_parser():
     sp.add_argument("--baseline", action="store_true",
                     help="loss and gradient the traditional way: the forward convolution of "
                          "the zero-spaced operands (utilization of the layer's own MACs)")
+    sp.add_argument("--requant", action="store_true",
+                    help="the forward's and the loss's outputs leave requantized, as operands "
+                         "(the descriptor's REQUANT), instead of as accumulators")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_perf)
 

@@ -147,6 +147,7 @@ from bpsa.gateware.controller.counters import COUNTED, Counters
 from bpsa.gateware.controller.interfaces import AccelError
 from bpsa.gateware.controller.load_unit import LoadUnit, Target
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
+from bpsa.gateware.controller.requantizer import Requantizer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults, ZeroFreeResults)
 from bpsa.gateware.controller.step_scheduler import StepScheduler
@@ -313,6 +314,10 @@ class Accelerator(CheckedComponent):
                          bwd.a_write.en.eq(bw.en & (target == Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
                          bwd.b_write.en.eq(bw.en & (target == Target.BWD_B))]
+        # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
+        requant = m.submodules.requantizer = Requantizer(cfg)
+        m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
+                     requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]
         to_a = (target == Target.FWD_X) | (target == Target.BWD_A)
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
@@ -320,7 +325,7 @@ class Accelerator(CheckedComponent):
                      counters.p_read.eq(pbuf.read_event), counters.p_write.eq(pbuf.write_event),
                      pbuf.read_addr.eq(dma.buf_read.addr),
                      pbuf.read_en.eq(dma.buf_read.en & sched.storing),
-                     dma.buf_read.data.eq(pbuf.read_data.as_value()),
+                     dma.buf_read.data.eq(requant.out),
                      dma.buf_read_ready.eq(pbuf.read_ready)]
 
         # --- the controller: set-up sequencer, loop walker, load unit, step scheduler --------

@@ -5,7 +5,7 @@ needs (product, accumulate, zero test, scaled update). Integer formats exist now
 floating-point format is a second class with the same methods.
 """
 
-from amaranth.hdl import Shape, signed, unsigned
+from amaranth.hdl import Const, Mux, Shape, signed, unsigned
 
 __all__ = ["IntArith", "arith_for"]
 
@@ -38,6 +38,16 @@ class IntArith:
     def add(self, acc, x):
         """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""
         return acc + x
+
+    def requantize(self, acc, shift):
+        """An accumulator to an operand: ``acc`` shifted right by ``shift`` (arithmetic),
+        rounded half up, saturated to the operand range (``bpsa.models.golden.requantize``)."""
+        half = (Const(1, self.acc_shape.width + 1) << shift)[1:]   # 2 ** (shift - 1) or 0
+        q = ((acc.as_signed() + half).as_signed() >> shift)
+        w = self.operand_shape.width
+        lo, hi = ((-(1 << (w - 1)), (1 << (w - 1)) - 1) if self.operand_shape.signed
+                  else (0, (1 << w) - 1))
+        return Mux(q > hi, hi, Mux(q < lo, lo, q))[:w]
 
     def update(self, w, g, shift):
         """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand shape."""

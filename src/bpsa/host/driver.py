@@ -178,6 +178,8 @@ class Driver:
         (register name -> value), START, wait for DONE. Returns STATUS.ERROR (0: success);
         the counters then describe this layer alone."""
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        # a field a descriptor leaves out must not keep an earlier layer's value
+        desc = {"REQUANT": 0, "OUT_SHIFT": 0, **desc}
         for name, value in desc.items():
             await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
@@ -246,7 +248,7 @@ class Driver:
 
     # --- phases ---------------------------------------------------------------------------------
     async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
-                  stride=1, pad=0, dil=1, mode=None):
+                  stride=1, pad=0, dil=1, mode=None, requant=None):
         """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
         model's shapes) and keeps the counters in :attr:`counters`.
 
@@ -255,7 +257,9 @@ class Driver:
         gradient): ``"zero_free"`` or ``"bp_im2col"``; default
         :func:`bpsa.plan.tiling.default_mode` (zero-free for the gradient when generated).
         A mode the configuration does not generate for the phase is refused
-        (:exc:`ValueError`)."""
+        (:exc:`ValueError`). ``requant`` (forward, zero-free loss): a shift; the output
+        leaves as operands, :func:`bpsa.models.golden.requantize` of the accumulators (the
+        descriptor's REQUANT and OUT_SHIFT)."""
         if phase not in ("forward", "loss", "gradient"):
             raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
                              f"its own method), not {phase!r}")
@@ -270,6 +274,15 @@ class Driver:
                                  f"{list(self.config.backward_modes)})")
         zf = phase == "gradient" and mode == "zero_free"
         zl = phase == "loss" and mode == "zero_free"
+        if requant is not None:
+            shift_bits = (self.config.acc_width - 1).bit_length()
+            if phase != "forward" and not zl:
+                raise ValueError(f"requantization applies to the forward and the zero-free "
+                                 f"loss, not to {phase} in mode {mode!r}")
+            if isinstance(requant, bool) or not isinstance(requant, (int, np.integer)) \
+                    or not 0 <= requant < 1 << shift_bits:
+                raise ValueError(f"requant (a shift) must be an integer in [0, "
+                                 f"{(1 << shift_bits) - 1}], not {requant!r}")
         self.mode = mode if phase != "forward" else None
         stride, pad, dil = pair(stride), pair(pad), pair(dil)
         cols = self.config.cols
@@ -294,7 +307,7 @@ class Driver:
                                  f"{self.config.name!r}: {e}") from None
             if "strips" in p:
                 return await self._run_strips(phase, p, x, w, dy, (n, c, h, wd, k, r, s),
-                                              stride, pad, dil, mode)
+                                              stride, pad, dil, mode, requant)
             self.plan = p
         kt = -(-k // cols)
         ins, out_shape = [], None
@@ -315,34 +328,41 @@ class Driver:
         else:
             ins = [("ADDR_DY", dy), ("ADDR_X", x)]
             out_elems, out_shape = k * c * r * s, (k, c, r, s)
-        sizes = [t.size * self.ob for _, t in ins] + [max(out_elems, 1) * self.ab]
+        eb = self.ab if requant is None else self.ob        # bytes of an output element
+        sizes = [t.size * self.ob for _, t in ins] + [max(out_elems, 1) * eb]
         addrs = self._place(sizes)
         for (_, t), addr in zip(ins, addrs):
             await self.t.write_mem(addr, self._to_bytes(t, self.ob))
         desc = {"PHASE": Phase[phase.upper()], "N": n, "C": c, "H": h, "W": wd, "K": k, "R": r,
                 "S": s, "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_H": pad[0],
                 "PAD_W": pad[1], "DIL_H": dil[0], "DIL_W": dil[1],
-                "MODE": Mode.ZERO_FREE if zf or zl else Mode.BP_IM2COL}
+                "MODE": Mode.ZERO_FREE if zf or zl else Mode.BP_IM2COL,
+                "REQUANT": int(requant is not None), "OUT_SHIFT": requant or 0}
         desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
         desc["ADDR_OUT"] = addrs[-1]
         error = await self.start(desc)
         self.counters = await self.read_counters()
         if error:
             raise AcceleratorError(error, f"{phase} layer {desc}")
-        raw = await self.t.read_mem(addrs[-1], out_elems * self.ab)
+        raw = await self.t.read_mem(addrs[-1], out_elems * eb)
+        if requant is not None:         # operands
+            vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
+            conv = wrap_array(vals, self.config.operand_width, self.config.operand_signed)
         if phase == "forward":
-            y = self._from_bytes(raw, (n, kt, oh, ow, cols))
+            y = (conv.reshape(n, kt, oh, ow, cols) if requant is not None
+                 else self._from_bytes(raw, (n, kt, oh, ow, cols)))
             return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
         if zf:
             dw = self._from_bytes(raw, (kt, c, r, s, cols))
             return dw.transpose(0, 4, 1, 2, 3).reshape(kt * cols, c, r, s)[:k]
         if zl:
             ct = -(-c // cols)
-            dx = self._from_bytes(raw, (n, ct, h, wd, cols))
+            dx = (conv.reshape(n, ct, h, wd, cols) if requant is not None
+                  else self._from_bytes(raw, (n, ct, h, wd, cols)))
             return dx.transpose(0, 1, 4, 2, 3).reshape(n, ct * cols, h, wd)[:, :c]
         return self._from_bytes(raw, out_shape)
 
-    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil, mode):
+    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil, mode, requant):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one
         descriptor a strip: gather each strip's operands on the host (padding columns as
         zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
@@ -361,11 +381,12 @@ class Driver:
                 continue
             if phase == "forward":
                 part = await self.run("forward", x=xp[..., st.in0 + pw:][..., :st.in_cols],
-                                      w=w, **sub)
+                                      w=w, requant=requant, **sub)
                 out[..., st.out0:st.out0 + st.out_cols] = part
             elif phase == "loss":
                 part = await self.run("loss", dy=dy[..., st.in0:st.in0 + st.in_cols], w=w,
-                                      input_hw=(h, st.engine_w), mode=mode, **sub)
+                                      input_hw=(h, st.engine_w), mode=mode,
+                                      requant=requant, **sub)
                 keep = part[..., st.skip:st.skip + st.out_cols]
                 out[..., st.out0:st.out0 + keep.shape[-1]] = keep
             else:
@@ -455,12 +476,13 @@ class Driver:
         out = await self.forward(xt, dd, d, 0, 1)
         return out.transpose(1, 0, 2, 3)
 
-    async def forward(self, x, w, stride=1, pad=0, dil=1):
-        return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil)
+    async def forward(self, x, w, stride=1, pad=0, dil=1, requant=None):
+        return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil,
+                              requant=requant)
 
-    async def loss(self, dy, w, input_hw, stride=1, pad=0, dil=1, mode=None):
+    async def loss(self, dy, w, input_hw, stride=1, pad=0, dil=1, mode=None, requant=None):
         return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride, pad=pad,
-                              dil=dil, mode=mode)
+                              dil=dil, mode=mode, requant=requant)
 
     async def gradient(self, x, dy, kernel_hw, stride=1, pad=0, dil=1, mode=None):
         return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,

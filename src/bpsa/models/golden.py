@@ -37,7 +37,7 @@ from bpsa.spec.layer import conv_params, output_hw
 __all__ = [
     "output_hw", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "gemm",
     "Lowering", "lower_forward", "lower_input_grad", "lower_weight_grad",
-    "zero_fraction", "structural_zero_counts",
+    "zero_fraction", "structural_zero_counts", "requantize",
 ]
 
 
@@ -169,6 +169,20 @@ def gemm(a, b):
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"gemm operands do not chain: a is {a.shape}, b is {b.shape}")
     return a @ b
+
+
+def requantize(acc, shift, bits, signed=True):
+    """Accumulators to ``bits``-bit operands, as a layer's output leaves for the next layer:
+    ``round(acc / 2**shift)`` with halves rounded up (towards +infinity), then saturated to
+    ``[-2**(bits-1), 2**(bits-1) - 1]`` (``[0, 2**bits - 1]`` unsigned). Exact for any
+    integers (Python ints inside)."""
+    shift, bits = _int(shift, "shift"), _int(bits, "bits")
+    if shift < 0 or bits < 1:
+        raise ValueError(f"shift must be >= 0 and bits >= 1, not {shift} and {bits}")
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    a = np.asarray(acc, dtype=object)
+    q = (a + ((1 << shift) // 2)) // (1 << shift)     # floor division: rounds half up
+    return np.clip(q, lo, hi).astype(np.int64)
 
 
 # --- explicit im2col lowerings -------------------------------------------------------------------

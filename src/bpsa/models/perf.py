@@ -241,10 +241,11 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
 
 
 def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                 dil=(1, 1)):
-    """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``, zero-free)
-    of a layer on ``config``; :exc:`ValueError` with the controller's reason for a layer it
-    refuses."""
+                 dil=(1, 1), requant=False):
+    """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
+    ``"gradient"``, zero-free) of a layer on ``config``; :exc:`ValueError` with the
+    controller's reason for a layer it refuses. ``requant`` (forward, loss): the output leaves
+    as operands (the descriptor's REQUANT)."""
     if phase not in ("forward", "loss", "gradient"):
         raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
                          f"not {phase!r}")
@@ -252,6 +253,9 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         raise ValueError(f"configuration {config.name!r} does not generate the forward engine")
     if phase != "forward" and not config.has_mode("zero_free"):
         raise ValueError(f"configuration {config.name!r} does not generate the zero-free mode")
+    if requant and phase == "gradient":
+        raise ValueError("requantization applies to the forward and the zero-free loss, not "
+                         "to the gradient")
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
     phase_value = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     mode = Mode.BP_IM2COL if phase == "forward" else Mode.ZERO_FREE
@@ -271,6 +275,8 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     runs, stores = [], []
     kt = e["kt"]
     slots = 0
+    if requant:                         # results leave as operands
+        ab = ob
     store_rate = _rate(config, C, ab)
     # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
     rates = {"a": _rate(config, C if phase == "loss" else B, ob), "b": _rate(config, C, ob)}
@@ -376,7 +382,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
               "loss": lambda: n * e["ct"] * h * w * C * ab,
               "gradient": lambda: e["kt"] * c * r * s * C * ab}[phase]()
     roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s,
-                           oh=oh, ow=ow)
+                           oh=oh, ow=ow, requant=requant)
     return LayerCycles(cycles=total, compute_cycles=compute, macs=macs, array_slots=slots,
                        utilization=util,
                        dma_read_bytes=reads, dma_write_bytes=writes,
@@ -409,9 +415,12 @@ def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad
                               roofline_cycles=roof, over_roofline=m.cycles / roof))
 
 
-def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow):
-    """The layer's roofline bound in cycles (see :class:`LayerCycles`)."""
+def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow, requant=False):
+    """The layer's roofline bound in cycles (see :class:`LayerCycles`); ``requant``: the
+    output leaves as operands."""
     ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
+    if requant:
+        ab = ob
     x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
     moved = {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
              "gradient": (x + y) * ob + wt * ab}[phase]

@@ -77,7 +77,7 @@ STORE_CHUNK = 64
 #: Descriptor fields the programs read.
 DESCRIPTOR = ("phase", "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h",
               "pad_w", "dil_h", "dil_w", "addr_x", "addr_w", "addr_dy", "addr_out", "mode",
-              "window_lo", "window_hi")
+              "requant", "window_lo", "window_hi")
 
 #: Registers the set-up programs write: name -> ``"unit"`` (:data:`UNIT_WIDTH` bits),
 #: ``"dim"`` (``dim_width + 2`` bits) or ``"bit"``.
@@ -114,7 +114,7 @@ OUTPUTS = {
 TOO_LARGE = AccelError.TOO_LARGE
 
 (phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
- addr_dy, addr_out, mode, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
+ addr_dy, addr_out, mode, requant, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
  tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn,
  dbl) = (
@@ -201,6 +201,10 @@ def checks(config, phases):
         Check(zero, AccelError.ZERO_SIZE, "a size (N, C, H, W, K, R, S) is 0"),
         Check(zstep, AccelError.ZERO_STEP, "a stride or a dilation is 0"),
         Check(fc_shape, AccelError.SHAPE, "an FC layer has H = W = R = S = 1 and no padding"),
+        Check((requant != 0) & (phase != int(Phase.FORWARD))
+              & ((phase != int(Phase.LOSS)) | (mode != int(Mode.ZERO_FREE))),
+              AccelError.REQUANT, "requantization (REQUANT) applies to the forward and the "
+                                  "zero-free loss only"),
     ))]
 
 
@@ -447,13 +451,20 @@ def tiling_program(config, phase_):
 
 
 def _tensor_checks(addr, count_steps, shift):
-    end = addr + (tot << shift) - 1
-    outside = high_bits(tot, 32) | (addr < window_lo) | (end > window_hi) | high_bits(end, 32)
-    return count_steps + [
-        Check(low_bits(addr, shift) if shift else lift(0), AccelError.ALIGN,
-              "an address is not a multiple of its element size"),
-        Check(outside, AccelError.WINDOW, "a tensor is not inside the DMA window"),
-    ]
+    """``count_steps`` (which leave the tensor's element count in ``tot``), then its alignment
+    and window checks; ``shift``: log2 of its element bytes, or ``(acc, operand)`` for an
+    output that requantization (REQUANT) makes operands."""
+    def both(sh):
+        end = addr + (tot << sh) - 1
+        outside = (high_bits(tot, 32) | (addr < window_lo) | (end > window_hi)
+                   | high_bits(end, 32))
+        return [Check(low_bits(addr, sh) if sh else lift(0), AccelError.ALIGN,
+                      "an address is not a multiple of its element size"),
+                Check(outside, AccelError.WINDOW, "a tensor is not inside the DMA window")]
+    if isinstance(shift, int):
+        return count_steps + both(shift)
+    acc, op = shift
+    return count_steps + [Skip(requant != 0, 2), *both(acc), Skip(requant == 0, 2), *both(op)]
 
 
 def address_program(config, phase_):
@@ -466,7 +477,8 @@ def address_program(config, phase_):
     if phase_ == ZF_LOSS:
         tensors = [(addr_w, [Mul("t", ct, k), Mul("t", t, rs), Mul("tot", t, cols)], obs),
                    (addr_dy, [Mul("t", n, kt), Mul("t", t, ohow), Mul("tot", t, cols)], obs),
-                   (addr_out, [Mul("t", n, ct), Mul("t", t, hw), Mul("tot", t, cols)], abs_)]
+                   (addr_out, [Mul("t", n, ct), Mul("t", t, hw), Mul("tot", t, cols)],
+                    (abs_, obs))]
     elif phase_ == ZF_GRADIENT:
         tensors = [(addr_dy, [Mul("t", n, dwords), Mul("tot", t, cols)], obs),
                    (addr_x, [Mul("t", n, xwords), Mul("tot", t, B)], obs),
@@ -475,7 +487,7 @@ def address_program(config, phase_):
         tensors = [(addr_x, [Mul("tot", n, chw)], obs),
                    (addr_w, [Mul("t", kt, crs), Mul("tot", t, cols)], obs),
                    (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),
-                               Mul("tot", t, rowlen)], abs_)]
+                               Mul("tot", t, rowlen)], (abs_, obs))]
     elif phase_ == Phase.LOSS:
         tensors = [(addr_w, [Mul("tot", k, crs)], obs),
                    (addr_dy, [Mul("tot", n, kohow)], obs),
@@ -503,7 +515,7 @@ def run(config, desc, *, phases=None, addresses=True):
     # registers a skipped step leaves alone hold a stale value in hardware; no result
     # depends on it (every read of one is behind a select)
     env = {name: 0 for name in PLAN_REGISTERS}
-    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0,
+    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0, "requant": 0,
                 "window_lo": 0, "window_hi": (1 << 32) - 1, **desc})
     widths = register_widths(config)
     if phases is None:

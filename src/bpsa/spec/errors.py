@@ -30,6 +30,7 @@ class AccelError(enum.IntEnum):
     WINDOW = 8              #: a tensor is not inside the DMA window
     SHAPE = 9               #: FC backward with H, W, R or S not 1, or padding
     MODE = 10               #: a backward mode (MODE) not generated for the phase
+    REQUANT = 11            #: REQUANT on a phase other than the forward and the zero-free loss
 
 
 class DmaError(enum.IntEnum):

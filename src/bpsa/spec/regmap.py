@@ -24,13 +24,21 @@ WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF
 PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
 ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
 MODE           0x088   RW      backward mode (:class:`Mode`): 0 BP-im2col, 1 zero-free
+REQUANT        0x08C   RW      1: the output leaves as operands (forward, zero-free loss)
+OUT_SHIFT      0x090   RW      the requantization's right shift, 0 .. acc_width - 1
 <counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
 <counter>_HI   +4      RO      high half (see "Counters")
 =============  ======  ======  =================================================================
 
 Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
 STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084),
-MODE (0x088; map version 1.2).
+MODE (0x088; map version 1.2), REQUANT, OUT_SHIFT (0x08C, 0x090; map version 1.4).
+
+Requantization (REQUANT = 1; the forward and the zero-free loss, whose outputs feed the next
+layer; other phases refuse it with ``REQUANT``): every accumulator of the output leaves as an
+``operand_width``-bit operand, ``round(acc / 2**OUT_SHIFT)`` with halves rounded up, saturated
+to the operand range (:func:`bpsa.models.golden.requantize`), ``element_bytes(operand_width)``
+bytes an element in the output's layout instead of ``element_bytes(acc_width)``.
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
@@ -58,7 +66,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 3)
+MAP_VERSION = (1, 4)
 
 
 class Phase(enum.IntEnum):
@@ -97,7 +105,7 @@ DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
 
 #: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
 #: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"mode"`` 2 bits,
-#: ``"addr"`` 32 bits.
+#: ``"addr"`` 32 bits, ``"flag"`` 1 bit, ``"shift"`` the bits of ``acc_width - 1``.
 DESCRIPTOR_FIELDS = (
     ("phase", "PHASE", "phase", 0, "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward"),
     ("n", "N", "dim", 0, "batch N"),
@@ -118,6 +126,10 @@ DESCRIPTOR_FIELDS = (
     ("addr_dy", "ADDR_DY", "addr", 0, "byte address of dY (N x K x OH x OW; loss, gradient)"),
     ("addr_out", "ADDR_OUT", "addr", 0, "byte address of the output (Y, dX or dW)"),
     ("mode", "MODE", "mode", 0, "backward mode: 0 BP-im2col, 1 zero-free (loss, gradient)"),
+    ("requant", "REQUANT", "flag", 0,
+     "1: the output leaves as operands, requantized (forward, zero-free loss)"),
+    ("out_shift", "OUT_SHIFT", "shift", 0,
+     "right shift of the requantization (rounded half up, saturated)"),
 )
 
 #: Performance counters, 64 bits each, in register order (fed from the ``counters`` input).
@@ -240,8 +252,9 @@ def config_words(config):
 
 def field_bits(config, width):
     """Bits of a descriptor or setting register of width kind ``width`` (``"dim"``,
-    ``"phase"``, ``"mode"`` or ``"addr"``)."""
-    return {"dim": config.dim_width, "phase": PHASE_BITS, "mode": MODE_BITS, "addr": 32}[width]
+    ``"phase"``, ``"mode"``, ``"addr"``, ``"flag"`` or ``"shift"``)."""
+    return {"dim": config.dim_width, "phase": PHASE_BITS, "mode": MODE_BITS, "addr": 32,
+            "flag": 1, "shift": (config.acc_width - 1).bit_length()}[width]
 
 
 def register_map(config):

@@ -11,12 +11,14 @@ from bpsa.plan.tiling import MODE_NAMES, default_mode, mode_value, plan_or_strip
 __all__ = ["check_job", "job", "job_mode", "run_jobs", "summary"]
 
 
-def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None):
+def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None,
+        requant=None):
     """The testbench job of a :class:`bpsa.spec.layer.ConvLayer` (``baseline``: loss or
     gradient the traditional way, see :func:`baseline_layer`; ``mode``: the backward mode,
-    default the driver's)."""
+    default the driver's; ``requant``: a shift, the output leaves requantized)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
-            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode}
+            "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode,
+            "requant": requant}
 
 
 def baseline_layer(layer, phase):
@@ -82,7 +84,7 @@ def summary(config, result):
     """The flat summary of one testbench result."""
     c = result["counters"]
     out = {"phase": result["phase"], "baseline": bool(result.get("baseline")),
-           "mode": result.get("mode"),
+           "mode": result.get("mode"), "requant": result.get("requant"),
            "match": result["match"], "cycles": c["busy_cycles"],
            "compute_cycles": c["compute_cycles"], "dma_busy_cycles": c["dma_busy_cycles"],
            "dma_read_bytes": c["dma_read_bytes"], "dma_write_bytes": c["dma_write_bytes"],

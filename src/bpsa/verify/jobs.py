@@ -38,9 +38,10 @@ def job_layer(job):
 
 
 async def run_job(cfg, drv, job, clock):
-    """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved"}``)
-    through the driver ``drv``: random tensors from ``seed``, the result and its golden value
-    (wrapped to ``acc_width``) and a summary (counters, match, useful MACs, simulated cycles by
+    """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
+    "mode", "requant"}``) through the driver ``drv``: random tensors from ``seed``, the result
+    and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
+    operands as the forward's or zero-free loss's output then leaves) and a summary (counters, match, useful MACs, simulated cycles by
     ``clock()``, wall seconds). Returns ``(got, want, summary)``."""
     lay = job_layer(job)
     rng = np.random.default_rng(job.get("seed", 1))
@@ -55,7 +56,7 @@ async def run_job(cfg, drv, job, clock):
         got = np.concatenate([dx.ravel(), dw.ravel()])
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
     elif phase == "forward":
-        got = await drv.forward(t["x"], t["w"], **args)
+        got = await drv.forward(t["x"], t["w"], requant=job.get("requant"), **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
     elif phase == "loss":
         if job.get("baseline"):
@@ -63,7 +64,7 @@ async def run_job(cfg, drv, job, clock):
                                           **args)
         else:
             got = await drv.loss(t["dy"], t["w"], (lay["height"], lay["width"]),
-                                 mode=job.get("mode"), **args)
+                                 mode=job.get("mode"), requant=job.get("requant"), **args)
         want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
                                         args["stride"], args["pad"], args["dil"])
     else:
@@ -78,6 +79,8 @@ async def run_job(cfg, drv, job, clock):
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
     want = wrap_array(want, cfg.acc_width)
+    if job.get("requant") is not None:      # the output leaves as operands
+        want = golden.requantize(want, job["requant"], cfg.operand_width, cfg.operand_signed)
     c = dict(drv.counters)
     # every phase does the forward's multiply-accumulates: N K OH OW C R S
     macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
@@ -86,6 +89,7 @@ async def run_job(cfg, drv, job, clock):
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
                "baseline": bool(job.get("baseline")),
                "mode": None if job.get("baseline") else drv.mode,
+               "requant": job.get("requant"),
                "interleaved": job.get("interleaved"),
                "match": bool(np.array_equal(got, want)), "counters": c,
                "strips": len(drv.plan["strips"]) if isinstance(drv.plan, dict)

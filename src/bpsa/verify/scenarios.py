@@ -65,6 +65,10 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
         cases.append(({"PHASE": phase, "MODE": 3}, 10 if generated[phase] else 1))
         if generated[phase] and not cfg.has_mode("bp_im2col"):
             cases.append(({"PHASE": phase, "MODE": 0}, 10))
+    # requantization on a phase whose output does not feed a next layer: REQUANT (11)
+    cases.append(({"PHASE": 2, "REQUANT": 1, "MODE": zf}, 11 if generated[2] else 1))
+    if generated[1] and cfg.has_mode("bp_im2col"):
+        cases.append(({"PHASE": 1, "REQUANT": 1, "MODE": 0}, 11))
     if not generated[0]:
         cases = [(c, 1 if c.get("PHASE", 0) == 0 else e) for c, e in cases]
     if cfg.acc_width > 8:

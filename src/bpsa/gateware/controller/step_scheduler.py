@@ -83,6 +83,10 @@ class StepScheduler(wiring.Component):
         The layer double-buffers P: its steps alternate between the two halves of P
         (``p_base`` 0 or ``buf_p_depth / 2``), and a finished step's store runs while the next
         step computes in the other half. Otherwise the next step waits for the store.
+    requant : In(1)
+        The layer's output leaves as operands (the descriptor's REQUANT): stores move
+        operands (the requantizer packs them into the P word the DMA reads), and a chunk's
+        memory address advances by operand bytes.
     abort : In(1)
         The layer failed elsewhere (a load): a background store starts no further command.
     p_base : Out(log2(buf_p_depth))
@@ -105,6 +109,7 @@ class StepScheduler(wiring.Component):
             "eng_start": Out(1), "eng_busy": In(1), "eng_error": In(1), "eng_code": In(4),
             "p_clear": Out(1), "p_clear_words": Out(_W), "p_clear_last": In(1),
             "p_busy": In(1), "storing": Out(1), "double": In(1), "abort": In(1),
+            "requant": In(1),
             "p_base": Out(range(config.buf_p_depth)),
             "dma_valid": Out(1), "dma_cmd": Out(dma_command_layout(config)),
             "dma_ready": In(1), "dma_done": In(1), "dma_error": In(DmaError),
@@ -155,6 +160,7 @@ class StepScheduler(wiring.Component):
         cur, cur2, cur2_pend = Signal(store_layout()), Signal(store2_layout()), Signal()
         caddr, cword, left = Signal(33), Signal(_W), Signal(_W)   # the current chunk
         acc_shift = exact_log2(element_bytes(cfg.acc_width))
+        op_shift = exact_log2(element_bytes(cfg.operand_width))
         cmd = self.dma_cmd
         with m.FSM(name="store"):
             with m.State("S_IDLE"):
@@ -176,7 +182,9 @@ class StepScheduler(wiring.Component):
                 stop = aborted | self.layer_start
                 m.d.comb += [self.storing.eq(~stop), self.dma_valid.eq(~stop),
                              cmd.direction.eq(Direction.STORE),
-                             cmd.kind.eq(ElementKind.ACCUMULATOR), cmd.addr.eq(caddr),
+                             cmd.kind.eq(Mux(self.requant, ElementKind.OPERAND,
+                                             ElementKind.ACCUMULATOR)),
+                             cmd.addr.eq(caddr),
                              cmd.buf_addr.eq(cword), cmd.length.eq(n_now),
                              cmd.lanes.eq(cfg.cols)]
                 with m.If(stop):
@@ -196,7 +204,8 @@ class StepScheduler(wiring.Component):
                         m.next = "S_IDLE"
                     with m.Elif(left > chunk):    # the row's next chunk
                         m.d.sync += [left.eq(left - chunk), cword.eq(cword + STORE_CHUNK),
-                                     caddr.eq(caddr + (chunk << acc_shift))]
+                                     caddr.eq(caddr + Mux(self.requant, chunk << op_shift,
+                                                          chunk << acc_shift))]
                         m.next = "S_STORE"
                     with m.Else():
                         m.next = "S_STEP"

@@ -192,6 +192,11 @@ class LoopWalker(wiring.Component):
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
             "n", "c0", "k0", "kti", "o0", "kb0")}
 
+        # outputs leave as accumulators, or as operands when requantized (REQUANT)
+        oes = Signal(2, name="out_elem_shift")
+        m.d.comb += oes.eq(Mux(self.desc.requant, exact_log2(element_bytes(cfg.operand_width)),
+                               exact_log2(element_bytes(cfg.acc_width))))
+
         def mn(*vals):
             out = vals[0]
             for v in vals[1:]:
@@ -213,6 +218,7 @@ class LoopWalker(wiring.Component):
             banded=plan.banded,
             obs=exact_log2(element_bytes(cfg.operand_width)),
             abs_=exact_log2(element_bytes(cfg.acc_width)),
+            oes=oes,                            # log2 bytes of an output element
             grp_c=Signal(_W, name="grp_c"),     # channels of the current group
             grp_k=Signal(_W, name="grp_k"),     # output channels of the current group
             grp_n=Signal(_W, name="grp_n"),     # FC: batch rows of the current group
@@ -358,7 +364,7 @@ class LoopWalker(wiring.Component):
                                                       e.save_step, e.mn)
         grp_c, grp_k, banded, out_band = e.grp_c, e.grp_k, e.banded, e.out_band
         p_row, row_base, xbank = e.p_row, e.row_base, e.xbank
-        obs, abs_, C, B = e.obs, e.abs_, self.config.cols, self.config.feeder_bus_width
+        obs, oes, C, B = e.obs, e.oes, self.config.cols, self.config.feeder_bus_width
         with m.State("FWD_INIT"):
             m.d.sync += [loop["n"].eq(0), ptr["xn"].eq(d.addr_x), ptr["outg"].eq(d.addr_out)]
             m.next = "FWD_IMAGE"
@@ -412,13 +418,13 @@ class LoopWalker(wiring.Component):
                 m.next = "FWD_GROUP_0"
             with m.Else():                # the step's last group runs: next step
                 m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], p_row,
-                                      r["dstep"] << abs_, ptr["out"])
-                m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << abs_))
+                                      r["dstep"] << oes, ptr["out"])
+                m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << oes))
                 with m.If(loop["o0"] + r["obh"] < r["oh"]):
                     m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                     m.next = "FWD_BAND"
                 with m.Else():            # the blocks' Y is stored: the next blocks
-                    m.d.sync += ptr["outg"].eq(ptr["outg"] + (r["xstep"] << abs_))
+                    m.d.sync += ptr["outg"].eq(ptr["outg"] + (r["xstep"] << oes))
                     with m.If(r["kend"] < r["kt"]):
                         m.d.sync += loop["kb0"].eq(r["kend"])
                         m.next = "FWD_KBLK_0"
@@ -698,7 +704,7 @@ class LoopWalker(wiring.Component):
         program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
                                                       e.save_step, e.mn)
         banded, plan = e.banded, self.plan
-        obs, abs_, C = e.obs, e.abs_, self.config.cols
+        obs, oes, C = e.obs, e.oes, self.config.cols
         p_row, row_base = e.p_row, e.row_base
         n0 = loop["kti"]                 # first image of the step (a loop register the
         zng = e.grp_n                    # forward's loops use; one phase runs at a time)
@@ -745,7 +751,7 @@ class LoopWalker(wiring.Component):
             ("mul", r["t"], n0, r["ct"]),
             ("mul", r["t"], r["t"] + loop["c0"], r["hw"]),
             ("mul", r["t"], r["t"] + r["yoff"], C),
-            ("set", [ptr["out"].eq(d.addr_out + (r["t"] << abs_)), Pulse(self.new_step)]),
+            ("set", [ptr["out"].eq(d.addr_out + (r["t"] << oes)), Pulse(self.new_step)]),
         ], "ZL_GROUP_0")
         program("ZL_GROUP", [            # blocks [k0, k0 + zgrp) of output channels
             ("set", [r["zgrp"].eq(mn(r["kg"], r["kt"] - loop["k0"])), loop["n"].eq(n0)]),
@@ -779,7 +785,7 @@ class LoopWalker(wiring.Component):
                 m.d.sync += loop["k0"].eq(loop["k0"] + r["zgrp"])
                 m.next = "ZL_GROUP_0"
             with m.Else():                # the step's last run started: next step
-                m.d.comb += save_step(zng, r["rowlen"], r["blen"], r["xstep"] << abs_,
+                m.d.comb += save_step(zng, r["rowlen"], r["blen"], r["xstep"] << oes,
                                       ptr["out"])
                 with m.If(n0 + zng < d.n):
                     m.d.sync += n0.eq(n0 + zng)
