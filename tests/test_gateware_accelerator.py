@@ -233,6 +233,36 @@ def test_forward_output_blocks_share_x():
 
 
 @pytest.mark.verilator
+def test_zero_free_loss_input_blocks_share_dy():
+    """The zero-free loss loads dY of a group once for a step's input-channel blocks (their
+    dX bands in P): a 3 x 3 layer with two blocks a step and two groups, a 1 x 1 stride-2
+    layer with every block in one step (under memory stalls, requantized), a layer with one
+    block a step; bit-exact, and the 1 x 1 layer reads dY once per image and W once per
+    block and image."""
+    from bpsa.host.driver import plan
+    from bpsa.verify.native import run_jobs
+    shapes = [(2, 10, 5, 5, 7, 3, 3, (1, 1), (1, 1)), (2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)),
+              (3, 12, 8, 8, 9, 3, 3, (2, 2), (1, 1))]
+    want = [(2, 1, 2), (3, 1, 1), (1, 1, 3)]
+    jobs = []
+    for i, ((n, c, h, w, k, r, s, st, pad), shape) in enumerate(zip(shapes, want)):
+        p = plan(TINY, "loss", n, c, h, w, k, r, s, st, pad, mode="zero_free")
+        assert (p["cstep"], p["images"], p["groups"]) == shape
+        jobs.append({"phase": "loss", "mode": "zero_free", "seed": 50 + i, "pauses": i == 1,
+                     "requant": 6 if i == 1 else None,
+                     "layer": dict(batch=n, channels=c, height=h, width=w, out_channels=k,
+                                   kernel_h=r, kernel_w=s, stride_h=st[0], stride_w=st[1],
+                                   pad_h=pad[0], pad_w=pad[1])})
+    res = run_jobs(TINY, jobs)
+    assert all(x["match"] for x in res)
+    n, c, h, w, k = shapes[1][:5]
+    kt, ct = -(-k // TINY.cols), -(-c // TINY.cols)
+    dy_bytes = n * kt * 2 * 2 * TINY.cols                # 8-bit operands, 2 x 2 dY
+    w_bytes = n * ct * k * TINY.cols
+    assert res[1]["counters"]["dma_read_bytes"] == dy_bytes + w_bytes
+
+
+@pytest.mark.verilator
 def test_requantized_outputs():
     """REQUANT: the forward's Y and the zero-free loss's dX leave as operands (shift, round
     half up, saturate: ``bpsa.models.golden.requantize`` of the golden result), bit-exact for

@@ -81,12 +81,14 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     block and tap, one output-stationary context over the band's compact dY pixels. P word
     ``b B R S + c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
     one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
-    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each block of
-    ``cols`` input channels, band of dX rows and step of ``zn`` images (their dX bands in P,
-    which is double-buffered), for each group of ``kg`` blocks of output channels (W of the
-    group stays in its bank) and each image: load dY[image, group, the band's dY rows] into the
-    X SRAM and W[block, group] into the W buffer and run the walker on the forward engine's
-    array; the step stores one run of ``band W cols`` accumulators per image.
+    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each range
+    of ``cn`` blocks of ``cols`` input channels, band of dX rows and step of ``zn`` images
+    (their dX bands in P, which is double-buffered; ``cn`` or ``zn`` is 1), for each group of
+    ``kg`` blocks of output channels and each image: load dY[image, group, the band's dY rows]
+    into the half of the X SRAM of its parity (once for the range's blocks), and for each
+    block W[block, group] into the W buffer (with one block it stays in its bank across the
+    images) and run the walker on the forward engine's array; the step stores one run of
+    ``band W cols`` results per image or block.
     FC backward (PHASE 3; with the ``interleaved`` dataflow; H = W = R = S = 1, no padding):
     a fully connected layer ``Y = X W^T`` (batch N, C inputs, K outputs) gets dX and dW in
     one pass of the array's interleaved dataflow, driven by the backward engine. For each
@@ -413,7 +415,7 @@ class Accelerator(CheckedComponent):
                          ll.kernel_h.eq(d.r), ll.kernel_w.eq(d.s),
                          ll.stride_h.eq(d.stride_h), ll.stride_w.eq(d.stride_w),
                          ll.pad_top.eq(run.pad_top), ll.pad_w.eq(d.pad_w),
-                         ll.x_base.eq(bank * (cfg.buf_a_depth // 2)),
+                         ll.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2)),
                          ll.w_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zl_start.eq(sched.eng_start & is_zl)]
             for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r",

@@ -339,10 +339,12 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         clear = min(kb, kt) * nb
         store_final = store_step
     else:
-        ct, kg, nb, zn = e["ct"], e["kg"], e["nb"], e["zn"]
+        ct, kg, nb, zn, cn = e["ct"], e["kg"], e["nb"], e["zn"], e["cn"]
         store_step = None
         clears = []
-        for cb in range(ct):
+        xbank = 0                       # dY of a group stays in the bank of its parity
+        for cb0 in range(0, ct, cn):
+            cbe = min(cb0 + cn, ct)
             for bd in bands:
                 for n0 in range(0, n, zn):
                     zng = min(zn, n - n0)
@@ -359,15 +361,20 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                                sw=sw, pt=bd.pad_top, pw=pw, dh=dh, dw=dw,
                                                k=kch, rows=R)
                         for ni in range(n0, n0 + zng):
-                            loads = [("a", ("dy", ni, k0, bd.in0),
-                                      blocks * bd.in_rows * ow * C * ob, blocks),
-                                     ("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
-                            runs.append((loads, comp, first))
-                            stores.append(store_step if first and runs[:-1] else [])
-                            clears.append(zng * bd.out_rows * w)
-                            slots += vec * R * C
-                            first = False
-                    store_step = _store_row(bd.out_rows * w * C, ab, C, store_rate) * zng
+                            xbank ^= 1
+                            for cb in range(cb0, cbe):
+                                loads = [("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
+                                if cb == cb0:
+                                    loads.insert(0, ("a", ("dy", ni, k0, bd.in0),
+                                                     blocks * bd.in_rows * ow * C * ob, blocks,
+                                                     xbank))
+                                runs.append((loads, comp, first))
+                                stores.append(store_step if first and runs[:-1] else [])
+                                clears.append((cbe - cb0) * zng * bd.out_rows * w)
+                                slots += vec * R * C
+                                first = False
+                    store_step = _store_row(bd.out_rows * w * C, ab, C, store_rate) * (
+                        zng * (cbe - cb0))
         clear = clears
         store_final = store_step
     total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,

@@ -34,8 +34,10 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         (((bh - 1) s + drh + 1) W), (pcap // kb) C // (R S))``.
     loss, zero-free (MODE 1; dY and W with ``cols`` channels a word, dX out blocked by ``cols``;
         P double-buffered, ``pcap`` is half of it)
-        steps of one block of ``cols`` input channels, band and ``zn = min(N, pcap // (bh W))``
-        images (their dX bands in P); groups of ``kg = min(kt, acap // words, bcap // (cols R
+        steps of ``cn`` blocks of ``cols`` input channels, a band and ``zn`` images, their dX
+        bands in P: with ``q = pcap // (bh W)`` band slots, ``cn = min(ct, q)`` blocks (dY of
+        a group and image is loaded once for them) when ``ct > 1`` and ``q > 1``, and then
+        ``zn = 1``; otherwise ``cn = 1`` and ``zn = min(N, q)`` images; groups of ``kg = min(kt, acap // words, bcap // (cols R
         S))`` blocks of ``cols`` output channels (``words``: a block's dY rows of the band), a
         run per image of the step (W of the group stays in its bank); when dX of an image does
         not fit P or the dY plane a bank of A (``banded``): bands of ``bh = min(H, pcap // W,
@@ -85,7 +87,7 @@ PLAN_REGISTERS = {
     **{name: "unit" for name in (
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
-        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn")},
+        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn", "cn")},
     "bh": "dim",
     "banded": "bit",
     "dbl": "bit",
@@ -108,7 +110,7 @@ OUTPUTS = {
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
                   "banded", "xwords", "dwords"),
     ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
-              "zn"),
+              "zn", "cn"),
 }
 
 TOO_LARGE = AccelError.TOO_LARGE
@@ -117,11 +119,11 @@ TOO_LARGE = AccelError.TOO_LARGE
  addr_dy, addr_out, mode, requant, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
  tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn,
- dbl) = (
+ dbl, cn) = (
     var(x) for x in ("drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2",
                      "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
-                     "banded", "ct", "xwords", "dwords", "zn", "dbl"))
+                     "banded", "ct", "xwords", "dwords", "zn", "dbl", "cn"))
 
 
 def register_widths(config):
@@ -410,10 +412,12 @@ def _zf_loss(config):
         Div("q1", acap, u),
         Div("q2", bcap, nb),
         Set((("kg", minimum(kt, q1, q2)),)),
-        # images a step: their dX bands in P (W stays in its bank across them)
+        # a step's dX bands in P: several blocks of input channels (dY of a group is loaded
+        # once for them) or, with one block, several images (W stays in its bank across them)
         Mul("t", bh, w),
-        Div("zn", pcap, t),
-        Set((("zn", minimum(n, zn)),)),
+        Div("q3", pcap, t),
+        Set((("cn", select((ct > 1) & (q3 > 1), minimum(ct, q3), 1)),)),
+        Set((("zn", select(cn > 1, 1, minimum(n, q3))),)),
     ]
 
 

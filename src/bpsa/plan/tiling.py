@@ -150,7 +150,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     ``double``, P double-buffered); :exc:`ValueError`
     naming what does not fit (the hardware refuses the same layers with TOO_LARGE). ``mode``
     (loss, gradient): ``"bp_im2col"`` or ``"zero_free"`` (zero-free gradient: ``group`` is
-    ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` a step)."""
+    ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` a step; zero-free loss:
+    ``cstep`` input-channel blocks and ``images`` images a step)."""
     phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     if phase not in phases:
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
@@ -160,7 +161,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     if phase == "loss" and mode == Mode.ZERO_FREE:
         bands_, kg = _ceil(h, band), e["kg"]
         return {"group": kg * config.cols, "groups": _ceil(e["kt"], kg),
-                "cblock": config.cols, "cblocks": e["ct"], "banded": banded, "band": band,
+                "cblock": config.cols, "cblocks": e["ct"], "cstep": e["cn"], "images": e["zn"],
+                "banded": banded, "band": band,
                 "bands": bands_, "runs": n * bands_ * e["ct"] * _ceil(e["kt"], kg)}
     if phase == "gradient" and mode == Mode.ZERO_FREE:
         bands_, kb = _ceil(e["oh"], band), e["kb"]

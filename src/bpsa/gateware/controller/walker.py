@@ -183,7 +183,7 @@ class LoopWalker(wiring.Component):
         r.update({name: Signal(_W, name=name) for name in (
             "nb", "np", "t", "u", "rowlen", "len_a", "len_b", "len_x", "yoff", "blen", "dyoff",
             "eohow", "kend", "zstride", "xstep", "dstep", "zdhq", "zdhr", "zdwq", "zdwr",
-            "zpwq", "zpwr", "zptq", "zptr", "zkv", "zgrp", "wcb", "zlen")})
+            "zpwq", "zpwr", "zptq", "zptr", "zkv", "zgrp", "wcb", "zlen", "cend", "cbstep")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
             "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
@@ -695,9 +695,11 @@ class LoopWalker(wiring.Component):
                     m.next = "ZG_LAST"
 
     def _zf_loss(self, e):
-        """The zero-free loss loops: blocks of ``cols`` input channels, row bands of dX, steps
-        of ``zn`` images (their dX bands in P), groups of ``kg`` blocks of output channels,
-        images (a run each: W of the group stays in its bank across the images). dY and dX
+        """The zero-free loss loops: steps of ``cn`` blocks of ``cols`` input channels, row
+        bands of dX, steps of ``zn`` images (their dX bands in P; ``cn`` or ``zn`` is 1),
+        groups of ``kg`` blocks of output channels, images (dY of the group loaded once into
+        the half of buffer A of its parity), the step's input-channel blocks (a run each; with
+        one block, W of the group stays in its bank across the images). dY and dX
         are blocked by ``cols`` channels, W is read with the input channels as lanes
         (:mod:`bpsa.gateware.accelerator`)."""
         m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
@@ -705,9 +707,10 @@ class LoopWalker(wiring.Component):
                                                       e.save_step, e.mn)
         banded, plan = e.banded, self.plan
         obs, oes, C = e.obs, e.oes, self.config.cols
-        p_row, row_base = e.p_row, e.row_base
-        n0 = loop["kti"]                 # first image of the step (a loop register the
-        zng = e.grp_n                    # forward's loops use; one phase runs at a time)
+        p_row, row_base, xbank = e.p_row, e.row_base, e.xbank
+        cb = loop["kb0"]                 # the input block of the run, and the first image of
+        n0 = loop["kti"]                 # the step (loop registers the forward's loops use;
+        zng = e.grp_n                    # one phase runs at a time)
         program("ZL_INIT", [             # the strides' quotients of the dilations and pad_w
             ("set", [r["nb"].eq(plan.nb), loop["c0"].eq(0)]),
             ("div", r["zdhq"], d.dil_h, d.stride_h),
@@ -722,11 +725,13 @@ class LoopWalker(wiring.Component):
             ("mul", r["dstep"], r["t"], C),               # dY elements of one image
             ("mul", r["t"], r["ct"], r["hw"]),
             ("mul", r["xstep"], r["t"], C),               # dX elements of one image
+            ("mul", r["zstride"], d.k, r["nb"]),          # W elements of an input block
+            ("mul", r["cbstep"], r["hw"], C),             # dX elements of an input block
         ], "ZL_CB_0")
-        program("ZL_CB", [               # block c0 of input channels (in blocks)
-            ("mul", r["u"], loop["c0"], d.k),
-            ("mul", r["u"], r["u"], r["nb"]),
-            ("set", [r["wcb"].eq(d.addr_w + (r["u"] << obs)), loop["o0"].eq(0)]),
+        program("ZL_CB", [               # blocks [c0, cend) of input channels (in blocks)
+            ("mul", r["u"], loop["c0"], r["zstride"]),
+            ("set", [r["wcb"].eq(d.addr_w + (r["u"] << obs)), loop["o0"].eq(0),
+                     r["cend"].eq(mn(loop["c0"] + r["cn"], r["ct"]))]),
         ], "ZL_BAND")
         with m.State("ZL_BAND"):         # band of dX rows [o0, o0 + obh)
             m.d.sync += [r["obh"].eq(mn(r["bh"], d.h - loop["o0"])), n0.eq(0)]
@@ -748,6 +753,7 @@ class LoopWalker(wiring.Component):
         program("ZL_STEP", [             # step: images [n0, n0 + zng), their bands in P
             ("set", [zng.eq(mn(r["zn"], d.n - n0)), loop["k0"].eq(0)]),
             ("mul", r["np"], zng, r["blen"]),
+            ("mul", r["np"], r["np"], r["cend"] - loop["c0"]),
             ("mul", r["t"], n0, r["ct"]),
             ("mul", r["t"], r["t"] + loop["c0"], r["hw"]),
             ("mul", r["t"], r["t"] + r["yoff"], C),
@@ -764,28 +770,38 @@ class LoopWalker(wiring.Component):
             ("mul", r["len_a"], r["eohow"], C),                  # dY: one block's band
             ("mul", r["len_x"], r["ohow"], C),
             ("mul", r["zlen"], r["len_a"], r["zgrp"]),
-            ("set", [ptr["w"].eq(r["wcb"] + (r["u"] << obs))]),
+            ("set", [ptr["wg"].eq(r["wcb"] + (r["u"] << obs))]),
         ], "ZL_IMG_0")
         program("ZL_IMG", [              # image n of the step: a run
             ("mul", r["t"], loop["k0"], r["ohow"]),
             ("mul", r["t"], r["t"] + r["dyoff"], C),
             ("mul", r["u"], loop["n"], r["dstep"]),
             ("set", [ptr["dy"].eq(d.addr_dy + ((r["u"] + r["t"]) << obs)),
-                     row_base.eq(loop["n"] - n0)]),
+                     ptr["w"].eq(ptr["wg"]), cb.eq(loop["c0"]), xbank.eq(~xbank)]),
         ], "ZL_LOAD_DY")
-        dma_load("ZL_LOAD_DY", Target.FWD_X, "a", ptr["dy"], r["zlen"], C, "ZL_LOAD_W",
-                 runs=(r["zgrp"], r["len_a"], r["len_x"] << obs), run_words=r["eohow"])
+        dma_load("ZL_LOAD_DY", Target.FWD_X, "a", ptr["dy"], r["zlen"], C, "ZL_CBLK",
+                 runs=(r["zgrp"], r["len_a"], r["len_x"] << obs), run_words=r["eohow"],
+                 bank=self.xbank)
+        with m.State("ZL_CBLK"):         # input block cb: a run (cn or zng is 1)
+            m.d.sync += row_base.eq(cb - loop["c0"] + loop["n"] - n0)
+            m.next = "ZL_LOAD_W"
         dma_load("ZL_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C, "ZL_RUN_WAIT")
         step_run("ZL")
         with m.State("ZL_NEXT"):
-            with m.If(loop["n"] + 1 < n0 + zng):
+            m.d.sync += ptr["w"].eq(ptr["w"] + (r["zstride"] << obs))
+            with m.If(cb + 1 < r["cend"]):
+                m.d.sync += cb.eq(cb + 1)
+                m.next = "ZL_CBLK"
+            with m.Elif(loop["n"] + 1 < n0 + zng):
                 m.d.sync += loop["n"].eq(loop["n"] + 1)
                 m.next = "ZL_IMG_0"
             with m.Elif(loop["k0"] + r["zgrp"] < r["kt"]):
                 m.d.sync += loop["k0"].eq(loop["k0"] + r["zgrp"])
                 m.next = "ZL_GROUP_0"
             with m.Else():                # the step's last run started: next step
-                m.d.comb += save_step(zng, r["rowlen"], r["blen"], r["xstep"] << oes,
+                # P rows: the step's images (one block) or blocks (one image)
+                m.d.comb += save_step(zng * (r["cend"] - loop["c0"]), r["rowlen"], r["blen"],
+                                      Mux(zng > 1, r["xstep"], r["cbstep"]) << oes,
                                       ptr["out"])
                 with m.If(n0 + zng < d.n):
                     m.d.sync += n0.eq(n0 + zng)
@@ -793,8 +809,8 @@ class LoopWalker(wiring.Component):
                 with m.Elif(loop["o0"] + r["obh"] < d.h):
                     m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
                     m.next = "ZL_BAND"
-                with m.Elif(loop["c0"] + 1 < r["ct"]):
-                    m.d.sync += loop["c0"].eq(loop["c0"] + 1)
+                with m.Elif(r["cend"] < r["ct"]):
+                    m.d.sync += loop["c0"].eq(r["cend"])
                     m.next = "ZL_CB_0"
                 with m.Else():
                     m.d.comb += self.final.eq(1)
