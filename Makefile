@@ -17,12 +17,14 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz perf clean help
+.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz perf regmap clean clean-sim help
 
 help:
+	@echo "make help      this list"
 	@echo "make install   create $(VENV) and install everything from PyPI"
 	@echo "make test      the test suite (Amaranth simulator + cocotb/Verilator), without the long sweeps"
 	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
+	@echo "make test-fast the tests without Verilator (Amaranth simulator, models, host; a minute or two)"
 	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
@@ -33,6 +35,9 @@ help:
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
 	@echo "make bitstream BOARD=icebreaker|ulx3s [CONFIG=...] [CORE=module:Class]  FPGA bitstream (minutes)"
+	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
+	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
+	@echo "make clean-sim remove the Verilator builds (sim_build/, 150-260 MB each; rebuilt on demand)"
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -85,5 +90,13 @@ BOARD ?= icebreaker
 bitstream:
 	$(BIN)/bpsa bitstream --board $(BOARD) $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) $(if $(CORE),--core $(CORE)) -o $(BUILD)/bitstream/$(BOARD)
 
+regmap:
+	$(BIN)/bpsa regmap --config $(CONFIG) --format json -o $(BUILD)/regmap/$(notdir $(basename $(CONFIG))).json
+	$(BIN)/bpsa regmap --config $(CONFIG) --format c -o $(BUILD)/regmap/$(notdir $(basename $(CONFIG))).h
+	$(BIN)/bpsa regmap --config $(CONFIG) --format md -o $(BUILD)/regmap/$(notdir $(basename $(CONFIG))).md
+
 clean:
 	rm -rf $(BUILD) sim_build .pytest_cache
+
+clean-sim:
+	rm -rf sim_build $(BPSA_SIM_BUILD)

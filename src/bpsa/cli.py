@@ -12,6 +12,50 @@ class UserError(Exception):
     """An error caused by the user's input: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``bpsa <command>: error: ...``, exit status 2), like
+    :class:`UserError`'s."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(lo):
+    """An argparse ``type``: an integer >= ``lo``."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{value} is below {lo}")
+        return value
+    return parse
+
+
+def _out_dir(path):
+    """``path`` as a directory the command can write (created when missing), or
+    :class:`UserError` naming why not."""
+    from pathlib import Path
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".bpsa_write_test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"-o {path}: cannot write there ({e.strerror or e})") from None
+    return out
+
+
+def _version():
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("backprop-systolic")
+    except PackageNotFoundError:          # running from a source tree without install
+        return "unknown"
+
+
 def _config(args):
     try:
         return load_config(args.config)
@@ -24,7 +68,7 @@ def cmd_verilog(args):
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
-    path = write_verilog(config, args.top, args.output)
+    path = write_verilog(config, args.top, _out_dir(args.output))
     print(f"wrote {path} and {path.with_suffix('.json')} ({config.name}: "
           f"{config.rows}x{config.cols}, dataflows {', '.join(config.dataflows)})")
 
@@ -39,6 +83,7 @@ def cmd_synth(args):
         raise UserError("give only one of --report, --pe-overheads and --array-overheads")
     if args.blocks and not args.report:
         raise UserError("--blocks applies only to --report")
+    _out_dir(args.output)
     if args.report:
         report = synth.design_report(config, args.output, targets=args.targets,
                                      blocks=args.blocks or synth.DESIGN_BLOCKS)
@@ -238,6 +283,9 @@ def cmd_sim(args):
 
     from bpsa.verify.simcmd import run_gemm
     config = _config(args)
+    if args.sgd_shift is not None and not 0 <= args.sgd_shift < config.acc_width:
+        raise UserError(f"--sgd-shift {args.sgd_shift}: give a shift in [0, "
+                        f"{config.acc_width - 1}] (acc_width {config.acc_width})")
     if args.baseline and (args.phase not in ("loss", "gradient", "fc")
                           or (args.phase == "fc" and args.engine)):
         raise UserError("--baseline applies only to --phase loss|gradient (and fc through "
@@ -316,6 +364,21 @@ def cmd_fuzz(args):
             print(f"MISMATCH {m['error']}\n  job {json.dumps(m['job'], sort_keys=True)}")
     if res["mismatches"]:
         sys.exit(1)
+
+
+def cmd_regmap(args):
+    """``bpsa regmap``: the register map of a configuration as JSON, a C header or Markdown."""
+    from pathlib import Path
+
+    from bpsa.spec.regmap_export import export
+    text = export(_config(args), args.format)
+    if args.output is None:
+        print(text, end="")
+        return
+    out = Path(args.output)
+    _out_dir(out.parent if str(out.parent) else ".")
+    out.write_text(text)
+    print(f"wrote {out}")
 
 
 def cmd_perf(args):
@@ -406,13 +469,12 @@ def _preset_size(config):
 
 def cmd_bitstream(args):
     import time
-    from pathlib import Path
 
     from bpsa.config import load_config, preset_names
     from bpsa.platform import board
     t0 = time.monotonic()
     settings = board.load_board(args.board)
-    out = Path(args.output or f"build/bitstream/{args.board}")
+    out = _out_dir(args.output or f"build/bitstream/{args.board}")
     try:
         core = board.load_core(args.core)
     except (ImportError, AttributeError) as e:
@@ -446,8 +508,13 @@ def cmd_bitstream(args):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="bpsa", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="bpsa", description=__doc__,
+                epilog="examples: bpsa verilog --config paper16 --top accelerator; "
+                       "bpsa sim --phase loss --layer C=8,H=16,K=8,R=3,stride=2,pad=1; "
+                       "bpsa perf --config paper16 --workload; bpsa regmap --format c. "
+                       "Every command has its own --help.")
+    p.add_argument("--version", action="version", version=f"bpsa {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def add_config(sp):
         sp.add_argument("--config", default="small",
@@ -528,7 +595,8 @@ def build_parser():
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "
                          "to 1, stride to 1, pad to 0, dilation to 1; stride/pad/dilation may "
                          "be HxW)")
-    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--seed", type=_int_at_least(0), default=1,
+                    help="seed of the random operands (default: 1)")
     sp.add_argument("--requant", type=int, default=None, metavar="SHIFT",
                     help="--phase forward, or loss in the zero-free mode, through the "
                          "accelerator: the output leaves as operands, shifted right by SHIFT, "
@@ -565,7 +633,8 @@ def build_parser():
                                       "the golden model; exit 1 on any mismatch")
     add_config(sp)
     sp.add_argument("--count", type=int, default=100, help="random layers (default: 100)")
-    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--seed", type=_int_at_least(0), default=1,
+                    help="seed of the random layers (default: 1)")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_fuzz)
@@ -582,7 +651,7 @@ def build_parser():
                     help="one layer (as for bpsa sim)")
     sp.add_argument("--workload", action="store_true",
                     help="every layer of src/bpsa/workloads/conv_layers.csv")
-    sp.add_argument("--batch", type=int, default=None,
+    sp.add_argument("--batch", type=_int_at_least(1), default=None,
                     help="batch (default: the layer's N, or 1 for --workload)")
     sp.add_argument("--baseline", action="store_true",
                     help="loss and gradient the traditional way: the forward convolution of "
@@ -592,6 +661,17 @@ def build_parser():
                          "(the descriptor's REQUANT), instead of as accumulators")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_perf)
+
+    sp = sub.add_parser("regmap", help="the register map (offsets, fields, codes, this "
+                                       "configuration's constants) as JSON, a C header or "
+                                       "Markdown, from the one definition the hardware uses",
+                        epilog="example: bpsa regmap --config paper16 --format c -o bpsa.h")
+    add_config(sp)
+    sp.add_argument("--format", choices=["json", "c", "md"], default="json",
+                    help="json (tools), c (a header for firmware) or md (documents); "
+                         "default json")
+    sp.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    sp.set_defaults(func=cmd_regmap)
 
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")

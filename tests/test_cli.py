@@ -1,0 +1,90 @@
+"""The command line's front door: ``--version``, examples in ``--help``, and bad arguments
+answered with one line and exit status 2 before any work (a negative seed, a batch of 0, an
+SGD shift outside the accumulator, an output directory that cannot be written, a phase that
+is not one); ``bpsa regmap`` writes the map where asked."""
+
+import json
+
+import pytest
+
+from bpsa.cli import main
+from bpsa.spec import regmap
+
+
+def _one_line_error(capsys, argv, *needles):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith("bpsa ")
+
+
+def test_help_lists_commands_and_examples(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("verilog", "synth", "sim", "bitstream", "fuzz", "perf", "regmap", "zeros"):
+        assert cmd in out
+    assert "examples:" in out and "bpsa regmap --format c" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sim", "--seed", "-5", "--gemm", "2,2,2"], "--seed: -5 is below 0"),
+    (["fuzz", "--seed", "x"], "'x' is not an integer"),
+    (["perf", "--workload", "--batch", "0"], "--batch: 0 is below 1"),
+    (["sim", "--phase", "nope"], "invalid choice: 'nope'"),
+    (["regmap", "--format", "yaml"], "invalid choice: 'yaml'"),
+])
+def test_bad_arguments_get_one_line(capsys, argv, needle):
+    _one_line_error(capsys, argv, needle, f"bpsa {argv[0]}")
+
+
+@pytest.mark.parametrize("shift", ["99", "-3"])
+def test_sgd_shift_is_checked(capsys, shift):
+    assert main(["sim", "--dataflow", "interleaved", "--gemm", "2,2,2", "--sgd-shift",
+                 shift]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--sgd-shift {shift}: give a shift in [0, 31]" in err
+
+
+def test_unwritable_output_is_refused(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for argv in (["verilog", "-o", str(blocker / "out")],
+                 ["regmap", "-o", str(blocker / "out" / "map.json")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot write there" in err, err
+
+
+def test_regmap_writes_the_map(capsys, tmp_path):
+    out = tmp_path / "maps" / "paper16.json"
+    assert main(["regmap", "--config", "paper16", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["config"] == "paper16" and data["version"] == list(regmap.MAP_VERSION)
+    assert main(["regmap", "--format", "c"]) == 0
+    assert "#define BPSA_ADDR_OUT 0x084u" in capsys.readouterr().out
+
+
+def test_make_help_lists_every_target():
+    import re
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    targets = set(re.findall(r"^([a-z][a-z-]*):(?!=)", (root / "Makefile").read_text(),
+                             flags=re.M))
+    assert {"install", "test", "verilog", "sim", "synth", "bitstream", "clean-sim",
+            "regmap"} <= targets
+    out = subprocess.run(["make", "-s", "help"], cwd=root, check=True, capture_output=True,
+                         text=True).stdout
+    listed = set(re.findall(r"^make ([a-z][a-z-]*)", out, flags=re.M))
+    assert targets == listed, (targets - listed, listed - targets)
