@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from bpsa.spec.regmap import CONTROL_BITS, REGISTER_MAP
-from bpsa.verify.runner import sim_build_root, verilator_env
+from bpsa.verify.runner import prune_builds, sim_build_root, verilator_env
 
 __all__ = ["HangError", "NativeTransport", "SimulatedAccelerator", "TraceWindowError",
            "build_native", "check_trace_path", "default_build", "expected_cycles",
@@ -125,6 +125,7 @@ def build_native(config, *, opt=None, threads=None, trace=False, build_root=None
     build_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        prune_builds(build_dir)
         if lib.exists():
             return lib
         text = generate_verilog(config, "accelerator")

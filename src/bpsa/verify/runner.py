@@ -13,7 +13,12 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["build_top", "run_cocotb", "sim_build_root", "verilator_env"]
+__all__ = ["STALE_AFTER", "build_top", "prune_builds", "run_cocotb", "sim_build_root",
+           "sim_toplevel", "verilator_env"]
+
+#: Seconds after its last use that an older build of the same top and configuration is
+#: removed (a build folder takes 150-260 MB; its ``.lock`` is touched on every use).
+STALE_AFTER = 24 * 3600
 
 
 def sim_build_root():
@@ -43,30 +48,63 @@ def verilator_env():
     return root
 
 
+def prune_builds(build_dir, *, stale_after=STALE_AFTER, now=None):
+    """Remove the other builds of ``build_dir``'s top and configuration (the folders next to it
+    whose names differ only in the final ``_<key>``: made from other generator sources) that
+    have not been used for ``stale_after`` seconds. Returns the removed paths.
+    A build in use is never older than that, so parallel runs do not lose theirs."""
+    import time
+    build_dir = Path(build_dir)
+    prefix = build_dir.name.rsplit("_", 1)[0] + "_"
+    now = time.time() if now is None else now
+    removed = []
+    for other in build_dir.parent.glob(prefix + "*"):
+        if other == build_dir or not other.is_dir() or "_" in other.name[len(prefix):]:
+            continue
+        stamp = other / ".lock"
+        used = (stamp if stamp.exists() else other).stat().st_mtime
+        if now - used > stale_after:
+            shutil.rmtree(other, ignore_errors=True)
+            removed.append(other)
+    return removed
+
+
+def sim_toplevel(top):
+    """The Verilog module (and compiled simulator) name of ``top`` in a Verilator build:
+    prefixed, because the build passes ``-I.`` and a binary named like a C++ header (``array``)
+    would be included by Verilator's own headers in every later build of that folder."""
+    return f"bpsa_{top}"
+
+
 def build_top(config, top="pe", *, build_root=None):
     """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
-    build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``."""
+    build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
+    by the generator's sources (:func:`bpsa.verify.native.generator_digest`), the
+    configuration and the top, so a cached build costs no elaboration, and a folder made from
+    other sources is never reused (older ones are pruned, :func:`prune_builds`)."""
     from cocotb_tools.runner import get_runner
 
     from bpsa.platform.verilog import generate_verilog
+    from bpsa.verify.native import generator_digest
 
     verilator_env()
-    text = generate_verilog(config, top)
-    key = hashlib.sha256((text + config.to_json()).encode()).hexdigest()[:12]
+    key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top))
+                         .encode()).hexdigest()[:12]
     build_dir = Path(build_root or sim_build_root()) / f"{top}_{config.name}_{key}"
     build_dir.mkdir(parents=True, exist_ok=True)
     v_path = build_dir / f"{top}.v"
-    if not v_path.exists() or v_path.read_text() != text:
-        v_path.write_text(text)
-    (build_dir / f"{top}.json").write_text(config.to_json())
     runner = get_runner("verilator")
     # pytest-xdist workers may build the same design at once: one builds, the others wait.
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
+        if not v_path.exists():
+            v_path.write_text(generate_verilog(config, top, name=sim_toplevel(top)))
+            (build_dir / f"{top}.json").write_text(config.to_json())
+        runner.build(sources=[v_path], hdl_toplevel=sim_toplevel(top), build_dir=build_dir,
                      build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style",
                                  "-j", str(os.cpu_count() or 1)],
                      log_file=build_dir / "build.log")
+    prune_builds(build_dir)
     return runner, build_dir
 
 
@@ -87,7 +125,8 @@ def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, 
     if test_dir.exists():
         shutil.rmtree(test_dir)
     test_dir.mkdir()
-    results = runner.test(test_module=test_module, hdl_toplevel=top, build_dir=build_dir,
+    results = runner.test(test_module=test_module, hdl_toplevel=sim_toplevel(top),
+                          build_dir=build_dir,
                           test_dir=test_dir, testcase=testcase, extra_env=env,
                           log_file=test_dir / "sim.log")
     tests, failures = get_results(results)

@@ -1,0 +1,48 @@
+"""The Verilator build's names: no compiled simulator may be named like a header that
+Verilator's or the C++ library's sources include (the build passes ``-I.``; a binary named
+``array`` once broke every later build in its folder)."""
+
+import subprocess
+from pathlib import Path
+
+from bpsa.platform.verilog import TOPS
+from bpsa.verify.runner import sim_toplevel, verilator_env
+
+
+def _include_dirs():
+    """The C++ compiler's system include directories and Verilator's."""
+    out = subprocess.run(["g++", "-xc++", "-E", "-v", "-"], input="", capture_output=True,
+                         text=True, check=True).stderr
+    lines = out.split("#include <...> search starts here:")[1].split("End of search list.")[0]
+    dirs = [Path(line.strip()) for line in lines.splitlines() if line.strip()]
+    root = Path(verilator_env())
+    return dirs + [root / "include", root / "include" / "vltstd"]
+
+
+def test_no_simulator_binary_shadows_a_header():
+    dirs = _include_dirs()
+    assert any((d / "array").exists() for d in dirs)      # the header that bit us is there
+    for top in TOPS:
+        name = sim_toplevel(top)
+        assert name.isidentifier() and name != top
+        assert not any((d / name).exists() for d in dirs), (top, name)
+
+
+def test_stale_builds_of_the_same_top_are_pruned(tmp_path):
+    import os
+
+    from bpsa.verify.runner import STALE_AFTER, prune_builds
+    now = 1_000_000_000.0
+    current = tmp_path / "accelerator_small_aaaaaaaaaaaa"
+    old = tmp_path / "accelerator_small_bbbbbbbbbbbb"             # same top, other sources
+    recent = tmp_path / "accelerator_small_cccccccccccc"          # in use by another run
+    other_config = tmp_path / "accelerator_small_tinybuf_dddddddddddd"
+    other_top = tmp_path / "array_small_eeeeeeeeeeee"
+    for d, age in ((current, 0), (old, STALE_AFTER + 10), (recent, 60),
+                   (other_config, 10 * STALE_AFTER), (other_top, 10 * STALE_AFTER)):
+        d.mkdir()
+        (d / ".lock").write_text("")
+        os.utime(d / ".lock", (now - age, now - age))
+    assert prune_builds(current, now=now) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (current, recent, other_config, other_top))
