@@ -45,7 +45,7 @@ install:
 	$(BIN)/python -m pip install -e '.[dev]'
 
 test:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" --durations=15 tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" --durations=15 --timeout=900 tests
 
 test-long:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m long tests

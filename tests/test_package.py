@@ -90,3 +90,12 @@ def test_wheel_sim_gemm_and_step(installed):
     summary = json.loads(r.stdout)
     assert summary["match"] is True
     assert all(summary[f"{p}_match"] for p in ("forward", "loss", "gradient"))
+
+
+def test_no_test_can_hang(request):
+    """pytest-timeout bounds every test (pyproject's ``timeout``; ``make test`` a tighter
+    ``--timeout``), so a hung simulation fails instead of stalling CI."""
+    assert request.config.pluginmanager.hasplugin("timeout")
+    assert float(request.config.getini("timeout")) > 0
+    make = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    assert "--timeout=" in make.split("\ntest:")[1].split("\n\n")[0]

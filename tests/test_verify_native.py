@@ -82,6 +82,10 @@ def test_simulate_entry_point():
         assert acc.counters["macs"] + acc.counters["gated_macs"] >= y.size * 4 * 9
         dw = acc.gradient(x, y % 7, (3, 3), stride=2, padding=1)
         assert np.array_equal(dw, golden.conv2d_weight_grad(x, y % 7, (3, 3), 2, 1))
+        # the forward's output requantized for the next layer: 8-bit operands
+        y8 = acc.forward(x, w, stride=2, padding=1, requant=9)
+        assert np.array_equal(y8, golden.requantize(golden.conv2d(x, w, 2, 1), 9, 8))
+        assert acc.counters["dma_write_bytes"] == y.shape[0] * 2 * 6 * 6 * 4
 
 
 def test_native_top_registers_the_reset():

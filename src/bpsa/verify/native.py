@@ -442,13 +442,16 @@ class SimulatedAccelerator:
     def counters(self):
         return dict(self.driver.counters)
 
-    def forward(self, x, w, stride=1, padding=0, dilation=1):
-        """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S)."""
-        return self._run(self.driver.forward(x, w, stride, padding, dilation))
+    def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None):
+        """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S); with
+        ``requant`` (a shift) as operands, :func:`bpsa.models.golden.requantize` of Y."""
+        return self._run(self.driver.forward(x, w, stride, padding, dilation, requant))
 
-    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None):
-        """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w``."""
-        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation, mode))
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None, requant=None):
+        """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w`` (``requant``: as for
+        :meth:`forward`, zero-free mode)."""
+        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation, mode,
+                                          requant))
 
     def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
         """dW (K x C x R x S) of ``x`` and ``dy``."""
