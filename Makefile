@@ -25,7 +25,7 @@ help:
 	@echo "make test      the test suite (Amaranth simulator + cocotb/Verilator), without the long sweeps"
 	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
 	@echo "make test-fast the tests without Verilator (Amaranth simulator, models, host; a minute or two)"
-	@echo "make verilog   Verilog + config JSON into $(BUILD)/ (CONFIG=$(CONFIG) TOP=$(TOP))"
+	@echo "make verilog   Verilog + JSON (top, ports, versions, configuration) into $(BUILD)/<config>/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
@@ -54,7 +54,7 @@ test-fast:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb and not verilator and not long" tests
 
 verilog:
-	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)
+	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)/$(notdir $(basename $(CONFIG)))
 
 sim:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "(cocotb or verilator) and not long" tests

@@ -467,7 +467,7 @@ def test_asymmetric_padding_verilator():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", ["small", "nonsquare"])
+@pytest.mark.parametrize("preset", ["small", pytest.param("nonsquare", marks=pytest.mark.long)])
 def test_fc_verilator(preset):
     """The generated Verilog of ConvBackward runs FC layers in the interleaved dataflow: dX
     and dW (and, in a second run, the SGD-updated weights) equal ``bpsa.models.golden.gemm``

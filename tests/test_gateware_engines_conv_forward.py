@@ -389,8 +389,11 @@ VERILATOR_LAYERS = {
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", sorted(VERILATOR_LAYERS))
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.long)
+                                    if p == "nonsquare" else p
+                                    for p in sorted(VERILATOR_LAYERS)])
 def test_forward_verilator(preset):
+    # the non-square preset's build runs in ``make test-long`` (``make test`` budget)
     """The generated Verilog of ConvForward: every layer's Y equals ``bpsa.models.golden.conv2d``
     bit-exactly and the X SRAM words read equal the feeder model's (the testbench asserts
     both), X and W at random buffer offsets; one build and one simulation per preset."""

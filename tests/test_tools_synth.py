@@ -39,7 +39,7 @@ def test_report_files(small, small_report):
     assert small_report.markdown_path.name == "pe_area.md"
     assert small_report.json_path.name == "pe_area.json"
     assert json.loads(small_report.json_path.read_text()) == small_report.data
-    assert json.loads((out / "pe.json").read_text()) == small.to_dict()
+    assert json.loads((out / "pe.json").read_text())["config"] == small.to_dict()
     assert "module pe(" in (out / "pe.v").read_text()
     md = small_report.markdown_path.read_text()
     assert "config `small`" in md
@@ -103,7 +103,8 @@ def test_pe_overheads(small, tmp_path):
     for _, label, _ in PE_VARIANTS:
         assert f"| {label} |" in md
     assert (tmp_path / "pe_plain.v").is_file()
-    assert json.loads((tmp_path / "pe_plain.json").read_text())["reserve_registers"] is False
+    plain = json.loads((tmp_path / "pe_plain.json").read_text())["config"]
+    assert plain["reserve_registers"] is False
 
 
 def test_array_overheads(small, tmp_path):
@@ -136,7 +137,7 @@ def test_array_overheads(small, tmp_path):
     assert "2x2 array" in md and "Hierarchical synthesis" in md
     for _, label, _ in ARRAY_VARIANTS:
         assert f"| {label} |" in md
-    assert json.loads((tmp_path / "array_plain.json").read_text())["rows"] == 2
+    assert json.loads((tmp_path / "array_plain.json").read_text())["config"]["rows"] == 2
 
 
 def test_flat_and_hierarchical(small, tmp_path):

@@ -51,6 +51,7 @@ def test_driver_on_native_transport():
     assert all(s > p for p, s in zip(plain, stalled)), (plain, stalled)
 
 
+@pytest.mark.long
 def test_wide_memory_bus():
     """dma_data_width 256: every phase bit-exact under memory back-pressure (the harness
     moves 32-byte beats)."""

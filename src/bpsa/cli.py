@@ -68,7 +68,7 @@ def cmd_verilog(args):
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
-    path = write_verilog(config, args.top, _out_dir(args.output))
+    path = write_verilog(config, args.top, _out_dir(args.output or f"build/{config.name}"))
     print(f"wrote {path} and {path.with_suffix('.json')} ({config.name}: "
           f"{config.rows}x{config.cols}, dataflows {', '.join(config.dataflows)})")
 
@@ -508,6 +508,8 @@ def cmd_bitstream(args):
 
 
 def build_parser():
+    from bpsa.config import preset_names
+    from bpsa.platform.tops import TOPS
     p = _Parser(prog="bpsa", description=__doc__,
                 epilog="examples: bpsa verilog --config paper16 --top accelerator; "
                        "bpsa sim --phase loss --layer C=8,H=16,K=8,R=3,stride=2,pad=1; "
@@ -516,20 +518,26 @@ def build_parser():
     p.add_argument("--version", action="version", version=f"bpsa {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
+    presets = ", ".join(preset_names())
+
     def add_config(sp):
         sp.add_argument("--config", default="small",
-                        help="preset name (bpsa/presets/NAME.toml) or path to a TOML file "
+                        help=f"preset name ({presets}) or path to a TOML file "
                              "(default: small)")
 
     sp = sub.add_parser("verilog", help="write Verilog and the configuration JSON")
     add_config(sp)
-    sp.add_argument("--top", default="pe", help="component to generate (default: pe)")
-    sp.add_argument("-o", "--output", default="build", help="output directory (default: build)")
+    sp.add_argument("--top", default="pe", choices=sorted(TOPS),
+                    help="component to generate (default: pe)")
+    sp.add_argument("-o", "--output", default=None,
+                    help="output directory (default: build/<configuration name>, so two "
+                         "presets never overwrite each other)")
     sp.set_defaults(func=cmd_verilog)
 
     sp = sub.add_parser("synth", help="Yosys area report (Markdown and JSON)")
     add_config(sp)
-    sp.add_argument("--top", default="pe", help="component to synthesize (default: pe)")
+    sp.add_argument("--top", default="pe", choices=sorted(TOPS),
+                    help="component to synthesize (default: pe)")
     sp.add_argument("-o", "--output", default="build/synth",
                     help="output directory (default: build/synth)")
     sp.add_argument("--targets", nargs="+", default=["generic", "ice40", "ecp5"],

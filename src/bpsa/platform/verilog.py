@@ -1,31 +1,17 @@
 """Verilog generation flow: reproducible Verilog plus the configuration as JSON."""
 
 import importlib
+import json
+import re
 from pathlib import Path
 
 from amaranth.back import verilog
 
 from bpsa.config import Config
+from bpsa.platform.tops import TOPS
 
-__all__ = ["TOPS", "elaborate_top", "generate_verilog", "write_verilog"]
-
-#: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
-#: lazily, so a block's module is loaded only when that block is generated.
-TOPS = {
-    "pe": "bpsa.gateware.pe:PE",
-    "array": "bpsa.gateware.array:SystolicArray",
-    "feeder": "bpsa.gateware.feeder:DataFeeder",
-    "bp_loss_addr": "bpsa.gateware.bp_im2col:TransposedAddressGenerator",
-    "bp_grad_addr": "bpsa.gateware.bp_im2col:DilatedAddressGenerator",
-    "im2col_addr": "bpsa.gateware.im2col_addr:Im2colAddressGenerator",
-    "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
-    "conv_backward": "bpsa.gateware.engines.conv_backward:ConvBackward",
-    "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
-    "dma": "bpsa.gateware.dma:DmaEngine",
-    "accelerator": "bpsa.gateware.accelerator:Accelerator",
-    "setup_alu": "bpsa.gateware.seq_arith:setup_alu",
-}
-
+__all__ = ["TOPS", "describe", "elaborate_top", "generate_verilog", "verilog_ports",
+           "write_verilog"]
 
 def elaborate_top(config, top):
     """The component for ``top`` (a key of :data:`TOPS`) built for ``config``."""
@@ -45,13 +31,44 @@ def generate_verilog(config, top="pe", *, name=None):
                            strip_internal_attrs=True)
 
 
+def verilog_ports(text, name):
+    """The ports of module ``name`` in Verilog ``text``, in the module header's order:
+    ``[{"name", "dir" ("in" / "out"), "width"}]``."""
+    start = text.index(f"module {name}(")
+    header = text[start + len(f"module {name}("):text.index(");", start)]
+    body = text[start:text.index("endmodule", start)]
+    decls = {n: (d, int(hi) - int(lo) + 1 if hi else 1) for d, hi, lo, n in re.findall(
+        r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(?:signed\s+)?(?:\[(\d+):(\d+)\]\s+)?"
+        r"(\S+);", body, re.M)}
+    order = [p.strip() for p in header.replace("\n", " ").split(",") if p.strip()]
+    return [{"name": p, "dir": "out" if decls[p][0] == "output" else "in",
+             "width": decls[p][1]} for p in order]
+
+
+def describe(config, top, name, text):
+    """What the JSON next to a Verilog file says: the top and its module name, the ports, the
+    generator and register-map versions and the configuration."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from bpsa.spec.regmap import MAP_VERSION
+    try:
+        gen = version("backprop-systolic")
+    except PackageNotFoundError:
+        gen = "unknown"
+    return {"top": top, "module": name, "generator_version": gen,
+            "register_map_version": f"{MAP_VERSION[0]}.{MAP_VERSION[1]}",
+            "ports": verilog_ports(text, name), "config": config.to_dict()}
+
+
 def write_verilog(config, top="pe", out_dir="build", *, name=None):
-    """Write ``<name>.v`` and ``<name>.json`` (the configuration) into ``out_dir``; return the
-    path of the Verilog file."""
+    """Write ``<name>.v`` and ``<name>.json`` (:func:`describe`: top, ports, versions and the
+    configuration) into ``out_dir``; return the path of the Verilog file."""
     name = name or top
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     v_path = out / f"{name}.v"
-    v_path.write_text(generate_verilog(config, top, name=name))
-    (out / f"{name}.json").write_text(config.to_json())
+    text = generate_verilog(config, top, name=name)
+    v_path.write_text(text)
+    (out / f"{name}.json").write_text(
+        json.dumps(describe(config, top, name, text), indent=2, sort_keys=True) + "\n")
     return v_path

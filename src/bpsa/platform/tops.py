@@ -1,0 +1,21 @@
+"""The tops ``bpsa verilog``, ``bpsa synth`` and the Verilator builds generate (no Amaranth
+import here, so the command line lists them at once)."""
+
+__all__ = ["TOPS"]
+
+#: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
+#: lazily, so a block's module is loaded only when that block is generated.
+TOPS = {
+    "pe": "bpsa.gateware.pe:PE",
+    "array": "bpsa.gateware.array:SystolicArray",
+    "feeder": "bpsa.gateware.feeder:DataFeeder",
+    "bp_loss_addr": "bpsa.gateware.bp_im2col:TransposedAddressGenerator",
+    "bp_grad_addr": "bpsa.gateware.bp_im2col:DilatedAddressGenerator",
+    "im2col_addr": "bpsa.gateware.im2col_addr:Im2colAddressGenerator",
+    "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
+    "conv_backward": "bpsa.gateware.engines.conv_backward:ConvBackward",
+    "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
+    "dma": "bpsa.gateware.dma:DmaEngine",
+    "accelerator": "bpsa.gateware.accelerator:Accelerator",
+    "setup_alu": "bpsa.gateware.seq_arith:setup_alu",
+}
