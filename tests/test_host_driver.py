@@ -254,3 +254,50 @@ def test_refusal_names_the_reason():
                        r"a bank of buffer B \(64 words\)$"):
         asyncio.run(go("zero_free"))
     assert t.runs == []
+
+
+class HungTransport(GoldenTransport):
+    """An accelerator that never finishes: STATUS stays BUSY, the cycles go on."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.cycles = 0
+
+    async def write32(self, offset, value):
+        if NAMES[offset] == "CONTROL" and value >> CONTROL_BITS["START"] & 1:
+            self.regs["STATUS"] = 1                 # BUSY, no DONE
+        elif NAMES[offset] != "CONTROL":
+            self.regs[NAMES[offset]] = value
+
+    async def read32(self, offset):
+        if NAMES[offset] == "BUSY_CYCLES_LO":
+            return self.cycles & 0xFFFF_FFFF
+        return await super().read32(offset)
+
+    async def idle(self, cycles):
+        self.cycles += cycles
+
+
+def test_a_hung_layer_times_out_after_its_budget():
+    """The driver waits for a layer at most :func:`cycle_budget` cycles (20 times a generous
+    estimate from the layer's MACs and tensors), then raises with STATUS and BUSY_CYCLES."""
+    from bpsa.host.driver import BUDGET_FACTOR, cycle_budget, expected_cycles
+    cfg = load_config("small")
+    t = HungTransport(cfg)
+    drv = Driver(t, cfg, poll_interval=256)
+    x = np.ones((1, 2, 6, 6), dtype=np.int64)
+    w = np.ones((3, 2, 3, 3), dtype=np.int64)
+
+    async def go():
+        await drv.open()
+        await drv.forward(x, w, pad=1)
+
+    with pytest.raises(TimeoutError, match=r"no DONE after [\d,]+ cycles \(STATUS 0x1: BUSY 1, "
+                                           r"ERROR 0; BUSY_CYCLES [\d,]+\)"):
+        asyncio.run(go())
+    budget = cycle_budget(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6)
+    # 1 x 3 x 6 x 6 outputs of 18 MACs at utilization 0.05 on 4 x 4, tensors twice, 2,000
+    assert budget == BUDGET_FACTOR * expected_cycles(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6)
+    assert expected_cycles(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6) == int(
+        1944 / (16 * 0.05) + (72 + 54 + 108) * 2 + 2000)
+    assert budget <= t.cycles < budget + 256

@@ -74,3 +74,11 @@ def test_export_refuses_unknown_formats():
     assert export(CONFIGS[0], "md") == to_markdown(CONFIGS[0])
     with pytest.raises(ValueError, match="format must be one of"):
         export(CONFIGS[0], "yaml")
+
+
+def test_docs_regmap_is_current():
+    """``docs/regmap.md`` is the export of ``small`` (``bpsa regmap --config small --format md
+    -o docs/regmap.md`` after a change of the map)."""
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "regmap.md"
+    assert doc.read_text() == to_markdown(load_config("small"))

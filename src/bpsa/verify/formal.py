@@ -15,6 +15,11 @@ def prove(harness, name, workdir, *, depth=1):
     """BMC of ``harness`` for ``depth`` cycles from reset with yowasp-sby and z3 in
     ``workdir``; returns ``(passed, log tail)``. A depth-1 check of a combinational property
     proves it for every value of the free inputs."""
+    from bpsa.tools.synth import yosys_version
+    # YoWASP writes its compiled-Yosys cache without a lock: a cold cache written here while a
+    # synthesis elsewhere maps it kills that Yosys with SIGBUS; the first run compiles it
+    # under the synthesis flow's lock instead
+    yosys_version()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / f"{name}.il").write_text(rtlil.convert(harness, name=name))
     (workdir / f"{name}.sby").write_text(

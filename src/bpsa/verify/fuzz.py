@@ -145,7 +145,7 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
     the golden model, a wrong refusal, a refusal that moved data, or a hang."""
     from tqdm import tqdm
 
-    from bpsa.host.driver import AcceleratorError
+    from bpsa.host.driver import BUDGET_FACTOR, AcceleratorError
     from bpsa.verify.jobs import run_job
     from bpsa.verify.native import HangError, expected_cycles, run_with_driver
 
@@ -160,7 +160,7 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
         for job in tqdm(jobs, unit="layer", disable=not progress, leave=False,
                         dynamic_ncols=True):
             t.set_stall(job["stall"])
-            t.watchdog = 20 * expected_cycles(config, job)
+            t.watchdog = 2 * BUDGET_FACTOR * expected_cycles(config, job)
             try:
                 if job.get("expect"):
                     drv.check = False

@@ -43,7 +43,7 @@ OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
 def default_build(config):
     """``(opt, threads)`` for ``config``: the build we measured fastest over a run of a few
-    hundred thousand cycles (README, "Simulation speed")."""
+    hundred thousand cycles (docs/simulation.md)."""
     return ("-O2", 1)
 
 
@@ -175,27 +175,19 @@ class TraceWindowError(ValueError):
     """The trace window lies outside the run."""
 
 
-#: Utilization below which :func:`expected_cycles` does not expect a phase to fall (measured
-#: on the regression layers: forward 0.06-0.73, loss and gradient 0.016-0.18).
-_FLOOR = {"forward": 0.05, "loss": 0.015, "gradient": 0.015, "fc_backward": 0.05}
-
-
 def expected_cycles(config, job):
-    """A generous estimate of a job's cycles (progress bars, the hang watchdog): its MACs at
-    the phase's lowest measured utilization plus its tensors moved once by the DMA. The
-    cycle model of the one-array issue will replace it."""
+    """A generous estimate of a job's cycles (progress bars, the hang watchdog):
+    :func:`bpsa.host.driver.expected_cycles` of its layer."""
+    from bpsa.host.driver import expected_cycles as layer_cycles
     from bpsa.models.golden import output_hw
     from bpsa.verify.jobs import job_layer
     lay = job_layer(job)
     oh, ow = output_hw((lay["height"], lay["width"]), (lay["kernel_h"], lay["kernel_w"]),
                        (lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
                        (lay["dil_h"], lay["dil_w"]))
-    n, c, k = lay["batch"], lay["channels"], lay["out_channels"]
-    rs = lay["kernel_h"] * lay["kernel_w"]
-    macs = n * k * oh * ow * c * rs * (2 if job["phase"] == "fc_backward" else 1)
-    elements = n * c * lay["height"] * lay["width"] + k * c * rs + n * k * oh * ow
-    floor = _FLOOR[job["phase"]] * (0.3 if job.get("baseline") else 1.0)
-    return int(macs / (config.rows * config.cols * floor) + elements * 2 + 2000)
+    return layer_cycles(config, job["phase"], lay["batch"], lay["channels"], lay["height"],
+                        lay["width"], lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
+                        oh, ow, baseline=bool(job.get("baseline")))
 
 
 def check_trace_path(path):
@@ -372,10 +364,13 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
     stalls, ``"expect"``: the refusal the job must get) through the driver on the native
     transport; returns one summary a job, as the cocotb testbench does. Raises
     :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong,
-    :exc:`HangError` when a job runs 20 times past :func:`expected_cycles`. ``progress``: a
+    :exc:`HangError` when a job runs ``2 BUDGET_FACTOR`` times past :func:`expected_cycles` (a
+    backstop: the driver gives up on a descriptor at ``BUDGET_FACTOR`` times). ``progress``: a
     progress bar of cycles against the expected total; ``trace``, ``trace_window``, ``opt``,
     ``threads``, ``build_root``: see :class:`NativeTransport`."""
     from tqdm import tqdm
+
+    from bpsa.host.driver import BUDGET_FACTOR
 
     from bpsa.verify import jobs as job_runner
 
@@ -386,7 +381,7 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
         async def body(drv, t):
             def before(i, job):
                 t.set_stall(JOB_STALL if job.get("pauses") else 0.0)
-                t.watchdog = 20 * expected[i]
+                t.watchdog = 2 * BUDGET_FACTOR * expected[i]
                 bar.set_description(f"{job['phase']} {i + 1}/{len(jobs)}")
 
             def log(i, summary):
