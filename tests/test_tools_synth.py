@@ -414,3 +414,23 @@ def test_cli_report_excludes_other_reports(capsys):
     from bpsa.cli import main
     assert main(["synth", "--report", "--pe-overheads"]) == 2
     assert "only one of --report" in capsys.readouterr().err
+
+
+def test_timing_estimate_of_a_block(tmp_path):
+    """``timing=True``: Yosys ``synth_ecp5`` then nextpnr-ecp5 out of context report the PE's
+    Fmax (a real place and route, so a plausible band, not a figure), in the JSON and the
+    Markdown."""
+    report = synth_report(load_config("small"), "pe", tmp_path, targets=["ecp5"],
+                          timing=True)
+    t = report.data["timing"]
+    assert t["constraint_mhz"] == 100 and set(t["fmax_mhz"]) == {"clk"}
+    assert 5 < t["fmax_mhz"]["clk"] < 500
+    assert "## Timing estimate (ECP5-85F, nextpnr out of context)" in \
+        report.markdown_path.read_text()
+    assert (tmp_path / "pe_ecp5_timing.report.json").is_file()
+
+
+def test_cli_timing_applies_to_one_block(capsys):
+    from bpsa.cli import main
+    assert main(["synth", "--report", "--timing"]) == 2
+    assert "--timing applies to one block's report" in capsys.readouterr().err

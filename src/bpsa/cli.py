@@ -83,6 +83,9 @@ def cmd_synth(args):
         raise UserError("give only one of --report, --pe-overheads and --array-overheads")
     if args.blocks and not args.report:
         raise UserError("--blocks applies only to --report")
+    if args.timing and (args.report or args.pe_overheads or args.array_overheads):
+        raise UserError("--timing applies to one block's report (not --report or the "
+                        "overhead tables)")
     _out_dir(args.output)
     if args.report:
         report = synth.design_report(config, args.output, targets=args.targets,
@@ -92,7 +95,8 @@ def cmd_synth(args):
     elif args.array_overheads:
         report = synth.array_overhead_report(config, args.output, targets=args.targets)
     else:
-        report = synth.synth_report(config, args.top, args.output, targets=args.targets)
+        report = synth.synth_report(config, args.top, args.output, targets=args.targets,
+                                    timing=args.timing)
     print(report.markdown_path.read_text(), end="")
     print(f"wrote {report.markdown_path} and {report.json_path}")
 
@@ -542,6 +546,10 @@ def build_parser():
                     help="output directory (default: build/synth)")
     sp.add_argument("--targets", nargs="+", default=["generic", "ice40", "ecp5"],
                     choices=["generic", "ice40", "ecp5"], help="synthesis targets")
+    sp.add_argument("--timing", action="store_true",
+                    help="also a timing estimate: Fmax of the block on the ECP5-85F, nextpnr "
+                         "out of context at a 100 MHz constraint (the block alone; minutes "
+                         "for an array, longer for the accelerator)")
     sp.add_argument("--pe-overheads", action="store_true",
                     help="synthesize PE variants (plain MAC, + zero gating, + reserve "
                          "registers, + held-operand dataflows, + interleave) and report "

