@@ -290,7 +290,7 @@ def test_a_hung_layer_times_out_after_its_budget():
 
     async def go():
         await drv.open()
-        await drv.forward(x, w, pad=1)
+        await drv.forward(x, w, padding=1)
 
     with pytest.raises(TimeoutError, match=r"no DONE after [\d,]+ cycles \(STATUS 0x1: BUSY 1, "
                                            r"ERROR 0; BUSY_CYCLES [\d,]+\)"):

@@ -58,15 +58,15 @@ def _out_hw(h, w, r, s, stride, pad, dil):
     return (out_size(h, r, stride[0], pad[0], dil[0]), out_size(w, s, stride[1], pad[1], dil[1]))
 
 
-def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1),
+def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
          mode=None):
     """The controller's tiling of a layer (:func:`bpsa.plan.tiling.plan`: group sizes, row bands,
     run counts), or :exc:`ValueError` naming what does not fit (the hardware refuses the same
     layers with TOO_LARGE). ``mode``: the backward mode (default: the driver's,
     :func:`bpsa.plan.tiling.default_mode`)."""
     mode = mode or tiling.default_mode(config, phase)
-    return tiling.plan(config, phase, n, c, h, w, k, r, s, pair(stride), pair(pad), pair(dil),
-                       mode=mode)
+    return tiling.plan(config, phase, n, c, h, w, k, r, s, pair(stride), pair(padding),
+                       pair(dilation), mode=mode)
 
 
 #: Utilization below which :func:`expected_cycles` does not expect a phase to fall (measured
@@ -95,12 +95,12 @@ def cycle_budget(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=False):
                                            baseline=baseline)
 
 
-def baseline_loss_operands(dy, w, input_hw, stride=1, pad=0, dil=1):
+def baseline_loss_operands(dy, w, input_hw, stride=1, padding=0, dilation=1):
     """``(z, wt, dil)``: the traditional loss as a forward convolution. ``z`` (N x K x (H +
     d(R-1)) x (W + d(S-1))) is dY with ``s - 1`` zeros between its pixels, shifted by
     ``d(R-1) - p`` (rows and columns outside ``z`` cropped); ``wt`` (C x K x R x S) is W turned
     by 180 degrees with its channel axes swapped: ``conv2d(z, wt, 1, 0, dil)`` is dX."""
-    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     dy, w = np.asarray(dy, dtype=np.int64), np.asarray(w, dtype=np.int64)
     n, k, oh, ow = dy.shape
     _, _, r, s = w.shape
@@ -115,12 +115,12 @@ def baseline_loss_operands(dy, w, input_hw, stride=1, pad=0, dil=1):
     return z, np.ascontiguousarray(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)), (dh, dw)
 
 
-def baseline_gradient_operands(x, dy, kernel_hw, stride=1, pad=0, dil=1):
+def baseline_gradient_operands(x, dy, kernel_hw, stride=1, padding=0, dilation=1):
     """``(xt, dd, stride)``: the traditional gradient as a forward convolution. ``xt`` (C x N
     x Hc x Wc) is X zero-padded and cropped to what the gradient reads, channels as the batch;
     ``dd`` (K x N x Hd x Wd, ``Hd = s(OH-1)+1``) is dY with ``s - 1`` zeros between its pixels:
     ``conv2d(xt, dd, dil, 0, 1)`` is dW with its first two axes swapped."""
-    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
     x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
     n, k, oh, ow = dy.shape
     r, s = kernel_hw
@@ -285,7 +285,7 @@ class Driver:
 
     # --- phases ---------------------------------------------------------------------------------
     async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
-                  stride=1, pad=0, dil=1, mode=None, requant=None):
+                  stride=1, padding=0, dilation=1, mode=None, requant=None):
         """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
         model's shapes) and keeps the counters in :attr:`counters`.
 
@@ -321,7 +321,7 @@ class Driver:
                 raise ValueError(f"requant (a shift) must be an integer in [0, "
                                  f"{(1 << shift_bits) - 1}], not {requant!r}")
         self.mode = mode if phase != "forward" else None
-        stride, pad, dil = pair(stride), pair(pad), pair(dil)
+        stride, pad, dil = pair(stride), pair(padding), pair(dilation)
         cols = self.config.cols
         if phase == "forward":
             x, w = self._check_operand("x", x), self._check_operand("w", w)
@@ -407,7 +407,7 @@ class Driver:
         ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
         are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
         n, c, h, wd, k, r, s = dims
-        pw, sub = pad[1], {"stride": stride, "pad": (pad[0], 0), "dil": dil}
+        pw, sub = pad[1], {"stride": stride, "padding": (pad[0], 0), "dilation": dil}
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         if phase != "loss":
             xp = np.pad(x, ((0, 0), (0, 0), (0, 0), (pw, pw)))
@@ -499,30 +499,31 @@ class Driver:
         return out[:n * c].reshape(n, c), out[n * c:].reshape(k, c)
 
     # --- the traditional flow, for comparison ----------------------------------------------------
-    async def loss_baseline(self, dy, w, input_hw, stride=1, pad=0, dil=1):
+    async def loss_baseline(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
         """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,
         padded dY (zeros stored in memory) and the rotated, channel-transposed W on the host,
         and the accelerator runs their stride-1 *forward* convolution. Same result as
         :meth:`loss`; the counters show what the zero-spaces cost."""
-        zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, pad, dil)
+        zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, padding, dilation)
         return await self.forward(zp, wt, 1, 0, d)
 
-    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, pad=0, dil=1):
+    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
         """dW the traditional way: :func:`baseline_gradient_operands` builds the padded X and
         the zero-inserted (dilated) dY on the host; the accelerator runs the forward
         convolution of X (channels as the batch) by dY (the kernel, stride = dilation)."""
-        xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, pad, dil)
+        xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, padding, dilation)
         out = await self.forward(xt, dd, d, 0, 1)
         return out.transpose(1, 0, 2, 3)
 
-    async def forward(self, x, w, stride=1, pad=0, dil=1, requant=None):
-        return await self.run("forward", x=x, w=w, stride=stride, pad=pad, dil=dil,
-                              requant=requant)
+    async def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None):
+        return await self.run("forward", x=x, w=w, stride=stride, padding=padding,
+                              dilation=dilation, requant=requant)
 
-    async def loss(self, dy, w, input_hw, stride=1, pad=0, dil=1, mode=None, requant=None):
-        return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride, pad=pad,
-                              dil=dil, mode=mode, requant=requant)
+    async def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None,
+                   requant=None):
+        return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
+                              padding=padding, dilation=dilation, mode=mode, requant=requant)
 
-    async def gradient(self, x, dy, kernel_hw, stride=1, pad=0, dil=1, mode=None):
+    async def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
         return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
-                              pad=pad, dil=dil, mode=mode)
+                              padding=padding, dilation=dilation, mode=mode)

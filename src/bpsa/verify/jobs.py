@@ -46,8 +46,8 @@ async def run_job(cfg, drv, job, clock):
     lay = job_layer(job)
     rng = np.random.default_rng(job.get("seed", 1))
     t = job_tensors(cfg, lay, rng, job.get("zero_prob", 0.0))
-    args = dict(stride=(lay["stride_h"], lay["stride_w"]), pad=(lay["pad_h"], lay["pad_w"]),
-                dil=(lay["dil_h"], lay["dil_w"]))
+    args = dict(stride=(lay["stride_h"], lay["stride_w"]), padding=(lay["pad_h"], lay["pad_w"]),
+                dilation=(lay["dil_h"], lay["dil_w"]))
     phase = job["phase"]
     t0, s0 = time.perf_counter(), clock()
     if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
@@ -57,7 +57,7 @@ async def run_job(cfg, drv, job, clock):
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
     elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"), **args)
-        want = golden.conv2d(t["x"], t["w"], args["stride"], args["pad"], args["dil"])
+        want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
     elif phase == "loss":
         if job.get("baseline"):
             got = await drv.loss_baseline(t["dy"], t["w"], (lay["height"], lay["width"]),
@@ -66,7 +66,7 @@ async def run_job(cfg, drv, job, clock):
             got = await drv.loss(t["dy"], t["w"], (lay["height"], lay["width"]),
                                  mode=job.get("mode"), requant=job.get("requant"), **args)
         want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
-                                        args["stride"], args["pad"], args["dil"])
+                                        args["stride"], args["padding"], args["dilation"])
     else:
         if job.get("baseline"):
             got = await drv.gradient_baseline(t["x"], t["dy"], (lay["kernel_h"],
@@ -75,7 +75,7 @@ async def run_job(cfg, drv, job, clock):
             got = await drv.gradient(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
                                      mode=job.get("mode"), **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
-                                         args["stride"], args["pad"], args["dil"])
+                                         args["stride"], args["padding"], args["dilation"])
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
     want = wrap_array(want, cfg.acc_width)
