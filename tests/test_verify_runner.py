@@ -46,3 +46,17 @@ def test_stale_builds_of_the_same_top_are_pruned(tmp_path):
     assert prune_builds(current, now=now) == [old]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         p.name for p in (current, recent, other_config, other_top))
+
+
+def test_traced_builds_have_their_own_folder(monkeypatch):
+    from bpsa.config import load_config
+    from bpsa.verify.runner import build_name
+    cfg = load_config("small")
+    monkeypatch.delenv("WAVES", raising=False)
+    plain = build_name(cfg, "pe")
+    monkeypatch.setenv("WAVES", "1")
+    traced = build_name(cfg, "pe")
+    monkeypatch.setenv("WAVES", "0")
+    assert build_name(cfg, "pe") == plain != traced
+    assert plain.startswith("pe_small_") and traced.startswith("pe_small_")
+    assert build_name(cfg, "array") != plain

@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["STALE_AFTER", "build_top", "prune_builds", "run_cocotb", "sim_build_root",
-           "sim_toplevel", "verilator_env"]
+__all__ = ["STALE_AFTER", "build_name", "build_top", "prune_builds", "run_cocotb",
+           "sim_build_root", "sim_toplevel", "verilator_env"]
 
 #: Seconds after its last use that an older build of the same top and configuration is
 #: removed (a build folder takes 150-260 MB; its ``.lock`` is touched on every use).
@@ -76,21 +76,31 @@ def sim_toplevel(top):
     return f"bpsa_{top}"
 
 
+def build_name(config, top):
+    """The build folder's name of ``top`` for ``config``: ``<top>_<config>_<key>``, the key a
+    digest of the generator's sources, the configuration, the top and ``WAVES`` (a traced
+    build is a build of its own, never mixed with one without tracing)."""
+    from bpsa.verify.native import generator_digest
+    waves = "waves" if os.environ.get("WAVES", "0") not in ("", "0") else ""
+    key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top)
+                          + waves).encode()).hexdigest()[:12]
+    return f"{top}_{config.name}_{key}"
+
+
 def build_top(config, top="pe", *, build_root=None):
     """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
     build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
     by the generator's sources (:func:`bpsa.verify.native.generator_digest`), the
-    configuration and the top, so a cached build costs no elaboration, and a folder made from
-    other sources is never reused (older ones are pruned, :func:`prune_builds`)."""
+    configuration, the top and ``WAVES`` (cocotb's tracing switch: the runner then builds with
+    ``--trace`` and every test writes ``dump.vcd`` in its run folder), so a cached build costs
+    no elaboration, and a folder made from other sources is never reused (older ones are
+    pruned, :func:`prune_builds`)."""
     from cocotb_tools.runner import get_runner
 
     from bpsa.platform.verilog import generate_verilog
-    from bpsa.verify.native import generator_digest
 
     verilator_env()
-    key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top))
-                         .encode()).hexdigest()[:12]
-    build_dir = Path(build_root or sim_build_root()) / f"{top}_{config.name}_{key}"
+    build_dir = Path(build_root or sim_build_root()) / build_name(config, top)
     build_dir.mkdir(parents=True, exist_ok=True)
     v_path = build_dir / f"{top}.v"
     runner = get_runner("verilator")
