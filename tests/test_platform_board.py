@@ -92,6 +92,11 @@ def test_build_plan(board, tmp_path):
         assert f'FREQUENCY NET "pll.clkop" {float(s.clock_hz)} HZ' in lpf
         assert "cell \\EHXPLLL " in (tmp_path / "top.il").read_text()
         assert '"M1"' in lpf and '"L4"' in lpf
+        # synth_ecp5 in two halves around splitnets (Yosys issue #4349 in ABC9)
+        synth = [line for line in ys.splitlines() if "synth_ecp5" in line or
+                 line == "splitnets"]
+        assert [line.split(" -run ")[-1] if "synth" in line else line for line in synth] == \
+            [":map_luts", "splitnets", "map_luts:"]
 
 
 def test_fit_refusal(tmp_path, capsys):

@@ -376,8 +376,26 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
     }
     plan = platform.prepare(BoardTop(soc, settings.clock_hz), name=name, **overrides)
     plan.extract(str(out_dir))
+    if settings.family == "ecp5":
+        _split_before_abc9(Path(out_dir, f"{name}.ys"))
     script = Path(out_dir, f"{plan.script}.sh").read_text()
     return settings, _script_steps(script)
+
+
+def _split_before_abc9(ys_path):
+    """Run ``synth_ecp5`` in two halves with ``splitnets`` before its LUT mapping, as
+    :mod:`bpsa.tools.synth` does: without it, ABC9's reintegration trips an assertion on the
+    accelerator (Yosys issue #4349; `Assert GetSize(conn.first) == GetSize(conn.second)`,
+    seen with Yosys 0.70 on the ULX3S top)."""
+    lines = ys_path.read_text().splitlines()
+    out = []
+    for line in lines:
+        if line.strip().startswith("synth_ecp5"):
+            cmd = line.strip()
+            out += [f"{cmd} -run :map_luts", "splitnets", f"{cmd} -run map_luts:"]
+        else:
+            out.append(line)
+    ys_path.write_text("\n".join(out) + "\n")
 
 
 def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=False,
