@@ -34,7 +34,7 @@ help:
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
-	@echo "make bitstream BOARD=icebreaker|ulx3s [CONFIG=...] [CORE=module:Class]  FPGA bitstream (minutes)"
+	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train; ~30 min)"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
 	@echo "make clean-sim remove the Verilator builds (sim_build/, 150-260 MB each; rebuilt on demand)"
@@ -85,7 +85,7 @@ fuzz:
 
 # FPGA bitstream of the board top (core + UART bridge + SRAM): Yosys, fit check, nextpnr, pack.
 # CONFIG defaults to the board's preset (src/bpsa/platform/boards/$(BOARD).toml) unless given.
-BOARD ?= icebreaker
+BOARD ?= ulx3s
 .PHONY: bitstream
 bitstream:
 	$(BIN)/bpsa bitstream --board $(BOARD) $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) $(if $(CORE),--core $(CORE)) -o $(BUILD)/bitstream/$(BOARD)
