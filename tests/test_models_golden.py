@@ -624,3 +624,99 @@ def test_bad_shapes_and_types():
         golden.gemm(np.ones((2, 3), np.int64), np.ones((2, 3), np.int64))
     with pytest.raises(ValueError, match="phase"):
         golden.structural_zero_counts("backward", 5, 3)
+
+
+# --- pooling: against naive loops written here ---------------------------------------------
+
+def _naive_pool(x, kind, k, st, p):
+    n, c, h, w = x.shape
+    if kind == "global_avg":
+        k, st, p = (h, w), (1, 1), (0, 0)
+    oh, ow = (h + 2 * p[0] - k[0]) // st[0] + 1, (w + 2 * p[1] - k[1]) // st[1] + 1
+    y = np.zeros((n, c, oh, ow), dtype=np.int64)
+    for i in np.ndindex(n, c, oh, ow):
+        vals, count = [], k[0] * k[1]
+        for r in range(k[0]):
+            for q in range(k[1]):
+                hh, ww = i[2] * st[0] + r - p[0], i[3] * st[1] + q - p[1]
+                if 0 <= hh < h and 0 <= ww < w:
+                    vals.append(int(x[i[0], i[1], hh, ww]))
+        if kind == "max":
+            y[i] = max(vals)
+        else:
+            total = sum(vals)
+            y[i] = (2 * total + count) // (2 * count)       # nearest, halves up
+    return y
+
+
+def _naive_pool_backward(dy, x, kind, k, st, p, tie):
+    n, c, h, w = x.shape
+    if kind == "global_avg":
+        k, st, p = (h, w), (1, 1), (0, 0)
+    acc = np.zeros(x.shape, dtype=np.int64)
+    for i in np.ndindex(*dy.shape):
+        taps = [(i[2] * st[0] + r - p[0], i[3] * st[1] + q - p[1])
+                for r in range(k[0]) for q in range(k[1])]
+        taps = [(a, b) for a, b in taps if 0 <= a < h and 0 <= b < w]
+        if kind == "max":
+            best = max(int(x[i[0], i[1], a, b]) for a, b in taps)
+            winners = [(a, b) for a, b in taps if x[i[0], i[1], a, b] == best]
+            for a, b in (winners[:1] if tie == "first" else winners):
+                acc[i[0], i[1], a, b] += dy[i]
+        else:
+            for a, b in taps:
+                acc[i[0], i[1], a, b] += dy[i]
+    if kind != "max":
+        count = k[0] * k[1]
+        acc = (2 * acc + count) // (2 * count)
+    return acc
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_pooling_against_naive_loops(seed):
+    rng = np.random.default_rng(seed)
+    kind = ("max", "avg", "global_avg")[seed % 3]
+    k = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    st = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+    h, w = int(rng.integers(k[0], 10)), int(rng.integers(k[1], 10))
+    x = rng.integers(-3, 4, (2, 3, h, w))               # few values: many ties
+    y = golden.pool2d(x, kind, k, st, p)
+    assert np.array_equal(y, _naive_pool(x, kind, k, st, p))
+    dy = rng.integers(-50, 50, y.shape)
+    for tie in ("first", "all"):
+        got = golden.pool2d_backward(dy, x, kind, k, st, p, tie=tie)
+        assert np.array_equal(got, _naive_pool_backward(dy, x, kind, k, st, p, tie))
+
+
+def test_pooling_by_hand():
+    x = np.array([[[[1, 3, 3, 0], [2, 0, 1, 1], [5, 5, 0, 2], [0, 1, 2, 2]]]])
+    assert golden.pool2d(x, "max", 2).tolist() == [[[[3, 3], [5, 2]]]]
+    # sums 6, 5, 11, 6 over 4: 1.5 -> 2, 1.25 -> 1, 2.75 -> 3, 1.5 -> 2
+    assert golden.pool2d(x, "avg", 2).tolist() == [[[[2, 1], [3, 2]]]]
+    assert golden.pool2d(x, "global_avg").tolist() == [[[[2]]]]           # 30 / 16
+    one = np.ones((1, 1, 2, 2), dtype=int)
+    first = golden.pool2d_backward(one, x, "max", 2)
+    assert first.tolist() == [[[[0, 1, 1, 0], [0, 0, 0, 0], [1, 0, 0, 1], [0, 0, 0, 0]]]]
+    every = golden.pool2d_backward(one, x, "max", 2, tie="all")
+    assert every.tolist() == [[[[0, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 1], [0, 0, 1, 1]]]]
+    # overlapping 2x2 windows, stride 1: the centre of a 3x3 input is in all four
+    assert golden.pool2d_backward(np.full((1, 1, 2, 2), 4), np.zeros((1, 1, 3, 3), int),
+                                  "avg", 2, 1).tolist() == [[[[1, 2, 1], [2, 4, 2],
+                                                              [1, 2, 1]]]]
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda x: golden.pool2d(x, "min", 2), "kind must be one of max, avg, global_avg"),
+    (lambda x: golden.pool2d(x, "max", 5), "the 5 x 5 window is larger than the 4 x 4 input"),
+    (lambda x: golden.pool2d(x, "max", 2, 0), "stride must be >= 1"),
+    (lambda x: golden.pool2d(x, "max", 3, 1, 2), "padding must be in [0, kernel // 2]"),
+    (lambda x: golden.pool2d_backward(np.zeros((1, 1, 2, 2), int), x, "max", 2, tie="last"),
+     "tie must be 'first' or 'all'"),
+    (lambda x: golden.pool2d_backward(np.zeros((1, 1, 3, 3), int), x, "max", 2),
+     "dy must have shape (1, 1, 2, 2)"),
+])
+def test_pooling_refusals(call, needle):
+    with pytest.raises(ValueError) as e:
+        call(np.zeros((1, 1, 4, 4), dtype=int))
+    assert needle in str(e.value)

@@ -37,7 +37,8 @@ from bpsa.spec.layer import conv_params, output_hw
 __all__ = [
     "output_hw", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "gemm",
     "Lowering", "lower_forward", "lower_input_grad", "lower_weight_grad",
-    "zero_fraction", "structural_zero_counts", "requantize",
+    "zero_fraction", "structural_zero_counts", "requantize", "POOL_KINDS", "pool2d",
+    "pool2d_backward",
 ]
 
 
@@ -183,6 +184,117 @@ def requantize(acc, shift, bits, signed=True):
     a = np.asarray(acc, dtype=object)
     q = (a + ((1 << shift) // 2)) // (1 << shift)     # floor division: rounds half up
     return np.clip(q, lo, hi).astype(np.int64)
+
+
+# --- pooling -------------------------------------------------------------------------------------
+
+POOL_KINDS = ("max", "avg", "global_avg")
+
+
+def _pool_params(x_shape, kind, kernel, stride, padding):
+    """``(kernel, stride, padding, (oh, ow))`` as pairs, checked; ``global_avg`` takes the
+    whole input as its window (its ``kernel``, ``stride`` and ``padding`` are ignored)."""
+    if kind not in POOL_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(POOL_KINDS)}, not {kind!r}")
+    h, w = x_shape[2], x_shape[3]
+    if kind == "global_avg":
+        return (h, w), (1, 1), (0, 0), (1, 1)
+    k = _hw(kernel, "kernel")
+    st = k if stride is None else _pair(stride, "stride")
+    p = _pair(padding, "padding")
+    if min(st) < 1:
+        raise ValueError(f"stride must be >= 1, not {stride!r}")
+    if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"padding must be in [0, kernel // 2] per axis, not {padding!r} for "
+                         f"kernel {k}")
+    if k[0] > h + 2 * p[0] or k[1] > w + 2 * p[1]:
+        raise ValueError(f"the {k[0]} x {k[1]} window is larger than the {h} x {w} input "
+                         f"padded by {p}")
+    out = ((h + 2 * p[0] - k[0]) // st[0] + 1, (w + 2 * p[1] - k[1]) // st[1] + 1)
+    return k, st, p, out
+
+
+def _round_div(num, den):
+    """``num / den`` rounded to the nearest integer, halves up (exact, integers)."""
+    return (2 * num + den) // (2 * den)
+
+
+def _windows(x, kind, k, st, p, out):
+    """The padded input's windows, N x C x OH x OW x (R S) in window order (row-major), with
+    a mask of the taps inside the input."""
+    n, c, h, w = x.shape
+    fill = np.iinfo(np.int64).min if kind == "max" else 0
+    xp = np.full((n, c, h + 2 * p[0], w + 2 * p[1]), fill, dtype=np.int64)
+    xp[:, :, p[0]:p[0] + h, p[1]:p[1] + w] = x
+    inside = np.zeros((h + 2 * p[0], w + 2 * p[1]), dtype=bool)
+    inside[p[0]:p[0] + h, p[1]:p[1] + w] = True
+    taps, masks = [], []
+    for r in range(k[0]):
+        for q in range(k[1]):
+            rows = slice(r, r + st[0] * (out[0] - 1) + 1, st[0])
+            cols = slice(q, q + st[1] * (out[1] - 1) + 1, st[1])
+            taps.append(xp[:, :, rows, cols])
+            masks.append(inside[rows, cols])
+    return np.stack(taps, axis=-1), np.stack(masks, axis=-1)
+
+
+def pool2d(x, kind, kernel=None, stride=None, padding=0):
+    """Pooling of ``x`` (N x C x H x W integers) by ``kind``:
+
+    - ``"max"``: the window's maximum; padding never wins (it is not an element);
+    - ``"avg"``: the window's sum over ``R x S`` divided by ``R S``, rounded to nearest with
+      halves up; padding counts as zeros in the ``R S`` (PyTorch's default
+      ``count_include_pad=True``), so the result is PyTorch's ``avg_pool2d`` rounded;
+    - ``"global_avg"``: the sum of each ``H x W`` plane over ``H W``, rounded likewise.
+
+    ``stride`` defaults to the kernel; ``padding`` is at most ``kernel // 2`` per axis. Returns
+    N x C x OH x OW int64."""
+    x = _tensor(x, "x")
+    k, st, p, out = _pool_params(x.shape, kind, kernel, stride, padding)
+    win, _ = _windows(x, kind, k, st, p, out)
+    if kind == "max":
+        return win.max(axis=-1)
+    return _round_div(win.sum(axis=-1), k[0] * k[1])
+
+
+def pool2d_backward(dy, x, kind, kernel=None, stride=None, padding=0, tie="first"):
+    """dX (N x C x H x W int64) of :func:`pool2d` for the output gradient ``dy``:
+
+    - ``"max"``: each dY goes to its window's maximum in ``x``; with ``tie="first"`` to the
+      first maximum in window order (row-major, what the major frameworks do), with
+      ``tie="all"`` to every maximum (the rule of Rohwedder's thesis);
+    - ``"avg"``, ``"global_avg"``: every input element receives the sum of the dY of the
+      windows that cover it (col2im, overlaps summed), divided by ``R S`` and rounded to
+      nearest with halves up, once (so the result is PyTorch's float gradient rounded).
+
+    Overlapping windows (stride < kernel) add up; padding taps receive nothing."""
+    x = _tensor(x, "x")
+    dy = _tensor(dy, "dy")
+    if tie not in ("first", "all"):
+        raise ValueError(f"tie must be 'first' or 'all', not {tie!r}")
+    k, st, p, out = _pool_params(x.shape, kind, kernel, stride, padding)
+    n, c, h, w = x.shape
+    if dy.shape != (n, c) + out:
+        raise ValueError(f"dy must have shape {(n, c) + out}, not {dy.shape}")
+    win, mask = _windows(x, kind, k, st, p, out)
+    if kind == "max":
+        hit = win == win.max(axis=-1, keepdims=True)
+        if tie == "first":
+            first = hit.argmax(axis=-1)
+            hit = np.arange(k[0] * k[1]) == first[..., None]
+        share = np.where(hit & mask, dy[..., None], 0)
+    else:
+        share = np.where(mask, dy[..., None], 0)
+    dxp = np.zeros((n, c, h + 2 * p[0], w + 2 * p[1]), dtype=np.int64)
+    for t in range(k[0] * k[1]):                       # col2im: each tap's slice, summed
+        r, q = divmod(t, k[1])
+        rows = slice(r, r + st[0] * (out[0] - 1) + 1, st[0])
+        cols = slice(q, q + st[1] * (out[1] - 1) + 1, st[1])
+        dxp[:, :, rows, cols] += share[..., t]
+    dx = dxp[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+    if kind != "max":
+        dx = _round_div(dx, k[0] * k[1])
+    return dx
 
 
 # --- explicit im2col lowerings -------------------------------------------------------------------
