@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz perf regmap clean clean-sim help
+.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-sim fuzz perf figures sweep compare-scalesim train regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -35,6 +35,10 @@ help:
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
 	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train; ~30 min)"
+	@echo "make figures   utilization, time per layer and roofline of NETWORK=$(NETWORK) on PERF_CONFIG=$(PERF_CONFIG), PNG and SVG into docs/figures/"
+	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
+	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~20 min)"
+	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
 	@echo "make clean-sim remove the Verilator builds (sim_build/, 150-260 MB each; rebuilt on demand)"
@@ -76,9 +80,24 @@ bench-sim:
 	$(BIN)/python -m bpsa.tools.bench_sim --config $(CONFIG)
 
 PERF_CONFIG ?= paper16
+NETWORK ?= resnet50
+EPOCHS ?= 15
+GRID ?= rows=8,16,32 cols=4,8,16 buf_a_depth=1024,4096,16384
 BATCH   ?= 8
 perf:
 	$(BIN)/bpsa perf --config $(PERF_CONFIG) --workload --batch $(BATCH)
+
+figures:
+	$(BIN)/python -m bpsa.tools.perf_plots --network $(NETWORK) --config $(PERF_CONFIG) --batch $(BATCH) -o docs/figures
+
+sweep:
+	$(BIN)/bpsa sweep --config $(PERF_CONFIG) --network $(NETWORK) --batch $(BATCH) --grid $(GRID) -o $(BUILD)/sweep/$(NETWORK)_$(PERF_CONFIG)_b$(BATCH).csv
+
+train:
+	$(BIN)/bpsa train --dataset digits --epochs $(EPOCHS) --backend rtl --config ecp5_train --plot docs/figures/digits_rtl.png
+
+compare-scalesim:
+	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim
 
 fuzz:
 	$(BIN)/bpsa fuzz --count $(COUNT) --config $(CONFIG)

@@ -43,9 +43,30 @@ def test_help_lists_commands_and_examples(capsys):
     (["perf", "--workload", "--batch", "0"], "--batch: 0 is below 1"),
     (["sim", "--phase", "nope"], "invalid choice: 'nope'"),
     (["regmap", "--format", "yaml"], "invalid choice: 'yaml'"),
+    (["train", "--dataset", "mnist"], "invalid choice: 'mnist'"),
+    (["train", "--dataset", "digits", "--backend", "fpga"], "invalid choice: 'fpga'"),
+    (["perf", "--network", "digits", "--clock", "0"], "--clock: 0 is not above 0"),
 ])
 def test_bad_arguments_get_one_line(capsys, argv, needle):
     _one_line_error(capsys, argv, needle, f"bpsa {argv[0]}")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["perf", "--network", "resnet1000"], "unknown network 'resnet1000'"),
+    (["perf", "--network", "digits", "--phases", "forward,back"], "--phases 'forward,back'"),
+    (["perf", "--network", "digits", "--plot", "x.gif"], "must end in .png, .svg or .pdf"),
+    (["perf", "--workload", "--csv"], "--plot, --csv and --phases apply to --network"),
+    (["sweep", "--grid", "rows=8,100"], "grid point rows=100: rows must be in [1, 64]"),
+    (["sweep", "--grid", "colz=8"], "'colz' is not a configuration field"),
+    (["sweep", "--grid", "rows=8", "--network", "nope"], "unknown network 'nope'"),
+    (["sweep", "--grid", "rows=8", "-o", "x.txt"], "the sweep writes a .csv file"),
+    (["train", "--dataset", "digits", "--config", "small"], "signed 16-bit operands"),
+    (["train", "--dataset", "digits", "--batch", "24"], "--batch 24: give a power of two"),
+])
+def test_bad_values_get_one_line(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bpsa: error:" in err and needle in err, err
 
 
 @pytest.mark.parametrize("shift", ["99", "-3"])
@@ -88,3 +109,29 @@ def test_make_help_lists_every_target():
                          text=True).stdout
     listed = set(re.findall(r"^make ([a-z][a-z-]*)", out, flags=re.M))
     assert targets == listed, (targets - listed, listed - targets)
+
+
+def test_perf_network_table_json_csv_and_plot(capsys, tmp_path):
+    main(["perf", "--network", "digits", "--config", "small", "--batch", "4"])
+    out = capsys.readouterr().out
+    assert "digits on small (4x4), batch 4:" in out and "pooling" in out
+    main(["perf", "--network", "digits", "--config", "small", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["network"] == "digits" and len(data["layers"]) == 15
+    main(["perf", "--network", "digits", "--config", "small", "--csv", "--phases", "forward"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("layer,op,phase") and len(lines) == 6
+    png, svg = tmp_path / "p" / "d.png", tmp_path / "d.svg"
+    for path in (png, svg):
+        main(["perf", "--network", "digits", "--config", "small", "--plot", str(path)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in svg.read_bytes()[:400]
+
+
+def test_train_summary(capsys, tmp_path):
+    plot = tmp_path / "curves.png"
+    main(["train", "--dataset", "digits", "--epochs", "1", "--json", "--plot", str(plot)])
+    data = json.loads(capsys.readouterr().out)
+    assert data["epochs"] == 1 and data["backend"] == "model"
+    assert 0 < data["test_accuracy"] <= 1 and 0 < data["reference_accuracy"] <= 1
+    assert data["cycles_per_step"] > 0 and plot.read_bytes()[:4] == b"\x89PNG"

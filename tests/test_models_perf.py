@@ -1,6 +1,6 @@
 """The cycle model of the forward pass and the zero-free loss and gradient
 (``bpsa.models.perf``) against the RTL's counters (whole accelerator, native transport) on
-random layers: the MAC slots the array is fed exactly, the cycles within the bounds the notes
+random layers: the MAC slots the array is fed and the DMA's bytes exactly, the cycles within the bounds the notes
 of the one-array issue state (below, with what the model leaves out); on every layer of the
 workload it refuses nothing the controller runs, and its roofline is a lower bound."""
 
@@ -58,6 +58,8 @@ def _cycle_errors(jobs):
         c = r["counters"]
         assert m.array_slots == c["macs"] + c["gated_macs"], job
         assert m.macs == r["useful_macs"], job
+        assert (m.dma_read_bytes, m.dma_write_bytes) == (c["dma_read_bytes"],
+                                                         c["dma_write_bytes"]), job
         errors.append(abs(m.cycles / r["cycles"] - 1))
     return errors
 

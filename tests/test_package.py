@@ -40,6 +40,8 @@ def installed(tmp_path_factory):
     names = zipfile.ZipFile(wheel).namelist()
     assert "bpsa/presets/small.toml" in names and "bpsa/workloads/conv_layers.csv" in names
     assert "bpsa/platform/boards/ulx3s.toml" in names and "bpsa/verify/tb_accelerator.py" in names
+    assert "bpsa/workloads/networks/resnet50.csv" in names
+    assert "bpsa/models/area_points.json" in names
     assert not [n for n in names if n.split("/")[0] in ("hw", "sim", "tests")]
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=True)
@@ -76,6 +78,19 @@ def test_wheel_verilog(installed):
     r = _bpsa(installed, "verilog", "--config", "small", "--top", "pe", "-o", "out")
     assert r.returncode == 0, r.stderr
     assert "module pe(" in (installed[2] / "empty" / "out" / "pe.v").read_text()
+
+
+def test_wheel_network_data(installed):
+    """The network files and the area model's points ship in the wheel."""
+    import json
+    r = _bpsa(installed, "perf", "--network", "resnet18", "--phases", "forward", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["layers"]) == 23
+    bin_dir, env, tmp = installed
+    r = subprocess.run([bin_dir / "python", "-c", "from bpsa.models import area; "
+                        "print(area.estimate(area.load_points()[0]['config'])['cells'])"],
+                       cwd=tmp / "empty", env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
 
 
 @pytest.mark.cocotb

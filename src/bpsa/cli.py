@@ -1,6 +1,7 @@
 """``bpsa``: the command-line front end (generation, simulation, synthesis, reports)."""
 
 import argparse
+import os
 import sys
 
 from bpsa.config import ConfigError, load_config
@@ -20,17 +21,35 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _int_at_least(lo):
-    """An argparse ``type``: an integer >= ``lo``."""
+def _bounded(cast, lo, strict):
+    """An argparse ``type``: a ``cast`` value (int, float) >= ``lo`` (above it, ``strict``)."""
+    noun = "an integer" if cast is int else "a number"
+
     def parse(text):
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"{value} is below {lo}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if value < lo or (strict and value == lo):
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is {'not above' if strict else 'below'} {lo:g}")
         return value
     return parse
+
+
+def _int_at_least(lo):
+    """An argparse ``type``: an integer >= ``lo``."""
+    return _bounded(int, lo, strict=False)
+
+
+def _float_above(lo):
+    """An argparse ``type``: a number above ``lo``."""
+    return _bounded(float, lo, strict=True)
+
+
+def _network_names():
+    from bpsa.spec.network import network_names
+    return network_names()
 
 
 def _out_dir(path):
@@ -406,8 +425,12 @@ def cmd_perf(args):
     model = traditional_cycles if args.baseline else layer_cycles
     if args.requant and args.baseline:
         raise UserError("--requant applies to the zero-free model, not --baseline")
-    if (args.layer is None) == (not args.workload):
-        raise UserError("give --layer C=..,H=..,K=.. or --workload")
+    if sum((args.layer is not None, args.workload, args.network is not None)) != 1:
+        raise UserError("give one of --layer C=..,H=..,K=.., --workload or --network NAME")
+    if args.network is not None:
+        return _perf_network(args, config)
+    if args.plot or args.csv or args.phases:
+        raise UserError("--plot, --csv and --phases apply to --network")
     if args.layer is not None:
         try:
             lay = parse_layer(args.layer)
@@ -458,6 +481,236 @@ def cmd_perf(args):
               f"{e['utilization']:6.3f} {e['roofline_cycles']:11,d} {e['over_roofline']:6.2f} "
               f"{e['dma_busy_cycles']:10,d}  {e['bound']}")
     print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
+
+
+def _perf_network(args, config):
+    """``bpsa perf --network``: a training step of a whole network (the cycle model)."""
+    import csv
+    import json
+    import time
+    from pathlib import Path
+
+    from bpsa.models.network_perf import PHASES, network_step
+    from bpsa.spec.network import NetworkError, load_network
+    if args.baseline:
+        raise UserError("--baseline applies to --layer and --workload, not --network")
+    phases = args.phases.split(",") if args.phases else list(PHASES)
+    bad = [p for p in phases if p not in PHASES]
+    if bad or not phases:
+        raise UserError(f"--phases {args.phases!r}: give a comma list of "
+                        f"{', '.join(PHASES)}")
+    if args.plot and Path(args.plot).suffix not in (".png", ".svg", ".pdf"):
+        raise UserError(f"--plot {args.plot!r}: the file must end in .png, .svg or .pdf")
+    if args.plot:
+        _out_dir(Path(args.plot).parent if str(Path(args.plot).parent) else ".")
+    try:
+        net = load_network(args.network)
+    except NetworkError as e:
+        raise UserError(str(e)) from None
+    t0 = time.perf_counter()
+    step = network_step(config, net, batch=args.batch or 1, phases=phases,
+                        clock_mhz=args.clock, requant=args.requant, jobs=os.cpu_count() or 1)
+    seconds = time.perf_counter() - t0
+    if args.plot:
+        from bpsa.tools.perf_plots import plot_step
+        plot_step(step, config, args.plot)
+    if args.json:
+        print(json.dumps(dict(step.as_dict(), model_seconds=seconds), sort_keys=True))
+        return
+    if args.csv:
+        fields = ["layer", "op", "phase", "batch", "status", "cycles", "utilization", "macs",
+                  "dma_read_bytes", "dma_write_bytes", "a_words", "b_words", "p_words",
+                  "bound", "roofline_cycles", "reason"]
+        w = csv.DictWriter(sys.stdout, fields, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in step.rows:
+            w.writerow(r)
+        return
+    print(f"{'layer':22s} {'op':6s} {'phase':8s} {'cycles':>13s} {'util':>6s} "
+          f"{'DMA read':>13s} {'DMA write':>12s} {'A/B/P words':>17s}  bound")
+    for r in step.rows:
+        head = f"{r['layer']:22s} {r['op']:6s} {r['phase']:8s}"
+        if r["status"] != "run":
+            print(f"{head} {r['status']}: {r['reason']}")
+            continue
+        words = f"{r['a_words']}/{r['b_words']}/{r['p_words']}"
+        print(f"{head} {r['cycles']:13,d} {r['utilization']:6.3f} {r['dma_read_bytes']:13,d} "
+              f"{r['dma_write_bytes']:12,d} {words:>17s}  {r['bound']}")
+    t = step.totals
+    print(f"\n{net.name} on {config.name} ({config.rows}x{config.cols}), batch {step.batch}: "
+          f"{t['cycles']:,d} cycles a training step, utilization {t['utilization']:.3f}, "
+          f"{t['seconds'] * 1e3:,.2f} ms at {args.clock:g} MHz; DMA "
+          f"{t['dma_read_bytes'] + t['dma_write_bytes']:,d} bytes")
+    for phase, pt in step.by_phase.items():
+        print(f"  {phase:8s} {pt['cycles']:15,d} cycles  utilization {pt['utilization']:.3f}"
+              f"  ({pt['layers_run']} layers run, {pt['refused']} not run, "
+              f"{pt['skipped']} skipped)")
+    if step.refused:
+        print(f"not run on {config.name}: {len(step.refused)} layer phases (listed above)")
+    print(f"(the cycle model in {seconds:.2f} s"
+          + (f"; plot: {args.plot})" if args.plot else ")"))
+
+
+def cmd_sweep(args):
+    """``bpsa sweep``: a grid of configurations on a network (:mod:`bpsa.tools.sweep`)."""
+    import json
+    import time
+    from pathlib import Path
+
+    from bpsa.models.network_perf import PHASES
+    from bpsa.spec.network import NetworkError, load_network
+    from bpsa.tools import sweep
+    base = _config(args)
+    phases = args.phases.split(",")
+    if not phases or any(p not in PHASES for p in phases):
+        raise UserError(f"--phases {args.phases!r}: give a comma list of {', '.join(PHASES)}")
+    try:
+        net = load_network(args.network)
+        points = sweep.parse_grid(args.grid, base)
+    except (NetworkError, sweep.GridError) as e:
+        raise UserError(str(e)) from None
+    out = Path(args.output or f"build/sweep/{net.name}_{base.name}.csv")
+    if out.suffix != ".csv":
+        raise UserError(f"-o {str(out)!r}: the sweep writes a .csv file")
+    _out_dir(out.parent if str(out.parent) else ".")
+    plot = Path(args.plot) if args.plot else out.with_suffix(".png")
+    if plot.suffix not in (".png", ".svg", ".pdf"):
+        raise UserError(f"--plot {str(plot)!r}: the file must end in .png, .svg or .pdf")
+    t0 = time.perf_counter()
+    try:
+        rows, failed = sweep.run_sweep(
+            base, points, net, out, batch=args.batch, phases=phases, clock_mhz=args.clock,
+            scheduler=args.scheduler, workers=args.workers,
+            synth_dir=out.with_suffix("") if args.synth else None, progress=not args.quiet)
+    except sweep.GridError as e:
+        raise UserError(str(e)) from None
+    wall = time.perf_counter() - t0
+    labels = {label for label, _ in points}
+    rows = [r for r in rows if r["label"] in labels]
+    front = sweep.pareto(rows)
+    from bpsa.tools.perf_plots import plot_pareto
+    plot_pareto(rows, front, plot, f"{net.name}, batch {args.batch}: {len(rows)} "
+                                   f"configurations from {base.name} (cycle model)")
+    sample = []
+    if args.rtl_sample:
+        sample = sweep.rtl_sample(base, points, net, args.rtl_sample, batch=1,
+                                  progress=not args.quiet)
+    if args.json:
+        print(json.dumps({"points": len(points), "rows": rows, "pareto": front,
+                          "failed": failed, "rtl_sample": sample, "seconds": wall,
+                          "csv": str(out), "plot": str(plot)}, sort_keys=True, default=str))
+    else:
+        print(f"{len(rows)} of {len(points)} configurations of {net.name} in {wall:.1f} s: "
+              f"{out}, Pareto plot {plot}")
+        print(f"Pareto front (step time against area, {len(front)} points):")
+        for r in front:
+            print(f"  {r['label']:48s} {r['seconds'] * 1e3:12,.2f} ms  util "
+                  f"{r['utilization']:.3f}  area {r['area']:14,.0f}")
+        for r in sample:
+            print(f"RTL sample: {r['label']}, {r['layer']} {r['phase']}: model {r['model']:,d}, "
+                  f"RTL {r['rtl']:,d} ({r['error']:+.1%}), results "
+                  f"{'match' if r['match'] else 'DIFFER'}")
+        if sample:
+            err = [abs(r["error"]) for r in sample]
+            print(f"model error on the RTL sample: mean {sum(err) / len(err):.1%}, worst "
+                  f"{max(err):.1%}")
+    if failed:
+        for label, why in failed:
+            print(f"bpsa: point {label} failed: {why}", file=sys.stderr)
+        print("bpsa: finished points are in the CSV; run the same command again to resume",
+              file=sys.stderr)
+        sys.exit(1)
+    if sample and not all(r["match"] for r in sample):
+        sys.exit(1)
+
+
+def cmd_train(args):
+    """``bpsa train``: the digits CNN in the accelerator's integer arithmetic
+    (:mod:`bpsa.host.digits`)."""
+    import json
+    from pathlib import Path
+
+    from bpsa.host import digits
+    from bpsa.models.network_perf import network_step
+    from bpsa.spec.network import load_network
+    config = _config(args)
+    try:
+        digits.ModelOps(config)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.batch & (args.batch - 1):
+        raise UserError(f"--batch {args.batch}: give a power of two")
+    plot = Path(args.plot or f"build/train/digits_{args.backend}.png")
+    if plot.suffix not in (".png", ".svg", ".pdf"):
+        raise UserError(f"--plot {str(plot)!r}: the file must end in .png, .svg or .pdf")
+    _out_dir(plot.parent if str(plot.parent) else ".")
+    kw = dict(epochs=args.epochs, batch=args.batch, lr_shift=args.lr_shift, seed=args.seed)
+    model_ops = digits.ModelOps(config)
+    if args.backend == "rtl":
+        import bpsa
+        with bpsa.simulate(config) as acc:
+            ops = digits.AcceleratorOps(acc, config)
+            # the test accuracy in numpy (the same integers; the accelerator trains)
+            master, history = digits.train(ops, progress=not args.json, eval_ops=model_ops,
+                                           **kw)
+    else:
+        master, history = digits.train(model_ops, progress=not args.json, **kw)
+    steps = (len(digits.load_digits_split(args.seed)[0]) // args.batch)
+    if args.backend == "rtl":
+        per_step = history[-1]["cycles"] / steps
+        source = "measured BUSY_CYCLES of every layer run"
+    else:
+        step = network_step(config, load_network("digits"), batch=args.batch)
+        per_step = step.totals["cycles"]
+        source = "the cycle model (convolutions and FC; pooling on the host)"
+    reference, why = None, "--no-reference"
+    if not args.no_reference:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            why = "torch is not installed"
+        else:
+            reference = digits.torch_reference(**kw)
+    _plot_training(history, reference, plot, args.backend)
+    summary = {"dataset": "digits", "backend": args.backend, "config": config.name,
+               "epochs": args.epochs, "batch": args.batch,
+               "test_accuracy": history[-1]["test_accuracy"],
+               "reference_accuracy": reference[-1]["test_accuracy"] if reference else None,
+               "cycles_per_step": round(per_step), "cycles_per_epoch": round(per_step * steps),
+               "cycles_source": source, "history": history, "plot": str(plot)}
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+        return
+    for h in history:
+        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
+              f"test {h['test_accuracy']:.3f}"
+              + (f"  reference {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
+                 if reference else ""))
+    print(f"test accuracy {summary['test_accuracy']:.3f} ({args.backend} backend on "
+          f"{config.name})" + (f", PyTorch float32 {summary['reference_accuracy']:.3f}"
+                               if reference else f", no PyTorch reference ({why})"))
+    print(f"{summary['cycles_per_step']:,d} accelerator cycles a step of {args.batch}, "
+          f"{summary['cycles_per_epoch']:,d} an epoch ({source}); curves: {plot}")
+
+
+def _plot_training(history, reference, path, backend):
+    from bpsa.tools.perf_plots import plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = [h["epoch"] for h in history]
+    a.plot(epochs, [h["loss"] for h in history], "o-")
+    a.set_xlabel("epoch")
+    a.set_ylabel("training loss (integer softmax)")
+    b.plot(epochs, [h["test_accuracy"] for h in history], "o-", label=f"accelerator ({backend})")
+    b.plot(epochs, [h["train_accuracy"] for h in history], ".--", label="train (accelerator)")
+    if reference:
+        b.plot(epochs, [r["test_accuracy"] for r in reference], "s-", label="PyTorch float32")
+    b.set_xlabel("epoch")
+    b.set_ylabel("accuracy")
+    b.set_ylim(0, 1)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def cmd_zeros(args):
@@ -667,6 +920,17 @@ def build_parser():
                     help="one layer (as for bpsa sim)")
     sp.add_argument("--workload", action="store_true",
                     help="every layer of src/bpsa/workloads/conv_layers.csv")
+    sp.add_argument("--network", metavar="NAME|FILE.csv",
+                    help="a training step of a whole network: one of "
+                         + ", ".join(_network_names()) + ", or a network file "
+                         "(docs/networks.md)")
+    sp.add_argument("--phases", metavar="forward,loss,gradient",
+                    help="with --network: the phases of the step (default: all three)")
+    sp.add_argument("--clock", type=_float_above(0), default=100.0, metavar="MHZ",
+                    help="with --network: the clock for the time a step takes (default: 100)")
+    sp.add_argument("--csv", action="store_true", help="with --network: CSV on stdout")
+    sp.add_argument("--plot", metavar="FILE.png|.svg",
+                    help="with --network: utilization, time per layer and the roofline")
     sp.add_argument("--batch", type=_int_at_least(1), default=None,
                     help="batch (default: the layer's N, or 1 for --workload)")
     sp.add_argument("--baseline", action="store_true",
@@ -689,6 +953,73 @@ def build_parser():
     sp.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     sp.set_defaults(func=cmd_regmap)
 
+    sp = sub.add_parser("sweep", help="a grid of configurations on a whole network with the "
+                                      "cycle model, in parallel on Dask: CSV and a Pareto plot "
+                                      "of step time against area",
+                        epilog="example: bpsa sweep --config paper16 --network resnet50 --grid "
+                               "rows=8,16,32 cols=8,16,32 buf_a_depth=1024,4096,16384")
+    sp.add_argument("--config", default="paper16",
+                    help=f"the base configuration, a preset ({presets}) or a TOML file "
+                         "(default: paper16)")
+    sp.add_argument("--grid", nargs="+", required=True, metavar="FIELD=V1,V2",
+                    help="configuration fields and their values (tuple fields join values "
+                         "with +: dataflows=os+ws)")
+    sp.add_argument("--network", default="resnet50", metavar="NAME|FILE.csv",
+                    help="one of " + ", ".join(_network_names()) + ", or a network file "
+                         "(default: resnet50)")
+    sp.add_argument("--batch", type=_int_at_least(1), default=1, help="batch (default: 1)")
+    sp.add_argument("--phases", default="forward,loss,gradient",
+                    help="phases of the training step (default: all three)")
+    sp.add_argument("--clock", type=_float_above(0), default=100.0, metavar="MHZ",
+                    help="clock for the step time (default: 100)")
+    sp.add_argument("--scheduler", metavar="ADDRESS",
+                    help="a running Dask scheduler (tcp://host:8786); default: a LocalCluster "
+                         "on this machine")
+    sp.add_argument("--workers", type=_int_at_least(1), default=2,
+                    help="LocalCluster worker processes (default: 2)")
+    sp.add_argument("-o", "--output", metavar="FILE.csv",
+                    help="the CSV (default: build/sweep/<network>_<config>.csv); rows are "
+                         "appended as points finish, and a rerun skips the points in it")
+    sp.add_argument("--plot", metavar="FILE.png|.svg",
+                    help="the Pareto plot (default: the CSV's name with .png)")
+    sp.add_argument("--synth", action="store_true",
+                    help="area from Yosys (generic cells of each configuration, minutes "
+                         "each) instead of the area model")
+    sp.add_argument("--rtl-sample", type=_int_at_least(0), default=0, metavar="K",
+                    help="re-run K random (configuration, layer, phase) points, layers capped "
+                         "to 32 channels and 16 x 16, through the RTL and report the model's "
+                         "error (a Verilator build a configuration)")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_sweep)
+
+    sp = sub.add_parser("train", help="train the digits CNN in the accelerator's integer "
+                                      "arithmetic, on the simulated RTL or its numpy model, "
+                                      "next to PyTorch",
+                        epilog="example: bpsa train --dataset digits --epochs 15 --backend rtl "
+                               "--config ecp5_train")
+    sp.add_argument("--dataset", choices=["digits"], required=True,
+                    help="digits: scikit-learn's 8 x 8 handwritten digits")
+    sp.add_argument("--backend", choices=["rtl", "model"], default="model",
+                    help="rtl: the convolutions on the accelerator under Verilator; model: the "
+                         "same integers in numpy (default)")
+    sp.add_argument("--config", default="ecp5_train",
+                    help=f"preset ({presets}) or TOML file with signed 16-bit operands "
+                         "(default: ecp5_train)")
+    sp.add_argument("--epochs", type=_int_at_least(1), default=15, help="default: 15")
+    sp.add_argument("--batch", type=_int_at_least(1), default=32,
+                    help="a power of two (default: 32)")
+    sp.add_argument("--lr-shift", type=_int_at_least(0), default=2,
+                    help="learning rate 2**-S (default: 2)")
+    sp.add_argument("--seed", type=_int_at_least(0), default=0,
+                    help="the split, the initial weights and the order (default: 0)")
+    sp.add_argument("--plot", metavar="FILE.png",
+                    help="loss and accuracy curves (default: build/train/digits_<backend>.png)")
+    sp.add_argument("--no-reference", action="store_true",
+                    help="skip the PyTorch float32 run")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_train)
+
     sp = sub.add_parser("zeros", help="zero fraction of explicitly lowered loss/gradient "
                                       "matrices for the stride>=2 workload layers")
     sp.add_argument("--json", action="store_true")
@@ -703,6 +1034,9 @@ def main(argv=None):
     except UserError as e:
         print(f"bpsa: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:             # the reader (head, less) stopped reading
+        sys.stderr.close()
+        return 0
     return 0
 
 

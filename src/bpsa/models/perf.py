@@ -27,7 +27,8 @@ from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "layer_cycles", "roofline_cycles", "traditional_cycles"]
+__all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "roofline_cycles",
+           "traditional_cycles"]
 
 #: Fitted constants (cycles).
 TIMING = {
@@ -50,7 +51,11 @@ class LayerCycles:
     ``roofline_cycles`` is the layer's lower bound on this configuration,
     ``max(macs / (rows cols), min_bytes / bus bytes a cycle)`` with ``min_bytes`` the phase's
     inputs read once and its output written once (operands at operand width, results as
-    accumulators); ``over_roofline`` is ``cycles / roofline_cycles``."""
+    accumulators); ``over_roofline`` is ``cycles / roofline_cycles``. ``bound`` names the
+    part busy longest: ``array`` (computing), ``dma`` (moving), ``P`` (cleared, or waited
+    for while its one copy is stored) or ``set-up`` (the set-up and per-run programs).
+    ``p_wait_cycles``: the cycles runs waited for P; ``a_words``, ``b_words``: the most words
+    a run loads into a bank of A and of B; ``p_words``: the most P words a step clears."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -63,6 +68,10 @@ class LayerCycles:
     bound: str
     roofline_cycles: int
     over_roofline: float
+    p_wait_cycles: int = 0
+    a_words: int = 0
+    b_words: int = 0
+    p_words: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -193,7 +202,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
     end_prev = t_walk
     bank = 0
     held = {}
-    compute = loaded = 0
+    compute = loaded = p_wait = 0
     pending = []                    # store commands: [ready time, cycles]
 
     def stores_until(limit):
@@ -228,8 +237,11 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
                 pending += [[end_prev + TIMING["step_flush"], dur] for dur in steps_store[i]]
                 if not double:                  # P has one copy: store, clear, then run
                     stores_until(float("inf"))
+                    p_wait += max(0, dma_free - start)
                     start = max(start, dma_free)
-            start += clear_words[i] if isinstance(clear_words, list) else clear_words
+            clear = clear_words[i] if isinstance(clear_words, list) else clear_words
+            start += clear
+            p_wait += clear
         end_prev = start + cycles
         compute += cycles
         t_walk = start + 1
@@ -237,7 +249,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
     pending += [[end_prev + TIMING["step_flush"], dur] for dur in store_final]
     stores_until(float("inf"))
     total = max(end_prev + TIMING["step_flush"], dma_free) + 4
-    return total, compute, dma_busy, loaded
+    return total, compute, dma_busy, loaded, p_wait
 
 
 def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
@@ -305,7 +317,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                                  cgv * bd.in_rows * w * ob, 1, xbank))
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
                             runs.append((loads, comp, first))
-                            stores.append(store_step if first and runs[:-1] else [])
+                            stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
                     store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
@@ -333,7 +345,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                                         ow=ow, r=r, s=s)
                             slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
                             runs.append((loads, comp, first))
-                            stores.append(store_step if first and runs[:-1] else [])
+                            stores.append(store_step if first and len(runs) > 1 else [])
                             first = False
                 store_step = step_store
         clear = min(kb, kt) * nb
@@ -369,7 +381,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                                      blocks * bd.in_rows * ow * C * ob, blocks,
                                                      xbank))
                                 runs.append((loads, comp, first))
-                                stores.append(store_step if first and runs[:-1] else [])
+                                stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
                                 first = False
@@ -377,14 +389,21 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                         zng * (cbe - cb0))
         clear = clears
         store_final = store_step
-    total, compute, dma_busy, reads = _timeline(runs, stores, store_final or [], clear,
+    total, compute, dma_busy, reads, p_wait = _timeline(runs, stores, store_final or [], clear,
                                                 TIMING[f"setup_{phase}"], rates,
                                                 double=phase != "forward" or bool(e["dbl"]))
     util = macs / (R * C * total)
-    # what bounds it: the array computing, the DMA moving, or neither (runs waiting for loads
-    # that did not hide behind the previous run, steps, set-up)
-    bound = "array" if compute > 0.8 * total else ("dma" if dma_busy > 0.8 * total
-                                                   else "stalls")
+    # what bounds it: the part busy longest of the array computing, the DMA moving, P being
+    # cleared or waited for (its store), and the set-up and per-run programs
+    setup_time = TIMING[f"setup_{phase}"] + len(runs) * TIMING["run_program"]
+    bound = max([("array", compute), ("dma", dma_busy), ("P", p_wait),
+                 ("set-up", setup_time)], key=lambda b: b[1])[0]
+    words = {"a": 0, "b": 0}
+    for loads, _, _ in runs:
+        for cache, _, nbytes, commands, *_ in loads:
+            lanes = (C if phase == "loss" else B) if cache == "a" else C
+            words[cache] = max(words[cache], -(-nbytes // (lanes * ob)))
+    p_words = max(clear) if isinstance(clear, list) and clear else clear
     writes = {"forward": lambda: n * e["kt"] * oh * ow * C * ab,
               "loss": lambda: n * e["ct"] * h * w * C * ab,
               "gradient": lambda: e["kt"] * c * r * s * C * ab}[phase]()
@@ -394,7 +413,9 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                        utilization=util,
                        dma_read_bytes=reads, dma_write_bytes=writes,
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
-                       roofline_cycles=roof, over_roofline=total / roof)
+                       roofline_cycles=roof, over_roofline=total / roof,
+                       p_wait_cycles=p_wait, a_words=words["a"], b_words=words["b"],
+                       p_words=p_words or 0)
 
 
 def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
@@ -425,11 +446,18 @@ def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad
 def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow, requant=False):
     """The layer's roofline bound in cycles (see :class:`LayerCycles`); ``requant``: the
     output leaves as operands."""
+    moved = min_bytes(config, phase, n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh, ow=ow,
+                      requant=requant)
+    return max(-(-macs // (config.rows * config.cols)),
+               -(-moved // (config.dma_data_width // 8)))
+
+
+def min_bytes(config, phase, *, n, c, h, w, k, r, s, oh, ow, requant=False):
+    """Bytes ``phase`` must move at least: its inputs read once, its output written once
+    (operands at operand width, results as accumulators, or as operands with ``requant``)."""
     ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
     if requant:
         ab = ob
     x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
-    moved = {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
-             "gradient": (x + y) * ob + wt * ab}[phase]
-    return max(-(-macs // (config.rows * config.cols)),
-               -(-moved // (config.dma_data_width // 8)))
+    return {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
+            "gradient": (x + y) * ob + wt * ab}[phase]

@@ -1,0 +1,146 @@
+"""A training step of a whole network on a configuration, from the cycle model
+(:mod:`bpsa.models.perf`): per layer and phase the cycles, utilization, DMA bytes, buffer
+words and what bounds it; the totals; the time a step takes at a clock.
+
+How the layers map onto the accelerator:
+
+- ``conv``: the forward (Fornt feeder), the zero-free loss and the zero-free gradient, batch
+  ``batch``; the first layer's loss is skipped (nothing needs the image's gradient).
+- ``fc``: a 1 x 1 convolution of one image whose ``batch`` pixels are the batch's rows
+  (``C`` inputs as channels, ``H = 1``, ``W = batch``): ``Y = W X``, ``dX = W^T dY`` and
+  ``dW = dY X^T`` are exactly its forward, loss and gradient.
+- pooling: no pooling unit is generated yet, so pooling layers are listed as not run, with
+  that reason; ReLU, batch normalization, residual additions and concatenations move no MACs
+  and are not in the network files.
+
+A layer or phase the configuration cannot run is listed with the controller's reason (the
+set-up program's refusal), never dropped. The cycle model runs once a distinct layer shape
+and phase, so repeated blocks (ResNet's bottlenecks) cost one evaluation, in ``jobs``
+processes.
+"""
+
+from dataclasses import dataclass, field
+
+from bpsa.models.perf import layer_cycles, min_bytes
+from bpsa.spec.layer import out_size
+from bpsa.spec.network import POOLS
+
+__all__ = ["PHASES", "NetworkStep", "network_step"]
+
+PHASES = ("forward", "loss", "gradient")
+
+#: The figures of a row that add up over a step.
+_SUMMED = ("cycles", "macs", "dma_read_bytes", "dma_write_bytes", "compute_cycles",
+           "dma_busy_cycles", "min_bytes")
+
+
+@dataclass
+class NetworkStep:
+    """``rows``: one dict a layer and phase (``status`` ``"run"``, ``"refused"`` or
+    ``"skipped"``, with ``reason``); ``totals``: the summed figures of the rows that ran, and
+    ``utilization`` (their MACs over rows x cols x cycles), ``seconds`` at ``clock_mhz``;
+    ``by_phase``: the same per phase."""
+    network: str
+    config: str
+    batch: int
+    clock_mhz: float
+    rows: list
+    totals: dict = field(default_factory=dict)
+    by_phase: dict = field(default_factory=dict)
+
+    @property
+    def refused(self):
+        return [r for r in self.rows if r["status"] == "refused"]
+
+    def as_dict(self):
+        return {"network": self.network, "config": self.config, "batch": self.batch,
+                "clock_mhz": self.clock_mhz, "totals": self.totals,
+                "by_phase": self.by_phase, "layers": self.rows}
+
+
+def _dims(layer, batch):
+    """The convolution the accelerator runs for ``layer`` (see the module's docstring)."""
+    if layer.op == "fc":
+        return dict(n=1, c=layer.c, h=1, w=batch, k=layer.k, r=1, s=1, stride=(1, 1),
+                    pad=(0, 0), dil=(1, 1))
+    return dict(n=batch, c=layer.c, h=layer.h, w=layer.w, k=layer.k, r=layer.r, s=layer.s,
+                stride=(layer.stride,) * 2, pad=(layer.pad,) * 2, dil=(layer.dilation,) * 2)
+
+
+def _model(config, phase, key, requant):
+    """The cycle model of one (phase, shape), or the refusal's text."""
+    extra = {"requant": True} if requant and phase != "gradient" else {}
+    try:
+        return layer_cycles(config, phase, **dict(key), **extra)
+    except ValueError as e:
+        return str(e)
+
+
+def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, requant=False,
+                 jobs=1):
+    """The :class:`NetworkStep` of ``network`` (a :class:`bpsa.spec.network.Network`) on
+    ``config``. ``requant``: the forward's and the loss's outputs leave as operands. ``jobs``
+    processes evaluate the distinct layer shapes (1: this process; a Dask worker must keep
+    1, its processes cannot start others)."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, not {batch}")
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise ValueError(f"phase {unknown[0]!r} is not one of {', '.join(PHASES)}")
+    tasks = list(dict.fromkeys(
+        (phase, tuple(sorted(_dims(lay, batch).items())))
+        for i, lay in enumerate(network) if lay.op not in POOLS
+        for phase in phases if not (phase == "loss" and i == 0)))
+    if jobs > 1 and len(tasks) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+            results = list(pool.map(_model, [config] * len(tasks), *zip(*tasks),
+                                    [requant] * len(tasks)))
+    else:
+        results = [_model(config, phase, key, requant) for phase, key in tasks]
+    done = dict(zip(tasks, results))
+
+    rows = []
+    for index, layer in enumerate(network):
+        for phase in phases:
+            row = {"layer": layer.name, "op": layer.op, "phase": phase, "batch": batch}
+            if layer.op in POOLS:
+                row.update(status="refused", reason="pooling: the accelerator generates no "
+                                                    "pooling unit yet")
+            elif phase == "loss" and index == 0:
+                row.update(status="skipped", reason="the first layer's loss (the image's "
+                                                    "gradient) is not needed")
+            else:
+                dims = _dims(layer, batch)
+                m = done[(phase, tuple(sorted(dims.items())))]
+                if isinstance(m, str):
+                    row.update(status="refused", reason=m)
+                else:
+                    oh = out_size(dims["h"], dims["r"], 1 if layer.op == "fc"
+                                  else layer.stride, dims["pad"][0], dims["dil"][0])
+                    ow = out_size(dims["w"], dims["s"], 1 if layer.op == "fc"
+                                  else layer.stride, dims["pad"][1], dims["dil"][1])
+                    row.update(status="run", **m.as_dict(),
+                               min_bytes=min_bytes(config, phase, n=dims["n"], c=dims["c"],
+                                                   h=dims["h"], w=dims["w"], k=dims["k"],
+                                                   r=dims["r"], s=dims["s"], oh=oh, ow=ow,
+                                                   requant=requant and phase != "gradient"))
+            rows.append(row)
+    step = NetworkStep(network.name, config.name, batch, clock_mhz, rows)
+    step.totals = _totals(config, rows, clock_mhz)
+    step.by_phase = {p: _totals(config, [r for r in rows if r["phase"] == p], clock_mhz)
+                     for p in phases}
+    return step
+
+
+def _totals(config, rows, clock_mhz):
+    ran = [r for r in rows if r["status"] == "run"]
+    totals = {k: sum(r[k] for r in ran) for k in _SUMMED}
+    cycles = totals["cycles"]
+    totals.update(layers_run=len(ran),
+                  refused=sum(r["status"] == "refused" for r in rows),
+                  skipped=sum(r["status"] == "skipped" for r in rows),
+                  utilization=totals["macs"] / (config.rows * config.cols * cycles)
+                  if cycles else 0.0,
+                  seconds=cycles / (clock_mhz * 1e6))
+    return totals

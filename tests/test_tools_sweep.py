@@ -1,0 +1,74 @@
+"""``bpsa sweep``: the grid's points and its refusals, the Pareto front, and a sweep on a
+local Dask cluster that writes rows as they finish and resumes where a crash left it."""
+
+import csv
+
+import pytest
+
+from bpsa.config import load_config
+from bpsa.models.network_perf import network_step
+from bpsa.spec.network import load_network
+from bpsa.tools import sweep
+
+
+def test_grid_points_and_refusals():
+    base = load_config("paper16")
+    points = sweep.parse_grid(["rows=4,8", "cols=8", "dataflows=os+ws,os"], base)
+    assert [label for label, _ in points] == [
+        "rows=4 cols=8 dataflows=os+ws", "rows=4 cols=8 dataflows=os",
+        "rows=8 cols=8 dataflows=os+ws", "rows=8 cols=8 dataflows=os"]
+    assert points[0][1] == {"rows": 4, "cols": 8, "dataflows": ("os", "ws")}
+    for items, needle in [
+        (["rows=8,99"], "grid point rows=99: rows must be in [1, 64], not 99"),
+        (["buf_a_depth=1000"], "buf_a_depth must be a power of two in [16, 65536]"),
+        (["colz=8"], "'colz' is not a configuration field"),
+        (["rows"], "write FIELD=V1,V2"),
+        (["rows="], "no values"),
+        (["rows=x"], "rows='x': not an integer"),
+        (["rows=4", "rows=8"], "rows is given twice"),
+        ([], "give at least one grid item"),
+    ]:
+        with pytest.raises(sweep.GridError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            sweep.parse_grid(items, base)
+
+
+def test_pareto_front():
+    rows = [{"label": "a", "area": 1, "seconds": 9, "layers_run": 5},
+            {"label": "b", "area": 2, "seconds": 5, "layers_run": 5},
+            {"label": "c", "area": 3, "seconds": 6, "layers_run": 5},   # dominated by b
+            {"label": "d", "area": 4, "seconds": 1, "layers_run": 5},
+            {"label": "e", "area": 0, "seconds": 0, "layers_run": 4}]   # runs fewer layers
+    assert [r["label"] for r in sweep.pareto(rows)] == ["a", "b", "d"]
+
+
+def test_sweep_on_a_local_cluster_resumes(tmp_path):
+    base = load_config("small")
+    net = load_network("digits")
+    out = tmp_path / "sweep.csv"
+    points = sweep.parse_grid(["rows=2,4", "cols=4"], base)
+    rows, failed = sweep.run_sweep(base, points, net, out, batch=2, workers=1,
+                                   progress=False)
+    assert not failed and sorted(r["label"] for r in rows) == ["rows=2 cols=4", "rows=4 cols=4"]
+    for r in rows:      # each row is the model's step of that configuration
+        cfg = base.replace(rows=int(r["rows"]), cols=4)
+        assert r["cycles"] == network_step(cfg, net, batch=2).totals["cycles"]
+    # a crash after the first row: the rerun evaluates only the missing points
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:2]) + "\n")
+    more = sweep.parse_grid(["rows=2,4,8", "cols=4"], base)
+    rows, failed = sweep.run_sweep(base, more, net, out, batch=2, workers=1, progress=False)
+    assert not failed
+    text = out.read_text().splitlines()
+    assert text[:2] == lines[:2] and len(text) == 4
+    with out.open() as f:
+        assert sorted(r["rows"] for r in csv.DictReader(f)) == ["2", "4", "8"]
+    # a CSV of another grid is not appended to
+    with pytest.raises(sweep.GridError, match="written by a different grid"):
+        sweep.run_sweep(base, sweep.parse_grid(["cols=2,4"], base), net, out, workers=1,
+                        progress=False)
+
+
+def test_unreachable_scheduler():
+    with pytest.raises(sweep.GridError, match="cannot reach the Dask scheduler at "
+                                               "'tcp://127.0.0.1:9'"):
+        sweep.connect("tcp://127.0.0.1:9", 1, timeout="2s")
