@@ -150,7 +150,7 @@ def test_cli_perf(capsys):
                         pad=(1, 1))
     assert out["layers"][2]["cycles"] == want.cycles
     assert main(["perf", "--config", "small"]) == 2
-    assert "give --layer" in capsys.readouterr().err
+    assert "give one of --layer" in capsys.readouterr().err
     assert main(["perf", "--config", "small", "--layer", "C=8,H=2,K=8,R=5"]) == 2
     assert "more than the padded input" in capsys.readouterr().err
     # a layer the controller cannot tile: its reason
