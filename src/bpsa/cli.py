@@ -957,7 +957,7 @@ def build_parser():
                                       "cycle model, in parallel on Dask: CSV and a Pareto plot "
                                       "of step time against area",
                         epilog="example: bpsa sweep --config paper16 --network resnet50 --grid "
-                               "rows=8,16,32 cols=8,16,32 buf_a_depth=1024,4096,16384")
+                               "rows=8,16,32 cols=4,8,16 buf_a_depth=1024,4096,16384")
     sp.add_argument("--config", default="paper16",
                     help=f"the base configuration, a preset ({presets}) or a TOML file "
                          "(default: paper16)")
