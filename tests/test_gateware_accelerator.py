@@ -423,3 +423,78 @@ def test_cli_step(capsys):
         assert res[f"{p}_match"] is True
         assert res[f"{p}_dma_read_bytes"] > 0 and res[f"{p}_dma_write_bytes"] > 0
         assert 0 < res[f"{p}_utilization"] <= 1
+
+
+def _pool_cases(rng, count):
+    """Random pooling layers: kernels 1-3 per axis, strides 1-3 (overlapping, tiling and
+    gapped windows), padding up to kernel // 2, narrow values (ties), ReLU on or off."""
+    out = []
+    for _ in range(count):
+        r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        st = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        pad = (int(rng.integers(0, r // 2 + 1)), int(rng.integers(0, s // 2 + 1)))
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(r, 12)),
+                 int(rng.integers(s, 12)))
+        out.append((str(rng.choice(["max", "avg"])), (r, s), st, pad, shape,
+                    bool(rng.integers(0, 2))))
+    return out
+
+
+@pytest.mark.verilator
+def test_pooling_verilator():
+    """Pooling forward and backward through the whole accelerator (the pooling unit, its
+    descriptor phases, the walker's bands, the store path's ReLU) against the golden model:
+    random layers, global average pooling, a plane cut into bands, requantized gradients, and
+    the hardware's refusal (POOL) of a kind it does not generate."""
+    from bpsa.spec.errors import AccelError
+    from bpsa.spec.regmap import Phase
+    from bpsa.verify.native import run_with_driver
+
+    rng = np.random.default_rng(21)
+    cases = _pool_cases(rng, 10)
+    # a plane whose X and dY do not fit a bank of the 1,024-word buffer: row bands
+    cases.append(("max", (3, 3), (2, 2), (1, 1), (1, 1, 40, 30), True))
+    cases.append(("avg", (2, 2), (1, 1), (0, 0), (1, 2, 36, 20), False))
+
+    async def body(drv, t):
+        for kind, k, st, pad, shape, relu in cases:
+            x = rng.integers(-3, 4, shape)
+            y = await drv.pool(x, kind, k, st, pad, relu=relu)
+            want = golden.pool2d(x, kind, k, st, pad)
+            np.testing.assert_array_equal(y, np.maximum(want, 0) if relu else want,
+                                          err_msg=f"forward {kind} {k} {st} {pad} {shape}")
+            if not drv.plan["banded"]:
+                assert drv.counters["dma_read_bytes"] == x.size  # X read once
+            dy = rng.integers(-100, 101, want.shape)
+            dx = await drv.pool_backward(dy, x, kind, k, st, pad, relu=relu)
+            gold = golden.pool2d_backward(dy, x, kind, k, st, pad)
+            np.testing.assert_array_equal(dx, gold * (x > 0) if relu else gold,
+                                          err_msg=f"backward {kind} {k} {st} {pad} {shape}")
+        x = rng.integers(-128, 128, (2, 3, 5, 7))
+        np.testing.assert_array_equal(await drv.pool(x, "global_avg"),
+                                      golden.pool2d(x, "global_avg"))
+        dy = rng.integers(-128, 128, (2, 3, 1, 1))
+        np.testing.assert_array_equal(await drv.pool_backward(dy, x, "global_avg"),
+                                      golden.pool2d_backward(dy, x, "global_avg"))
+        # a requantized gradient: operands, rounded and saturated
+        x, dy = rng.integers(-3, 4, (1, 2, 6, 6)), rng.integers(-128, 128, (1, 2, 5, 5))
+        got = await drv.pool_backward(dy, x, "max", 2, 1, 0, requant=1)
+        np.testing.assert_array_equal(
+            got, golden.requantize(golden.pool2d_backward(dy, x, "max", 2, 1, 0), 1, 8))
+        # the hardware refuses a kind it does not generate (POOL_KIND 2) with POOL
+        base = {"PHASE": Phase.POOL_FORWARD, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 2,
+                "S": 2, "STRIDE_H": 2, "STRIDE_W": 2, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1,
+                "DIL_W": 1, "ADDR_X": 0, "ADDR_OUT": 4096, "POOL_KIND": 2}
+        assert await drv.start(base, budget=10_000) == AccelError.POOL
+        # padding above kernel // 2, and a dilation: POOL too
+        assert await drv.start({**base, "POOL_KIND": 0, "PAD_H": 2}) == AccelError.POOL
+        assert await drv.start({**base, "POOL_KIND": 0, "DIL_W": 2}) == AccelError.POOL
+        # RELU on the loss: RELU
+        assert await drv.start({**base, "PHASE": Phase.LOSS, "POOL_KIND": 0, "RELU": 1,
+                                "ADDR_W": 0, "ADDR_DY": 0}) == AccelError.RELU
+        # the driver refuses a layer the configuration cannot run before the hardware sees it
+        with pytest.raises(ValueError, match="does not fit configuration"):
+            await drv.pool(rng.integers(-3, 4, (1, 1, 4, 4)), "max", 5, 1, 0)
+        return True
+
+    assert run_with_driver(SMALL, body)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "PRESET_DIR", "load_config", "preset_names",
+__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
            "require_config"]
 
 #: Dataflows the array can be generated with.
@@ -20,6 +20,10 @@ DATAFLOWS = ("os", "ws", "is", "interleaved")
 #: Backward front ends (how the loss and the gradient run): the paper's BP-im2col generators
 #: with the array input-stationary, and the zero-free walkers with it output-stationary.
 BACKWARD_MODES = ("bp_im2col", "zero_free")
+
+#: Pooling kinds the pooling unit can be generated with (global average pooling is ``avg``
+#: with the whole plane as the window).
+POOL_KINDS = ("max", "avg")
 
 #: Arithmetic formats. Floating-point formats are added here later.
 ARITHMETICS = ("int",)
@@ -83,6 +87,10 @@ class Config:
         ``buf_a_depth``, ``buf_b_depth``, ``buf_p_depth``: words, powers of two, 16..65536.
     External memory
         ``dma_data_width``: bits of the AXI4 master's data bus, 64, 128 or 256.
+    Pooling unit (beside the array; :mod:`bpsa.gateware.engines.pool`)
+        ``pool_kinds``: which of ``max`` and ``avg`` it computes (empty: no pooling unit);
+        ``buf_pool_depth``: words of its operand buffer (one element a word, two banks),
+        a power of two, 16..65536.
     """
 
     rows: int = 4
@@ -104,6 +112,8 @@ class Config:
     buf_b_depth: int = 1024
     buf_p_depth: int = 1024
     dma_data_width: int = 64
+    pool_kinds: tuple = ()
+    buf_pool_depth: int = 1024
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -117,6 +127,10 @@ class Config:
             modes = self.backward_modes
             object.__setattr__(self, "backward_modes",
                                tuple([modes] if isinstance(modes, str) else modes))
+        if isinstance(self.pool_kinds, (list, str)):
+            kinds = self.pool_kinds
+            object.__setattr__(self, "pool_kinds",
+                               tuple([kinds] if isinstance(kinds, str) else kinds))
         self.validate()
 
     def _mode_needs(self, mode):
@@ -168,6 +182,12 @@ class Config:
         for name in ("buf_a_depth", "buf_b_depth", "buf_p_depth"):
             _check_pow2(name, getattr(self, name), 16, 65536)
         _check_pow2("dma_data_width", self.dma_data_width, 64, 256)
+        if not isinstance(self.pool_kinds, tuple) \
+                or any(k not in POOL_KINDS for k in self.pool_kinds) \
+                or len(set(self.pool_kinds)) != len(self.pool_kinds):
+            raise ConfigError(f"pool_kinds must be a list of distinct values from "
+                              f"{list(POOL_KINDS)}, not {self.pool_kinds!r}")
+        _check_pow2("buf_pool_depth", self.buf_pool_depth, 16, 65536)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
 
@@ -185,6 +205,15 @@ class Config:
             raise ValueError(f"backward mode must be one of {list(BACKWARD_MODES)}, "
                              f"not {mode!r}")
         return mode in self.backward_modes
+
+    def has_pool(self, kind=None):
+        """Whether the pooling unit is generated (``kind``: and computes ``kind``, one of
+        :data:`POOL_KINDS`)."""
+        if kind is None:
+            return bool(self.pool_kinds)
+        if kind not in POOL_KINDS:
+            raise ValueError(f"pool kind must be one of {list(POOL_KINDS)}, not {kind!r}")
+        return kind in self.pool_kinds
 
     @property
     def has_accumulator(self):
@@ -207,6 +236,7 @@ class Config:
         d = dataclasses.asdict(self)
         d["dataflows"] = list(self.dataflows)
         d["backward_modes"] = list(self.backward_modes)
+        d["pool_kinds"] = list(self.pool_kinds)
         return d
 
     def to_json(self):

@@ -193,6 +193,7 @@ class Accelerator(CheckedComponent):
         self.has_forward = config.has("os") and config.reserve_registers
         self.has_backward = config.has_mode("bp_im2col")
         self.has_zf = config.has_mode("zero_free")
+        self.has_pool = config.has_pool()
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH)),
             "mem": Out(axi4_signature(data_width=config.dma_data_width)),
@@ -226,6 +227,10 @@ class Accelerator(CheckedComponent):
         if fwd is not None or bwd is not None:
             array = m.submodules.array = SystolicArray(cfg)
         has_fc = bwd is not None and cfg.has("interleaved")
+        pool = None
+        if self.has_pool:
+            from bpsa.gateware.engines.pool import PoolEngine
+            pool = m.submodules.pool = PoolEngine(cfg)
 
         # --- P buffer, fed by the engines' results; counters ---------------------------------
         phases = generated_phases(cfg)
@@ -261,6 +266,8 @@ class Accelerator(CheckedComponent):
                          bres.row_base.eq(row_base), bres.p_row.eq(p_row),
                          bres.kt_rows.eq(kt_rows)]
             results.append(bres.acc)
+        if pool is not None:
+            results.append(pool.acc)
         # one engine runs at a time: its vectors go to P (in the step's half of P)
         for res in results:
             with m.If(res.valid):
@@ -316,11 +323,15 @@ class Accelerator(CheckedComponent):
                          bwd.a_write.en.eq(bw.en & (target == Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
                          bwd.b_write.en.eq(bw.en & (target == Target.BWD_B))]
+        if pool is not None:
+            m.d.comb += [pool.write.addr.eq(bw.addr),
+                         pool.write.data.eq(bw.data[:cfg.operand_width]),
+                         pool.write.en.eq(bw.en & (target == Target.POOL))]
         # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
         requant = m.submodules.requantizer = Requantizer(cfg)
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
                      requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]
-        to_a = (target == Target.FWD_X) | (target == Target.BWD_A)
+        to_a = (target == Target.FWD_X) | (target == Target.BWD_A) | (target == Target.POOL)
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
                      counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
@@ -362,8 +373,31 @@ class Accelerator(CheckedComponent):
         is_fc = Signal()
         is_zg = Signal()                 # a zero-free gradient: the forward engine drives the array
         is_zl = Signal()                 # a zero-free loss: the same
+        is_pool = Signal()               # a pooling phase: the pooling unit, no array
         m.d.comb += [is_fwd.eq(phase == Phase.FORWARD), is_grad.eq(phase == Phase.GRADIENT),
                      is_fc.eq(phase == Phase.FC_BACKWARD)]
+        # the store path's ReLU: forward phases (the pooling backward's RELU is its mask)
+        m.d.comb += requant.relu.eq(d.relu & (phase != Phase.POOL_BACKWARD))
+        if pool is not None:
+            m.d.comb += is_pool.eq((phase == Phase.POOL_FORWARD)
+                                   | (phase == Phase.POOL_BACKWARD))
+            pl, pw_ = pool.layer, walker.prun
+            half = cfg.buf_pool_depth // 2
+            m.d.comb += [pl.backward.eq(phase == Phase.POOL_BACKWARD),
+                         pl.avg.eq(d.pool_kind == regmap.PoolKind.AVG), pl.relu.eq(d.relu),
+                         pl.planes.eq(walker.run.channels), pl.h.eq(d.h), pl.w.eq(d.w),
+                         pl.r.eq(d.r), pl.s.eq(d.s), pl.stride_h.eq(d.stride_h),
+                         pl.stride_w.eq(d.stride_w), pl.pad_h.eq(d.pad_h),
+                         pl.pad_w.eq(d.pad_w), pl.oh.eq(plan.oh), pl.ow.eq(plan.ow),
+                         pl.y0.eq(pw_.y0), pl.rows.eq(pw_.rows), pl.xlo.eq(pw_.xlo),
+                         pl.dlo.eq(pw_.dlo), pl.q0.eq(pw_.q0), pl.rem0.eq(pw_.rem0),
+                         pl.qw0.eq(plan.qw0), pl.remw0.eq(plan.rw0),
+                         pl.x_base.eq(bank * half), pl.d_base.eq(bank * half + pw_.d_offset),
+                         pl.x_plane.eq(pw_.x_plane), pl.d_plane.eq(pw_.d_plane),
+                         pl.p_row.eq(p_row), pl.rs.eq(plan.rs), pl.recip.eq(plan.recip),
+                         pool.start.eq(sched.eng_start & is_pool)]
+            with m.If(is_pool):
+                m.d.comb += [sched.eng_busy.eq(pool.busy), sched.eng_error.eq(pool.error)]
         if self.has_zf:
             m.d.comb += [is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE)),
                          is_zl.eq((phase == Phase.LOSS) & (d.mode == regmap.Mode.ZERO_FREE))]
@@ -424,7 +458,7 @@ class Accelerator(CheckedComponent):
 
         # the phase's engine runs the scheduler's runs
         on_fwd = is_fwd | is_zg | is_zl
-        engines = [(eng, on_fwd if eng is fwd else ~on_fwd)
+        engines = [(eng, on_fwd if eng is fwd else ~on_fwd & ~is_pool)
                    for eng in (fwd, bwd) if eng is not None]
         if engines:
             share_array(m, array, [(eng.array, active) for eng, active in engines])
@@ -434,7 +468,7 @@ class Accelerator(CheckedComponent):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
-        m.d.comb += [sched.double.eq(is_zg | is_zl | (is_fwd & plan.dbl)),
+        m.d.comb += [sched.double.eq(is_zg | is_zl | is_pool | (is_fwd & plan.dbl)),
                      sched.abort.eq(walker.fail),
                      pbuf.clear_base.eq(sched.p_base),
                      pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
@@ -461,6 +495,12 @@ class Accelerator(CheckedComponent):
                 else:
                     m.d.comb += [s.fired.eq(bwd.fired), s.gated.eq(bwd.gated),
                                  s.a_words.eq(bwd.a_words), s.b_words.eq(bwd.b_words)]
+        if pool is not None:              # the pooling buffer's reads count as A's
+            pool_was_busy = Signal()
+            m.d.sync += pool_was_busy.eq(pool.busy)
+            with m.If(pool_was_busy & ~pool.busy):
+                m.d.comb += [counters.run_done.eq(1),
+                             counters.run_stats.a_words.eq(pool.words_read)]
 
         with m.FSM(name="ctrl") as fsm:
             def fail(code):

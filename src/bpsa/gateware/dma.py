@@ -97,10 +97,11 @@ DmaError = hw_enum(errors.DmaError, 3)
 def default_geometry(config):
     """The default ``(word_width, depth)`` of the buffer port for ``config``: the widest buffer
     word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``)
-    and the deepest buffer."""
+    and the deepest buffer (the pooling unit's too, when generated)."""
     return (max(config.feeder_bus_width * config.operand_width,
                 config.cols * config.operand_width, config.cols * config.acc_width),
-            max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth))
+            max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth,
+                config.buf_pool_depth if config.has_pool() else 0))
 
 
 def element_kinds(config, word_width):

@@ -35,12 +35,14 @@ from bpsa.spec.regmap import (
     ID_VALUE,
     MAP_VERSION,
     REGISTER_MAP,
+    POOL_KIND_NAMES,
     Mode,
     Phase,
 )
 
 __all__ = ["AcceleratorError", "BUDGET_FACTOR", "Driver", "baseline_gradient_operands",
-           "baseline_loss_operands", "cycle_budget", "expected_cycles", "plan"]
+           "baseline_loss_operands", "cycle_budget", "expected_cycles", "expected_pool_cycles",
+           "plan"]
 
 
 class AcceleratorError(RuntimeError):
@@ -90,9 +92,24 @@ def expected_cycles(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=Fals
 
 def cycle_budget(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=False):
     """The cycles the driver waits for a layer's DONE: :data:`BUDGET_FACTOR` times
-    :func:`expected_cycles`."""
+    :func:`expected_cycles` (:func:`expected_pool_cycles` for the pooling phases)."""
+    if phase in ("pool_forward", "pool_backward"):
+        return BUDGET_FACTOR * expected_pool_cycles(phase, n, c, h, w, r, s, oh, ow)
     return BUDGET_FACTOR * expected_cycles(config, phase, n, c, h, w, k, r, s, oh, ow,
                                            baseline=baseline)
+
+
+def expected_pool_cycles(phase, n, c, h, w, r, s, oh, ow, stride=(1, 1)):
+    """A generous estimate of a pooling layer's cycles: the pooling unit reads a window's
+    taps one a cycle (forward), or for every dX element the dY of each window covering it and
+    that window's taps again (backward, max), plus the tensors moved once."""
+    planes, rs = n * c, r * s
+    if phase == "pool_forward":
+        work = oh * ow * (rs + 8)
+    else:
+        cover = -(-r // stride[0]) * -(-s // stride[1])
+        work = h * w * (cover * (rs + 4) + 8)
+    return int(planes * (work + 2 * (h * w + oh * ow)) + 2000)
 
 
 def baseline_loss_operands(dy, w, input_hw, stride=1, padding=0, dilation=1):
@@ -208,7 +225,7 @@ class Driver:
         reads; then :exc:`TimeoutError` with STATUS and the BUSY_CYCLES counter."""
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
         # a field a descriptor leaves out must not keep an earlier layer's value
-        desc = {"REQUANT": 0, "OUT_SHIFT": 0, **desc}
+        desc = {"REQUANT": 0, "OUT_SHIFT": 0, "RELU": 0, "POOL_KIND": 0, **desc}
         for name, value in desc.items():
             await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
@@ -285,7 +302,7 @@ class Driver:
 
     # --- phases ---------------------------------------------------------------------------------
     async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
-                  stride=1, padding=0, dilation=1, mode=None, requant=None):
+                  stride=1, padding=0, dilation=1, mode=None, requant=None, relu=False):
         """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
         model's shapes) and keeps the counters in :attr:`counters`.
 
@@ -296,7 +313,10 @@ class Driver:
         A mode the configuration does not generate for the phase is refused
         (:exc:`ValueError`). ``requant`` (forward, zero-free loss): a shift; the output
         leaves as operands, :func:`bpsa.models.golden.requantize` of the accumulators (the
-        descriptor's REQUANT and OUT_SHIFT)."""
+        descriptor's REQUANT and OUT_SHIFT). ``relu`` (forward): the output leaves as
+        ``max(0, y)`` (the descriptor's RELU, after the requantization)."""
+        if relu and phase != "forward":
+            raise ValueError(f"relu applies to the forward, not to {phase}")
         if phase not in ("forward", "loss", "gradient"):
             raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
                              f"its own method), not {phase!r}")
@@ -344,7 +364,7 @@ class Driver:
                                  f"{self.config.name!r}: {e}") from None
             if "strips" in p:
                 return await self._run_strips(phase, p, x, w, dy, (n, c, h, wd, k, r, s),
-                                              stride, pad, dil, mode, requant)
+                                              stride, pad, dil, mode, requant, relu)
             self.plan = p
         kt = -(-k // cols)
         ins, out_shape = [], None
@@ -374,7 +394,8 @@ class Driver:
                 "S": s, "STRIDE_H": stride[0], "STRIDE_W": stride[1], "PAD_H": pad[0],
                 "PAD_W": pad[1], "DIL_H": dil[0], "DIL_W": dil[1],
                 "MODE": Mode.ZERO_FREE if zf or zl else Mode.BP_IM2COL,
-                "REQUANT": int(requant is not None), "OUT_SHIFT": requant or 0}
+                "REQUANT": int(requant is not None), "OUT_SHIFT": requant or 0,
+                "RELU": int(relu)}
         desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
         desc["ADDR_OUT"] = addrs[-1]
         error = await self.start(desc, budget=cycle_budget(
@@ -400,7 +421,8 @@ class Driver:
             return dx.transpose(0, 1, 4, 2, 3).reshape(n, ct * cols, h, wd)[:, :c]
         return self._from_bytes(raw, out_shape)
 
-    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil, mode, requant):
+    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil, mode, requant,
+                          relu=False):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one
         descriptor a strip: gather each strip's operands on the host (padding columns as
         zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
@@ -419,7 +441,7 @@ class Driver:
                 continue
             if phase == "forward":
                 part = await self.run("forward", x=xp[..., st.in0 + pw:][..., :st.in_cols],
-                                      w=w, requant=requant, **sub)
+                                      w=w, requant=requant, relu=relu, **sub)
                 out[..., st.out0:st.out0 + st.out_cols] = part
             elif phase == "loss":
                 part = await self.run("loss", dy=dy[..., st.in0:st.in0 + st.in_cols], w=w,
@@ -498,6 +520,94 @@ class Driver:
         out = self._from_bytes(raw, ((n + k) * c,))
         return out[:n * c].reshape(n, c), out[n * c:].reshape(k, c)
 
+    # --- pooling -----------------------------------------------------------------------------------
+    def _pool_args(self, x, kind, kernel, stride, padding):
+        """``(x, kind name for the hardware, (r, s), stride, pad)`` checked; global average
+        pooling is ``avg`` over the whole plane."""
+        x = self._check_operand("x", x)
+        if x.ndim != 4:
+            raise ValueError(f"x must be N x C x H x W, not shape {x.shape}")
+        kinds = ("max", "avg", "global_avg")
+        if kind not in kinds:
+            raise ValueError(f"pooling kind must be one of {', '.join(kinds)}, not {kind!r}")
+        hw_kind = "avg" if kind == "global_avg" else kind
+        if not self.config.has_pool(hw_kind):
+            raise ValueError(f"pooling kind {kind!r} is not generated by configuration "
+                             f"{self.config.name!r} (its pool_kinds: "
+                             f"{list(self.config.pool_kinds) or 'none'})")
+        if kind == "global_avg":
+            return x, hw_kind, x.shape[2:], (1, 1), (0, 0)
+        if kernel is None:
+            raise ValueError(f"{kind} pooling needs a kernel")
+        rs = pair(kernel, "kernel")
+        return x, hw_kind, rs, rs if stride is None else pair(stride, "stride"), \
+            pair(padding, "padding")
+
+    async def _pool_run(self, phase, x, dy, kind, kernel, stride, padding, relu, requant):
+        x, hw_kind, (r, s), st, pad = self._pool_args(x, kind, kernel, stride, padding)
+        n, c, h, wd = x.shape
+        try:
+            self.plan = tiling.pool_plan(self.config, phase, n, c, h, wd, r, s, st, pad,
+                                         hw_kind, relu)
+        except ValueError as e:
+            raise ValueError(f"{phase} layer does not fit configuration "
+                             f"{self.config.name!r}: {e}") from None
+        oh, ow = self.plan["oh"], self.plan["ow"]
+        ins = [("ADDR_X", x)]
+        if phase == "pool_backward":
+            dy = self._check_operand("dy", dy)
+            if dy.shape != (n, c, oh, ow):
+                raise ValueError(f"dy must have the pooling's output shape {(n, c, oh, ow)}, "
+                                 f"not {dy.shape}")
+            ins.append(("ADDR_DY", dy))
+            out_shape = (n, c, h, wd)
+        else:
+            out_shape = (n, c, oh, ow)
+        eb = self.ab if requant is None else self.ob
+        count = int(np.prod(out_shape))
+        sizes = [t.size * self.ob for _, t in ins] + [max(count, 1) * eb]
+        addrs = self._place(sizes)
+        for (_, t), addr in zip(ins, addrs):
+            await self.t.write_mem(addr, self._to_bytes(t, self.ob))
+        by_name = {name: k for k, name in POOL_KIND_NAMES.items()}
+        desc = {"PHASE": Phase[phase.upper()], "N": n, "C": c, "H": h, "W": wd, "K": c,
+                "R": r, "S": s, "STRIDE_H": st[0], "STRIDE_W": st[1], "PAD_H": pad[0],
+                "PAD_W": pad[1], "DIL_H": 1, "DIL_W": 1, "MODE": 0,
+                "REQUANT": int(requant is not None), "OUT_SHIFT": requant or 0,
+                "RELU": int(relu), "POOL_KIND": by_name[hw_kind], "ADDR_OUT": addrs[-1]}
+        desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
+        error = await self.start(desc, budget=cycle_budget(self.config, phase, n, c, h, wd, c,
+                                                           r, s, oh, ow))
+        self.counters = await self.read_counters()
+        if error:
+            raise AcceleratorError(error, f"{phase} layer {desc}")
+        raw = await self.t.read_mem(addrs[-1], count * eb)
+        if requant is not None:
+            vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
+            return wrap_array(vals, self.config.operand_width,
+                              self.config.operand_signed).reshape(out_shape)
+        return self._from_bytes(raw, out_shape)
+
+    async def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        """Pooling forward (PHASE 4) of ``x`` (N x C x H x W operands): ``kind`` ``"max"``,
+        ``"avg"`` or ``"global_avg"`` (``avg`` over the whole plane), :func:`bpsa.models.
+        golden.pool2d`'s semantics; ``stride`` defaults to the kernel. Returns N x C x OH x OW
+        operands (the unit's results leave requantized with shift 0, which changes nothing).
+        ``relu``: ``max(0, y)`` on the store path."""
+        return await self._pool_run("pool_forward", x, None, kind, kernel, stride, padding,
+                                    relu, 0)
+
+    async def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0,
+                            relu=False, requant=None):
+        """Pooling backward (PHASE 5): dX (N x C x H x W) of :meth:`pool` for ``dy``, as
+        :func:`bpsa.models.golden.pool2d_backward` (max: to the first maximum of each window;
+        avg: col2im of dY divided by ``R S``, rounded), accumulators; ``requant`` (a shift):
+        operands instead. ``relu``: dX is 0 where ``x`` is not positive (the ReLU's backward
+        when ``x`` is the ReLU's output; a 1 x 1 max pooling with ``relu`` is the ReLU's
+        backward alone)."""
+        return await self._pool_run("pool_backward", x, dy, kind, kernel, stride, padding,
+                                    relu, requant)
+
     # --- the traditional flow, for comparison ----------------------------------------------------
     async def loss_baseline(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
         """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,
@@ -515,9 +625,9 @@ class Driver:
         out = await self.forward(xt, dd, d, 0, 1)
         return out.transpose(1, 0, 2, 3)
 
-    async def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None):
+    async def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False):
         return await self.run("forward", x=x, w=w, stride=stride, padding=padding,
-                              dilation=dilation, requant=requant)
+                              dilation=dilation, requant=requant, relu=relu)
 
     async def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None,
                    requant=None):

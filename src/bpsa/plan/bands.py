@@ -14,22 +14,32 @@ loss (:func:`loss_band`)
     o0 + p - d(R-1)) // s``, ``hi = min(OH - 1, (o0 + obh - 1 + p) // s)``; with top padding
     ``pt = p + o0 - lo s`` its transposed convolution puts every dY row where the whole
     layer's does; ``pb`` makes ``eoh = hi - lo + 1`` its output height.
+pooling forward
+    :func:`output_band` with ``d(R-1) = R - 1``.
+pooling backward (:func:`pool_backward_band`)
+    A band of ``obh`` dX rows from ``o0`` is covered by the windows of dY rows ``[lo, hi]``,
+    ``lo = max(0, ceil((o0 + p - (R - 1)) / s))``, ``hi = min(OH - 1, (o0 + obh - 1 + p) //
+    s)`` (``eoh = hi - lo + 1`` of them, or 0); it loads the X rows from ``y0 = max(0, min(o0,
+    lo s - p))`` to ``max(o0 + obh, hi s - p + R)`` (``eh`` rows inside the image: the windows'
+    rows and its own, for the ReLU mask); ``pq = (o0 + p) // s`` and ``pr`` its remainder
+    start the pooling unit's walk over the covering windows.
 """
 
 from bpsa.plan.grammar import Div, Mul, Set, minimum, select, var
 
-__all__ = ["BAND_REGISTERS", "loss_band", "output_band", "register_widths"]
+__all__ = ["BAND_REGISTERS", "loss_band", "output_band", "pool_backward_band",
+           "register_widths"]
 
 #: Registers the band programs write: name -> ``"unit"`` (48 bits) or ``"dim"``
 #: (``dim_width + 2`` bits).
 BAND_REGISTERS = {**{name: "unit" for name in ("t", "u", "yoff", "blen", "dyoff", "eohow")},
                   **{name: "dim" for name in ("y0", "pt", "yend", "eh", "pb", "lo", "hi",
-                                              "eoh")}}
+                                              "eoh", "pq", "pr")}}
 
 o0, obh, h, w, stride_h, pad_h, drh, oh, ow = (
     var(n) for n in ("o0", "obh", "h", "w", "stride_h", "pad_h", "drh", "oh", "ow"))
-t, u, y0, yend, eh, lo, hi, eoh = (
-    var(n) for n in ("t", "u", "y0", "yend", "eh", "lo", "hi", "eoh"))
+t, u, y0, yend, eh, lo, hi, eoh, pq = (
+    var(n) for n in ("t", "u", "y0", "yend", "eh", "lo", "hi", "eoh", "pq"))
 
 
 def register_widths(dim_width):
@@ -67,4 +77,25 @@ def loss_band():
         Mul("eohow", eoh, ow),
         Mul("yoff", o0, w),
         Mul("blen", obh, w),
+    ]
+
+
+def pool_backward_band():
+    """Pooling backward: the dY rows ``[lo, lo + eoh)``, the X rows ``[y0, y0 + eh)`` and the
+    walk's start ``pq``, ``pr`` of dX rows ``[o0, o0 + obh)`` (``drh = R - 1``)."""
+    p = pad_h
+    return [
+        Set((("t", select(o0 + p > drh, o0 + p - drh + stride_h - 1, 0)),)),
+        Div("lo", t, stride_h),
+        Div("hi", o0 + obh - 1 + p, stride_h),
+        Set((("hi", minimum(hi, oh - 1)),)),
+        Set((("eoh", select(hi + 1 > lo, hi + 1 - lo, 0)),)),
+        Mul("t", lo, stride_h),
+        Mul("u", hi, stride_h),
+        Set((("y0", select(t > p, minimum(o0, t - p), 0)),
+             ("yend", select(u + drh + 1 > p + o0 + obh, u + drh + 1 - p, o0 + obh)))),
+        Set((("eh", minimum(h, yend) - y0),)),
+        Div("pq", o0 + p, stride_h),
+        Mul("t", pq, stride_h),
+        Set((("pr", o0 + p - t),)),
     ]

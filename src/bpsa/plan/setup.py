@@ -55,6 +55,13 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
         ``fnb = min(N, acap // fob, bcap // fib - fob, pcap // fq - K)`` batch rows a run.
+    pooling forward and backward (the pooling unit's buffer: two banks of ``bank =
+        buf_pool_depth / 2`` elements; P double-buffered, ``pel = buf_p_depth / 2 * cols``
+        elements a step)
+        ``pg = min(N C, bank // (plane words), (buf_p_depth / 2) // pw)`` whole planes a step
+        (``pw`` P words a plane's output), or, when a plane does not fit, one plane a step in
+        bands of ``bh`` rows: forward ``min(OH, pel // OW, (bank // W - R) // s + 1)`` output
+        rows; backward ``min(H, pel // W, (bank - 2 R W - R OW) // (W + OW))`` dX rows.
     A layer that needs bands is refused when not even one band fits, and a forward or
     gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
 """
@@ -62,8 +69,8 @@ the P buffer's words; ``d(R-1)``: ``drh``)
 from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, high_bits, lift,
                                low_bits, minimum, select, var)
 from bpsa.spec.errors import AccelError
-from bpsa.spec.numeric import element_bytes
-from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
+from bpsa.spec.numeric import POOL_RECIP_SHIFT, element_bytes, pool_window_limit
+from bpsa.spec.regmap import MODE_NAMES, POOL_KIND_NAMES, Mode, Phase, PoolKind
 
 __all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH",
            "ZF_GRADIENT", "ZF_LOSS", "address_program", "checks", "generated_phases",
@@ -79,7 +86,7 @@ STORE_CHUNK = 64
 #: Descriptor fields the programs read.
 DESCRIPTOR = ("phase", "n", "c", "h", "w", "k", "r", "s", "stride_h", "stride_w", "pad_h",
               "pad_w", "dil_h", "dil_w", "addr_x", "addr_w", "addr_dy", "addr_out", "mode",
-              "requant", "window_lo", "window_hi")
+              "requant", "relu", "pool_kind", "window_lo", "window_hi")
 
 #: Registers the set-up programs write: name -> ``"unit"`` (:data:`UNIT_WIDTH` bits),
 #: ``"dim"`` (``dim_width + 2`` bits) or ``"bit"``.
@@ -87,7 +94,8 @@ PLAN_REGISTERS = {
     **{name: "unit" for name in (
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
-        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn", "cn")},
+        "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn", "cn",
+        "recip", "planes", "pg", "pw", "qw0", "rw0")},
     "bh": "dim",
     "banded": "bit",
     "dbl": "bit",
@@ -111,12 +119,17 @@ OUTPUTS = {
                   "banded", "xwords", "dwords"),
     ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
               "zn", "cn"),
+    Phase.POOL_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "chw", "drh", "bh", "banded", "recip",
+                         "planes", "pg", "pw", "qw0", "rw0"),
+    Phase.POOL_BACKWARD: ("oh", "ow", "hw", "ohow", "rs", "chw", "drh", "bh", "banded",
+                          "recip", "planes", "pg", "pw", "qw0", "rw0"),
 }
 
 TOO_LARGE = AccelError.TOO_LARGE
 
 (phase, n, c, h, w, k, r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, addr_x, addr_w,
- addr_dy, addr_out, mode, requant, window_lo, window_hi) = (var(f) for f in DESCRIPTOR)
+ addr_dy, addr_out, mode, requant, relu, pool_kind, window_lo, window_hi) = (
+    var(f) for f in DESCRIPTOR)
 (drh, drw, oh, ow, hw, ohow, rs, crs, chw, q1, q2, q3, q4, cg, kg, kt, nb, np_, t, u, rowlen,
  tot, kohow, wdp1, kb, fib, fob, fnb, fwoff, fq, fdw0, bh, banded, ct, xwords, dwords, zn,
  dbl, cn) = (
@@ -124,6 +137,7 @@ TOO_LARGE = AccelError.TOO_LARGE
                      "q3", "q4", "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot",
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
                      "banded", "ct", "xwords", "dwords", "zn", "dbl", "cn"))
+recip, planes, pg, pw, qw0, rw0 = (var(x) for x in ("recip", "planes", "pg", "pw", "qw0", "rw0"))
 
 
 def register_widths(config):
@@ -141,13 +155,17 @@ def generated_phases(config):
     """The phases the accelerator generated for ``config`` runs: forward with the ``os``
     dataflow and the reserve registers (the forward engine), loss with the BP-im2col engine
     (``backward_modes`` ``bp_im2col``), gradient with either backward mode, FC backward with
-    the BP-im2col engine and the ``interleaved`` dataflow."""
+    the BP-im2col engine and the ``interleaved`` dataflow, the pooling phases with a pooling
+    unit (``pool_kinds``)."""
     fwd = config.has("os") and config.reserve_registers
     bwd = config.has_mode("bp_im2col")
     zf = config.has_mode("zero_free")
+    pool = config.has_pool()
     return tuple(p for p, on in ((Phase.FORWARD, fwd), (Phase.LOSS, bwd or zf),
                                  (Phase.GRADIENT, bwd or zf),
-                                 (Phase.FC_BACKWARD, bwd and config.has("interleaved"))) if on)
+                                 (Phase.FC_BACKWARD, bwd and config.has("interleaved")),
+                                 (Phase.POOL_FORWARD, pool), (Phase.POOL_BACKWARD, pool))
+                 if on)
 
 
 def _generated_modes(config, phase_):
@@ -191,11 +209,21 @@ def checks(config, phases):
             ok = ok | (mode == int(mo))
         bad_mode = bad_mode | ((phase == int(p)) & (ok == 0))
         allowed.append(f"{Phase(p).name.lower()}: {_mode_names(modes)}")
-    zero = (n == 0) | (c == 0) | (h == 0) | (w == 0) | (k == 0) | (r == 0) | (s == 0)
+    is_pool = (phase == int(Phase.POOL_FORWARD)) | (phase == int(Phase.POOL_BACKWARD))
+    # pooling ignores K (its planes are N C)
+    zero = ((n == 0) | (c == 0) | (h == 0) | (w == 0) | ((k == 0) & (is_pool == 0)) | (r == 0)
+            | (s == 0))
     zstep = (stride_h == 0) | (stride_w == 0) | (dil_h == 0) | (dil_w == 0)
     fc_shape = (phase == int(Phase.FC_BACKWARD)) & (
         (h != 1) | (w != 1) | (r != 1) | (s != 1) | (pad_h != 0) | (pad_w != 0))
     names = ", ".join(Phase(int(p)).name for p in phases)
+    kind_ok = lift(0)
+    for kind, name in POOL_KIND_NAMES.items():
+        if config.has_pool(name):
+            kind_ok = kind_ok | (pool_kind == int(kind))
+    bad_pool = is_pool & ((kind_ok == 0) | (dil_h != 1) | (dil_w != 1) | (2 * pad_h > r)
+                          | (2 * pad_w > s))
+    kinds = ", ".join(config.pool_kinds) or "none"
     return [Checks((
         Check(unknown, AccelError.PHASE, f"phase {{phase}} is not generated (only {names})"),
         Check(bad_mode, AccelError.MODE,
@@ -203,10 +231,15 @@ def checks(config, phases):
         Check(zero, AccelError.ZERO_SIZE, "a size (N, C, H, W, K, R, S) is 0"),
         Check(zstep, AccelError.ZERO_STEP, "a stride or a dilation is 0"),
         Check(fc_shape, AccelError.SHAPE, "an FC layer has H = W = R = S = 1 and no padding"),
-        Check((requant != 0) & (phase != int(Phase.FORWARD))
+        Check((requant != 0) & (phase != int(Phase.FORWARD)) & (is_pool == 0)
               & ((phase != int(Phase.LOSS)) | (mode != int(Mode.ZERO_FREE))),
-              AccelError.REQUANT, "requantization (REQUANT) applies to the forward and the "
-                                  "zero-free loss only"),
+              AccelError.REQUANT, "requantization (REQUANT) applies to the forward, the "
+                                  "zero-free loss and pooling only"),
+        Check((relu != 0) & (phase != int(Phase.FORWARD)) & (is_pool == 0), AccelError.RELU,
+              "RELU applies to the forward and pooling only"),
+        Check(bad_pool, AccelError.POOL,
+              f"pooling kind {{pool_kind}} is not generated (kinds: {kinds}), or a dilation is "
+              f"not 1, or padding exceeds kernel // 2"),
     ))]
 
 
@@ -443,6 +476,64 @@ def _fc(config):
     ]
 
 
+def _pool(config, backward):
+    """Pooling, forward or backward (see :mod:`bpsa.gateware.engines.pool`). The unit's buffer
+    has two banks of ``bank`` elements; P is double-buffered (``pcap`` words a step, ``pel``
+    elements). Whole planes when a plane's operands fit a bank and its output the step's P:
+    ``pg`` planes a step (``pw`` P words each); otherwise one plane a step in bands of ``bh``
+    output (forward) or dX (backward) rows. A backward band loads at most ``bh + 2R - 2`` X
+    rows and ``bh + R - 1`` dY rows."""
+    bank = config.buf_pool_depth // 2
+    pcap = config.buf_p_depth // 2
+    cols = config.cols
+    pel = pcap * cols
+    limit = pool_window_limit(config)
+    out = [
+        Check((pool_kind == int(PoolKind.AVG)) & (rs > limit), AccelError.POOL,
+              f"an average over {{rs}} elements (more than {limit}) is not divided exactly"),
+        Div("recip", 1 << POOL_RECIP_SHIFT, 2 * rs),
+        Set((("recip", recip + 1), ("drh", r - 1))),
+        Mul("planes", n, c),
+        Div("qw0", pad_w, stride_w),
+        Mul("t", qw0, stride_w),
+        Set((("rw0", pad_w - t),)),
+    ]
+    if not backward:
+        what = (f"one plane of X ({{hw}} elements) does not fit a bank of the pooling buffer "
+                f"({bank}) or its output ({{ohow}}) half of P ({pel} elements)")
+        out += [
+            Set((("banded", (hw > bank) | (ohow > pel)), ("u", hw))),
+            Div("pw", ohow + (cols - 1), cols),
+            Div("q3", bank, w),
+            Div("t", select(q3 >= r, q3 - r, 0), stride_h),
+            Set((("t", select(q3 >= r, t + 1, 0)),)),
+            Div("q4", pel, ow),
+            Set((("bh", select(banded, minimum(oh, q4, t), oh)), ("q3", hw))),
+        ]
+    else:
+        what = (f"one plane of X and dY ({{hw}} + {{ohow}} elements) does not fit a bank of the "
+                f"pooling buffer ({bank}) or its dX ({{hw}}) half of P ({pel} elements)")
+        out += [
+            # X is not read by an average's backward without the ReLU mask
+            Set((("u", select((pool_kind == int(PoolKind.AVG)) & (relu == 0), 0, hw)),)),
+            Set((("banded", (u + ohow > bank) | (hw > pel)),)),
+            Div("pw", hw + (cols - 1), cols),
+            Mul("t", 2 * r, w),
+            Mul("q3", r, ow),
+            Set((("t", t + q3),)),
+            Div("t", select(bank > t, bank - t, 0), w + ow),
+            Div("q4", pel, w),
+            Set((("bh", select(banded, minimum(h, q4, t), h)), ("q3", u + ohow))),
+        ]
+    out += [                                    # q3: the buffer words of a plane
+        Div("q1", bank, q3),
+        Div("q2", pcap, pw),
+        Set((("pg", select(banded, 1, minimum(planes, q1, q2))),)),
+        _band_checks(what, padding=False),
+    ]
+    return out
+
+
 def tiling_program(config, phase_):
     """The tiling steps of program ``phase_`` (a :class:`bpsa.spec.regmap.Phase`, or
     :data:`ZF_GRADIENT`)."""
@@ -450,6 +541,8 @@ def tiling_program(config, phase_):
         return _zf_gradient(config)
     if phase_ == ZF_LOSS:
         return _zf_loss(config)
+    if Phase(phase_) in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD):
+        return _pool(config, Phase(phase_) == Phase.POOL_BACKWARD)
     return {Phase.FORWARD: _forward, Phase.LOSS: _loss, Phase.GRADIENT: _gradient,
             Phase.FC_BACKWARD: _fc}[Phase(phase_)](config)
 
@@ -496,6 +589,13 @@ def address_program(config, phase_):
         tensors = [(addr_w, [Mul("tot", k, crs)], obs),
                    (addr_dy, [Mul("tot", n, kohow)], obs),
                    (addr_out, [Mul("tot", n, chw)], abs_)]
+    elif phase_ == Phase.POOL_FORWARD:
+        tensors = [(addr_x, [Mul("tot", planes, hw)], obs),
+                   (addr_out, [Mul("tot", planes, ohow)], (abs_, obs))]
+    elif phase_ == Phase.POOL_BACKWARD:
+        tensors = [(addr_x, [Mul("tot", planes, hw)], obs),
+                   (addr_dy, [Mul("tot", planes, ohow)], obs),
+                   (addr_out, [Mul("tot", planes, hw)], (abs_, obs))]
     elif phase_ == Phase.GRADIENT:
         tensors = [(addr_dy, [Mul("tot", n, kohow)], obs),
                    (addr_x, [Mul("tot", n, chw)], obs),
@@ -520,7 +620,7 @@ def run(config, desc, *, phases=None, addresses=True):
     # depends on it (every read of one is behind a select)
     env = {name: 0 for name in PLAN_REGISTERS}
     env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0, "requant": 0,
-                "window_lo": 0, "window_hi": (1 << 32) - 1, **desc})
+                "relu": 0, "pool_kind": 0, "window_lo": 0, "window_hi": (1 << 32) - 1, **desc})
     widths = register_widths(config)
     if phases is None:
         phases = generated_phases(config)

@@ -60,11 +60,11 @@ from dataclasses import dataclass
 from bpsa.plan import bands as band_programs
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal, evaluate
-from bpsa.spec.layer import out_size
-from bpsa.spec.regmap import MODE_NAMES, Mode, Phase
+from bpsa.spec.layer import out_size, pair
+from bpsa.spec.regmap import MODE_NAMES, POOL_KIND_NAMES, Mode, Phase, PoolKind
 
 __all__ = ["Band", "Strip", "bands", "column_strips", "default_mode", "fc_plan", "mode_value",
-           "plan", "plan_or_strips", "strips"]
+           "plan", "plan_or_strips", "pool_plan", "strips"]
 
 
 @dataclass(frozen=True)
@@ -291,3 +291,54 @@ def fc_plan(config, n, i, o):
     e = _setup(config, Phase.FC_BACKWARD, n, i, 1, 1, o, 1, 1, (1, 1), (0, 0), (1, 1))
     return {"fib": e["fib"], "fq": e["fq"], "fob": e["fob"], "fnb": e["fnb"],
             "runs": _ceil(i, e["fib"]) * _ceil(n, e["fnb"]) * _ceil(o, e["fob"])}
+
+
+def pool_plan(config, phase, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="max",
+              relu=False):
+    """The pooling set-up of :mod:`bpsa.plan.setup` and the runs the walker makes of it.
+
+    ``phase``: ``"pool_forward"`` or ``"pool_backward"``; ``kind``: ``"max"`` or ``"avg"``
+    (global average pooling is ``avg`` with ``r, s = h, w``); ``stride`` defaults to the
+    kernel. :exc:`ValueError` with the hardware's reason for a refused layer. Returns the
+    tile plan's registers (``pg`` planes a step, ``bh``, ``banded``, ...) and ``runs``: one
+    dict a run (a step) with its planes ``i0`` and ``planes``, the band's rows ``y0`` and
+    ``rows``, X rows ``xlo`` / ``xrows`` and dY rows ``dlo`` / ``drows`` loaded, the walk's
+    start ``q0`` / ``rem0``, buffer words of a plane's X and dY (``x_plane``, ``d_plane``),
+    dY's offset in the bank (``d_offset``), and the P words of a plane (``p_row``)."""
+    stride = (r, s) if stride is None else pair(stride)
+    pad = pair(pad)
+    by_name = {name: k for k, name in POOL_KIND_NAMES.items()}
+    if kind not in by_name:
+        raise ValueError(f"pooling kind must be one of {sorted(by_name)}, not {kind!r}")
+    ph = {"pool_forward": Phase.POOL_FORWARD, "pool_backward": Phase.POOL_BACKWARD}[phase]
+    desc = {"phase": ph, "n": n, "c": c, "h": h, "w": w, "k": 0, "r": r, "s": s,
+            "stride_h": stride[0], "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1],
+            "dil_h": 1, "dil_w": 1, "pool_kind": int(by_name[kind]), "relu": int(relu)}
+    try:
+        e = setup.run(config, desc, addresses=False)
+    except Refusal as err:
+        raise ValueError(str(err)) from None
+    bwd = ph == Phase.POOL_BACKWARD
+    oh, ow, cols = e["oh"], e["ow"], config.cols
+    out_rows, out_w = (h, w) if bwd else (oh, ow)
+    xskip = bwd and by_name[kind] == PoolKind.AVG and not relu
+    program = band_programs.pool_backward_band() if bwd else band_programs.output_band()
+    widths = band_programs.register_widths(config.dim_width)
+    runs = []
+    for i0 in range(0, n * c, e["pg"]):
+        planes = min(e["pg"], n * c - i0)
+        for y0 in range(0, out_rows, e["bh"]):
+            rows = min(e["bh"], out_rows - y0)
+            b = evaluate(program, {"o0": y0, "obh": rows, "h": h, "w": w,
+                                   "stride_h": stride[0], "pad_h": pad[0], "drh": r - 1,
+                                   "oh": oh, "ow": ow}, widths,
+                         unit_width=setup.UNIT_WIDTH, overflow_code=0)
+            dlo, drows = (b["lo"], b["eoh"]) if bwd else (0, 0)
+            x_plane = 0 if xskip else b["eh"] * w
+            runs.append({"i0": i0, "planes": planes, "y0": y0, "rows": rows, "xlo": b["y0"],
+                         "xrows": 0 if xskip else b["eh"], "dlo": dlo, "drows": drows,
+                         "q0": b.get("pq", 0), "rem0": b.get("pr", 0), "x_plane": x_plane,
+                         "d_plane": drows * ow, "d_offset": planes * x_plane,
+                         "p_row": _ceil(rows * out_w, cols)})
+    e["runs"] = runs
+    return e

@@ -30,7 +30,11 @@ class AccelError(enum.IntEnum):
     WINDOW = 8              #: a tensor is not inside the DMA window
     SHAPE = 9               #: FC backward with H, W, R or S not 1, or padding
     MODE = 10               #: a backward mode (MODE) not generated for the phase
-    REQUANT = 11            #: REQUANT on a phase other than the forward and the zero-free loss
+    REQUANT = 11            #: REQUANT on a phase other than the forward, the zero-free loss
+                            #: and pooling
+    POOL = 12               #: a pooling kind not generated, a dilation not 1, padding above
+                            #: kernel // 2, or a window larger than the averaging divides
+    RELU = 13               #: RELU on a phase other than the forward and pooling
 
 
 class DmaError(enum.IntEnum):

@@ -3,7 +3,8 @@ accumulators' wrap-around. Pure Python and numpy; no Amaranth."""
 
 import numpy as np
 
-__all__ = ["element_bytes", "operand_range", "wrap", "wrap_array"]
+__all__ = ["POOL_RECIP_SHIFT", "element_bytes", "operand_range", "pool_window_limit", "wrap",
+           "wrap_array"]
 
 
 def element_bytes(bits):
@@ -41,3 +42,18 @@ def wrap_array(t, bits, signed=True):
     if signed:
         t = np.where(t >= 1 << (bits - 1), t - (1 << bits), t)
     return t.astype(np.int64 if signed or bits < 64 else np.uint64)
+
+
+#: The average pooling's division: ``floor(a / d) = (a m) >> POOL_RECIP_SHIFT`` with ``m =
+#: floor(2**POOL_RECIP_SHIFT / d) + 1``, exact while ``a d < 2**POOL_RECIP_SHIFT``.
+POOL_RECIP_SHIFT = 47
+
+
+def pool_window_limit(config):
+    """The largest window ``R S`` the average pooling divides by exactly: the numerator
+    ``2 sum + R S`` (``|sum| <= R S 2**operand_width``) made positive is below ``R S
+    (2**(operand_width + 1) + 3)``, the divisor is ``2 R S``, and their product must stay
+    below ``2**POOL_RECIP_SHIFT``."""
+    import math
+    bound = (1 << POOL_RECIP_SHIFT) - 1
+    return math.isqrt(bound // (2 * ((1 << (config.operand_width + 1)) + 3)))

@@ -14,9 +14,11 @@ CFG_ARRAY      0x008   RO      rows [7:0], cols [15:8], operand_width [23:16], a
 CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_signed [4],
                                zero_gating [5], reserve_registers [6], dim_width [12:8],
                                log2(feeder_bus_width) [18:16], backward modes generated:
-                               BP-im2col [20], zero-free [21]
+                               BP-im2col [20], zero-free [21]; pooling kinds: max [22],
+                               avg [23] (map version 1.5)
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
-                               log2(dma_data_width / 64) [25:24] (map version 1.3)
+                               log2(dma_data_width / 64) [25:24] (map version 1.3);
+                               log2(buf_pool_depth) [31:27] (map version 1.5)
 CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
 STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
 WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (reset 0)
@@ -26,19 +28,27 @@ ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and th
 MODE           0x088   RW      backward mode (:class:`Mode`): 0 BP-im2col, 1 zero-free
 REQUANT        0x08C   RW      1: the output leaves as operands (forward, zero-free loss)
 OUT_SHIFT      0x090   RW      the requantization's right shift, 0 .. acc_width - 1
+RELU           0x094   RW      1: forward phases store max(0, y); the pooling backward masks dX
+                               where X <= 0 (the ReLU's backward)
+POOL_KIND      0x098   RW      pooling phases: :class:`PoolKind` (0 max, 1 avg)
 <counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
 <counter>_HI   +4      RO      high half (see "Counters")
 =============  ======  ======  =================================================================
 
 Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
 STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084),
-MODE (0x088; map version 1.2), REQUANT, OUT_SHIFT (0x08C, 0x090; map version 1.4).
+MODE (0x088; map version 1.2), REQUANT, OUT_SHIFT (0x08C, 0x090; map version 1.4), RELU,
+POOL_KIND (0x094, 0x098; map version 1.5).
 
 Requantization (REQUANT = 1; the forward and the zero-free loss, whose outputs feed the next
-layer; other phases refuse it with ``REQUANT``): every accumulator of the output leaves as an
+layer, and the pooling phases; other phases refuse it with ``REQUANT``): every accumulator of the output leaves as an
 ``operand_width``-bit operand, ``round(acc / 2**OUT_SHIFT)`` with halves rounded up, saturated
 to the operand range (:func:`bpsa.models.golden.requantize`), ``element_bytes(operand_width)``
 bytes an element in the output's layout instead of ``element_bytes(acc_width)``.
+ReLU (RELU = 1; the forward and the pooling phases, others refuse it with ``RELU``): the
+forward and the pooling forward store ``max(0, v)`` of every output element (after the
+requantization); the pooling backward sets dX to 0 wherever its X is not positive (the
+ReLU's backward when X is the ReLU's output), and stores the rest unchanged.
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
@@ -55,7 +65,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ADDR_WIDTH", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
-    "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "Phase", "REGISTERS", "REGISTER_MAP", "Register",
+    "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
+    "PoolKind", "REGISTERS", "REGISTER_MAP", "Register",
     "STATUS_FIELDS", "config_words", "field_bits", "register_map",
 ]
 
@@ -66,16 +77,29 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 4)
+MAP_VERSION = (1, 5)
 
 
 class Phase(enum.IntEnum):
-    """The PHASE descriptor field: which pass of a layer to run. Values 4..15 are reserved
+    """The PHASE descriptor field: which pass of a layer to run. Values 6..15 are reserved
     (a controller refuses them)."""
     FORWARD = 0
     LOSS = 1
     GRADIENT = 2
     FC_BACKWARD = 3
+    POOL_FORWARD = 4
+    POOL_BACKWARD = 5
+
+
+class PoolKind(enum.IntEnum):
+    """The POOL_KIND descriptor field (pooling phases). Global average pooling is ``AVG``
+    with the whole plane as the window."""
+    MAX = 0
+    AVG = 1
+
+
+#: Configuration names of the pooling kinds (``Config.pool_kinds``).
+POOL_KIND_NAMES = {PoolKind.MAX: "max", PoolKind.AVG: "avg"}
 
 
 #: Bits of the PHASE field.
@@ -107,7 +131,9 @@ DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
 #: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"mode"`` 2 bits,
 #: ``"addr"`` 32 bits, ``"flag"`` 1 bit, ``"shift"`` the bits of ``acc_width - 1``.
 DESCRIPTOR_FIELDS = (
-    ("phase", "PHASE", "phase", 0, "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward"),
+    ("phase", "PHASE", "phase", 0,
+     "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward, 4 pooling forward, "
+     "5 pooling backward"),
     ("n", "N", "dim", 0, "batch N"),
     ("c", "C", "dim", 0, "input channels C"),
     ("h", "H", "dim", 0, "input height H"),
@@ -130,6 +156,9 @@ DESCRIPTOR_FIELDS = (
      "1: the output leaves as operands, requantized (forward, zero-free loss)"),
     ("out_shift", "OUT_SHIFT", "shift", 0,
      "right shift of the requantization (rounded half up, saturated)"),
+    ("relu", "RELU", "flag", 0,
+     "1: forward phases store max(0, v); the pooling backward masks dX where X <= 0"),
+    ("pool_kind", "POOL_KIND", "mode", 0, "pooling phases: 0 max, 1 avg"),
 )
 
 #: Performance counters, 64 bits each, in register order (fed from the ``counters`` input).
@@ -185,10 +214,10 @@ def _build_registers():
         Register("CFG_FEATURES", 0x00C, "ro", "const",
                  "dataflows os/ws/is/interleaved [3:0], operand_signed [4], zero_gating [5], "
                  "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16], "
-                 "backward modes BP-im2col [20], zero-free [21]"),
+                 "backward modes BP-im2col [20], zero-free [21], pooling max [22], avg [23]"),
         Register("CFG_BUFFERS", 0x010, "ro", "const",
                  "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16], "
-                 "log2(dma_data_width / 64) [25:24]"),
+                 "log2(dma_data_width / 64) [25:24], log2 buf_pool_depth [31:27]"),
         Register("CONTROL", 0x020, "wo", "control",
                  "START [0]: run the descriptor (ignored while busy); CLEAR [1]: clear DONE, "
                  "ERROR and the counters"),
@@ -244,9 +273,12 @@ def config_words(config):
         "CFG_FEATURES": flows | config.operand_signed << 4 | config.zero_gating << 5
         | config.reserve_registers << 6 | config.dim_width << 8
         | _log2(config.feeder_bus_width) << 16
-        | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes),
+        | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes)
+        | sum(1 << (22 + k) for k, name in POOL_KIND_NAMES.items()
+              if name in config.pool_kinds),
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
-        | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24,
+        | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24
+        | _log2(config.buf_pool_depth) << 27,
     }
 
 
@@ -281,4 +313,5 @@ def register_map(config):
         "counters": [name for name, _ in COUNTERS],
         "phases": {p.name.lower(): p.value for p in Phase},
         "modes": {MODE_NAMES[m]: m.value for m in Mode},
+        "pool_kinds": {POOL_KIND_NAMES[k]: k.value for k in PoolKind},
     }

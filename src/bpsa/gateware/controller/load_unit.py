@@ -14,20 +14,23 @@ __all__ = ["Cache", "LoadUnit", "Target", "load_layout"]
 _W = 48
 
 
-class Target(enum.Enum, shape=2):
+class Target(enum.Enum, shape=3):
     """Which buffer a load writes."""
     FWD_X = 0
     FWD_W = 1
     BWD_A = 2
     BWD_B = 3
+    POOL = 4
 
 
-class Cache(enum.Enum, shape=2):
-    """Which slice record a load checks and updates: the A buffer's, the B buffer's, or the
-    FC weights' (a second slice in buffer B)."""
+class Cache(enum.Enum, shape=3):
+    """Which slice record a load checks and updates: the A buffer's, the B buffer's, the
+    FC weights' (a second slice in buffer B), or the pooling buffer's X and dY."""
     A = 0
     B = 1
     W = 2
+    POOL_X = 3
+    POOL_DY = 4
 
 
 def dma_command_layout(config):
@@ -91,20 +94,28 @@ class LoadUnit(wiring.Component):
         p = self.load.payload
         halves = {Cache.A: cfg.buf_a_depth // 2, Cache.B: cfg.buf_b_depth // 2,
                   Cache.W: cfg.buf_b_depth // 2}
-        # the slice each bank of each buffer holds: (address, length, valid)
+        if cfg.has_pool():
+            halves.update({Cache.POOL_X: cfg.buf_pool_depth // 2,
+                           Cache.POOL_DY: cfg.buf_pool_depth // 2})
+        # the slice each bank of each buffer holds: (address, length, valid); the pooling
+        # buffer's dY also its offset (it follows X, whose length varies)
         slices = {(c, b): (Signal(33, name=f"cache_{c.name.lower()}{b}_addr"),
                            Signal(_W, name=f"cache_{c.name.lower()}{b}_len"),
                            Signal(name=f"cache_{c.name.lower()}{b}_valid"))
-                  for c in Cache for b in (0, 1)}
+                  for c in halves for b in (0, 1)}
+        dy_offset = {b: Signal(_W, name=f"cache_pool_dy{b}_offset") for b in (0, 1)}
         hit = Signal()
         first = Signal(_W)
-        for c in Cache:
+        for c in halves:
             with m.If(p.cache == c):
                 m.d.comb += first.eq(p.bank * halves[c] + p.offset)
                 for b in (0, 1):
                     addr, length, valid = slices[c, b]
+                    same = valid & (addr == p.addr) & (length == p.length)
+                    if c == Cache.POOL_DY:
+                        same = same & (dy_offset[b] == p.offset)
                     with m.If(p.bank == b):
-                        m.d.comb += hit.eq(valid & (addr == p.addr) & (length == p.length))
+                        m.d.comb += hit.eq(same)
         ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
         run_len, run_words, stride = Signal(_W), Signal(_W), Signal(_W)
         lanes = Signal.like(p.lanes)
@@ -134,6 +145,8 @@ class LoadUnit(wiring.Component):
                                 with m.If((p.cache == c) & (p.bank == b)):
                                     m.d.sync += [valid.eq(0), addr.eq(p.addr),
                                                  length.eq(p.length)]
+                                    if c == Cache.POOL_DY:
+                                        m.d.sync += dy_offset[b].eq(p.offset)
                             m.d.sync += [ld_ptr.eq(p.addr + p.stride),
                                          ld_buf.eq(first + p.run_words),
                                          ld_left.eq(p.count - 1), run_len.eq(p.run_len),

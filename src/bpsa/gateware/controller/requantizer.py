@@ -4,7 +4,8 @@ With ``enable`` (the descriptor's REQUANT), each of the ``cols`` accumulators of
 becomes an ``operand_width``-bit operand (:meth:`bpsa.gateware.arith.IntArith.requantize`:
 shifted right by ``shift``, rounded half up, saturated) packed from bit 0, lane ``j`` at bits
 ``[j operand_width, (j + 1) operand_width)``, as the DMA reads operands from a buffer word;
-without it, the word passes unchanged. Combinational.
+without it, the word passes unchanged. With ``relu`` (the descriptor's RELU on a forward
+phase) every element that leaves is ``max(0, v)`` (after the requantization). Combinational.
 """
 
 from amaranth.hdl import Cat, Module, Mux
@@ -26,6 +27,7 @@ class Requantizer(wiring.Component):
         A P word.
     enable : In(1)
     shift : In(IntArith.shift_shape)
+    relu : In(1)
     out : Out(cols * acc_width)
         The word to store.
     """
@@ -35,12 +37,20 @@ class Requantizer(wiring.Component):
         self.config = config
         ar = arith_for(config)
         super().__init__({"word": In(data.ArrayLayout(ar.acc_shape, config.cols)),
-                          "enable": In(1), "shift": In(ar.shift_shape),
+                          "enable": In(1), "shift": In(ar.shift_shape), "relu": In(1),
                           "out": Out(config.cols * config.acc_width)})
 
     def elaborate(self, platform):
         m = Module()
         ar = arith_for(self.config)
-        packed = Cat(ar.requantize(self.word[j], self.shift) for j in range(self.config.cols))
-        m.d.comb += self.out.eq(Mux(self.enable, packed, self.word.as_value()))
+        ow = ar.operand_shape.width
+        lanes_q, lanes_a = [], []
+        for j in range(self.config.cols):
+            q = ar.requantize(self.word[j], self.shift)
+            if ar.operand_shape.signed:
+                q = Mux(self.relu & q[ow - 1], 0, q)
+            lanes_q.append(q)
+            a = self.word[j]
+            lanes_a.append(Mux(self.relu & (a < 0), 0, a))
+        m.d.comb += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
         return m

@@ -32,8 +32,8 @@ from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS
 from bpsa.spec.numeric import element_bytes
 
-__all__ = ["LoopWalker", "Pulse", "engine_run_layout", "run_geometry_layout",
-           "zero_free_run_layout"]
+__all__ = ["LoopWalker", "Pulse", "engine_run_layout", "pool_walk_layout",
+           "run_geometry_layout", "zero_free_run_layout"]
 
 #: Width of sizes, counts and strides.
 _W = 48
@@ -67,6 +67,17 @@ def zero_free_run_layout(config):
     return data.StructLayout({**{name: unsigned(dim) for name in (
         "pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r", "kblocks", "kvalid")},
         "plane": unsigned(2 * dim)})
+
+
+def pool_walk_layout(config):
+    """A pooling run's band (:mod:`bpsa.gateware.engines.pool`): its first output / dX row
+    ``y0`` and ``rows``, the first X row ``xlo`` and dY row ``dlo`` loaded, the walk's start
+    ``q0``, ``rem0``; buffer words of a plane's X (``x_plane``) and dY (``d_plane``), and
+    where dY starts in the bank (``d_offset``)."""
+    dim = config.dim_width + 2
+    return data.StructLayout({**{name: unsigned(dim) for name in (
+        "y0", "rows", "xlo", "dlo", "q0", "rem0")},
+        **{name: unsigned(_W) for name in ("x_plane", "d_plane", "d_offset")}})
 
 
 def run_geometry_layout(config):
@@ -129,6 +140,7 @@ class LoopWalker(wiring.Component):
             "started": In(1), "finished": In(1), "sched_fail": In(1), "sched_code": In(8),
             "run": Out(engine_run_layout(config)),
             "zrun": Out(zero_free_run_layout(config)),
+            "prun": Out(pool_walk_layout(config)),
             "geometry": Out(run_geometry_layout(config)),
             "fail": Out(1), "fail_code": Out(8), "done": Out(1),
         })
@@ -139,10 +151,12 @@ class LoopWalker(wiring.Component):
         P = regmap.Phase
         first = {P.FORWARD: "FWD_INIT", P.LOSS: "LOSS_INIT", P.GRADIENT: "GRAD_INIT",
                  P.FC_BACKWARD: "FC_INIT", setup_programs.ZF_GRADIENT: "ZG_INIT",
-                 setup_programs.ZF_LOSS: "ZL_INIT_0"}
+                 setup_programs.ZF_LOSS: "ZL_INIT_0", P.POOL_FORWARD: "POOL_INIT",
+                 P.POOL_BACKWARD: "POOL_INIT"}
         walks = {P.FORWARD: self._forward, P.LOSS: self._loss, P.GRADIENT: self._gradient,
                  P.FC_BACKWARD: self._fc, setup_programs.ZF_GRADIENT: self._zf_gradient,
-                 setup_programs.ZF_LOSS: self._zf_loss}
+                 setup_programs.ZF_LOSS: self._zf_loss, P.POOL_FORWARD: self._pool,
+                 P.POOL_BACKWARD: lambda e: None}
         programs = setup_programs.programs(self.config, self.phases)
         with m.FSM(name="walk"):
             with m.State("IDLE"):
@@ -165,6 +179,11 @@ class LoopWalker(wiring.Component):
                      self.run.out_channels.eq(e.grp_k), self.run.height.eq(e.r["eh"]),
                      self.run.out_height.eq(e.r["eoh"]), self.run.pad_top.eq(e.r["pt"]),
                      self.run.pad_bottom.eq(e.r["pb"])]
+        pr = self.prun
+        m.d.comb += [pr.y0.eq(e.loop["o0"]), pr.rows.eq(e.r["obh"]), pr.xlo.eq(e.r["y0"]),
+                     pr.dlo.eq(e.r["lo"]), pr.q0.eq(e.r["pq"]), pr.rem0.eq(e.r["pr"]),
+                     pr.x_plane.eq(e.r["u"]), pr.d_plane.eq(e.r["eohow"]),
+                     pr.d_offset.eq(e.r["dyoff"])]
         z = self.zrun
         m.d.comb += [z.pt_q.eq(e.r["zptq"]), z.pt_r.eq(e.r["zptr"]), z.pw_q.eq(e.r["zpwq"]),
                      z.pw_r.eq(e.r["zpwr"]), z.dh_q.eq(e.r["zdhq"]), z.dh_r.eq(e.r["zdhr"]),
@@ -186,7 +205,7 @@ class LoopWalker(wiring.Component):
             "zpwq", "zpwr", "zptq", "zptr", "zkv", "zgrp", "wcb", "zlen", "cend", "cbstep")})
         # row bands (bpsa.plan.tiling): this band's rows, the engine's sub-layer
         r.update({name: Signal(dim + 2, name=name) for name in (
-            "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi")})
+            "obh", "y0", "yend", "eh", "eoh", "pt", "pb", "lo", "hi", "pq", "pr")})
         ptr = {name: Signal(33, name=f"ptr_{name}") for name in (
             "xn", "xg", "x", "w", "wk", "wg", "dy", "dyn", "out", "outn", "outg", "dwg")}
         loop = {name: Signal(_W, name=f"loop_{name}") for name in (
@@ -605,6 +624,93 @@ class LoopWalker(wiring.Component):
                     m.d.comb += self.final.eq(1)
                     m.next = "GRAD_LAST"
 
+
+    def _pool(self, e):
+        """The pooling loops, forward and backward: steps of ``pg`` planes (the N C planes
+        in memory order), each in bands of rows (one band when the plane fits); a run per
+        band. X (not for an average's backward without RELU) and dY (backward) of the step's
+        planes go to the pooling buffer's bank, dY after X; P holds the band's output of each
+        plane (``p_row`` words a plane)."""
+        m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
+        program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
+                                                      e.save_step, e.mn)
+        grp_c, p_row, plan = e.grp_c, e.p_row, self.plan
+        obs, oes, C = e.obs, e.oes, self.config.cols
+        bwd = d.phase.as_value() == regmap.Phase.POOL_BACKWARD
+        xskip = bwd & (d.pool_kind == regmap.PoolKind.AVG) & ~d.relu
+        out_rows = Mux(bwd, d.h, r["oh"])          # rows of a plane's output
+        out_w = Mux(bwd, d.w, r["ow"])
+        out_plane = Mux(bwd, r["hw"], r["ohow"])   # elements of a plane's output
+        with m.State("POOL_INIT"):
+            m.d.sync += [loop["n"].eq(0), ptr["xn"].eq(d.addr_x), ptr["dyn"].eq(d.addr_dy),
+                         ptr["outn"].eq(d.addr_out), e.row_base.eq(0)]
+            m.next = "POOL_STEP_0"
+        program("POOL_STEP", [            # planes [n, n + pg)
+            ("set", [grp_c.eq(mn(r["pg"], r["planes"] - loop["n"])), loop["o0"].eq(0)]),
+            ("mul", r["xstep"], grp_c, r["hw"]),
+            ("mul", r["dstep"], grp_c, r["ohow"]),
+            ("mul", r["zstride"], grp_c, out_plane),
+        ], "POOL_BAND")
+        with m.State("POOL_BAND"):        # rows [o0, o0 + obh) of the output / dX
+            m.d.sync += r["obh"].eq(mn(r["bh"], out_rows - loop["o0"]))
+            with m.If(bwd):
+                m.next = "POOL_BB_0"
+            with m.Else():
+                m.next = "POOL_BF_0"
+        compile_steps(m, "POOL_BF", band_programs.output_band(), "POOL_BF_E", env=e.band_env,
+                      regs=e.band_regs, alu=self.alu, fail=e.fail)
+        with m.State("POOL_BF_E"):        # the forward loads no dY
+            m.d.sync += [r["lo"].eq(0), r["eoh"].eq(0)]
+            m.next = "POOL_BP_0"
+        compile_steps(m, "POOL_BB", band_programs.pool_backward_band(), "POOL_BP_0",
+                      env=e.band_env, regs=e.band_regs, alu=self.alu, fail=e.fail)
+        program("POOL_BP", [              # the step's loads and P words
+            ("mul", r["len_x"], r["eh"], d.w),
+            ("set", [r["u"].eq(Mux(xskip, 0, r["len_x"]))]),
+            ("mul", r["len_a"], grp_c, r["u"]),
+            ("mul", r["eohow"], r["eoh"], r["ow"]),
+            ("mul", r["len_b"], grp_c, r["eohow"]),
+            ("mul", r["rowlen"], r["obh"], out_w),
+            ("div", p_row, r["rowlen"] + (C - 1), C),
+            ("mul", r["np"], grp_c, p_row),
+            ("mul", r["t"], r["y0"], d.w),
+            ("mul", r["blen"], r["lo"], r["ow"]),
+            ("mul", r["yoff"], loop["o0"], out_w),
+            ("set", [r["dyoff"].eq(r["len_a"]), Pulse(self.new_step),
+                     ptr["x"].eq(ptr["xn"] + (r["t"] << obs)),
+                     ptr["dy"].eq(ptr["dyn"] + (r["blen"] << obs)),
+                     ptr["out"].eq(ptr["outn"] + (r["yoff"] << oes))]),
+        ], "POOL_LOAD_X")
+        with m.State("POOL_LOAD_X"):
+            with m.If(xskip):
+                m.next = "POOL_LOAD_D"
+            with m.Else():
+                m.next = "POOL_LOAD_XL"
+        dma_load("POOL_LOAD_XL", Target.POOL, "pool_x", ptr["x"], r["len_a"], 1,
+                 "POOL_LOAD_D", runs=(grp_c, r["len_x"], r["hw"] << obs))
+        with m.State("POOL_LOAD_D"):
+            with m.If(bwd & (r["eoh"] != 0)):
+                m.next = "POOL_LOAD_DL"
+            with m.Else():
+                m.next = "POOL_RUN_WAIT"
+        dma_load("POOL_LOAD_DL", Target.POOL, "pool_dy", ptr["dy"], r["len_b"], 1,
+                 "POOL_RUN_WAIT", runs=(grp_c, r["eohow"], r["ohow"] << obs),
+                 offset=r["dyoff"])
+        step_run("POOL")
+        with m.State("POOL_NEXT"):        # every run is a step
+            m.d.comb += save_step(grp_c, r["rowlen"], p_row, out_plane << oes, ptr["out"])
+            with m.If(loop["o0"] + r["obh"] < out_rows):
+                m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
+                m.next = "POOL_BAND"
+            with m.Elif(loop["n"] + grp_c < r["planes"]):
+                m.d.sync += [loop["n"].eq(loop["n"] + grp_c),
+                             ptr["xn"].eq(ptr["xn"] + (r["xstep"] << obs)),
+                             ptr["dyn"].eq(ptr["dyn"] + (r["dstep"] << obs)),
+                             ptr["outn"].eq(ptr["outn"] + (r["zstride"] << oes))]
+                m.next = "POOL_STEP_0"
+            with m.Else():
+                m.d.comb += self.final.eq(1)
+                m.next = "POOL_LAST"
 
     def _zf_gradient(self, e):
         """The zero-free gradient loops: blocks of ``kb`` output-channel blocks, input-channel

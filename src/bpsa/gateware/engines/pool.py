@@ -1,0 +1,372 @@
+"""The pooling unit: max and average pooling, forward and backward, beside the array (no MAC).
+
+It owns one operand buffer (``buf_pool_depth`` words, one element a word; the load unit fills
+two banks of it) and writes its results into P, one element a vector (the other lanes 0), in
+the raster order of the band it computes: plane ``i`` of a run from P word ``i p_row``,
+element ``e`` of the plane band in lane ``e % cols`` of word ``e // cols``.
+
+Forward (im2col order, Rohwedder Ch. 4)
+    For each plane of the run, output row of the band and output column: the window's taps
+    ``(r, q)`` in row-major order (``r`` outer) are read from the buffer, one a cycle; taps
+    in the padding are skipped. ``max`` keeps the first largest value (and where it was);
+    ``avg`` sums the taps and divides the sum by ``R S`` (padding counted as zeros), rounded
+    to nearest, halves up: ``floor((2 sum + R S) / (2 R S))``, exactly, as ``(a m) >> 47``
+    with ``m = floor(2**47 / (2 R S)) + 1`` (the set-up's division; exact while ``a 2 R S <
+    2**47``, which the set-up checks through ``R S <=``
+    :func:`bpsa.spec.numeric.pool_window_limit`).
+Backward (col2im order, gathered)
+    For each element ``(y, x)`` of the band's dX rows: the windows that cover it (``oh =
+    (y + pad_h) // stride_h - t`` while the element's row offset in the window ``(y + pad_h)
+    % stride_h + t stride_h < R``, and the same across) are visited, and their dY summed:
+    ``avg`` every covering window's, then divided by ``R S`` as in the forward; ``max`` the
+    windows whose first largest tap (scanned again from X, ties to the first in window order)
+    is this element. With ``relu``, dX is 0 where X is not positive (the ReLU's backward,
+    X being the ReLU's output). Overlapping windows (stride < kernel) add up; elements no
+    window covers get 0.
+
+Geometry of a run (:func:`pool_run_layout`): X rows ``[xlo, xlo + rows loaded)`` of each
+plane from buffer word ``x_base + i x_plane``, dY rows ``[dlo, ...)`` from ``d_base + i
+d_plane``; the band's first output (forward) or dX (backward) row ``y0`` and its ``rows``;
+``q0 = (y0 + pad_h) // stride_h``, ``rem0`` its remainder, ``qw0``, ``remw0`` the same of
+``pad_w`` by ``stride_w`` (backward). The run's layer is latched at ``start``.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory, WritePort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from bpsa.config import require_config
+from bpsa.gateware.arith import arith_for
+from bpsa.gateware.checked import CheckedComponent
+from bpsa.gateware.controller.psum_buffer import accumulate_layout
+from bpsa.spec.numeric import POOL_RECIP_SHIFT
+
+__all__ = ["PoolEngine", "pool_run_layout"]
+
+#: Width of counts and of the reciprocal.
+_W = 48
+
+
+def pool_run_layout(config):
+    """One run of the pooling unit (see the module docstring)."""
+    dim = config.dim_width + 2
+    aw = exact_log2(config.buf_pool_depth) + 1
+    return data.StructLayout({
+        "backward": 1, "avg": 1, "relu": 1, "planes": unsigned(32),
+        **{name: unsigned(dim) for name in (
+            "h", "w", "r", "s", "stride_h", "stride_w", "pad_h", "pad_w", "oh", "ow",
+            "y0", "rows", "xlo", "dlo", "q0", "rem0", "qw0", "remw0")},
+        "x_base": unsigned(aw), "d_base": unsigned(aw), "x_plane": unsigned(aw),
+        "d_plane": unsigned(aw), "p_row": unsigned(_W), "rs": unsigned(2 * dim),
+        "recip": unsigned(_W),
+    })
+
+
+class PoolEngine(CheckedComponent):
+    """See the module docstring.
+
+    Members
+    -------
+    write : Out(WritePort.Signature): the DMA's writes into the buffer (one operand a word,
+        in the low bits of ``data``).
+    layer : In(pool_run_layout(config)), start : In(1)
+    busy : Out(1)
+        From the cycle after ``start`` until the run's last result left.
+    error : Out(1)
+        Always 0 (the set-up refuses what the unit cannot run).
+    acc : Out(stream.Signature(accumulate_layout(config)))
+        Result vectors for P (words relative to the step's part of P; always taken).
+    words_read : Out(32)
+        Buffer words the run read.
+    """
+
+    @classmethod
+    def check_parameters(cls, config):
+        if not require_config(config).has_pool():
+            raise ValueError(f"PoolEngine needs pool_kinds (configuration {config.name!r} has "
+                             f"none)")
+
+    def __init__(self, config):
+        self.config = config
+        aw = exact_log2(config.buf_pool_depth)
+        super().__init__({
+            "write": Out(WritePort.Signature(addr_width=aw,
+                                             shape=arith_for(config).operand_shape)),
+            "layer": In(pool_run_layout(config)), "start": In(1),
+            "busy": Out(1), "error": Out(1),
+            "acc": Out(stream.Signature(accumulate_layout(config))),
+            "words_read": Out(32),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        ar = arith_for(cfg)
+        op = ar.operand_shape
+        aw = exact_log2(cfg.buf_pool_depth)
+        has_avg, has_max = cfg.has_pool("avg"), cfg.has_pool("max")
+        mem = m.submodules.buf = Memory(shape=op, depth=cfg.buf_pool_depth, init=[])
+        wp = mem.write_port()
+        m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
+                     wp.data.eq(self.write.data)]
+        rp = mem.read_port()
+        rdata = Signal(op)
+        m.d.comb += rdata.eq(rp.data)
+
+        L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
+        co = signed(cfg.dim_width + 4)             # coordinates (padding makes them negative)
+        ad = signed(2 * cfg.dim_width + 8)         # buffer addresses and their offsets
+        acc_w = cfg.acc_width + 2
+
+        # loop registers
+        pl = Signal(32)
+        xpb, dpb = Signal(ad), Signal(ad)          # this plane's X and dY buffer words
+        ppb = Signal(_W)                           # this plane's first P word
+        word, lane = Signal(_W), Signal(range(cfg.cols))
+        oy = Signal(co)                            # row in the band
+        ox = Signal(co)                            # column
+        # forward: the window of output (y0 + oy, ox)
+        top0, shw, wrow0, wtop, wrow, left = (Signal(ad, name=n) for n in (
+            "top0", "shw", "wrow0", "wtop", "wrow", "left"))
+        # backward: the element (y, x), its covering windows
+        xrow0, drow0, remhw0 = (Signal(ad, name=n) for n in ("xrow0", "drow0", "remhw0"))
+        xrow, drow, remhw = (Signal(ad, name=n) for n in ("xrow", "drow", "remhw"))
+        qh, remh, qw, remw = (Signal(co, name=n) for n in ("qh", "remh", "qw", "remw"))
+        offh, ohc, dro, wtb, wrb, offw, owc, lfb = (Signal(ad, name=n) for n in (
+            "offh", "ohc", "dro", "wtb", "wrb", "offw", "owc", "lfb"))
+        dsave = Signal(op)
+        acc = Signal(signed(acc_w))                # the element's sum (backward)
+        mask = Signal()
+        # the window scan
+        stop, sleft, srow = Signal(ad), Signal(ad), Signal(ad)    # top row, left column, row word
+        tr, tq = Signal(co), Signal(co)
+        pend, ptr_, ptq = Signal(), Signal(co), Signal(co)
+        best = Signal(op)
+        first = Signal()
+        amr, amq = Signal(co), Signal(co)          # where the first largest tap is
+        total = Signal(signed(acc_w))              # the window's sum (forward avg)
+        # the result and the division
+        value = Signal(signed(acc_w))
+        reads = Signal(32)
+        m.d.comb += self.words_read.eq(reads)
+
+        def row_of(rrow):
+            return (rrow >= 0) & (rrow < L.h)
+
+        def col_of(ccol):
+            return (ccol >= 0) & (ccol < L.w)
+
+        def start_scan(top, lft, row_addr):
+            return [stop.eq(top), sleft.eq(lft), srow.eq(row_addr), tr.eq(0), tq.eq(0),
+                    pend.eq(0), first.eq(1), total.eq(0)]
+
+        def emit(v):
+            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + word)]
+            for j in range(cfg.cols):
+                m.d.comb += self.acc.payload.data[j].eq(Mux(lane == j, v, 0))
+            with m.If(lane == cfg.cols - 1):
+                m.d.sync += [lane.eq(0), word.eq(word + 1)]
+            with m.Else():
+                m.d.sync += lane.eq(lane + 1)
+
+        def plane_start():
+            return [word.eq(0), lane.eq(0), oy.eq(0)]
+
+        with m.FSM(name="pool") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [L.eq(self.layer), reads.eq(0)]
+                    m.next = "SETUP"
+            with m.State("SETUP"):           # the run's constant products
+                top = (L.y0 * L.stride_h).as_signed() - L.pad_h
+                m.d.sync += [top0.eq(top), shw.eq(L.stride_h * L.w),
+                             remhw0.eq(L.rem0 * L.w),
+                             xrow0.eq((L.y0.as_signed() - L.xlo) * L.w),
+                             drow0.eq((L.q0.as_signed() - L.dlo) * L.ow),
+                             pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
+                m.next = "SETUP2"
+            with m.State("SETUP2"):
+                m.d.sync += wrow0.eq((top0 - L.xlo) * L.w)
+                m.next = "PLANE"
+            with m.State("PLANE"):
+                m.d.sync += plane_start()
+                m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
+                             qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
+                             drow.eq(dpb + drow0), remhw.eq(remhw0)]
+                with m.If(L.planes == 0):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "ROW"
+            with m.State("ROW"):
+                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed()), qw.eq(L.qw0),
+                             remw.eq(L.remw0)]
+                m.next = "PIXEL"
+            with m.State("PIXEL"):
+                m.d.sync += mask.eq(0)
+                with m.If(L.backward):
+                    m.d.sync += [acc.eq(0), offh.eq(remh), ohc.eq(qh), dro.eq(drow),
+                                 wtb.eq((L.y0 + oy).as_signed() - remh), wrb.eq(xrow - remhw)]
+                    m.next = "CAND_ROW"
+                with m.Else():
+                    m.d.sync += start_scan(wtop, left, wrow)
+                    m.next = "SCAN"
+
+            # --- backward: the windows covering (y, x) ----------------------------------------
+            with m.State("CAND_ROW"):
+                with m.If((offh >= L.r) | (ohc < 0)):
+                    m.next = "PIXEL_END"
+                with m.Elif(ohc >= L.oh):
+                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
+                                 dro.eq(dro - L.ow), wtb.eq(wtb - L.stride_h),
+                                 wrb.eq(wrb - shw)]
+                with m.Else():
+                    m.d.sync += [offw.eq(remw), owc.eq(qw), lfb.eq(ox - remw)]
+                    m.next = "CAND_COL"
+            with m.State("CAND_COL"):
+                with m.If((offw >= L.s) | (owc < 0)):
+                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
+                                 dro.eq(dro - L.ow), wtb.eq(wtb - L.stride_h),
+                                 wrb.eq(wrb - shw)]
+                    m.next = "CAND_ROW"
+                with m.Elif(owc >= L.ow):
+                    m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
+                                 lfb.eq(lfb - L.stride_w)]
+                with m.Else():
+                    m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
+                    m.d.sync += reads.eq(reads + 1)
+                    m.next = "CAND_D"
+            with m.State("CAND_D"):
+                if has_avg:
+                    with m.If(L.avg):
+                        m.d.sync += [acc.eq(acc + rdata), offw.eq(offw + L.stride_w),
+                                     owc.eq(owc - 1), lfb.eq(lfb - L.stride_w)]
+                        m.next = "CAND_COL"
+                if has_max:
+                    with m.If(~L.avg):
+                        m.d.sync += [dsave.eq(rdata), *start_scan(wtb, lfb, wrb)]
+                        m.next = "SCAN"
+            with m.State("CAND_CMP"):        # max: is (y, x) the window's first largest tap?
+                with m.If((amr == offh) & (amq == offw)):
+                    m.d.sync += acc.eq(acc + dsave)
+                m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
+                             lfb.eq(lfb - L.stride_w)]
+                m.next = "CAND_COL"
+            with m.State("PIXEL_END"):
+                with m.If(L.relu):
+                    m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
+                    m.d.sync += reads.eq(reads + 1)
+                    m.next = "RELU"
+                with m.Else():
+                    m.d.sync += value.eq(acc)
+                    m.next = "PIXEL_VAL"
+            with m.State("RELU"):
+                positive = (rdata > 0) if op.signed else (rdata != 0)
+                m.d.sync += [mask.eq(~positive), value.eq(acc)]
+                m.next = "PIXEL_VAL"
+            with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
+                m.next = "EMIT"
+                if has_avg:
+                    with m.If(L.avg):
+                        m.next = "DIV0"
+
+            # --- the window scan: one tap a cycle, the read's data the next cycle -------------
+            def take(v, rr, qq):
+                """The data of a tap read the cycle before."""
+                with m.If(first | (v > best)):
+                    m.d.sync += [best.eq(v), amr.eq(rr), amq.eq(qq)]
+                m.d.sync += [first.eq(0), total.eq(total + v)]
+
+            with m.State("SCAN"):
+                row, col = stop + tr, sleft + tq
+                ok = row_of(row) & col_of(col)
+                m.d.comb += [rp.addr.eq(srow + col), rp.en.eq(ok)]
+                m.d.sync += [pend.eq(ok), ptr_.eq(tr), ptq.eq(tq)]
+                with m.If(ok):
+                    m.d.sync += reads.eq(reads + 1)
+                with m.If(pend):
+                    take(rdata, ptr_, ptq)
+                with m.If(tq + 1 < L.s):
+                    m.d.sync += tq.eq(tq + 1)
+                with m.Else():
+                    m.d.sync += [tq.eq(0), tr.eq(tr + 1), srow.eq(srow + L.w)]
+                    with m.If(tr + 1 >= L.r):
+                        m.next = "SCAN_END"
+            with m.State("SCAN_END"):
+                with m.If(pend):
+                    take(rdata, ptr_, ptq)
+                m.d.sync += pend.eq(0)
+                with m.If(L.backward):
+                    m.next = "CAND_CMP"
+                with m.Else():
+                    m.next = "FWD_VAL"
+            with m.State("FWD_VAL"):
+                m.d.sync += value.eq(best)
+                m.next = "EMIT"
+                if has_avg:
+                    with m.If(L.avg):
+                        m.d.sync += value.eq(total)
+                        m.next = "DIV0"
+
+            # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)) -----------------
+            if has_avg:
+                self._divide(m, L, value, acc_w)
+
+            with m.State("EMIT"):
+                emit(Mux(mask, 0, value))
+                with m.If(L.backward):       # the next element of the dX band
+                    with m.If(ox + 1 < L.w):
+                        m.d.sync += ox.eq(ox + 1)
+                        with m.If(remw + 1 == L.stride_w):
+                            m.d.sync += [remw.eq(0), qw.eq(qw + 1)]
+                        with m.Else():
+                            m.d.sync += remw.eq(remw + 1)
+                        m.next = "PIXEL"
+                    with m.Else():
+                        m.d.sync += [oy.eq(oy + 1), xrow.eq(xrow + L.w)]
+                        with m.If(remh + 1 == L.stride_h):
+                            m.d.sync += [remh.eq(0), qh.eq(qh + 1), drow.eq(drow + L.ow),
+                                         remhw.eq(0)]
+                        with m.Else():
+                            m.d.sync += [remh.eq(remh + 1), remhw.eq(remhw + L.w)]
+                        m.next = "NEXT_ROW"
+                with m.Else():               # the next output of the band
+                    with m.If(ox + 1 < L.ow):
+                        m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+                        m.next = "PIXEL"
+                    with m.Else():
+                        m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                                     wrow.eq(wrow + shw)]
+                        m.next = "NEXT_ROW"
+            with m.State("NEXT_ROW"):
+                with m.If(oy < L.rows):
+                    m.next = "ROW"
+                with m.Elif(pl + 1 < L.planes):
+                    m.d.sync += [pl.eq(pl + 1), xpb.eq(xpb + L.x_plane),
+                                 dpb.eq(dpb + L.d_plane), ppb.eq(ppb + L.p_row)]
+                    m.next = "PLANE"
+                with m.Else():
+                    m.next = "IDLE"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        return m
+
+    @staticmethod
+    def _divide(m, L, value, acc_w):
+        """States DIV0..DIV2: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
+        the module docstring), then EMIT."""
+        neg = Signal()
+        mag = Signal(unsigned(acc_w + 1))
+        prod = Signal(unsigned(acc_w + 1 + _W))
+        with m.State("DIV0"):
+            num = Signal(signed(acc_w + 1))
+            m.d.comb += num.eq((value << 1) + L.rs)
+            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, -num + (L.rs << 1) - 1, num))]
+            m.next = "DIV1"
+        with m.State("DIV1"):
+            m.d.sync += prod.eq(mag * L.recip)
+            m.next = "DIV2"
+        with m.State("DIV2"):
+            quo = prod[POOL_RECIP_SHIFT:]
+            m.d.sync += value.eq(Mux(neg, -quo.as_signed(), quo.as_signed()))
+            m.next = "EMIT"

@@ -1,0 +1,162 @@
+"""The pooling unit alone, in the Amaranth simulator: every run of :func:`bpsa.plan.tiling.pool_plan`
+(whole planes and row bands) with its operands written into the unit's buffer, the result
+vectors gathered from its P stream, against :func:`bpsa.models.golden.pool2d` and
+``pool2d_backward`` (ReLU's backward masked by ``x > 0``), on random shapes: kernels 1-3 per
+axis, strides 1-3 (overlapping and non-overlapping windows), padding up to kernel // 2, values
+from a narrow range so ties are frequent. The whole accelerator runs the same phases in
+``tests/test_gateware_accelerator_pool.py`` (Amaranth) and under Verilator."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from bpsa.config import Config
+from bpsa.gateware.engines.pool import PoolEngine
+from bpsa.models.golden import pool2d, pool2d_backward
+from bpsa.plan.tiling import pool_plan
+
+#: Three lanes (not a power of two), a small buffer and P so that layers cut into bands.
+CFG = Config(name="pool_test", rows=2, cols=3, dataflows=["os"], dim_width=8,
+             buf_a_depth=64, buf_b_depth=64, buf_p_depth=32, buf_pool_depth=256,
+             pool_kinds=("max", "avg"))
+#: Unsigned operands, max only.
+CFG_U = CFG.replace(name="pool_test_u", operand_width=6, operand_signed=False, acc_width=16,
+                    pool_kinds=("max",))
+
+
+def _layer(rng, cfg):
+    while True:
+        r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        ph, pw = int(rng.integers(0, r // 2 + 1)), int(rng.integers(0, s // 2 + 1))
+        h, w = int(rng.integers(r, 11)), int(rng.integers(s, 11))
+        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        kind = str(rng.choice(cfg.pool_kinds))
+        return dict(n=n, c=c, h=h, w=w, r=r, s=s, stride=(sh, sw), pad=(ph, pw), kind=kind)
+
+
+def _run_engine(cfg, phase, x, dy, lay, relu):
+    """Every run of the layer's plan through the engine; the output tensor."""
+    n, c, h, w = x.shape
+    plan = pool_plan(cfg, phase, n, c, h, w, lay["r"], lay["s"], lay["stride"], lay["pad"],
+                     lay["kind"], relu)
+    bwd = phase == "pool_backward"
+    oh, ow = plan["oh"], plan["ow"]
+    out_h, out_w = (h, w) if bwd else (oh, ow)
+    out = np.zeros((n * c, out_h, out_w), dtype=np.int64)
+    xp, dp = x.reshape(n * c, h, w), (dy.reshape(n * c, oh, ow) if bwd else None)
+    dut = PoolEngine(cfg)
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    mask = (1 << cfg.operand_width) - 1
+
+    async def bench(ctx):
+        for run in plan["runs"]:
+            words = []
+            for i in range(run["planes"]):
+                if run["x_plane"]:
+                    words += list(xp[run["i0"] + i, run["xlo"]:run["xlo"] + run["xrows"]]
+                                  .ravel())
+            for i in range(run["planes"]):
+                if bwd:
+                    words += list(dp[run["i0"] + i, run["dlo"]:run["dlo"] + run["drows"]]
+                                  .ravel())
+            assert len(words) <= cfg.buf_pool_depth // 2
+            for a, v in enumerate(words):
+                ctx.set(dut.write.addr, a)
+                ctx.set(dut.write.data, int(v) & mask)
+                ctx.set(dut.write.en, 1)
+                await ctx.tick()
+            ctx.set(dut.write.en, 0)
+            layer = {"backward": int(bwd), "avg": int(lay["kind"] == "avg"),
+                     "relu": int(relu), "planes": run["planes"], "h": h, "w": w,
+                     "r": lay["r"], "s": lay["s"], "stride_h": lay["stride"][0],
+                     "stride_w": lay["stride"][1], "pad_h": lay["pad"][0],
+                     "pad_w": lay["pad"][1], "oh": oh, "ow": ow, "y0": run["y0"],
+                     "rows": run["rows"], "xlo": run["xlo"], "dlo": run["dlo"],
+                     "q0": run["q0"], "rem0": run["rem0"], "qw0": plan["qw0"],
+                     "remw0": plan["rw0"], "x_base": 0, "d_base": run["d_offset"],
+                     "x_plane": run["x_plane"], "d_plane": run["d_plane"],
+                     "p_row": run["p_row"], "rs": plan["rs"], "recip": plan["recip"]}
+            ctx.set(dut.layer, layer)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            got = {}
+            for _ in range(200_000):
+                if ctx.get(dut.acc.valid):
+                    addr = ctx.get(dut.acc.payload.addr)
+                    vec = [ctx.get(dut.acc.payload.data[j]) for j in range(cfg.cols)]
+                    assert sum(v != 0 for v in vec) <= 1, "one element a vector"
+                    got[addr] = [a + b for a, b in zip(got.get(addr, [0] * cfg.cols), vec)]
+                await ctx.tick()
+                if not ctx.get(dut.busy) and not ctx.get(dut.acc.valid):
+                    break
+            else:
+                raise AssertionError("the run did not end")
+            for i in range(run["planes"]):
+                flat = [got.get(i * run["p_row"] + e // cfg.cols, [0] * cfg.cols)[e % cfg.cols]
+                        for e in range(run["rows"] * out_w)]
+                out[run["i0"] + i, run["y0"]:run["y0"] + run["rows"]] = \
+                    np.array(flat).reshape(run["rows"], out_w)
+
+    sim.add_testbench(bench)
+    sim.run()
+    return out.reshape(n, c, out_h, out_w), plan
+
+
+def _operands(rng, cfg, lay):
+    lo, hi = (-3, 3) if cfg.operand_signed else (0, 5)
+    x = rng.integers(lo, hi + 1, (lay["n"], lay["c"], lay["h"], lay["w"]))
+    y = pool2d(x, lay["kind"], (lay["r"], lay["s"]), lay["stride"], lay["pad"])
+    top = (1 << (cfg.operand_width - 1)) - 1 if cfg.operand_signed else (1 << cfg.operand_width) - 1
+    dy = rng.integers(-top if cfg.operand_signed else 0, top + 1, y.shape)
+    return x, y, dy
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_U], ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(16))
+def test_pool_forward_backward_random(cfg, seed):
+    rng = np.random.default_rng(seed)
+    lay = _layer(rng, cfg)
+    x, y, dy = _operands(rng, cfg, lay)
+    got, plan = _run_engine(cfg, "pool_forward", x, None, lay, False)
+    np.testing.assert_array_equal(got, y, err_msg=f"forward {lay}")
+    relu = bool(rng.integers(0, 2))
+    want = pool2d_backward(dy, x, lay["kind"], (lay["r"], lay["s"]), lay["stride"], lay["pad"])
+    if relu:
+        want = want * (x > 0)
+    got, _ = _run_engine(cfg, "pool_backward", x, dy, lay, relu)
+    np.testing.assert_array_equal(got, want, err_msg=f"backward {lay} relu {relu}")
+
+
+def test_pool_bands():
+    """A plane too large for the buffer: the forward and the backward run in row bands."""
+    rng = np.random.default_rng(7)
+    for kind in ("max", "avg"):
+        lay = dict(n=1, c=1, h=13, w=10, r=3, s=3, stride=(2, 2), pad=(1, 1), kind=kind)
+        x, y, dy = _operands(rng, CFG, lay)
+        got, plan = _run_engine(CFG, "pool_forward", x, None, lay, False)
+        assert plan["banded"] and len(plan["runs"]) > 1
+        np.testing.assert_array_equal(got, y)
+        got, plan = _run_engine(CFG, "pool_backward", x, dy, lay, True)
+        assert plan["banded"] and len(plan["runs"]) > 1
+        want = pool2d_backward(dy, x, kind, 3, 2, 1) * (x > 0)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_pool_average_rounding_extremes():
+    """Averages of the largest and smallest operands, and halves, round like the golden model
+    (the divider's exactness at its bound is :func:`bpsa.spec.numeric.pool_window_limit`'s
+    test)."""
+    lay = dict(n=1, c=2, h=3, w=5, r=3, s=5, stride=(1, 1), pad=(0, 0), kind="avg")
+    x = np.array([np.full((3, 5), 127), np.full((3, 5), -128)]).reshape(1, 2, 3, 5)
+    x[0, 0, 0, 0] = 126
+    got, _ = _run_engine(CFG, "pool_forward", x, None, lay, False)
+    np.testing.assert_array_equal(got, pool2d(x, "avg", (3, 5), 1, 0))
+    lay = dict(n=1, c=1, h=2, w=2, r=2, s=2, stride=(2, 2), pad=(0, 0), kind="avg")
+    for v in (2, -2, 6, -6, 127, -128):           # v / 4: halves and quarters
+        x = np.zeros((1, 1, 2, 2), dtype=np.int64)
+        dy = np.full((1, 1, 1, 1), v)
+        got, _ = _run_engine(CFG, "pool_backward", x, dy, lay, False)
+        np.testing.assert_array_equal(got, pool2d_backward(dy, x, "avg", 2, 2, 0))
