@@ -9,8 +9,9 @@ from bpsa.config import Config
 from bpsa.gateware.controller.load_unit import Cache, LoadUnit, Target
 from bpsa.gateware.dma import DmaError, Direction, ElementKind
 
-CFG = Config(name="load", rows=2, cols=2, buf_a_depth=64, buf_b_depth=32)
-HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16}
+CFG = Config(name="load", rows=2, cols=2, buf_a_depth=64, buf_b_depth=32, buf_pool_depth=128,
+             pool_kinds=["max"])
+HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16, Cache.POOL_X: 64, Cache.POOL_DY: 64}
 
 
 def test_loads_skips_and_errors():
@@ -49,7 +50,9 @@ def test_loads_skips_and_errors():
             for name, v in load.items():
                 ctx.set(getattr(dut.load.payload, name), v)
             ctx.set(dut.load.valid, 1)
-            hit = held.get((cache, bank)) == (addr, length)
+            # the pooling buffer's dY slice also names its offset (it follows X's)
+            key = (addr, length, offset) if cache == Cache.POOL_DY else (addr, length)
+            hit = held.get((cache, bank)) == key
             want = [(addr + j * stride, bank * HALF[cache] + offset + j * run_words, run_len)
                     for j in range(count)]
             fail_at = rng.randrange(count) if rng.random() < 0.1 else None
@@ -105,7 +108,7 @@ def test_loads_skips_and_errors():
             stats["commands"] += len(got)
             if fail_at is None:
                 assert got == want
-                held[cache, bank] = (addr, length)
+                held[cache, bank] = key
             else:
                 stats["errors"] += 1
                 assert got == want[:fail_at + 1]

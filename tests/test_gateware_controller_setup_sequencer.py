@@ -24,7 +24,7 @@ def random_descriptor(rng, config):
     """A descriptor: mostly layers that fit or need bands, some that are refused."""
     lim = (1 << config.dim_width) - 1
     kind = rng.random()
-    phase = rng.choice(list(Phase) + [5])            # 5: a reserved phase
+    phase = rng.choice(list(Phase) + [7])            # 7: a reserved phase
     big = rng.random() < 0.4
     d = {"phase": int(phase), "n": rng.randint(1, 3), "c": rng.randint(1, 200 if big else 6),
          "h": rng.randint(1, 200 if big else 14), "w": rng.randint(1, 200 if big else 14),
@@ -33,7 +33,12 @@ def random_descriptor(rng, config):
          "pad_h": rng.randint(0, 3), "pad_w": rng.randint(0, 3),
          "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2),
          "mode": rng.choice([0, 1, 1, 3]),                  # 3: not a mode
-         "requant": int(rng.random() < 0.25)}     # refused but for forward / zero-free loss
+         "requant": int(rng.random() < 0.25),     # refused but for forward / zero-free loss
+         "relu": int(rng.random() < 0.15),        # refused but for forward / pooling
+         "pool_kind": rng.choice([0, 1, 1, 2])}   # 2: not a kind
+    if phase in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD) and kind < 0.8:
+        d.update(dil_h=1, dil_w=1, pad_h=min(d["pad_h"], d["r"] // 2),
+                 pad_w=min(d["pad_w"], d["s"] // 2), pool_kind=rng.choice([0, 1]))
     if phase == Phase.FC_BACKWARD and kind < 0.9:
         d.update(h=1, w=1, r=1, s=1, pad_h=0, pad_w=0, stride_h=1, stride_w=1, dil_h=1,
                  dil_w=1, c=rng.randint(1, 400 if big else 40))
@@ -58,9 +63,9 @@ def host(config, phases, desc):
         return AccelError(e.code), None
 
 
-@pytest.mark.parametrize("config,count", [(load_config("small"), 220), (TINY, 100)])
+@pytest.mark.parametrize("config,count", [(load_config("small"), 320), (TINY, 160)])
 def test_sequencer_equals_host_plan(config, count):
-    phases = (Phase.FORWARD, Phase.LOSS, Phase.GRADIENT, Phase.FC_BACKWARD)
+    phases = setup.generated_phases(config)
     if config is TINY:
         phases = (Phase.FORWARD, Phase.GRADIENT)       # some phases not generated
     m = Module()
@@ -73,11 +78,13 @@ def test_sequencer_equals_host_plan(config, count):
     descs = [random_descriptor(rng, config) for _ in range(count)]
     # every refusal at least once, whatever the random draw
     plain = dict(phase=int(Phase.GRADIENT), n=1, c=2, h=5, w=5, k=2, r=3, s=3, stride_h=1,
-                 stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1, mode=1, requant=0, addr_x=0,
+                 stride_w=1, pad_h=1, pad_w=1, dil_h=1, dil_w=1, mode=1, requant=0, relu=0, pool_kind=0,
+                 addr_x=0,
                  addr_w=0x1000, addr_dy=0x2000, addr_out=0x3000, window_lo=0,
                  window_hi=(1 << 32) - 1)
-    descs += [{**plain, "c": 0}, {**plain, "mode": 3}, {**plain, "phase": 5},
-              {**plain, "requant": 1},
+    descs += [{**plain, "c": 0}, {**plain, "mode": 3}, {**plain, "phase": 7},
+              {**plain, "requant": 1}, {**plain, "relu": 1},
+              {**plain, "phase": int(Phase.POOL_FORWARD), "pad_h": 2},
               # requantized outputs are operands: aligned to the operand size only
               {**plain, "phase": int(Phase.FORWARD), "requant": 1, "addr_out": 0x3002}]
     seen = {"refused": set(), "banded": 0, "phases": set(), "programs": set()}
@@ -130,4 +137,5 @@ def test_sequencer_equals_host_plan(config, count):
     assert {setup.ZF_GRADIENT} | ({setup.ZF_LOSS} if Phase.LOSS in phases else set()) \
         <= seen["programs"]
     if config is not TINY:
-        assert {AccelError.ALIGN, AccelError.WINDOW, AccelError.SHAPE} <= seen["refused"]
+        assert {AccelError.ALIGN, AccelError.WINDOW, AccelError.SHAPE, AccelError.POOL,
+                AccelError.RELU} <= seen["refused"]

@@ -16,7 +16,7 @@ from bpsa.plan.grammar import Refusal
 from bpsa.spec.regmap import Phase
 
 CFG = Config(name="walk", rows=2, cols=3, buf_a_depth=128, buf_b_depth=128, buf_p_depth=64,
-             feeder_bus_width=4, dim_width=8)
+             feeder_bus_width=4, dim_width=8, pool_kinds=("max", "avg"), buf_pool_depth=128)
 ADDR = {"addr_x": 0x10000, "addr_w": 0x20000, "addr_dy": 0x30000, "addr_out": 0x40000}
 
 
@@ -38,6 +38,20 @@ def random_layer(rng):
                 continue
             return desc, p["runs"], _ceil(c, p["fib"]) * _ceil(n, p["fnb"])
         r, s = rng.randint(1, 3), rng.randint(1, 3)
+        if phase in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD):
+            kind, relu = rng.choice(["max", "avg"]), rng.random() < 0.3
+            st, pad = (rng.randint(1, 3), rng.randint(1, 3)), (rng.randint(0, r // 2),
+                                                               rng.randint(0, s // 2))
+            desc = dict(phase=phase, n=rng.randint(1, 2), c=rng.randint(1, 5),
+                        h=rng.randint(r, 20), w=rng.randint(s, 14), k=0, r=r, s=s,
+                        stride_h=st[0], stride_w=st[1], pad_h=pad[0], pad_w=pad[1], dil_h=1,
+                        dil_w=1, pool_kind=int(kind == "avg"), relu=int(relu), **ADDR)
+            try:
+                p = tiling.pool_plan(CFG, phase.name.lower(), desc["n"], desc["c"], desc["h"],
+                                     desc["w"], r, s, st, pad, kind, relu)
+            except ValueError:
+                continue
+            return desc, len(p["runs"]), len(p["runs"])
         desc = dict(phase=phase, n=rng.randint(1, 2), c=rng.randint(1, 5),
                     h=rng.randint(r, 14), w=rng.randint(s, 14), k=rng.randint(1, 7), r=r, s=s,
                     stride_h=rng.randint(1, 2), stride_w=rng.randint(1, 2),
@@ -65,7 +79,9 @@ def tensor_bytes(desc, regs):
     """(start, end) of the operand tensors of ``desc`` (1-byte operands)."""
     n, c, h, w, k = (desc[f] for f in "nchwk")
     ohow, crs = regs["oh"] * regs["ow"], c * desc["r"] * desc["s"]
-    if desc["phase"] == Phase.FC_BACKWARD:
+    if desc["phase"] in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD):
+        sizes = {"addr_x": n * c * h * w, "addr_dy": n * c * ohow}
+    elif desc["phase"] == Phase.FC_BACKWARD:
         sizes = {"addr_x": n * c, "addr_w": k * c, "addr_dy": n * k}
     else:
         kt = _ceil(k, CFG.cols)
@@ -83,7 +99,7 @@ def test_walker_runs_and_steps_match_the_plan():
                  walker.alu.busy.eq(alu.busy), walker.alu.done.eq(alu.done),
                  walker.alu.result.eq(alu.result), walker.alu.overflow.eq(alu.overflow)]
     rng = random.Random(8)
-    layers = [random_layer(rng) for _ in range(40)]
+    layers = [random_layer(rng) for _ in range(56)]
     seen, banded = set(), []
 
     async def bench(ctx):

@@ -26,7 +26,7 @@ def test_write_verilog_writes_config_json(tmp_path):
     assert "module pe(" in v.read_text()
     data = json.loads((tmp_path / "pe.json").read_text())
     assert data["config"] == cfg.to_dict() and (data["top"], data["module"]) == ("pe", "pe")
-    assert data["register_map_version"] == "1.4" and data["generator_version"]
+    assert data["register_map_version"] == "1.5" and data["generator_version"]
 
 
 @pytest.mark.parametrize("top", ["pe", "accelerator"])
