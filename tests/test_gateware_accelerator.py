@@ -446,11 +446,25 @@ def test_pooling_verilator():
     descriptor phases, the walker's bands, the store path's ReLU) against the golden model:
     random layers, global average pooling, a plane cut into bands, requantized gradients, and
     the hardware's refusal (POOL) of a kind it does not generate."""
+    from bpsa.models.perf import pool_cycles
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
     from bpsa.verify.native import run_with_driver
 
     rng = np.random.default_rng(21)
+    errors = []
+
+    def model_agrees(drv, phase, x, kind, k, st, pad, relu):
+        """The cycle model's DMA bytes are the RTL's; its cycles within 12 %."""
+        n, c, h, w = x.shape
+        got = drv.counters
+        m = pool_cycles(SMALL, phase, n=n, c=c, h=h, w=w, r=k[0], s=k[1], stride=st,
+                        pad=pad, kind=kind, relu=relu, requant=phase == "pool_forward")
+        assert (m.dma_read_bytes, m.dma_write_bytes) == (got["dma_read_bytes"],
+                                                         got["dma_write_bytes"])
+        errors.append(m.cycles / got["busy_cycles"] - 1)
+        assert abs(errors[-1]) < 0.12, (phase, kind, k, st, pad, x.shape, m.cycles,
+                                        got["busy_cycles"])
     cases = _pool_cases(rng, 10)
     # a plane whose X and dY do not fit a bank of the 1,024-word buffer: row bands
     cases.append(("max", (3, 3), (2, 2), (1, 1), (1, 1, 40, 30), True))
@@ -465,11 +479,13 @@ def test_pooling_verilator():
                                           err_msg=f"forward {kind} {k} {st} {pad} {shape}")
             if not drv.plan["banded"]:
                 assert drv.counters["dma_read_bytes"] == x.size  # X read once
+            model_agrees(drv, "pool_forward", x, kind, k, st, pad, relu)
             dy = rng.integers(-100, 101, want.shape)
             dx = await drv.pool_backward(dy, x, kind, k, st, pad, relu=relu)
             gold = golden.pool2d_backward(dy, x, kind, k, st, pad)
             np.testing.assert_array_equal(dx, gold * (x > 0) if relu else gold,
                                           err_msg=f"backward {kind} {k} {st} {pad} {shape}")
+            model_agrees(drv, "pool_backward", x, kind, k, st, pad, relu)
         x = rng.integers(-128, 128, (2, 3, 5, 7))
         np.testing.assert_array_equal(await drv.pool(x, "global_avg"),
                                       golden.pool2d(x, "global_avg"))

@@ -73,7 +73,7 @@ def _run_engine(cfg, phase, x, dy, lay, relu):
                      "r": lay["r"], "s": lay["s"], "stride_h": lay["stride"][0],
                      "stride_w": lay["stride"][1], "pad_h": lay["pad"][0],
                      "pad_w": lay["pad"][1], "oh": oh, "ow": ow, "y0": run["y0"],
-                     "rows": run["rows"], "xlo": run["xlo"], "dlo": run["dlo"],
+                     "rows": run["rows"], "xlo": run["xlo"], "dlo": run["dlo"], "drows": run["drows"],
                      "q0": run["q0"], "rem0": run["rem0"], "qw0": plan["qw0"],
                      "remw0": plan["rw0"], "x_base": 0, "d_base": run["d_offset"],
                      "x_plane": run["x_plane"], "d_plane": run["d_plane"],

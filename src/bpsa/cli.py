@@ -301,6 +301,26 @@ def _sim_accelerator(args, config):
     return out
 
 
+def _sim_accelerator_pool(args, config):
+    """``bpsa sim --phase pool``: a pooling layer's forward and backward through the
+    accelerator (the pooling unit), both checked against the golden model."""
+    from bpsa.spec.layer import parse_pool
+    from bpsa.verify.pool_run import run_pool
+    if args.gemm is not None or args.layer is None:
+        raise UserError("give a layer: --phase pool --layer C=..,H=..,W=..,R=..,S=..,"
+                        "stride=..,pad=..,N=..,kind=max|avg|global_avg")
+    if args.dataflow != "os" or args.sgd_shift is not None or args.requant is not None:
+        raise UserError("--phase pool: --dataflow, --sgd-shift and --requant do not apply")
+    if args.harness == "cocotb":
+        raise UserError("--phase pool runs on the native harness")
+    try:
+        layer = parse_pool(args.layer)
+        return run_pool(config, layer, seed=args.seed, **_native(args))
+    except ValueError as e:
+        raise UserError(f"cannot run pooling layer {args.layer!r} on {config.name!r}: {e}") \
+            from None
+
+
 def cmd_sim(args):
     import json
 
@@ -324,8 +344,8 @@ def cmd_sim(args):
     elif args.phase is not None and not args.engine:
         from bpsa.verify.native import HangError, TraceWindowError
         try:
-            result = (_sim_accelerator_fc if args.phase == "fc" else _sim_accelerator)(args,
-                                                                                     config)
+            result = {"fc": _sim_accelerator_fc, "pool": _sim_accelerator_pool}.get(
+                args.phase, _sim_accelerator)(args, config)
         except TraceWindowError as e:
             raise UserError(f"--trace-window: {e}") from None
         except HangError as e:
@@ -837,14 +857,16 @@ def build_parser():
     sp.add_argument("--engine", action="store_true",
                     help="run --phase on the engine top alone (ConvForward / ConvBackward, "
                          "buffers written directly) instead of the whole accelerator")
-    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step", "fc"],
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step", "fc", "pool"],
                     default=None,
                     help="run a convolution layer (--layer) through the whole accelerator "
                          "(driver, AXI memory, DMA, tiling controller): forward (feeder + OS "
                          "array), loss|gradient (see --mode), or step (all three); "
                          "fc (--layer N=..,I=..,O=..: an FC layer's dX and dW in one "
-                         "interleaved pass); with --engine, forward|loss|gradient|fc on the "
-                         "engine top alone")
+                         "interleaved pass); pool (--layer C=..,H=..,W=..,R=..,S=..,stride=..,"
+                         "pad=..,N=..,kind=max|avg|global_avg,relu=0|1: the pooling unit's "
+                         "forward and backward); with --engine, forward|loss|gradient|fc on "
+                         "the engine top alone")
     sp.add_argument("--baseline", action="store_true",
                     help="--phase fc: two descriptors (1x1 loss, then gradient) instead of "
                          "the interleaved pass; --phase loss|gradient: the traditional flow for "

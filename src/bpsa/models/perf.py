@@ -27,13 +27,15 @@ from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "roofline_cycles",
-           "traditional_cycles"]
+__all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "pool_cycles",
+           "roofline_cycles", "traditional_cycles"]
 
 #: Fitted constants (cycles).
 TIMING = {
     "setup_gradient": 430,  # the set-up sequencer's and the walker's first programs
     "setup_loss": 680,
+    "setup_pool_forward": 620,   # the pooling set-up (with its reciprocal's division) and
+    "setup_pool_backward": 740,  # the first band program
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "run_program": 60,     # the walker's per-run program before its loads
     "step_flush": 6,       # a new step: the accumulations land
@@ -461,3 +463,102 @@ def min_bytes(config, phase, *, n, c, h, w, k, r, s, oh, ow, requant=False):
     x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
     return {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
             "gradient": (x + y) * ob + wt * ab}[phase]
+
+
+def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,
+                      ph, pw):
+    """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.engines.pool`), from
+    its state sequence. Forward, an output: its window's ``R S`` taps one a cycle and four
+    cycles around them (three more to divide). Backward, max: a window of the band's ``drows``
+    dY rows, its dY read, its taps scanned and its scatter (``R S + 4``). Backward, avg, a dX
+    element: the covering windows' candidate rows (one cycle each), for each row inside dY
+    the candidate columns (one cycle each, a window inside dY one more)."""
+    div = 3 if avg else 0
+    if not bwd:
+        per_row = 2 + ow * (r * s + 4 + div)
+        return 3 + planes * (1 + rows * per_row)
+    if not avg:
+        return 3 + planes * (2 + drows * (1 + ow * (r * s + 4)))
+
+    def walk(first, count, stride, pad, kernel, outs):
+        """Per coordinate: (cycles of its candidate loop, windows inside the output)."""
+        visits, inside = [], []
+        for y in range(first, first + count):
+            q, rem = divmod(y + pad, stride)
+            t = cyc = ins = 0
+            while True:
+                cyc += 1
+                off, o = rem + t * stride, q - t
+                if off >= kernel or o < 0:
+                    break
+                if o < outs:
+                    ins += 1
+                t += 1
+            visits.append(cyc)
+            inside.append(ins)
+        return visits, inside
+
+    rv, rin = walk(y0, rows, sh, ph, r, oh)
+    cv, cin = walk(0, w, sw, pw, s, ow)
+    col_cost = sum(cv) + sum(cin)                   # a valid row's column loops, all x
+    per_elem = 1 + 1 + (1 if relu else 0) + 1 + div + 1      # PIXEL, END, RELU, VAL, EMIT
+    plane = rows * (2 + w * per_elem) + w * sum(rv) + sum(rin) * col_cost
+    return 3 + planes * (1 + plane)
+
+
+def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="max",
+                relu=False, requant=True):
+    """The model's :class:`LayerCycles` of a pooling layer (``phase``: ``"pool_forward"`` or
+    ``"pool_backward"``; ``kind``: ``max``, ``avg`` or ``global_avg``) on ``config``: the
+    walker's runs (:func:`bpsa.plan.tiling.pool_plan`), the pooling unit's cycles of each,
+    the loads into its buffer's two banks overlapped with the run before, and the stores
+    (P is double-buffered). ``macs`` is 0 (no MAC), ``utilization`` 0; ``bound`` names
+    ``pool`` for the unit. ``requant``: the output leaves as operands (the driver's pooling
+    forward always does). :exc:`ValueError` with the controller's reason for a refused
+    layer."""
+    if kind == "global_avg":
+        kind, (r, s), stride, pad = "avg", (h, w), (1, 1), (0, 0)
+    stride = (r, s) if stride is None else tuple(stride)
+    e = tiling.pool_plan(config, phase, n, c, h, w, r, s, stride, pad, kind, relu)
+    bwd = phase == "pool_backward"
+    C = config.cols
+    ob = element_bytes(config.operand_width)
+    ab = ob if requant else element_bytes(config.acc_width)
+    rates = {"x": _rate(config, 1, ob), "d": _rate(config, 1, ob)}
+    out_w = w if bwd else e["ow"]
+    runs, stores, clears = [], [], []
+    reads = 0
+    store = []
+    for i, run in enumerate(e["runs"]):
+        loads = []
+        if run["x_plane"]:
+            loads.append(("x", ("x", run["i0"], run["xlo"], run["xrows"]),
+                          run["planes"] * run["x_plane"] * ob, run["planes"]))
+        if bwd and run["drows"]:
+            loads.append(("d", ("d", run["i0"], run["dlo"], run["drows"]),
+                          run["planes"] * run["d_plane"] * ob, run["planes"]))
+        comp = _pool_unit_cycles(bwd=bwd, avg=kind == "avg", relu=relu, planes=run["planes"],
+                                 rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w, oh=e["oh"],
+                                 ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
+                                 ph=pad[0], pw=pad[1])
+        runs.append((loads, comp, True))
+        stores.append(store if i else [])
+        clears.append(run["planes"] * run["p_row"])
+        store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab)) * run["planes"]
+        reads += sum(nbytes for _, _, nbytes, _ in loads)
+    total, compute, dma_busy, loaded, p_wait = _timeline(runs, stores, store, clears,
+                                                         TIMING[f"setup_{phase}"], rates)
+    outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
+    setup_time = TIMING[f"setup_{phase}"] + len(runs) * TIMING["run_program"]
+    bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
+                key=lambda b: b[1])[0]
+    moved = loaded + outs * ab
+    roof = max(1, -(-moved // (config.dma_data_width // 8)))
+    return LayerCycles(cycles=total, compute_cycles=compute, macs=0, array_slots=0,
+                       utilization=0.0, dma_read_bytes=loaded, dma_write_bytes=outs * ab,
+                       dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
+                       roofline_cycles=roof, over_roofline=total / roof,
+                       p_wait_cycles=p_wait,
+                       a_words=max((nb // ob for ld, _, _ in runs for _, _, nb, _ in ld),
+                                   default=0),
+                       p_words=max(clears, default=0))

@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "conv_params", "out_size",
-           "output_hw", "pair", "parse_fc", "parse_layer"]
+__all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "POOL_KEYS", "PoolLayer",
+           "conv_params", "out_size", "output_hw", "pair", "parse_fc", "parse_layer",
+           "parse_pool"]
 
 
 def out_size(size, kernel, stride, pad, dil, pad_end=None):
@@ -246,3 +247,106 @@ def parse_fc(text):
         if v < 1:
             raise ValueError(f"FC layer {name} = {v}: must be at least 1")
     return layer
+
+
+#: Keys of a pooling layer's text (``bpsa sim --phase pool --layer``).
+POOL_KEYS = ("C", "H", "W", "R", "S", "stride", "pad", "N", "kind", "relu")
+
+#: Pooling kinds a layer may name (``global_avg``: ``avg`` over the whole plane).
+_POOL_KINDS = ("max", "avg", "global_avg")
+
+
+@dataclass(frozen=True)
+class PoolLayer:
+    """One pooling layer of ``batch`` images of ``channels`` planes ``height x width``:
+    ``kind`` (``max``, ``avg``, ``global_avg``), window ``kernel``, ``stride``, ``pad`` (pairs;
+    ``global_avg``: the plane, 1, 0), ``relu`` (forward: ReLU on the store path; backward: the
+    ReLU's mask)."""
+    batch: int
+    channels: int
+    height: int
+    width: int
+    kind: str
+    kernel: tuple
+    stride: tuple
+    pad: tuple
+    relu: bool = False
+
+    @property
+    def out_hw(self):
+        return tuple(out_size(n, k, s, p, 1) for n, k, s, p in zip(
+            (self.height, self.width), self.kernel, self.stride, self.pad))
+
+    def text(self):
+        def hw(v):
+            return f"{v[0]}x{v[1]}"
+        return (f"C={self.channels},H={self.height},W={self.width},R={self.kernel[0]},"
+                f"S={self.kernel[1]},stride={hw(self.stride)},pad={hw(self.pad)},"
+                f"N={self.batch},kind={self.kind},relu={int(self.relu)}")
+
+
+def parse_pool(text):
+    """A :class:`PoolLayer` from ``"C=..,H=..,W=..,R=..,S=..,stride=..,pad=..,N=..,
+    kind=max|avg|global_avg,relu=0|1"``. ``C``, ``H`` and ``kind`` are required, and ``R``
+    unless the kind is ``global_avg``; ``W`` defaults to ``H``, ``S`` to ``R``, ``stride``
+    to the kernel, ``pad`` to 0, ``N`` to 1, ``relu`` to 0. :exc:`ValueError` names a bad
+    key or value, a zero stride, padding above kernel // 2 and a window larger than the
+    padded input."""
+    values = {}
+    for item in (p.strip() for p in str(text).split(",")):
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        key, val = key.strip(), val.strip()
+        if not sep:
+            raise ValueError(f"pooling layer item {item!r} is not KEY=VALUE")
+        if key not in POOL_KEYS:
+            raise ValueError(f"unknown pooling layer key {key!r}; keys are "
+                             f"{', '.join(POOL_KEYS)}")
+        if key in values:
+            raise ValueError(f"pooling layer key {key} given twice")
+        if key == "kind":
+            if val not in _POOL_KINDS:
+                raise ValueError(f"pooling kind must be one of {', '.join(_POOL_KINDS)}, not "
+                                 f"{val!r}")
+            values[key] = val
+        elif key == "relu":
+            if val not in ("0", "1"):
+                raise ValueError(f"pooling layer key relu must be 0 or 1, not {val!r}")
+            values[key] = val == "1"
+        else:
+            values[key] = _value(key, val)
+    kind = values.get("kind")
+    need = ["C", "H", "kind"] + ([] if kind == "global_avg" else ["R"])
+    missing = [k for k in need if k not in values]
+    if missing:
+        raise ValueError(f"pooling layer needs {', '.join(missing)} (keys: "
+                         f"{', '.join(POOL_KEYS)})")
+    h = values["H"]
+    w = values.get("W", h)
+    for k in ("C", "H", "N"):
+        if values.get(k, 1) < 1:
+            raise ValueError(f"pooling layer key {k} must be at least 1, not {values[k]}")
+    if w < 1:
+        raise ValueError(f"pooling layer key W must be at least 1, not {w}")
+    if kind == "global_avg":
+        extra = [k for k in ("R", "S", "stride", "pad") if k in values]
+        if extra:
+            raise ValueError(f"global_avg pools the whole plane; drop {', '.join(extra)}")
+        kernel, stride, pad = (h, w), (1, 1), (0, 0)
+    else:
+        kernel = (values["R"], values.get("S", values["R"]))
+        if min(kernel) < 1:
+            raise ValueError(f"pooling kernel must be at least 1, not {kernel}")
+        stride = pair(values.get("stride", kernel))
+        pad = pair(values.get("pad", 0))
+        if min(stride) < 1:
+            raise ValueError(f"pooling layer key stride must be at least 1, not {stride}")
+        if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
+            raise ValueError(f"pooling padding {pad} is more than kernel // 2 "
+                             f"({kernel[0] // 2}, {kernel[1] // 2})")
+        if kernel[0] > h + 2 * pad[0] or kernel[1] > w + 2 * pad[1]:
+            raise ValueError(f"pooling window {kernel} is larger than the padded input "
+                             f"({h + 2 * pad[0]}, {w + 2 * pad[1]})")
+    return PoolLayer(values.get("N", 1), values["C"], h, w, kind, kernel, stride, pad,
+                     values.get("relu", False))

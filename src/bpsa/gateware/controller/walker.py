@@ -76,7 +76,7 @@ def pool_walk_layout(config):
     where dY starts in the bank (``d_offset``)."""
     dim = config.dim_width + 2
     return data.StructLayout({**{name: unsigned(dim) for name in (
-        "y0", "rows", "xlo", "dlo", "q0", "rem0")},
+        "y0", "rows", "xlo", "dlo", "drows", "q0", "rem0")},
         **{name: unsigned(_W) for name in ("x_plane", "d_plane", "d_offset")}})
 
 
@@ -181,7 +181,8 @@ class LoopWalker(wiring.Component):
                      self.run.pad_bottom.eq(e.r["pb"])]
         pr = self.prun
         m.d.comb += [pr.y0.eq(e.loop["o0"]), pr.rows.eq(e.r["obh"]), pr.xlo.eq(e.r["y0"]),
-                     pr.dlo.eq(e.r["lo"]), pr.q0.eq(e.r["pq"]), pr.rem0.eq(e.r["pr"]),
+                     pr.dlo.eq(e.r["lo"]), pr.drows.eq(e.r["eoh"]), pr.q0.eq(e.r["pq"]),
+                     pr.rem0.eq(e.r["pr"]),
                      pr.x_plane.eq(e.r["u"]), pr.d_plane.eq(e.r["eohow"]),
                      pr.d_offset.eq(e.r["dyoff"])]
         z = self.zrun

@@ -14,20 +14,25 @@ Forward (im2col order, Rohwedder Ch. 4)
     with ``m = floor(2**47 / (2 R S)) + 1`` (the set-up's division; exact while ``a 2 R S <
     2**47``, which the set-up checks through ``R S <=``
     :func:`bpsa.spec.numeric.pool_window_limit`).
-Backward (col2im order, gathered)
+Backward, max (col2im order, scattered)
+    For each window of the dY rows the band loaded: its taps are scanned again from X (one a
+    cycle) for the first largest (ties to the first in window order), and the window's dY is
+    added into P at that element, when the element is in the band's dX rows (a window that
+    straddles two bands adds in the band holding its maximum) and, with ``relu``, positive.
+    Overlapping windows (stride < kernel) add up in P; elements that are no window's maximum
+    keep the 0 P was cleared to. The element's P word and lane are ``e // cols`` and ``e %
+    cols`` of its place ``e`` in the band, by a multiplication with a constant.
+Backward, avg (col2im order, gathered)
     For each element ``(y, x)`` of the band's dX rows: the windows that cover it (``oh =
     (y + pad_h) // stride_h - t`` while the element's row offset in the window ``(y + pad_h)
-    % stride_h + t stride_h < R``, and the same across) are visited, and their dY summed:
-    ``avg`` every covering window's, then divided by ``R S`` as in the forward; ``max`` the
-    windows whose first largest tap (scanned again from X, ties to the first in window order)
-    is this element. With ``relu``, dX is 0 where X is not positive (the ReLU's backward,
-    X being the ReLU's output). Overlapping windows (stride < kernel) add up; elements no
-    window covers get 0.
+    % stride_h + t stride_h < R``, and the same across) are visited and their dY summed, then
+    divided by ``R S`` as in the forward. With ``relu``, dX is 0 where X is not positive (the
+    ReLU's backward, X being the ReLU's output). Elements no window covers get 0.
 
 Geometry of a run (:func:`pool_run_layout`): X rows ``[xlo, xlo + rows loaded)`` of each
 plane from buffer word ``x_base + i x_plane``, dY rows ``[dlo, ...)`` from ``d_base + i
 d_plane``; the band's first output (forward) or dX (backward) row ``y0`` and its ``rows``;
-``q0 = (y0 + pad_h) // stride_h``, ``rem0`` its remainder, ``qw0``, ``remw0`` the same of
+``drows`` dY rows loaded; ``q0 = (y0 + pad_h) // stride_h``, ``rem0`` its remainder, ``qw0``, ``remw0`` the same of
 ``pad_w`` by ``stride_w`` (backward). The run's layer is latched at ``start``.
 """
 
@@ -57,7 +62,7 @@ def pool_run_layout(config):
         "backward": 1, "avg": 1, "relu": 1, "planes": unsigned(32),
         **{name: unsigned(dim) for name in (
             "h", "w", "r", "s", "stride_h", "stride_w", "pad_h", "pad_w", "oh", "ow",
-            "y0", "rows", "xlo", "dlo", "q0", "rem0", "qw0", "remw0")},
+            "y0", "rows", "xlo", "dlo", "drows", "q0", "rem0", "qw0", "remw0")},
         "x_base": unsigned(aw), "d_base": unsigned(aw), "x_plane": unsigned(aw),
         "d_plane": unsigned(aw), "p_row": unsigned(_W), "rs": unsigned(2 * dim),
         "recip": unsigned(_W),
@@ -146,6 +151,9 @@ class PoolEngine(CheckedComponent):
         best = Signal(op)
         first = Signal()
         amr, amq = Signal(co), Signal(co)          # where the first largest tap is
+        amaddr = Signal(ad)                        # and its buffer word
+        paddr = Signal(ad)                         # the word of the tap read the cycle before
+        dtop0, dwrow0, xband = Signal(ad), Signal(ad), Signal(ad)
         total = Signal(signed(acc_w))              # the window's sum (forward avg)
         # the result and the division
         value = Signal(signed(acc_w))
@@ -162,10 +170,13 @@ class PoolEngine(CheckedComponent):
             return [stop.eq(top), sleft.eq(lft), srow.eq(row_addr), tr.eq(0), tq.eq(0),
                     pend.eq(0), first.eq(1), total.eq(0)]
 
-        def emit(v):
-            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + word)]
+        def put(v, at_word, at_lane):
+            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
             for j in range(cfg.cols):
-                m.d.comb += self.acc.payload.data[j].eq(Mux(lane == j, v, 0))
+                m.d.comb += self.acc.payload.data[j].eq(Mux(at_lane == j, v, 0))
+
+        def emit(v):
+            put(v, word, lane)
             with m.If(lane == cfg.cols - 1):
                 m.d.sync += [lane.eq(0), word.eq(word + 1)]
             with m.Else():
@@ -185,18 +196,23 @@ class PoolEngine(CheckedComponent):
                              remhw0.eq(L.rem0 * L.w),
                              xrow0.eq((L.y0.as_signed() - L.xlo) * L.w),
                              drow0.eq((L.q0.as_signed() - L.dlo) * L.ow),
+                             dtop0.eq((L.dlo * L.stride_h).as_signed() - L.pad_h),
                              pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
                 m.next = "SETUP2"
             with m.State("SETUP2"):
-                m.d.sync += wrow0.eq((top0 - L.xlo) * L.w)
+                m.d.sync += [wrow0.eq((top0 - L.xlo) * L.w), dwrow0.eq((dtop0 - L.xlo) * L.w)]
                 m.next = "PLANE"
             with m.State("PLANE"):
                 m.d.sync += plane_start()
                 m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
                              qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
-                             drow.eq(dpb + drow0), remhw.eq(remhw0)]
+                             drow.eq(dpb + drow0), remhw.eq(remhw0),
+                             xband.eq(xpb + xrow0)]
                 with m.If(L.planes == 0):
                     m.next = "IDLE"
+                with m.Elif(L.backward & ~L.avg):
+                    m.d.sync += [wtop.eq(dtop0), wrow.eq(xpb + dwrow0), dro.eq(dpb), oy.eq(0)]
+                    m.next = "SROW" if has_max else "IDLE"
                 with m.Else():
                     m.next = "ROW"
             with m.State("ROW"):
@@ -237,22 +253,14 @@ class PoolEngine(CheckedComponent):
                     m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
                     m.d.sync += reads.eq(reads + 1)
                     m.next = "CAND_D"
-            with m.State("CAND_D"):
-                if has_avg:
-                    with m.If(L.avg):
-                        m.d.sync += [acc.eq(acc + rdata), offw.eq(offw + L.stride_w),
-                                     owc.eq(owc - 1), lfb.eq(lfb - L.stride_w)]
-                        m.next = "CAND_COL"
-                if has_max:
-                    with m.If(~L.avg):
-                        m.d.sync += [dsave.eq(rdata), *start_scan(wtb, lfb, wrb)]
-                        m.next = "SCAN"
-            with m.State("CAND_CMP"):        # max: is (y, x) the window's first largest tap?
-                with m.If((amr == offh) & (amq == offw)):
-                    m.d.sync += acc.eq(acc + dsave)
-                m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
-                             lfb.eq(lfb - L.stride_w)]
+            with m.State("CAND_D"):          # avg: sum the covering windows' dY
+                m.d.sync += [acc.eq(acc + rdata), offw.eq(offw + L.stride_w),
+                             owc.eq(owc - 1), lfb.eq(lfb - L.stride_w)]
                 m.next = "CAND_COL"
+
+            # --- backward, max: the windows of the band's dY rows, scattered -----------------
+            if has_max:
+                self._scatter(m, L, locals())
             with m.State("PIXEL_END"):
                 with m.If(L.relu):
                     m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
@@ -275,14 +283,14 @@ class PoolEngine(CheckedComponent):
             def take(v, rr, qq):
                 """The data of a tap read the cycle before."""
                 with m.If(first | (v > best)):
-                    m.d.sync += [best.eq(v), amr.eq(rr), amq.eq(qq)]
+                    m.d.sync += [best.eq(v), amr.eq(rr), amq.eq(qq), amaddr.eq(paddr)]
                 m.d.sync += [first.eq(0), total.eq(total + v)]
 
             with m.State("SCAN"):
                 row, col = stop + tr, sleft + tq
                 ok = row_of(row) & col_of(col)
                 m.d.comb += [rp.addr.eq(srow + col), rp.en.eq(ok)]
-                m.d.sync += [pend.eq(ok), ptr_.eq(tr), ptq.eq(tq)]
+                m.d.sync += [pend.eq(ok), ptr_.eq(tr), ptq.eq(tq), paddr.eq(srow + col)]
                 with m.If(ok):
                     m.d.sync += reads.eq(reads + 1)
                 with m.If(pend):
@@ -298,7 +306,7 @@ class PoolEngine(CheckedComponent):
                     take(rdata, ptr_, ptq)
                 m.d.sync += pend.eq(0)
                 with m.If(L.backward):
-                    m.next = "CAND_CMP"
+                    m.next = "SCATTER"
                 with m.Else():
                     m.next = "FWD_VAL"
             with m.State("FWD_VAL"):
@@ -370,3 +378,54 @@ class PoolEngine(CheckedComponent):
             quo = prod[POOL_RECIP_SHIFT:]
             m.d.sync += value.eq(Mux(neg, -quo.as_signed(), quo.as_signed()))
             m.next = "EMIT"
+
+    def _scatter(self, m, L, v):
+        """Backward, max: states SROW (a row of windows), SPIX (read its dY), SPIX_D (scan the
+        window), SCATTER (add dY at the maximum when it lies in the band), SNEXT."""
+        cfg = self.config
+        rp, rdata = v["rp"], v["rdata"]
+        wtop, wrow, dro, left, oy, ox = (v[n] for n in ("wtop", "wrow", "dro", "left", "oy",
+                                                         "ox"))
+        dsave, best, amaddr, xband = v["dsave"], v["best"], v["amaddr"], v["xband"]
+        op = arith_for(cfg).operand_shape
+        # e // cols as (e M) >> K: exact for 0 <= e < 2**nb (the band's elements fit P)
+        nb = exact_log2(cfg.buf_p_depth) + max(1, (cfg.cols - 1).bit_length()) + 1
+        lb = max(0, (cfg.cols - 1).bit_length())
+        K = nb + lb
+        M = -(-(1 << K) // cfg.cols)
+        e = Signal(unsigned(nb))
+        wq = Signal(unsigned(nb))
+        m.d.comb += [e.eq(amaddr - xband), wq.eq((e * M) >> K)]
+        ln = Signal(range(cfg.cols))
+        m.d.comb += ln.eq(e - wq * cfg.cols)
+        inside = (amaddr >= xband) & (amaddr < xband + L.rows * L.w)
+        positive = (best > 0) if op.signed else (best != 0)
+        with m.State("SROW"):
+            with m.If(oy >= L.drows):        # the plane's windows are done
+                with m.If(v["pl"] + 1 < L.planes):
+                    m.d.sync += [v["pl"].eq(v["pl"] + 1), v["xpb"].eq(v["xpb"] + L.x_plane),
+                                 v["dpb"].eq(v["dpb"] + L.d_plane),
+                                 v["ppb"].eq(v["ppb"] + L.p_row)]
+                    m.next = "PLANE"
+                with m.Else():
+                    m.next = "IDLE"
+            with m.Else():
+                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed())]
+                m.next = "SPIX"
+        with m.State("SPIX"):
+            m.d.comb += [rp.addr.eq(dro + ox), rp.en.eq(1)]
+            m.d.sync += v["reads"].eq(v["reads"] + 1)
+            m.next = "SPIX_D"
+        with m.State("SPIX_D"):
+            m.d.sync += [dsave.eq(rdata), *v["start_scan"](wtop, left, wrow)]
+            m.next = "SCAN"
+        with m.State("SCATTER"):
+            with m.If(inside & (~L.relu | positive)):
+                v["put"](dsave, wq, ln)
+            with m.If(ox + 1 < L.ow):
+                m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+                m.next = "SPIX"
+            with m.Else():
+                m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                             wrow.eq(wrow + v["shw"]), dro.eq(dro + L.ow)]
+                m.next = "SROW"
