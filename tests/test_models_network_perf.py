@@ -7,7 +7,7 @@ import pytest
 
 from bpsa.config import load_config
 from bpsa.models.network_perf import network_step
-from bpsa.models.perf import layer_cycles
+from bpsa.models.perf import layer_cycles, pool_cycles
 from bpsa.spec.network import load_network
 
 
@@ -29,8 +29,19 @@ def test_every_layer_phase_is_listed(name, batch):
         assert [r["phase"] for r in rows] == ["forward", "loss", "gradient"]
         for r in rows:
             assert r["layer"] == lay.name
-            if lay.op.endswith("pool"):
-                assert r["status"] == "refused" and "pooling" in r["reason"]
+            if lay.op.endswith("pool") and r["phase"] == "gradient":
+                assert r["status"] == "skipped" and "no weights" in r["reason"]
+            elif lay.op.endswith("pool"):       # the pooling unit: no MACs, its own bound
+                assert r["status"] == "run" and r["macs"] == 0 and r["cycles"] > 0
+                assert r["bound"] in ("pool", "dma", "P", "set-up")
+                want = pool_cycles(cfg, {"forward": "pool_forward",
+                                         "loss": "pool_backward"}[r["phase"]], n=batch,
+                                   c=lay.c, h=lay.h, w=lay.w, r=lay.r, s=lay.s,
+                                   stride=(lay.stride,) * 2, pad=(lay.pad,) * 2,
+                                   kind={"max_pool": "max", "avg_pool": "avg",
+                                         "global_avg_pool": "global_avg"}[lay.op],
+                                   requant=r["phase"] == "forward")
+                assert r["cycles"] == want.cycles
             elif r["phase"] == "loss" and i == 0:
                 assert r["status"] == "skipped"
             elif r["status"] == "run":
@@ -68,6 +79,15 @@ def test_missing_engines_are_refused_by_name():
         assert conv2[phase]["status"] == "refused"
         assert "does not generate the zero-free mode" in conv2[phase]["reason"]
     assert step.totals["refused"] == len(step.refused) > 0
+
+
+def test_pooling_without_the_unit_is_refused_by_name():
+    cfg = load_config("small").replace(pool_kinds=("max",))
+    step = network_step(cfg, load_network("digits"), batch=2)
+    rows = {(r["layer"], r["phase"]): r for r in step.rows}
+    assert rows["pool1", "forward"]["status"] == "run"
+    gap = rows["gap", "loss"]
+    assert gap["status"] == "refused" and "generates no global_avg pooling" in gap["reason"]
 
 
 def test_bad_arguments():

@@ -9,9 +9,12 @@ How the layers map onto the accelerator:
 - ``fc``: a 1 x 1 convolution of one image whose ``batch`` pixels are the batch's rows
   (``C`` inputs as channels, ``H = 1``, ``W = batch``): ``Y = W X``, ``dX = W^T dY`` and
   ``dW = dY X^T`` are exactly its forward, loss and gradient.
-- pooling: no pooling unit is generated yet, so pooling layers are listed as not run, with
-  that reason; ReLU, batch normalization, residual additions and concatenations move no MACs
-  and are not in the network files.
+- pooling (``max_pool``, ``avg_pool``, ``global_avg_pool``): the pooling unit's forward in
+  the forward row and its backward (dX) in the loss row (:func:`bpsa.models.perf.
+  pool_cycles`; no MACs), the gradient row skipped (no weights); refused with the reason on
+  a configuration without the unit or the kind. ReLU runs on the store path (forward) and in
+  the pooling backward (its mask) at no cost; batch normalization, residual additions and
+  concatenations move no MACs and are not in the network files.
 
 A layer or phase the configuration cannot run is listed with the controller's reason (the
 set-up program's refusal), never dropped. The cycle model runs once a distinct layer shape
@@ -21,7 +24,8 @@ processes.
 
 from dataclasses import dataclass, field
 
-from bpsa.models.perf import layer_cycles, min_bytes
+from bpsa.models.perf import layer_cycles, min_bytes, pool_cycles
+from bpsa.spec.numeric import element_bytes
 from bpsa.spec.layer import out_size
 from bpsa.spec.network import POOLS
 
@@ -67,10 +71,26 @@ def _dims(layer, batch):
                 stride=(layer.stride,) * 2, pad=(layer.pad,) * 2, dil=(layer.dilation,) * 2)
 
 
+#: Pooling kinds of the network files' ops.
+_POOL_KIND = {"max_pool": "max", "avg_pool": "avg", "global_avg_pool": "global_avg"}
+
+
+def _pool_dims(layer, batch):
+    return dict(n=batch, c=layer.c, h=layer.h, w=layer.w, r=layer.r, s=layer.s,
+                stride=(layer.stride,) * 2, pad=(layer.pad,) * 2, kind=_POOL_KIND[layer.op])
+
+
 def _model(config, phase, key, requant):
     """The cycle model of one (phase, shape), or the refusal's text."""
-    extra = {"requant": True} if requant and phase != "gradient" else {}
     try:
+        if phase.startswith("pool_"):
+            key = dict(key)
+            if not config.has_pool("avg" if key["kind"] == "global_avg" else key["kind"]):
+                return (f"configuration {config.name!r} generates no {key['kind']} pooling "
+                        f"(pool_kinds: {list(config.pool_kinds) or 'none'})")
+            return pool_cycles(config, phase, **key,
+                               requant=phase == "pool_forward" or requant)
+        extra = {"requant": True} if requant and phase != "gradient" else {}
         return layer_cycles(config, phase, **dict(key), **extra)
     except ValueError as e:
         return str(e)
@@ -91,6 +111,9 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
         (phase, tuple(sorted(_dims(lay, batch).items())))
         for i, lay in enumerate(network) if lay.op not in POOLS
         for phase in phases if not (phase == "loss" and i == 0)))
+    tasks += list(dict.fromkeys(
+        (_POOL_PHASE[phase], tuple(sorted(_pool_dims(lay, batch).items())))
+        for lay in network if lay.op in POOLS for phase in phases if phase in _POOL_PHASE))
     if jobs > 1 and len(tasks) > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
@@ -104,9 +127,20 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
     for index, layer in enumerate(network):
         for phase in phases:
             row = {"layer": layer.name, "op": layer.op, "phase": phase, "batch": batch}
-            if layer.op in POOLS:
-                row.update(status="refused", reason="pooling: the accelerator generates no "
-                                                    "pooling unit yet")
+            if layer.op in POOLS and phase == "gradient":
+                row.update(status="skipped", reason="pooling has no weights")
+            elif layer.op in POOLS:
+                dims = _pool_dims(layer, batch)
+                m = done[(_POOL_PHASE[phase], tuple(sorted(dims.items())))]
+                if isinstance(m, str):
+                    row.update(status="refused", reason=m)
+                else:
+                    # X in, the output out; the backward also reads dY
+                    ob = element_bytes(config.operand_width)
+                    ins = layer.c * layer.h * layer.w * batch * ob
+                    if phase == "loss":
+                        ins += _pool_out(layer) * layer.c * batch * ob
+                    row.update(status="run", **m.as_dict(), min_bytes=ins + m.dma_write_bytes)
             elif phase == "loss" and index == 0:
                 row.update(status="skipped", reason="the first layer's loss (the image's "
                                                     "gradient) is not needed")
@@ -131,6 +165,18 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
     step.by_phase = {p: _totals(config, [r for r in rows if r["phase"] == p], clock_mhz)
                      for p in phases}
     return step
+
+
+#: The pooling unit's phase in a network row's phase.
+_POOL_PHASE = {"forward": "pool_forward", "loss": "pool_backward"}
+
+
+def _pool_out(layer):
+    """Output elements of a pooling layer's plane."""
+    if layer.op == "global_avg_pool":
+        return 1
+    return (out_size(layer.h, layer.r, layer.stride, layer.pad, 1)
+            * out_size(layer.w, layer.s, layer.stride, layer.pad, 1))
 
 
 def _totals(config, rows, clock_mhz):
