@@ -682,7 +682,7 @@ def cmd_train(args):
     else:
         step = network_step(config, load_network("digits"), batch=args.batch)
         per_step = step.totals["cycles"]
-        source = "the cycle model (convolutions and FC; pooling on the host)"
+        source = "the cycle model (convolutions, FC and pooling)"
     reference, why = None, "--no-reference"
     if not args.no_reference:
         try:

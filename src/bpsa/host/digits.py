@@ -14,23 +14,26 @@ Fixed point (signed 16-bit operands, 32-bit accumulators that wrap as the hardwa
 - weights: Q12 operands, requantized (``round(master / 2**12)``, halves up, saturated) from
   master weights the host keeps in Q24;
 - activations Q8: a convolution's Q20 accumulators leave the accelerator requantized by 12
-  (the descriptor's REQUANT, OUT_SHIFT 12); ReLU; max pooling keeps Q8; global average
-  pooling is the plane's sum over 4, rounded (:func:`bpsa.models.golden.pool2d`);
+  (the descriptor's REQUANT, OUT_SHIFT 12) and through the ReLU (RELU, on the store path);
+  max pooling keeps Q8; global average pooling is the plane's sum over 4, rounded
+  (:func:`bpsa.models.golden.pool2d`), both on the pooling unit;
 - the loss, on the host: the logits' Q20 accumulators shifted to Q8, a softmax from a table
   of ``exp(-i / 256)`` in Q16 (``i`` the distance to the largest logit, up to 4095), the
   probabilities in Q10 by integer division, and dL/dlogits = p - onehot in Q10;
 - gradients Q10: each loss's Q22 accumulators leave requantized by 12; global average
   pooling's backward is dY over 4, rounded; max pooling routes dY to the window's first
-  maximum; ReLU's backward masks by the forward's sign;
+  maximum; ReLU's backward masks by the forward's sign (the pooling unit's backward with
+  RELU, its result leaving as saturated operands, OUT_SHIFT 0);
 - weight gradients: the accumulators (Q18 = Q8 x Q10) summed over the batch;
 - SGD: ``master -= (dW * 2**6) >> (lr_shift + log2(batch))`` (floor), i.e. the learning
   rate ``2**-lr_shift`` times the batch mean.
 
-Two backends compute the convolutions (every forward, loss and gradient, the FC layer as the
-1 x 1 convolution of 1 x 1 images): ``model``, numpy (:mod:`bpsa.models.golden`, wrapped to
-``acc_width``); ``rtl``, the accelerator simulated under Verilator
-(:func:`bpsa.simulate`). Pooling and ReLU run on the host in both until the pooling unit
-exists. Both give the same integers, so the same weights: a test checks it.
+Two backends compute every layer (every convolution's forward, loss and gradient, the FC
+layer as the 1 x 1 convolution of 1 x 1 images, the ReLUs, both poolings forward and
+backward): ``model``, numpy (:mod:`bpsa.models.golden`, wrapped to ``acc_width``); ``rtl``,
+the accelerator simulated under Verilator (:func:`bpsa.simulate`; a configuration with the
+pooling unit). Only the loss and the SGD step run on the host. Both give the same integers,
+so the same weights: a test checks it.
 """
 
 import numpy as np
@@ -57,8 +60,8 @@ def _check_config(config):
 
 
 class ModelOps:
-    """The convolutions in numpy, as the accelerator computes them (accumulators wrap to
-    ``acc_width``, outputs requantized by the store path)."""
+    """Every layer in numpy, as the accelerator computes it (accumulators wrap to
+    ``acc_width``, outputs requantized and through the ReLU on the store path)."""
 
     name = "model"
 
@@ -71,8 +74,16 @@ class ModelOps:
         acc = wrap_array(acc, self.acc)
         return acc if requant is None else golden.requantize(acc, requant, self.bits)
 
-    def forward(self, x, w, stride=1, padding=0, requant=None):
-        return self._out(golden.conv2d(x, w, stride, padding), requant)
+    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
+        y = self._out(golden.conv2d(x, w, stride, padding), requant)
+        return np.maximum(y, 0) if relu else y
+
+    def pool(self, x, kind, kernel=None):
+        return golden.pool2d(x, kind, kernel)
+
+    def pool_backward(self, dy, x, kind, kernel=None, relu=False, requant=None):
+        dx = golden.pool2d_backward(dy, x, kind, kernel)
+        return self._out(dx * (x > 0) if relu else dx, requant)
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
         return self._out(golden.conv2d_input_grad(dy, w, tuple(input_hw), stride, padding),
@@ -84,13 +95,19 @@ class ModelOps:
 
 
 class AcceleratorOps:
-    """The convolutions on a simulated accelerator (``acc``: :func:`bpsa.simulate`);
-    ``cycles`` adds up the BUSY_CYCLES of every layer run."""
+    """Every layer on a simulated accelerator (``acc``: :func:`bpsa.simulate`, a
+    configuration with the pooling unit); ``cycles`` adds up the BUSY_CYCLES of every
+    descriptor run."""
 
     name = "rtl"
 
     def __init__(self, acc, config):
         _check_config(config)
+        for kind in ("max", "avg"):
+            if not config.has_pool(kind):
+                raise ValueError(f"the digits training runs max and average pooling on the "
+                                 f"pooling unit; configuration {config.name!r} generates "
+                                 f"pool_kinds {list(config.pool_kinds)}")
         self.acc = acc
         self.cycles = 0
 
@@ -98,9 +115,16 @@ class AcceleratorOps:
         self.cycles += self.acc.counters["busy_cycles"]
         return out
 
-    def forward(self, x, w, stride=1, padding=0, requant=None):
+    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
         return self._count(self.acc.forward(x, w, stride=stride, padding=padding,
-                                            requant=requant))
+                                            requant=requant, relu=relu))
+
+    def pool(self, x, kind, kernel=None):
+        return self._count(self.acc.pool(x, kind, kernel))
+
+    def pool_backward(self, dy, x, kind, kernel=None, relu=False, requant=None):
+        return self._count(self.acc.pool_backward(dy, x, kind, kernel, relu=relu,
+                                                  requant=requant))
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
         return self._count(self.acc.loss(dy, w, tuple(input_hw), stride=stride,
@@ -149,10 +173,10 @@ def softmax_grad(logits, labels):
 
 def forward_pass(ops, x, w):
     """The forward of a batch: the tensors the backward needs, and the logits (Q20)."""
-    a1 = np.maximum(ops.forward(x, w["conv1"], 1, 1, requant=ACT_SHIFT), 0)
-    p1 = golden.pool2d(a1, "max", 2)
-    a2 = np.maximum(ops.forward(p1, w["conv2"], 2, 1, requant=ACT_SHIFT), 0)
-    gp = golden.pool2d(a2, "global_avg")
+    a1 = ops.forward(x, w["conv1"], 1, 1, requant=ACT_SHIFT, relu=True)
+    p1 = ops.pool(a1, "max", 2)
+    a2 = ops.forward(p1, w["conv2"], 2, 1, requant=ACT_SHIFT, relu=True)
+    gp = ops.pool(a2, "global_avg")
     logits = ops.forward(gp, w["fc"])[:, :, 0, 0]
     return {"a1": a1, "p1": p1, "a2": a2, "gp": gp}, logits
 
@@ -170,10 +194,10 @@ def train_step(ops, master, x, labels, lr_shift):
     dz4 = dz[:, :, None, None]
     dw = {"fc": ops.gradient(t["gp"], dz4, (1, 1))}
     dgp = ops.loss(dz4, w["fc"], (1, 1), requant=ACT_SHIFT)
-    da2 = golden.pool2d_backward(dgp, t["a2"], "global_avg") * (t["a2"] > 0)
+    da2 = ops.pool_backward(dgp, t["a2"], "global_avg", relu=True, requant=0)
     dw["conv2"] = ops.gradient(t["p1"], da2, (3, 3), 2, 1)
     dp1 = ops.loss(da2, w["conv2"], t["p1"].shape[2:], 2, 1, requant=ACT_SHIFT)
-    da1 = golden.pool2d_backward(dp1, t["a1"], "max", 2) * (t["a1"] > 0)
+    da1 = ops.pool_backward(dp1, t["a1"], "max", 2, relu=True, requant=0)
     dw["conv1"] = ops.gradient(x, da1, (3, 3), 1, 1)
     shift = lr_shift + batch.bit_length() - 1
     for name in master:

@@ -409,7 +409,8 @@ class SimulatedAccelerator:
     transport, with the host driver's layer calls as plain functions (numpy in, numpy out).
     ``counters`` holds the hardware's counters of the last call; ``options`` go to
     :class:`NativeTransport` (``trace``, ``trace_window``, ``opt``, ``threads``). Use it as a
-    context manager (:func:`bpsa.simulate`)."""
+    context manager (:func:`bpsa.simulate`). ``pool`` and ``pool_backward`` need a
+    configuration with the pooling unit (``pool_kinds``)."""
 
     def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, **options):
         import asyncio
@@ -437,10 +438,21 @@ class SimulatedAccelerator:
     def counters(self):
         return dict(self.driver.counters)
 
-    def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None):
+    def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False):
         """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S); with
-        ``requant`` (a shift) as operands, :func:`bpsa.models.golden.requantize` of Y."""
-        return self._run(self.driver.forward(x, w, stride, padding, dilation, requant))
+        ``requant`` (a shift) as operands, :func:`bpsa.models.golden.requantize` of Y;
+        ``relu``: ``max(0, Y)``."""
+        return self._run(self.driver.forward(x, w, stride, padding, dilation, requant, relu))
+
+    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        """Pooling forward (``max``, ``avg``, ``global_avg``) on the pooling unit."""
+        return self._run(self.driver.pool(x, kind, kernel, stride, padding, relu))
+
+    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False,
+                      requant=None):
+        """dX of :meth:`pool` (``relu``: masked where ``x`` is not positive)."""
+        return self._run(self.driver.pool_backward(dy, x, kind, kernel, stride, padding, relu,
+                                                   requant))
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None, requant=None):
         """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w`` (``requant``: as for
