@@ -62,6 +62,19 @@ def test_bad_arguments_get_one_line(capsys, argv, needle):
     (["sweep", "--grid", "rows=8", "-o", "x.txt"], "the sweep writes a .csv file"),
     (["train", "--dataset", "digits", "--config", "small"], "signed 16-bit operands"),
     (["train", "--dataset", "digits", "--batch", "24"], "--batch 24: give a power of two"),
+    (["sim", "--phase", "pool"], "give a layer: --phase pool --layer"),
+    (["sim", "--phase", "pool", "--layer", "C=8,H=7,kind=mean,R=2"],
+     "pooling kind must be one of max, avg, global_avg"),
+    (["sim", "--phase", "pool", "--layer", "C=8,H=7,kind=max,R=2,stride=0"],
+     "stride must be at least 1"),
+    (["sim", "--phase", "pool", "--layer", "C=8,H=4,kind=max,R=6"],
+     "larger than the padded input"),
+    (["sim", "--phase", "pool", "--layer", "C=8,H=7,kind=max,R=2", "--requant", "1"],
+     "--requant do not apply"),
+    (["sim", "--phase", "pool", "--config", "ecp5", "--layer", "C=8,H=7,kind=max,R=2"],
+     "configuration 'ecp5' generates no max pooling (pool_kinds: none)"),
+    (["sim", "--phase", "pool", "--layer", "C=8,H=600,kind=max,R=3"],
+     "not even one row band fits"),
 ])
 def test_bad_values_get_one_line(capsys, argv, needle):
     assert main(argv) == 2

@@ -36,6 +36,10 @@ def test_defaults_are_valid():
     ("dma_data_width", 32, r"dma_data_width must be a power of two in \[64, 256\], not 32"),
     ("dma_data_width", 512, r"dma_data_width must be a power of two in \[64, 256\], not 512"),
     ("buf_p_depth", 8, r"buf_p_depth must be a power of two"),
+    ("pool_kinds", ["max", "min"], r"pool_kinds must be a list of distinct values from "
+                                   r"\['max', 'avg'\], not \('max', 'min'\)"),
+    ("pool_kinds", ["max", "max"], r"pool_kinds must be .*distinct"),
+    ("buf_pool_depth", 100, r"buf_pool_depth must be a power of two in \[16, 65536\], not 100"),
     ("name", "", r"name must be a non-empty string"),
 ])
 def test_invalid_field_names_field_value_and_range(field, value, match):

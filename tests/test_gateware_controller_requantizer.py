@@ -1,6 +1,7 @@
 """The store path's requantization against ``bpsa.models.golden.requantize`` (numpy, Python
 ints): random and edge accumulators (extremes, exact halves either side of zero, values at
-the saturation bounds) for every shift, signed and unsigned operands, and the pass-through."""
+the saturation bounds) for every shift, signed and unsigned operands, and the pass-through;
+with the ReLU (RELU) on and off."""
 
 import random
 
@@ -55,6 +56,19 @@ def test_requantize_matches_golden(signed):
                 got = [(raw >> (6 * j)) & 0x3F for j in range(3)]
                 assert got == [int(v) & 0x3F for v in want], (shift, word, got, want)
                 assert raw >> 18 == 0                 # lanes packed from bit 0, rest zero
+                # the store path's ReLU: max(0, v) after the requantization, and of the
+                # accumulators without it
+                ctx.set(dut.relu, 1)
+                await ctx.delay(1e-6)
+                raw = ctx.get(dut.out)
+                got = [(raw >> (6 * j)) & 0x3F for j in range(3)]
+                assert got == [int(max(v, 0)) & 0x3F for v in want], (shift, word, got)
+                ctx.set(dut.enable, 0)
+                await ctx.delay(1e-6)
+                raw = ctx.get(dut.out)
+                assert [(raw >> (14 * j)) & 0x3FFF for j in range(3)] == [max(v, 0) & 0x3FFF
+                                                                         for v in word]
+                ctx.set(dut.relu, 0)
                 checked += 3
                 saturated += sum(int(v) in (-32, 31, 0, 63) for v in want)
 

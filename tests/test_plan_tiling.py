@@ -7,6 +7,7 @@ import pytest
 
 from bpsa.config import load_config
 from bpsa.models import golden
+from bpsa.plan import tiling
 from bpsa.plan.tiling import bands, column_strips, plan, plan_or_strips
 
 
@@ -235,3 +236,52 @@ def test_plan_or_strips():
     with pytest.raises(ValueError, match=r"one X plane \(880\).*; cut into column strips: not "
                        r"even strips of one column fit \(one dY plane \(26\)"):
         plan_or_strips(cfg, "gradient", 1, 1, 22, 40, 4, 1, 4, (1, 1), (2, 0))
+
+
+@pytest.mark.parametrize("phase", ["pool_forward", "pool_backward"])
+def test_pool_runs_cover_every_plane_and_row(phase):
+    """The pooling runs of :func:`bpsa.plan.tiling.pool_plan` (whole planes a step, or row
+    bands of one plane) cover every output (forward) or dX (backward) row of every plane once;
+    a band's loaded X rows hold its windows' rows and its own, its dY rows the windows that
+    cover it; and its operands fit a bank and its output half of P."""
+    from bpsa.config import Config
+    cfg = Config(name="pt", rows=2, cols=3, buf_p_depth=32, buf_pool_depth=256,
+                 pool_kinds=("max", "avg"), dim_width=8)
+    rng = np.random.default_rng(3)
+    seen_banded = 0
+    for _ in range(150):
+        r, s = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        st = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        pad = (int(rng.integers(0, r // 2 + 1)), int(rng.integers(0, s // 2 + 1)))
+        n, c = 2, int(rng.integers(1, 4))
+        h, w = int(rng.integers(r, 30)), int(rng.integers(s, 20))
+        kind, relu = str(rng.choice(["max", "avg"])), bool(rng.integers(0, 2))
+        try:
+            p = tiling.pool_plan(cfg, phase, n, c, h, w, r, s, st, pad, kind, relu)
+        except ValueError as e:
+            assert "not even one row band fits" in str(e)
+            continue
+        oh, ow = p["oh"], p["ow"]
+        out_rows = h if phase == "pool_backward" else oh
+        covered = np.zeros((n * c, out_rows), dtype=int)
+        for run in p["runs"]:
+            covered[run["i0"]:run["i0"] + run["planes"], run["y0"]:run["y0"] + run["rows"]] += 1
+            assert run["planes"] * (run["x_plane"] + run["d_plane"]) <= 128
+            assert run["planes"] * run["p_row"] <= 16
+            y0, y1 = run["y0"], run["y0"] + run["rows"]
+            if phase == "pool_forward":
+                lo, hi = max(0, y0 * st[0] - pad[0]), min(h, (y1 - 1) * st[0] - pad[0] + r)
+            else:
+                wins = [o for o in range(oh) if o * st[0] - pad[0] + r > y0
+                        and o * st[0] - pad[0] < y1]
+                if wins:
+                    assert (run["dlo"], run["drows"]) == (wins[0], len(wins))
+                else:
+                    assert run["drows"] == 0
+                lo = min([y0] + [max(0, o * st[0] - pad[0]) for o in wins])
+                hi = max([y1] + [min(h, o * st[0] - pad[0] + r) for o in wins])
+            if run["x_plane"]:
+                assert run["xlo"] <= lo and hi <= run["xlo"] + run["xrows"] <= h
+        assert (covered == 1).all()
+        seen_banded += bool(p["banded"])
+    assert seen_banded > 10

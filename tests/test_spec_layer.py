@@ -82,3 +82,28 @@ def test_parse_fc():
                         ("N=0,I=3,O=2", "batch = 0")):
         with pytest.raises(ValueError, match=match):
             parse_fc(text)
+
+
+def test_parse_pool():
+    from bpsa.spec.layer import parse_pool
+    p = parse_pool("C=64,H=112,R=3,stride=2,pad=1,kind=max")
+    assert (p.batch, p.channels, p.height, p.width, p.kernel, p.stride, p.pad, p.relu) == (
+        1, 64, 112, 112, (3, 3), (2, 2), (1, 1), False)
+    assert p.out_hw == (56, 56)
+    assert parse_pool(p.text()) == p
+    q = parse_pool("C=8,H=6,W=4,R=2,S=1,kind=avg,N=2,relu=1")
+    assert (q.kernel, q.stride, q.relu, q.out_hw) == ((2, 1), (2, 1), True, (3, 4))
+    g = parse_pool("C=2048,H=7,kind=global_avg")
+    assert (g.kernel, g.stride, g.pad, g.out_hw) == ((7, 7), (1, 1), (0, 0), (1, 1))
+    for text, msg in [("C=8,H=7,R=2", "needs kind"), ("C=8,H=7,kind=mean,R=2", "one of max"),
+                      ("C=8,H=7,kind=max", "needs R"), ("C=8,H=7,kind=max,R=2,stride=0",
+                                                        "stride must be at least 1"),
+                      ("C=8,H=7,kind=max,R=3,pad=2", "more than kernel // 2"),
+                      ("C=8,H=2,kind=max,R=5,pad=1", "larger than the padded input"),
+                      ("C=8,H=7,kind=global_avg,R=2", "drop R"),
+                      ("C=8,H=7,kind=max,R=2,K=3", "unknown pooling layer key 'K'"),
+                      ("C=8,H=7,kind=max,R=2,relu=2", "relu must be 0 or 1"),
+                      ("C=0,H=7,kind=max,R=2", "C must be at least 1"),
+                      ("C=8,H=7,kind=max,R=2,R=3", "given twice")]:
+        with pytest.raises(ValueError, match=msg):
+            parse_pool(text)

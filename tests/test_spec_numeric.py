@@ -47,3 +47,32 @@ def test_wrap_array_is_wrap_elementwise(bits, signed):
         want = m - 2 ** bits if signed and m >= 2 ** (bits - 1) else m
         assert int(g) == want == wrap(v, bits, signed)
     assert got.dtype == (np.uint64 if bits == 64 and not signed else np.int64)
+
+
+def test_pool_division_is_exact_up_to_the_window_limit():
+    """floor(a / d) = (a m) >> 47 with m = floor(2**47 / d) + 1 for every numerator the
+    average pooling can make (below d (2**operand_width + 1.5)) and every divisor 2 R S up to
+    the limit: at the extremes, around multiples of d, and at random."""
+    import random
+
+    from bpsa.config import Config
+    from bpsa.spec.numeric import POOL_RECIP_SHIFT, pool_window_limit
+    rng = random.Random(3)
+    for bits in (8, 16):
+        cfg = Config(operand_width=bits, acc_width=32)
+        limit = pool_window_limit(cfg)
+        for rs in [1, 2, 3, 4, 9, 49, 3136, limit - 1, limit] + [rng.randint(1, limit)
+                                                                for _ in range(40)]:
+            d = 2 * rs
+            m = (1 << POOL_RECIP_SHIFT) // d + 1
+            top = rs * ((1 << (bits + 1)) + 3)
+            cands = {0, 1, top - 1} | {k * d + e for k in (1, 2, top // d - 1)
+                                       for e in (-1, 0, 1)}
+            cands |= {rng.randrange(top) for _ in range(200)}
+            for a in cands:
+                if 0 <= a < top:
+                    assert (a * m) >> POOL_RECIP_SHIFT == a // d, (bits, rs, a)
+    # one past the limit the product may exceed 2**47 (so the set-up refuses it)
+    cfg = Config(operand_width=16, acc_width=32)
+    rs = pool_window_limit(cfg) + 1
+    assert rs * ((1 << 17) + 3) * 2 * rs >= 1 << POOL_RECIP_SHIFT

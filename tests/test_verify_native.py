@@ -129,9 +129,11 @@ def _fst_time_steps(path, var):
     return steps
 
 
+@pytest.mark.long
 def test_trace_window(tmp_path):
     """``trace`` writes an FST waveform of the cycles in the window only; bad windows and
-    paths are refused before anything runs."""
+    paths are refused before anything runs (make test-long: a traced build takes about 100 s
+    of make test's budget)."""
     from bpsa.verify.native import NativeTransport
     sizes = {}
     x = np.arange(2 * 8 * 8).reshape(1, 2, 8, 8) % 7

@@ -36,6 +36,8 @@ TIMING = {
     "setup_loss": 680,
     "setup_pool_forward": 620,   # the pooling set-up (with its reciprocal's division) and
     "setup_pool_backward": 740,  # the first band program
+    "run_pool_forward": 100,      # a pooling run's band program and loads' set-up
+    "run_pool_backward": 260,
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "run_program": 60,     # the walker's per-run program before its loads
     "step_flush": 6,       # a new step: the accumulations land
@@ -188,7 +190,8 @@ def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
     return total
 
 
-def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double=True):
+def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double=True,
+              run_program=None):
     """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
     (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default;
     ``rates[cache]``: the DMA's bytes a cycle into that buffer),
@@ -216,7 +219,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
             dma_busy += dur
 
     for i, (loads, cycles, new_step) in enumerate(runs):
-        t = t_walk + TIMING["run_program"]
+        t = t_walk + (TIMING["run_program"] if run_program is None else run_program)
         for cache, key, nbytes, commands, *fixed in loads:
             b = fixed[0] if fixed else bank
             if held.get((cache, b)) == key:
@@ -546,10 +549,12 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         clears.append(run["planes"] * run["p_row"])
         store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab)) * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
+    program = TIMING[f"run_{phase}"]
     total, compute, dma_busy, loaded, p_wait = _timeline(runs, stores, store, clears,
-                                                         TIMING[f"setup_{phase}"], rates)
+                                                         TIMING[f"setup_{phase}"], rates,
+                                                         run_program=program)
     outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
-    setup_time = TIMING[f"setup_{phase}"] + len(runs) * TIMING["run_program"]
+    setup_time = TIMING[f"setup_{phase}"] + len(runs) * program
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
                 key=lambda b: b[1])[0]
     moved = loaded + outs * ab

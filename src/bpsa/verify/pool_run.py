@@ -26,7 +26,15 @@ def run_pool(config, layer, *, seed=1, progress=False, trace=None, trace_window=
     bands). :exc:`ValueError` when the configuration cannot run the layer."""
     from bpsa.verify.native import run_with_driver
 
+    from bpsa.plan.tiling import pool_plan
     del progress                          # one layer: no progress bar
+    hw_kind = "avg" if layer.kind == "global_avg" else layer.kind
+    if not config.has_pool(hw_kind):
+        raise ValueError(f"configuration {config.name!r} generates no {hw_kind} pooling "
+                         f"(pool_kinds: {list(config.pool_kinds) or 'none'})")
+    for phase in ("pool_forward", "pool_backward"):       # refusals before any build
+        pool_plan(config, phase, layer.batch, layer.channels, layer.height, layer.width,
+                  *layer.kernel, layer.stride, layer.pad, hw_kind, layer.relu)
     lo, hi = operand_range(config)
     rng = np.random.default_rng(seed)
     n, c, h, w = layer.batch, layer.channels, layer.height, layer.width
