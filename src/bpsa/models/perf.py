@@ -34,8 +34,8 @@ __all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "pool_cycles",
 TIMING = {
     "setup_gradient": 430,  # the set-up sequencer's and the walker's first programs
     "setup_loss": 680,
-    "setup_pool_forward": 620,   # the pooling set-up (with its reciprocal's division) and
-    "setup_pool_backward": 740,  # the first band program
+    "setup_pool_forward": 580,   # the pooling set-up (with its reciprocal's division) and
+    "setup_pool_backward": 540,  # the first band program
     "run_pool_forward": 100,      # a pooling run's band program and loads' set-up
     "run_pool_backward": 260,
     "dma_command": 12,     # a DMA command's latency beyond its beats
