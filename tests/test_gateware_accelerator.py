@@ -514,3 +514,15 @@ def test_pooling_verilator():
         return True
 
     assert run_with_driver(SMALL, body)
+
+
+@pytest.mark.verilator
+def test_pooling_under_memory_stalls_verilator():
+    """``bpsa sim --phase pool``'s run (bpsa.verify.pool_run) with the memory stalling 30 % of
+    its beats: no result is dropped (both phases equal the golden model), banded or not."""
+    from bpsa.spec.layer import parse_pool
+    from bpsa.verify.pool_run import run_pool
+    for text in ("C=2,H=40,W=30,R=3,stride=2,pad=1,kind=max,relu=1",
+                 "C=3,H=9,W=11,R=3,S=2,stride=1x2,kind=avg", "C=4,H=5,kind=global_avg,N=2"):
+        out = run_pool(SMALL, parse_pool(text), stall=0.3, seed=5)
+        assert out["forward_match"] and out["backward_match"], (text, out)

@@ -118,7 +118,9 @@ def test_register_table():
     assert len(hmap["counters"]) == len(COUNTERS)
     for name, _ in COUNTERS:
         assert REGISTER_MAP[f"{name.upper()}_HI"] == REGISTER_MAP[f"{name.upper()}_LO"] + 4
-    assert hmap["phases"] == {"forward": 0, "loss": 1, "gradient": 2, "fc_backward": 3}
+    assert hmap["phases"] == {"forward": 0, "loss": 1, "gradient": 2, "fc_backward": 3,
+                              "pool_forward": 4, "pool_backward": 5}
+    assert hmap["pool_kinds"] == {"max": 0, "avg": 1}
 
 
 def test_config_words():
@@ -128,10 +130,15 @@ def test_config_words():
     # os + is: both backward modes (BP-im2col [20], zero-free [21])
     assert words["CFG_FEATURES"] == (0b101 | 1 << 4 | 1 << 5 | 1 << 6 | 16 << 8 | 3 << 16
                                      | 1 << 20 | 1 << 21)
-    assert words["CFG_BUFFERS"] == 12 | 10 << 8 | 10 << 16
+    # log2(buf_pool_depth) in [31:27] (1,024 by default, generated or not)
+    assert words["CFG_BUFFERS"] == 12 | 10 << 8 | 10 << 16 | 10 << 27
     # log2(dma_data_width / 64) in [25:24]
     assert config_words(cfg.replace(dma_data_width=256))["CFG_BUFFERS"] == \
-        12 | 10 << 8 | 10 << 16 | 2 << 24
+        12 | 10 << 8 | 10 << 16 | 2 << 24 | 10 << 27
+    # the pooling kinds generated in CFG_FEATURES [23:22]
+    pooled = config_words(cfg.replace(pool_kinds=("avg",), buf_pool_depth=4096))
+    assert pooled["CFG_FEATURES"] == words["CFG_FEATURES"] | 1 << 23
+    assert pooled["CFG_BUFFERS"] >> 27 == 12
 
 
 def test_bad_config():

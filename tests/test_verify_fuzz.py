@@ -23,12 +23,18 @@ def test_random_jobs_cover_every_phase_and_refusals(config):
     jobs = [random_job(config, rng) for _ in range(400)]
     kinds = collections.Counter((j["phase"], "expect" in j) for j in jobs)
     for phase in phases(config):
-        assert kinds[(phase, False)] > 40, kinds
+        assert kinds[(phase, False)] > 25, kinds
+    # pooling: both kinds, the ReLU, and refusals
+    pools = [j for j in jobs if j["phase"].startswith("pool_")]
+    assert {j["layer"]["kind"] for j in pools} == {"max", "avg"}
+    assert {j["layer"]["relu"] for j in pools} == {False, True}
+    assert sum("expect" in j for j in pools) >= 3
     # the loss and the gradient in both backward modes
     for phase in ("loss", "gradient"):
         assert {j["mode"] for j in jobs if j["phase"] == phase} == {"zero_free", "bp_im2col"}
     assert sum(n for (_, refused), n in kinds.items() if refused) >= 20, kinds
-    lays = [j["layer"] for j in jobs if "expect" not in j and j["phase"] != "fc_backward"]
+    lays = [j["layer"] for j in jobs if "expect" not in j
+            and j["phase"] in ("forward", "loss", "gradient")]
     assert {lay["stride_h"] for lay in lays} >= {1, 2, 3, 4}
     assert {lay["dil_w"] for lay in lays} >= {1, 2, 3}
     assert max(lay["pad_h"] for lay in lays) >= 2 and max(lay["batch"] for lay in lays) == 3
@@ -43,11 +49,12 @@ def test_random_jobs_cover_every_phase_and_refusals(config):
 
 
 def test_phases_follow_the_dataflows():
-    assert phases(SMALL) == ["forward", "loss", "gradient", "fc_backward"]
+    assert phases(SMALL) == ["forward", "loss", "gradient", "fc_backward", "pool_forward",
+                             "pool_backward"]
     # the zero-free gradient runs on the forward engine's array
-    assert phases(SMALL.replace(dataflows=("os",), name="os_only")) == ["forward", "loss",
-                                                                         "gradient"]
-    assert phases(SMALL.replace(dataflows=("os",), backward_modes=(),
+    assert phases(SMALL.replace(dataflows=("os",), name="os_only")) == [
+        "forward", "loss", "gradient", "pool_forward", "pool_backward"]
+    assert phases(SMALL.replace(dataflows=("os",), backward_modes=(), pool_kinds=(),
                                 name="os_no_backward")) == ["forward"]
 
 

@@ -14,6 +14,7 @@ TOPS = {
     "im2col_addr": "bpsa.gateware.im2col_addr:Im2colAddressGenerator",
     "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
     "conv_backward": "bpsa.gateware.engines.conv_backward:ConvBackward",
+    "pool": "bpsa.gateware.engines.pool:PoolEngine",
     "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
     "dma": "bpsa.gateware.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",

@@ -1,8 +1,8 @@
 """Random layers through the whole accelerator on the native transport (``bpsa fuzz``).
 
 Every job is a random layer of a phase the configuration generates (forward, loss, gradient,
-FC backward), with random shapes, strides, padding, dilation and batch, under random memory
-back-pressure. Most are layers the configuration runs (the driver tiles them, in column strips
+FC backward, pooling forward and backward), with random shapes, strides, padding, dilation
+(pooling: kind, ReLU) and batch, under random memory back-pressure. Most are layers the configuration runs (the driver tiles them, in column strips
 when a row is too wide): each result is compared with :mod:`bpsa.models.golden`. About one in
 eight is a layer that one descriptor cannot hold: it is sent as one descriptor with the
 driver's own check off, and the hardware must refuse it with the error code of the set-up
@@ -24,7 +24,9 @@ from bpsa.spec.regmap import Phase
 __all__ = ["fuzz", "modes", "phases", "random_job"]
 
 _PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
-           "fc_backward": Phase.FC_BACKWARD}
+           "fc_backward": Phase.FC_BACKWARD, "pool_forward": Phase.POOL_FORWARD,
+           "pool_backward": Phase.POOL_BACKWARD}
+_POOL = ("pool_forward", "pool_backward")
 #: Random jobs stay below this many dense MACs (so that thousands run in minutes).
 MAX_MACS = 40_000
 #: Stall probabilities of the memory's channels a job draws from.
@@ -50,7 +52,8 @@ def _refusal(config, phase, lay, mode=None):
     desc = {"phase": _PHASES[phase], "n": lay["batch"], "c": lay["channels"],
             "h": lay["height"], "w": lay["width"], "k": lay["out_channels"],
             "r": lay["kernel_h"], "s": lay["kernel_w"],
-            "mode": int(mode_value(mode)) if mode else 0}
+            "mode": int(mode_value(mode)) if mode else 0,
+            "pool_kind": _KIND.get(lay.get("kind"), 0), "relu": int(lay.get("relu", False))}
     desc.update({k: lay[k] for k in ("stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
                                      "dil_w")})
     try:
@@ -58,6 +61,34 @@ def _refusal(config, phase, lay, mode=None):
     except Refusal as e:
         return error_name(e.code)
     return None
+
+
+#: POOL_KIND values of the pooling kinds.
+_KIND = {"max": 0, "avg": 1}
+
+
+def _pool_layer(config, rng, refuse):
+    """A pooling layer: kernel 1-4 per axis, stride 1-4, padding up to kernel // 2 (beyond it,
+    or a plane too large for a band, when it must be refused; the other refusals, a kind
+    not generated or a dilation, the driver cannot send and tests/test_gateware_accelerator.py
+    sends as raw descriptors)."""
+    r, s = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    kinds = list(config.pool_kinds)
+    lay = {"batch": int(rng.integers(1, 3)), "channels": int(rng.integers(1, 6)),
+           "height": int(rng.integers(r, 24)), "width": int(rng.integers(s, 24)),
+           "kernel_h": r, "kernel_w": s, "stride_h": int(rng.integers(1, 5)),
+           "stride_w": int(rng.integers(1, 5)), "pad_h": int(rng.integers(0, r // 2 + 1)),
+           "pad_w": int(rng.integers(0, s // 2 + 1)), "dil_h": 1, "dil_w": 1,
+           "kind": kinds[int(rng.integers(len(kinds)))], "relu": bool(rng.integers(0, 2))}
+    if refuse:
+        if rng.random() < 0.5:
+            lay["pad_h"] = r // 2 + 1
+        else:
+            lay.update(height=int(rng.integers(1, 4)), batch=1, channels=1,
+                       width=int(rng.integers(config.buf_pool_depth // 2,
+                                              2 * config.buf_pool_depth)))
+    lay["out_channels"] = lay["channels"]
+    return lay
 
 
 def _conv_layer(config, rng, wide):
@@ -90,6 +121,25 @@ def random_job(config, rng):
     for attempt in range(10_000):
         if attempt == 200:      # no refusal found for this phase: a layer it runs
             refuse = False
+        if phase in _POOL:
+            lay = _pool_layer(config, rng, refuse)
+            try:
+                oh, ow = ConvLayer.conv(1, 1, lay["height"], lay["width"], 1, lay["kernel_h"],
+                                        lay["kernel_w"], (lay["stride_h"], lay["stride_w"]),
+                                        (lay["pad_h"], lay["pad_w"]),
+                                        (lay["dil_h"], lay["dil_w"])).out_hw
+            except ValueError:
+                continue
+            if max(lay["height"], lay["width"]) >= 1 << config.dim_width:
+                continue
+            job = {"phase": phase, "layer": lay, "seed": int(rng.integers(1 << 30)),
+                   "stall": float(STALLS[int(rng.integers(len(STALLS)))]), "mode": None}
+            expect = _refusal(config, phase, lay)
+            if (expect is None) == refuse:
+                continue
+            if refuse:
+                job["expect"] = expect
+            return job
         if phase == "fc_backward":
             big = 2 * config.buf_p_depth if refuse else 48
             lay = {"batch": int(rng.integers(1, 17)), "channels": int(rng.integers(1, 49)),

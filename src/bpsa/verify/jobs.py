@@ -50,7 +50,20 @@ async def run_job(cfg, drv, job, clock):
                 dilation=(lay["dil_h"], lay["dil_w"]))
     phase = job["phase"]
     t0, s0 = time.perf_counter(), clock()
-    if phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
+    if phase in ("pool_forward", "pool_backward"):     # the pooling unit
+        kind, relu = lay["kind"], bool(lay.get("relu"))
+        k = (lay["kernel_h"], lay["kernel_w"])
+        pargs = dict(stride=args["stride"], padding=args["padding"], relu=relu)
+        if phase == "pool_forward":
+            got = await drv.pool(t["x"], kind, k, **pargs)
+            want = golden.pool2d(t["x"], kind, k, args["stride"], args["padding"])
+            want = np.maximum(want, 0) if relu else want
+        else:
+            got = await drv.pool_backward(t["dy"], t["x"], kind, k, **pargs)
+            want = golden.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
+                                          args["padding"])
+            want = want * (t["x"] > 0) if relu else want
+    elif phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
         x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
         dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
         got = np.concatenate([dx.ravel(), dw.ravel()])
@@ -86,6 +99,8 @@ async def run_job(cfg, drv, job, clock):
     macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
     if phase == "fc_backward":      # dX and dW: two products of that size
         macs_dense *= 2
+    if phase.startswith("pool_"):   # no MAC
+        macs_dense = 0
     summary = {"phase": phase, "layer": lay, "pauses": bool(job.get("pauses")),
                "baseline": bool(job.get("baseline")),
                "mode": None if job.get("baseline") else drv.mode,

@@ -185,6 +185,11 @@ def expected_cycles(config, job):
     oh, ow = output_hw((lay["height"], lay["width"]), (lay["kernel_h"], lay["kernel_w"]),
                        (lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
                        (lay["dil_h"], lay["dil_w"]))
+    if job["phase"] in ("pool_forward", "pool_backward"):
+        from bpsa.host.driver import expected_pool_cycles
+        return expected_pool_cycles(job["phase"], lay["batch"], lay["channels"],
+                                    lay["height"], lay["width"], lay["kernel_h"],
+                                    lay["kernel_w"], max(oh, 1), max(ow, 1))
     return layer_cycles(config, job["phase"], lay["batch"], lay["channels"], lay["height"],
                         lay["width"], lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
                         oh, ow, baseline=bool(job.get("baseline")))
