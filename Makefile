@@ -38,7 +38,7 @@ help:
 	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train; ~30 min)"
 	@echo "make figures   utilization, time per layer and roofline of NETWORK=$(NETWORK) on PERF_CONFIG=$(PERF_CONFIG), PNG and SVG into docs/figures/"
 	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
-	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~20 min)"
+	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~25 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
