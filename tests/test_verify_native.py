@@ -187,7 +187,10 @@ def test_cli_trace_errors(tmp_path, capsys):
         assert message in capsys.readouterr().err, extra
 
 
+@pytest.mark.long
 def test_cli_trace_window_after_the_run(tmp_path, capsys):
+    """A trace window past the run's last cycle is an error after the run (make test-long:
+    its traced build takes about 120 s of make test's budget)."""
     from bpsa.cli import main
     path = tmp_path / "t.fst"
     assert main(["sim", "--phase", "forward", "--layer", "C=1,H=4,K=1,R=3", "--quiet",
