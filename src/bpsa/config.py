@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
+__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "FORWARD_FRONTENDS", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
            "require_config"]
 
 #: Dataflows the array can be generated with.
@@ -24,6 +24,10 @@ BACKWARD_MODES = ("bp_im2col", "zero_free")
 #: Pooling kinds the pooling unit can be generated with (global average pooling is ``avg``
 #: with the whole plane as the window).
 POOL_KINDS = ("max", "avg")
+
+#: Forward front ends: the Fornt data feeder (CHW input, output-stationary array) and Zhou et
+#: al.'s channel-first implicit im2col (HWC input, weight-stationary array).
+FORWARD_FRONTENDS = ("feeder", "channel_first")
 
 #: Arithmetic formats. Floating-point formats are added here later.
 ARITHMETICS = ("int",)
@@ -91,6 +95,13 @@ class Config:
         ``pool_kinds``: which of ``max`` and ``avg`` it computes (empty: no pooling unit);
         ``buf_pool_depth``: words of its operand buffer (one element a word, two banks),
         a power of two, 16..65536.
+    Forward front ends
+        ``forward_frontends``: which of ``feeder`` and ``channel_first``
+        (:mod:`bpsa.gateware.engines.channel_first`; needs the ``ws`` dataflow) are generated;
+        the feeder always is (it also hosts the zero-free walkers), so the choice is
+        ``["feeder"]`` or ``["feeder", "channel_first"]``. ``buf_cf_depth``: words of each of
+        the channel-first front end's ``rows`` X banks (one pixel's channel a word, two
+        halves), a power of two, 16..65536.
     """
 
     rows: int = 4
@@ -114,6 +125,8 @@ class Config:
     dma_data_width: int = 64
     pool_kinds: tuple = ()
     buf_pool_depth: int = 1024
+    forward_frontends: tuple = ("feeder",)
+    buf_cf_depth: int = 1024
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -131,6 +144,10 @@ class Config:
             kinds = self.pool_kinds
             object.__setattr__(self, "pool_kinds",
                                tuple([kinds] if isinstance(kinds, str) else kinds))
+        if isinstance(self.forward_frontends, (list, str)):
+            fe = self.forward_frontends
+            object.__setattr__(self, "forward_frontends",
+                               tuple([fe] if isinstance(fe, str) else fe))
         self.validate()
 
     def _mode_needs(self, mode):
@@ -188,6 +205,17 @@ class Config:
             raise ConfigError(f"pool_kinds must be a list of distinct values from "
                               f"{list(POOL_KINDS)}, not {self.pool_kinds!r}")
         _check_pow2("buf_pool_depth", self.buf_pool_depth, 16, 65536)
+        if not isinstance(self.forward_frontends, tuple) \
+                or any(f not in FORWARD_FRONTENDS for f in self.forward_frontends) \
+                or len(set(self.forward_frontends)) != len(self.forward_frontends) \
+                or "feeder" not in self.forward_frontends:
+            raise ConfigError(f"forward_frontends must be a list of distinct values from "
+                              f"{list(FORWARD_FRONTENDS)} holding 'feeder' (it also hosts the "
+                              f"zero-free walkers), not {self.forward_frontends!r}")
+        if "channel_first" in self.forward_frontends and "ws" not in self.dataflows:
+            raise ConfigError(f"forward_frontends 'channel_first' needs the 'ws' dataflow, "
+                              f"not dataflows {list(self.dataflows)!r}")
+        _check_pow2("buf_cf_depth", self.buf_cf_depth, 16, 65536)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
 
@@ -205,6 +233,14 @@ class Config:
             raise ValueError(f"backward mode must be one of {list(BACKWARD_MODES)}, "
                              f"not {mode!r}")
         return mode in self.backward_modes
+
+    def has_frontend(self, frontend):
+        """Whether forward front end ``frontend`` (one of :data:`FORWARD_FRONTENDS`) is
+        generated."""
+        if frontend not in FORWARD_FRONTENDS:
+            raise ValueError(f"forward front end must be one of {list(FORWARD_FRONTENDS)}, "
+                             f"not {frontend!r}")
+        return frontend in self.forward_frontends
 
     def has_pool(self, kind=None):
         """Whether the pooling unit is generated (``kind``: and computes ``kind``, one of
@@ -237,6 +273,7 @@ class Config:
         d["dataflows"] = list(self.dataflows)
         d["backward_modes"] = list(self.backward_modes)
         d["pool_kinds"] = list(self.pool_kinds)
+        d["forward_frontends"] = list(self.forward_frontends)
         return d
 
     def to_json(self):
