@@ -227,6 +227,10 @@ class Accelerator(CheckedComponent):
         if fwd is not None or bwd is not None:
             array = m.submodules.array = SystolicArray(cfg)
         has_fc = bwd is not None and cfg.has("interleaved")
+        cf = None
+        if cfg.has_frontend("channel_first") and fwd is not None:
+            from bpsa.gateware.engines.channel_first import ChannelFirst
+            cf = m.submodules.channel_first = ChannelFirst(cfg)
         pool = None
         if self.has_pool:
             from bpsa.gateware.engines.pool import PoolEngine
@@ -245,7 +249,11 @@ class Accelerator(CheckedComponent):
         results = []
         if fwd is not None:
             fres = m.submodules.forward_results = ForwardResults(cfg)
-            wiring.connect(m, fwd.y, fres.y)
+            if cf is None:
+                wiring.connect(m, fwd.y, fres.y)
+            else:                 # one forward front end runs at a time
+                m.d.comb += [fres.y.valid.eq(fwd.y.valid | cf.y.valid),
+                             fres.y.payload.eq(Mux(cf.y.valid, cf.y.payload, fwd.y.payload))]
             m.d.comb += [fres.ow.eq(ow_reg), fres.row_base.eq(row_base), fres.p_row.eq(p_row)]
             results.append(fres.acc)
         if self.has_zf:
@@ -323,6 +331,10 @@ class Accelerator(CheckedComponent):
                          bwd.a_write.en.eq(bw.en & (target == Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
                          bwd.b_write.en.eq(bw.en & (target == Target.BWD_B))]
+        if cf is not None:
+            m.d.comb += [cf.x_write.addr.eq(bw.addr),
+                         cf.x_write.data.eq(bw.data[:cfg.rows * cfg.operand_width]),
+                         cf.x_write.en.eq(bw.en & (target == Target.CF_X))]
         if pool is not None:
             m.d.comb += [pool.write.addr.eq(bw.addr),
                          pool.write.data.eq(bw.data[:cfg.operand_width]),
@@ -331,7 +343,8 @@ class Accelerator(CheckedComponent):
         requant = m.submodules.requantizer = Requantizer(cfg)
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
                      requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]
-        to_a = (target == Target.FWD_X) | (target == Target.BWD_A) | (target == Target.POOL)
+        to_a = ((target == Target.FWD_X) | (target == Target.BWD_A) | (target == Target.POOL)
+                | (target == Target.CF_X))
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
                      counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
@@ -405,6 +418,22 @@ class Accelerator(CheckedComponent):
 
         if fwd is not None:
             m.d.comb += fres.start.eq(sched.eng_start & is_fwd)
+        is_cf = Signal()                 # a channel-first forward: its front end drives the array
+        if cf is not None:
+            m.d.comb += is_cf.eq(is_fwd & (d.mode == regmap.Mode.CHANNEL_FIRST))
+            cr = cf.run
+            m.d.comb += [cr.channels.eq(run.channels), cr.layer_channels.eq(d.c),
+                         cr.height.eq(run.height), cr.out_rows.eq(walker.prun.rows),
+                         cr.width.eq(d.w), cr.out_width.eq(plan.ow), cr.kernel_h.eq(d.r),
+                         cr.kernel_w.eq(d.s), cr.stride_h.eq(d.stride_h),
+                         cr.stride_w.eq(d.stride_w), cr.dil_h.eq(d.dil_h),
+                         cr.dil_w.eq(d.dil_w), cr.pad_top.eq(run.pad_top),
+                         cr.pad_w.eq(d.pad_w),
+                         cr.x_base.eq(walker.xbank * (cfg.buf_cf_depth // 2)),
+                         cr.w_base.eq(bank * (cfg.buf_b_depth // 2)),
+                         cf.start.eq(sched.eng_start & is_cf),
+                         fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),
+                         fwd.cfw_en.eq(cf.w_en), cf.w_data.eq(fwd.cfw_data)]
 
         # engine descriptors (held while a run is in flight)
         if fwd is not None:
@@ -458,13 +487,15 @@ class Accelerator(CheckedComponent):
                 m.d.comb += getattr(ll, name).eq(getattr(zr, name))
 
         # the phase's engine runs the scheduler's runs
-        on_fwd = is_fwd | is_zg | is_zl
-        engines = [(eng, on_fwd if eng is fwd else ~on_fwd & ~is_pool)
-                   for eng in (fwd, bwd) if eng is not None]
+        on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
+        engines = [(eng, on_fwd if eng is fwd else (is_cf if eng is cf else
+                                                     ~on_fwd & ~is_cf & ~is_pool))
+                   for eng in (fwd, bwd, cf) if eng is not None]
         if engines:
             share_array(m, array, [(eng.array, active) for eng, active in engines])
         for eng, active in engines:
-            m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
+            if eng is not cf:
+                m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
             with m.If(active):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
@@ -479,17 +510,22 @@ class Accelerator(CheckedComponent):
         # engine status, summed into the counters when a run ends
         run_busy = Signal()
         m.d.comb += [run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
-                                 | (bwd.busy if bwd is not None else 0)),
+                                 | (bwd.busy if bwd is not None else 0)
+                                 | (cf.busy if cf is not None else 0)),
                      counters.compute.eq(run_busy)]
-        for eng in (fwd, bwd):
+        for eng in (fwd, bwd, cf):
             if eng is None:
                 continue
-            was_busy = Signal(name=f"{'fwd' if eng is fwd else 'bwd'}_was_busy")
+            was_busy = Signal(name=f"{'fwd' if eng is fwd else 'cf' if eng is cf else 'bwd'}"
+                                   f"_was_busy")
             m.d.sync += was_busy.eq(eng.busy)
             s = counters.run_stats
             with m.If(was_busy & ~eng.busy):
                 m.d.comb += counters.run_done.eq(1)
-                if eng is fwd:
+                if eng is cf:         # the array's counters: cleared at the run's start
+                    m.d.comb += [s.fired.eq(array.fired), s.gated.eq(array.gated),
+                                 s.a_words.eq(cf.words_read), s.b_words.eq(cf.w_words_read)]
+                elif eng is fwd:
                     m.d.comb += [s.fired.eq(fwd.fired), s.gated.eq(fwd.gated),
                                  s.stall_cycles.eq(fwd.stall_cycles),
                                  s.a_words.eq(fwd.words_read), s.b_words.eq(fwd.w_words_read)]

@@ -96,12 +96,16 @@ DmaError = hw_enum(errors.DmaError, 3)
 
 def default_geometry(config):
     """The default ``(word_width, depth)`` of the buffer port for ``config``: the widest buffer
-    word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``)
-    and the deepest buffer (the pooling unit's too, when generated)."""
+    word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``,
+    and ``rows * operand_width`` with the channel-first front end) and the deepest buffer (the
+    pooling unit's and the channel-first banks' too, when generated)."""
+    cf = config.has_frontend("channel_first")
     return (max(config.feeder_bus_width * config.operand_width,
-                config.cols * config.operand_width, config.cols * config.acc_width),
+                config.cols * config.operand_width, config.cols * config.acc_width,
+                config.rows * config.operand_width if cf else 0),
             max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth,
-                config.buf_pool_depth if config.has_pool() else 0))
+                config.buf_pool_depth if config.has_pool() else 0,
+                config.buf_cf_depth if cf else 0))
 
 
 def element_kinds(config, word_width):

@@ -70,9 +70,10 @@ from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, hig
                                low_bits, minimum, select, var)
 from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import POOL_RECIP_SHIFT, element_bytes, pool_window_limit
-from bpsa.spec.regmap import MODE_NAMES, POOL_KIND_NAMES, Mode, Phase, PoolKind
+from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, Mode, Phase,
+                              PoolKind)
 
-__all__ = ["DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH",
+__all__ = ["CF_FORWARD", "DESCRIPTOR", "OUTPUTS", "PLAN_REGISTERS", "STORE_CHUNK", "UNIT_WIDTH",
            "ZF_GRADIENT", "ZF_LOSS", "address_program", "checks", "generated_phases",
            "geometry", "programs", "register_widths", "run", "tiling_program"]
 
@@ -95,7 +96,7 @@ PLAN_REGISTERS = {
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
         "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn", "cn",
-        "recip", "planes", "pg", "pw", "qw0", "rw0")},
+        "recip", "planes", "pg", "pw", "qw0", "rw0", "cl", "cpl", "cimg")},
     "bh": "dim",
     "banded": "bit",
     "dbl": "bit",
@@ -105,11 +106,15 @@ PLAN_REGISTERS = {
 #: programs are keyed by their phase alone).
 ZF_LOSS = (Phase.LOSS, Mode.ZERO_FREE)
 ZF_GRADIENT = (Phase.GRADIENT, Mode.ZERO_FREE)
+#: The program key of the channel-first forward (the forward in mode CHANNEL_FIRST).
+CF_FORWARD = (Phase.FORWARD, Mode.CHANNEL_FIRST)
 
 #: The registers a program's loops read (its *tile plan*); the others are scratch.
 OUTPUTS = {
     Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
                     "kt", "kb", "dbl"),
+    CF_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
+                 "kt", "kb", "dbl", "cl", "ct", "cpl", "cimg"),
     Phase.LOSS: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "kg", "nb", "np",
                  "bh", "banded", "kohow"),
     Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
@@ -138,6 +143,7 @@ TOO_LARGE = AccelError.TOO_LARGE
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
                      "banded", "ct", "xwords", "dwords", "zn", "dbl", "cn"))
 recip, planes, pg, pw, qw0, rw0 = (var(x) for x in ("recip", "planes", "pg", "pw", "qw0", "rw0"))
+cl, cpl, cimg = (var(x) for x in ("cl", "cpl", "cimg"))
 
 
 def register_widths(config):
@@ -180,7 +186,9 @@ def programs(config, phases):
     out = []
     for p in phases:
         p = Phase(p)
-        if p in (Phase.LOSS, Phase.GRADIENT) and Mode.ZERO_FREE in _generated_modes(config, p):
+        if p == Phase.FORWARD and config.has_frontend("channel_first"):
+            out += [(CF_FORWARD, p, Mode.CHANNEL_FIRST), (p, p, Mode.BP_IM2COL)]
+        elif p in (Phase.LOSS, Phase.GRADIENT) and Mode.ZERO_FREE in _generated_modes(config, p):
             out.append((ZF_LOSS if p == Phase.LOSS else ZF_GRADIENT, p, Mode.ZERO_FREE))
             if Mode.BP_IM2COL in _generated_modes(config, p):
                 out.append((p, p, Mode.BP_IM2COL))
@@ -209,6 +217,14 @@ def checks(config, phases):
             ok = ok | (mode == int(mo))
         bad_mode = bad_mode | ((phase == int(p)) & (ok == 0))
         allowed.append(f"{Phase(p).name.lower()}: {_mode_names(modes)}")
+    if Phase.FORWARD in [Phase(p) for p in phases]:
+        fmodes = [v for v, name in FORWARD_MODE_NAMES.items() if config.has_frontend(name)]
+        ok = lift(0)
+        for mo in fmodes:
+            ok = ok | (mode == int(mo))
+        bad_mode = bad_mode | ((phase == int(Phase.FORWARD)) & (ok == 0))
+        allowed.append("forward: " + ", ".join(f"{int(v)} {FORWARD_MODE_NAMES[v]}"
+                                               for v in fmodes))
     is_pool = (phase == int(Phase.POOL_FORWARD)) | (phase == int(Phase.POOL_BACKWARD))
     # pooling ignores K (its planes are N C)
     zero = ((n == 0) | (c == 0) | (h == 0) | (w == 0) | ((k == 0) & (is_pool == 0)) | (r == 0)
@@ -273,18 +289,43 @@ def _band_checks(what, *, padding):
     return Checks(tuple(out))
 
 
-def _forward(config):
+def _forward(config, cf=False):
+    """The forward's tiling; ``cf``: the channel-first front end's (X banks of
+    ``buf_cf_depth / 2`` pixels, groups of one channel block of ``L = min(C, rows)``
+    channels, X blocked ``N x CT x H x W x L``)."""
     acap, bcap, xcap, pcap = _caps(config)
     cols = config.cols
     half = pcap // 2
     pc = select(dbl, half, pcap)                # the P words a step has
-    what = (f"one channel plane of X ({{hw}} elements) or of Y ({{ohow}} words) does not fit a "
-            f"bank of buffer A ({xcap}) / the P buffer ({pcap})")
-    return [
-        Check(rs > bcap, TOO_LARGE,
-              f"W of one channel ({{rs}} words) does not fit a bank of buffer B ({bcap} words)"),
-        Div("q1", xcap, hw),
-        Div("q2", bcap, rs),
+    if cf:
+        xcap = config.buf_cf_depth // 2
+        what = (f"one channel block's image of X ({{hw}} pixels) or one plane of Y ({{ohow}} "
+                f"words) does not fit a half of the channel-first X banks ({xcap}) / the P "
+                f"buffer ({pcap})")
+        head = [
+            Set((("cl", minimum(c, config.rows)),)),
+            Mul("t", cl, rs),
+            Check(t > bcap, TOO_LARGE,
+                  f"W of one channel block ({{t}} words: min(C, rows) R S) does not fit a "
+                  f"bank of buffer B ({bcap} words)"),
+            Div("ct", c + cl - 1, cl),
+            Mul("cpl", hw, cl),
+            Mul("cimg", cpl, ct),
+            Div("q1", xcap, hw),
+        ]
+        group = cl
+    else:
+        what = (f"one channel plane of X ({{hw}} elements) or of Y ({{ohow}} words) does not "
+                f"fit a bank of buffer A ({xcap}) / the P buffer ({pcap})")
+        head = [
+            Check(rs > bcap, TOO_LARGE,
+                  f"W of one channel ({{rs}} words) does not fit a bank of buffer B ({bcap} "
+                  f"words)"),
+            Div("q1", xcap, hw),
+            Div("q2", bcap, rs),
+        ]
+        group = select(banded, 1, minimum(c, q1, q2))
+    return head + [
         Set((("banded", (q1 == 0) | (ohow > pcap)),)),
         Div("kt", k + (cols - 1), cols),
         # P double-buffered (stores overlap the next step) unless halving it would cost X
@@ -296,7 +337,7 @@ def _forward(config):
         Div("t", select(q3 > drh, q3 - drh - 1, 0), stride_h),
         Set((("t", select(q3 > drh, t + 1, 0)),)),
         Div("q4", pc, ow),
-        Set((("cg", select(banded, 1, minimum(c, q1, q2))),
+        Set((("cg", group),
              ("bh", select(banded, minimum(oh, q4, t), oh)))),
         _band_checks(what, padding=True),
         # P holds a band of Y for kb output-channel blocks: X of a group serves kb blocks
@@ -541,6 +582,8 @@ def tiling_program(config, phase_):
         return _zf_gradient(config)
     if phase_ == ZF_LOSS:
         return _zf_loss(config)
+    if phase_ == CF_FORWARD:
+        return _forward(config, cf=True)
     if Phase(phase_) in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD):
         return _pool(config, Phase(phase_) == Phase.POOL_BACKWARD)
     return {Phase.FORWARD: _forward, Phase.LOSS: _loss, Phase.GRADIENT: _gradient,
@@ -570,8 +613,13 @@ def address_program(config, phase_):
     cols, B = config.cols, config.feeder_bus_width
     obs = element_bytes(config.operand_width).bit_length() - 1
     abs_ = element_bytes(config.acc_width).bit_length() - 1
-    phase_ = phase_ if phase_ in (ZF_GRADIENT, ZF_LOSS) else Phase(phase_)
-    if phase_ == ZF_LOSS:
+    phase_ = phase_ if phase_ in (ZF_GRADIENT, ZF_LOSS, CF_FORWARD) else Phase(phase_)
+    if phase_ == CF_FORWARD:
+        tensors = [(addr_x, [Mul("tot", n, cimg)], obs),
+                   (addr_w, [Mul("t", kt, crs), Mul("tot", t, cols)], obs),
+                   (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),
+                               Mul("tot", t, rowlen)], (abs_, obs))]
+    elif phase_ == ZF_LOSS:
         tensors = [(addr_w, [Mul("t", ct, k), Mul("t", t, rs), Mul("tot", t, cols)], obs),
                    (addr_dy, [Mul("t", n, kt), Mul("t", t, ohow), Mul("tot", t, cols)], obs),
                    (addr_out, [Mul("t", n, ct), Mul("t", t, hw), Mul("tot", t, cols)],
@@ -630,6 +678,8 @@ def run(config, desc, *, phases=None, addresses=True):
     key = Phase(env["phase"])
     if key in (Phase.LOSS, Phase.GRADIENT) and env["mode"] == Mode.ZERO_FREE:
         key = ZF_LOSS if key == Phase.LOSS else ZF_GRADIENT
+    if key == Phase.FORWARD and env["mode"] == Mode.CHANNEL_FIRST:
+        key = CF_FORWARD
     program = tiling_program(config, key)
     if addresses:
         program = program + address_program(config, key)

@@ -61,7 +61,8 @@ from bpsa.plan import bands as band_programs
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal, evaluate
 from bpsa.spec.layer import out_size, pair
-from bpsa.spec.regmap import MODE_NAMES, POOL_KIND_NAMES, Mode, Phase, PoolKind
+from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, Mode, Phase,
+                              PoolKind)
 
 __all__ = ["Band", "Strip", "bands", "column_strips", "default_mode", "fc_plan", "mode_value",
            "plan", "plan_or_strips", "pool_plan", "strips"]
@@ -111,9 +112,11 @@ def _ceil(a, b):
 
 def mode_value(mode):
     """The MODE field (:class:`bpsa.spec.regmap.Mode`) of a mode name (``"bp_im2col"``,
-    ``"zero_free"``; ``-`` may stand for ``_``) or value."""
+    ``"zero_free"``, and for the forward ``"feeder"`` (0) or ``"channel_first"``; ``-`` may
+    stand for ``_``) or value."""
     if isinstance(mode, str):
         by_name = {name: m for m, name in MODE_NAMES.items()}
+        by_name.update({name: Mode(v) for v, name in FORWARD_MODE_NAMES.items()})
         key = mode.replace("-", "_")
         if key not in by_name:
             raise ValueError(f"mode must be one of {sorted(by_name)}, not {mode!r}")
@@ -155,7 +158,9 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     if phase not in phases:
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
-    mode = mode_value(mode) if phase != "forward" else Mode.BP_IM2COL
+    mode = mode_value(mode)
+    if phase == "forward" and mode != Mode.CHANNEL_FIRST:
+        mode = Mode.BP_IM2COL
     e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil, mode)
     banded, band = bool(e["banded"]), e["bh"]
     if phase == "loss" and mode == Mode.ZERO_FREE:
@@ -174,7 +179,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
         groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
         return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
                 "bands": bands_, "kblock": e["kb"], "kblocks": _ceil(e["kt"], e["kb"]),
-                "double": bool(e["dbl"]), "runs": n * e["kt"] * bands_ * groups}
+                "double": bool(e["dbl"]), "runs": n * e["kt"] * bands_ * groups,
+                "frontend": FORWARD_MODE_NAMES[0 if mode != Mode.CHANNEL_FIRST else mode]}
     if phase == "loss":
         groups, bands_, cblocks = _ceil(k, e["kg"]), _ceil(h, band), _ceil(c, e["cg"])
         return {"group": e["kg"], "groups": groups, "cblock": e["cg"], "cblocks": cblocks,

@@ -15,6 +15,7 @@ TOPS = {
     "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
     "conv_backward": "bpsa.gateware.engines.conv_backward:ConvBackward",
     "pool": "bpsa.gateware.engines.pool:PoolEngine",
+    "channel_first": "bpsa.gateware.engines.channel_first:ChannelFirst",
     "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
     "dma": "bpsa.gateware.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",

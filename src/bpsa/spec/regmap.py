@@ -15,7 +15,8 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                zero_gating [5], reserve_registers [6], dim_width [12:8],
                                log2(feeder_bus_width) [18:16], backward modes generated:
                                BP-im2col [20], zero-free [21]; pooling kinds: max [22],
-                               avg [23] (map version 1.5)
+                               avg [23] (map version 1.5); channel-first forward
+                               front end [24] (map version 1.6)
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
                                log2(dma_data_width / 64) [25:24] (map version 1.3);
                                log2(buf_pool_depth) [31:27] (map version 1.5)
@@ -25,7 +26,8 @@ WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (r
 WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF)
 PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
 ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
-MODE           0x088   RW      backward mode (:class:`Mode`): 0 BP-im2col, 1 zero-free
+MODE           0x088   RW      how the phase runs (:class:`Mode`): loss / gradient 0 BP-im2col,
+                               1 zero-free; forward 0 the feeder, 2 channel-first (map 1.6)
 REQUANT        0x08C   RW      1: the output leaves as operands (forward, zero-free loss)
 OUT_SHIFT      0x090   RW      the requantization's right shift, 0 .. acc_width - 1
 RELU           0x094   RW      1: forward phases store max(0, y); the pooling backward masks dX
@@ -65,7 +67,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ADDR_WIDTH", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
-    "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
+    "FORWARD_MODE_NAMES", "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
     "PoolKind", "REGISTERS", "REGISTER_MAP", "Register",
     "STATUS_FIELDS", "config_words", "field_bits", "register_map",
 ]
@@ -77,7 +79,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 5)
+MAP_VERSION = (1, 6)
 
 
 class Phase(enum.IntEnum):
@@ -107,14 +109,22 @@ PHASE_BITS = 4
 
 
 class Mode(enum.IntEnum):
-    """The MODE descriptor field: how the loss and the gradient are computed (the forward and
-    FC backward ignore it). ``BP_IM2COL``: the paper's NZ-detecting address generators on the
-    input-stationary array (zero-spaces skipped in memory, gated in the array).
-    ``ZERO_FREE``: the zero-free walkers on the output-stationary array (no inserted zero is
-    read, sent or multiplied); channel-blocked tensors (see :mod:`bpsa.gateware.accelerator`).
-    A mode the configuration does not generate for the phase is refused (``MODE``)."""
+    """The MODE descriptor field: how the phase is computed (the FC backward and pooling
+    ignore it). Loss and gradient: ``BP_IM2COL``, the paper's NZ-detecting address generators
+    on the input-stationary array (zero-spaces skipped in memory, gated in the array), or
+    ``ZERO_FREE``, the zero-free walkers on the output-stationary array (no inserted zero is
+    read, sent or multiplied; channel-blocked tensors, see :mod:`bpsa.gateware.accelerator`).
+    Forward: 0 (``FEEDER``, the same value as ``BP_IM2COL``), the Fornt data feeder on the
+    output-stationary array, or ``CHANNEL_FIRST``, the channel-first implicit im2col on the
+    weight-stationary array (X channel-blocked HWC). A mode the configuration does not
+    generate for the phase is refused (``MODE``)."""
     BP_IM2COL = 0
     ZERO_FREE = 1
+    CHANNEL_FIRST = 2
+
+
+#: The forward's modes: value -> the front end's configuration name (``forward_frontends``).
+FORWARD_MODE_NAMES = {0: "feeder", Mode.CHANNEL_FIRST: "channel_first"}
 
 
 #: Bits of the MODE field.
@@ -214,7 +224,8 @@ def _build_registers():
         Register("CFG_FEATURES", 0x00C, "ro", "const",
                  "dataflows os/ws/is/interleaved [3:0], operand_signed [4], zero_gating [5], "
                  "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16], "
-                 "backward modes BP-im2col [20], zero-free [21], pooling max [22], avg [23]"),
+                 "backward modes BP-im2col [20], zero-free [21], pooling max [22], avg [23], "
+                 "channel-first forward front end [24]"),
         Register("CFG_BUFFERS", 0x010, "ro", "const",
                  "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16], "
                  "log2(dma_data_width / 64) [25:24], log2 buf_pool_depth [31:27]"),
@@ -275,7 +286,8 @@ def config_words(config):
         | _log2(config.feeder_bus_width) << 16
         | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes)
         | sum(1 << (22 + k) for k, name in POOL_KIND_NAMES.items()
-              if name in config.pool_kinds),
+              if name in config.pool_kinds)
+        | config.has_frontend("channel_first") << 24,
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
         | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24
         | _log2(config.buf_pool_depth) << 27,
@@ -312,6 +324,7 @@ def register_map(config):
         "descriptor": {field: name for field, name, _, _, _ in DESCRIPTOR_FIELDS},
         "counters": [name for name, _ in COUNTERS],
         "phases": {p.name.lower(): p.value for p in Phase},
-        "modes": {MODE_NAMES[m]: m.value for m in Mode},
+        "modes": {MODE_NAMES[m]: m.value for m in MODE_NAMES},
+        "forward_modes": {name: int(v) for v, name in FORWARD_MODE_NAMES.items()},
         "pool_kinds": {POOL_KIND_NAMES[k]: k.value for k in PoolKind},
     }

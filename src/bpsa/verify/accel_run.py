@@ -40,7 +40,10 @@ def baseline_layer(layer, phase):
 
 
 def job_mode(config, phase, mode=None):
-    """The backward mode name a loss or gradient job runs in (``None`` for the forward)."""
+    """The backward mode name a loss or gradient job runs in; a forward's front end when it
+    is ``"channel_first"`` (``None`` for the feeder's forward and the other phases)."""
+    if phase == "forward":
+        return "channel_first" if mode in ("channel_first", "channel-first") else None
     if phase not in ("loss", "gradient"):
         return None
     return MODE_NAMES[mode_value(mode or default_mode(config, phase))]
@@ -55,15 +58,19 @@ def check_job(config, layer, phase, baseline=False, mode=None):
             return check_job(config, baseline_layer(layer, phase), "forward")
         except ValueError as e:
             raise ValueError(f"the baseline's forward convolution: {e}") from None
+    mode = job_mode(config, phase, mode)
     span_w = layer.dil_w * (layer.kernel_w - 1) + 1
-    if phase == "forward" and span_w > config.feeder_pattern_width:
+    if phase == "forward" and mode is None and span_w > config.feeder_pattern_width:
         raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
                          f"feeder_pattern_width {config.feeder_pattern_width}")
-    mode = job_mode(config, phase, mode)
+    if mode == "channel_first" and not config.has_frontend("channel_first"):
+        raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
+                         f"forward front end (its forward_frontends: "
+                         f"{list(config.forward_frontends)})")
     if phase == "forward" and not config.has("os"):
         raise ValueError(f"configuration {config.name!r} does not generate the 'os' dataflow "
                          f"that the forward phase runs on")
-    if mode is not None and not config.has_mode(mode):
+    if mode not in (None, "channel_first") and not config.has_mode(mode):
         raise ValueError(f"configuration {config.name!r} does not generate the {phase} in "
                          f"mode {mode!r} (its backward modes: {list(config.backward_modes)})")
     limit = (1 << config.dim_width) - 1

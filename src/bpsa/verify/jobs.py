@@ -69,7 +69,8 @@ async def run_job(cfg, drv, job, clock):
         got = np.concatenate([dx.ravel(), dw.ravel()])
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
     elif phase == "forward":
-        got = await drv.forward(t["x"], t["w"], requant=job.get("requant"), **args)
+        got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
+                                frontend=job.get("mode") or "feeder", **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
     elif phase == "loss":
         if job.get("baseline"):

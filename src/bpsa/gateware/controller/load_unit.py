@@ -21,16 +21,19 @@ class Target(enum.Enum, shape=3):
     BWD_A = 2
     BWD_B = 3
     POOL = 4
+    CF_X = 5
 
 
 class Cache(enum.Enum, shape=3):
     """Which slice record a load checks and updates: the A buffer's, the B buffer's, the
-    FC weights' (a second slice in buffer B), or the pooling buffer's X and dY."""
+    FC weights' (a second slice in buffer B), the pooling buffer's X and dY, or the
+    channel-first X banks'."""
     A = 0
     B = 1
     W = 2
     POOL_X = 3
     POOL_DY = 4
+    CF = 5
 
 
 def dma_command_layout(config):
@@ -97,6 +100,8 @@ class LoadUnit(wiring.Component):
         if cfg.has_pool():
             halves.update({Cache.POOL_X: cfg.buf_pool_depth // 2,
                            Cache.POOL_DY: cfg.buf_pool_depth // 2})
+        if cfg.has_frontend("channel_first"):
+            halves[Cache.CF] = cfg.buf_cf_depth // 2
         # the slice each bank of each buffer holds: (address, length, valid); the pooling
         # buffer's dY also its offset (it follows X, whose length varies)
         slices = {(c, b): (Signal(33, name=f"cache_{c.name.lower()}{b}_addr"),

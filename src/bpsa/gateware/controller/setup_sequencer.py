@@ -29,6 +29,8 @@ def program_name(key):
         return "GRADIENT_ZF"
     if key == setup.ZF_LOSS:
         return "LOSS_ZF"
+    if key == setup.CF_FORWARD:
+        return "FORWARD_CF"
     return Phase(key).name
 
 

@@ -151,10 +151,12 @@ class LoopWalker(wiring.Component):
         P = regmap.Phase
         first = {P.FORWARD: "FWD_INIT", P.LOSS: "LOSS_INIT", P.GRADIENT: "GRAD_INIT",
                  P.FC_BACKWARD: "FC_INIT", setup_programs.ZF_GRADIENT: "ZG_INIT",
+                 setup_programs.CF_FORWARD: "FCF_INIT",
                  setup_programs.ZF_LOSS: "ZL_INIT_0", P.POOL_FORWARD: "POOL_INIT",
                  P.POOL_BACKWARD: "POOL_INIT"}
         walks = {P.FORWARD: self._forward, P.LOSS: self._loss, P.GRADIENT: self._gradient,
                  P.FC_BACKWARD: self._fc, setup_programs.ZF_GRADIENT: self._zf_gradient,
+                 setup_programs.CF_FORWARD: lambda e: self._forward(e, cf=True),
                  setup_programs.ZF_LOSS: self._zf_loss, P.POOL_FORWARD: self._pool,
                  P.POOL_BACKWARD: lambda e: None}
         programs = setup_programs.programs(self.config, self.phases)
@@ -374,24 +376,28 @@ class LoopWalker(wiring.Component):
 
         return program, out_band, dma_load, step_run
 
-    def _forward(self, e):
+    def _forward(self, e, cf=False):
         """The forward loops: images, steps of ``kb`` output-channel blocks, row bands, groups
         of input channels, the step's blocks (the runs). X of a group is loaded once into the
         half of buffer A of the group's parity and serves the step's blocks; P holds the
-        band's Y of every block of the step (``p_row`` words a block)."""
+        band's Y of every block of the step (``p_row`` words a block). ``cf``: the
+        channel-first front end's (states ``FCF_*``): X is channel-blocked HWC (``N x CT x H
+        x W x L``, ``L = cl``), a group is one channel block, loaded as one run of the band's
+        pixels (``L`` lanes a word) into the half of the channel-first banks of its parity."""
+        S_ = "FCF" if cf else "FWD"
         m, r, ptr, loop, d = e.m, e.r, e.ptr, e.loop, self.desc
         program, dma_load, step_run, save_step, mn = (e.program, e.dma_load, e.step_run,
                                                       e.save_step, e.mn)
         grp_c, grp_k, banded, out_band = e.grp_c, e.grp_k, e.banded, e.out_band
         p_row, row_base, xbank = e.p_row, e.row_base, e.xbank
         obs, oes, C, B = e.obs, e.oes, self.config.cols, self.config.feeder_bus_width
-        with m.State("FWD_INIT"):
+        with m.State(f"{S_}_INIT"):
             m.d.sync += [loop["n"].eq(0), ptr["xn"].eq(d.addr_x), ptr["outg"].eq(d.addr_out)]
-            m.next = "FWD_IMAGE"
-        with m.State("FWD_IMAGE"):       # image n
+            m.next = f"{S_}_IMAGE"
+        with m.State(f"{S_}_IMAGE"):       # image n
             m.d.sync += loop["kb0"].eq(0)
-            m.next = "FWD_KBLK_0"
-        program("FWD_KBLK", [            # output-channel blocks [kb0, kend)
+            m.next = f"{S_}_KBLK_0"
+        program(f"{S_}_KBLK", [            # output-channel blocks [kb0, kend)
             ("set", [r["kend"].eq(mn(loop["kb0"] + r["kb"], r["kt"])), loop["o0"].eq(0),
                      ptr["out"].eq(ptr["outg"])]),
             ("mul", r["zstride"], r["crs"], C),          # elements of a block of W
@@ -399,62 +405,69 @@ class LoopWalker(wiring.Component):
             ("mul", r["dstep"], r["ohow"], C),           # elements of a block of Y
             ("mul", r["xstep"], r["dstep"], r["kend"] - loop["kb0"]),
             ("set", [ptr["wk"].eq(d.addr_w + (r["t"] << obs))]),
-        ], "FWD_BAND")
-        out_band("FWD_BAND", "FWD_BANDP_0")
-        program("FWD_BANDP", [           # step (n, kb0, band o0): P words, first group
+        ], f"{S_}_BAND")
+        out_band(f"{S_}_BAND", f"{S_}_BANDP_0")
+        program(f"{S_}_BANDP", [           # step (n, kb0, band o0): P words, first group
+            *([("mul", r["u"], r["yoff"], r["cl"])] if cf else []),   # HWC: yoff pixels
             ("mul", r["t"], r["obh"], r["ow"]),
             ("mul", r["rowlen"], r["t"], C),
             ("mul", r["np"], r["t"], r["kend"] - loop["kb0"]),
             ("set", [loop["c0"].eq(0), p_row.eq(r["t"]),
-                     ptr["x"].eq(ptr["xn"] + (r["yoff"] << obs)),
+                     ptr["x"].eq(ptr["xn"] + ((r["u"] if cf else r["yoff"]) << obs)),
                      ptr["wg"].eq(ptr["wk"]), Pulse(self.new_step)]),
-        ], "FWD_GROUP_0")
-        program("FWD_GROUP", [           # input channels [c0, c0 + cg): X once for the blocks
+        ], f"{S_}_GROUP_0")
+        program(f"{S_}_GROUP", [           # input channels [c0, c0 + cg): X once for the blocks
             ("set", [grp_c.eq(mn(r["cg"], d.c - loop["c0"])), xbank.eq(~xbank),
                      loop["kti"].eq(loop["kb0"]), loop["k0"].eq(loop["kb0"] * C),
                      ptr["w"].eq(ptr["wg"])]),
-            ("mul", r["len_a"], r["blen"], grp_c),
+            ("mul", r["len_a"], r["blen"], r["cl"] if cf else grp_c),
             ("mul", r["t"], r["rs"], grp_c),
             ("mul", r["len_b"], r["t"], C),
-        ], "FWD_LOAD_X")
-        dma_load("FWD_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B, "FWD_BLOCK",
-                 bank=self.xbank)
-        with m.State("FWD_BLOCK"):       # output-channel block kti: its W words of the group
+        ], f"{S_}_LOAD_X")
+        if cf:
+            dma_load(f"{S_}_LOAD_X", Target.CF_X, "cf", ptr["x"], r["len_a"], r["cl"],
+                     f"{S_}_BLOCK", bank=self.xbank)
+        else:
+            dma_load(f"{S_}_LOAD_X", Target.FWD_X, "a", ptr["x"], r["len_a"], B,
+                     f"{S_}_BLOCK", bank=self.xbank)
+        with m.State(f"{S_}_BLOCK"):       # output-channel block kti: its W words of the group
             m.d.sync += [row_base.eq(loop["kti"] - loop["kb0"]),
                          grp_k.eq(mn(C, d.k - loop["k0"]))]
-            m.next = "FWD_LOAD_W"
-        dma_load("FWD_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
-                 "FWD_RUN_WAIT")
-        step_run("FWD")
-        with m.State("FWD_NEXT"):
+            m.next = f"{S_}_LOAD_W"
+        dma_load(f"{S_}_LOAD_W", Target.FWD_W, "b", ptr["w"], r["len_b"], C,
+                 f"{S_}_RUN_WAIT")
+        step_run(S_)
+        with m.State(f"{S_}_NEXT"):
             m.d.sync += ptr["w"].eq(ptr["w"] + (r["zstride"] << obs))
             with m.If(loop["kti"] + 1 < r["kend"]):
                 m.d.sync += [loop["kti"].eq(loop["kti"] + 1), loop["k0"].eq(loop["k0"] + C)]
-                m.next = "FWD_BLOCK"
+                m.next = f"{S_}_BLOCK"
             with m.Elif(loop["c0"] + grp_c < d.c):
                 m.d.sync += [loop["c0"].eq(loop["c0"] + grp_c),
-                             ptr["x"].eq(ptr["x"] + (Mux(banded, r["hw"], r["len_a"]) << obs)),
+                             ptr["x"].eq(ptr["x"] + ((r["cpl"] if cf else
+                                                      Mux(banded, r["hw"], r["len_a"])) << obs)),
                              ptr["wg"].eq(ptr["wg"] + (r["len_b"] << obs))]
-                m.next = "FWD_GROUP_0"
+                m.next = f"{S_}_GROUP_0"
             with m.Else():                # the step's last group runs: next step
                 m.d.comb += save_step(r["kend"] - loop["kb0"], r["rowlen"], p_row,
                                       r["dstep"] << oes, ptr["out"])
                 m.d.sync += ptr["out"].eq(ptr["out"] + (r["rowlen"] << oes))
                 with m.If(loop["o0"] + r["obh"] < r["oh"]):
                     m.d.sync += loop["o0"].eq(loop["o0"] + r["obh"])
-                    m.next = "FWD_BAND"
+                    m.next = f"{S_}_BAND"
                 with m.Else():            # the blocks' Y is stored: the next blocks
                     m.d.sync += ptr["outg"].eq(ptr["outg"] + (r["xstep"] << oes))
                     with m.If(r["kend"] < r["kt"]):
                         m.d.sync += loop["kb0"].eq(r["kend"])
-                        m.next = "FWD_KBLK_0"
+                        m.next = f"{S_}_KBLK_0"
                     with m.Elif(loop["n"] + 1 < d.n):
                         m.d.sync += [loop["n"].eq(loop["n"] + 1),
-                                     ptr["xn"].eq(ptr["xn"] + (r["chw"] << obs))]
-                        m.next = "FWD_IMAGE"
+                                     ptr["xn"].eq(ptr["xn"] + (r["cimg" if cf else "chw"]
+                                                                << obs))]
+                        m.next = f"{S_}_IMAGE"
                     with m.Else():
                         m.d.comb += self.final.eq(1)
-                        m.next = "FWD_LAST"
+                        m.next = f"{S_}_LAST"
 
     def _loss(self, e):
         """The loss loops: images, row bands of dX, dX channel blocks, groups of output channels."""

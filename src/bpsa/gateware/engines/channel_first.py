@@ -107,8 +107,9 @@ class ChannelFirst(wiring.Component):
     Members
     -------
     run : In(cf_run_layout(config))
-        Held while ``busy``; ``layer_channels`` and ``dil_w`` also for ``rows`` cycles before
-        the first write of the layer's X (the banks' lane rule is computed from them).
+        Taken at ``start``; ``layer_channels`` and ``dil_w`` are the layer's and held from
+        ``rows`` cycles before the first write of its X to its last run's end (the banks'
+        lane rule and each row's channel and tap are computed from them).
     start : In(1)
     busy, done, error : Out(1)
     x_write : Out(WritePort.Signature(addr_width=log2(buf_cf_depth), shape=ArrayLayout(op,
@@ -144,7 +145,10 @@ class ChannelFirst(wiring.Component):
         m = Module()
         R, Cc = cfg.rows, cfg.cols
         ar = arith_for(cfg)
-        run, arr = self.run, self.array
+        arr, live = self.array, self.run
+        run = Signal(cf_run_layout(cfg))       # the run's fields, taken at its start
+        with m.If(self.start):
+            m.d.sync += run.eq(live)
         dim = cfg.dim_width + 2
         xaw = ceil_log2(cfg.buf_cf_depth)
         wide = signed(2 * dim + 2)
@@ -159,9 +163,9 @@ class ChannelFirst(wiring.Component):
         offi = [Signal(2 * dim, name=f"off{i}") for i in range(R)]
         wri = [Signal(3 * dim, name=f"wr{i}") for i in range(R)]
         for i in range(1, R):
-            wrap = ci[i - 1] + 1 == run.layer_channels
+            wrap = ci[i - 1] + 1 == live.layer_channels
             m.d.sync += [ci[i].eq(Mux(wrap, 0, ci[i - 1] + 1)), gi[i].eq(gi[i - 1] + wrap),
-                         offi[i].eq(offi[i - 1] + Mux(wrap, run.dil_w, 0))]
+                         offi[i].eq(offi[i - 1] + Mux(wrap, live.dil_w, 0))]
 
         # --- X banks -------------------------------------------------------------------------
         banks = []
@@ -184,7 +188,7 @@ class ChannelFirst(wiring.Component):
         pix = Signal(2 * dim)                  # P: pixels a tile
         taps = Signal(dim)                     # T
         complete = Signal(dim + 1)             # rows // C (complete channel groups)
-        m.d.comb += complete.eq(gi[R - 1] + (ci[R - 1] + 1 == run.layer_channels))
+        m.d.comb += complete.eq(gi[R - 1] + (ci[R - 1] + 1 == live.layer_channels))
         mt_ok = (run.channels == run.layer_channels) & (2 * run.channels <= R)
         mul_a, mul_b = Signal(dim), Signal(2 * dim)
         mul_p = Signal(3 * dim)
@@ -281,8 +285,8 @@ class ChannelFirst(wiring.Component):
         with m.FSM(name="cf"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    bad = ((run.channels == 0) | (run.channels > R) | (run.out_rows == 0)
-                           | (run.out_width == 0))
+                    bad = ((live.channels == 0) | (live.channels > R) | (live.out_rows == 0)
+                           | (live.out_width == 0))
                     with m.If(bad):
                         m.d.comb += [self.error.eq(1), self.done.eq(1)]
                     with m.Else():

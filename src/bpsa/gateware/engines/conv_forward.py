@@ -332,6 +332,9 @@ class ConvForward(wiring.Component):
     array : In(array_signature)
         With ``shared_array=True``: the engine drives an array outside it (the accelerator's
         one array, :func:`bpsa.gateware.array.share_array`) instead of holding its own.
+    cfw_sel, cfw_addr, cfw_en : In, cfw_data : Out
+        With the channel-first front end generated: while ``cfw_sel`` is high, the W buffer's
+        read port serves :class:`bpsa.gateware.engines.channel_first.ChannelFirst`.
     """
 
     def __init__(self, config, *, shared_array=False):
@@ -358,6 +361,10 @@ class ConvForward(wiring.Component):
                 "zl": Out(wiring.Signature({"valid": Out(1),
                                             "payload": Out(zg_layout(config))})),
             })
+        self.has_cf = config.has_frontend("channel_first")
+        if self.has_cf:
+            members.update({"cfw_sel": In(1), "cfw_addr": In(_waddr_width(config)),
+                            "cfw_en": In(1), "cfw_data": Out(data.ArrayLayout(op, config.cols))})
         for name in COUNTERS:
             members[name] = Out(COUNTER_WIDTH)
         if shared_array:
@@ -395,6 +402,10 @@ class ConvForward(wiring.Component):
         else:
             wiring.connect(m, feeder.sram, x_rp)
             wiring.connect(m, fetch.mem, w_rp)
+        if self.has_cf:            # the channel-first front end reads W through the same port
+            m.d.comb += self.cfw_data.eq(w_rp.data)
+            with m.If(self.cfw_sel):
+                m.d.comb += [w_rp.addr.eq(self.cfw_addr), w_rp.en.eq(self.cfw_en)]
         if self.shared_array:
             arr = self.array
         else:
