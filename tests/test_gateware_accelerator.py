@@ -526,3 +526,73 @@ def test_pooling_under_memory_stalls_verilator():
                  "C=3,H=9,W=11,R=3,S=2,stride=1x2,kind=avg", "C=4,H=5,kind=global_avg,N=2"):
         out = run_pool(SMALL, parse_pool(text), stall=0.3, seed=5)
         assert out["forward_match"] and out["backward_match"], (text, out)
+
+
+def _cf_cases(rng, count):
+    """Random forward layers for the channel-first front end on SMALL (4 x 4): C from 1 to
+    past two channel blocks, K past the columns, rectangular kernels, strides 1-4, dilations
+    1-3, padding 0-2, batch 1-2."""
+    out = []
+    while len(out) < count:
+        r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        st = (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+        dil = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        pad = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+        n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 11)), int(rng.integers(1, 10))
+        h, w = int(rng.integers(2, 13)), int(rng.integers(2, 13))
+        oh = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) // st[0] + 1
+        ow = (w + 2 * pad[1] - dil[1] * (s - 1) - 1) // st[1] + 1
+        if oh >= 1 and ow >= 1:
+            out.append(((n, c, h, w), (k, c, r, s), st, pad, dil))
+    return out
+
+
+@pytest.mark.verilator
+def test_channel_first_forward_verilator():
+    """The channel-first forward through the whole accelerator (MODE 2: its tiling program,
+    the walker's channel-block loads of HWC X, the front end on the weight-stationary array,
+    P, the store path) against the golden model: random layers, the multi-tile first-layer
+    shape, a plane cut into row bands, requantization with ReLU, 30 % memory stalls; the
+    feeder gives the same Y on the same layers; MODE 3 is refused (MODE)."""
+    from bpsa.spec.errors import AccelError
+    from bpsa.spec.regmap import Phase
+    from bpsa.verify.native import run_with_driver
+
+    rng = np.random.default_rng(22)
+    cases = _cf_cases(rng, 12)
+    cases.append(((1, 3, 15, 15), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1)))   # conv1-like
+    cases.append(((1, 2, 30, 40), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1)))   # row bands
+
+    async def body(drv, t):
+        for xs, ws, st, pad, dil in cases:
+            x, w = rng.integers(-128, 128, xs), rng.integers(-128, 128, ws)
+            want = wrap_acc(golden.conv2d(x, w, st, pad, dil))
+            y = await drv.forward(x, w, st, pad, dil, frontend="channel_first")
+            np.testing.assert_array_equal(y, want, err_msg=f"{xs} {ws} {st} {pad} {dil}")
+            assert drv.mode == "channel_first"
+            if not stalled and xs[1] <= SMALL.rows and not drv.plan["banded"]:
+                # HWC X once a step of output-channel blocks, W once or once an image
+                kb, wb = drv.plan["kblocks"], -(-ws[0] // SMALL.cols) * w[0].size * SMALL.cols
+                assert kb * x.size + wb <= drv.counters["dma_read_bytes"] <= \
+                    kb * x.size + xs[0] * wb
+            if dil[1] * (ws[3] - 1) + 1 <= SMALL.feeder_pattern_width:
+                np.testing.assert_array_equal(await drv.forward(x, w, st, pad, dil), want)
+        x, w = rng.integers(-128, 128, (1, 5, 6, 6)), rng.integers(-128, 128, (6, 5, 3, 3))
+        got = await drv.forward(x, w, 1, 1, requant=9, relu=True, frontend="channel_first")
+        want = golden.requantize(wrap_acc(golden.conv2d(x, w, 1, 1)), 9, 8)
+        np.testing.assert_array_equal(got, np.maximum(want, 0))
+        base = {"PHASE": Phase.FORWARD, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 1,
+                "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1,
+                "DIL_W": 1, "ADDR_X": 0, "ADDR_W": 64, "ADDR_OUT": 4096, "MODE": 3}
+        assert await drv.start(base, budget=10_000) == AccelError.MODE
+        return True
+
+    def wrap_acc(v):
+        from bpsa.spec.numeric import wrap_array
+        return wrap_array(v, SMALL.acc_width)
+
+    stalled = False
+    assert run_with_driver(SMALL, body)
+    cases[:] = cases[:4] + cases[-1:]
+    stalled = True
+    assert run_with_driver(SMALL, body, stall=0.3)

@@ -10,8 +10,10 @@ from bpsa.gateware.controller.load_unit import Cache, LoadUnit, Target
 from bpsa.gateware.dma import DmaError, Direction, ElementKind
 
 CFG = Config(name="load", rows=2, cols=2, buf_a_depth=64, buf_b_depth=32, buf_pool_depth=128,
-             pool_kinds=["max"])
-HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16, Cache.POOL_X: 64, Cache.POOL_DY: 64}
+             pool_kinds=["max"], forward_frontends=["feeder", "channel_first"],
+             buf_cf_depth=256)
+HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16, Cache.POOL_X: 64, Cache.POOL_DY: 64,
+        Cache.CF: 128}
 
 
 def test_loads_skips_and_errors():

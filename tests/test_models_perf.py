@@ -170,3 +170,127 @@ def test_traditional_flow_against_a_full_size_rtl_run():
     assert m.utilization == pytest.approx(m.macs / (256 * m.cycles))
     with pytest.raises(ValueError, match="applies to loss and gradient"):
         traditional_cycles(cfg, "forward", n=1, c=1, h=4, w=4, k=1, r=1, s=1)
+
+
+# --- the channel-first front end (issue 22) -----------------------------------------------
+
+def _cf(config, **kw):
+    return layer_cycles(config, "forward", frontend="channel_first", **kw)
+
+
+def test_channel_first_layer_by_hand():
+    """small (4x4, int8, 64-bit bus), C = 4, 8 x 8, K = 4, 3 x 3 pad 1: one run (one channel
+    block, one output-channel block, no band). The engine: no multi-tile (2 C > rows), 9
+    tiles of P = 64 pixels; the X bank words: 4 channels x 22 kernel-row hits x 22
+    kernel-column hits (the taps' pixels inside the image)."""
+    from bpsa.models.perf import TIMING as T
+    m = _cf(SMALL, n=1, c=4, h=8, w=8, k=4, r=3, s=3, pad=(1, 1))
+    R = C = 4
+    engine = (T["cf_start"] + R + T["cf_setup"] + R + T["cf_preload"] + 9 * max(64, 2 * R)
+              + R + C + T["cf_drain"])
+    # loads after the set-up and the walker's program: X (8 x 8 pixels of 4 lanes, a word
+    # = 4 bytes a cycle), then W (4 channels x 9 taps, 4 lanes): each a DMA command, then
+    # the hand-off; the step clears its 64 P words, runs, stores 64 x 4 int32 at 8 B/cycle
+    x_load = 256 // 4 + T["dma_command"]
+    w_load = 144 // 4 + T["dma_command"]
+    walk = T["setup_channel_first"] + T["run_program"]
+    start = walk + x_load + 2 + w_load + 2
+    store = 1024 // 8 + T["dma_command"]
+    assert m.frontend == "channel_first" and m.runs == 1 and m.tiles == 9
+    assert m.compute_cycles == engine
+    assert m.cycles == start + 64 + engine + T["step_flush"] + store + 4
+    assert m.load_wait_cycles == start - (walk + 2 * 2)    # the loads beyond the hand-offs
+    assert m.dma_read_bytes == 256 + 144 and m.dma_write_bytes == 4 * 64 * 4
+    assert m.dma_busy_cycles == x_load + w_load + store
+    assert m.x_sram_words == 4 * 22 * 22 and m.x_word_operands == 1
+    assert m.macs == m.array_slots == 4 * 64 * 4 * 9
+    assert m.utilization == pytest.approx(m.macs / (16 * m.cycles))
+    assert m.a_words == 64 and m.b_words == 36
+
+
+def test_channel_first_is_stride_insensitive():
+    """paper16, 32 channels, K = 16, 3 x 3 pad 1, 12 x 12 outputs from 12 x 12 (stride 1),
+    23 x 23 (stride 2) and 34 x 34 (stride 3) inputs: the channel-first engine's cycles and X
+    bank reads are the same (a stride skips pixels, it reads none of them); the feeder's
+    words per context grow with the stride (its interest region spans (rows - 1) s + 3
+    columns), and at stride 3 it is slower than at 1."""
+    p16 = load_config("paper16")
+    cf, fd = [], []
+    for st, h in ((1, 12), (2, 23), (3, 34)):
+        args = dict(n=1, c=32, h=h, w=h, k=16, r=3, s=3, stride=(st, st), pad=(1, 1))
+        cf.append(_cf(p16, **args))
+        fd.append(layer_cycles(p16, "forward", **args))
+    assert len({m.compute_cycles for m in cf}) == 1
+    assert len({m.x_sram_words for m in cf}) == 1
+    assert fd[2].compute_cycles > 1.2 * fd[0].compute_cycles
+    assert all(m.compute_cycles < f.compute_cycles for m, f in zip(cf, fd))
+
+
+def test_channel_first_multi_tile():
+    """C = 3 on paper16 (16 rows): a tile holds min(16 // 3, S) = 3 taps of a 3 x 3 kernel
+    row: 3 tiles a run instead of 9 without multi-tile; on small (4 rows) C = 2 holds 2
+    taps: ceil(3 / 2) = 2 tiles a kernel row. C = 3 on small (2 C > 4 rows): none."""
+    p16 = load_config("paper16")
+    args = dict(n=1, c=3, h=16, w=16, k=16, r=3, s=3, pad=(1, 1))
+    with_, without = _cf(p16, **args), _cf(p16, **args, multi_tile=False)
+    assert (with_.runs, with_.tiles, without.tiles) == (1, 3, 9)
+    assert with_.compute_cycles < without.compute_cycles and with_.cycles < without.cycles
+    assert with_.macs == without.macs and with_.x_sram_words == without.x_sram_words
+    m = _cf(SMALL, n=1, c=2, h=12, w=12, k=6, r=3, s=3, pad=(1, 1))
+    assert (m.runs, m.tiles) == (2, 2 * 3 * 2)
+    m = _cf(SMALL, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1))
+    assert m.tiles == _cf(SMALL, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1),
+                          multi_tile=False).tiles == 9
+
+
+def test_channel_first_refusals():
+    with pytest.raises(ValueError, match="does not generate the channel-first front end"):
+        _cf(SMALL.replace(forward_frontends=("feeder",)), n=1, c=3, h=8, w=8, k=4, r=3, s=3)
+    with pytest.raises(ValueError, match="runs the forward, not 'loss'"):
+        layer_cycles(SMALL, "loss", n=1, c=3, h=8, w=8, k=4, r=3, s=3,
+                     frontend="channel_first")
+    with pytest.raises(ValueError, match="multi_tile applies to the channel-first"):
+        layer_cycles(SMALL, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, multi_tile=False)
+    with pytest.raises(ValueError, match="'feeder' or 'channel_first', not 'x'"):
+        layer_cycles(SMALL, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, frontend="x")
+    # the controller's own refusal: W of a block of 4 channels of a 16 x 16 kernel
+    with pytest.raises(ValueError, match="W of one channel block"):
+        _cf(SMALL, n=1, c=4, h=16, w=16, k=4, r=16, s=16)
+
+
+def test_feeder_x_sram_words_match_the_feeder_model():
+    """One run (one group, K <= cols, no band): the feeder's X SRAM words are
+    :func:`bpsa.models.feeder_model.traffic`'s (which the RTL's counter matches)."""
+    from bpsa.models import feeder_model
+    for c, h, w, r, st, p, d in ((3, 9, 11, 3, 1, 1, 1), (2, 8, 13, 3, 2, 1, 1),
+                                 (5, 7, 20, 2, 2, 0, 1), (1, 12, 17, 5, 3, 2, 1),
+                                 (4, 10, 9, 3, 1, 2, 2)):
+        m = layer_cycles(SMALL, "forward", n=1, c=c, h=h, w=w, k=4, r=r, s=r, stride=(st, st),
+                         pad=(p, p), dil=(d, d))
+        lay = feeder_model.Layer.conv(1, c, h, w, r, r, stride=st, pad=p, dil=d)
+        assert m.runs == 1 and m.frontend == "feeder" and m.x_word_operands == 8
+        assert m.x_sram_words == feeder_model.traffic(SMALL, lay)["words_read"]
+
+
+def test_channel_first_runs_the_workload_on_paper16():
+    """Every workload layer, batch 2: a figure or the controller's channel-first refusal
+    (:func:`bpsa.plan.tiling.plan`'s); the roofline bounds it, every slot is fed once a tile
+    and pixel."""
+    cfg = load_config("paper16")
+    ran = 0
+    for row in _workload():
+        c, h, w, k = (int(row[x]) for x in ("C", "H", "W", "K"))
+        r, s, st, p, d = (int(row[x]) for x in ("R", "S", "stride", "pad", "dilation"))
+        try:
+            m = _cf(cfg, n=2, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
+                    dil=(d, d))
+        except ValueError as e:
+            with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
+                tiling.plan(cfg, "forward", 2, c, h, w, k, r, s, (st, st), (p, p), (d, d),
+                            mode="channel_first")
+            continue
+        ran += 1
+        assert 0 < m.utilization <= 1 and m.cycles >= m.roofline_cycles, row
+        assert m.array_slots >= m.macs and m.tiles >= m.runs * r
+        assert m.load_wait_cycles <= m.cycles - m.compute_cycles
+    assert ran >= 25

@@ -285,6 +285,10 @@ class Config:
         if "backward_modes" not in changes and \
                 {"dataflows", "reserve_registers"} & set(changes):
             changes["backward_modes"] = None
+        # like the backward modes, the channel-first front end goes with its dataflow
+        if "forward_frontends" not in changes and "dataflows" in changes \
+                and "ws" not in changes["dataflows"]:
+            changes["forward_frontends"] = ("feeder",)
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -16,6 +16,14 @@ Not modelled: memory back-pressure (the model's memory answers at once, like the
 transport without stalls), the feeder's per-row bubbles and intermediate-register stalls
 (the forward's kernels wider than ``feeder_lane_regs`` elements a word), BP-im2col and the
 traditional flow.
+
+Two forward front ends (``layer_cycles(..., frontend=...)``): the data feeder on the
+output-stationary array (the default), and the channel-first implicit im2col on the
+weight-stationary array (:mod:`bpsa.gateware.engines.channel_first`; the set-up program of
+MODE 2, X channel-blocked HWC). The channel-first engine's run is deterministic (local banks,
+the array never waits inside a run): its cycles are a closed form of its schedule, whose
+constants (``cf_*`` in :data:`TIMING`, ``setup_channel_first``) are the engine's state
+sequence, not yet fitted on the whole accelerator's counters.
 """
 
 from dataclasses import dataclass
@@ -43,6 +51,15 @@ TIMING = {
     "step_flush": 6,       # a new step: the accumulations land
     "setup_forward": 430,
     "forward_run": 40,     # a forward run's set-up, chain priming, feeder start and drain
+    # channel-first forward (MODE 2): the set-up program is the forward's plus its channel-block
+    # steps (an estimate, not fitted); a run of the engine is cf_start + (rows + cf_setup) +
+    # (rows + cf_preload) + tiles max(P, 2 rows) + (rows + cols + cf_drain), from its FSM
+    # (START, SETUP, PRE, PRE_END + LOAD, STREAM, DRAIN); to be calibrated on the RTL counters
+    "setup_channel_first": 455,
+    "cf_start": 1,         # the start cycle
+    "cf_setup": 7,         # SETUP beyond its rows steps: the run constants' products
+    "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
+    "cf_drain": 2,         # DRAIN beyond the array's rows + cols
 }
 
 
@@ -59,7 +76,17 @@ class LayerCycles:
     part busy longest: ``array`` (computing), ``dma`` (moving), ``P`` (cleared, or waited
     for while its one copy is stored) or ``set-up`` (the set-up and per-run programs).
     ``p_wait_cycles``: the cycles runs waited for P; ``a_words``, ``b_words``: the most words
-    a run loads into a bank of A and of B; ``p_words``: the most P words a step clears."""
+    a run loads into a bank of A (channel-first: of the X banks, one pixel a word) and of B;
+    ``p_words``: the most P words a step clears. ``load_wait_cycles``: the cycles the array
+    waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
+    walker's hand-offs; the first run's loads included).
+
+    Forward only: ``frontend`` (``feeder`` or ``channel_first``); ``x_sram_words``: the X
+    buffer words the front end reads, of ``x_word_operands`` operands each (feeder: words of
+    ``feeder_bus_width`` elements, every word of the index sequence that holds an element of
+    an active lane inside the tensor, exactly :func:`bpsa.models.feeder_model.traffic`'s;
+    channel-first: one operand a word, a word per tile, pixel and active row whose input pixel
+    is not padding); ``tiles``: channel-first weight tiles, summed over the runs."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -76,6 +103,11 @@ class LayerCycles:
     a_words: int = 0
     b_words: int = 0
     p_words: int = 0
+    load_wait_cycles: int = 0
+    frontend: str = ""
+    x_sram_words: int = 0
+    x_word_operands: int = 0
+    tiles: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -146,7 +178,11 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
     and the feeder, which steps over every X SRAM word that covers the context's interest
     region in each (channel, kernel row): ``ceil((offset + span) / B)`` words, the offset being
     where the row starts in its word, each a cycle, or ``ceil(e / M)`` when a lane has ``e``
-    interest elements in it (``M = feeder_lane_regs`` registers take ``M`` a cycle)."""
+    interest elements in it (``M = feeder_lane_regs`` registers take ``M`` a cycle).
+
+    Returns ``(cycles, words)``: ``words`` is the X SRAM words the feeder reads (the words of
+    a (channel, kernel row) inside the band that hold an element of an active lane inside
+    the row; :func:`bpsa.models.feeder_model.index_steps`' ``read``)."""
     key = (channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw, dh, dw)
     if key in cache:
         return cache[key]
@@ -164,18 +200,61 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
             cycles += max(1, -(-most // M))
         row_cycles.append(cycles)
     x0s = [ow0 * sw - pw for ow0 in range(0, ow, R)]
-    total = 0
+    # SRAM words read of one (channel, kernel row) inside the band, by context and offset
+    span_w = (s - 1) * dw + 1
+    row_reads = []
+    for ow0, x0 in zip(range(0, ow, R), x0s):
+        x_lo, x_hi = max(0, x0), min(width, x0 + (min(R, ow - ow0) - 1) * sw + span_w)
+        reads = []
+        for goff in range(B):
+            last = min((x_hi - 1 - x0 + goff) // B, -(-(goff + span) // B) - 1)
+            reads.append(max(0, last - (x_lo - x0 + goff) // B + 1) if x_hi > x_lo else 0)
+        row_reads.append(reads)
+    total = read = 0
     for o in range(out_rows):
         ys = [o * sh - pt + ri * dh for ri in range(r)]
-        for x0 in x0s:
+        for x0, reads in zip(x0s, row_reads):
             words = 0
             for c in range(channels):
                 for y in ys:
-                    words += row_cycles[((c * in_rows + y) * width + x0) % B]
+                    goff = ((c * in_rows + y) * width + x0) % B
+                    words += row_cycles[goff]
+                    if 0 <= y < in_rows:
+                        read += reads[goff]
             total += max(depth, 2 * R, words)
     cycles = total + TIMING["forward_run"] + R + s
-    cache[key] = cycles
-    return cycles
+    cache[key] = cycles, read
+    return cycles, read
+
+
+def _cf_taps(config, *, channels, layer_channels, s, multi_tile=True):
+    """Taps of one kernel row a channel-first tile holds: ``min(rows // C, S)`` (multi-tile)
+    when the run's block is the whole layer and ``2 C <= rows``, else 1."""
+    R = config.rows
+    if multi_tile and channels == layer_channels and 2 * channels <= R:
+        return min(R // channels, s)
+    return 1
+
+
+def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, ow, r, s, sh,
+                sw, pt, pw, dh, dw, multi_tile=True):
+    """One channel-first engine run (one image, a block of ``channels`` input channels, one
+    output-channel block, a band of ``out_rows`` output rows from ``in_rows`` X rows):
+    ``(cycles, x_words, tiles)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`), each
+    streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles, after the
+    set-up and tile 0's weight preload, before the drain. X bank words: every (channel, tap)
+    of the block once, for the output pixels whose input pixel is not padding."""
+    R, C = config.rows, config.cols
+    taps = _cf_taps(config, channels=channels, layer_channels=layer_channels, s=s,
+                    multi_tile=multi_tile)
+    tiles = r * -(-s // taps)
+    pixels = out_rows * ow
+    cycles = (TIMING["cf_start"] + R + TIMING["cf_setup"] + R + TIMING["cf_preload"]
+              + tiles * max(pixels, 2 * R) + R + C + TIMING["cf_drain"])
+    rows_in = sum(1 for ri in range(r) for o in range(out_rows)
+                  if 0 <= o * sh - pt + ri * dh < in_rows)
+    cols_in = sum(1 for q in range(s) for x in range(ow) if 0 <= x * sw - pw + q * dw < width)
+    return cycles, channels * rows_in * cols_in, tiles
 
 
 def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
@@ -200,8 +279,11 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
     last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
     first, a store's row commands fill the time between loads (with ``double``, the store runs
     while the next step computes in the other half of P; without, the next step waits for the
-    store and the clear)."""
+    store and the clear). Returns ``(cycles, compute, dma_busy, loaded bytes, P waits, load
+    waits)``; a run's load wait is how much later it starts than it would with every load
+    already in its bank."""
     t_walk = setup_cycles
+    load_wait = 0
     dma_free = 0
     dma_busy = 0
     end_prev = t_walk
@@ -220,6 +302,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
 
     for i, (loads, cycles, new_step) in enumerate(runs):
         t = t_walk + (TIMING["run_program"] if run_program is None else run_program)
+        ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
         for cache, key, nbytes, commands, *fixed in loads:
             b = fixed[0] if fixed else bank
             if held.get((cache, b)) == key:
@@ -234,6 +317,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
             held[(cache, b)] = key
             t = dma_free + 2
         start = max(t, end_prev + 2)
+        load_wait += start - ready
         if new_step:
             start = max(start, end_prev + TIMING["step_flush"])
             stores_until(float("inf"))          # the store before has read its half
@@ -254,19 +338,40 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
     pending += [[end_prev + TIMING["step_flush"], dur] for dur in store_final]
     stores_until(float("inf"))
     total = max(end_prev + TIMING["step_flush"], dma_free) + 4
-    return total, compute, dma_busy, loaded, p_wait
+    return total, compute, dma_busy, loaded, p_wait, load_wait
 
 
 def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                 dil=(1, 1), requant=False):
+                 dil=(1, 1), requant=False, frontend="feeder", multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
     ``"gradient"``, zero-free) of a layer on ``config``; :exc:`ValueError` with the
     controller's reason for a layer it refuses. ``requant`` (forward, loss): the output leaves
-    as operands (the descriptor's REQUANT)."""
+    as operands (the descriptor's REQUANT).
+
+    ``frontend`` (forward): ``"feeder"`` (MODE 0, the data feeder on the output-stationary
+    array) or ``"channel_first"`` (MODE 2: the channel-first implicit im2col on the
+    weight-stationary array; :exc:`ValueError` when ``config`` does not generate it). The
+    channel-first walk is the feeder forward's (images, steps of ``kb`` output-channel blocks,
+    bands, groups, the step's blocks) with groups of one channel block of ``L = min(C,
+    rows)`` channels, X channel-blocked HWC (a group's band is one DMA run of ``eh W L``
+    operands into the half of the channel-first banks of the group's parity, ``L`` lanes a
+    word). ``multi_tile`` (channel-first): ``False`` models the engine without the paper's
+    multi-tile (one tap a tile for every layer; a what-if, the hardware always applies it)."""
     if phase not in ("forward", "loss", "gradient"):
         raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
                          f"not {phase!r}")
-    if phase == "forward" and not (config.has("os") and config.reserve_registers):
+    if frontend not in ("feeder", "channel_first"):
+        raise ValueError(f"the forward front end is 'feeder' or 'channel_first', not "
+                         f"{frontend!r}")
+    cf = frontend == "channel_first"
+    if phase != "forward" and cf:
+        raise ValueError(f"the channel-first front end runs the forward, not {phase!r}")
+    if not multi_tile and not cf:
+        raise ValueError("multi_tile applies to the channel-first front end only")
+    if cf and not config.has_frontend("channel_first"):
+        raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
+                         f"front end (forward_frontends: {list(config.forward_frontends)})")
+    if phase == "forward" and not cf and not (config.has("os") and config.reserve_registers):
         raise ValueError(f"configuration {config.name!r} does not generate the forward engine")
     if phase != "forward" and not config.has_mode("zero_free"):
         raise ValueError(f"configuration {config.name!r} does not generate the zero-free mode")
@@ -275,7 +380,8 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                          "to the gradient")
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
     phase_value = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
-    mode = Mode.BP_IM2COL if phase == "forward" else Mode.ZERO_FREE
+    mode = Mode.ZERO_FREE if phase != "forward" else (
+        Mode.CHANNEL_FIRST if cf else Mode.BP_IM2COL)
     desc = {"phase": phase_value[phase], "n": n, "c": c,
             "h": h, "w": w, "k": k, "r": r, "s": s, "stride_h": sh, "stride_w": sw,
             "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw, "mode": int(mode)}
@@ -297,7 +403,44 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     store_rate = _rate(config, C, ab)
     # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
     rates = {"a": _rate(config, C if phase == "loss" else B, ob), "b": _rate(config, C, ob)}
-    if phase == "forward":
+    x_words = tiles = 0
+    if phase == "forward" and cf:
+        cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
+        rates = {"cf": _rate(config, cg, ob), "b": _rate(config, C, ob)}
+        cache = {}
+        store_step, clears = None, []
+        xbank = 0                       # X of a group stays in the half of the group's parity
+        for ni in range(n):
+            for kb0 in range(0, kt, kb):
+                kend = min(kb0 + kb, kt)
+                for bd in bands:
+                    first = True
+                    for c0 in range(0, c, cg):
+                        cgv = min(cg, c - c0)
+                        xbank ^= 1
+                        key = (cgv, bd.in_rows, bd.out_rows, bd.pad_top)
+                        if key not in cache:
+                            cache[key] = _cf_compute(
+                                config, channels=cgv, layer_channels=c, in_rows=bd.in_rows,
+                                width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s, sh=sh, sw=sw,
+                                pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
+                        comp, words, run_tiles = cache[key]
+                        for t in range(kb0, kend):
+                            loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
+                            if t == kb0:        # the block's band: L lanes a pixel
+                                loads.insert(0, ("cf", ("x", ni, c0, bd.in0),
+                                                 bd.in_rows * w * cg * ob, 1, xbank))
+                            slots += run_tiles * bd.out_rows * ow * R * C
+                            x_words += words
+                            tiles += run_tiles
+                            runs.append((loads, comp, first))
+                            stores.append(store_step if first and len(runs) > 1 else [])
+                            clears.append((kend - kb0) * bd.out_rows * ow)
+                            first = False
+                    store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
+                        kend - kb0)
+        clear, store_final = clears, store_step
+    elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]
         rates = {"a": _rate(config, B, ob), "b": _rate(config, C, ob)}
         cache = {}
@@ -311,16 +454,17 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                     for c0 in range(0, c, cg):
                         cgv = min(cg, c - c0)
                         xbank ^= 1
-                        comp = _forward_compute(config, channels=cgv, in_rows=bd.in_rows,
-                                                width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s,
-                                                sh=sh, sw=sw, pt=bd.pad_top, pw=pw, dh=dh,
-                                                dw=dw, cache=cache)
+                        comp, words = _forward_compute(
+                            config, channels=cgv, in_rows=bd.in_rows, width=w,
+                            out_rows=bd.out_rows, ow=ow, r=r, s=s, sh=sh, sw=sw, pt=bd.pad_top,
+                            pw=pw, dh=dh, dw=dw, cache=cache)
                         for t in range(kb0, kend):
                             loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             if t == kb0:
                                 loads.insert(0, ("a", ("x", ni, c0, bd.in0),
                                                  cgv * bd.in_rows * w * ob, 1, xbank))
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
+                            x_words += words
                             runs.append((loads, comp, first))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
@@ -394,20 +538,22 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                         zng * (cbe - cb0))
         clear = clears
         store_final = store_step
-    total, compute, dma_busy, reads, p_wait = _timeline(runs, stores, store_final or [], clear,
-                                                TIMING[f"setup_{phase}"], rates,
-                                                double=phase != "forward" or bool(e["dbl"]))
+    setup_cycles = TIMING["setup_channel_first" if cf else f"setup_{phase}"]
+    total, compute, dma_busy, reads, p_wait, load_wait = _timeline(
+        runs, stores, store_final or [], clear, setup_cycles, rates,
+        double=phase != "forward" or bool(e["dbl"]))
     util = macs / (R * C * total)
     # what bounds it: the part busy longest of the array computing, the DMA moving, P being
     # cleared or waited for (its store), and the set-up and per-run programs
-    setup_time = TIMING[f"setup_{phase}"] + len(runs) * TIMING["run_program"]
+    setup_time = setup_cycles + len(runs) * TIMING["run_program"]
     bound = max([("array", compute), ("dma", dma_busy), ("P", p_wait),
                  ("set-up", setup_time)], key=lambda b: b[1])[0]
     words = {"a": 0, "b": 0}
     for loads, _, _ in runs:
         for cache, _, nbytes, commands, *_ in loads:
-            lanes = (C if phase == "loss" else B) if cache == "a" else C
-            words[cache] = max(words[cache], -(-nbytes // (lanes * ob)))
+            lanes = {"a": C if phase == "loss" else B, "cf": e["cg"]}.get(cache, C)
+            bank = "a" if cache == "cf" else cache
+            words[bank] = max(words[bank], -(-nbytes // (lanes * ob)))
     p_words = max(clear) if isinstance(clear, list) and clear else clear
     writes = {"forward": lambda: n * e["kt"] * oh * ow * C * ab,
               "loss": lambda: n * e["ct"] * h * w * C * ab,
@@ -420,7 +566,11 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
                        roofline_cycles=roof, over_roofline=total / roof,
                        p_wait_cycles=p_wait, a_words=words["a"], b_words=words["b"],
-                       p_words=p_words or 0)
+                       p_words=p_words or 0, load_wait_cycles=load_wait,
+                       frontend=frontend if phase == "forward" else "",
+                       x_sram_words=x_words, x_word_operands=(
+                           (1 if cf else B) if phase == "forward" else 0),
+                       tiles=tiles)
 
 
 def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
@@ -550,9 +700,8 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab)) * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
     program = TIMING[f"run_{phase}"]
-    total, compute, dma_busy, loaded, p_wait = _timeline(runs, stores, store, clears,
-                                                         TIMING[f"setup_{phase}"], rates,
-                                                         run_program=program)
+    total, compute, dma_busy, loaded, p_wait, load_wait = _timeline(
+        runs, stores, store, clears, TIMING[f"setup_{phase}"], rates, run_program=program)
     outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
     setup_time = TIMING[f"setup_{phase}"] + len(runs) * program
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
@@ -563,7 +712,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        utilization=0.0, dma_read_bytes=loaded, dma_write_bytes=outs * ab,
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
                        roofline_cycles=roof, over_roofline=total / roof,
-                       p_wait_cycles=p_wait,
+                       p_wait_cycles=p_wait, load_wait_cycles=load_wait,
                        a_words=max((nb // ob for ld, _, _ in runs for _, _, nb, _ in ld),
                                    default=0),
                        p_words=max(clears, default=0))

@@ -40,8 +40,11 @@ def phases(config):
 
 
 def modes(config, phase):
-    """The backward modes (names) the hardware runs ``phase`` in (``[None]`` for the forward
-    and FC backward)."""
+    """The modes (names) the hardware runs ``phase`` in: the backward modes, the forward's
+    front ends (``None``: the feeder; ``"channel_first"`` when generated), ``[None]`` for the
+    other phases."""
+    if phase == "forward":
+        return [None] + (["channel_first"] if config.has_frontend("channel_first") else [])
     if phase not in ("loss", "gradient"):
         return [None]
     return list(config.backward_modes)

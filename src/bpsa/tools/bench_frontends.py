@@ -1,0 +1,358 @@
+"""Forward front ends compared: the data feeder and the channel-first implicit im2col, on
+every layer of ``workloads/conv_layers.csv``, by the cycle model.
+
+    python -m bpsa.tools.bench_frontends [--config paper16] [--batch 1] [--json] \
+        [--plot FILE.png] [--stride-layer NETWORK.LAYER]
+
+For every layer at full size (:func:`bpsa.models.perf.layer_cycles` with ``frontend`` =
+``feeder`` and ``channel_first``): cycles, utilization (the layer's MACs over ``rows x cols x
+cycles``), X SRAM words read (feeder: words of ``feeder_bus_width`` operands; channel-first:
+bank words of one operand), DMA bytes, the cycles the array waits for loads, and which front
+end wins by how much. A layer the controller refuses for a front end is run as the driver
+runs it, in column strips (:func:`bpsa.plan.tiling.column_strips`, one descriptor each: the
+strips' figures add up), or gets the refusal's reason.
+
+Two claims of the channel-first paper (Zhou et al.) on the model:
+    *multi-tile*: on the layers with ``2 C <= rows`` (the ``C = 3`` first layers) the
+    channel-first front end with multi-tile (``min(rows // C, S)`` taps a tile) against the
+    same without (one tap a tile: ``layer_cycles(..., multi_tile=False)``).
+    *stride insensitivity*: one layer (``--stride-layer``) at strides 1..4 with the same
+    output size (the input grows with the stride), both front ends.
+
+The RTL columns (the same layers on the accelerator) are to come; this is the model alone.
+"""
+
+import argparse
+import csv
+import io
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from bpsa.config import load_config
+from bpsa.models.perf import layer_cycles
+from bpsa.plan import tiling
+from bpsa.spec.layer import out_size
+
+__all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "layer_args",
+           "load_conv_layers", "main", "markdown", "model_rows", "multi_tile_rows", "plot",
+           "stride_rows"]
+
+#: The convolution layers shipped with the package (the shared workload).
+CONV_CSV = resources.files("bpsa") / "workloads" / "conv_layers.csv"
+
+#: The forward front ends, in table order.
+FRONTENDS = ("feeder", "channel_first")
+
+#: The default layer of the stride table: a 3 x 3 layer of 256 channels, 14 x 14 outputs.
+STRIDE_LAYER = "resnet50.layer3.0.conv2"
+
+_INT_FIELDS = ("C", "H", "W", "K", "R", "S", "stride", "pad", "dilation")
+_SHORT = {"feeder": "F", "channel_first": "CF"}
+
+
+def load_conv_layers(path=None):
+    """The rows of ``conv_layers.csv`` as dicts with integer fields and ``name``
+    (``network.layer``)."""
+    text = CONV_CSV.read_text() if path is None else Path(path).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    for row in rows:
+        for k in _INT_FIELDS:
+            row[k] = int(row[k])
+        row["name"] = f"{row['network']}.{row['layer']}"
+    return rows
+
+
+def layer_args(row, batch=1):
+    """:func:`bpsa.models.perf.layer_cycles`' layer arguments of a workload row."""
+    st, p, d = row["stride"], row["pad"], row["dilation"]
+    return dict(n=batch, c=row["C"], h=row["H"], w=row["W"], k=row["K"], r=row["R"],
+                s=row["S"], stride=(st, st), pad=(p, p), dil=(d, d))
+
+
+def _figures(m):
+    return {"cycles": m.cycles, "compute_cycles": m.compute_cycles, "macs": m.macs,
+            "utilization": m.utilization, "x_sram_words": m.x_sram_words,
+            "x_word_operands": m.x_word_operands,
+            "x_sram_operands": m.x_sram_words * m.x_word_operands,
+            "dma_read_bytes": m.dma_read_bytes, "dma_write_bytes": m.dma_write_bytes,
+            "dma_bytes": m.dma_read_bytes + m.dma_write_bytes,
+            "load_wait_cycles": m.load_wait_cycles, "bound": m.bound, "runs": m.runs,
+            "tiles": m.tiles, "strips": 0}
+
+
+def frontend_figures(config, args, frontend, *, multi_tile=True):
+    """The model's figures of one layer (``args``: :func:`layer_args`) on ``frontend``: a
+    dict (:func:`bpsa.models.perf.layer_cycles`' cycles, utilization, X SRAM words and
+    operands, DMA bytes, load waits, bound, runs, tiles; ``strips``: 0, or the column strips
+    the driver cuts a layer the controller refuses into, whose figures are summed, the
+    utilization the layer's MACs over the strips' cycles), or ``{"refused": reason}``."""
+    kw = {"frontend": frontend}
+    if frontend == "channel_first":
+        kw["multi_tile"] = multi_tile
+    try:
+        return _figures(layer_cycles(config, "forward", **args, **kw))
+    except ValueError as e:
+        reason = str(e)
+    if frontend == "channel_first" and not config.has_frontend("channel_first"):
+        return {"refused": reason}
+    a = args
+    try:
+        strips, _ = tiling.column_strips(config, "forward", a["n"], a["c"], a["h"], a["w"],
+                                         a["k"], a["r"], a["s"], a["stride"], a["pad"],
+                                         a["dil"], mode=frontend)
+    except ValueError as e:
+        return {"refused": f"{reason}; in column strips: {e}"}
+    total = None
+    for st in strips:
+        f = _figures(layer_cycles(config, "forward", **dict(a, w=st.engine_w,
+                                                             pad=(a["pad"][0], 0)), **kw))
+        if total is None:
+            total = f
+            continue
+        for key, v in f.items():
+            if isinstance(v, int):
+                total[key] += v
+        if f["bound"] != total["bound"]:
+            total["bound"] = "mixed"
+    oh = out_size(a["h"], a["r"], a["stride"][0], a["pad"][0], a["dil"][0])
+    ow = out_size(a["w"], a["s"], a["stride"][1], a["pad"][1], a["dil"][1])
+    total["macs"] = a["n"] * a["k"] * oh * ow * a["c"] * a["r"] * a["s"]
+    total["utilization"] = total["macs"] / (config.rows * config.cols * total["cycles"])
+    total["strips"] = len(strips)
+    total["refused_whole"] = reason
+    return total
+
+
+def _compare(rec):
+    """Winner (fewer cycles) and by how much (the other's cycles over the winner's)."""
+    f, c = rec["feeder"], rec["channel_first"]
+    if "refused" in f or "refused" in c:
+        rec["winner"] = None if "refused" in f and "refused" in c else (
+            "channel_first" if "refused" in f else "feeder")
+        rec["by"] = None
+        return rec
+    win, lose = (c, f) if c["cycles"] < f["cycles"] else (f, c)
+    rec["winner"] = "channel_first" if win is c else "feeder"
+    rec["by"] = lose["cycles"] / win["cycles"]
+    return rec
+
+
+def _shape(row):
+    k = f"{row['R']}x{row['S']}/{row['stride']}"
+    if row["pad"]:
+        k += f" p{row['pad']}"
+    if row["dilation"] != 1:
+        k += f" d{row['dilation']}"
+    return f"{row['C']}x{row['H']}x{row['W']} -> {row['K']}, {k}"
+
+
+def model_rows(config, rows, batch=1):
+    """Every layer of ``rows`` (:func:`load_conv_layers`) on both front ends: dicts with
+    ``layer``, ``shape``, ``feeder`` and ``channel_first`` (:func:`frontend_figures`),
+    ``winner`` and ``by``."""
+    out = []
+    for row in rows:
+        args = layer_args(row, batch)
+        rec = {"layer": row["name"], "shape": _shape(row)}
+        for fe in FRONTENDS:
+            rec[fe] = frontend_figures(config, args, fe)
+        out.append(_compare(rec))
+    return out
+
+
+def multi_tile_rows(config, rows, batch=1):
+    """The layers of ``rows`` where the channel-first engine applies multi-tile (``2 C <=
+    rows``), with and without it: dicts with ``layer``, ``shape``, ``taps`` (a tile's),
+    ``with`` / ``without`` (:func:`frontend_figures`) and ``gain`` (cycles without over
+    with)."""
+    out = []
+    for row in rows:
+        if 2 * row["C"] > config.rows:
+            continue
+        args = layer_args(row, batch)
+        rec = {"layer": row["name"], "shape": _shape(row),
+               "taps": min(config.rows // row["C"], row["S"]),
+               "with": frontend_figures(config, args, "channel_first"),
+               "without": frontend_figures(config, args, "channel_first", multi_tile=False)}
+        ok = "refused" not in rec["with"] and "refused" not in rec["without"]
+        rec["gain"] = rec["without"]["cycles"] / rec["with"]["cycles"] if ok else None
+        out.append(rec)
+    return out
+
+
+def stride_rows(config, row, strides=(1, 2, 3, 4), batch=1):
+    """``row`` at each of ``strides`` with the output size it has (``OH x OW``; the input
+    ``(O - 1) s + d (R - 1) + 1 - 2 p`` rows / columns): dicts with ``layer`` (its name),
+    ``stride``, ``h``, ``w``, ``out``, ``feeder`` and ``channel_first``
+    (:func:`frontend_figures`)."""
+    st, p, d = row["stride"], row["pad"], row["dilation"]
+    oh = out_size(row["H"], row["R"], st, p, d)
+    ow = out_size(row["W"], row["S"], st, p, d)
+    out = []
+    for s in strides:
+        h = (oh - 1) * s + d * (row["R"] - 1) + 1 - 2 * p
+        w = (ow - 1) * s + d * (row["S"] - 1) + 1 - 2 * p
+        lay = dict(row, H=h, W=w, stride=s)
+        assert out_size(h, row["R"], s, p, d) == oh and out_size(w, row["S"], s, p, d) == ow
+        args = layer_args(lay, batch)
+        out.append({"layer": row["name"], "stride": s, "h": h, "w": w, "out": (oh, ow),
+                    **{fe: frontend_figures(config, args, fe) for fe in FRONTENDS}})
+    return out
+
+
+def _n(v):
+    return f"{v:,}"
+
+
+def _pair(rec, key, fmt=_n):
+    return " / ".join("-" if "refused" in rec[fe] else fmt(rec[fe][key]) for fe in FRONTENDS)
+
+
+def _cyc(f):
+    s = _n(f["cycles"])
+    return s + (f" ({f['strips']} strips)" if f.get("strips") else "")
+
+
+def markdown(config, model, multi, stride, *, batch=1):
+    """The three tables as Markdown."""
+    B = config.feeder_bus_width
+    out = [f"Forward front ends on `{config.name}` ({config.rows}x{config.cols}), cycle model, "
+           f"batch {batch}. F = data feeder, CF = channel-first. X SRAM words: the feeder's "
+           f"are {B} operands wide, the channel-first banks' one operand (operands CF / F: "
+           f"the operands those words hold, channel-first's over the feeder's). Load wait: "
+           f"cycles the array waits for loads.", "",
+           "| layer | C x H x W -> K, kernel | F cycles | CF cycles | winner | util F / CF | "
+           "X SRAM words F / CF | operands CF / F | DMA bytes F / CF | load wait F / CF | "
+           "bound F / CF |",
+           "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in model:
+        f, c = r["feeder"], r["channel_first"]
+        cells = [r["layer"], r["shape"]]
+        for fe in (f, c):
+            cells.append(f"refused: {fe['refused']}" if "refused" in fe else _cyc(fe))
+        if r["by"] is not None:
+            cells.append(f"{_SHORT[r['winner']]} {r['by']:.2f}x")
+        else:
+            cells.append(f"{_SHORT[r['winner']]} (only)" if r["winner"] else "-")
+        ratio = "-" if r["by"] is None else \
+            f"{c['x_sram_operands'] / f['x_sram_operands']:.2f}x"
+        cells += [_pair(r, "utilization", lambda v: f"{v:.2f}"), _pair(r, "x_sram_words"),
+                  ratio, _pair(r, "dma_bytes"), _pair(r, "load_wait_cycles"),
+                  _pair(r, "bound", str)]
+        out.append("| " + " | ".join(cells) + " |")
+    runs = [r for r in model if r["by"] is not None]
+    wins = sum(r["winner"] == "channel_first" for r in runs)
+    if runs:
+        tot = {fe: sum(r[fe]["cycles"] for r in runs) for fe in FRONTENDS}
+        out += ["", f"Channel-first wins {wins} of {len(runs)} layers both run; over them "
+                    f"the feeder takes {_n(tot['feeder'])} cycles, channel-first "
+                    f"{_n(tot['channel_first'])} "
+                    f"({tot['feeder'] / tot['channel_first']:.2f}x)."]
+    out += ["", f"Multi-tile (channel-first, layers with 2 C <= rows = {config.rows}): with "
+                "and without.", "",
+            "| layer | C x H x W -> K, kernel | taps a tile | tiles with / without | "
+            "cycles with | cycles without | gain | compute with / without |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in multi:
+        w, wo = r["with"], r["without"]
+        if r["gain"] is None:
+            why = w.get("refused") or wo.get("refused")
+            out.append(f"| {r['layer']} | {r['shape']} | {r['taps']} | refused: {why} | | | | |")
+            continue
+        out.append(f"| {r['layer']} | {r['shape']} | {r['taps']} | {_n(w['tiles'])} / "
+                   f"{_n(wo['tiles'])} | {_cyc(w)} | {_cyc(wo)} | {r['gain']:.2f}x | "
+                   f"{_n(w['compute_cycles'])} / {_n(wo['compute_cycles'])} |")
+    if stride:
+        oh, ow = stride[0]["out"]
+        out += ["", f"Stride insensitivity: {stride[0]['layer']}'s kernel and channels, "
+                    f"{oh} x {ow} outputs, at each stride (the input grows with it).", "",
+                "| stride | input H x W | F cycles | CF cycles | F compute | CF compute | "
+                "X SRAM words F / CF | DMA bytes F / CF |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for r in stride:
+            cells = [str(r["stride"]), f"{r['h']} x {r['w']}"]
+            for key in ("cycles", "compute_cycles"):
+                for fe in FRONTENDS:
+                    f = r[fe]
+                    cells.append("refused" if "refused" in f else
+                                 (_cyc(f) if key == "cycles" else _n(f[key])))
+            cells += [_pair(r, "x_sram_words"), _pair(r, "dma_bytes")]
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def plot(config, model, path, *, batch=1):
+    """Cycles (log scale) and utilization of both front ends on every layer that runs."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    plt.rcParams["svg.hashsalt"] = "bpsa"
+    rows = [r for r in model if any("refused" not in r[fe] for fe in FRONTENDS)]
+    xs = np.arange(len(rows))
+    fig, (ax, au) = plt.subplots(2, 1, figsize=(max(9.0, 0.33 * len(rows) + 2), 7.5),
+                                 sharex=True)
+    for i, (fe, label) in enumerate((("feeder", "data feeder (OS)"),
+                                     ("channel_first", "channel-first (WS)"))):
+        ys = [r[fe]["cycles"] if "refused" not in r[fe] else 0 for r in rows]
+        us = [r[fe]["utilization"] if "refused" not in r[fe] else 0 for r in rows]
+        ax.bar(xs + (i - 0.5) * 0.4, ys, 0.4, label=label)
+        au.bar(xs + (i - 0.5) * 0.4, us, 0.4, label=label)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"cycles (batch {batch})")
+    ax.set_title(f"Forward front ends on {config.name} ({config.rows}x{config.cols}), "
+                 f"cycle model")
+    ax.legend(fontsize=8)
+    au.set_ylabel("utilization")
+    au.set_ylim(0, 1)
+    labels = [r["layer"] + (" *" if any(r[fe].get("strips") for fe in FRONTENDS) else "")
+              for r in rows]
+    au.set_xticks(xs, labels, rotation=60, ha="right", fontsize=7)
+    if labels != [r["layer"] for r in rows]:
+        au.set_xlabel("* in column strips (one descriptor each; the layer alone does not fit)",
+                      fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Date": None} if str(path).endswith(".svg")
+                else None)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bpsa.tools.bench_frontends",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="paper16", help="configuration (default: paper16)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--stride-layer", default=STRIDE_LAYER, metavar="NETWORK.LAYER",
+                    help=f"the layer of the stride table (default: {STRIDE_LAYER})")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", metavar="FILE.png")
+    args = ap.parse_args(argv)
+    config = load_config(args.config)
+    if not config.has_frontend("channel_first"):
+        print(f"configuration {config.name!r} does not generate the channel-first front end "
+              f"(forward_frontends: {list(config.forward_frontends)})", file=sys.stderr)
+        return 2
+    rows = load_conv_layers()
+    by_name = {r["name"]: r for r in rows}
+    if args.stride_layer not in by_name:
+        print(f"--stride-layer {args.stride_layer!r} is not a workload layer (one of "
+              f"{', '.join(by_name)})", file=sys.stderr)
+        return 2
+    model = model_rows(config, rows, args.batch)
+    multi = multi_tile_rows(config, rows, args.batch)
+    stride = stride_rows(config, by_name[args.stride_layer], batch=args.batch)
+    if args.plot:
+        plot(config, model, args.plot, batch=args.batch)
+    if args.json:
+        print(json.dumps({"config": config.name, "batch": args.batch, "layers": model,
+                          "multi_tile": multi, "stride_layer": args.stride_layer,
+                          "stride": stride}, indent=1))
+        return 0
+    print(markdown(config, model, multi, stride, batch=args.batch), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
