@@ -32,10 +32,12 @@ def random_descriptor(rng, config):
          "stride_h": rng.randint(1, 3), "stride_w": rng.randint(1, 3),
          "pad_h": rng.randint(0, 3), "pad_w": rng.randint(0, 3),
          "dil_h": rng.randint(1, 2), "dil_w": rng.randint(1, 2),
-         "mode": rng.choice([0, 1, 1, 3]),                  # 3: not a mode
+         "mode": rng.choice([0, 1, 1, 2, 3]),     # 2: channel-first forward; 3: not a mode
          "requant": int(rng.random() < 0.25),     # refused but for forward / zero-free loss
          "relu": int(rng.random() < 0.15),        # refused but for forward / pooling
          "pool_kind": rng.choice([0, 1, 1, 2])}   # 2: not a kind
+    if phase == Phase.FORWARD:                    # mostly the feeder (0), some channel-first
+        d["mode"] = rng.choice([0, 0, 0, 2, 2, 1])
     if phase in (Phase.POOL_FORWARD, Phase.POOL_BACKWARD) and kind < 0.8:
         d.update(dil_h=1, dil_w=1, pad_h=min(d["pad_h"], d["r"] // 2),
                  pad_w=min(d["pad_w"], d["s"] // 2), pool_kind=rng.choice([0, 1]))
@@ -116,6 +118,8 @@ def test_sequencer_equals_host_plan(config, count):
                 key = Phase(desc["phase"])
                 if key in (Phase.LOSS, Phase.GRADIENT) and desc["mode"] == Mode.ZERO_FREE:
                     key = setup.ZF_LOSS if key == Phase.LOSS else setup.ZF_GRADIENT
+                if key == Phase.FORWARD and desc["mode"] == Mode.CHANNEL_FIRST:
+                    key = setup.CF_FORWARD
                 for name in setup.OUTPUTS[key]:
                     assert ctx.get(getattr(payload, name)) == want[name], (name, desc)
                 seen["banded"] += want["banded"]
@@ -136,6 +140,8 @@ def test_sequencer_equals_host_plan(config, count):
             AccelError.MODE, AccelError.REQUANT} <= seen["refused"]
     assert {setup.ZF_GRADIENT} | ({setup.ZF_LOSS} if Phase.LOSS in phases else set()) \
         <= seen["programs"]
+    if config.has_frontend("channel_first"):
+        assert setup.CF_FORWARD in seen["programs"]
     if config is not TINY:
         assert {AccelError.ALIGN, AccelError.WINDOW, AccelError.SHAPE, AccelError.POOL,
                 AccelError.RELU} <= seen["refused"]

@@ -16,7 +16,8 @@ from bpsa.plan.grammar import Refusal
 from bpsa.spec.regmap import Phase
 
 CFG = Config(name="walk", rows=2, cols=3, buf_a_depth=128, buf_b_depth=128, buf_p_depth=64,
-             feeder_bus_width=4, dim_width=8, pool_kinds=("max", "avg"), buf_pool_depth=128)
+             feeder_bus_width=4, dim_width=8, pool_kinds=("max", "avg"), buf_pool_depth=128,
+             forward_frontends=("feeder", "channel_first"), buf_cf_depth=64)
 ADDR = {"addr_x": 0x10000, "addr_w": 0x20000, "addr_dy": 0x30000, "addr_out": 0x40000}
 
 
@@ -56,12 +57,15 @@ def random_layer(rng):
                     h=rng.randint(r, 14), w=rng.randint(s, 14), k=rng.randint(1, 7), r=r, s=s,
                     stride_h=rng.randint(1, 2), stride_w=rng.randint(1, 2),
                     pad_h=rng.randint(0, r - 1), pad_w=rng.randint(0, s - 1), dil_h=1,
-                    dil_w=1, **ADDR)
+                    dil_w=1, mode=0, **ADDR)
         shape = (desc["n"], desc["c"], desc["h"], desc["w"], desc["k"], r, s,
                  (desc["stride_h"], desc["stride_w"]), (desc["pad_h"], desc["pad_w"]), (1, 1))
         name = {Phase.FORWARD: "forward", Phase.LOSS: "loss", Phase.GRADIENT: "gradient"}[phase]
+        if phase == Phase.FORWARD and rng.random() < 0.5:      # the channel-first front end
+            desc["mode"] = 2
         try:
-            p = tiling.plan(CFG, name, *shape)
+            p = tiling.plan(CFG, name, *shape,
+                            mode="channel_first" if desc.get("mode") == 2 else "bp_im2col")
         except ValueError:
             continue
         n, c, k = desc["n"], desc["c"], desc["k"]
@@ -85,7 +89,9 @@ def tensor_bytes(desc, regs):
         sizes = {"addr_x": n * c, "addr_w": k * c, "addr_dy": n * k}
     else:
         kt = _ceil(k, CFG.cols)
-        sizes = {"addr_x": n * c * h * w, "addr_dy": n * k * ohow,
+        cl = min(c, CFG.rows)           # channel-first: X channel-blocked HWC
+        xsize = n * _ceil(c, cl) * h * w * cl if desc.get("mode") == 2 else n * c * h * w
+        sizes = {"addr_x": xsize, "addr_dy": n * k * ohow,
                  "addr_w": kt * crs * CFG.cols if desc["phase"] == Phase.FORWARD else k * crs}
     return [(ADDR[name], ADDR[name] + size) for name, size in sizes.items()]
 
@@ -101,8 +107,10 @@ def test_walker_runs_and_steps_match_the_plan():
     rng = random.Random(8)
     layers = [random_layer(rng) for _ in range(56)]
     seen, banded = set(), []
+    cf = 0
 
     async def bench(ctx):
+        nonlocal cf
         for desc, want_runs, want_steps in layers:
             try:
                 regs = setup.run(CFG, desc)
@@ -161,10 +169,11 @@ def test_walker_runs_and_steps_match_the_plan():
                 raise AssertionError(f"the walker did not finish {desc}")
             assert (runs, saves) == (want_runs, want_steps), desc
             seen.add(int(desc["phase"]))
+            cf += desc.get("mode") == 2
             banded.append(regs["banded"] and desc["phase"] != Phase.FC_BACKWARD)
 
     sim = Simulator(m)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert seen == {int(p) for p in Phase} and sum(banded) >= 3
+    assert seen == {int(p) for p in Phase} and sum(banded) >= 3 and cf >= 3
