@@ -282,14 +282,16 @@ def _sim_accelerator(args, config):
                             "--phase loss (their outputs feed a next layer)")
         if not 0 <= args.requant < 1 << bits:
             raise UserError(f"--requant {args.requant}: give a shift in [0, {(1 << bits) - 1}]")
+    fwd_mode = "channel_first" if args.im2col == "channel_first" else None
     try:
         layer = parse_layer(args.layer)
         for p in phases:
-            check_job(config, layer, p, baseline=args.baseline, mode=args.mode)
+            check_job(config, layer, p, baseline=args.baseline,
+                      mode=args.mode if p != "forward" else fwd_mode)
     except ValueError as e:
         raise UserError(f"cannot run layer {args.layer!r} on {config.name!r}: {e}") from None
     results = run_jobs(config, [job(layer, p, seed=args.seed, baseline=args.baseline,
-                                    mode=args.mode if p != "forward" else None,
+                                    mode=args.mode if p != "forward" else fwd_mode,
                                     requant=args.requant)
                                 for p in phases], harness=args.harness, **_native(args))
     sums = [summary(config, r) for r in results]
@@ -337,6 +339,9 @@ def cmd_sim(args):
                                   or args.phase not in ("loss", "gradient", "step")):
         raise UserError("--mode applies only to --phase loss|gradient|step through the "
                         "accelerator (not with --engine or --baseline)")
+    if args.im2col is not None and (args.engine or args.phase not in ("forward", "step")):
+        raise UserError("--im2col applies only to --phase forward|step through the "
+                        "accelerator (not with --engine)")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
     if args.phase == "fc" and args.engine:
@@ -881,6 +886,13 @@ def build_parser():
                          "OS array: no inserted zero is read or multiplied) or bp_im2col (the "
                          "paper's NZ-detecting generators on the IS array); default: zero_free "
                          "when the configuration generates it")
+    sp.add_argument("--im2col", choices=["feeder", "channel_first"], default=None,
+                    type=lambda v: v.replace("-", "_"),
+                    help="--phase forward|step through the accelerator: the forward front "
+                         "end; feeder (the Fornt data feeder, CHW X, OS array; default) or "
+                         "channel_first (Zhou et al.'s implicit im2col: channel-blocked HWC X, "
+                         "one X bank a row, WS array; configurations with forward_frontends "
+                         "channel_first, e.g. small and paper16)")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "
