@@ -553,7 +553,8 @@ def test_channel_first_forward_verilator():
     the walker's channel-block loads of HWC X, the front end on the weight-stationary array,
     P, the store path) against the golden model: random layers, the multi-tile first-layer
     shape, a plane cut into row bands, requantization with ReLU, 30 % memory stalls; the
-    feeder gives the same Y on the same layers; MODE 3 is refused (MODE)."""
+    feeder gives the same Y on the same layers; the loss as its stride classes on the same
+    front end (:mod:`bpsa.host.loss_classes`); MODE 3 is refused (MODE)."""
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
     from bpsa.verify.native import run_with_driver
@@ -581,6 +582,21 @@ def test_channel_first_forward_verilator():
         got = await drv.forward(x, w, 1, 1, requant=9, relu=True, frontend="channel_first")
         want = golden.requantize(wrap_acc(golden.conv2d(x, w, 1, 1)), 9, 8)
         np.testing.assert_array_equal(got, np.maximum(want, 0))
+        # the loss as stride-1 forwards of its stride classes on the channel-first front end
+        for (n, c, h, w), (k, r, s), st, pad, dil in (
+                ((1, 6, 9, 9), (5, 3, 3), (2, 2), (1, 1), (1, 1)),
+                ((2, 3, 8, 10), (4, 3, 2), (3, 2), (2, 0), (2, 1)),
+                ((1, 9, 6, 6), (2, 1, 1), (2, 2), (0, 0), (1, 1)),
+                ((1, 5, 7, 7), (3, 3, 3), (1, 1), (1, 1), (1, 1))):
+            if stalled:
+                break
+            oh, ow = ((h + 2 * pad[0] - dil[0] * (r - 1) - 1) // st[0] + 1,
+                      (w + 2 * pad[1] - dil[1] * (s - 1) - 1) // st[1] + 1)
+            dy, wt = rng.integers(-128, 128, (n, k, oh, ow)), rng.integers(-128, 128, (k, c, r, s))
+            want = wrap_acc(golden.conv2d_input_grad(dy, wt, (h, w), st, pad, dil))
+            got = await drv.loss(dy, wt, (h, w), st, pad, dil, mode="channel_first")
+            np.testing.assert_array_equal(got, want, err_msg=f"loss {dy.shape} {wt.shape} {st}")
+            assert drv.mode == "channel_first" and len(drv.plan["classes"]) <= st[0] * st[1]
         base = {"PHASE": Phase.FORWARD, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 1,
                 "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1,
                 "DIL_W": 1, "ADDR_X": 0, "ADDR_W": 64, "ADDR_OUT": 4096, "MODE": 3}

@@ -277,7 +277,8 @@ def _sim_accelerator(args, config):
     if args.requant is not None:
         bits = (config.acc_width - 1).bit_length()
         if args.phase not in ("forward", "loss") or args.baseline or (
-                args.phase == "loss" and job_mode(config, "loss", args.mode) != "zero_free"):
+                args.phase == "loss"
+                and job_mode(config, "loss", args.mode) not in ("zero_free", "channel_first")):
             raise UserError("--requant applies to --phase forward and to the zero-free "
                             "--phase loss (their outputs feed a next layer)")
         if not 0 <= args.requant < 1 << bits:
@@ -879,13 +880,15 @@ def build_parser():
                          "the accelerator, the driver builds the zero-spaced tensors in memory "
                          "and runs them as a forward convolution; with --engine, the zero-spaced "
                          "copy is written into the buffer and read densely")
-    sp.add_argument("--mode", choices=["zero_free", "bp_im2col"], default=None,
+    sp.add_argument("--mode", choices=["zero_free", "bp_im2col", "channel_first"], default=None,
                     type=lambda v: v.replace("-", "_"),
                     help="--phase loss|gradient|step through the accelerator: the backward "
                          "front end; zero_free (the zero-free walkers on the forward engine's "
                          "OS array: no inserted zero is read or multiplied) or bp_im2col (the "
                          "paper's NZ-detecting generators on the IS array); default: zero_free "
-                         "when the configuration generates it")
+                         "when the configuration generates it; channel_first (--phase loss): "
+                         "each stride class as a stride-1 forward on the channel-first front "
+                         "end")
     sp.add_argument("--im2col", choices=["feeder", "channel_first"], default=None,
                     type=lambda v: v.replace("-", "_"),
                     help="--phase forward|step through the accelerator: the forward front "

@@ -649,8 +649,40 @@ class Driver:
 
     async def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None,
                    requant=None):
+        """The loss dX; ``mode``: ``"zero_free"``, ``"bp_im2col"`` (see :meth:`run`) or
+        ``"channel_first"``: each stride class as a stride-1 forward convolution of dY on the
+        channel-first front end (:mod:`bpsa.host.loss_classes`; one descriptor a class, no
+        inserted zero read or multiplied)."""
+        if isinstance(mode, str) and mode.replace("-", "_") == "channel_first":
+            return await self._loss_channel_first(dy, w, input_hw, stride, padding, dilation,
+                                                  requant)
         return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
                               padding=padding, dilation=dilation, mode=mode, requant=requant)
+
+    async def _loss_channel_first(self, dy, w, input_hw, stride, padding, dilation, requant):
+        from bpsa.host.loss_classes import class_jobs, place
+        if not self.config.has_frontend("channel_first"):
+            raise ValueError(f"the loss in mode 'channel_first' runs on the channel-first "
+                             f"forward front end, which configuration {self.config.name!r} "
+                             f"does not generate (its forward_frontends: "
+                             f"{list(self.config.forward_frontends)})")
+        dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
+        stride, pad, dil = pair(stride), pair(padding), pair(dilation)
+        h, wd = input_hw
+        k, c, r, s = w.shape
+        if dy.shape[1] != k or dy.shape[2:] != _out_hw(h, wd, r, s, stride, pad, dil):
+            raise ValueError(f"dy has shape {dy.shape}; the layer's dY is N x {k} x "
+                             f"{_out_hw(h, wd, r, s, stride, pad, dil)}")
+        dx = np.zeros((dy.shape[0], c, h, wd), dtype=np.int64)
+        total, runs = {}, []
+        for job in class_jobs(dy, w, (h, wd), stride, pad, dil):
+            y = await self.run("forward", x=job.x, w=job.w, stride=1, padding=job.padding,
+                               dilation=job.dilation, requant=requant, mode="channel_first")
+            place(dx, job, y, stride)
+            total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
+            runs.append({"class": (job.a, job.b), "plan": self.plan})
+        self.counters, self.plan, self.mode = total, {"classes": runs}, "channel_first"
+        return dx
 
     async def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
         return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,

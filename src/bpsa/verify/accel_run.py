@@ -42,10 +42,16 @@ def baseline_layer(layer, phase):
 def job_mode(config, phase, mode=None):
     """The backward mode name a loss or gradient job runs in; a forward's front end when it
     is ``"channel_first"`` (``None`` for the feeder's forward and the other phases)."""
+    cf = isinstance(mode, str) and mode.replace("-", "_") == "channel_first"
     if phase == "forward":
-        return "channel_first" if mode in ("channel_first", "channel-first") else None
+        return "channel_first" if cf else None
     if phase not in ("loss", "gradient"):
         return None
+    if cf and phase == "loss":          # the stride classes on the channel-first forward
+        return "channel_first"
+    if cf:
+        raise ValueError("the channel-first front end runs the forward and the loss's stride "
+                         "classes; the gradient runs in mode zero_free or bp_im2col")
     return MODE_NAMES[mode_value(mode or default_mode(config, phase))]
 
 
@@ -81,6 +87,23 @@ def check_job(config, layer, phase, baseline=False, mode=None):
         layer.out_hw
     except ValueError:
         raise ValueError("the dilated kernel is larger than the padded input") from None
+    if phase == "loss" and mode == "channel_first":
+        # one channel-first forward a stride class (bpsa.host.loss_classes)
+        from bpsa.host.loss_classes import axis_classes
+        oh, ow = layer.out_hw
+        rows = axis_classes(layer.height, oh, layer.kernel_h, layer.stride[0], layer.pad[0],
+                            layer.dil[0])
+        cols = axis_classes(layer.width, ow, layer.kernel_w, layer.stride[1], layer.pad[1],
+                            layer.dil[1])
+        plans = []
+        for ca in rows:
+            for cb in cols:
+                if not (ca.empty or cb.empty):
+                    plans.append(plan_or_strips(
+                        config, "forward", layer.batch, layer.out_channels, oh - ca.lo,
+                        ow - cb.lo, layer.channels, len(ca.taps), len(cb.taps), (1, 1),
+                        (ca.pad, cb.pad), (ca.dil, cb.dil), mode="channel_first"))
+        return {"classes": plans}
     # rows too wide for the controller: the driver cuts the layer into column strips
     return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
                           layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
