@@ -1,5 +1,7 @@
 """The channel-first front end alone (:mod:`bpsa.gateware.engines.channel_first`) with the
-array weight-stationary, in the Amaranth simulator and as Verilog under Verilator:
+array weight-stationary, in the Amaranth simulator (the whole accelerator runs it as Verilog
+under Verilator in ``tests/test_gateware_accelerator.py``), and a bounded formal check of its
+address cursor:
 
 - the operands each array row receives, cycle by cycle, against the naive address model
   :func:`bpsa.models.channel_first.row_addresses` (X filled with each element's HWC address
@@ -250,3 +252,102 @@ def test_short_tiles_are_spaced():
     w = rng.integers(-8, 8, size=(4, 6, 3, 3))
     got = _simulate(CFG, x, w, 1, 0, 1)
     assert np.array_equal(got, conv2d(x, w, 1, 0, 1))
+
+
+# --- bounded formal check of the address cursor ------------------------------------------------
+#
+# The cursor (tile, output pixel, and the input coordinates and bank address it keeps by
+# additions only) against its definition by multiplication, for every run whose fields are
+# below 2**FORMAL_DW and every position: the origin is position 0, and one step from any
+# position but the run's last is the next position of the loop nest (ow fastest, then oh, then
+# q0 by T, then r). Each property is combinational, so a depth-1 BMC with z3 proves it for all
+# values. By induction over the stream, row i of every vector reads input pixel (oh s_h + r d_h
+# - pad_top, ow s_w + (q0 + g_i) d_w - pad_w) at bank word x_base + y W + x: the naive model of
+# `bpsa.models.channel_first.row_addresses`.
+
+CFG_F = Config(name="cf_formal", rows=2, cols=2, dim_width=4, buf_a_depth=16, buf_b_depth=16,
+               buf_p_depth=16, buf_cf_depth=16, dataflows=["os", "ws"],
+               forward_frontends=["feeder", "channel_first"])
+FORMAL_DW = 3
+
+
+class _CursorProof(wiring.Component):
+    """Free run, products and position; Assume a valid run and position, Assert one
+    property (``origin`` / ``step``)."""
+
+    def __init__(self, prop):
+        from amaranth.lib.wiring import In
+        from amaranth.hdl import unsigned
+        from amaranth.lib import data
+        from bpsa.gateware.engines.channel_first import cf_run_layout, products_layout
+        self.prop = prop
+        super().__init__({
+            "run": In(cf_run_layout(CFG_F)), "k": In(products_layout(CFG_F)),
+            "pos": In(data.StructLayout({x: unsigned(FORMAL_DW) for x in ("r", "q", "oh",
+                                                                          "ow")})),
+        })
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Assert, Assume, Module, Mux, Signal
+        from bpsa.gateware.engines.channel_first import (cursor_layout, cursor_origin,
+                                                         cursor_step)
+        m = Module()
+        run, k, pos = self.run, self.k, self.pos
+        lim = 2 ** FORMAL_DW
+        for name in ("out_rows", "out_width", "kernel_h", "kernel_w", "stride_h", "stride_w",
+                     "dil_h", "dil_w", "width"):
+            m.d.comb += Assume((getattr(run, name) > 0) & (getattr(run, name) < lim))
+        m.d.comb += Assume((run.pad_top < lim) & (run.pad_w < lim) & (k.taps > 0)
+                           & (k.taps <= run.kernel_w)
+                           & (k.sh_w == run.stride_h * run.width)
+                           & (k.dh_w == run.dil_h * run.width)
+                           & (k.t_dw == k.taps * run.dil_w)
+                           & (k.ptw == run.pad_top * run.width))
+        # the position: q0 a multiple of T below S
+        q0 = Signal(2 * FORMAL_DW + 2)
+        m.d.comb += [q0.eq(pos.q * k.taps),
+                     Assume((pos.r < run.kernel_h) & (q0 < run.kernel_w)
+                            & (pos.oh < run.out_rows) & (pos.ow < run.out_width))]
+
+        def state_of(r, qq, oh, ow, name):
+            st = Signal(cursor_layout(CFG_F), name=name)
+            y0 = r * run.dil_h - run.pad_top
+            xq0 = qq * run.dil_w - run.pad_w
+            m.d.comb += [st.r.eq(r), st.q0.eq(qq), st.oh.eq(oh), st.ow.eq(ow),
+                         st.y0.eq(y0), st.ra0.eq(y0 * run.width), st.xq0.eq(xq0),
+                         st.y.eq(y0 + oh * run.stride_h),
+                         st.ra.eq((y0 + oh * run.stride_h) * run.width),
+                         st.xq.eq(xq0 + ow * run.stride_w)]
+            return st
+
+        if self.prop == "origin":
+            org = Signal(cursor_layout(CFG_F))
+            m.d.comb += cursor_origin(run, k, org)
+            m.d.comb += Assert(org.as_value() == state_of(0, 0, 0, 0, "zero").as_value())
+            return m
+        cur = state_of(pos.r, q0, pos.oh, pos.ow, "cur")
+        nxt = Signal(cursor_layout(CFG_F))
+        tile_end, last_tile = cursor_step(m, run, k, cur, nxt)
+        row_end = pos.ow + 1 == run.out_width
+        t_end = row_end & (pos.oh + 1 == run.out_rows)
+        q_wrap = q0 + k.taps >= run.kernel_w
+        last = t_end & q_wrap & (pos.r + 1 == run.kernel_h)
+        succ = (Mux(t_end & q_wrap, pos.r + 1, pos.r),
+                Mux(t_end, Mux(q_wrap, 0, q0 + k.taps), q0),
+                Mux(row_end, Mux(t_end, 0, pos.oh + 1), pos.oh),
+                Mux(row_end, 0, pos.ow + 1))
+        m.d.comb += [Assert(tile_end == t_end, "tile end"),
+                     Assert(last_tile == (q_wrap & (pos.r + 1 == run.kernel_h)), "last tile")]
+        with m.If(~last):
+            m.d.comb += Assert(nxt.as_value() == state_of(*succ, "succ").as_value(), "step")
+        return m
+
+
+@pytest.mark.formal
+@pytest.mark.parametrize("prop", ["origin", "step"])
+def test_cursor_formally_equals_its_definition(prop, tmp_path):
+    """Every run with fields below 2**FORMAL_DW, every position: the cursor's origin and its
+    step equal the index map by multiplication (see above)."""
+    from bpsa.verify.formal import prove
+    passed, log = prove(_CursorProof(prop), f"channel_first_{prop}", tmp_path)
+    assert passed, log

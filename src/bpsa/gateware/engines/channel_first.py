@@ -63,7 +63,8 @@ from bpsa.gateware.arith import arith_for
 from bpsa.gateware.array import COUNTER_WIDTH, Dataflow, array_signature
 from bpsa.gateware.engines.conv_forward import y_layout
 
-__all__ = ["COUNTERS", "ChannelFirst", "cf_run_layout", "check_config", "lane_of_bank"]
+__all__ = ["COUNTERS", "ChannelFirst", "cf_run_layout", "check_config", "cursor_layout",
+           "cursor_origin", "cursor_step", "lane_of_bank", "products_layout"]
 
 #: Counter outputs, all ``COUNTER_WIDTH`` bits: ``cycles`` (busy), ``words_read`` (X bank
 #: words read: one a row and pixel that is not padding), ``w_words_read``, ``vectors`` (pixels
@@ -99,6 +100,59 @@ def cf_run_layout(config):
     fields["x_base"] = unsigned(ceil_log2(config.buf_cf_depth))
     fields["w_base"] = unsigned(ceil_log2(config.buf_b_depth))
     return data.StructLayout(fields)
+
+
+def cursor_layout(config):
+    """The address cursor: tile ``(r, q0)``, output pixel ``(oh, ow)``, and the values it keeps
+    by additions: ``y0 = r d_h - pad_top``, ``ra0 = y0 W``, ``xq0 = q0 d_w - pad_w`` (the
+    tile's), ``y = y0 + oh s_h``, ``ra = y W``, ``xq = xq0 + ow s_w`` (row ``i`` reads pixel
+    ``(y, xq + g_i d_w)``, bank word ``x_base + ra + xq + g_i d_w``)."""
+    dim = config.dim_width + 2
+    wide = signed(2 * dim + 2)
+    return data.StructLayout({**{name: unsigned(dim) for name in ("r", "q0", "oh", "ow")},
+                              **{name: wide for name in ("y0", "ra0", "xq0", "y", "ra", "xq")}})
+
+
+def products_layout(config):
+    """The run's products the cursor adds (computed once a run): ``sh_w = s_h W``, ``dh_w =
+    d_h W``, ``t_dw = T d_w``, ``ptw = pad_top W``, and ``taps`` (``T``)."""
+    dim = config.dim_width + 2
+    return data.StructLayout({**{name: unsigned(2 * dim) for name in (
+        "sh_w", "dh_w", "t_dw", "ptw")}, "taps": unsigned(dim)})
+
+
+def cursor_origin(run, k, cur):
+    """Statements setting ``cur`` to the run's first position (tile (0, 0), pixel (0, 0))."""
+    return [cur.r.eq(0), cur.q0.eq(0), cur.oh.eq(0), cur.ow.eq(0),
+            cur.y0.eq(-run.pad_top), cur.ra0.eq(-k.ptw), cur.xq0.eq(-run.pad_w),
+            cur.y.eq(-run.pad_top), cur.ra.eq(-k.ptw), cur.xq.eq(-run.pad_w)]
+
+
+def cursor_step(m, run, k, cur, nxt):
+    """Drive ``nxt`` (comb) with the position after ``cur``: ``ow`` fastest, then ``oh``,
+    then the tile (``q0`` by ``T``, then ``r``), by additions only. Returns ``(tile_end,
+    last_tile)``: ``cur`` is its tile's last pixel; its tile is the run's last."""
+    row_end = cur.ow + 1 == run.out_width
+    tile_end = row_end & (cur.oh + 1 == run.out_rows)
+    nq = cur.q0 + k.taps
+    wrap = nq >= run.kernel_w
+    last_tile = wrap & (cur.r + 1 == run.kernel_h)
+    m.d.comb += nxt.eq(cur)
+    with m.If(~row_end):
+        m.d.comb += [nxt.ow.eq(cur.ow + 1), nxt.xq.eq(cur.xq + run.stride_w)]
+    with m.Elif(~tile_end):
+        m.d.comb += [nxt.ow.eq(0), nxt.oh.eq(cur.oh + 1), nxt.xq.eq(cur.xq0),
+                     nxt.y.eq(cur.y + run.stride_h), nxt.ra.eq(cur.ra + k.sh_w)]
+    with m.Elif(wrap):                         # the next kernel row
+        y0, ra0 = cur.y0 + run.dil_h, cur.ra0 + k.dh_w
+        m.d.comb += [nxt.ow.eq(0), nxt.oh.eq(0), nxt.q0.eq(0), nxt.r.eq(cur.r + 1),
+                     nxt.y0.eq(y0), nxt.ra0.eq(ra0), nxt.xq0.eq(-run.pad_w),
+                     nxt.y.eq(y0), nxt.ra.eq(ra0), nxt.xq.eq(-run.pad_w)]
+    with m.Else():                             # the next taps of the kernel row
+        xq0 = cur.xq0 + k.t_dw
+        m.d.comb += [nxt.ow.eq(0), nxt.oh.eq(0), nxt.q0.eq(nq), nxt.xq0.eq(xq0),
+                     nxt.y.eq(cur.y0), nxt.ra.eq(cur.ra0), nxt.xq.eq(xq0)]
+    return tile_end, last_tile
 
 
 class ChannelFirst(wiring.Component):
@@ -183,30 +237,29 @@ class ChannelFirst(wiring.Component):
             banks.append(mem.read_port())
 
         # --- run constants (SETUP, one multiplier) -------------------------------------------
-        sh_w, dh_w, t_dw = Signal(2 * dim), Signal(2 * dim), Signal(2 * dim)
-        ntiles_q = Signal(dim)                 # tiles of a kernel row: ceil(S / T)
+        kp = Signal(products_layout(cfg))      # the cursor's products and T
         pix = Signal(2 * dim)                  # P: pixels a tile
-        taps = Signal(dim)                     # T
+        taps = kp.taps
         complete = Signal(dim + 1)             # rows // C (complete channel groups)
         m.d.comb += complete.eq(gi[R - 1] + (ci[R - 1] + 1 == live.layer_channels))
         mt_ok = (run.channels == run.layer_channels) & (2 * run.channels <= R)
         mul_a, mul_b = Signal(dim), Signal(2 * dim)
         mul_p = Signal(3 * dim)
         m.d.comb += mul_p.eq(mul_a * mul_b)
-        ptw = Signal(2 * dim)                  # pad_top W
         step = Signal(range(8 + R))
 
         # --- cursor ----------------------------------------------------------------------------
-        r_, q0 = Signal(dim), Signal(dim)      # the current tile
-        nr, nq0 = Signal(dim), Signal(dim)     # the next tile
-        toff, ntoff = Signal(3 * dim), Signal(3 * dim)   # r S + q0 of both
-        has_next = Signal()
-        y0 = Signal(wide)                      # r d_h - pad_top (the tile's y at oh = 0)
-        ra0 = Signal(wide)                     # y0 W
-        xq0 = Signal(wide)                     # q0 d_w - pad_w
-        oh, ow = Signal(dim), Signal(dim)
-        y, ra, xq = Signal(wide), Signal(wide), Signal(wide)   # y, y W, ow s_w + xq0
-        k = Signal(2 * dim)                    # vectors issued in the tile
+        cur = Signal(cursor_layout(cfg))
+        nxt = Signal(cursor_layout(cfg))
+        tile_end, last_tile = cursor_step(m, run, kp, cur, nxt)
+        q0, y, ra, xq = cur.q0, cur.y, cur.ra, cur.xq
+        has_next = ~last_tile
+        # the next tile (its weights are preloaded during this one's stream); r S + q0 of both
+        wrapq = cur.q0 + taps >= run.kernel_w
+        nq0 = Mux(wrapq, 0, cur.q0 + taps)
+        toff = Signal(3 * dim)
+        ntoff = Signal(3 * dim)
+        m.d.comb += ntoff.eq(Mux(wrapq, toff + run.kernel_w - cur.q0, toff + taps))
         tc = Signal(2 * dim + 1)               # cycles since the tile's first issue
         length = Signal(2 * dim + 1)           # max(P, 2 rows)
         m.d.comb += length.eq(Mux(pix > 2 * R, pix, 2 * R))
@@ -278,10 +331,6 @@ class ChannelFirst(wiring.Component):
             with m.Else():
                 m.d.sync += ctr.eq(ctr + inc)
 
-        def tile_origin(rv, q0v, y0v, ra0v, xq0v):
-            return [y.eq(y0v), ra.eq(ra0v), xq.eq(xq0v), oh.eq(0), ow.eq(0), k.eq(0),
-                    tc.eq(0), r_.eq(rv), q0.eq(q0v)]
-
         with m.FSM(name="cf"):
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -305,27 +354,26 @@ class ChannelFirst(wiring.Component):
                                                      run.kernel_w), 1))]
                     with m.Case(1):
                         m.d.comb += [mul_a.eq(run.stride_h), mul_b.eq(run.width)]
-                        m.d.sync += sh_w.eq(mul_p)
+                        m.d.sync += kp.sh_w.eq(mul_p)
                     with m.Case(2):
                         m.d.comb += [mul_a.eq(run.dil_h), mul_b.eq(run.width)]
-                        m.d.sync += dh_w.eq(mul_p)
+                        m.d.sync += kp.dh_w.eq(mul_p)
                     with m.Case(3):
                         m.d.comb += [mul_a.eq(taps), mul_b.eq(run.dil_w)]
-                        m.d.sync += t_dw.eq(mul_p)
+                        m.d.sync += kp.t_dw.eq(mul_p)
                     with m.Case(4):
                         m.d.comb += [mul_a.eq(run.out_rows), mul_b.eq(run.out_width)]
                         m.d.sync += pix.eq(mul_p)
                     with m.Case(5):
                         m.d.comb += [mul_a.eq(run.pad_top), mul_b.eq(run.width)]
-                        m.d.sync += ptw.eq(mul_p)
+                        m.d.sync += kp.ptw.eq(mul_p)
                     for i in range(R):       # each row's W word in a tile
                         with m.Case(6 + i):
                             m.d.comb += [mul_a.eq(ci[i]), mul_b.eq(rs)]
                             m.d.sync += wri[i].eq(mul_p + gi[i])
                     with m.Case(6 + R):      # the first tile
-                        m.d.sync += tile_origin(0, 0, -run.pad_top, -ptw, -run.pad_w)
-                        m.d.sync += [y0.eq(-run.pad_top), ra0.eq(-ptw), xq0.eq(-run.pad_w),
-                                     toff.eq(0), wrow.eq(R - 1)]
+                        m.d.sync += cursor_origin(run, kp, cur)
+                        m.d.sync += [toff.eq(0), tc.eq(0), wrow.eq(R - 1)]
                         m.next = "PRE"
             with m.State("PRE"):                 # tile 0's weights, row R-1 first
                 m.d.comb += [self.busy.eq(1), wreq.eq(1)]
@@ -338,16 +386,11 @@ class ChannelFirst(wiring.Component):
             with m.State("LOAD"):                # chain -> held weights; the next tile
                 m.d.comb += [self.busy.eq(1), arr.chain_load.eq(1)]
                 m.d.sync += wrow.eq(R - 1)
-                nxt_q = q0 + taps
-                wrapq = nxt_q >= run.kernel_w
-                m.d.sync += [nq0.eq(Mux(wrapq, 0, nxt_q)), nr.eq(r_ + wrapq),
-                             ntoff.eq(Mux(wrapq, toff + run.kernel_w - q0, toff + taps)),
-                             has_next.eq(~(wrapq & (r_ + 1 == run.kernel_h)))]
                 m.next = "STREAM"
             with m.State("STREAM"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += tc.eq(tc + 1)
-                lastv = k + 1 == pix
+                lastv = tile_end
                 go = ~lastv | (tc + 1 >= length)
                 # the next tile's weights: reads at tc in [R - 1, 2R - 1), row R-1 first
                 m.d.comb += wnext.eq(1)
@@ -356,28 +399,11 @@ class ChannelFirst(wiring.Component):
                     m.d.sync += wrow.eq(wrow - 1)
                 with m.If(go):
                     m.d.comb += [issue.eq(1), last_a.eq(lastv)]
-                    m.d.sync += k.eq(k + 1)
-                    with m.If(ow + 1 == run.out_width):
-                        m.d.sync += [ow.eq(0), oh.eq(oh + 1), xq.eq(xq0), y.eq(y + run.stride_h),
-                                     ra.eq(ra + sh_w)]
-                    with m.Else():
-                        m.d.sync += [ow.eq(ow + 1), xq.eq(xq + run.stride_w)]
+                    m.d.sync += cur.eq(nxt)
                     with m.If(lastv):
                         m.d.comb += tile_done.eq(1)
-                        with m.If(has_next):   # the next tile; the one after it
-                            ny0 = Mux(nr != r_, y0 + run.dil_h, y0)
-                            nra0 = Mux(nr != r_, ra0 + dh_w, ra0)
-                            nxq0 = Mux(nr != r_, -run.pad_w, xq0 + t_dw)
-                            m.d.sync += tile_origin(nr, nq0, ny0, nra0, nxq0)
-                            m.d.sync += [y0.eq(ny0), ra0.eq(nra0), xq0.eq(nxq0),
-                                         toff.eq(ntoff), wrow.eq(R - 1)]
-                            nn_q = nq0 + taps
-                            wrapq = nn_q >= run.kernel_w
-                            m.d.sync += [nq0.eq(Mux(wrapq, 0, nn_q)), nr.eq(nr + wrapq),
-                                         ntoff.eq(Mux(wrapq, ntoff + run.kernel_w - nq0,
-                                                      ntoff + taps)),
-                                         has_next.eq(~(wrapq & (nr + 1 == run.kernel_h)))]
-                        with m.Else():
+                        m.d.sync += [tc.eq(0), toff.eq(ntoff), wrow.eq(R - 1)]
+                        with m.If(last_tile):
                             m.next = "DRAIN"
             with m.State("DRAIN"):               # the last partial sums leave the array
                 m.d.comb += self.busy.eq(1)
