@@ -6,6 +6,9 @@ Blocks
     STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``);
     **one** :class:`bpsa.gateware.array.SystolicArray` with every generated dataflow, driven by
     the front end of the running phase (:func:`bpsa.gateware.array.share_array`): the
+    channel-first front end :class:`bpsa.gateware.engines.channel_first.ChannelFirst`
+    (weight-stationary; generated with ``forward_frontends`` ``channel_first``; it reads W
+    through the forward engine's W buffer) for a forward in MODE 2, the
     forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder, output-
     stationary; generated when the configuration has the ``os`` dataflow; with the
     ``zero_free`` backward mode it also hosts the zero-free loss and gradient walkers) for the
@@ -39,6 +42,10 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
     zero-     X blocked: N x CT x H x W x B
     free)     (ADDR_X; B = feeder_bus_width,
               CT = ceil(C / B); lanes past C hold 0)
+    forward   X blocked HWC: N x CT x H x W x L      Y blocked, as the forward's
+    (MODE 2,  (ADDR_X; L = min(C, rows), CT =
+    channel-  ceil(C / L); lanes past C hold 0);
+    first)    W as the forward's
     FC back-  X: N x C (ADDR_X); W: K x C            dX: N x C, then dW: K x C
     ward      (ADDR_W); dY: N x K (ADDR_DY)
     ========  =====================================  ========================================
@@ -55,6 +62,10 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     loading its first group into the other bank while that last run computes; then it waits
     for the run, stores the finished step's P rows and clears P, and starts the new step. The
     P stores and clears themselves are not overlapped with compute (P has one copy).
+    channel-first forward (PHASE 0 with MODE 2; :mod:`bpsa.gateware.engines.channel_first`):
+    the forward's loops with groups of one channel block (``L`` channels): X[n, block, band
+    rows] is one DMA run of ``L`` lanes a word into the half of the channel-first X banks of
+    the group's parity, and the front end runs weight-stationary on the array.
     forward: for each image n, range of ``kb`` output-channel blocks (``cols`` channels each)
     and row band (a step): clear P, then for each group of ``CG`` input channels load X[n,
     group, band] into the half of the X SRAM of the group's parity (once for the range's
