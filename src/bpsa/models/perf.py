@@ -20,15 +20,23 @@ traditional flow.
 Two forward front ends (``layer_cycles(..., frontend=...)``): the data feeder on the
 output-stationary array (the default), and the channel-first implicit im2col on the
 weight-stationary array (:mod:`bpsa.gateware.engines.channel_first`; the set-up program of
-MODE 2, X channel-blocked HWC). The channel-first engine's run is deterministic (local banks,
-the array never waits inside a run): its cycles are a closed form of its schedule, whose
-constants (``cf_*`` in :data:`TIMING`, ``setup_channel_first``) are the engine's state
-sequence, not yet fitted on the whole accelerator's counters.
+MODE 2, X channel-blocked HWC). The channel-first model counts the hardware state by state
+instead of fitting (:func:`_cf_timeline`): the engine's run is a closed form of its FSM (local
+banks, the array never waits inside a run), the set-up sequencer's and the walker's programs
+are counted step by step on the layer (a multiplication takes ``bit_length(b) + 2`` cycles on
+the shared sequential unit, a division ``UNIT_WIDTH + 2``), a DMA command its data segments
+plus ``cf_dma_command``, and a store reads P only in the cycles the engine's result vectors
+leave free (the channel-first engine sends one a cycle while it streams, so a store started
+beside a run waits for the run's end, and the loads behind it too). ``setup_channel_first``
+is what the set-up costs beyond its counted programs: measured 0 on single-run layers, where
+the model equals the RTL's BUSY_CYCLES to the cycle. Checked on 26 layers of ``small``
+(``tests/test_models_perf.py``): within 0.3 %.
 """
 
 from dataclasses import dataclass
+from math import gcd
 
-from bpsa.plan import setup, tiling
+from bpsa.plan import grammar, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import out_size
@@ -51,15 +59,20 @@ TIMING = {
     "step_flush": 6,       # a new step: the accumulations land
     "setup_forward": 430,
     "forward_run": 40,     # a forward run's set-up, chain priming, feeder start and drain
-    # channel-first forward (MODE 2): the set-up program is the forward's plus its channel-block
-    # steps (an estimate, not fitted); a run of the engine is cf_start + (rows + cf_setup) +
-    # (rows + cf_preload) + tiles max(P, 2 rows) + (rows + cols + cf_drain), from its FSM
-    # (START, SETUP, PRE, PRE_END + LOAD, STREAM, DRAIN); to be calibrated on the RTL counters
-    "setup_channel_first": 455,
-    "cf_start": 1,         # the start cycle
+    # channel-first forward (MODE 2): the set-up sequencer's and the walker's programs are
+    # counted state by state (perf._cf_setup_cycles, the walker's per run); the constant is
+    # the rest of the set-up, measured
+    "setup_channel_first": 0,
+    # a run of the engine: (rows + cf_setup) + (rows + cf_preload) + tiles max(P, 2 rows) +
+    # (rows + cols + cf_drain) busy cycles, from its FSM (SETUP, PRE, PRE_END + LOAD, STREAM,
+    # DRAIN; its start cycle in IDLE is not busy)
     "cf_setup": 7,         # SETUP beyond its rows steps: the run constants' products
     "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
-    "cf_drain": 2,         # DRAIN beyond the array's rows + cols
+    "cf_drain": 1,         # DRAIN beyond the array's rows + cols: the done cycle
+    "cf_dma_command": 6,   # a DMA command's cycles beyond its data (offer, CHECK, the address,
+                           # the first beat, done; counted, the native memory answering at once)
+    "cf_flush": 3,         # a run's end to its step's P clear (IDLE, FLUSH: the last
+                           # accumulation lands)
 }
 
 
@@ -240,21 +253,93 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
                 sw, pt, pw, dh, dw, multi_tile=True):
     """One channel-first engine run (one image, a block of ``channels`` input channels, one
     output-channel block, a band of ``out_rows`` output rows from ``in_rows`` X rows):
-    ``(cycles, x_words, tiles)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`), each
-    streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles, after the
-    set-up and tile 0's weight preload, before the drain. X bank words: every (channel, tap)
-    of the block once, for the output pixels whose input pixel is not padding."""
+    ``(cycles, x_words, tiles, stream)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`),
+    each streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles
+    (``stream``: all the tiles'), after the set-up and tile 0's weight preload, before the
+    drain. X bank words: every (channel, tap) of the block once, for the output pixels whose
+    input pixel is not padding."""
     R, C = config.rows, config.cols
     taps = _cf_taps(config, channels=channels, layer_channels=layer_channels, s=s,
                     multi_tile=multi_tile)
     tiles = r * -(-s // taps)
     pixels = out_rows * ow
-    cycles = (TIMING["cf_start"] + R + TIMING["cf_setup"] + R + TIMING["cf_preload"]
-              + tiles * max(pixels, 2 * R) + R + C + TIMING["cf_drain"])
+    stream = tiles * max(pixels, 2 * R)
+    cycles = (R + TIMING["cf_setup"] + R + TIMING["cf_preload"] + stream + R + C
+              + TIMING["cf_drain"])
     rows_in = sum(1 for ri in range(r) for o in range(out_rows)
                   if 0 <= o * sh - pt + ri * dh < in_rows)
     cols_in = sum(1 for q in range(s) for x in range(ow) if 0 <= x * sw - pw + q * dw < width)
-    return cycles, channels * rows_in * cols_in, tiles
+    return cycles, channels * rows_in * cols_in, tiles, stream
+
+
+def _mul(b):
+    """Cycles of a program step on the shared sequential multiplier, ``b`` the multiplier: its
+    start, one a bit of ``b`` (at least one), the ``done`` cycle
+    (:class:`bpsa.gateware.seq_arith.SeqMulDiv`)."""
+    return max(1, int(b).bit_length()) + 2
+
+
+def _program_cycles(steps, env, widths):
+    """Cycles of the set-up sequencer running ``steps`` on ``env`` (updated as
+    :func:`bpsa.plan.grammar.evaluate` does): a state a step, a multiplication
+    :func:`_mul`, a division ``UNIT_WIDTH + 2`` (restoring, a bit a cycle), anything else one
+    cycle (:func:`bpsa.gateware.controller.setup_sequencer.compile_steps`)."""
+    mask = (1 << setup.UNIT_WIDTH) - 1
+    cycles, i = 0, 0
+    while i < len(steps):
+        step = steps[i]
+        if isinstance(step, grammar.Skip):
+            cycles += 1
+            if grammar.value(step.cond, env):
+                i += step.count
+        else:
+            if isinstance(step, grammar.Mul):
+                cycles += _mul(grammar.value(step.b, env) & mask)
+            elif isinstance(step, grammar.Div):
+                cycles += setup.UNIT_WIDTH + 2
+            else:
+                cycles += 1
+            grammar.evaluate([step], env, widths, unit_width=setup.UNIT_WIDTH,
+                             overflow_code=0)
+        i += 1
+    return cycles
+
+
+def _cf_setup_cycles(config, desc, requant):
+    """The channel-first set-up: the sequencer's checks and geometry, its PHASE_SETUP state,
+    then MODE 2's tiling and address programs (:mod:`bpsa.plan.setup`), counted state by
+    state on the descriptor, plus ``setup_channel_first`` (measured: the hand-offs around
+    them)."""
+    env = {name: 0 for name in setup.PLAN_REGISTERS}
+    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0,
+                "requant": int(requant), "relu": 0, "pool_kind": 0, "window_lo": 0,
+                "window_hi": (1 << 32) - 1, **desc})
+    widths = setup.register_widths(config)
+    phases = setup.generated_phases(config)
+    cycles = _program_cycles(setup.checks(config, phases) + setup.geometry(config), env,
+                             widths)
+    cycles += 1 + _program_cycles(setup.tiling_program(config, setup.CF_FORWARD)
+                                  + setup.address_program(config, setup.CF_FORWARD), env,
+                                  widths)
+    return cycles + TIMING["setup_channel_first"]
+
+
+def _dma_segments(elements, lanes, per_beat, slot):
+    """Cycles the DMA moves ``elements`` into words of ``lanes`` elements, from element slot
+    ``slot`` of its first beat of ``per_beat``: one a segment, a segment ending at a word's or
+    a beat's end (:meth:`bpsa.gateware.dma.DmaEngine._load`). Counts the elements ``i`` that
+    start a word (``i % lanes == 0``) or a beat (``(slot + i) % per_beat == 0``)."""
+    if elements <= 0:
+        return 0
+    words = -(-elements // lanes)
+    beats = len(range((per_beat - slot) % per_beat, elements, per_beat))
+    period = lanes * per_beat // gcd(lanes, per_beat)
+    both = sum(1 for i in range(0, min(elements, period), lanes) if (slot + i) % per_beat == 0)
+    full, rest = divmod(elements, period)
+    if full:
+        both = both * full + sum(1 for i in range(0, rest, lanes)
+                                 if (slot + i) % per_beat == 0)
+    return words + beats - both
 
 
 def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
@@ -341,6 +426,104 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
     return total, compute, dma_busy, loaded, p_wait, load_wait
 
 
+def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double):
+    """:func:`_timeline` of a channel-first layer, state by state: ``runs`` is a list of
+    ``(loads, compute, new_step, program, stream, busy)``, ``program`` the walker's cycles
+    from its FCF_INIT or FCF_NEXT state to the run's first load, the engine's result vectors
+    taking P's port in ``busy`` of the run's last ``stream`` cycles; ``rates[cache](key,
+    nbytes, commands)``: a load's cycles from its command to its ``done``; store commands'
+    cycles include the store machine's hand-off to the next. A load is offered 2 cycles after
+    the previous one's ``done`` (or 2 after the hit), the run starts 2 cycles after the last
+    (the scheduler's IDLE, RUN), or 2 after the previous run's end; a new step's FLUSH waits
+    ``cf_flush`` cycles after the previous run (P's last accumulation) and after the store
+    before (its machine idle), then clears P and kicks the finished step's store. A store
+    reads P only in the cycles without an accumulation
+    (:class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`): a store command overlapping a
+    run's stream is that much longer, and the loads behind it wait (the load unit goes first
+    only between commands). Returns :func:`_timeline`'s figures."""
+    flush = TIMING["cf_flush"]
+    t_walk = setup_cycles
+    load_wait = dma_free = dma_busy = store_free = 0
+    end_prev = t_walk
+    bank = 0
+    held = {}
+    compute = loaded = p_wait = 0
+    pending = []                    # store commands: [ready time, cycles]
+    windows = []                    # the runs' P-port windows: (from, to, busy cycles)
+    first_window = 0
+
+    def through(begin, work):
+        """When a store command starting at ``begin`` and needing ``work`` cycles ends: it
+        moves only in the cycles the windows leave P's port free."""
+        nonlocal first_window
+        while first_window < len(windows) and windows[first_window][1] <= begin:
+            first_window += 1
+        t = begin
+        for lo, hi, busy in windows[first_window:]:
+            if lo > t:
+                if work <= lo - t:
+                    return t + work
+                work -= lo - t
+                t = lo
+            span = hi - lo              # free: (span - busy) of every span cycles
+            if busy < span and work * span <= (hi - t) * (span - busy):
+                return t + -(-work * span // (span - busy))
+            work -= (hi - t) * (span - busy) // span
+            t = hi
+        return t + work
+
+    def stores_until(limit):
+        """Run the store commands that can start before ``limit``."""
+        nonlocal dma_free, dma_busy, store_free
+        while pending and max(dma_free, pending[0][0]) < limit:
+            ready, dur = pending.pop(0)
+            begin = max(dma_free, ready)
+            dma_free = store_free = through(begin, dur)
+            dma_busy += dma_free - begin
+
+    for i, (loads, cycles, new_step, program, stream, busy) in enumerate(runs):
+        t = t_walk + program
+        ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
+        for cache, key, nbytes, commands, *fixed in loads:
+            b = fixed[0] if fixed else bank
+            if held.get((cache, b)) == key:
+                t += 2
+                continue
+            stores_until(t)
+            start = max(t, dma_free)
+            dur = rates[cache](key, nbytes, commands)
+            dma_free = start + dur
+            dma_busy += dur
+            loaded += nbytes
+            held[(cache, b)] = key
+            t = dma_free + 2
+        start = max(t, end_prev + 2)
+        load_wait += start - ready
+        if new_step:                    # FLUSH: P's accumulations, the store before
+            start = max(start + 1, end_prev + flush)
+            stores_until(float("inf"))
+            if i:
+                start = max(start, store_free + 1)
+                pending += [[start, dur] for dur in steps_store[i]]
+                if not double:          # P has one copy: its store, then the clear
+                    stores_until(float("inf"))
+                    p_wait += max(0, store_free + 1 - start)
+                    start = max(start, store_free + 1)
+            clear = clear_words[i]
+            start += clear
+            p_wait += clear
+        end_prev = start + cycles
+        windows.append((end_prev - stream + 1, end_prev + 1, busy))
+        compute += cycles
+        t_walk = start + 1
+        bank ^= 1
+    stores_until(float("inf"))          # LAST: FLUSH, then the last store
+    pending += [[max(end_prev + flush, store_free + 1), dur] for dur in store_final]
+    stores_until(float("inf"))
+    total = max(end_prev + flush, store_free) + 2          # DRAIN's end, the DONE state
+    return total, compute, dma_busy, loaded, p_wait, load_wait
+
+
 def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
                  dil=(1, 1), requant=False, frontend="feeder", multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
@@ -406,26 +589,62 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     x_words = tiles = 0
     if phase == "forward" and cf:
         cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
-        rates = {"cf": _rate(config, cg, ob), "b": _rate(config, C, ob)}
+        per_beat = config.dma_data_width // 8 // ob
+
+        def x_load(key, nbytes, commands):
+            """An X band: ``L`` lanes a word, from its element in the channel-blocked X."""
+            _, ni, c0, y0 = key
+            first = ni * e["cimg"] + c0 // cg * e["cpl"] + y0 * w * cg
+            return (_dma_segments(nbytes // ob, cg, per_beat, first % per_beat)
+                    + TIMING["cf_dma_command"] * commands)
+
+        def w_load(key, nbytes, commands):
+            """A block's W of a channel block: ``cols`` lanes a word."""
+            _, t, c0 = key
+            first = t * e["crs"] * C + c0 * r * s * C
+            return (_dma_segments(nbytes // ob, C, per_beat, first % per_beat)
+                    + TIMING["cf_dma_command"] * commands)
+
+        def store_row(elements):
+            """A P row's store commands (chunks of ``STORE_CHUNK`` words, a beat a cycle),
+            each with the store machine's hand-off to the next chunk (a row: one more)."""
+            per = STORE_CHUNK * C
+            beat = config.dma_data_width // 8
+            out = [-(-min(per, elements - off) * ab // beat) + TIMING["cf_dma_command"] + 1
+                   for off in range(0, elements, per)]
+            out[-1] += 1
+            return out
+
+        rates = {"cf": x_load, "b": w_load}
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
+        # the walker's programs (LoopWalker._forward(cf=True)), a state a step
+        # from FCF_INIT or FCF_NEXT to the run's first load, the loops' programs on the way
+        band_program = 1 + (2 * _mul(sh) + 2 + 2 * _mul(w) if e["banded"] else 0)
+        program = 1                     # FCF_INIT
         for ni in range(n):
+            program += 1                # FCF_IMAGE
             for kb0 in range(0, kt, kb):
                 kend = min(kb0 + kb, kt)
+                program += 2 + 2 * _mul(C) + _mul(e["crs"] * C) + _mul(kend - kb0)   # KBLK
                 for bd in bands:
-                    first = True
+                    first = True        # FCF_BAND (its band program), FCF_BANDP
+                    program += band_program + _mul(cg) + _mul(ow) + _mul(C) + _mul(
+                        kend - kb0) + 1
                     for c0 in range(0, c, cg):
                         cgv = min(cg, c - c0)
                         xbank ^= 1
+                        program += 1 + _mul(cg) + _mul(cgv) + _mul(C)
                         key = (cgv, bd.in_rows, bd.out_rows, bd.pad_top)
                         if key not in cache:
                             cache[key] = _cf_compute(
                                 config, channels=cgv, layer_channels=c, in_rows=bd.in_rows,
                                 width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s, sh=sh, sw=sw,
                                 pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
-                        comp, words, run_tiles = cache[key]
+                        comp, words, run_tiles, stream = cache[key]
                         for t in range(kb0, kend):
+                            program += t > kb0  # FCF_BLOCK, before the next block's W
                             loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             if t == kb0:        # the block's band: L lanes a pixel
                                 loads.insert(0, ("cf", ("x", ni, c0, bd.in0),
@@ -433,12 +652,13 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                             slots += run_tiles * bd.out_rows * ow * R * C
                             x_words += words
                             tiles += run_tiles
-                            runs.append((loads, comp, first))
+                            runs.append((loads, comp, first, program, stream,
+                                         run_tiles * bd.out_rows * ow))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
-                    store_step = _store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
-                        kend - kb0)
+                            program = 1         # FCF_NEXT
+                    store_step = store_row(bd.out_rows * ow * C) * (kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]
@@ -538,18 +758,21 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                         zng * (cbe - cb0))
         clear = clears
         store_final = store_step
-    setup_cycles = TIMING["setup_channel_first" if cf else f"setup_{phase}"]
-    total, compute, dma_busy, reads, p_wait, load_wait = _timeline(
+    setup_cycles = (_cf_setup_cycles(config, desc, requant) if cf
+                    else TIMING[f"setup_{phase}"])
+    timeline = _cf_timeline if cf else _timeline
+    total, compute, dma_busy, reads, p_wait, load_wait = timeline(
         runs, stores, store_final or [], clear, setup_cycles, rates,
         double=phase != "forward" or bool(e["dbl"]))
     util = macs / (R * C * total)
     # what bounds it: the part busy longest of the array computing, the DMA moving, P being
     # cleared or waited for (its store), and the set-up and per-run programs
-    setup_time = setup_cycles + len(runs) * TIMING["run_program"]
+    setup_time = setup_cycles + (sum(run[3] for run in runs) if cf
+                                 else len(runs) * TIMING["run_program"])
     bound = max([("array", compute), ("dma", dma_busy), ("P", p_wait),
                  ("set-up", setup_time)], key=lambda b: b[1])[0]
     words = {"a": 0, "b": 0}
-    for loads, _, _ in runs:
+    for loads, *_ in runs:
         for cache, _, nbytes, commands, *_ in loads:
             lanes = {"a": C if phase == "loss" else B, "cf": e["cg"]}.get(cache, C)
             bank = "a" if cache == "cf" else cache
