@@ -84,3 +84,44 @@ def test_accumulate_clear_and_read():
     sim.add_testbench(bench)
     sim.run()
     assert log["fill_waits"] > 10
+
+
+def test_store_reads_one_half_while_the_other_accumulates():
+    """P's halves are separate banks: a DMA read of the half a double-buffered step has
+    finished is served (``read_ready``) in the cycles a result accumulates into the other
+    half, and returns that word; a read of the half being accumulated waits."""
+    dut = PsumBuffer(CFG)
+    half = CFG.buf_p_depth // 2
+
+    async def bench(ctx):
+        ctx.set(dut.clear_words, CFG.buf_p_depth)
+        ctx.set(dut.clear, 1)
+        await ctx.tick().repeat(CFG.buf_p_depth)
+        ctx.set(dut.clear, 0)
+        ctx.set(dut.acc.valid, 1)                  # word 3 (first half) := [7, 8, 9]
+        ctx.set(dut.acc.payload.addr, 3)
+        ctx.set(dut.acc.payload.data, [7, 8, 9])
+        await ctx.tick()
+        ctx.set(dut.acc.valid, 0)
+        await ctx.tick().repeat(3)
+        served = []
+        for i in range(6):                         # accumulate into the second half ...
+            ctx.set(dut.acc.valid, 1)
+            ctx.set(dut.acc.payload.addr, half + i)
+            ctx.set(dut.acc.payload.data, [1, 1, 1])
+            ctx.set(dut.read_addr, 3)              # ... while the store reads word 3
+            ctx.set(dut.read_en, 1)
+            await ctx.tick()
+            served.append(ctx.get(dut.read_ready))
+        assert all(served[1:])                     # from the first accumulation in flight on
+        assert [ctx.get(dut.read_data[j]) for j in range(CFG.cols)] == [7, 8, 9]
+        ctx.set(dut.read_addr, half)               # the half in use: not served
+        await ctx.tick()
+        assert not ctx.get(dut.read_ready)
+        ctx.set(dut.acc.valid, 0)
+        ctx.set(dut.read_en, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()

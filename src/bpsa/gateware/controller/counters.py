@@ -30,8 +30,8 @@ class Counters(wiring.Component):
         while the accelerator is idle).
     busy, compute, dma_busy : In(1)
         A descriptor runs; an engine computes; the DMA has a command in flight.
-    a_write, b_write, p_read, p_write : In(1)
-        A word of buffer A / B is written, of P read / written.
+    a_write, b_write : In(1), p_read, p_write : In(2)
+        A word of buffer A / B is written; the words of P read / written (one a half).
     run_done : In(1), run_stats : In(run_stats_layout())
         An engine run ended; its statistics are added.
     counts : Out(data.StructLayout({name: 64 for name in COUNTED}))
@@ -43,8 +43,8 @@ class Counters(wiring.Component):
     dma_busy: In(1)
     a_write: In(1)
     b_write: In(1)
-    p_read: In(1)
-    p_write: In(1)
+    p_read: In(2)
+    p_write: In(2)
     run_done: In(1)
     run_stats: In(run_stats_layout())
     counts: Out(data.StructLayout({name: unsigned(64) for name in COUNTED}))
@@ -65,10 +65,10 @@ class Counters(wiring.Component):
             inc("cycles")
             with m.If(self.busy):
                 inc("busy_cycles")
-            with m.If(self.p_write):
-                inc("buf_p_writes")
-            with m.If(self.p_read):
-                inc("buf_p_reads")
+            with m.If(self.p_write != 0):
+                inc("buf_p_writes", self.p_write)
+            with m.If(self.p_read != 0):
+                inc("buf_p_reads", self.p_read)
             with m.If(self.a_write):
                 inc("buf_a_writes")
             with m.If(self.b_write):

@@ -24,7 +24,9 @@ class PsumBuffer(wiring.Component):
 
     A vector taken from ``acc`` (or, in a cycle without one, from ``fill``) is added into its
     word in three stages (address, read, add and write); a later vector for the same word
-    sees the earlier one's sum (the read port is transparent to the write port).
+    sees the earlier one's sum (the read port is transparent to the write port). P is two
+    memories, one a half (the top address bit), so that the DMA reads a finished step's half
+    while result vectors accumulate in the other.
 
     Members
     -------
@@ -38,13 +40,13 @@ class PsumBuffer(wiring.Component):
         ``clear_last`` is high in the cycle that zeroes word ``clear_base + clear_words - 1``
         (the count then restarts).
     read_addr, read_en : In, read_data : Out
-        A read port for the DMA's stores, used in cycles without an accumulation (``read_ready``;
-        a read in another cycle is not served); data in the next cycle, held until the next
-        read even while accumulations use the memory.
+        A read port for the DMA's stores, used in cycles without an accumulation read in the
+        same half (``read_ready``; a read in another cycle is not served); data in the next
+        cycle, held until the next read even while accumulations use the memory.
     busy : Out(1)
         An accumulation is in flight or waiting in ``fill``.
-    read_event, write_event : Out(1)
-        A word is read / written this cycle (for the counters).
+    read_event, write_event : Out(2)
+        The words read / written this cycle, 0..2 (for the counters).
     """
 
     def __init__(self, config):
@@ -59,22 +61,30 @@ class PsumBuffer(wiring.Component):
             "clear": In(1), "clear_words": In(48), "clear_base": In(aw), "clear_last": Out(1),
             "read_addr": In(aw), "read_en": In(1), "read_ready": Out(1),
             "read_data": Out(data.ArrayLayout(signed(config.acc_width), config.cols)),
-            "busy": Out(1), "read_event": Out(1), "write_event": Out(1),
+            "busy": Out(1), "read_event": Out(2), "write_event": Out(2),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
         aw = exact_log2(cfg.buf_p_depth)
-        mem = m.submodules.mem = Memory(shape=data.ArrayLayout(signed(cfg.acc_width), cfg.cols),
-                                        depth=cfg.buf_p_depth, init=[])
-        wp = mem.write_port()
-        rp = mem.read_port(transparent_for=(wp,))
+        shape = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
+        # two banks, one a half of P (the top address bit): a store reads the half a
+        # double-buffered step has finished while the next step accumulates in the other
+        banks = []
+        for b in range(2):
+            mem = m.submodules[f"mem{b}"] = Memory(shape=shape, depth=cfg.buf_p_depth // 2,
+                                                   init=[])
+            wp = mem.write_port()
+            banks.append((wp, mem.read_port(transparent_for=(wp,))))
+
+        def half(addr):
+            return addr[aw - 1]
 
         # stage 1 (address), stage 2 (read), stage 3 (add, write)
         v1, v2 = Signal(), Signal()
         a1, a2 = Signal(aw), Signal(aw)
-        x1 = Signal(data.ArrayLayout(signed(cfg.acc_width), cfg.cols))
+        x1 = Signal(shape)
         x2 = Signal.like(x1)
         m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
         m.d.comb += [self.acc.ready.eq(1), self.fill.ready.eq(~self.acc.valid)]
@@ -84,31 +94,48 @@ class PsumBuffer(wiring.Component):
             m.d.sync += [v1.eq(1), a1.eq(self.fill.payload.addr),
                          x1.eq(self.fill.payload.data)]
         sums = Signal.like(x1)
+        acc_data = Signal(shape)
+        m.d.comb += acc_data.eq(Mux(half(a2), banks[1][1].data, banks[0][1].data))
         for j in range(cfg.cols):
-            m.d.comb += sums[j].eq(rp.data[j] + x2[j])
+            m.d.comb += sums[j].eq(acc_data[j] + x2[j])
 
         clr_addr = Signal(aw + 1)
+        clr_at = Signal(aw)
+        m.d.comb += clr_at.eq(self.clear_base + clr_addr)
         with m.If(self.clear):
             m.d.sync += clr_addr.eq(clr_addr + 1)
             with m.If(clr_addr + 1 >= self.clear_words):
                 m.d.comb += self.clear_last.eq(1)
                 m.d.sync += clr_addr.eq(0)
 
-        # ports: the accumulation first, then the clear pass / the DMA's reads
-        with m.If(v1):
-            m.d.comb += [rp.addr.eq(a1), rp.en.eq(1)]
-        with m.Else():
-            m.d.comb += [rp.addr.eq(self.read_addr), rp.en.eq(self.read_en)]
-        with m.If(v2):
-            m.d.comb += [wp.addr.eq(a2), wp.data.eq(sums), wp.en.eq(1)]
-        with m.Elif(self.clear):
-            m.d.comb += [wp.addr.eq(self.clear_base + clr_addr), wp.data.eq(0), wp.en.eq(1)]
+        # each bank's ports: the accumulation first, then the clear pass / the DMA's reads
+        read_ok = Signal()
+        m.d.comb += read_ok.eq(~v1 | (half(a1) != half(self.read_addr)))
+        events_r, events_w = [], []
+        for b, (wp, rp) in enumerate(banks):
+            acc_here = v1 & (half(a1) == b)
+            with m.If(acc_here):
+                m.d.comb += [rp.addr.eq(a1[:aw - 1]), rp.en.eq(1)]
+            with m.Else():
+                m.d.comb += [rp.addr.eq(self.read_addr[:aw - 1]),
+                             rp.en.eq(self.read_en & (half(self.read_addr) == b))]
+            with m.If(v2 & (half(a2) == b)):
+                m.d.comb += [wp.addr.eq(a2[:aw - 1]), wp.data.eq(sums), wp.en.eq(1)]
+            with m.Elif(self.clear & ~v2 & (half(clr_at) == b)):
+                m.d.comb += [wp.addr.eq(clr_at[:aw - 1]), wp.data.eq(0), wp.en.eq(1)]
+            events_r.append(rp.en)
+            events_w.append(wp.en)
         # the DMA's word: fresh the cycle after its read, then held (accumulations reuse rp)
-        dma_read, held = Signal(), Signal.like(self.read_data)
-        m.d.sync += dma_read.eq(~v1 & self.read_en)
+        dma_read, dma_half = Signal(), Signal()
+        held = Signal.like(self.read_data)
+        m.d.sync += [dma_read.eq(read_ok & self.read_en), dma_half.eq(half(self.read_addr))]
+        fresh = Signal(shape)
+        m.d.comb += fresh.eq(Mux(dma_half, banks[1][1].data, banks[0][1].data))
         with m.If(dma_read):
-            m.d.sync += held.eq(rp.data)
-        m.d.comb += [self.read_data.eq(Mux(dma_read, rp.data, held)), self.read_ready.eq(~v1),
+            m.d.sync += held.eq(fresh)
+        m.d.comb += [self.read_data.eq(Mux(dma_read, fresh, held)),
+                     self.read_ready.eq(read_ok),
                      self.busy.eq(v1 | v2 | self.fill.valid),
-                     self.read_event.eq(rp.en), self.write_event.eq(wp.en)]
+                     self.read_event.eq(events_r[0] + events_r[1]),
+                     self.write_event.eq(events_w[0] + events_w[1])]
         return m
