@@ -26,7 +26,9 @@ def test_write_verilog_writes_config_json(tmp_path):
     assert "module pe(" in v.read_text()
     data = json.loads((tmp_path / "pe.json").read_text())
     assert data["config"] == cfg.to_dict() and (data["top"], data["module"]) == ("pe", "pe")
-    assert data["register_map_version"] == "1.5" and data["generator_version"]
+    from bpsa.spec.regmap import MAP_VERSION
+    assert data["register_map_version"] == "%d.%d" % MAP_VERSION == "1.6"
+    assert data["generator_version"]
 
 
 @pytest.mark.parametrize("top", ["pe", "accelerator"])
