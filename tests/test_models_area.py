@@ -10,16 +10,23 @@ from bpsa.models import area
 
 
 def test_memory_bits_match_yosys():
-    # the Yosys reports of the fitted points (before the pooling unit), and its buffer now:
-    # small 1,024 x 8 bits, paper16 16,384 x 16 bits
-    assert area.memory_bits(load_config("small").replace(pool_kinds=())) == 245_760
-    assert area.memory_bits(load_config("paper16").replace(pool_kinds=())) == 4_325_376
-    assert area.memory_bits(load_config("small")) == 245_760 + 1024 * 8
-    assert area.memory_bits(load_config("paper16")) == 4_325_376 + 16384 * 16
-    # the pooling unit adds its logic and its buffer's bits at the fit's cells a bit
+    # the Yosys reports of the fitted points (before the pooling unit and the channel-first
+    # front end), and their buffers now: the pooling unit's (small 1,024 x 8 bits, paper16
+    # 16,384 x 16), the channel-first banks (small 4 x 1,024 x 8, paper16 16 x 4,096 x 16)
+    bare = {"pool_kinds": (), "forward_frontends": ("feeder",)}
+    assert area.memory_bits(load_config("small").replace(**bare)) == 245_760
+    assert area.memory_bits(load_config("paper16").replace(**bare)) == 4_325_376
+    assert area.memory_bits(load_config("small")) == 245_760 + 1024 * 8 + 4 * 1024 * 8
+    assert area.memory_bits(load_config("paper16")) == \
+        4_325_376 + 16384 * 16 + 16 * 4096 * 16
+    # each unit adds its logic and its buffer's bits at the fit's cells a bit
     small = load_config("small")
     added = area.estimate(small)["cells"] - area.estimate(small.replace(pool_kinds=()))["cells"]
     assert abs(added - area.POOL_LOGIC_CELLS - 8192 * area._coefficients()[1]) <= 1
+    added = area.estimate(small)["cells"] - area.estimate(
+        small.replace(forward_frontends=("feeder",)))["cells"]
+    assert abs(added - area.cf_logic_cells(4) - 32768 * area._coefficients()[1]) <= 1
+    assert (area.cf_logic_cells(4), area.cf_logic_cells(16)) == (9_572, 27_033)
     # without BP-im2col: A 256 x 4 x 8, B 256 x 2 x 8, P 256 x 2 x 24 bits
     cfg = Config(rows=2, cols=2, operand_width=8, acc_width=24, dataflows=("os",),
                  feeder_bus_width=4, buf_a_depth=256, buf_b_depth=256, buf_p_depth=256)

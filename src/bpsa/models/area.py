@@ -15,6 +15,11 @@ denser than flip-flops).
   :data:`POOL_LOGIC_CELLS`: ``bpsa synth --top pool --targets generic`` gave 53,342 cells
   on ``small`` and 75,875 on ``ecp5_train``, 33,200 and 35,600 of them beyond their
   buffers' bits at the fit's cells a bit.
+- The channel-first front end (``forward_frontends``; none of the fitted points has one):
+  its ``rows`` X banks of ``buf_cf_depth`` operands are in ``memory_bits``, its logic is
+  :func:`cf_logic_cells`, a line through two syntheses with the banks kept as memories
+  (``bpsa.tools.synth.synthesize(..., keep_memories=...)`` of ``--top channel_first``):
+  9,572 generic cells on ``small`` (4 rows), 27,033 on ``paper16`` (16 rows).
 - ``cells`` is a least-squares fit, ``a0 + a1 memory_bits + a2 R C w^2 + a3 R C acc
   dataflows`` (``w`` operand bits, ``acc`` accumulator bits): the controller, the buffers,
   the multipliers, and the accumulators and operand registers of each generated dataflow.
@@ -30,11 +35,18 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["POOL_LOGIC_CELLS", "estimate", "features", "fit", "leave_one_out", "load_points",
+__all__ = ["POOL_LOGIC_CELLS", "cf_logic_cells", "estimate", "features", "fit", "leave_one_out", "load_points",
            "memory_bits", "synthesized"]
 
 #: Generic cells of the pooling unit's logic (its buffer is in ``memory_bits``).
 POOL_LOGIC_CELLS = 34_400
+
+
+def cf_logic_cells(rows):
+    """Generic cells of the channel-first front end's logic for an array of ``rows`` rows
+    (its banks are in ``memory_bits``): ``3,751 + 1,455 rows``, exact on the two measured
+    points (4 rows: 9,572; 16 rows: 27,033)."""
+    return 3_751 + 1_455 * rows
 
 
 def memory_bits(config):
@@ -47,6 +59,8 @@ def memory_bits(config):
         bits += (config.buf_a_depth + config.buf_b_depth) * op
     if config.has_pool():
         bits += config.buf_pool_depth * op
+    if config.has_frontend("channel_first"):
+        bits += config.rows * config.buf_cf_depth * op
     return bits
 
 
@@ -84,6 +98,8 @@ def estimate(config):
     cells = max(0, int(round(float(np.dot(features(config), _coefficients())))))
     if config.has_pool():
         cells += POOL_LOGIC_CELLS
+    if config.has_frontend("channel_first"):
+        cells += cf_logic_cells(config.rows)
     return {"cells": cells, "memory_bits": memory_bits(config), "area": cells}
 
 
