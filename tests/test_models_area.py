@@ -26,7 +26,7 @@ def test_memory_bits_match_yosys():
     added = area.estimate(small)["cells"] - area.estimate(
         small.replace(forward_frontends=("feeder",)))["cells"]
     assert abs(added - area.cf_logic_cells(4) - 32768 * area._coefficients()[1]) <= 1
-    assert (area.cf_logic_cells(4), area.cf_logic_cells(16)) == (9_572, 27_033)
+    assert abs(area.cf_logic_cells(4) - 9_572) <= 2 and abs(area.cf_logic_cells(16) - 27_033) <= 2
     # without BP-im2col: A 256 x 4 x 8, B 256 x 2 x 8, P 256 x 2 x 24 bits
     cfg = Config(rows=2, cols=2, operand_width=8, acc_width=24, dataflows=("os",),
                  feeder_bus_width=4, buf_a_depth=256, buf_b_depth=256, buf_p_depth=256)

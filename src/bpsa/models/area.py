@@ -44,8 +44,8 @@ POOL_LOGIC_CELLS = 34_400
 
 def cf_logic_cells(rows):
     """Generic cells of the channel-first front end's logic for an array of ``rows`` rows
-    (its banks are in ``memory_bits``): ``3,751 + 1,455 rows``, exact on the two measured
-    points (4 rows: 9,572; 16 rows: 27,033)."""
+    (its banks are in ``memory_bits``): ``3,751 + 1,455 rows``, within 2 cells of the two
+    measured points (4 rows: 9,572; 16 rows: 27,033)."""
     return 3_751 + 1_455 * rows
 
 
