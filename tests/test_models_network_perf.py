@@ -6,7 +6,7 @@ configuration without a phase's engine refuses it by name."""
 import pytest
 
 from bpsa.config import load_config
-from bpsa.models.network_perf import network_step
+from bpsa.models.network_perf import POOLS, network_step
 from bpsa.models.perf import layer_cycles, pool_cycles
 from bpsa.spec.network import load_network
 
@@ -101,3 +101,33 @@ def test_bad_arguments():
 def test_processes_give_the_same_step():
     cfg, net = load_config("paper16"), load_network("squeezenet1_1")
     assert network_step(cfg, net, jobs=2).rows == network_step(cfg, net).rows
+
+
+def test_forward_front_ends():
+    """``frontend``: every forward row on the front end asked; ``best`` takes per layer the
+    faster of the two (ties to the feeder), so its forward is never slower than either; the
+    other phases do not change; a configuration without the channel-first front end refuses
+    it by name."""
+    cfg = load_config("small")
+    net = load_network("resnet18")
+    steps = {fe: network_step(cfg, net, frontend=fe)
+             for fe in ("feeder", "channel_first", "best")}
+    rows = {fe: {(r["layer"], r["phase"]): r for r in s.rows} for fe, s in steps.items()}
+    for key, best in rows["best"].items():
+        f, c = rows["feeder"][key], rows["channel_first"][key]
+        if best["status"] != "run" or key[1] != "forward" or best["op"] in POOLS:
+            assert best.get("cycles") == f.get("cycles") == c.get("cycles")
+            continue
+        ran = [r for r in (f, c) if r["status"] == "run"]      # one may refuse the layer
+        assert best["cycles"] == min(r["cycles"] for r in ran)
+        assert best["frontend"] == min(ran, key=lambda r: r["cycles"])["frontend"]
+        assert all(r["frontend"] == fe for r, fe in ((f, "feeder"), (c, "channel_first"))
+                   if r["status"] == "run")
+    # the totals count the rows that run: best runs every row the feeder runs, faster
+    fwd = {fe: s.by_phase["forward"]["cycles"] for fe, s in steps.items()}
+    ran = {fe: sum(r["status"] == "run" for r in s.rows) for fe, s in steps.items()}
+    assert ran["best"] == max(ran.values()) and fwd["best"] <= fwd["feeder"]
+    with pytest.raises(ValueError, match="does not generate the channel-first"):
+        network_step(load_config("ecp5_train"), net, frontend="best")
+    with pytest.raises(ValueError, match="frontend must be"):
+        network_step(cfg, net, frontend="im2col")

@@ -534,8 +534,12 @@ def _perf_network(args, config):
     except NetworkError as e:
         raise UserError(str(e)) from None
     t0 = time.perf_counter()
-    step = network_step(config, net, batch=args.batch or 1, phases=phases,
-                        clock_mhz=args.clock, requant=args.requant, jobs=os.cpu_count() or 1)
+    try:
+        step = network_step(config, net, batch=args.batch or 1, phases=phases,
+                            clock_mhz=args.clock, requant=args.requant,
+                            jobs=os.cpu_count() or 1, frontend=args.frontend)
+    except ValueError as e:
+        raise UserError(f"--frontend {args.frontend}: {e}") from None
     seconds = time.perf_counter() - t0
     if args.plot:
         from bpsa.tools.perf_plots import plot_step
@@ -544,7 +548,8 @@ def _perf_network(args, config):
         print(json.dumps(dict(step.as_dict(), model_seconds=seconds), sort_keys=True))
         return
     if args.csv:
-        fields = ["layer", "op", "phase", "batch", "status", "cycles", "utilization", "macs",
+        fields = ["layer", "op", "phase", "batch", "status", "frontend", "cycles",
+                  "utilization", "macs",
                   "dma_read_bytes", "dma_write_bytes", "a_words", "b_words", "p_words",
                   "bound", "roofline_cycles", "reason"]
         w = csv.DictWriter(sys.stdout, fields, extrasaction="ignore", lineterminator="\n")
@@ -965,6 +970,11 @@ def build_parser():
                     help="with --network: the phases of the step (default: all three)")
     sp.add_argument("--clock", type=_float_above(0), default=100.0, metavar="MHZ",
                     help="with --network: the clock for the time a step takes (default: 100)")
+    sp.add_argument("--frontend", choices=["feeder", "channel_first", "best"],
+                    default="feeder", type=lambda v: v.replace("-", "_"),
+                    help="with --network: the forward's front end; best: per layer the "
+                         "faster (the descriptor's MODE; configurations with forward_frontends "
+                         "channel_first)")
     sp.add_argument("--csv", action="store_true", help="with --network: CSV on stdout")
     sp.add_argument("--plot", metavar="FILE.png|.svg",
                     help="with --network: utilization, time per layer and the roofline")

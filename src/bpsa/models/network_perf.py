@@ -80,8 +80,10 @@ def _pool_dims(layer, batch):
                 stride=(layer.stride,) * 2, pad=(layer.pad,) * 2, kind=_POOL_KIND[layer.op])
 
 
-def _model(config, phase, key, requant):
-    """The cycle model of one (phase, shape), or the refusal's text."""
+def _model(config, phase, key, requant, frontend="feeder"):
+    """The cycle model of one (phase, shape), or the refusal's text; a forward on
+    ``frontend`` (``"best"``: the faster of the two front ends, as a driver would pick per
+    layer with MODE; its ``frontend`` says which)."""
     try:
         if phase.startswith("pool_"):
             key = dict(key)
@@ -91,19 +93,39 @@ def _model(config, phase, key, requant):
             return pool_cycles(config, phase, **key,
                                requant=phase == "pool_forward" or requant)
         extra = {"requant": True} if requant and phase != "gradient" else {}
-        return layer_cycles(config, phase, **dict(key), **extra)
+        if phase != "forward" or frontend == "feeder":
+            return layer_cycles(config, phase, **dict(key), **extra)
+        if frontend == "channel_first":
+            return layer_cycles(config, phase, **dict(key), frontend=frontend, **extra)
+        found, why = [], []
+        for fe in ("feeder", "channel_first"):
+            try:
+                found.append(layer_cycles(config, phase, **dict(key), frontend=fe, **extra))
+            except ValueError as e:
+                why.append(str(e))
+        if not found:
+            return "; ".join(why)
+        return min(found, key=lambda m: m.cycles)
     except ValueError as e:
         return str(e)
 
 
 def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, requant=False,
-                 jobs=1):
+                 jobs=1, frontend="feeder"):
     """The :class:`NetworkStep` of ``network`` (a :class:`bpsa.spec.network.Network`) on
-    ``config``. ``requant``: the forward's and the loss's outputs leave as operands. ``jobs``
+    ``config``. ``requant``: the forward's and the loss's outputs leave as operands.
+    ``frontend``: the convolutions' forward front end, ``"feeder"``, ``"channel_first"`` or
+    ``"best"`` (per layer the faster; the rows' ``frontend`` says which). ``jobs``
     processes evaluate the distinct layer shapes (1: this process; a Dask worker must keep
     1, its processes cannot start others)."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, not {batch}")
+    if frontend not in ("feeder", "channel_first", "best"):
+        raise ValueError(f"frontend must be 'feeder', 'channel_first' or 'best', not "
+                         f"{frontend!r}")
+    if frontend != "feeder" and not config.has_frontend("channel_first"):
+        raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
+                         f"front end (forward_frontends: {list(config.forward_frontends)})")
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         raise ValueError(f"phase {unknown[0]!r} is not one of {', '.join(PHASES)}")
@@ -118,9 +140,9 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
             results = list(pool.map(_model, [config] * len(tasks), *zip(*tasks),
-                                    [requant] * len(tasks)))
+                                    [requant] * len(tasks), [frontend] * len(tasks)))
     else:
-        results = [_model(config, phase, key, requant) for phase, key in tasks]
+        results = [_model(config, phase, key, requant, frontend) for phase, key in tasks]
     done = dict(zip(tasks, results))
 
     rows = []
