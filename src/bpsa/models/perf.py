@@ -7,7 +7,10 @@ words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.engines.zf_gra
 :mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
 with the previous run, skipped when the bank holds the slice), the P clears and the stores
 (the zero-free phases' P is double-buffered, so their stores overlap the next step; the
-forward's is when the set-up program's ``dbl`` says so). From the layer and the configuration alone: no RTL, whole networks in
+forward's is when the set-up program's ``dbl`` says so). P is two memories, one a half, so a
+double-buffered step's store reads its half while the next step accumulates in the other:
+a store is never slowed by the engine's result vectors, only by the loads that take the DMA
+first. From the layer and the configuration alone: no RTL, whole networks in
 seconds.
 
 Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
@@ -25,12 +28,12 @@ instead of fitting (:func:`_cf_timeline`): the engine's run is a closed form of 
 banks, the array never waits inside a run), the set-up sequencer's and the walker's programs
 are counted step by step on the layer (a multiplication takes ``bit_length(b) + 2`` cycles on
 the shared sequential unit, a division ``UNIT_WIDTH + 2``), a DMA command its data segments
-plus ``cf_dma_command``, and a store reads P only in the cycles the engine's result vectors
-leave free (the channel-first engine sends one a cycle while it streams, so a store started
-beside a run waits for the run's end, and the loads behind it too). ``setup_channel_first``
-is what the set-up costs beyond its counted programs: measured 0 on single-run layers, where
-the model equals the RTL's BUSY_CYCLES to the cycle. Checked on 26 layers of ``small``
-(``tests/test_models_perf.py``): within 0.3 %.
+plus ``cf_dma_command``, a store command its beats plus ``cf_dma_command`` and the store
+machine's hand-off (:func:`_counted_store_row`; the zero-free loss's stores are counted the
+same way). ``setup_channel_first`` is what the set-up costs beyond its counted programs:
+measured 0 on single-run layers, where the model equals the RTL's BUSY_CYCLES to the cycle.
+Checked on 30 layers of ``small`` (``tests/test_models_perf.py``; 6 of them with P
+single-buffered): within 0.15 %, 22 of them to the cycle.
 """
 
 from dataclasses import dataclass
@@ -70,7 +73,8 @@ TIMING = {
     "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
     "cf_drain": 1,         # DRAIN beyond the array's rows + cols: the done cycle
     "cf_dma_command": 6,   # a DMA command's cycles beyond its data (offer, CHECK, the address,
-                           # the first beat, done; counted, the native memory answering at once)
+                           # the first beat, done; counted, the native memory answering at once;
+                           # also the zero-free loss's stores, _counted_store_row)
     "cf_flush": 3,         # a run's end to its step's P clear (IDLE, FLUSH: the last
                            # accumulation lands)
 }
@@ -144,6 +148,19 @@ def _store_row(elements, nbytes, cols, rate):
     per = STORE_CHUNK * cols
     return [_dma(min(per, elements - off) * nbytes, 1, rate)
             for off in range(0, elements, per)]
+
+
+def _counted_store_row(elements, nbytes, cols, rate):
+    """The DMA commands of one stored row, counted (channel-first forward, zero-free loss):
+    chunks of ``STORE_CHUNK`` P words, each its data at ``rate`` bytes a cycle (a beat, or a P
+    word if that is less: the store unpacks one word a cycle) plus ``cf_dma_command`` and
+    the store machine's hand-off to the next chunk (S_WAIT to S_STORE), a row one more
+    (S_STEP). P never slows a store: a double-buffered step's store reads its own half of P."""
+    per = STORE_CHUNK * cols
+    out = [-(-min(per, elements - off) * nbytes // rate) + TIMING["cf_dma_command"] + 1
+           for off in range(0, elements, per)]
+    out[-1] += 1
+    return out
 
 
 def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
@@ -253,11 +270,11 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
                 sw, pt, pw, dh, dw, multi_tile=True):
     """One channel-first engine run (one image, a block of ``channels`` input channels, one
     output-channel block, a band of ``out_rows`` output rows from ``in_rows`` X rows):
-    ``(cycles, x_words, tiles, stream)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`),
-    each streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles
-    (``stream``: all the tiles'), after the set-up and tile 0's weight preload, before the
-    drain. X bank words: every (channel, tap) of the block once, for the output pixels whose
-    input pixel is not padding."""
+    ``(cycles, x_words, tiles)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`),
+    each streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles,
+    after the set-up and tile 0's weight preload, before the drain. X bank words: every
+    (channel, tap) of the block once, for the output pixels whose input pixel is not
+    padding."""
     R, C = config.rows, config.cols
     taps = _cf_taps(config, channels=channels, layer_channels=layer_channels, s=s,
                     multi_tile=multi_tile)
@@ -269,7 +286,7 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
     rows_in = sum(1 for ri in range(r) for o in range(out_rows)
                   if 0 <= o * sh - pt + ri * dh < in_rows)
     cols_in = sum(1 for q in range(s) for x in range(ow) if 0 <= x * sw - pw + q * dw < width)
-    return cycles, channels * rows_in * cols_in, tiles, stream
+    return cycles, channels * rows_in * cols_in, tiles
 
 
 def _mul(b):
@@ -428,19 +445,18 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, 
 
 def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double):
     """:func:`_timeline` of a channel-first layer, state by state: ``runs`` is a list of
-    ``(loads, compute, new_step, program, stream, busy)``, ``program`` the walker's cycles
-    from its FCF_INIT or FCF_NEXT state to the run's first load, the engine's result vectors
-    taking P's port in ``busy`` of the run's last ``stream`` cycles; ``rates[cache](key,
-    nbytes, commands)``: a load's cycles from its command to its ``done``; store commands'
-    cycles include the store machine's hand-off to the next. A load is offered 2 cycles after
-    the previous one's ``done`` (or 2 after the hit), the run starts 2 cycles after the last
-    (the scheduler's IDLE, RUN), or 2 after the previous run's end; a new step's FLUSH waits
-    ``cf_flush`` cycles after the previous run (P's last accumulation) and after the store
-    before (its machine idle), then clears P and kicks the finished step's store. A store
-    reads P only in the cycles without an accumulation
-    (:class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`): a store command overlapping a
-    run's stream is that much longer, and the loads behind it wait (the load unit goes first
-    only between commands). Returns :func:`_timeline`'s figures."""
+    ``(loads, compute, new_step, program)``, ``program`` the walker's cycles from its FCF_INIT
+    or FCF_NEXT state to the run's first load; ``rates[cache](key, nbytes, commands)``: a
+    load's cycles from its command to its ``done``; store commands' cycles include the store
+    machine's hand-off to the next. A load is offered 2 cycles after the previous one's
+    ``done`` (or 2 after the hit), the run starts 2 cycles after the last (the scheduler's
+    IDLE, RUN), or 2 after the previous run's end; a new step's FLUSH waits ``cf_flush``
+    cycles after the previous run (P's last accumulation) and after the store before (its
+    machine idle), then clears P and kicks the finished step's store. The store of a
+    double-buffered step runs beside the next step's runs at its own pace
+    (:class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`: a half of P each, the
+    accumulations in the other); the loads go first, between its commands. Returns
+    :func:`_timeline`'s figures."""
     flush = TIMING["cf_flush"]
     t_walk = setup_cycles
     load_wait = dma_free = dma_busy = store_free = 0
@@ -449,39 +465,16 @@ def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rate
     held = {}
     compute = loaded = p_wait = 0
     pending = []                    # store commands: [ready time, cycles]
-    windows = []                    # the runs' P-port windows: (from, to, busy cycles)
-    first_window = 0
-
-    def through(begin, work):
-        """When a store command starting at ``begin`` and needing ``work`` cycles ends: it
-        moves only in the cycles the windows leave P's port free."""
-        nonlocal first_window
-        while first_window < len(windows) and windows[first_window][1] <= begin:
-            first_window += 1
-        t = begin
-        for lo, hi, busy in windows[first_window:]:
-            if lo > t:
-                if work <= lo - t:
-                    return t + work
-                work -= lo - t
-                t = lo
-            span = hi - lo              # free: (span - busy) of every span cycles
-            if busy < span and work * span <= (hi - t) * (span - busy):
-                return t + -(-work * span // (span - busy))
-            work -= (hi - t) * (span - busy) // span
-            t = hi
-        return t + work
 
     def stores_until(limit):
         """Run the store commands that can start before ``limit``."""
         nonlocal dma_free, dma_busy, store_free
         while pending and max(dma_free, pending[0][0]) < limit:
             ready, dur = pending.pop(0)
-            begin = max(dma_free, ready)
-            dma_free = store_free = through(begin, dur)
-            dma_busy += dma_free - begin
+            dma_free = store_free = max(dma_free, ready) + dur
+            dma_busy += dur
 
-    for i, (loads, cycles, new_step, program, stream, busy) in enumerate(runs):
+    for i, (loads, cycles, new_step, program) in enumerate(runs):
         t = t_walk + program
         ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
         for cache, key, nbytes, commands, *fixed in loads:
@@ -513,7 +506,6 @@ def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rate
             start += clear
             p_wait += clear
         end_prev = start + cycles
-        windows.append((end_prev - stream + 1, end_prev + 1, busy))
         compute += cycles
         t_walk = start + 1
         bank ^= 1
@@ -605,16 +597,6 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
             return (_dma_segments(nbytes // ob, C, per_beat, first % per_beat)
                     + TIMING["cf_dma_command"] * commands)
 
-        def store_row(elements):
-            """A P row's store commands (chunks of ``STORE_CHUNK`` words, a beat a cycle),
-            each with the store machine's hand-off to the next chunk (a row: one more)."""
-            per = STORE_CHUNK * C
-            beat = config.dma_data_width // 8
-            out = [-(-min(per, elements - off) * ab // beat) + TIMING["cf_dma_command"] + 1
-                   for off in range(0, elements, per)]
-            out[-1] += 1
-            return out
-
         rates = {"cf": x_load, "b": w_load}
         cache = {}
         store_step, clears = None, []
@@ -642,7 +624,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                 config, channels=cgv, layer_channels=c, in_rows=bd.in_rows,
                                 width=w, out_rows=bd.out_rows, ow=ow, r=r, s=s, sh=sh, sw=sw,
                                 pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
-                        comp, words, run_tiles, stream = cache[key]
+                        comp, words, run_tiles = cache[key]
                         for t in range(kb0, kend):
                             program += t > kb0  # FCF_BLOCK, before the next block's W
                             loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
@@ -652,13 +634,13 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                             slots += run_tiles * bd.out_rows * ow * R * C
                             x_words += words
                             tiles += run_tiles
-                            runs.append((loads, comp, first, program, stream,
-                                         run_tiles * bd.out_rows * ow))
+                            runs.append((loads, comp, first, program))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
                             program = 1         # FCF_NEXT
-                    store_step = store_row(bd.out_rows * ow * C) * (kend - kb0)
+                    store_step = _counted_store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
+                        kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]
@@ -754,7 +736,8 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
                                 first = False
-                    store_step = _store_row(bd.out_rows * w * C, ab, C, store_rate) * (
+                    # counted: the loss engine's result vectors no longer slow its store
+                    store_step = _counted_store_row(bd.out_rows * w * C, ab, C, store_rate) * (
                         zng * (cbe - cb0))
         clear = clears
         store_final = store_step

@@ -246,10 +246,13 @@ def markdown(config, model, multi, stride, *, batch=1):
     wins = sum(r["winner"] == "channel_first" for r in runs)
     if runs:
         tot = {fe: sum(r[fe]["cycles"] for r in runs) for fe in FRONTENDS}
+        util = {fe: sum(r[fe]["utilization"] for r in runs) / len(runs) for fe in FRONTENDS}
         out += ["", f"Channel-first wins {wins} of {len(runs)} layers both run; over them "
                     f"the feeder takes {_n(tot['feeder'])} cycles, channel-first "
                     f"{_n(tot['channel_first'])} "
-                    f"({tot['feeder'] / tot['channel_first']:.2f}x)."]
+                    f"({tot['feeder'] / tot['channel_first']:.2f}x). Mean utilization over "
+                    f"them {util['feeder']:.2f} (feeder) and {util['channel_first']:.2f} "
+                    f"(channel-first)."]
     out += ["", f"Multi-tile (channel-first, layers with 2 C <= rows = {config.rows}): with "
                 "and without.", "",
             "| layer | C x H x W -> K, kernel | taps a tile | tiles with / without | "
