@@ -127,3 +127,17 @@ def test_workload_csv_is_read():
     rows = bf.load_conv_layers()
     assert len(rows) >= 30 and rows[0]["name"] == "alexnet.features.0"
     assert all(isinstance(r[k], int) for r in rows for k in ("C", "H", "K", "stride"))
+
+
+def test_scaled_keeps_the_kernel_and_fits_it():
+    """A layer scaled for the RTL keeps its kernel, stride, padding and dilation, has at most
+    the channels and the size asked, and still has an output pixel."""
+    from bpsa.spec.layer import out_size
+    from bpsa.tools.bench_frontends import load_conv_layers, scaled
+    for row in load_conv_layers():
+        sc = scaled(row, 8, 24)
+        assert (sc["R"], sc["S"], sc["stride"], sc["pad"], sc["dilation"]) == \
+            (row["R"], row["S"], row["stride"], row["pad"], row["dilation"])
+        assert sc["C"] == min(row["C"], 8) and sc["K"] == min(row["K"], 8)
+        assert sc["H"] <= max(24, row["R"]) and sc["W"] <= max(24, row["S"])
+        assert out_size(sc["H"], sc["R"], sc["stride"], sc["pad"], sc["dilation"]) >= 1

@@ -19,7 +19,10 @@ Two claims of the channel-first paper (Zhou et al.) on the model:
     *stride insensitivity*: one layer (``--stride-layer``) at strides 1..4 with the same
     output size (the input grows with the stride), both front ends.
 
-The RTL columns (the same layers on the accelerator) are to come; this is the model alone.
+``--rtl-config small``: every layer also scaled down (at most ``--max-channels`` input and
+output channels, inputs at most ``--max-size`` wide; kernel, stride, padding and dilation
+kept) through the whole accelerator under Verilator on both front ends, checked against the
+golden model, with the RTL's counters and the model's error on the same shape.
 """
 
 import argparse
@@ -37,7 +40,7 @@ from bpsa.spec.layer import out_size
 
 __all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "layer_args",
            "load_conv_layers", "main", "markdown", "model_rows", "multi_tile_rows", "plot",
-           "stride_rows"]
+           "rtl_markdown", "rtl_rows", "scaled", "stride_rows"]
 
 #: The convolution layers shipped with the package (the shared workload).
 CONV_CSV = resources.files("bpsa") / "workloads" / "conv_layers.csv"
@@ -322,6 +325,87 @@ def plot(config, model, path, *, batch=1):
     plt.close(fig)
 
 
+def scaled(row, max_channels=8, max_size=24):
+    """The layer with at most ``max_channels`` input and output channels and an input at
+    most ``max_size`` wide (kernel, stride, padding and dilation kept; the input no smaller
+    than the dilated kernel needs)."""
+    def side(size, k):
+        span = row["dilation"] * (k - 1) + 1
+        return max(min(size, max_size), span - 2 * row["pad"], 1)
+    return dict(row, C=min(row["C"], max_channels), K=min(row["K"], max_channels),
+                H=side(row["H"], row["R"]), W=side(row["W"], row["S"]))
+
+
+def rtl_rows(config, rows, *, max_channels=8, max_size=24, seed=1):
+    """Every layer scaled down (:func:`scaled`) through the whole accelerator under Verilator
+    on both front ends, checked against the golden model: per front end the RTL's cycles,
+    utilization, X SRAM words read (``buf_a_reads``: the feeder's words of
+    ``feeder_bus_width`` operands, the channel-first banks' words of one), DMA bytes, the
+    feeder's stall cycles, the cycles no engine computed, and the model's error on the same
+    shape (:func:`frontend_figures`)."""
+    import numpy as np
+
+    from bpsa.models import golden
+    from bpsa.spec.numeric import wrap_array
+    from bpsa.verify.native import run_with_driver
+    rng = np.random.default_rng(seed)
+    shapes = [scaled(row, max_channels, max_size) for row in rows]
+
+    async def body(drv, t):
+        out = []
+        for row, sc in zip(rows, shapes):
+            a = layer_args(sc)
+            x = rng.integers(-128, 128, (1, sc["C"], sc["H"], sc["W"]))
+            w = rng.integers(-128, 128, (sc["K"], sc["C"], sc["R"], sc["S"]))
+            want = wrap_array(golden.conv2d(x, w, a["stride"], a["pad"], a["dil"]),
+                              config.acc_width)
+            rec = {"layer": row["name"], "scaled": _shape(sc)}
+            macs = int(want.size) * sc["C"] * sc["R"] * sc["S"]     # the layer's, dense
+            for fe in FRONTENDS:
+                y = await drv.forward(x, w, a["stride"], a["pad"], a["dil"], frontend=fe)
+                c = drv.counters
+                m = frontend_figures(config, a, fe)
+                rec[fe] = {"match": bool(np.array_equal(y, want)),
+                           "cycles": c["busy_cycles"], "compute_cycles": c["compute_cycles"],
+                           "utilization": macs / (config.rows * config.cols
+                                                  * c["busy_cycles"]),
+                           "x_sram_words": c["buf_a_reads"],
+                           "dma_bytes": c["dma_read_bytes"] + c["dma_write_bytes"],
+                           "stall_cycles": c["stall_cycles"],
+                           "idle_cycles": c["busy_cycles"] - c["compute_cycles"],
+                           "model_cycles": m.get("cycles"),
+                           "model_error": (m["cycles"] / c["busy_cycles"] - 1
+                                           if "cycles" in m else None),
+                           "model_dma_bytes": m.get("dma_bytes")}
+            out.append(_compare(rec))
+        return out
+
+    return run_with_driver(config, body, mem_bytes=1 << 22, seed=seed)
+
+
+def rtl_markdown(config, rtl):
+    """The RTL table (Markdown lines)."""
+    lines = [f"scaled on the RTL ({config.name}, {config.rows} x {config.cols}, Verilator, "
+             f"batch 1; model error = model / RTL - 1):", "",
+             "| layer | scaled | match | F cycles | CF cycles | winner | util F / CF | "
+             "X SRAM words F / CF | DMA bytes F / CF | stalls F / CF | idle F / CF | "
+             "model error F / CF |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rtl:
+        f, c = r["feeder"], r["channel_first"]
+        win = f"{_SHORT[r['winner']]} {r['by']:.2f}x"
+        lines.append(
+            f"| {r['layer']} | {r['scaled']} | {f['match'] and c['match']} | "
+            f"{f['cycles']:,} | {c['cycles']:,} | {win} | "
+            f"{f['utilization']:.2f} / {c['utilization']:.2f} | "
+            f"{f['x_sram_words']:,} / {c['x_sram_words']:,} | "
+            f"{f['dma_bytes']:,} / {c['dma_bytes']:,} | "
+            f"{f['stall_cycles']:,} / {c['stall_cycles']:,} | "
+            f"{f['idle_cycles']:,} / {c['idle_cycles']:,} | "
+            f"{f['model_error']:+.1%} / {c['model_error']:+.1%} |")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bpsa.tools.bench_frontends",
                                  description=__doc__.splitlines()[0])
@@ -329,6 +413,11 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--stride-layer", default=STRIDE_LAYER, metavar="NETWORK.LAYER",
                     help=f"the layer of the stride table (default: {STRIDE_LAYER})")
+    ap.add_argument("--rtl-config", default=None, metavar="PRESET",
+                    help="also run every layer scaled down on the RTL of this configuration "
+                         "(Verilator; e.g. small)")
+    ap.add_argument("--max-channels", type=int, default=8)
+    ap.add_argument("--max-size", type=int, default=24)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot", metavar="FILE.png")
     args = ap.parse_args(argv)
@@ -346,15 +435,27 @@ def main(argv=None):
     model = model_rows(config, rows, args.batch)
     multi = multi_tile_rows(config, rows, args.batch)
     stride = stride_rows(config, by_name[args.stride_layer], batch=args.batch)
+    rtl, rtl_config = [], None
+    if args.rtl_config:
+        rtl_config = load_config(args.rtl_config)
+        if not rtl_config.has_frontend("channel_first"):
+            print(f"--rtl-config {rtl_config.name!r} does not generate the channel-first front "
+                  f"end", file=sys.stderr)
+            return 2
+        rtl = rtl_rows(rtl_config, rows, max_channels=args.max_channels,
+                       max_size=args.max_size)
     if args.plot:
         plot(config, model, args.plot, batch=args.batch)
     if args.json:
         print(json.dumps({"config": config.name, "batch": args.batch, "layers": model,
                           "multi_tile": multi, "stride_layer": args.stride_layer,
-                          "stride": stride}, indent=1))
-        return 0
-    print(markdown(config, model, multi, stride, batch=args.batch), end="")
-    return 0
+                          "stride": stride, "rtl": rtl}, indent=1))
+    else:
+        print(markdown(config, model, multi, stride, batch=args.batch), end="")
+        if rtl:
+            print("\n" + "\n".join(rtl_markdown(rtl_config, rtl)))
+    ok = all(r[fe]["match"] for r in rtl for fe in FRONTENDS)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
