@@ -33,7 +33,7 @@ help:
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-pool  every pooling layer of workloads/pool_layers.csv: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (minutes)"
-	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (Verilator, a minute), Markdown tables and docs/figures/frontends.png"
+	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
 	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train; ~30 min)"
@@ -82,7 +82,7 @@ bench-pool:
 	$(BIN)/python -m bpsa.tools.bench_pool --config $(PERF_CONFIG) --rtl-config $(CONFIG) --plot docs/figures/pool_layers.png
 
 bench-frontends:
-	$(BIN)/python -m bpsa.tools.bench_frontends --config $(PERF_CONFIG) --rtl-config $(CONFIG) --plot docs/figures/frontends.png
+	$(BIN)/python -m bpsa.tools.bench_frontends --config $(PERF_CONFIG) --rtl-config small_cf --plot docs/figures/frontends.png
 
 bench-sim:
 	$(BIN)/python -m bpsa.tools.bench_sim --config $(CONFIG)

@@ -528,8 +528,12 @@ def test_pooling_under_memory_stalls_verilator():
         assert out["forward_match"] and out["backward_match"], (text, out)
 
 
+#: ``small`` with the channel-first front end.
+SMALL_CF = load_config("small_cf")
+
+
 def _cf_cases(rng, count):
-    """Random forward layers for the channel-first front end on SMALL (4 x 4): C from 1 to
+    """Random forward layers for the channel-first front end on SMALL_CF (4 x 4): C from 1 to
     past two channel blocks, K past the columns, rectangular kernels, strides 1-4, dilations
     1-3, padding 0-2, batch 1-2."""
     out = []
@@ -571,12 +575,12 @@ def test_channel_first_forward_verilator():
             y = await drv.forward(x, w, st, pad, dil, frontend="channel_first")
             np.testing.assert_array_equal(y, want, err_msg=f"{xs} {ws} {st} {pad} {dil}")
             assert drv.mode == "channel_first"
-            if not stalled and xs[1] <= SMALL.rows and not drv.plan["banded"]:
+            if not stalled and xs[1] <= SMALL_CF.rows and not drv.plan["banded"]:
                 # HWC X once a step of output-channel blocks, W once or once an image
-                kb, wb = drv.plan["kblocks"], -(-ws[0] // SMALL.cols) * w[0].size * SMALL.cols
+                kb, wb = drv.plan["kblocks"], -(-ws[0] // SMALL_CF.cols) * w[0].size * SMALL_CF.cols
                 assert kb * x.size + wb <= drv.counters["dma_read_bytes"] <= \
                     kb * x.size + xs[0] * wb
-            if dil[1] * (ws[3] - 1) + 1 <= SMALL.feeder_pattern_width:
+            if dil[1] * (ws[3] - 1) + 1 <= SMALL_CF.feeder_pattern_width:
                 np.testing.assert_array_equal(await drv.forward(x, w, st, pad, dil), want)
         x, w = rng.integers(-128, 128, (1, 5, 6, 6)), rng.integers(-128, 128, (6, 5, 3, 3))
         got = await drv.forward(x, w, 1, 1, requant=9, relu=True, frontend="channel_first")
@@ -605,10 +609,10 @@ def test_channel_first_forward_verilator():
 
     def wrap_acc(v):
         from bpsa.spec.numeric import wrap_array
-        return wrap_array(v, SMALL.acc_width)
+        return wrap_array(v, SMALL_CF.acc_width)
 
     stalled = False
-    assert run_with_driver(SMALL, body)
+    assert run_with_driver(SMALL_CF, body)
     cases[:] = cases[:4] + cases[-1:]
     stalled = True
-    assert run_with_driver(SMALL, body, stall=0.3)
+    assert run_with_driver(SMALL_CF, body, stall=0.3)

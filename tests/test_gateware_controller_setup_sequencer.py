@@ -65,7 +65,7 @@ def host(config, phases, desc):
         return AccelError(e.code), None
 
 
-@pytest.mark.parametrize("config,count", [(load_config("small"), 320), (TINY, 160)])
+@pytest.mark.parametrize("config,count", [(load_config("small_cf"), 320), (TINY, 160)])
 def test_sequencer_equals_host_plan(config, count):
     phases = setup.generated_phases(config)
     if config is TINY:

@@ -108,7 +108,7 @@ def test_forward_front_ends():
     faster of the two (ties to the feeder), so its forward is never slower than either; the
     other phases do not change; a configuration without the channel-first front end refuses
     it by name."""
-    cfg = load_config("small")
+    cfg = load_config("small_cf")
     net = load_network("resnet18")
     steps = {fe: network_step(cfg, net, frontend=fe)
              for fe in ("feeder", "channel_first", "best")}

@@ -17,6 +17,7 @@ from bpsa.models.perf import layer_cycles, traditional_cycles
 from bpsa.plan import tiling
 
 SMALL = load_config("small")
+SMALL_CF = load_config("small_cf")
 
 
 def _random_jobs(count, seed, phases=("loss", "gradient")):
@@ -188,7 +189,7 @@ def test_channel_first_layer_by_hand():
     the controller's states (the walker's programs, the DMA's segments and hand-offs)."""
     from bpsa.models import perf
     from bpsa.models.perf import TIMING as T
-    m = _cf(SMALL, n=1, c=4, h=8, w=8, k=4, r=3, s=3, pad=(1, 1))
+    m = _cf(SMALL_CF, n=1, c=4, h=8, w=8, k=4, r=3, s=3, pad=(1, 1))
     R = C = 4
     engine = R + T["cf_setup"] + R + T["cf_preload"] + 9 * max(64, 2 * R) + R + C + T["cf_drain"]
     assert engine == (R + 7) + R + 2 + 9 * 64 + (R + C + 1) == 602
@@ -201,7 +202,7 @@ def test_channel_first_layer_by_hand():
     assert program == 64
     desc = {"phase": 0, "n": 1, "c": 4, "h": 8, "w": 8, "k": 4, "r": 3, "s": 3, "stride_h": 1,
             "stride_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1, "mode": 2}
-    walk = perf._cf_setup_cycles(SMALL, desc, False) + program
+    walk = perf._cf_setup_cycles(SMALL_CF, desc, False) + program
     # X: 64 pixels of 4 lanes, a word a cycle (two a beat); W: 4 channels x 9 taps, 4 lanes;
     # each load its segments + cf_dma_command to its done, the next state 2 cycles on
     x_load, w_load = 64 + T["cf_dma_command"], 36 + T["cf_dma_command"]
@@ -283,8 +284,8 @@ def test_channel_first_model_against_rtl_counters():
 
     errors = []
     for ((n, c, h, w), (k, r, s), st, pad, dil), got in zip(CF_LAYERS,
-                                                             run_with_driver(SMALL, body)):
-        m = _cf(SMALL, n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=st, pad=pad, dil=dil)
+                                                             run_with_driver(SMALL_CF, body)):
+        m = _cf(SMALL_CF, n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=st, pad=pad, dil=dil)
         assert (m.dma_read_bytes, m.dma_write_bytes) == (got["dma_read_bytes"],
                                                          got["dma_write_bytes"])
         assert m.array_slots == got["macs"] + got["gated_macs"]
@@ -321,26 +322,26 @@ def test_channel_first_multi_tile():
     assert (with_.runs, with_.tiles, without.tiles) == (1, 3, 9)
     assert with_.compute_cycles < without.compute_cycles and with_.cycles < without.cycles
     assert with_.macs == without.macs and with_.x_sram_words == without.x_sram_words
-    m = _cf(SMALL, n=1, c=2, h=12, w=12, k=6, r=3, s=3, pad=(1, 1))
+    m = _cf(SMALL_CF, n=1, c=2, h=12, w=12, k=6, r=3, s=3, pad=(1, 1))
     assert (m.runs, m.tiles) == (2, 2 * 3 * 2)
-    m = _cf(SMALL, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1))
-    assert m.tiles == _cf(SMALL, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1),
+    m = _cf(SMALL_CF, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1))
+    assert m.tiles == _cf(SMALL_CF, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1),
                           multi_tile=False).tiles == 9
 
 
 def test_channel_first_refusals():
     with pytest.raises(ValueError, match="does not generate the channel-first front end"):
-        _cf(SMALL.replace(forward_frontends=("feeder",)), n=1, c=3, h=8, w=8, k=4, r=3, s=3)
+        _cf(SMALL_CF.replace(forward_frontends=("feeder",)), n=1, c=3, h=8, w=8, k=4, r=3, s=3)
     with pytest.raises(ValueError, match="runs the forward, not 'loss'"):
-        layer_cycles(SMALL, "loss", n=1, c=3, h=8, w=8, k=4, r=3, s=3,
+        layer_cycles(SMALL_CF, "loss", n=1, c=3, h=8, w=8, k=4, r=3, s=3,
                      frontend="channel_first")
     with pytest.raises(ValueError, match="multi_tile applies to the channel-first"):
-        layer_cycles(SMALL, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, multi_tile=False)
+        layer_cycles(SMALL_CF, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, multi_tile=False)
     with pytest.raises(ValueError, match="'feeder' or 'channel_first', not 'x'"):
-        layer_cycles(SMALL, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, frontend="x")
+        layer_cycles(SMALL_CF, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, frontend="x")
     # the controller's own refusal: W of a block of 4 channels of a 16 x 16 kernel
     with pytest.raises(ValueError, match="W of one channel block"):
-        _cf(SMALL, n=1, c=4, h=16, w=16, k=4, r=16, s=16)
+        _cf(SMALL_CF, n=1, c=4, h=16, w=16, k=4, r=16, s=16)
 
 
 def test_feeder_x_sram_words_match_the_feeder_model():
@@ -350,11 +351,11 @@ def test_feeder_x_sram_words_match_the_feeder_model():
     for c, h, w, r, st, p, d in ((3, 9, 11, 3, 1, 1, 1), (2, 8, 13, 3, 2, 1, 1),
                                  (5, 7, 20, 2, 2, 0, 1), (1, 12, 17, 5, 3, 2, 1),
                                  (4, 10, 9, 3, 1, 2, 2)):
-        m = layer_cycles(SMALL, "forward", n=1, c=c, h=h, w=w, k=4, r=r, s=r, stride=(st, st),
+        m = layer_cycles(SMALL_CF, "forward", n=1, c=c, h=h, w=w, k=4, r=r, s=r, stride=(st, st),
                          pad=(p, p), dil=(d, d))
         lay = feeder_model.Layer.conv(1, c, h, w, r, r, stride=st, pad=p, dil=d)
         assert m.runs == 1 and m.frontend == "feeder" and m.x_word_operands == 8
-        assert m.x_sram_words == feeder_model.traffic(SMALL, lay)["words_read"]
+        assert m.x_sram_words == feeder_model.traffic(SMALL_CF, lay)["words_read"]
 
 
 def test_channel_first_runs_the_workload_on_paper16():

@@ -11,7 +11,7 @@ from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
 from bpsa.tools import bench_frontends as bf
 
-SMALL = load_config("small")
+SMALL = load_config("small_cf")
 
 
 def _row(name, c, h, w, k, r, stride=1, pad=0):
@@ -107,15 +107,15 @@ def test_multi_tile_and_stride_tables():
 def test_main_table_and_plot(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bf, "load_conv_layers", lambda path=None: [dict(r) for r in ROWS])
     png = tmp_path / "f.png"
-    assert bf.main(["--config", "small", "--stride-layer", "t.a", "--plot", str(png)]) == 0
+    assert bf.main(["--config", "small_cf", "--stride-layer", "t.a", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "| t.b |" in out and "Multi-tile" in out and "Stride insensitivity" in out
     first = png.read_bytes()
     assert len(first) > 1000
-    assert bf.main(["--config", "small", "--stride-layer", "t.a", "--plot", str(png)]) == 0
+    assert bf.main(["--config", "small_cf", "--stride-layer", "t.a", "--plot", str(png)]) == 0
     assert png.read_bytes() == first                   # the same bytes on every run
     capsys.readouterr()
-    assert bf.main(["--config", "small", "--stride-layer", "t.z"]) == 2
+    assert bf.main(["--config", "small_cf", "--stride-layer", "t.z"]) == 2
     assert "is not a workload layer" in capsys.readouterr().err
     nocf = tmp_path / "nocf.toml"
     nocf.write_text('rows = 4\ncols = 4\nforward_frontends = ["feeder"]\n')

@@ -900,7 +900,7 @@ def build_parser():
                          "end; feeder (the Fornt data feeder, CHW X, OS array; default) or "
                          "channel_first (Zhou et al.'s implicit im2col: channel-blocked HWC X, "
                          "one X bank a row, WS array; configurations with forward_frontends "
-                         "channel_first, e.g. small and paper16)")
+                         "channel_first, e.g. small_cf and paper16)")
     sp.add_argument("--layer", metavar="C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,"
                                        "dilation=..,N=..",
                     help="--phase forward|loss|gradient: the layer (W defaults to H, S to R, N "
