@@ -41,6 +41,7 @@ def test_default_jobs_verilator(tmp_path):
     assert all(r["match"] for r in res)
 
 
+@pytest.mark.long
 @pytest.mark.verilator
 def test_training_verilator():
     """Three SGD steps of a two-layer CNN, every convolution on the accelerator, the weights
@@ -203,6 +204,7 @@ def test_random_layers_tiled_verilator():
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
 
+@pytest.mark.long
 @pytest.mark.verilator
 def test_forward_output_blocks_share_x():
     """The forward loads X of a group once for a step's ``kb`` output-channel blocks: three

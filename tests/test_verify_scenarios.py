@@ -17,7 +17,8 @@ def test_default_jobs_cover_every_phase():
 
 
 @pytest.mark.verilator
-@pytest.mark.parametrize("config", [SMALL, FORWARD_ONLY], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", [SMALL, pytest.param(FORWARD_ONLY, marks=pytest.mark.long)],
+                         ids=lambda c: c.name)
 def test_illegal_descriptors_verilator(config):
     """Every refusal answered with its code, nothing read or written, no hang; good layers of
     every generated phase still right afterwards; phases not generated refused (PHASE)
