@@ -30,7 +30,7 @@ def test_default_jobs_verilator(tmp_path):
     """The cocotb harness (``bpsa sim --harness cocotb``: cocotbext-axi's bus models) still
     runs the default jobs bit-exactly (make test-long; the native transport runs
     every whole-accelerator test of make test)."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     out = tmp_path / "res.json"
     run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
                extra_env={"BPSA_RESULTS": str(out)}, tag="default")
@@ -47,7 +47,7 @@ def test_training_verilator():
     """Three SGD steps of a two-layer CNN, every convolution on the accelerator, the weights
     equal to a numpy-only loop after each step (checked in :func:`bpsa.host.training.train`)."""
     from bpsa.host.training import train
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
 
     async def body(drv, t):
         return await train(drv, SMALL, steps=3)
@@ -198,7 +198,7 @@ def test_random_layers_tiled_verilator():
     of them with random ready/valid pauses on every AXI channel, bit-exact against the golden
     model; layers whose rows are too wide run as column strips through the driver, and are
     refused with TOO_LARGE when sent as one descriptor."""
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     res = run_jobs(TINY, random_jobs(TINY, 18, seed=5))
     assert sum(1 for r in res if r.get("match")) == 26
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
@@ -212,7 +212,7 @@ def test_forward_output_blocks_share_x():
     row bands with two blocks a step, under memory stalls), bit-exact, and the bytes read are
     X once per step of blocks plus W once per run."""
     from bpsa.host.driver import plan
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     shapes = [(2, 20, 6, 6, 14, 3, 3, (1, 1), (1, 1)), (2, 20, 6, 6, 11, 3, 3, (1, 1), (0, 0)),
               (1, 3, 20, 100, 9, 3, 3, (2, 8), (1, 0))]
     want = [(3, 2, False, False), (3, 1, True, False), (2, 2, True, True)]
@@ -242,7 +242,7 @@ def test_zero_free_loss_input_blocks_share_dy():
     block a step; bit-exact, and the 1 x 1 layer reads dY once per image and W once per
     block and image."""
     from bpsa.host.driver import plan
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     shapes = [(2, 10, 5, 5, 7, 3, 3, (1, 1), (1, 1)), (2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)),
               (3, 12, 8, 8, 9, 3, 3, (2, 2), (1, 1))]
     want = [(2, 1, 2), (3, 1, 1), (1, 1, 3)]
@@ -271,7 +271,7 @@ def test_requantized_outputs():
     shifts from 0 (mostly saturated) to ``acc_width - 1`` (mostly 0 and -1), through steps of
     output-channel blocks, row bands, column strips and memory stalls; the DMA writes one
     operand a result instead of an accumulator."""
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     from bpsa.spec.numeric import element_bytes
     base = dict(batch=2, channels=20, height=6, width=6, out_channels=14, kernel_h=3,
                 kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
@@ -305,7 +305,7 @@ def test_requantized_outputs():
 def test_pauses_change_cycles_not_results():
     """The same layer with and without memory-bus back-pressure (the native transport's
     random stalls): same result (checked by ``run_jobs``), more cycles."""
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     lay = {"batch": 2, "channels": 3, "height": 7, "width": 7, "out_channels": 5,
            "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1}
     jobs = [{"phase": p, "layer": lay, "seed": 11, "pauses": pz}
@@ -346,7 +346,7 @@ def test_fc_backward_interleaved_verilator():
     with more outputs than P has words is refused with TOO_LARGE as PHASE 3, and the driver
     runs it as two descriptors by default (the gradient in output-channel blocks)."""
     from bpsa.plan.tiling import fc_plan
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     shapes = [(40, 10, 20), (6, 21, 9), (1, 1, 1), (13, 5, 70)]
     assert all(fc_plan(TINY, *s)["runs"] > 1 for s in (shapes[0], shapes[1], shapes[3]))
     assert fc_plan(TINY, 40, 10, 20)["fnb"] < 40          # batch chunks
@@ -451,7 +451,7 @@ def test_pooling_verilator():
     from bpsa.models.perf import pool_cycles
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
 
     rng = np.random.default_rng(21)
     errors = []
@@ -520,10 +520,10 @@ def test_pooling_verilator():
 
 @pytest.mark.verilator
 def test_pooling_under_memory_stalls_verilator():
-    """``bpsa sim --phase pool``'s run (bpsa.verify.pool_run) with the memory stalling 30 % of
+    """``bpsa sim --phase pool``'s run (bpsa.sim.pool_run) with the memory stalling 30 % of
     its beats: no result is dropped (both phases equal the golden model), banded or not."""
     from bpsa.spec.layer import parse_pool
-    from bpsa.verify.pool_run import run_pool
+    from bpsa.sim.pool_run import run_pool
     for text in ("C=2,H=40,W=30,R=3,stride=2,pad=1,kind=max,relu=1",
                  "C=3,H=9,W=11,R=3,S=2,stride=1x2,kind=avg", "C=4,H=5,kind=global_avg,N=2"):
         out = run_pool(SMALL, parse_pool(text), stall=0.3, seed=5)
@@ -563,7 +563,7 @@ def test_channel_first_forward_verilator():
     front end (:mod:`bpsa.host.loss_classes`); MODE 3 is refused (MODE)."""
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
 
     rng = np.random.default_rng(22)
     cases = _cf_cases(rng, 12)

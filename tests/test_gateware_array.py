@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from bpsa.config import Config, load_config
 from bpsa.gateware.array import SystolicArray, array_signature, share_array
-from bpsa.verify.gemm import (
+from bpsa.sim.gemm import (
     ArrayShape,
     collect_outputs,
     expected,
@@ -267,7 +267,7 @@ VERILATOR_CASES = [
 def test_array_verilator(preset, flow, dims, sgd):
     """The generated Verilog under Verilator: random problems of shapes that do and do not fit
     the array, every result equal to numpy (the testbench asserts it)."""
-    from bpsa.verify.simcmd import run_gemm
+    from bpsa.sim.simcmd import run_gemm
     cfg = load_config(preset)
     result = run_gemm(cfg, flow, dims, seed=3, sgd_shift=sgd)
     assert result["match"] is True

@@ -267,6 +267,6 @@ def test_start_status_counters():
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_axi_lite_verilator(name):
     """The generated Verilog under Verilator, driven by cocotbext-axi's AxiLiteMaster."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_axi_lite", top="axil_regs")
     assert tests == 11 and failures == 0

@@ -57,8 +57,8 @@ def test_word_port():
 @pytest.mark.cocotb
 def test_axi_sram_verilator():
     from bpsa.config import load_config
-    from bpsa.verify.board_tops import register_tops
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.platform.board_tops import register_tops
+    from bpsa.sim.runner import run_cocotb
     register_tops()
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_axi_sram", top="axi_sram")
     assert tests == 4 and failures == 0

@@ -697,7 +697,7 @@ def test_verilog_generates(preset):
 def test_generators_verilator(phase, top):
     """The generated Verilog under Verilator: whole layers with random backpressure against the
     model (every beat, counters), and a refused descriptor (src/bpsa/verify/tb_bp_im2col.py)."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(ARRAYS["3x5"], "bpsa.verify.tb_bp_im2col", top=top,
                                  extra_env={"BPSA_BP_PHASE": phase})
     assert tests == 2 and failures == 0

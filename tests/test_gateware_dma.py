@@ -381,7 +381,7 @@ def test_params():
 def test_dma_verilator(name):
     """The generated Verilog under Verilator against cocotbext-axi's AxiRam with random
     back-pressure on every channel."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_dma", top="dma")
     assert tests >= 3 and failures == 0
 

@@ -11,7 +11,7 @@ from bpsa.config import Config, load_config
 from bpsa.gateware.engines.conv_backward import COUNTERS, ConvBackward, backward_layout
 from bpsa.models import golden
 from bpsa.spec.layer import ConvLayer, FcLayer, parse_fc, parse_layer
-from bpsa.verify.conv_backward_run import (
+from bpsa.sim.conv_backward_run import (
     assemble,
     check_layer,
     descriptor,
@@ -20,14 +20,14 @@ from bpsa.verify.conv_backward_run import (
     images,
     random_tensors,
 )
-from bpsa.verify.conv_forward_run import pack_struct
-from bpsa.verify.fc_backward_run import assemble as fc_assemble
-from bpsa.verify.fc_backward_run import check_layer as fc_check_layer
-from bpsa.verify.fc_backward_run import descriptor as fc_descriptor
-from bpsa.verify.fc_backward_run import expected as fc_expected
-from bpsa.verify.fc_backward_run import geometry as fc_geometry
-from bpsa.verify.fc_backward_run import images as fc_images
-from bpsa.verify.fc_backward_run import random_tensors as fc_random_tensors
+from bpsa.sim.conv_forward_run import pack_struct
+from bpsa.sim.fc_backward_run import assemble as fc_assemble
+from bpsa.sim.fc_backward_run import check_layer as fc_check_layer
+from bpsa.sim.fc_backward_run import descriptor as fc_descriptor
+from bpsa.sim.fc_backward_run import expected as fc_expected
+from bpsa.sim.fc_backward_run import geometry as fc_geometry
+from bpsa.sim.fc_backward_run import images as fc_images
+from bpsa.sim.fc_backward_run import random_tensors as fc_random_tensors
 
 #: A 2x3 array (non-square, short tiles), small buffers.
 CFG_TINY = Config(name="cb_r2_c3", rows=2, cols=3, dim_width=6, buf_a_depth=512,
@@ -374,7 +374,7 @@ def test_verilator(preset):
     ``bpsa.models.golden.conv2d_input_grad`` / ``conv2d_weight_grad`` bit-exactly in both modes (one
     build per preset, four runs); the baseline reads more words, sends the same zeros to the
     array and stores the zero-spaced copies."""
-    from bpsa.verify.conv_backward_run import run_backward_layers
+    from bpsa.sim.conv_backward_run import run_backward_layers
     cfg = load_config(preset)
     layers = VERILATOR_LAYERS[preset]
     for phase in ("loss", "gradient"):
@@ -460,7 +460,7 @@ def test_asymmetric_padding_verilator():
     """The generated Verilog with top and bottom padding different (the accelerator's row
     bands): dX and dW equal the golden model on the explicitly padded input (reuses the
     ``small`` build)."""
-    from bpsa.verify.conv_backward_run import run_backward_layers
+    from bpsa.sim.conv_backward_run import run_backward_layers
     for phase in ("loss", "gradient"):
         res = run_backward_layers(load_config("small"), ASYMMETRIC, phase=phase, seed=5)
         assert [r["match"] for r in res] == [True] * len(ASYMMETRIC), phase
@@ -472,7 +472,7 @@ def test_fc_verilator(preset):
     """The generated Verilog of ConvBackward runs FC layers in the interleaved dataflow: dX
     and dW (and, in a second run, the SGD-updated weights) equal ``bpsa.models.golden.gemm``
     (reuses the preset's ConvBackward build)."""
-    from bpsa.verify.fc_backward_run import run_fc_layers
+    from bpsa.sim.fc_backward_run import run_fc_layers
     cfg = load_config(preset)
     layers = [FcLayer(1, 1, 1), FcLayer(2, 9, 7), FcLayer(11, 13, 10)]
     res = run_fc_layers(cfg, layers, seed=3)
@@ -480,5 +480,5 @@ def test_fc_verilator(preset):
     res = run_fc_layers(cfg, [FcLayer(6, 12, 7)], sgd_shift=3, seed=4)
     assert res[0]["match"]
     if preset == "small":
-        from bpsa.verify.fc_backward_run import main
+        from bpsa.sim.fc_backward_run import main
         assert main(["--config", "small", "3,5,6"]) == 0   # the comparison table

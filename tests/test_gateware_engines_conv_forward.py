@@ -21,7 +21,7 @@ from bpsa.gateware.engines.conv_forward import (
     check_layer,
 )
 from bpsa.spec.layer import ConvLayer, parse_layer
-from bpsa.verify.conv_forward_run import (
+from bpsa.sim.conv_forward_run import (
     assemble,
     descriptor,
     expected_y,
@@ -397,7 +397,7 @@ def test_forward_verilator(preset):
     """The generated Verilog of ConvForward: every layer's Y equals ``bpsa.models.golden.conv2d``
     bit-exactly and the X SRAM words read equal the feeder model's (the testbench asserts
     both), X and W at random buffer offsets; one build and one simulation per preset."""
-    from bpsa.verify.conv_forward_run import run_forward_layers
+    from bpsa.sim.conv_forward_run import run_forward_layers
     cfg = load_config(preset)
     layers = VERILATOR_LAYERS[preset]
     results = run_forward_layers(cfg, layers, seed=5, random_base=True)
@@ -411,7 +411,7 @@ def test_forward_verilator(preset):
 @pytest.mark.cocotb
 def test_illegal_layers_verilator():
     """Under Verilator, refused descriptors raise ``error`` without hanging or reading."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_conv_forward",
                                  top="conv_forward", testcase="illegal_layers_raise_error")
     assert tests == 1 and failures == 0

@@ -539,6 +539,6 @@ def test_feeder_verilog_under_verilator():
     """The generated Verilog of DataFeeder, with an SRAM modelled by the testbench, produces
     the golden im2col streams for a set of layers (random ``ready``), the model's SRAM word
     count, and refuses an illegal descriptor (cocotb module ``bpsa.verify.tb_feeder``)."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(CFG, "bpsa.verify.tb_feeder", top="feeder")
     assert tests >= 1 and failures == 0

@@ -132,6 +132,6 @@ def test_zero_gating_freezes_multiplier_inputs():
 def test_pe_verilator(name):
     """The generated Verilog under Verilator through cocotb: random streams against the cycle
     model, directed streams against numpy."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_pe", top="pe")
     assert tests == 2 and failures == 0

@@ -63,6 +63,6 @@ def test_width_is_checked():
 def test_setup_alu_verilator():
     """The generated Verilog under Verilator (bpsa.verify.tb_seq_arith)."""
     from bpsa.config import load_config
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_seq_arith", top="setup_alu")
     assert tests == 1 and failures == 0

@@ -154,8 +154,8 @@ def test_parameters():
 def test_uart_bridge_verilator():
     """Registers, memory and bad commands over the simulated serial line (sim/tb_uart_bridge)."""
     from bpsa.config import load_config
-    from bpsa.verify.board_tops import register_tops
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.platform.board_tops import register_tops
+    from bpsa.sim.runner import run_cocotb
     register_tops()
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_uart_bridge",
                                  top="uart_bridge")

@@ -22,7 +22,7 @@ SMALL_CF = load_config("small_cf")
 
 def _random_jobs(count, seed, phases=("loss", "gradient")):
     from bpsa.spec.layer import ConvLayer
-    from bpsa.verify.accel_run import check_job
+    from bpsa.sim.accel_run import check_job
     rng = np.random.default_rng(seed)
     jobs = []
     while len(jobs) < count:
@@ -52,7 +52,7 @@ def _model(config, phase, lay):
 def _cycle_errors(jobs):
     """Run ``jobs`` on the RTL; assert the model's MAC slots and MACs exact; return the
     relative cycle errors."""
-    from bpsa.verify.native import run_jobs
+    from bpsa.sim.native import run_jobs
     errors = []
     for job, r in zip(jobs, run_jobs(SMALL, jobs)):
         m = _model(SMALL, job["phase"], job["layer"])
@@ -270,7 +270,7 @@ def test_channel_first_model_against_rtl_counters():
     slots and the engine's busy cycles exact, BUSY_CYCLES within 1 % (measured with the
     two-bank P: within 0.15 % on these and 21 more layers, 22 of the 30 to the cycle, the
     single-run layers among them)."""
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
     rng = np.random.default_rng(5)
 
     async def body(drv, t):

@@ -42,6 +42,7 @@ def installed(tmp_path_factory):
     assert "bpsa/platform/boards/ulx3s.toml" in names and "bpsa/verify/tb_accelerator.py" in names
     assert "bpsa/workloads/networks/resnet50.csv" in names
     assert "bpsa/models/area_points.json" in names
+    assert "bpsa/sim/native/accel_harness.cpp" in names
     assert not [n for n in names if n.split("/")[0] in ("hw", "sim", "tests")]
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=True)
@@ -114,3 +115,100 @@ def test_no_test_can_hang(request):
     assert float(request.config.getini("timeout")) > 0
     make = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
     assert "--timeout=" in make.split("\ntest:")[1].split("\n\n")[0]
+
+
+#: The subpackages each subpackage of ``bpsa`` may import (the README's "Layout": dependencies
+#: point one way, from the contract up to the commands). ``bpsa`` is the package's own
+#: ``__init__`` (``bpsa.simulate``).
+ALLOWED_IMPORTS = {
+    "spec": set(),
+    "config": {"spec"},
+    "plan": {"spec", "config"},
+    "models": {"spec", "config", "plan"},
+    "gateware": {"spec", "config", "plan"},
+    "platform": {"spec", "config", "plan", "gateware"},
+    "host": {"spec", "config", "plan", "models"},
+    "sim": {"spec", "config", "plan", "models", "gateware", "platform", "host"},
+    "tools": {"spec", "config", "plan", "models", "gateware", "platform", "host", "sim"},
+    "verify": {"spec", "config", "plan", "models", "gateware", "platform", "host", "sim",
+               "tools"},
+    "bpsa": {"sim"},
+}
+
+
+def _module_imports():
+    """``{module: {imported bpsa module}}`` of every module of ``src/bpsa``, the imports inside
+    functions included (an import that waits for a call is still a dependency)."""
+    import ast
+    src = ROOT / "src"
+    modules = {}
+    for path in sorted((src / "bpsa").rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) + 1 - node.level]
+                                    + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def _subpackage(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "bpsa"
+
+
+def test_imports_point_one_way():
+    """No module imports a subpackage above its own (``ALLOWED_IMPORTS``); the commands
+    (``bpsa.cli``) may import anything and nothing imports them."""
+    graph = _module_imports()
+    upward = []
+    for module, deps in graph.items():
+        own = _subpackage(module)
+        for dep in deps:
+            other = _subpackage(dep)
+            if other == own or own == "cli":
+                continue
+            if other not in ALLOWED_IMPORTS.get(own, set()):
+                upward.append(f"{module} -> {dep}")
+    assert not upward, "imports against the layering:\n" + "\n".join(sorted(upward))
+    assert set(ALLOWED_IMPORTS) | {"cli"} >= {_subpackage(m) for m in graph}, \
+        "a new subpackage needs its place in ALLOWED_IMPORTS"
+
+
+def test_no_import_cycle():
+    """No module reaches itself through its imports (lazy imports inside functions count)."""
+    graph = _module_imports()
+    state, stack, cycles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)

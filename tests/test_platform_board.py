@@ -54,11 +54,11 @@ def test_count_and_fit():
 
 
 def test_core_loading():
-    from bpsa.verify.board_tops import StandInCore
-    assert load_core("bpsa.verify.board_tops:StandInCore") is StandInCore
+    from bpsa.platform.board_tops import StandInCore
+    assert load_core("bpsa.platform.board_tops:StandInCore") is StandInCore
     assert load_core(StandInCore) is StandInCore
     with pytest.raises(ValueError, match="core must be 'module:attribute'"):
-        load_core("bpsa.verify.board_tops")
+        load_core("bpsa.platform.board_tops")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)
         with pytest.raises(TypeError, match="config must be a Config"):
@@ -74,7 +74,7 @@ def test_build_plan(board, tmp_path):
     steps (nothing is run)."""
     s, steps = prepare(board, Config(name="t", buf_a_depth=64, buf_b_depth=64,
                                      buf_p_depth=64), tmp_path,
-                       core="bpsa.verify.board_tops:StandInCore")
+                       core="bpsa.platform.board_tops:StandInCore")
     assert [v for v, _ in steps] == (["YOSYS", "NEXTPNR_ICE40", "ICEPACK"] if board ==
                                      "icebreaker" else ["YOSYS", "NEXTPNR_ECP5", "ECPPACK"])
     assert "--timing-allow-fail" in steps[1][1] and "--report" in steps[1][1]
@@ -105,7 +105,7 @@ def test_fit_refusal(tmp_path, capsys):
     status 2."""
     from bpsa.cli import main
     status = main(["bitstream", "--board", "icebreaker", "--config", "small",
-                   "--core", "bpsa.verify.board_tops:MultiplierCore", "-o", str(tmp_path)])
+                   "--core", "bpsa.platform.board_tops:MultiplierCore", "-o", str(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2
     assert "does not fit iCE40UP5K-SG48 (icebreaker) with configuration 'small'" in err
@@ -124,8 +124,8 @@ def test_missing_core(tmp_path, capsys):
 def test_board_verilator():
     """Tensor in over the serial line, the stand-in core's DMA copies it through the SRAM's AXI
     port, result out; STATUS, irq, DMA errors."""
-    from bpsa.verify.board_tops import register_tops
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.platform.board_tops import register_tops
+    from bpsa.sim.runner import run_cocotb
     register_tops()
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board", top="soc_standin")
     assert tests == 1 and failures == 0
@@ -136,8 +136,8 @@ def test_board_verilator():
 def test_accelerator_over_serial_verilator():
     """The real accelerator in the board system, driven by the host driver over the serial
     protocol on a simulated UART line: a forward layer equals the golden model."""
-    from bpsa.verify.board_tops import register_tops
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.platform.board_tops import register_tops
+    from bpsa.sim.runner import run_cocotb
     register_tops()
     tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board_accel",
                                  top="soc_accel")

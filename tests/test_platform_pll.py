@@ -14,7 +14,7 @@ from bpsa.platform.board import load_board, prepare
 from bpsa.platform.pll import ECP5_PLL_LIMITS, ecp5_pll_dividers
 
 TINY = Config(name="t", buf_a_depth=64, buf_b_depth=64, buf_p_depth=64)
-STANDIN = "bpsa.verify.board_tops:StandInCore"
+STANDIN = "bpsa.platform.board_tops:StandInCore"
 
 
 def _check(fin, fout, d):

@@ -24,7 +24,7 @@ def test_illegal_descriptors_verilator(config):
     every generated phase still right afterwards; phases not generated refused (PHASE)
     (:func:`bpsa.verify.scenarios.illegal_descriptors` on the native transport)."""
     from bpsa.verify import scenarios
-    from bpsa.verify.native import JOB_MEMORY, run_with_driver
+    from bpsa.sim.native import JOB_MEMORY, run_with_driver
 
     async def body(drv, t):
         await scenarios.illegal_descriptors(config, drv, lambda: t.cycles, JOB_MEMORY)

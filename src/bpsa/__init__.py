@@ -7,11 +7,11 @@ __all__ = ["simulate"]
 def simulate(config="small", **options):
     """An accelerator generated for ``config`` (a preset name, a TOML path or a
     :class:`bpsa.config.Config`), simulated under Verilator in this process: a
-    :class:`bpsa.verify.native.SimulatedAccelerator` (``forward``, ``loss``, ``gradient``,
+    :class:`bpsa.sim.native.SimulatedAccelerator` (``forward``, ``loss``, ``gradient``,
     ``fc_backward`` on numpy integer tensors, ``counters``). Use it in a ``with`` block::
 
         with bpsa.simulate("small") as acc:
             y = acc.forward(x, w, stride=2, padding=1)
     """
-    from bpsa.verify.native import SimulatedAccelerator
+    from bpsa.sim.native import SimulatedAccelerator
     return SimulatedAccelerator(config, **options)

@@ -134,7 +134,7 @@ def _sim_forward(args, config):
     """``bpsa sim --phase forward``: the summary of one layer through ConvForward."""
     from bpsa.gateware.engines.conv_forward import check_config
     from bpsa.spec.layer import parse_layer
-    from bpsa.verify.conv_forward_run import descriptor, run_forward
+    from bpsa.sim.conv_forward_run import descriptor, run_forward
     if args.gemm is not None:
         raise UserError("--gemm does not apply to --phase forward; give --layer")
     if args.layer is None:
@@ -155,7 +155,7 @@ def _sim_forward(args, config):
 def _sim_backward(args, config):
     """``bpsa sim --phase loss|gradient``: the summary of one layer through ConvBackward."""
     from bpsa.spec.layer import parse_layer
-    from bpsa.verify.conv_backward_run import check_layer, run_backward
+    from bpsa.sim.conv_backward_run import check_layer, run_backward
     if args.gemm is not None:
         raise UserError(f"--gemm does not apply to --phase {args.phase}; give --layer")
     if args.layer is None:
@@ -176,7 +176,7 @@ def _sim_fc(args, config):
     """``bpsa sim --engine --phase fc``: one FC layer's backward pass through ConvBackward's
     interleaved dataflow."""
     from bpsa.spec.layer import parse_fc
-    from bpsa.verify.fc_backward_run import check_layer, run_fc_layers
+    from bpsa.sim.fc_backward_run import check_layer, run_fc_layers
     if args.gemm is not None:
         raise UserError("--gemm does not apply to --phase fc; give --layer N=..,I=..,O=..")
     if args.layer is None:
@@ -197,7 +197,7 @@ def _sim_accelerator_fc(args, config):
     of the equivalent 1x1 convolution)."""
     from bpsa.plan.tiling import fc_plan, plan
     from bpsa.spec.layer import parse_fc
-    from bpsa.verify.accel_run import run_jobs, summary
+    from bpsa.sim.accel_run import run_jobs, summary
     if args.gemm is not None or args.layer is None:
         raise UserError("give a layer: --phase fc --layer N=..,I=..,O=..")
     if args.dataflow != "os" or args.sgd_shift is not None:
@@ -251,7 +251,7 @@ def _native(args):
             raise UserError("--trace needs the native harness (cocotb: WAVES=1, see README)")
         return {}
     if args.trace:
-        from bpsa.verify.native import check_trace_path
+        from bpsa.sim.native import check_trace_path
         try:
             check_trace_path(args.trace)
         except ValueError as e:
@@ -264,7 +264,7 @@ def _sim_accelerator(args, config):
     """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
     (driver, AXI memory, DMA); ``step`` runs the three phases."""
     from bpsa.spec.layer import parse_layer
-    from bpsa.verify.accel_run import check_job, job, job_mode, run_jobs, summary
+    from bpsa.sim.accel_run import check_job, job, job_mode, run_jobs, summary
     if args.gemm is not None:
         raise UserError(f"--gemm does not apply to --phase {args.phase}; give --layer")
     if args.layer is None:
@@ -308,7 +308,7 @@ def _sim_accelerator_pool(args, config):
     """``bpsa sim --phase pool``: a pooling layer's forward and backward through the
     accelerator (the pooling unit), both checked against the golden model."""
     from bpsa.spec.layer import parse_pool
-    from bpsa.verify.pool_run import run_pool
+    from bpsa.sim.pool_run import run_pool
     if args.gemm is not None or args.layer is None:
         raise UserError("give a layer: --phase pool --layer C=..,H=..,W=..,R=..,S=..,"
                         "stride=..,pad=..,N=..,kind=max|avg|global_avg")
@@ -327,7 +327,7 @@ def _sim_accelerator_pool(args, config):
 def cmd_sim(args):
     import json
 
-    from bpsa.verify.simcmd import run_gemm
+    from bpsa.sim.simcmd import run_gemm
     config = _config(args)
     if args.sgd_shift is not None and not 0 <= args.sgd_shift < config.acc_width:
         raise UserError(f"--sgd-shift {args.sgd_shift}: give a shift in [0, "
@@ -348,7 +348,7 @@ def cmd_sim(args):
     if args.phase == "fc" and args.engine:
         result = _sim_fc(args, config)
     elif args.phase is not None and not args.engine:
-        from bpsa.verify.native import HangError, TraceWindowError
+        from bpsa.sim.native import HangError, TraceWindowError
         try:
             result = {"fc": _sim_accelerator_fc, "pool": _sim_accelerator_pool}.get(
                 args.phase, _sim_accelerator)(args, config)
@@ -767,7 +767,7 @@ def cmd_bitstream(args):
         core = board.load_core(args.core)
     except (ImportError, AttributeError) as e:
         raise UserError(f"core {args.core or board.DEFAULT_CORE!r} is not available ({e}); "
-                        f"give --core module:Class (e.g. bpsa.verify.board_tops:StandInCore)"
+                        f"give --core module:Class (e.g. bpsa.platform.board_tops:StandInCore)"
                         ) from None
     spec = args.config or settings.config
     if spec == "auto":

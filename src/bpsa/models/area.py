@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["POOL_LOGIC_CELLS", "cf_logic_cells", "estimate", "features", "fit", "leave_one_out", "load_points",
-           "memory_bits", "synthesized"]
+           "memory_bits"]
 
 #: Generic cells of the pooling unit's logic (its buffer is in ``memory_bits``).
 POOL_LOGIC_CELLS = 34_400
@@ -114,15 +114,6 @@ def leave_one_out(points=None):
         rows.append({"preset": p["preset"], "measured": p["cells"], "predicted": round(pred),
                      "error": pred / p["cells"] - 1})
     return rows
-
-
-def synthesized(config, out_dir):
-    """``{"cells", "memory_bits", "area"}`` of ``config`` from Yosys itself (generic cells
-    of the whole accelerator; minutes to an hour by the size)."""
-    from bpsa.tools import synth
-    report = synth.synth_report(config, "accelerator", out_dir, targets=["generic"])
-    cells = report.data["targets"]["generic"]["summary"]["cells"]
-    return {"cells": cells, "memory_bits": memory_bits(config), "area": cells}
 
 
 def collect(reports, commit):

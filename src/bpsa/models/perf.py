@@ -783,15 +783,14 @@ def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad
                        dil=(1, 1)):
     """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``) of a layer
     run the traditional way (``--baseline``): the forward convolution of the zero-inserted /
-    zero-padded operands the driver builds (:func:`bpsa.verify.accel_run.baseline_layer`),
+    zero-padded operands the driver builds (:meth:`bpsa.spec.layer.ConvLayer.baseline`),
     with ``macs``, ``utilization`` and the roofline of the layer itself (the zeros are work
     the traditional flow adds, not the layer's)."""
     from bpsa.spec.layer import ConvLayer
-    from bpsa.verify.accel_run import baseline_layer
     if phase not in ("loss", "gradient"):
         raise ValueError(f"the traditional flow applies to loss and gradient, not {phase!r}")
     layer = ConvLayer.conv(n, c, h, w, k, r, s, stride=stride, pad=pad, dil=dil)
-    b = baseline_layer(layer, phase)
+    b = layer.baseline(phase)
     m = layer_cycles(config, "forward", n=b.batch, c=b.channels, h=b.height, w=b.width,
                      k=b.out_channels, r=b.kernel_h, s=b.kernel_w, stride=b.stride, pad=b.pad,
                      dil=b.dil)

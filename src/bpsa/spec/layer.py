@@ -153,6 +153,23 @@ class ConvLayer(LayerGeometry):
         """Elements of one im2col row (the depth of a context): ``C*R*S``."""
         return self.channels * self.kernel_h * self.kernel_w
 
+    def baseline(self, phase):
+        """The forward convolution that computes ``phase`` (loss or gradient) of this layer
+        the traditional way, on the zero-spaced tensors
+        :func:`bpsa.host.driver.baseline_loss_operands` /
+        :func:`bpsa.host.driver.baseline_gradient_operands` build."""
+        oh, ow = self.out_hw
+        drh, drw = self.dil_h * (self.kernel_h - 1), self.dil_w * (self.kernel_w - 1)
+        if phase == "loss":
+            return ConvLayer.conv(self.batch, self.out_channels, self.height + drh,
+                                  self.width + drw, self.channels, self.kernel_h,
+                                  self.kernel_w, 1, 0, self.dil)
+        if phase == "gradient":
+            hd, wd = self.stride_h * (oh - 1) + 1, self.stride_w * (ow - 1) + 1
+            return ConvLayer.conv(self.channels, self.batch, hd + drh, wd + drw,
+                                  self.out_channels, hd, wd, self.dil, 0, 1)
+        raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")
+
     def text(self):
         """The layer string (:func:`parse_layer` reads it back)."""
         def v(h, w):

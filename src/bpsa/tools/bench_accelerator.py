@@ -29,7 +29,7 @@ import time
 from bpsa.config import load_config
 from bpsa.spec.layer import ConvLayer
 from bpsa.tools.zero_report import DEFAULT_CSV
-from bpsa.verify.accel_run import check_job, job, run_jobs, summary
+from bpsa.sim.accel_run import check_job, job, run_jobs, summary
 
 PHASES = ("forward", "loss", "gradient")
 

@@ -15,7 +15,7 @@ import sys
 import time
 
 from bpsa.config import load_config
-from bpsa.verify.simcmd import run_gemm
+from bpsa.sim.simcmd import run_gemm
 
 
 def _dims(text):

@@ -20,7 +20,7 @@ import sys
 from bpsa.config import load_config
 from bpsa.spec.layer import ConvLayer
 from bpsa.tools.zero_report import DEFAULT_CSV
-from bpsa.verify.conv_backward_run import check_layer, run_backward_layers
+from bpsa.sim.conv_backward_run import check_layer, run_backward_layers
 
 
 def scaled_layers(cfg, csv_path, max_channels, max_size):

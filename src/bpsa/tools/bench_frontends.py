@@ -347,7 +347,7 @@ def rtl_rows(config, rows, *, max_channels=8, max_size=24, seed=1):
 
     from bpsa.models import golden
     from bpsa.spec.numeric import wrap_array
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
     rng = np.random.default_rng(seed)
     shapes = [scaled(row, max_channels, max_size) for row in rows]
 

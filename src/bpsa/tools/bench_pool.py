@@ -86,7 +86,7 @@ def scaled(row, max_channels, max_size):
 def rtl_rows(config, rows, *, max_channels=4, max_size=24, seed=1):
     """Every layer scaled down, forward and backward on the RTL (Verilator), checked against
     the golden model, with the model's cycles for the same shape."""
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
     rng = np.random.default_rng(seed)
     shapes = [scaled(row, max_channels, max_size) for row in rows]
 

@@ -27,7 +27,7 @@ def measure(config, opt, threads, layer, phase, *, build_root):
     of one build of ``config`` running ``phase`` of ``layer``."""
     import dataclasses
 
-    from bpsa.verify.native import build_native, run_jobs
+    from bpsa.sim.native import build_native, run_jobs
     t0 = time.perf_counter()
     build_native(config, opt=opt, threads=threads, build_root=build_root)
     build = time.perf_counter() - t0

@@ -35,6 +35,16 @@ class GridError(ValueError):
     """A malformed grid or a grid point outside the configuration's allowed range."""
 
 
+def synthesized(config, out_dir):
+    """``{"cells", "memory_bits", "area"}`` of ``config`` from Yosys itself (generic cells
+    of the whole accelerator; minutes to an hour by the size)."""
+    from bpsa.models.area import memory_bits
+    from bpsa.tools import synth
+    report = synth.synth_report(config, "accelerator", out_dir, targets=["generic"])
+    cells = report.data["targets"]["generic"]["summary"]["cells"]
+    return {"cells": cells, "memory_bits": memory_bits(config), "area": cells}
+
+
 def _value(field, text, kind):
     if kind is tuple:
         return tuple(v for v in text.split("+") if v)
@@ -101,7 +111,7 @@ def evaluate(base_dict, label, changes, network, batch, phases, clock_mhz, synth
     for phase in ("forward", "loss", "gradient"):
         row[f"{phase}_cycles"] = step.by_phase.get(phase, {}).get("cycles", 0)
     if synth_dir is not None:
-        row.update(area_model.synthesized(config, Path(synth_dir) / _slug(label)),
+        row.update(synthesized(config, Path(synth_dir) / _slug(label)),
                    area_source="yosys")
     else:
         row.update(area_model.estimate(config), area_source="model")
@@ -220,7 +230,7 @@ def rtl_sample(base, points, network, count, *, batch=1, seed=1, max_channels=32
     (model / RTL - 1) and ``match`` (the RTL's results equal the golden model's)."""
     from bpsa.models.perf import layer_cycles
     from bpsa.spec.layer import ConvLayer
-    from bpsa.verify.accel_run import job, run_jobs, summary
+    from bpsa.sim.accel_run import job, run_jobs, summary
     rng = random.Random(seed)
     convs = [lay for lay in network if lay.op == "conv"]
     if not convs:

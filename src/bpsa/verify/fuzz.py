@@ -115,7 +115,7 @@ def random_job(config, rng):
     ``rng``: ``{"phase", "layer", "seed", "stall", "mode"}`` (a backward mode the
     configuration generates for the phase, drawn at random), plus ``"expect"`` (the error name)
     for a layer the hardware must refuse."""
-    from bpsa.verify.accel_run import check_job
+    from bpsa.sim.accel_run import check_job
     choices = phases(config)
     phase = choices[int(rng.integers(len(choices)))]
     mode_choices = modes(config, phase)
@@ -199,8 +199,8 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
     from tqdm import tqdm
 
     from bpsa.host.driver import BUDGET_FACTOR, AcceleratorError
-    from bpsa.verify.jobs import run_job
-    from bpsa.verify.native import HangError, expected_cycles, run_with_driver
+    from bpsa.sim.jobs import run_job
+    from bpsa.sim.native import HangError, expected_cycles, run_with_driver
 
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive number of layers, not {count!r}")
@@ -246,6 +246,6 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
         out["cycles"] = int(t.cycles)
         out["seconds"] = time.perf_counter() - t0
 
-    from bpsa.verify.native import JOB_MEMORY
+    from bpsa.sim.native import JOB_MEMORY
     run_with_driver(config, body, mem_bytes=JOB_MEMORY, seed=seed, opt=opt, threads=threads)
     return out

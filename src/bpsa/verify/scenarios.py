@@ -4,7 +4,7 @@ driver opened on the accelerator in, assertions out."""
 import numpy as np
 
 from bpsa.host.driver import AcceleratorError
-from bpsa.verify.jobs import run_job
+from bpsa.sim.jobs import run_job
 
 __all__ = ["DEFAULT_JOBS", "GOOD", "illegal_descriptors"]
 
@@ -89,7 +89,7 @@ async def illegal_descriptors(cfg, drv, clock, ram_size):
     # still right on the next good layer of every generated phase (a 1x1 one when the
     # buffers cannot hold the 3x3 layer's tiles in the phase's default mode)
     from bpsa.spec.layer import ConvLayer
-    from bpsa.verify.accel_run import check_job
+    from bpsa.sim.accel_run import check_job
     for phase in ("forward", "loss", "gradient"):
         if generated[("forward", "loss", "gradient").index(phase)]:
             layer = DEFAULT_JOBS[0]["layer"]

@@ -11,7 +11,7 @@ Test
     hardware with that error name); with ``pauses`` every AXI channel of the
     RAM gets random ready/valid pauses. A summary per job (cycles, DMA bytes, buffer words,
     utilization) goes to the JSON file ``BPSA_RESULTS`` when set.
-Run it with ``bpsa.verify.runner.run_cocotb(..., testcase="layers")`` (``bpsa sim --harness
+Run it with ``bpsa.sim.runner.run_cocotb(..., testcase="layers")`` (``bpsa sim --harness
 cocotb``). The other whole-accelerator scenarios (:mod:`bpsa.verify.scenarios`, training) run
 on the native transport, which is 100 times faster.
 """
@@ -34,8 +34,8 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam  # noqa: E40
 from bpsa.config import Config  # noqa: E402
 from bpsa.host.driver import Driver  # noqa: E402
 from bpsa.verify import scenarios  # noqa: E402
-from bpsa.verify.jobs import run_jobs  # noqa: E402
-from bpsa.verify.runner import load_config_json  # noqa: E402
+from bpsa.sim.jobs import run_jobs  # noqa: E402
+from bpsa.sim.runner import load_config_json  # noqa: E402
 
 RAM_SIZE = 1 << 20
 DEFAULT_JOBS = scenarios.DEFAULT_JOBS

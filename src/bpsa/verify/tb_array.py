@@ -1,6 +1,6 @@
 """cocotb testbench of the systolic array (generated Verilog under Verilator).
 
-Runs one random problem per test through :mod:`bpsa.verify.gemm` and compares every result with
+Runs one random problem per test through :mod:`bpsa.sim.gemm` and compares every result with
 numpy. Parameters come from the environment: ``BPSA_FLOW`` (os, ws, is, interleaved), ``BPSA_DIMS``
 ("M,K,N" or "O,Bt,I"), ``BPSA_SEED``, ``BPSA_SGD`` (shift, interleaved only), and
 ``BPSA_SUMMARY`` (a path: write the run's JSON summary there).
@@ -14,7 +14,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
-from bpsa.verify.gemm import (
+from bpsa.sim.gemm import (
     ArrayShape,
     collect_outputs,
     expected,
@@ -22,7 +22,7 @@ from bpsa.verify.gemm import (
     random_problem,
     summary,
 )
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.runner import load_config_json
 
 OUT_PORTS = ("drain_valid", "drain_row", "drain_data", "psum_valid", "psum_data")
 COUNTERS = ("cycles", "a_words", "b_words", "drained", "psums", "fired", "gated")

@@ -36,7 +36,7 @@ from bpsa.spec.regmap import (  # noqa: E402
     config_words,
     register_map,
 )
-from bpsa.verify.runner import load_config_json  # noqa: E402
+from bpsa.sim.runner import load_config_json  # noqa: E402
 
 UNMAPPED = (0x014, 0x01C, 0x030, 0x03C, 0x0FC, 0x180, 0x7F0, 0xFFC)
 

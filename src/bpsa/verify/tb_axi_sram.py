@@ -22,7 +22,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbex
 
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiResp  # noqa: E402
 
-from bpsa.verify.board_tops import SIM_SRAM_BYTES  # noqa: E402
+from bpsa.platform.board_tops import SIM_SRAM_BYTES  # noqa: E402
 
 SIZE = SIM_SRAM_BYTES
 

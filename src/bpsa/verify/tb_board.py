@@ -1,5 +1,5 @@
 """cocotb testbench of the board system (``bpsa.platform.board.SocTop`` with the stand-in core of
-``bpsa.verify.board_tops``: the real register file and DMA engine), end to end through the simulated
+``bpsa.platform.board_tops``: the real register file and DMA engine), end to end through the simulated
 serial line and the host protocol code.
 
 The host reads the ID and configuration registers, loads a tensor into the on-chip SRAM,
@@ -24,8 +24,8 @@ from bpsa.gateware.dma import DmaError  # noqa: E402
 from bpsa.host.serial_transport import AsyncTransport, BridgeError, SimSerialLine  # noqa: E402
 from bpsa.spec.bridge import Status  # noqa: E402
 from bpsa.spec.regmap import ID_VALUE, REGISTER_MAP, STATUS_FIELDS, config_words  # noqa: E402
-from bpsa.verify.board_tops import SIM_DIVISOR, SIM_SRAM_BYTES  # noqa: E402
-from bpsa.verify.runner import load_config_json  # noqa: E402
+from bpsa.platform.board_tops import SIM_DIVISOR, SIM_SRAM_BYTES  # noqa: E402
+from bpsa.sim.runner import load_config_json  # noqa: E402
 
 R = REGISTER_MAP
 DONE = 1 << STATUS_FIELDS["DONE"][0]

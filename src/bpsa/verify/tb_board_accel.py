@@ -12,8 +12,8 @@ from bpsa.config import Config
 from bpsa.host.driver import Driver
 from bpsa.models import golden
 from bpsa.spec.numeric import wrap_array
-from bpsa.verify.board_tops import SIM_SRAM_BYTES
-from bpsa.verify.runner import load_config_json
+from bpsa.platform.board_tops import SIM_SRAM_BYTES
+from bpsa.sim.runner import load_config_json
 from bpsa.verify.tb_board import setup
 
 

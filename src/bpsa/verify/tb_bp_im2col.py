@@ -23,7 +23,7 @@ from bpsa.models.bp_im2col_model import (
     pack_desc,
     unpack_beat,
 )
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.runner import load_config_json
 
 LAYERS = [
     Layer(1, 2, 7, 5, 2, 3, 3, stride=2, padding=1),

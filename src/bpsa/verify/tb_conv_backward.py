@@ -31,7 +31,7 @@ from bpsa.gateware.engines.conv_backward import (
     drain_layout,
     out_layout,
 )
-from bpsa.verify.conv_backward_run import (
+from bpsa.sim.conv_backward_run import (
     assemble,
     descriptor,
     expected,
@@ -40,8 +40,8 @@ from bpsa.verify.conv_backward_run import (
     random_tensors,
     summary,
 )
-from bpsa.verify.conv_forward_run import pack_struct, unpack_struct
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.conv_forward_run import pack_struct, unpack_struct
+from bpsa.sim.runner import load_config_json
 from bpsa.verify.tb_util import layers_from_env, reset, write_words
 
 
@@ -146,13 +146,13 @@ async def fc_matches_golden(dut):
     """Every FC layer of the environment: dX and dW (or the updated W) equal the golden model,
     no error."""
     from bpsa.spec.layer import FcLayer
-    from bpsa.verify.fc_backward_run import assemble as fc_assemble
-    from bpsa.verify.fc_backward_run import descriptor as fc_descriptor
-    from bpsa.verify.fc_backward_run import expected as fc_expected
-    from bpsa.verify.fc_backward_run import geometry as fc_geometry
-    from bpsa.verify.fc_backward_run import images as fc_images
-    from bpsa.verify.fc_backward_run import random_tensors as fc_random_tensors
-    from bpsa.verify.fc_backward_run import summary as fc_summary
+    from bpsa.sim.fc_backward_run import assemble as fc_assemble
+    from bpsa.sim.fc_backward_run import descriptor as fc_descriptor
+    from bpsa.sim.fc_backward_run import expected as fc_expected
+    from bpsa.sim.fc_backward_run import geometry as fc_geometry
+    from bpsa.sim.fc_backward_run import images as fc_images
+    from bpsa.sim.fc_backward_run import random_tensors as fc_random_tensors
+    from bpsa.sim.fc_backward_run import summary as fc_summary
     cfg = Config.from_dict(load_config_json())
     rng = np.random.default_rng(int(os.environ.get("BPSA_SEED", "1")))
     sgd = os.environ.get("BPSA_SGD_SHIFT") or None

@@ -22,7 +22,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from bpsa.config import Config
 from bpsa.gateware.engines.conv_forward import COUNTERS, conv_layer_layout, y_layout
 from bpsa.spec.layer import ConvLayer
-from bpsa.verify.conv_forward_run import (
+from bpsa.sim.conv_forward_run import (
     assemble,
     descriptor,
     expected_y,
@@ -33,7 +33,7 @@ from bpsa.verify.conv_forward_run import (
     w_image,
     x_image,
 )
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.runner import load_config_json
 from bpsa.verify.tb_util import layers_from_env, reset, write_words
 
 

@@ -35,7 +35,7 @@ from bpsa.gateware.dma import (  # noqa: E402
     element_kinds,
     reference,
 )
-from bpsa.verify.runner import load_config_json  # noqa: E402
+from bpsa.sim.runner import load_config_json  # noqa: E402
 
 RAM_SIZE = 1 << 20
 TIMEOUT_CYCLES = 200_000

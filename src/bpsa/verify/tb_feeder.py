@@ -24,7 +24,7 @@ from bpsa.models.feeder_model import (
     sram_words,
     traffic,
 )
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.runner import load_config_json
 
 SEED = int(os.environ.get("BPSA_SEED", "1"))
 

@@ -15,7 +15,7 @@ from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from bpsa.models.pe_model import OUTPUTS, PORTS, PEModel, random_stimulus
 from bpsa.verify.pe_streams import directed_stream
-from bpsa.verify.runner import load_config_json
+from bpsa.sim.runner import load_config_json
 
 CYCLES = int(os.environ.get("BPSA_PE_CYCLES", "2000"))
 

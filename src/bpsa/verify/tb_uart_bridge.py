@@ -25,7 +25,7 @@ from cocotbext.axi import AxiLiteBus, AxiLiteRam  # noqa: E402
 
 from bpsa.host.serial_transport import AsyncTransport, BridgeError, SimSerialLine  # noqa: E402
 from bpsa.spec.bridge import Command, Status, status_byte  # noqa: E402
-from bpsa.verify.board_tops import SIM_DIVISOR, SIM_TIMEOUT  # noqa: E402
+from bpsa.platform.board_tops import SIM_DIVISOR, SIM_TIMEOUT  # noqa: E402
 
 MEM_WORDS = 512                 # the top's mem_addr_width is 9
 ERR_LO, ERR_HI = 0xF00, 0xFFF   # register addresses answering SLVERR

@@ -8,7 +8,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
 from bpsa.spec.layer import ConvLayer, parse_layer
-from bpsa.verify.lanes import pack
+from bpsa.sim.lanes import pack
 
 __all__ = ["layers_from_env", "reset", "write_words"]
 

@@ -23,7 +23,7 @@ Buffers (one operand a word, written by the host through ``a_write`` / ``b_write
     then runs as the stride-1, unpadded (gradient) or ``d(R-1)``-padded (loss) layer of the
     copies, whose virtual matrices have no zero-space left to skip: every lane is read, zeros
     included. ``src_base_*`` must not be below the copy's size (not checked here;
-    ``bpsa.verify.conv_backward_run`` places them right after).
+    ``bpsa.sim.conv_backward_run`` places them right after).
 
 Schedule
     :class:`bpsa.gateware.bp_im2col.TransposedAddressGenerator` (loss) or
@@ -34,7 +34,7 @@ Schedule
     ``t`` streams its A vectors (``rows`` read ports of buffer A: per lane for the loss; at
     ``addr, addr+1, ..`` for the gradient, merged by
     :class:`bpsa.gateware.bp_im2col.CrossbarRecovery`) while tile ``t+1`` is shifted in, ``a_last``
-    switching the PEs (the schedule of ``bpsa.verify.gemm``'s held-B GEMM); a tile lasts at least
+    switching the PEs (the schedule of ``bpsa.sim.gemm``'s held-B GEMM); a tile lasts at least
     ``2 * rows`` cycles.
 
 FC backward (``Phase.FC``, configurations that generate ``interleaved``)
@@ -56,7 +56,7 @@ Outputs
     ``out`` carries every psum vector (no backpressure: sample it every cycle) with ``row``
     (``m``: ``c`` or ``k``) and ``tile`` (the tile index ``t``: column block ``t // ceil(Kg /
     rows)``). The partial sums of the row tiles of one column block are accumulated by the host
-    side (``bpsa.verify.conv_backward_run.assemble``); there is no P buffer in this top.
+    side (``bpsa.sim.conv_backward_run.assemble``); there is no P buffer in this top.
 """
 
 from types import SimpleNamespace

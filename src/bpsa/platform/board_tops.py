@@ -10,7 +10,7 @@ ERROR (the first DMA error) show in STATUS, the DMA byte and busy counters and a
 in the counter registers, and ``irq`` is STATUS.DONE.
 
 :func:`register_tops` adds the tops below to ``bpsa.platform.verilog.TOPS`` (in this process), so
-``bpsa.verify.runner.run_cocotb`` builds them like any other top.
+``bpsa.sim.runner.run_cocotb`` builds them like any other top.
 """
 
 from amaranth.hdl import Cat, Module, Signal
@@ -142,10 +142,10 @@ def soc_accel_top(config):
 
 
 SIM_TOPS = {
-    "uart_bridge": "bpsa.verify.board_tops:uart_bridge_top",
-    "axi_sram": "bpsa.verify.board_tops:axi_sram_top",
-    "soc_standin": "bpsa.verify.board_tops:soc_top",
-    "soc_accel": "bpsa.verify.board_tops:soc_accel_top",
+    "uart_bridge": "bpsa.platform.board_tops:uart_bridge_top",
+    "axi_sram": "bpsa.platform.board_tops:axi_sram_top",
+    "soc_standin": "bpsa.platform.board_tops:soc_top",
+    "soc_accel": "bpsa.platform.board_tops:soc_accel_top",
 }
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from bpsa.models.pe_model import PEParams
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
-from bpsa.verify.lanes import pack, unpack
+from bpsa.sim.lanes import pack, unpack
 
 __all__ = ["ArrayShape", "Program", "program", "DATAFLOW_CODES", "collect_outputs", "expected",
            "random_problem", "summary"]

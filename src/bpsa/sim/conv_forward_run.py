@@ -185,7 +185,7 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False):
     random X and W from ``seed``. Returns one summary dict per layer (see :func:`summary`);
     ``match`` tells whether Y equals ``bpsa.models.golden.conv2d``. Raises :exc:`ValueError` with
     the reason for a layer the hardware would refuse."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     for layer in layers:
         descriptor(config, layer)
     with tempfile.TemporaryDirectory() as tmp:

@@ -41,7 +41,7 @@ async def _step(t, rng, config=SMALL):
 
 
 def test_driver_on_native_transport():
-    from bpsa.verify.native import NativeTransport
+    from bpsa.sim.native import NativeTransport
     results = []
     for stall in (0.0, 0.4):
         with NativeTransport(SMALL, mem_bytes=1 << 21, seed=5, stall=stall) as t:
@@ -55,14 +55,14 @@ def test_driver_on_native_transport():
 def test_wide_memory_bus():
     """dma_data_width 256: every phase bit-exact under memory back-pressure (the harness
     moves 32-byte beats)."""
-    from bpsa.verify.native import NativeTransport
+    from bpsa.sim.native import NativeTransport
     cfg = SMALL.replace(dma_data_width=256, name="small_bus256")
     with NativeTransport(cfg, mem_bytes=1 << 21, seed=3, stall=0.3, opt="-O0") as t:
         asyncio.run(_step(t, np.random.default_rng(4), cfg))
 
 
 def test_native_transport_checks():
-    from bpsa.verify.native import NativeTransport
+    from bpsa.sim.native import NativeTransport
     with pytest.raises(ValueError, match="stall must be a probability"):
         NativeTransport(SMALL, stall=1.0)
     with NativeTransport(SMALL, mem_bytes=4096) as t:
@@ -92,7 +92,7 @@ def test_simulate_entry_point():
 def test_native_top_registers_the_reset():
     """The native build's top puts the reset behind a register and keeps every other port."""
     from bpsa.platform.verilog import generate_verilog
-    from bpsa.verify.native import native_top
+    from bpsa.sim.native import native_top
     text = generate_verilog(SMALL, "accelerator")
     top = native_top(text)
     assert "always @(posedge clk) rst_q <= rst;" in top and ".rst(rst_q)" in top
@@ -104,7 +104,7 @@ def test_native_top_registers_the_reset():
 def test_watchdog_ends_a_run_with_the_status():
     """A run that takes longer than the watchdog allows ends with HangError naming STATUS and
     the cycle count, instead of waiting forever."""
-    from bpsa.verify.native import HangError, NativeTransport
+    from bpsa.sim.native import HangError, NativeTransport
     with NativeTransport(SMALL, mem_bytes=1 << 20) as t:
         drv = Driver(t, SMALL, mem_size=1 << 20)
         asyncio.run(drv.open())
@@ -134,7 +134,7 @@ def test_trace_window(tmp_path):
     """``trace`` writes an FST waveform of the cycles in the window only; bad windows and
     paths are refused before anything runs (make test-long: a traced build takes about 100 s
     of make test's budget)."""
-    from bpsa.verify.native import NativeTransport
+    from bpsa.sim.native import NativeTransport
     sizes = {}
     x = np.arange(2 * 8 * 8).reshape(1, 2, 8, 8) % 7
     w = np.ones((3, 2, 3, 3), dtype=np.int64)
@@ -163,7 +163,7 @@ def test_trace_window(tmp_path):
 
 
 def test_build_options_are_checked():
-    from bpsa.verify.native import build_native
+    from bpsa.sim.native import build_native
     with pytest.raises(ValueError, match="opt must be one of -O0, -O1, -O2, -O3, not '-Ofast'"):
         build_native(SMALL, opt="-Ofast")
     with pytest.raises(ValueError, match=r"threads must be an integer in \[1, 64\], not 0"):
@@ -205,7 +205,7 @@ def test_job_memory_and_expected_cycles():
     import dataclasses
 
     from bpsa.spec.layer import parse_layer
-    from bpsa.verify.native import JOB_MEMORY, expected_cycles, job_memory
+    from bpsa.sim.native import JOB_MEMORY, expected_cycles, job_memory
     small = parse_layer("C=8,H=16,K=8,R=3,stride=2,pad=1,N=2")
     jobs = {p: {"phase": p, "layer": dataclasses.asdict(small)}
             for p in ("forward", "loss", "gradient")}
@@ -216,9 +216,3 @@ def test_job_memory_and_expected_cycles():
     mem = job_memory(SMALL, [{"phase": "loss", "layer": dataclasses.asdict(big)}])
     tensors = (256 * 28 * 28 + 256 * 256 * 9 + 256 * 14 * 14) * 4
     assert mem >= 2 * tensors and mem & (mem - 1) == 0
-
-
-def test_generator_digest_is_stable():
-    from bpsa.verify.native import generator_digest
-    assert generator_digest() == generator_digest()
-    assert len(generator_digest()) == 64

@@ -5,7 +5,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bpsa.verify.runner import run_cocotb
+from bpsa.sim.runner import run_cocotb
 
 __all__ = ["run_gemm"]
 

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from bpsa.platform.verilog import TOPS
-from bpsa.verify.runner import sim_toplevel, verilator_env
+from bpsa.sim.runner import sim_toplevel, verilator_env
 
 
 def _include_dirs():
@@ -31,7 +31,7 @@ def test_no_simulator_binary_shadows_a_header():
 def test_stale_builds_of_the_same_top_are_pruned(tmp_path):
     import os
 
-    from bpsa.verify.runner import STALE_AFTER, prune_builds
+    from bpsa.sim.runner import STALE_AFTER, prune_builds
     now = 1_000_000_000.0
     current = tmp_path / "accelerator_small_aaaaaaaaaaaa"
     old = tmp_path / "accelerator_small_bbbbbbbbbbbb"             # same top, other sources
@@ -50,7 +50,7 @@ def test_stale_builds_of_the_same_top_are_pruned(tmp_path):
 
 def test_traced_builds_have_their_own_folder(monkeypatch):
     from bpsa.config import load_config
-    from bpsa.verify.runner import build_name
+    from bpsa.sim.runner import build_name
     cfg = load_config("small")
     monkeypatch.delenv("WAVES", raising=False)
     plain = build_name(cfg, "pe")
@@ -60,3 +60,9 @@ def test_traced_builds_have_their_own_folder(monkeypatch):
     assert build_name(cfg, "pe") == plain != traced
     assert plain.startswith("pe_small_") and traced.startswith("pe_small_")
     assert build_name(cfg, "array") != plain
+
+
+def test_generator_digest_is_stable():
+    from bpsa.sim.runner import generator_digest
+    assert generator_digest() == generator_digest()
+    assert len(generator_digest()) == 64

@@ -143,7 +143,7 @@ def run_fc_layers(config, layers, *, sgd_shift=None, seed=1):
     """Run FC layers one after the other on one ConvBackward generated for ``config`` under
     Verilator (cocotb test ``fc_matches_golden`` of ``bpsa.verify.tb_conv_backward``). Returns one
     summary dict per layer. Raises :exc:`ValueError` for a layer the hardware refuses."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     for layer in layers:
         check_layer(config, layer, sgd_shift)
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,7 +166,7 @@ def compare(config, layers, *, seed=9):
     """Each FC layer interleaved, and as two 1x1-convolution descriptors (loss, gradient) on
     the same engine: one row of figures per layer."""
     from bpsa.spec.layer import ConvLayer
-    from bpsa.verify.conv_backward_run import run_backward_layers
+    from bpsa.sim.conv_backward_run import run_backward_layers
     fc = run_fc_layers(config, layers, seed=seed)
     convs = [ConvLayer.conv(f.batch, f.inputs, 1, 1, f.outputs, 1, 1) for f in layers]
     loss = run_backward_layers(config, convs, phase="loss", seed=seed)
@@ -183,12 +183,12 @@ def compare(config, layers, *, seed=9):
 
 
 def main(argv=None):
-    """``python -m bpsa.verify.fc_backward_run [--config small] N,I,O ...``: the table of
+    """``python -m bpsa.sim.fc_backward_run [--config small] N,I,O ...``: the table of
     :func:`compare`."""
     import argparse
 
     from bpsa.config import load_config
-    ap = argparse.ArgumentParser(prog="python -m bpsa.verify.fc_backward_run", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bpsa.sim.fc_backward_run", description=__doc__)
     ap.add_argument("--config", default="small")
     ap.add_argument("layers", nargs="+", metavar="N,I,O")
     args = ap.parse_args(argv)

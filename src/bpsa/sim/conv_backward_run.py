@@ -203,7 +203,7 @@ def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1)
     Verilator (cocotb module ``bpsa.verify.tb_conv_backward``), random dY and W from ``seed``.
     Returns one summary dict per layer. Raises :exc:`ValueError` for a layer the hardware
     refuses."""
-    from bpsa.verify.runner import run_cocotb
+    from bpsa.sim.runner import run_cocotb
     for layer in layers:
         check_layer(config, layer, phase, baseline)
     testcase = "backward_matches_golden"

@@ -1,6 +1,6 @@
 """Layer jobs through the host driver, on any transport: random tensors, the run, the golden
 result and a summary. The cocotb testbench (:mod:`bpsa.verify.tb_accelerator`) and the native
-transport (:func:`bpsa.verify.native.run_jobs`) share them."""
+transport (:func:`bpsa.sim.native.run_jobs`) share them."""
 
 import time
 
