@@ -66,3 +66,32 @@ def test_generator_digest_is_stable():
     from bpsa.sim.runner import generator_digest
     assert generator_digest() == generator_digest()
     assert len(generator_digest()) == 64
+
+
+def test_run_build_logs_and_shows_progress(tmp_path, capsys):
+    """A build's output goes to its log; its compile units are counted on standard error."""
+    import sys
+
+    from bpsa.sim.runner import run_build
+    script = ("print('verilating'); print('c++ -O2 -c -o a.o a.cpp'); "
+              "print('c++ -O0 -c -o b.o b.cpp'); print('c++ a.o b.o -o lib.so')")
+    status = run_build([sys.executable, "-c", script], cwd=tmp_path, env=None,
+                       log_path=tmp_path / "build.log")
+    assert status == 0
+    assert (tmp_path / "build.log").read_text().splitlines() == [
+        "verilating", "c++ -O2 -c -o a.o a.cpp", "c++ -O0 -c -o b.o b.cpp",
+        "c++ a.o b.o -o lib.so"]
+    err = capsys.readouterr().err
+    assert "compiling C++: 2" in err and "bpsa: built in " in err
+    assert err.endswith("(2 C++ units compiled)\n")
+    status = run_build([sys.executable, "-c", "import sys; sys.exit(3)"], cwd=tmp_path,
+                       env=None, log_path=tmp_path / "quiet.log", progress=False)
+    assert status == 3 and capsys.readouterr().err == ""
+
+
+def test_announce_is_quiet_without_progress(capsys):
+    from bpsa.sim.runner import announce
+    announce("building x", progress=False)
+    assert capsys.readouterr().err == ""
+    announce("building x")
+    assert capsys.readouterr().err == "bpsa: building x\n"

@@ -12,6 +12,10 @@ def simulate(config="small", **options):
 
         with bpsa.simulate("small") as acc:
             y = acc.forward(x, w, stride=2, padding=1)
+
+    The first call for a configuration builds its Verilator model (a minute or more, cached
+    in ``./sim_build`` or ``$BPSA_SIM_BUILD``) and says so on standard error, with a progress
+    bar; ``progress=False`` builds in silence.
     """
     from bpsa.sim.native import SimulatedAccelerator
     return SimulatedAccelerator(config, **options)

@@ -17,12 +17,12 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
 from bpsa.spec.regmap import CONTROL_BITS, REGISTER_MAP
-from bpsa.sim.runner import generator_digest, prune_builds, sim_build_root, verilator_env
+from bpsa.sim.runner import (announce, generator_digest, prune_builds, run_build,
+                             sim_build_root, verilator_env)
 
 __all__ = ["HangError", "NativeTransport", "SimulatedAccelerator", "TraceWindowError",
            "build_native", "check_trace_path", "default_build", "expected_cycles",
@@ -69,12 +69,14 @@ def native_top(text):
             f"  accelerator core (\n{conns}\n  );\nendmodule\n")
 
 
-def build_native(config, *, opt=None, threads=None, trace=False, build_root=None):
+def build_native(config, *, opt=None, threads=None, trace=False, build_root=None,
+                 progress=True):
     """Build (once) the accelerator for ``config`` with the C++ harness; returns the path of
     the shared library. ``opt``: the C++ optimisation level of the model (``-O0`` .. ``-O3``),
     ``threads``: Verilator's model threads, ``trace``: with FST tracing; defaults from
     :func:`default_build` (``-O0`` for a traced build). A missing compiler or ``make`` is
-    named instead of a build log."""
+    named instead of a build log. ``progress``: a build (not a cached one) says what it builds
+    and shows its progress on standard error."""
     from bpsa.platform.verilog import generate_verilog
 
     d_opt, d_threads = default_build(config)
@@ -104,6 +106,9 @@ def build_native(config, *, opt=None, threads=None, trace=False, build_root=None
         prune_builds(build_dir)
         if lib.exists():
             return lib
+        announce(f"building the Verilator model of configuration {config.name!r} "
+                 f"({config.rows}x{config.cols}, {opt}{', FST trace' if trace else ''}) once, "
+                 f"into {build_dir}: a minute or more; later runs reuse it", progress)
         text = generate_verilog(config, "accelerator")
         (build_dir / "accelerator.v").write_text(text + "\n" + native_top(text))
         (build_dir / "accel_harness.cpp").write_text(harness)
@@ -133,10 +138,9 @@ def build_native(config, *, opt=None, threads=None, trace=False, build_root=None
         if trace:   # verilated.mk links -llz4 -lz for FST; the shims need neither
             flags += " LDLIBS=-shared"
         env = dict(os.environ, MAKEFLAGS=flags)
-        with open(build_dir / "build.log", "w") as log:
-            done = subprocess.run(cmd, cwd=build_dir, stdout=log, stderr=subprocess.STDOUT,
-                                  env=env)
-        if done.returncode != 0 or not lib.exists():
+        status = run_build(cmd, cwd=build_dir, env=env, log_path=build_dir / "build.log",
+                           progress=progress)
+        if status != 0 or not lib.exists():
             tail = (build_dir / "build.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"Verilator build of the native accelerator failed "
                                f"(log: {build_dir / 'build.log'}):\n{tail}")
@@ -195,6 +199,8 @@ class NativeTransport:
         The memory's random stalls: each channel stalls in a cycle with probability ``stall``.
     opt, threads : str, int
         The model's build (:func:`build_native`).
+    progress : bool
+        A first build of the model says so and shows its progress on standard error.
     trace, trace_window : path, (int, int)
         Write an FST waveform of cycles ``FIRST..LAST`` (default: all) to ``trace``.
 
@@ -207,7 +213,7 @@ class NativeTransport:
     on_cycles = None
 
     def __init__(self, config, *, mem_bytes=1 << 22, seed=1, stall=0.0, opt=None,
-                 threads=None, trace=None, trace_window=None, build_root=None):
+                 threads=None, trace=None, trace_window=None, build_root=None, progress=True):
         if not 0.0 <= stall < 1.0:
             raise ValueError(f"stall must be a probability in [0, 1), not {stall!r}")
         if trace_window is not None and trace is None:
@@ -219,7 +225,8 @@ class NativeTransport:
             trace = check_trace_path(trace)
         self.config = config
         lib = self._lib = ctypes.CDLL(str(build_native(
-            config, opt=opt, threads=threads, trace=trace is not None, build_root=build_root)))
+            config, opt=opt, threads=threads, trace=trace is not None, build_root=build_root,
+            progress=progress)))
         vp, u64, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32
         buf = ctypes.c_char_p
         for name, res, args in (
@@ -347,7 +354,8 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
     :exc:`AssertionError` when a result differs from the golden model or a refusal is wrong,
     :exc:`HangError` when a job runs ``2 BUDGET_FACTOR`` times past :func:`expected_cycles` (a
     backstop: the driver gives up on a descriptor at ``BUDGET_FACTOR`` times). ``progress``: a
-    progress bar of cycles against the expected total; ``trace``, ``trace_window``, ``opt``,
+    progress bar of cycles against the expected total (and the build's, when the model is
+    built); ``trace``, ``trace_window``, ``opt``,
     ``threads``, ``build_root``: see :class:`NativeTransport`."""
     from tqdm import tqdm
 
@@ -382,15 +390,17 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
 
         return run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed,
                                opt=opt, threads=threads, trace=trace,
-                               trace_window=trace_window, build_root=build_root)
+                               trace_window=trace_window, build_root=build_root,
+                               progress=progress)
 
 
 class SimulatedAccelerator:
     """An accelerator generated for ``config``, simulated in this process on the native
     transport, with the host driver's layer calls as plain functions (numpy in, numpy out).
     ``counters`` holds the hardware's counters of the last call; ``options`` go to
-    :class:`NativeTransport` (``trace``, ``trace_window``, ``opt``, ``threads``). Use it as a
-    context manager (:func:`bpsa.simulate`). ``pool`` and ``pool_backward`` need a
+    :class:`NativeTransport` (``trace``, ``trace_window``, ``opt``, ``threads``; ``progress``:
+    the first use of a configuration builds its Verilator model for a minute or more and says
+    so on standard error, unless false). Use it as a context manager (:func:`bpsa.simulate`). ``pool`` and ``pool_backward`` need a
     configuration with the pooling unit (``pool_kinds``)."""
 
     def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, **options):

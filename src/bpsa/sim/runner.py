@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["STALE_AFTER", "build_name", "build_top", "generator_digest", "prune_builds",
-           "run_cocotb", "sim_build_root", "sim_toplevel", "verilator_env"]
+__all__ = ["STALE_AFTER", "announce", "build_name", "build_top", "generator_digest", "prune_builds",
+           "run_build", "run_cocotb", "sim_build_root", "sim_toplevel", "verilator_env"]
 
 #: Seconds after its last use that an older build of the same top and configuration is
 #: removed (a build folder takes 150-260 MB; its ``.lock`` is touched on every use).
@@ -46,6 +46,42 @@ def verilator_env():
         flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     os.environ["MAKEFLAGS"] = flags.strip()
     return root
+
+
+def announce(message, progress=True):
+    """Say ``message`` on standard error (a build of minutes must not run in silence), unless
+    ``progress`` is false (``--json``, ``--quiet``)."""
+    if progress:
+        from tqdm import tqdm
+        tqdm.write(f"bpsa: {message}", file=sys.stderr)
+
+
+def run_build(cmd, *, cwd, env, log_path, progress=True):
+    """Run the Verilator build ``cmd`` in ``cwd``, its output into ``log_path``; with
+    ``progress``, a bar on standard error counts the C++ compile units as make starts them
+    (Verilator's report gives the total only at the end) and a last line gives the build's
+    time. Returns the exit status."""
+    import subprocess
+    import time
+
+    from tqdm import tqdm
+    start = time.monotonic()
+    with open(log_path, "w") as log, \
+            tqdm(desc="verilating", unit=" C++ units", disable=not progress, leave=False,
+                 file=sys.stderr, dynamic_ncols=True, mininterval=0) as bar:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        with proc:
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith(("c++ ", "g++ ", "clang++ ", "ccache ")) and " -c " in line:
+                    bar.set_description_str("compiling C++", refresh=False)
+                    bar.update()
+            status = proc.wait()
+        units = bar.n
+    announce(f"{'built' if status == 0 else 'build failed'} in {time.monotonic() - start:.0f} s "
+             f"({units} C++ units compiled)", progress)
+    return status
 
 
 def prune_builds(build_dir, *, stale_after=STALE_AFTER, now=None):
@@ -109,14 +145,15 @@ def build_name(config, top):
     return f"{top}_{config.name}_{key}"
 
 
-def build_top(config, top="pe", *, build_root=None):
+def build_top(config, top="pe", *, build_root=None, progress=True):
     """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
     build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
     by the generator's sources (:func:`generator_digest`), the
     configuration, the top and ``WAVES`` (cocotb's tracing switch: the runner then builds with
     ``--trace`` and every test writes ``dump.vcd`` in its run folder), so a cached build costs
     no elaboration, and a folder made from other sources is never reused (older ones are
-    pruned, :func:`prune_builds`)."""
+    pruned, :func:`prune_builds`). ``progress``: a first build says what it builds on
+    standard error."""
     from cocotb_tools.runner import get_runner
 
     from bpsa.platform.verilog import generate_verilog
@@ -130,6 +167,8 @@ def build_top(config, top="pe", *, build_root=None):
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not v_path.exists():
+            announce(f"building {top!r} of configuration {config.name!r} with Verilator once, "
+                     f"into {build_dir}: up to a few minutes; later runs reuse it", progress)
             v_path.write_text(generate_verilog(config, top, name=sim_toplevel(top)))
             (build_dir / f"{top}.json").write_text(config.to_json())
         runner.build(sources=[v_path], hdl_toplevel=sim_toplevel(top), build_dir=build_dir,
@@ -140,15 +179,17 @@ def build_top(config, top="pe", *, build_root=None):
     return runner, build_dir
 
 
-def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None):
+def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None,
+               progress=True):
     """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
     importable, e.g. ``bpsa.verify.tb_pe``) against it. The testbench finds the configuration as
     JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
     any cocotb test fails; returns ``(tests, failures)``. Runs with different ``tag`` values use
-    separate directories, so they may run in parallel on the same build."""
+    separate directories, so they may run in parallel on the same build. ``progress``: see
+    :func:`build_top`."""
     from cocotb_tools.runner import get_results
 
-    runner, build_dir = build_top(config, top)
+    runner, build_dir = build_top(config, top, progress=progress)
     env = {"BPSA_CONFIG_JSON": str(build_dir / f"{top}.json")}
     env.update(extra_env or {})
     name = test_module.rsplit(".", 1)[-1] + (f"_{testcase}" if testcase else "") \
