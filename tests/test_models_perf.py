@@ -380,3 +380,21 @@ def test_channel_first_runs_the_workload_on_paper16():
         assert m.array_slots >= m.macs and m.tiles >= m.runs * r
         assert m.load_wait_cycles <= m.cycles - m.compute_cycles
     assert ran >= 25
+
+
+def test_phase_table_keeps_or_raises_refusals():
+    """``phase_table``: one entry a layer and phase; a layer the configuration cannot tile
+    gets its reason with ``refusals``, else its ValueError."""
+    from bpsa.models.perf import conv_dims, phase_table, workload_layers
+    from bpsa.spec.layer import parse_layer
+    ok = ("-", "ok", conv_dims(parse_layer("C=8,H=16,K=8,R=3,stride=2,pad=1"), 2))
+    wide = ("-", "wide", conv_dims(parse_layer("C=1,H=4,W=2000,K=1,R=3")))
+    rows = phase_table(SMALL, [ok, wide], ["loss", "gradient"], requant=True)
+    assert [(r["layer"], r["phase"]) for r in rows] == [
+        ("ok", "loss"), ("ok", "gradient"), ("wide", "loss"), ("wide", "gradient")]
+    assert rows[0]["batch"] == 2 and rows[1]["cycles"] == layer_cycles(
+        SMALL, "gradient", **ok[2]).cycles
+    assert "refused" in rows[2] and "cycles" not in rows[2]
+    with pytest.raises(ValueError, match="does not fit"):
+        phase_table(SMALL, [wide], ["loss"], refusals=False)
+    assert all(dims["n"] == 3 for _, _, dims in workload_layers(3))

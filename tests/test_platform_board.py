@@ -165,3 +165,29 @@ def test_route_limit_setting_checked(tmp_path):
     (tmp_path / "ulx3s.toml").write_text(text)
     with pytest.raises(ValueError, match="route_limit.lut = 1.5"):
         load_board("ulx3s", constraints_dir=tmp_path)
+
+
+def test_build_first_fit_tries_smaller_presets(monkeypatch):
+    """``--config auto``: the presets largest first; each one that does not fit is logged and
+    the next tried; the last one's FitError when none fits."""
+    from bpsa.platform import board
+    candidates = board.presets_largest_first()
+    sizes = [board.preset_size(c) for c in candidates]
+    assert sizes == sorted(sizes, reverse=True)
+    fitting = candidates[2].name
+
+    def build(b, config, out, **kw):
+        if config.name != fitting:
+            raise board.FitError(f"{config.name} is too large")
+        return {"config": config.name, "route_check": kw["route_check"]}
+    monkeypatch.setattr(board, "build_bitstream", build)
+    logged = []
+    report = board.build_first_fit("ulx3s", candidates, "unused", route_check=True,
+                                   log=logged.append)
+    assert report == {"config": fitting, "route_check": True}
+    assert logged == [f"[ulx3s] {c.name} is too large; trying a smaller preset"
+                      for c in candidates[:2]]
+    with pytest.raises(board.FitError, match=f"{candidates[0].name} is too large"):
+        board.build_first_fit("ulx3s", candidates[:1], "unused", log=logged.append)
+    with pytest.raises(ValueError, match="at least one configuration"):
+        board.build_first_fit("ulx3s", [], "unused")

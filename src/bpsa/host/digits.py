@@ -36,13 +36,16 @@ pooling unit). Only the loss and the SGD step run on the host. Both give the sam
 so the same weights: a test checks it.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from bpsa.models import golden
 from bpsa.spec.numeric import wrap_array
 
 __all__ = ["LAYERS", "ModelOps", "AcceleratorOps", "init_master", "load_digits_split",
-           "operands", "softmax_grad", "train", "train_step", "evaluate", "torch_reference"]
+           "operands", "softmax_grad", "train", "train_step", "evaluate", "torch_reference",
+           "TrainingRun", "training_run"]
 
 W_FRAC, ACT_SHIFT = 12, 12          # weight operands Q12; Q20 / Q22 accumulators -> Q8 / Q10
 MASTER_FRAC = 24
@@ -277,3 +280,76 @@ def torch_reference(*, epochs=15, batch=32, lr_shift=2, seed=0):
             acc = (net(xte_f).argmax(dim=1).numpy() == yte).mean()
         history.append({"epoch": epoch + 1, "test_accuracy": float(acc)})
     return history
+
+
+@dataclass
+class TrainingRun:
+    """A training run (:func:`training_run`): the accelerator's ``history`` (:func:`train`),
+    the PyTorch ``reference``'s (None when not run; ``reference_missing`` says why when
+    ``torch`` is not installed), and the accelerator cycles a step of ``batch`` images
+    (``cycles_source`` says where they come from)."""
+    config: str
+    backend: str
+    epochs: int
+    batch: int
+    steps: int
+    history: list
+    reference: list | None
+    reference_missing: str | None
+    cycles_per_step: float
+    cycles_source: str
+
+    def summary(self):
+        """The run as a JSON-ready dict: ``dataset``, ``backend``, ``config``, ``epochs``,
+        ``batch``, ``test_accuracy``, ``reference_accuracy`` (None without a reference),
+        ``cycles_per_step``, ``cycles_per_epoch``, ``cycles_source`` and ``history``."""
+        ref = self.reference
+        return {"dataset": "digits", "backend": self.backend, "config": self.config,
+                "epochs": self.epochs, "batch": self.batch,
+                "test_accuracy": self.history[-1]["test_accuracy"],
+                "reference_accuracy": ref[-1]["test_accuracy"] if ref else None,
+                "cycles_per_step": round(self.cycles_per_step),
+                "cycles_per_epoch": round(self.cycles_per_step * self.steps),
+                "cycles_source": self.cycles_source, "history": self.history}
+
+
+def training_run(config, *, simulate=None, epochs=15, batch=32, lr_shift=2, seed=0,
+                 reference=True, progress=False):
+    """Train the digits CNN on ``config`` (:func:`train`) and return a :class:`TrainingRun`.
+
+    ``simulate``: the ``rtl`` backend, a callable opening the simulated accelerator as a
+    context manager (:func:`bpsa.simulate`); the layers run on it, the test accuracy in numpy
+    (the same integers) and the cycles are its measured ``BUSY_CYCLES``. None: the ``model``
+    backend (:class:`ModelOps`), the cycles from the cycle model
+    (:func:`bpsa.models.network_perf.network_step` of the ``digits`` network). ``reference``:
+    also :func:`torch_reference` when ``torch`` is installed. Raises ValueError for a
+    configuration the training cannot use (:class:`ModelOps`)."""
+    model_ops = ModelOps(config)
+    kw = dict(epochs=epochs, batch=batch, lr_shift=lr_shift, seed=seed)
+    if simulate is not None:
+        with simulate(config) as acc:
+            ops = AcceleratorOps(acc, config)
+            _, history = train(ops, progress=progress, eval_ops=model_ops, **kw)
+    else:
+        _, history = train(model_ops, progress=progress, **kw)
+    steps = len(load_digits_split(seed)[0]) // batch
+    if simulate is not None:
+        per_step = history[-1]["cycles"] / steps
+        source = "measured BUSY_CYCLES of every layer run"
+    else:
+        from bpsa.models.network_perf import network_step
+        from bpsa.spec.network import load_network
+        per_step = network_step(config, load_network("digits"), batch=batch).totals["cycles"]
+        source = "the cycle model (convolutions, FC and pooling)"
+    ref, missing = None, None
+    if reference:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            missing = "torch is not installed"
+        else:
+            ref = torch_reference(**kw)
+    return TrainingRun(config=config.name, backend="model" if simulate is None else "rtl",
+                       epochs=epochs, batch=batch, steps=steps, history=history,
+                       reference=ref, reference_missing=missing, cycles_per_step=per_step,
+                       cycles_source=source)

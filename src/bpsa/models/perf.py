@@ -46,8 +46,8 @@ from bpsa.spec.layer import out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "pool_cycles",
-           "roofline_cycles", "traditional_cycles"]
+__all__ = ["TIMING", "LayerCycles", "conv_dims", "layer_cycles", "min_bytes", "phase_table",
+           "pool_cycles", "roofline_cycles", "traditional_cycles", "workload_layers"]
 
 #: Fitted constants (cycles).
 TIMING = {
@@ -921,3 +921,53 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        a_words=max((nb // ob for ld, _, _ in runs for _, _, nb, _ in ld),
                                    default=0),
                        p_words=max(clears, default=0))
+
+
+def conv_dims(layer, batch=None):
+    """The keyword arguments of :func:`layer_cycles` for a :class:`bpsa.spec.layer.ConvLayer`
+    (``n``: ``batch``, default the layer's own)."""
+    return dict(n=batch or layer.batch, c=layer.channels, h=layer.height, w=layer.width,
+                k=layer.out_channels, r=layer.kernel_h, s=layer.kernel_w, stride=layer.stride,
+                pad=layer.pad, dil=layer.dil)
+
+
+def workload_layers(batch=1):
+    """Every layer of ``bpsa/workloads/conv_layers.csv`` as ``(network, layer, dims)``,
+    ``dims`` the keyword arguments of :func:`layer_cycles` with ``n=batch``."""
+    import csv
+    from importlib import resources
+    with resources.files("bpsa.workloads").joinpath("conv_layers.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for row in rows:
+        c, h, w, k, r, s, st, p, d = (int(row[x]) for x in (
+            "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation"))
+        out.append((row["network"], row["layer"],
+                    dict(n=batch, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
+                         dil=(d, d))))
+    return out
+
+
+def phase_table(config, layers, phases, *, baseline=False, requant=False, refusals=True):
+    """The cycle model of every ``(network, layer, dims)`` of ``layers`` (as
+    :func:`workload_layers` gives them) in every phase of ``phases``: a list of dicts, one a
+    layer and phase, ``network``, ``layer``, ``phase``, ``batch``, ``baseline`` and
+    :meth:`LayerCycles.as_dict`'s figures. ``baseline``: :func:`traditional_cycles` instead
+    of :func:`layer_cycles`; ``requant``: the forward's and the loss's outputs leave
+    requantized. A layer phase the configuration cannot run gets ``refused`` (the reason)
+    with ``refusals``; without, its ValueError propagates."""
+    model = traditional_cycles if baseline else layer_cycles
+    out = []
+    for network, name, dims in layers:
+        for phase in phases:
+            entry = {"network": network, "layer": name, "phase": phase, "batch": dims["n"],
+                     "baseline": baseline}
+            try:
+                extra = {"requant": True} if requant and phase != "gradient" else {}
+                entry.update(model(config, phase, **dims, **extra).as_dict())
+            except ValueError as e:
+                if not refusals:
+                    raise
+                entry["refused"] = str(e)
+            out.append(entry)
+    return out

@@ -54,7 +54,7 @@ from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.config import require_config
+from bpsa.config import load_config, preset_names, require_config
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.axi_sram import AxiSram, word_addr_width
 from bpsa.gateware.dma import DATA_WIDTH
@@ -63,7 +63,8 @@ from bpsa.gateware.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
-           "check_fit", "check_route_limit", "count_resources", "load_board", "load_core"]
+           "build_first_fit", "check_fit", "check_route_limit", "count_resources",
+           "load_board", "load_core", "preset_size", "presets_largest_first"]
 
 #: Board settings shipped inside the package (``bpsa/platform/boards/*.toml``).
 CONSTRAINTS_DIR = resources.files("bpsa.platform") / "boards"
@@ -455,6 +456,37 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     times["total"] = round(time.monotonic() - t_start, 2)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def preset_size(config):
+    """Sort key of :func:`presets_largest_first`: array multiplier bits, then buffer bits."""
+    return (config.rows * config.cols * config.operand_width ** 2,
+            config.buf_a_depth + config.buf_b_depth + config.buf_p_depth)
+
+
+def presets_largest_first():
+    """Every preset's configuration, the largest first (:func:`preset_size`): the order in
+    which ``bpsa bitstream --config auto`` tries them. Raises
+    :class:`bpsa.config.ConfigError` for a preset that does not load."""
+    return sorted((load_config(n) for n in preset_names()), key=preset_size, reverse=True)
+
+
+def build_first_fit(board, candidates, out_dir, *, core=None, fit_only=False,
+                    route_check=False, log=print):
+    """:func:`build_bitstream` of the first configuration of ``candidates`` (a non-empty
+    sequence) that fits; each one that does not is logged (``[<board>] <why>; trying a
+    smaller preset``) and the next tried. Returns the report; raises the last
+    :class:`FitError` when none fits."""
+    if not candidates:
+        raise ValueError("candidates must hold at least one configuration, not none")
+    for i, config in enumerate(candidates):
+        try:            # the fit check runs before place and route
+            return build_bitstream(board, config, out_dir, core=core, fit_only=fit_only,
+                                   route_check=route_check, log=log)
+        except FitError as e:
+            if i == len(candidates) - 1:
+                raise
+            log(f"[{board}] {e}; trying a smaller preset")
 
 
 def format_report(report):

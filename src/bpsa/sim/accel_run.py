@@ -6,9 +6,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from bpsa.plan.tiling import MODE_NAMES, default_mode, mode_value, plan_or_strips
+from bpsa.plan.tiling import MODE_NAMES, default_mode, fc_plan, mode_value, plan, plan_or_strips
 
-__all__ = ["check_job", "job", "job_mode", "run_jobs", "summary"]
+__all__ = ["check_fc", "check_job", "check_layer", "fc_job", "job", "job_mode", "run_fc",
+           "run_jobs", "run_layer", "summary"]
 
 
 def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None,
@@ -132,3 +133,75 @@ def run_jobs(config, jobs, *, tag="cli", harness="native", **native):
                    extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                    tag=tag)
         return json.loads(out.read_text())
+
+
+def _modes(phase, mode, forward_mode):
+    """The ``mode`` of a job of ``phase``: ``forward_mode`` for the forward, else ``mode``."""
+    return forward_mode if phase == "forward" else mode
+
+
+def check_layer(config, layer, phases, *, baseline=False, mode=None, forward_mode=None):
+    """:func:`check_job` of every phase of ``phases`` of ``layer`` (``mode``: the loss's and
+    the gradient's; ``forward_mode``: the forward's, ``"channel_first"`` or None for the
+    feeder). Raises :exc:`ValueError` naming the first phase's reason."""
+    for p in phases:
+        check_job(config, layer, p, baseline=baseline, mode=_modes(p, mode, forward_mode))
+
+
+def run_layer(config, layer, phases, *, seed=1, baseline=False, mode=None, forward_mode=None,
+              requant=None, harness="native", **native):
+    """Run ``phases`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`; :func:`job`'s
+    options, ``mode`` and ``forward_mode`` as for :func:`check_layer`) through the
+    accelerator top (:func:`run_jobs`). Returns the :func:`summary` of the one phase, or of
+    several (a training ``step``) one dict: ``match`` (every phase's), ``phase`` ``"step"``
+    and each phase's figures as ``<phase>_<figure>``."""
+    results = run_jobs(config, [job(layer, p, seed=seed, baseline=baseline,
+                                    mode=_modes(p, mode, forward_mode), requant=requant)
+                                for p in phases], harness=harness, **native)
+    sums = [summary(config, r) for r in results]
+    if len(sums) == 1:
+        return sums[0]
+    out = {"match": all(s["match"] for s in sums), "phase": "step"}
+    for s in sums:
+        out.update({f"{s['phase']}_{k}": v for k, v in s.items() if k not in ("phase",)})
+    return out
+
+
+def check_fc(config, layer, baseline=False):
+    """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
+    cannot run the backward pass of the FC ``layer`` (a :class:`bpsa.spec.layer.FcLayer`):
+    as one interleaved descriptor (PHASE 3), or with ``baseline`` as the loss and the
+    gradient of the equivalent 1x1 convolution."""
+    if not baseline:
+        if not (config.has("interleaved") and config.has("is")):
+            raise ValueError(f"configuration {config.name!r} does not generate the "
+                             f"'interleaved' dataflow (use --baseline)")
+        try:
+            fc_plan(config, layer.batch, layer.inputs, layer.outputs)
+        except ValueError as e:
+            raise ValueError(f"{e} (--baseline runs it as two descriptors)") from None
+    elif not config.has("is"):
+        raise ValueError(f"configuration {config.name!r} does not generate 'is'")
+    else:
+        n, i, o = layer.batch, layer.inputs, layer.outputs
+        plan(config, "loss", n, i, 1, 1, o, 1, 1)
+        plan(config, "gradient", n, i, 1, 1, o, 1, 1)
+
+
+def fc_job(layer, *, seed=1, baseline=False):
+    """The testbench job of the backward pass of the FC ``layer``: one interleaved descriptor,
+    or with ``baseline`` the loss and the gradient of the 1x1 convolution."""
+    return {"phase": "fc_backward", "seed": seed, "interleaved": not baseline,
+            "layer": {"batch": layer.batch, "channels": layer.inputs, "height": 1, "width": 1,
+                      "out_channels": layer.outputs, "kernel_h": 1, "kernel_w": 1}}
+
+
+def run_fc(config, layer, *, seed=1, baseline=False, harness="native", **native):
+    """Run the backward pass of the FC ``layer`` through the accelerator top
+    (:func:`fc_job`, :func:`run_jobs`). Returns its :func:`summary` with ``phase`` ``"fc"``,
+    ``layer`` (the layer's text) and ``interleaved``."""
+    result = run_jobs(config, [fc_job(layer, seed=seed, baseline=baseline)], harness=harness,
+                      **native)[0]
+    out = summary(config, result)
+    out.update(phase="fc", layer=layer.text(), interleaved=not baseline)
+    return out

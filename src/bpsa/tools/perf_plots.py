@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["svg.hashsalt"] = "bpsa"    # the same SVG bytes on every run
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["KINDS", "plot_step", "plot_pareto"]
+__all__ = ["KINDS", "plot_step", "plot_pareto", "plot_training"]
 
 KINDS = ("utilization", "breakdown", "roofline")
 _COLOURS = {"forward": "tab:blue", "loss": "tab:orange", "gradient": "tab:green"}
@@ -135,6 +135,28 @@ def plot_pareto(points, front, path, title):
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Date": None} if str(path).endswith(".svg")
                 else None)
+    plt.close(fig)
+
+
+def plot_training(history, reference, path, backend):
+    """The training curves of :func:`bpsa.host.digits.train`'s ``history`` (the loss; the
+    test and train accuracy) next to the PyTorch ``reference``'s test accuracy (None: no
+    reference), into ``path``; ``backend`` names the accelerator's curve."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    epochs = [h["epoch"] for h in history]
+    a.plot(epochs, [h["loss"] for h in history], "o-")
+    a.set_xlabel("epoch")
+    a.set_ylabel("training loss (integer softmax)")
+    b.plot(epochs, [h["test_accuracy"] for h in history], "o-", label=f"accelerator ({backend})")
+    b.plot(epochs, [h["train_accuracy"] for h in history], ".--", label="train (accelerator)")
+    if reference:
+        b.plot(epochs, [r["test_accuracy"] for r in reference], "s-", label="PyTorch float32")
+    b.set_xlabel("epoch")
+    b.set_ylabel("accuracy")
+    b.set_ylim(0, 1)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bpsa.config import Config, ConfigError
 
-__all__ = ["GridError", "evaluate", "pareto", "parse_grid", "run_sweep"]
+__all__ = ["GridError", "evaluate", "grid_front", "pareto", "parse_grid", "run_sweep"]
 
 #: The figures of a row, after the label and the grid's fields.
 FIGURES = ("seconds", "cycles", "utilization", "forward_cycles", "loss_cycles",
@@ -159,6 +159,20 @@ def pareto(rows):
             front.append(r)
             best = r["seconds"]
     return front
+
+
+def grid_front(rows, points, plot, *, base, network, batch):
+    """The rows of this grid's ``points`` (a resumed CSV may hold other points too) and their
+    Pareto front (:func:`pareto`), drawn into the file ``plot`` (``.png``, ``.svg`` or
+    ``.pdf``; titled by the ``network``, the ``batch`` and the ``base`` configuration).
+    Returns ``(rows, front)``."""
+    from bpsa.tools.perf_plots import plot_pareto
+    labels = {label for label, _ in points}
+    rows = [r for r in rows if r["label"] in labels]
+    front = pareto(rows)
+    plot_pareto(rows, front, plot, f"{network.name}, batch {batch}: {len(rows)} "
+                                   f"configurations from {base.name} (cycle model)")
+    return rows, front
 
 
 def connect(scheduler, workers, timeout="10s"):

@@ -194,8 +194,9 @@ def random_job(config, rng):
 def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
     """Run ``count`` random jobs (:func:`random_job`, from ``seed``) on the native transport.
     Returns ``{"jobs", "ran", "refused" (error name -> count), "mismatches" (a list of
-    ``{"job", "error"}``), "cycles", "seconds"}``; a mismatch is a result that differs from
-    the golden model, a wrong refusal, a refusal that moved data, or a hang."""
+    ``{"job", "error"}``), "cycles", "seconds", "layers_per_second", "cycles_per_second"}``;
+    a mismatch is a result that differs from the golden model, a wrong refusal, a refusal
+    that moved data, or a hang."""
     from tqdm import tqdm
 
     from bpsa.host.driver import BUDGET_FACTOR, AcceleratorError
@@ -248,4 +249,6 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
 
     from bpsa.sim.native import JOB_MEMORY
     run_with_driver(config, body, mem_bytes=JOB_MEMORY, seed=seed, opt=opt, threads=threads)
+    out["layers_per_second"] = out["jobs"] / max(out["seconds"], 1e-9)
+    out["cycles_per_second"] = out["cycles"] / max(out["seconds"], 1e-9)
     return out

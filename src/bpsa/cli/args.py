@@ -1,0 +1,125 @@
+"""What every ``bpsa`` command shares: the one-line user error, the parser, argument types and
+the checks of paths and configurations.
+
+A command module (:mod:`bpsa.cli.verilog`, ...) adds its sub-parser with ``register(sub)``
+and does its work in ``run(args)``; it raises :class:`UserError` for a bad input, which
+:func:`bpsa.cli.main` prints as one line with exit status 2.
+"""
+
+import argparse
+from pathlib import Path
+
+from bpsa.config import ConfigError, load_config
+
+__all__ = ["PLOT_SUFFIXES", "Parser", "UserError", "add_config", "bounded", "config_of",
+           "float_above", "int_at_least", "network_names", "out_dir", "parent_dir",
+           "plot_path", "preset_list", "version"]
+
+#: The suffixes a ``--plot`` file may have (matplotlib picks the format by them).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``bpsa <command>: error: ...``, exit status 2), like
+    :class:`UserError`'s."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def bounded(cast, lo, strict):
+    """An argparse ``type``: a ``cast`` value (int, float) >= ``lo`` (above it, ``strict``)."""
+    noun = "an integer" if cast is int else "a number"
+
+    def parse(text):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if value < lo or (strict and value == lo):
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is {'not above' if strict else 'below'} {lo:g}")
+        return value
+    return parse
+
+
+def int_at_least(lo):
+    """An argparse ``type``: an integer >= ``lo``."""
+    return bounded(int, lo, strict=False)
+
+
+def float_above(lo):
+    """An argparse ``type``: a number above ``lo``."""
+    return bounded(float, lo, strict=True)
+
+
+def network_names():
+    """The names of the networks the package ships (for ``--network``'s help)."""
+    from bpsa.spec.network import network_names
+    return network_names()
+
+
+def preset_list():
+    """The preset names, comma-separated (for ``--config``'s help)."""
+    from bpsa.config import preset_names
+    return ", ".join(preset_names())
+
+
+def add_config(sp):
+    """Add ``--config`` (a preset or a TOML file, default ``small``) to the sub-parser
+    ``sp``."""
+    sp.add_argument("--config", default="small",
+                    help=f"preset name ({preset_list()}) or path to a TOML file "
+                         "(default: small)")
+
+
+def out_dir(path):
+    """``path`` as a directory the command can write (created when missing), or
+    :class:`UserError` naming why not."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".bpsa_write_test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"-o {path}: cannot write there ({e.strerror or e})") from None
+    return out
+
+
+def parent_dir(path):
+    """Make sure the directory of the file ``path`` can be written (:func:`out_dir`)."""
+    parent = Path(path).parent
+    return out_dir(parent if str(parent) else ".")
+
+
+def plot_path(text):
+    """``--plot`` ``text`` as a :class:`~pathlib.Path`, or :class:`UserError` when its suffix
+    is not one of :data:`PLOT_SUFFIXES`."""
+    path = Path(text)
+    if path.suffix not in PLOT_SUFFIXES:
+        raise UserError(f"--plot {text!r}: the file must end in .png, .svg or .pdf")
+    return path
+
+
+def version():
+    """The installed ``backprop-systolic`` version, ``unknown`` in a source tree without an
+    install."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("backprop-systolic")
+    except PackageNotFoundError:          # running from a source tree without install
+        return "unknown"
+
+
+def config_of(args):
+    """The configuration of ``args.config`` (:func:`bpsa.config.load_config`), or
+    :class:`UserError` ``invalid configuration: ...``."""
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        raise UserError(f"invalid configuration: {e}") from None

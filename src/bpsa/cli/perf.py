@@ -1,0 +1,175 @@
+"""``bpsa perf``: the cycle model (:mod:`bpsa.models.perf`) of a layer or of every layer of
+the workload, and a whole network's training step (:mod:`bpsa.models.network_perf`)."""
+
+import csv
+import json
+import os
+import sys
+import time
+
+from bpsa.cli.args import (UserError, add_config, config_of, float_above, int_at_least,
+                           network_names, parent_dir, plot_path)
+
+__all__ = ["register", "run"]
+
+
+def register(sub):
+    """Add the ``perf`` sub-parser to ``sub``."""
+    sp = sub.add_parser("perf", help="cycle model of the forward pass and the zero-free loss "
+                                     "and gradient: cycles, utilization, roofline, DMA and "
+                                     "what bounds a layer, or every layer of the workload, in "
+                                     "seconds without RTL")
+    add_config(sp)
+    sp.add_argument("--phase", choices=["forward", "loss", "gradient", "both", "all"],
+                    default="all",
+                    help="both: loss and gradient; all (default): forward, loss and gradient")
+    sp.add_argument("--layer", metavar="C=..,H=..,K=..,R=..,stride=..,pad=..,N=..",
+                    help="one layer (as for bpsa sim)")
+    sp.add_argument("--workload", action="store_true",
+                    help="every layer of src/bpsa/workloads/conv_layers.csv")
+    sp.add_argument("--network", metavar="NAME|FILE.csv",
+                    help="a training step of a whole network: one of "
+                         + ", ".join(network_names()) + ", or a network file "
+                         "(docs/networks.md)")
+    sp.add_argument("--phases", metavar="forward,loss,gradient",
+                    help="with --network: the phases of the step (default: all three)")
+    sp.add_argument("--clock", type=float_above(0), default=100.0, metavar="MHZ",
+                    help="with --network: the clock for the time a step takes (default: 100)")
+    sp.add_argument("--frontend", choices=["feeder", "channel_first", "best"],
+                    default="feeder", type=lambda v: v.replace("-", "_"),
+                    help="with --network: the forward's front end; best: per layer the "
+                         "faster (the descriptor's MODE; configurations with forward_frontends "
+                         "channel_first)")
+    sp.add_argument("--csv", action="store_true", help="with --network: CSV on stdout")
+    sp.add_argument("--plot", metavar="FILE.png|.svg",
+                    help="with --network: utilization, time per layer and the roofline")
+    sp.add_argument("--batch", type=int_at_least(1), default=None,
+                    help="batch (default: the layer's N, or 1 for --workload)")
+    sp.add_argument("--baseline", action="store_true",
+                    help="loss and gradient the traditional way: the forward convolution of "
+                         "the zero-spaced operands (utilization of the layer's own MACs)")
+    sp.add_argument("--requant", action="store_true",
+                    help="the forward's and the loss's outputs leave requantized, as operands "
+                         "(the descriptor's REQUANT), instead of as accumulators")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=run)
+
+
+def run(args):
+    """The model of ``--layer`` or ``--workload`` in the zero-free loss and gradient (and the
+    forward), or of a ``--network``'s training step: a table, or one JSON object."""
+    from bpsa.models.perf import conv_dims, phase_table, workload_layers
+    from bpsa.spec.layer import parse_layer
+    config = config_of(args)
+    phases = {"both": ["loss", "gradient"],
+              "all": ["forward", "loss", "gradient"]}.get(args.phase, [args.phase])
+    if args.baseline:
+        if "forward" in phases and args.phase != "all":
+            raise UserError("--baseline applies to the loss and the gradient, not --phase "
+                            "forward")
+        phases = [p for p in phases if p != "forward"]
+    if args.requant and args.baseline:
+        raise UserError("--requant applies to the zero-free model, not --baseline")
+    if sum((args.layer is not None, args.workload, args.network is not None)) != 1:
+        raise UserError("give one of --layer C=..,H=..,K=.., --workload or --network NAME")
+    if args.network is not None:
+        return _network(args, config)
+    if args.plot or args.csv or args.phases:
+        raise UserError("--plot, --csv and --phases apply to --network")
+    if args.layer is not None:
+        try:
+            lay = parse_layer(args.layer)
+        except ValueError as e:
+            raise UserError(f"--layer {args.layer!r}: {e}") from None
+        layers = [("-", args.layer, conv_dims(lay, args.batch))]
+    else:
+        layers = workload_layers(args.batch or 1)
+    t0 = time.perf_counter()
+    try:
+        out = phase_table(config, layers, phases, baseline=args.baseline,
+                          requant=args.requant, refusals=args.layer is None)
+    except ValueError as e:
+        raise UserError(f"cannot model layer {args.layer!r} on {config.name!r}: {e}") from None
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"config": config.name, "seconds": seconds, "layers": out},
+                         sort_keys=True))
+        return
+    print(f"{'network':14s} {'layer':22s} {'phase':8s} {'cycles':>11s} {'util':>6s} "
+          f"{'roofline':>11s} {'x roof':>6s} {'DMA busy':>10s}  bound")
+    for e in out:
+        if "refused" in e:
+            print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} refused: "
+                  f"{e['refused']}")
+            continue
+        print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} {e['cycles']:11,d} "
+              f"{e['utilization']:6.3f} {e['roofline_cycles']:11,d} {e['over_roofline']:6.2f} "
+              f"{e['dma_busy_cycles']:10,d}  {e['bound']}")
+    print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
+
+
+def _network(args, config):
+    """``bpsa perf --network``: a training step of a whole network
+    (:func:`bpsa.models.network_perf.network_step`), a table, CSV or JSON, and a plot."""
+    from bpsa.models.network_perf import PHASES, network_step
+    from bpsa.spec.network import NetworkError, load_network
+    if args.baseline:
+        raise UserError("--baseline applies to --layer and --workload, not --network")
+    phases = args.phases.split(",") if args.phases else list(PHASES)
+    bad = [p for p in phases if p not in PHASES]
+    if bad or not phases:
+        raise UserError(f"--phases {args.phases!r}: give a comma list of "
+                        f"{', '.join(PHASES)}")
+    if args.plot:
+        parent_dir(plot_path(args.plot))
+    try:
+        net = load_network(args.network)
+    except NetworkError as e:
+        raise UserError(str(e)) from None
+    t0 = time.perf_counter()
+    try:
+        step = network_step(config, net, batch=args.batch or 1, phases=phases,
+                            clock_mhz=args.clock, requant=args.requant,
+                            jobs=os.cpu_count() or 1, frontend=args.frontend)
+    except ValueError as e:
+        raise UserError(f"--frontend {args.frontend}: {e}") from None
+    seconds = time.perf_counter() - t0
+    if args.plot:
+        from bpsa.tools.perf_plots import plot_step
+        plot_step(step, config, args.plot)
+    if args.json:
+        print(json.dumps(dict(step.as_dict(), model_seconds=seconds), sort_keys=True))
+        return
+    if args.csv:
+        fields = ["layer", "op", "phase", "batch", "status", "frontend", "cycles",
+                  "utilization", "macs",
+                  "dma_read_bytes", "dma_write_bytes", "a_words", "b_words", "p_words",
+                  "bound", "roofline_cycles", "reason"]
+        w = csv.DictWriter(sys.stdout, fields, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in step.rows:
+            w.writerow(r)
+        return
+    print(f"{'layer':22s} {'op':6s} {'phase':8s} {'cycles':>13s} {'util':>6s} "
+          f"{'DMA read':>13s} {'DMA write':>12s} {'A/B/P words':>17s}  bound")
+    for r in step.rows:
+        head = f"{r['layer']:22s} {r['op']:6s} {r['phase']:8s}"
+        if r["status"] != "run":
+            print(f"{head} {r['status']}: {r['reason']}")
+            continue
+        words = f"{r['a_words']}/{r['b_words']}/{r['p_words']}"
+        print(f"{head} {r['cycles']:13,d} {r['utilization']:6.3f} {r['dma_read_bytes']:13,d} "
+              f"{r['dma_write_bytes']:12,d} {words:>17s}  {r['bound']}")
+    t = step.totals
+    print(f"\n{net.name} on {config.name} ({config.rows}x{config.cols}), batch {step.batch}: "
+          f"{t['cycles']:,d} cycles a training step, utilization {t['utilization']:.3f}, "
+          f"{t['seconds'] * 1e3:,.2f} ms at {args.clock:g} MHz; DMA "
+          f"{t['dma_read_bytes'] + t['dma_write_bytes']:,d} bytes")
+    for phase, pt in step.by_phase.items():
+        print(f"  {phase:8s} {pt['cycles']:15,d} cycles  utilization {pt['utilization']:.3f}"
+              f"  ({pt['layers_run']} layers run, {pt['refused']} not run, "
+              f"{pt['skipped']} skipped)")
+    if step.refused:
+        print(f"not run on {config.name}: {len(step.refused)} layer phases (listed above)")
+    print(f"(the cycle model in {seconds:.2f} s"
+          + (f"; plot: {args.plot})" if args.plot else ")"))

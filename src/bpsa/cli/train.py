@@ -1,0 +1,80 @@
+"""``bpsa train``: the digits CNN in the accelerator's integer arithmetic, on the simulated RTL
+or its numpy model, next to PyTorch (:func:`bpsa.host.digits.training_run`)."""
+
+import json
+from pathlib import Path
+
+from bpsa.cli.args import UserError, config_of, int_at_least, parent_dir, plot_path, preset_list
+
+__all__ = ["register", "run"]
+
+
+def register(sub):
+    """Add the ``train`` sub-parser to ``sub``."""
+    sp = sub.add_parser("train", help="train the digits CNN in the accelerator's integer "
+                                      "arithmetic, on the simulated RTL or its numpy model, "
+                                      "next to PyTorch",
+                        epilog="example: bpsa train --dataset digits --epochs 15 --backend rtl "
+                               "--config ecp5_train")
+    sp.add_argument("--dataset", choices=["digits"], required=True,
+                    help="digits: scikit-learn's 8 x 8 handwritten digits")
+    sp.add_argument("--backend", choices=["rtl", "model"], default="model",
+                    help="rtl: the convolutions on the accelerator under Verilator; model: the "
+                         "same integers in numpy (default)")
+    sp.add_argument("--config", default="ecp5_train",
+                    help=f"preset ({preset_list()}) or TOML file with signed 16-bit operands "
+                         "(default: ecp5_train)")
+    sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
+    sp.add_argument("--batch", type=int_at_least(1), default=32,
+                    help="a power of two (default: 32)")
+    sp.add_argument("--lr-shift", type=int_at_least(0), default=2,
+                    help="learning rate 2**-S (default: 2)")
+    sp.add_argument("--seed", type=int_at_least(0), default=0,
+                    help="the split, the initial weights and the order (default: 0)")
+    sp.add_argument("--plot", metavar="FILE.png",
+                    help="loss and accuracy curves (default: build/train/digits_<backend>.png)")
+    sp.add_argument("--no-reference", action="store_true",
+                    help="skip the PyTorch float32 run")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=run)
+
+
+def run(args):
+    """Train, draw the curves and print the accuracy a epoch and the cycles a step (or one
+    JSON object)."""
+    from bpsa.host import digits
+    from bpsa.tools.perf_plots import plot_training
+    config = config_of(args)
+    try:
+        digits.ModelOps(config)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.batch & (args.batch - 1):
+        raise UserError(f"--batch {args.batch}: give a power of two")
+    plot = plot_path(str(Path(args.plot or f"build/train/digits_{args.backend}.png")))
+    parent_dir(plot)
+    simulate = None
+    if args.backend == "rtl":
+        import bpsa
+        simulate = bpsa.simulate
+    result = digits.training_run(config, simulate=simulate, epochs=args.epochs,
+                                 batch=args.batch, lr_shift=args.lr_shift, seed=args.seed,
+                                 reference=not args.no_reference, progress=not args.json)
+    history, reference = result.history, result.reference
+    plot_training(history, reference, plot, args.backend)
+    summary = dict(result.summary(), plot=str(plot))
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+        return
+    for h in history:
+        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
+              f"test {h['test_accuracy']:.3f}"
+              + (f"  reference {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
+                 if reference else ""))
+    why = result.reference_missing or "--no-reference"
+    print(f"test accuracy {summary['test_accuracy']:.3f} ({args.backend} backend on "
+          f"{config.name})" + (f", PyTorch float32 {summary['reference_accuracy']:.3f}"
+                               if reference else f", no PyTorch reference ({why})"))
+    print(f"{summary['cycles_per_step']:,d} accelerator cycles a step of {args.batch}, "
+          f"{summary['cycles_per_epoch']:,d} an epoch ({result.cycles_source}); "
+          f"curves: {plot}")
