@@ -162,7 +162,8 @@ def _gemm(args, config):
                         f"{config.name!r} (dataflows {list(config.dataflows)})")
     if args.sgd_shift is not None and args.dataflow != "interleaved":
         raise UserError("--sgd-shift applies only to --dataflow interleaved")
-    return run_gemm(config, args.dataflow, dims, seed=args.seed, sgd_shift=args.sgd_shift)
+    return run_gemm(config, args.dataflow, dims, seed=args.seed, sgd_shift=args.sgd_shift,
+                    progress=_progress(args))
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def _engine_forward(args, config):
         check_config(config)
         layer = parse_layer(args.layer)
         descriptor(config, layer)
-    return run_forward(config, layer, seed=args.seed)
+    return run_forward(config, layer, seed=args.seed, progress=_progress(args))
 
 
 def _engine_backward(args, config):
@@ -256,7 +257,8 @@ def _engine_backward(args, config):
     with _refusals(args, config, _ENGINE_BACKWARD):
         layer = parse_layer(args.layer)
         check_layer(config, layer, args.phase, args.baseline)
-    return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed)
+    return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed,
+                        progress=_progress(args))
 
 
 def _engine_fc(args, config):
@@ -268,7 +270,8 @@ def _engine_fc(args, config):
     with _refusals(args, config, _ENGINE_FC):
         layer = parse_fc(args.layer)
         check_layer(config, layer, args.sgd_shift)
-    return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed)[0]
+    return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed,
+                         progress=_progress(args))[0]
 
 
 def _trace_window(text):
@@ -281,6 +284,11 @@ def _trace_window(text):
     if not 0 <= first <= last:
         raise UserError(f"--trace-window {text!r}: need 0 <= FIRST <= LAST")
     return first, last
+
+
+def _progress(args):
+    """Progress bars and build messages on standard error, unless ``--json`` or ``--quiet``."""
+    return not (args.quiet or args.json)
 
 
 def _native(args):
@@ -298,7 +306,7 @@ def _native(args):
             check_trace_path(args.trace)
         except ValueError as e:
             raise UserError(f"--trace: {e}") from None
-    return {"progress": not (args.quiet or args.json), "trace": args.trace,
+    return {"progress": _progress(args), "trace": args.trace,
             "trace_window": window}
 
 

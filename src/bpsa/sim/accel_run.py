@@ -15,7 +15,8 @@ __all__ = ["check_fc", "check_job", "check_layer", "fc_job", "job", "job_mode", 
 def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mode=None,
         requant=None):
     """The testbench job of a :class:`bpsa.spec.layer.ConvLayer` (``baseline``: loss or
-    gradient the traditional way, see :meth:`bpsa.spec.layer.ConvLayer.baseline`; ``mode``: the backward mode,
+    gradient the traditional way, see :meth:`bpsa.spec.layer.ConvLayer.baseline`; ``mode``:
+    the backward mode,
     default the driver's; ``requant``: a shift, the output leaves requantized)."""
     return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
             "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode,

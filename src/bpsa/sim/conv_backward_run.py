@@ -198,7 +198,8 @@ def summary(config, layer, phase, got, want, counters, *, baseline=False):
     return out
 
 
-def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1):
+def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1,
+                        progress=True):
     """Run ``layers`` one after the other on one ConvBackward generated for ``config`` under
     Verilator (cocotb module ``bpsa.verify.tb_conv_backward``), random dY and W from ``seed``.
     Returns one summary dict per layer. Raises :exc:`ValueError` for a layer the hardware
@@ -216,16 +217,17 @@ def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1)
                f"{hashlib.sha256(env['BPSA_LAYERS'].encode()).hexdigest()[:10]}")
         try:
             run_cocotb(config, "bpsa.verify.tb_conv_backward", top="conv_backward",
-                       testcase=testcase, extra_env=env, tag=tag)
+                       testcase=testcase, extra_env=env, tag=tag, progress=progress)
         except AssertionError:
             if not out.exists():
                 raise
         return json.loads(out.read_text())
 
 
-def run_backward(config, phase, layer, *, baseline=False, seed=1):
+def run_backward(config, phase, layer, *, baseline=False, seed=1, progress=True):
     """:func:`run_backward_layers` for one layer (a :class:`ConvLayer` or a layer string):
     its summary dict."""
     if not isinstance(layer, ConvLayer):
         layer = parse_layer(layer)
-    return run_backward_layers(config, [layer], phase=phase, baseline=baseline, seed=seed)[0]
+    return run_backward_layers(config, [layer], phase=phase, baseline=baseline, seed=seed,
+                               progress=progress)[0]

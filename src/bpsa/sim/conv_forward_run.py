@@ -179,7 +179,7 @@ def unpack_struct(layout, value, arrays=None):
 
 # --- running the RTL -----------------------------------------------------------------------
 
-def run_forward_layers(config, layers, *, seed=1, random_base=False):
+def run_forward_layers(config, layers, *, seed=1, random_base=False, progress=True):
     """Run ``layers`` (a list of :class:`ConvLayer`) one after the other on one ConvForward
     generated for ``config`` under Verilator (cocotb module ``bpsa.verify.tb_conv_forward``), with
     random X and W from ``seed``. Returns one summary dict per layer (see :func:`summary`);
@@ -196,13 +196,14 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False):
         tag = f"{seed}_{hashlib.sha256(env['BPSA_LAYERS'].encode()).hexdigest()[:10]}"
         try:
             run_cocotb(config, "bpsa.verify.tb_conv_forward", top="conv_forward",
-                       testcase="forward_matches_golden", extra_env=env, tag=tag)
+                       testcase="forward_matches_golden", extra_env=env, tag=tag,
+                       progress=progress)
         except AssertionError:
             if not out.exists():
                 raise
         return json.loads(out.read_text())
 
 
-def run_forward(config, layer, *, seed=1):
+def run_forward(config, layer, *, seed=1, progress=True):
     """:func:`run_forward_layers` for one layer: its summary dict."""
-    return run_forward_layers(config, [layer], seed=seed)[0]
+    return run_forward_layers(config, [layer], seed=seed, progress=progress)[0]

@@ -139,7 +139,7 @@ def summary(config, layer, got, want, counters, *, sgd_shift=None):
             "utilization": g["macs"] / (config.rows * config.cols * cycles) if cycles else 0.0}
 
 
-def run_fc_layers(config, layers, *, sgd_shift=None, seed=1):
+def run_fc_layers(config, layers, *, sgd_shift=None, seed=1, progress=True):
     """Run FC layers one after the other on one ConvBackward generated for ``config`` under
     Verilator (cocotb test ``fc_matches_golden`` of ``bpsa.verify.tb_conv_backward``). Returns one
     summary dict per layer. Raises :exc:`ValueError` for a layer the hardware refuses."""
@@ -155,7 +155,8 @@ def run_fc_layers(config, layers, *, sgd_shift=None, seed=1):
                f"{hashlib.sha256(env['BPSA_FC_LAYERS'].encode()).hexdigest()[:10]}")
         try:
             run_cocotb(config, "bpsa.verify.tb_conv_backward", top="conv_backward",
-                       testcase="fc_matches_golden", extra_env=env, tag=tag)
+                       testcase="fc_matches_golden", extra_env=env, tag=tag,
+                       progress=progress)
         except AssertionError:
             if not out.exists():
                 raise

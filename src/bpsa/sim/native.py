@@ -400,7 +400,8 @@ class SimulatedAccelerator:
     ``counters`` holds the hardware's counters of the last call; ``options`` go to
     :class:`NativeTransport` (``trace``, ``trace_window``, ``opt``, ``threads``; ``progress``:
     the first use of a configuration builds its Verilator model for a minute or more and says
-    so on standard error, unless false). Use it as a context manager (:func:`bpsa.simulate`). ``pool`` and ``pool_backward`` need a
+    so on standard error, unless false). Use it as a context manager (:func:`bpsa.simulate`).
+    ``pool`` and ``pool_backward`` need a
     configuration with the pooling unit (``pool_kinds``)."""
 
     def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, **options):

@@ -61,7 +61,7 @@ def run_pool(config, layer, *, seed=1, progress=False, trace=None, trace_window=
 
     y, dx, fwd, bwd, fplan, bplan = run_with_driver(
         config, body, mem_bytes=_memory(config, layer), seed=seed, trace=trace,
-        trace_window=trace_window, stall=stall)
+        trace_window=trace_window, stall=stall, progress=progress)
     out["forward_match"] = bool(np.array_equal(y, want_y))
     out["backward_match"] = bool(np.array_equal(dx, want_dx))
     out["match"] = out["forward_match"] and out["backward_match"]

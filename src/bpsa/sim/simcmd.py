@@ -10,10 +10,10 @@ from bpsa.sim.runner import run_cocotb
 __all__ = ["run_gemm"]
 
 
-def run_gemm(config, flow, dims, *, seed=1, sgd_shift=None):
+def run_gemm(config, flow, dims, *, seed=1, sgd_shift=None, progress=True):
     """Run a random GEMM (or, for ``interleaved``, an FC backward pass with dims (O, Bt, I))
     on the array generated for ``config``. Returns the summary dict; ``match`` tells whether
-    every result equals numpy."""
+    every result equals numpy. ``progress``: a first build says so on standard error."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "summary.json"
         env = {"BPSA_FLOW": flow, "BPSA_DIMS": ",".join(str(d) for d in dims),
@@ -21,7 +21,8 @@ def run_gemm(config, flow, dims, *, seed=1, sgd_shift=None):
                "BPSA_SGD": "" if sgd_shift is None else str(sgd_shift)}
         tag = f"{flow}_{'x'.join(str(d) for d in dims)}_{seed}_{sgd_shift}"
         try:
-            run_cocotb(config, "bpsa.verify.tb_array", top="array", extra_env=env, tag=tag)
+            run_cocotb(config, "bpsa.verify.tb_array", top="array", extra_env=env, tag=tag,
+                       progress=progress)
         except AssertionError:
             if not out.exists():
                 raise
