@@ -91,7 +91,7 @@ def build_native(config, *, opt=None, threads=None, trace=False, build_root=None
         if shutil.which(tool) is None:
             raise RuntimeError(f"the native transport needs {tool!r} (a C++ compiler and "
                                f"make) on PATH to build the Verilator model")
-    root = verilator_env()
+    root = verilator_env(build_root)
     harness = _HARNESS.read_text()
     shims = "".join((_SHIM / name).read_text() for name in ("lz4.h", "zlib.h")) if trace else ""
     flavour = f"{opt}_t{threads}{'_fst' if trace else ''}"

