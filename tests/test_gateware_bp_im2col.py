@@ -3,7 +3,7 @@ simulator) against the model beat by beat over whole layers, end-to-end numerics
 addresses, backpressure, refused descriptors, the buffer-side blocks with modelled buffers, and
 the generated Verilog under Verilator through cocotb; a bounded formal check of the coordinate
 maps (NZ detection and mapping) against their division-based definitions (bounded model checks
-with yowasp-sby and z3, marked ``formal``)."""
+with yowasp-sby and Yices 2, marked ``formal``)."""
 
 import functools
 import random
@@ -513,8 +513,8 @@ def test_buffer_path(phase, array):
 # TransposedMap and DilatedMap (the counters the generators step, their NZ tests and compact
 # addresses) against their definitions by floor division, for every layer whose fields fit in
 # FORMAL_DW bits and every coordinate: each property is combinational, so a depth-1 BMC with
-# z3 proves it for all values of those widths (addresses modulo 2**FORMAL_AW). The proofs take
-# tens of seconds; z3 comes from the z3-solver wheel (a dev dependency).
+# The solver proves it for all values of those widths (addresses modulo 2**FORMAL_AW). The proofs take
+# tens of seconds; the solver comes from a wheel (a dev dependency: bpsa.verify.formal).
 
 FORMAL_DW, FORMAL_AW = 3, 6
 FORMAL_PROPS = [("loss", "origin"), ("loss", "row_step"), ("loss", "lane_step"),

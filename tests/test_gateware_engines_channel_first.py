@@ -260,7 +260,7 @@ def test_short_tiles_are_spaced():
 # additions only) against its definition by multiplication, for every run whose fields are
 # below 2**FORMAL_DW and every position: the origin is position 0, and one step from any
 # position but the run's last is the next position of the loop nest (ow fastest, then oh, then
-# q0 by T, then r). Each property is combinational, so a depth-1 BMC with z3 proves it for all
+# q0 by T, then r). Each property is combinational, so a depth-1 BMC proves it for all
 # values. By induction over the stream, row i of every vector reads input pixel (oh s_h + r d_h
 # - pad_top, ow s_w + (q0 + g_i) d_w - pad_w) at bank word x_base + y W + x: the naive model of
 # `bpsa.models.channel_first.row_addresses`.

@@ -223,7 +223,7 @@ def test_zero_free_run_equals_golden_weight_grad(cfg, seed):
 # only) against its definition by multiplication, for every run whose fields are below
 # 2**FORMAL_DW and every position: the origin is position 0, and one step from any position is
 # the next position of the loop nest (or, from the last, the origin with ``wrapped``). Each
-# property is combinational, so a depth-1 BMC with z3 proves it for all values. By induction
+# property is combinational, so a depth-1 BMC proves it for all values. By induction
 # over the vectors, every X word the walker reads is X[oh s_h + r d_h - p_t, ow s_w + q d_w -
 # p_w] and every dY word dY[oh, ow]: no stride zero is ever formed.
 

@@ -253,7 +253,7 @@ def test_zero_free_loss_run_equals_golden(cfg, seed):
 # division of ``a + pad - r d`` by the stride, steps it by ``sub_divmod`` (next tap, with the
 # dilation's quotient and remainder from the controller) and ``inc_divmod`` (next class), and
 # reads the position with ``dy_position``. Each is proved against floor division for every
-# value of FORMAL_DW-bit fields: combinational properties, depth-1 BMCs with z3. With them,
+# value of FORMAL_DW-bit fields: combinational properties, depth-1 BMCs. With them,
 # by induction over the walker's taps and classes, a tap is sent only where the zero-spaced dY
 # holds a real dY pixel (no stride zero is read or multiplied), and it is that pixel.
 
