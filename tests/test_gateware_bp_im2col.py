@@ -512,8 +512,8 @@ def test_buffer_path(phase, array):
 #
 # TransposedMap and DilatedMap (the counters the generators step, their NZ tests and compact
 # addresses) against their definitions by floor division, for every layer whose fields fit in
-# FORMAL_DW bits and every coordinate: each property is combinational, so a depth-1 BMC with
-# The solver proves it for all values of those widths (addresses modulo 2**FORMAL_AW). The proofs take
+# FORMAL_DW bits and every coordinate: each property is combinational, so a depth-1 BMC
+# proves it for all values of those widths (addresses modulo 2**FORMAL_AW). The proofs take
 # tens of seconds; the solver comes from a wheel (a dev dependency: bpsa.verify.formal).
 
 FORMAL_DW, FORMAL_AW = 3, 6
