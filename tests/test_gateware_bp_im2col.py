@@ -147,6 +147,10 @@ def test_refusals():
         CrossbarRecovery(None)
     with pytest.raises(ValueError, match="does not fit in dim_width"):
         model.pack_desc(ConvLayer.conv(1, 1, 300, 4, 1, 1, 1), 8)
+    with pytest.raises(ValueError, match="padded input"):
+        model.desc_fields(ConvLayer.conv(1, 1, 3, 3, 1, 3, 3, dil=2))
+    with pytest.raises(ValueError, match="symmetric padding"):
+        model.beats(ConvLayer.conv(1, 1, 5, 5, 1, 3, 3, pad=1, pad_bottom=0), "loss_b", 4, 4)
 
 
 # --- the RTL in the Amaranth simulator -----------------------------------------------------------

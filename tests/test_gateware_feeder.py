@@ -500,6 +500,20 @@ def test_check_layer_refuses(layer, reason):
         check_layer(CFG, layer)
 
 
+def test_descriptor_of_a_layer():
+    """A run's descriptor carries the layer's fields (the bottom padding resolved), its run
+    fields, and nothing of a non-layer."""
+    layer = ConvLayer.conv(2, 3, 9, 12, 5, 3, 4, (1, 2), (2, 1), (3, 2))
+    d = FeederDescriptor.of(layer, base=7, ctx_oh=1, ctx_count=3)
+    assert d.fields() == {
+        "batch": 2, "channels": 3, "height": 9, "width": 12, "kernel_h": 3, "kernel_w": 4,
+        "stride_h": 1, "stride_w": 2, "pad_h": 2, "pad_w": 1, "dil_h": 3, "dil_w": 2,
+        "base": 7, "ctx_n": 0, "ctx_oh": 1, "ctx_ow": 0, "ctx_count": 3, "pad_bottom": 2}
+    assert d.out_hw == layer.out_hw
+    with pytest.raises(TypeError, match="layer must be a ConvLayer"):
+        FeederDescriptor.of(d)
+
+
 @pytest.mark.parametrize("layer,reason", [
     (_desc(1, 1, 256, 4, 3, 3), "height must be in"),
     (_desc(1, 1, 4, 4, 3, 3, pad=-1), "pad_h must be in"),
