@@ -40,7 +40,7 @@ from bpsa.gateware.bp_im2col import (
 )
 from bpsa.models import bp_im2col_model as model
 from bpsa.models import golden
-from bpsa.models.bp_im2col_model import Layer
+from bpsa.spec.layer import ConvLayer
 from bpsa.verify.formal import prove
 
 ARRAYS = {
@@ -49,45 +49,50 @@ ARRAYS = {
 }
 GENERATORS = {"loss": TransposedAddressGenerator, "grad": DilatedAddressGenerator}
 
-#: (n, c, h, w, k, r, s, stride, padding, dilation): strides 1-4, padding 0-3 and beyond
+#: ConvLayer.conv(n, c, h, w, k, r, s, stride, pad, dil): strides 1-4, padding 0-3 and beyond
 #: d(R-1), kernels 1x1 to 7x7 (square and rectangular), dilation 1-2, batch 1-2, non-square.
 LAYERS = [
-    Layer(1, 2, 7, 5, 2, 3, 3, 2, 1, 1),                 # 3x3 stride 2, non-square input
-    Layer(2, 1, 6, 9, 2, 2, 3, (2, 3), (1, 2), (1, 2)),  # rectangular, per-axis everything
-    Layer(1, 1, 11, 8, 1, 7, 7, 2, 3, 1),                # 7x7 stride 2 padding 3
-    Layer(1, 2, 5, 6, 1, 1, 1, 2, 1, 1),                 # 1x1 stride 2, p > d(R-1): crops dY
-    Layer(1, 3, 6, 6, 2, 1, 1, 2, 0, 1),                 # 1x1 stride 2
-    Layer(2, 1, 9, 7, 2, 3, 2, 4, (3, 0), 2),            # stride 4, dilation 2
-    Layer(1, 1, 9, 9, 2, 3, 3, 3, 0, 1),                 # stride 3, no padding
-    Layer(1, 2, 8, 7, 1, 3, 3, 1, 3, 1),                 # stride 1, p = 3 > d(R-1) = 2
-    Layer(1, 1, 10, 6, 1, 5, 5, 2, 2, 1),                # 5x5 stride 2
-    Layer(2, 2, 5, 4, 1, 3, 3, 1, 1, 2),                 # dilation 2, p < d(R-1)
-    Layer(1, 1, 7, 12, 2, 1, 7, (1, 3), (0, 3), 1),      # 1x7
-    Layer(1, 1, 12, 5, 1, 7, 1, (4, 1), (3, 0), 1),      # 7x1 stride 4
-    Layer(1, 2, 6, 6, 2, 2, 2, 2, 0, 1),                 # 2x2 stride 2
-    Layer(1, 1, 13, 11, 1, 3, 3, 4, 2, 1),               # stride 4, far-edge remainder rows
-    Layer(2, 1, 4, 5, 3, 2, 2, 1, 0, 2),                 # dilation 2, stride 1
-    Layer(1, 1, 5, 5, 1, 3, 3, 2, 3, 2),                 # p = 3 < d(R-1) = 4, dilation 2
-    Layer(1, 1, 3, 3, 1, 3, 3, 1, 3, 1),                 # p > d(R-1) on a tiny input
-    Layer(1, 1, 1, 1, 1, 1, 1),                          # the smallest layer
-    Layer(2, 1, 2, 3, 1, 2, 2, 2, 1, 1),                 # tiny images: slices span images
-    Layer(2, 1, 3, 3, 2, 3, 3, 1, 0, 1),                 # 1x1 dY: one image per A lane
-    Layer(1, 1, 7, 7, 1, 4, 4, 3, 2, 1),                 # even kernel, stride 3
-    Layer(2, 2, 6, 5, 2, 3, 3, (3, 2), (2, 1), (2, 1)),  # mixed per-axis, batch 2
+    ConvLayer.conv(1, 2, 7, 5, 2, 3, 3, 2, 1, 1),                # 3x3 stride 2, non-square input
+    ConvLayer.conv(2, 1, 6, 9, 2, 2, 3, (2, 3), (1, 2), (1, 2)), # rectangular, per-axis everything
+    ConvLayer.conv(1, 1, 11, 8, 1, 7, 7, 2, 3, 1),               # 7x7 stride 2 padding 3
+    ConvLayer.conv(1, 2, 5, 6, 1, 1, 1, 2, 1, 1),                # 1x1 stride 2, p > d(R-1) crops dY
+    ConvLayer.conv(1, 3, 6, 6, 2, 1, 1, 2, 0, 1),                # 1x1 stride 2
+    ConvLayer.conv(2, 1, 9, 7, 2, 3, 2, 4, (3, 0), 2),           # stride 4, dilation 2
+    ConvLayer.conv(1, 1, 9, 9, 2, 3, 3, 3, 0, 1),                # stride 3, no padding
+    ConvLayer.conv(1, 2, 8, 7, 1, 3, 3, 1, 3, 1),                # stride 1, p = 3 > d(R-1) = 2
+    ConvLayer.conv(1, 1, 10, 6, 1, 5, 5, 2, 2, 1),               # 5x5 stride 2
+    ConvLayer.conv(2, 2, 5, 4, 1, 3, 3, 1, 1, 2),                # dilation 2, p < d(R-1)
+    ConvLayer.conv(1, 1, 7, 12, 2, 1, 7, (1, 3), (0, 3), 1),     # 1x7
+    ConvLayer.conv(1, 1, 12, 5, 1, 7, 1, (4, 1), (3, 0), 1),     # 7x1 stride 4
+    ConvLayer.conv(1, 2, 6, 6, 2, 2, 2, 2, 0, 1),                # 2x2 stride 2
+    ConvLayer.conv(1, 1, 13, 11, 1, 3, 3, 4, 2, 1),              # stride 4, far-edge remainder rows
+    ConvLayer.conv(2, 1, 4, 5, 3, 2, 2, 1, 0, 2),                # dilation 2, stride 1
+    ConvLayer.conv(1, 1, 5, 5, 1, 3, 3, 2, 3, 2),                # p = 3 < d(R-1) = 4, dilation 2
+    ConvLayer.conv(1, 1, 3, 3, 1, 3, 3, 1, 3, 1),                # p > d(R-1) on a tiny input
+    ConvLayer.conv(1, 1, 1, 1, 1, 1, 1),                         # the smallest layer
+    ConvLayer.conv(2, 1, 2, 3, 1, 2, 2, 2, 1, 1),                # tiny images: slices span images
+    ConvLayer.conv(2, 1, 3, 3, 2, 3, 3, 1, 0, 1),                # 1x1 dY: one image per A lane
+    ConvLayer.conv(1, 1, 7, 7, 1, 4, 4, 3, 2, 1),                # even kernel, stride 3
+    ConvLayer.conv(2, 2, 6, 5, 2, 3, 3, (3, 2), (2, 1), (2, 1)), # mixed per-axis, batch 2
 ]
 
 
 def _ids(layers):
-    return [str(layer) for layer in layers]
+    return [layer.text() for layer in layers]
+
+
+def _params(layer):
+    """``(stride, padding, dilation)``, as golden's functions take them."""
+    return layer.stride, layer.pad, layer.dil
 
 
 # --- the model against the golden lowerings ------------------------------------------------------
 
 def _tensors(layer, seed):
     rng = np.random.default_rng(seed)
-    dy = rng.integers(-8, 8, (layer.n, layer.k, layer.oh, layer.ow))
-    w = rng.integers(-8, 8, (layer.k, layer.c, layer.r, layer.s))
-    x = rng.integers(-8, 8, (layer.n, layer.c, layer.h, layer.w))
+    dy = rng.integers(-8, 8, (layer.batch, layer.out_channels, *layer.out_hw))
+    w = rng.integers(-8, 8, layer.w_shape)
+    x = rng.integers(-8, 8, layer.x_shape)
     return dy, w, x
 
 
@@ -98,8 +103,8 @@ def test_model_matches_golden_lowering(layer, array):
     produced once; the model's tiled GEMM equals the direct loss and gradient."""
     cfg = ARRAYS[array]
     dy, w, x = _tensors(layer, 1)
-    lo = golden.lower_input_grad(dy, w, (layer.h, layer.w), **layer.kwargs())
-    lg = golden.lower_weight_grad(x, dy, (layer.r, layer.s), **layer.kwargs())
+    lo = golden.lower_input_grad(dy, w, (layer.height, layer.width), *_params(layer))
+    lg = golden.lower_weight_grad(x, dy, (layer.kernel_h, layer.kernel_w), *_params(layer))
     seqs = {}
     for stream, ref in (("loss_a", lo.a_src), ("loss_b", lo.b_src),
                         ("grad_a", lg.a_src), ("grad_b", lg.b_src)):
@@ -107,10 +112,10 @@ def test_model_matches_golden_lowering(layer, array):
         got = model.matrix_from_beats(layer, stream, cfg.rows, cfg.cols, seqs[stream])
         np.testing.assert_array_equal(got, ref, err_msg=stream)
     for phase, a, b, ref in (
-            ("loss", w, dy, golden.conv2d_input_grad(dy, w, (layer.h, layer.w),
-                                                     **layer.kwargs())),
-            ("grad", dy, x, golden.conv2d_weight_grad(x, dy, (layer.r, layer.s),
-                                                      **layer.kwargs()))):
+            ("loss", w, dy, golden.conv2d_input_grad(dy, w, (layer.height, layer.width),
+                                                     *_params(layer))),
+            ("grad", dy, x, golden.conv2d_weight_grad(x, dy, (layer.kernel_h, layer.kernel_w),
+                                                      *_params(layer)))):
         cmat = model.gemm_from_beats(layer, phase, cfg.rows, cfg.cols, seqs[f"{phase}_a"],
                                      seqs[f"{phase}_b"], a, b)
         np.testing.assert_array_equal(model.layer_result(layer, phase, cmat), ref)
@@ -141,7 +146,11 @@ def test_refusals():
     with pytest.raises(TypeError, match="config must be a Config"):
         CrossbarRecovery(None)
     with pytest.raises(ValueError, match="does not fit in dim_width"):
-        model.pack_desc(Layer(1, 1, 300, 4, 1, 1, 1), 8)
+        model.pack_desc(ConvLayer.conv(1, 1, 300, 4, 1, 1, 1), 8)
+    with pytest.raises(ValueError, match="padded input"):
+        model.desc_fields(ConvLayer.conv(1, 1, 3, 3, 1, 3, 3, dil=2))
+    with pytest.raises(ValueError, match="symmetric padding"):
+        model.beats(ConvLayer.conv(1, 1, 5, 5, 1, 3, 3, pad=1, pad_bottom=0), "loss_b", 4, 4)
 
 
 # --- the RTL in the Amaranth simulator -----------------------------------------------------------
@@ -214,7 +223,7 @@ READY = (1.0, 0.5, 0.8, 0.3)
 @functools.lru_cache(maxsize=None)
 def _sweep(phase, array):
     """All of LAYERS through one generator, with alternating random backpressure."""
-    jobs = [(layer.fields(), READY[i % 4], READY[(i + 1) % 4])
+    jobs = [(model.desc_fields(layer), READY[i % 4], READY[(i + 1) % 4])
             for i, layer in enumerate(LAYERS)]
     return simulate(phase, ARRAYS[array], jobs, seed=len(phase))
 
@@ -224,18 +233,18 @@ CASES = [(phase, array) for phase in GENERATORS for array in sorted(ARRAYS)]
 
 def check_beats(phase, cfg, layer, res):
     """Every beat and counter of one simulated layer equals the model."""
-    assert not res["error"], f"{layer}: refused with {res['code']}"
+    assert not res["error"], f"{layer.text()}: refused with {res['code']}"
     for side in "ab":
         stream = f"{phase}_{side}"
         expected = model.beats(layer, stream, cfg.rows, cfg.cols)
         got = [model.normalize(stream, b, cfg.rows, cfg.cols) for b in res["beats"][side]]
-        assert len(got) == len(expected), f"{layer} {stream}: beat count"
+        assert len(got) == len(expected), f"{layer.text()} {stream}: beat count"
         for i, (g, e) in enumerate(zip(got, expected)):
-            assert g == e, f"{layer} {stream} beat {i}: RTL {g}, model {e}"
+            assert g == e, f"{layer.text()} {stream} beat {i}: RTL {g}, model {e}"
         want = model.counters(layer, stream, cfg.rows, cfg.cols, expected)
         want["stalls"] = res["stalls"][side]
         for name, value in want.items():
-            assert res["counters"][f"{side}_{name}"] == value, f"{layer} {stream} {name}"
+            assert res["counters"][f"{side}_{name}"] == value, f"{layer.text()} {stream} {name}"
 
 
 def check_numerics(phase, cfg, layer, res, seed):
@@ -244,14 +253,14 @@ def check_numerics(phase, cfg, layer, res, seed):
     dy, w, x = _tensors(layer, seed)
     if phase == "loss":
         a, b = w, dy
-        ref = golden.conv2d_input_grad(dy, w, (layer.h, layer.w), **layer.kwargs())
+        ref = golden.conv2d_input_grad(dy, w, (layer.height, layer.width), *_params(layer))
     else:
         a, b = dy, x
-        ref = golden.conv2d_weight_grad(x, dy, (layer.r, layer.s), **layer.kwargs())
+        ref = golden.conv2d_weight_grad(x, dy, (layer.kernel_h, layer.kernel_w), *_params(layer))
     cmat = model.gemm_from_beats(layer, phase, cfg.rows, cfg.cols, res["beats"]["a"],
                                  res["beats"]["b"], a, b)
     np.testing.assert_array_equal(model.layer_result(layer, phase, cmat), ref,
-                                  err_msg=str(layer))
+                                  err_msg=layer.text())
 
 
 @pytest.mark.parametrize("phase,array", CASES)
@@ -273,20 +282,20 @@ def test_rtl_addresses_compute_the_layer(phase, array):
 #: dilation, batch and channels relative to the field width.
 LIMIT_CFG = Config(name="bp_dw4", rows=4, cols=4, dim_width=4)
 LIMIT_LAYERS = [
-    Layer(1, 1, 15, 4, 1, 15, 2, 1, 0, 1),
-    Layer(1, 1, 15, 14, 1, 3, 3, 15, 15, 1),
-    Layer(1, 1, 13, 15, 1, 8, 5, (1, 15), (7, 2), (2, 3)),
-    Layer(1, 1, 15, 15, 1, 2, 2, 1, 0, 14),
-    Layer(15, 1, 4, 4, 1, 1, 1),
-    Layer(1, 15, 2, 2, 15, 1, 1),
-    Layer(2, 1, 15, 15, 1, 1, 1, 15, 0, 1),
+    ConvLayer.conv(1, 1, 15, 4, 1, 15, 2, 1, 0, 1),
+    ConvLayer.conv(1, 1, 15, 14, 1, 3, 3, 15, 15, 1),
+    ConvLayer.conv(1, 1, 13, 15, 1, 8, 5, (1, 15), (7, 2), (2, 3)),
+    ConvLayer.conv(1, 1, 15, 15, 1, 2, 2, 1, 0, 14),
+    ConvLayer.conv(15, 1, 4, 4, 1, 1, 1),
+    ConvLayer.conv(1, 15, 2, 2, 15, 1, 1),
+    ConvLayer.conv(2, 1, 15, 15, 1, 1, 1, 15, 0, 1),
 ]
 
 
 @pytest.mark.parametrize("phase", sorted(GENERATORS))
 def test_rtl_at_field_limits(phase):
     """Descriptor fields at the top of dim_width: beats, counters and numerics still exact."""
-    jobs = [(layer.fields(), 1.0, 0.7) for layer in LIMIT_LAYERS]
+    jobs = [(model.desc_fields(layer), 1.0, 0.7) for layer in LIMIT_LAYERS]
     for i, (layer, res) in enumerate(zip(LIMIT_LAYERS, simulate(phase, LIMIT_CFG, jobs))):
         check_beats(phase, LIMIT_CFG, layer, res)
         check_numerics(phase, LIMIT_CFG, layer, res, 200 + i)
@@ -296,8 +305,8 @@ def test_rtl_at_field_limits(phase):
 def test_rtl_on_16x16_array(phase):
     """The paper's 16x16 array (preset paper16): a scaled-down stride-2 layer, exact."""
     cfg = load_config("paper16")
-    layer = Layer(2, 3, 9, 8, 3, 3, 3, 2, 1)
-    res = simulate(phase, cfg, [(layer.fields(), 0.9, 0.9)])[0]
+    layer = ConvLayer.conv(2, 3, 9, 8, 3, 3, 3, 2, 1)
+    res = simulate(phase, cfg, [(model.desc_fields(layer), 0.9, 0.9)])[0]
     check_beats(phase, cfg, layer, res)
     check_numerics(phase, cfg, layer, res, 300)
     assert res["counters"]["prologue"] == (5 if phase == "loss" else 4)
@@ -307,8 +316,8 @@ def _quotient_steps(layer):
     """Prologue division steps of the transposed mode: |floor((p - d(R-1)) / s)| and
     |floor(d / s)| per axis, the largest."""
     steps = []
-    for ax, kern in ((0, layer.r), (1, layer.s)):
-        s, p, d = layer.stride[ax], layer.padding[ax], layer.dilation[ax]
+    for ax, kern in ((0, layer.kernel_h), (1, layer.kernel_w)):
+        s, p, d = layer.stride[ax], layer.pad[ax], layer.dil[ax]
         steps += [abs((p - d * (kern - 1)) // s), d // s]
     return max(steps)
 
@@ -319,7 +328,7 @@ def test_prologue(phase, array):
     the per-layer normalizations, stepped one per cycle; never the paper's 68."""
     for layer, res in zip(LAYERS, _sweep(phase, array)):
         expected = 4 + (_quotient_steps(layer) if phase == "loss" else 0)
-        assert res["counters"]["prologue"] == expected, str(layer)
+        assert res["counters"]["prologue"] == expected, layer.text()
 
 
 @pytest.mark.parametrize("phase", sorted(GENERATORS))
@@ -328,8 +337,8 @@ def test_streams_are_independent(phase):
     lost when it resumes; the layer ends only after both."""
     cfg = ARRAYS["3x5"]
     layer = LAYERS[1]
-    jobs = [(layer.fields(), lambda c: c > 600, 1.0),
-            (layer.fields(), 1.0, lambda c: c > 600 and c % 3 == 0)]
+    jobs = [(model.desc_fields(layer), lambda c: c > 600, 1.0),
+            (model.desc_fields(layer), 1.0, lambda c: c > 600 and c % 3 == 0)]
     for res in simulate(phase, cfg, jobs):
         for side in "ab":
             stream = f"{phase}_{side}"
@@ -340,7 +349,7 @@ def test_streams_are_independent(phase):
 
 
 def _bad(**changes):
-    f = LAYERS[0].fields()
+    f = model.desc_fields(LAYERS[0])
     f.update(changes)
     return f
 
@@ -364,14 +373,15 @@ def test_bad_descriptors_are_flagged(phase):
     """Each bad descriptor raises error with its code within a few cycles, sends no beat and
     leaves the generator idle; a good layer after each runs correctly."""
     cfg = ARRAYS["4x4"]
-    big = Layer(2, 8, 12, 12, 8, 3, 3, 1, 1)        # dY, W and X beyond 1024 words
-    over = Layer(1, 1, 12, 12, 1, 3, 3, 1, 1)
+    big = ConvLayer.conv(2, 8, 12, 12, 8, 3, 3, 1, 1)       # dY, W and X beyond 1024 words
+    over = ConvLayer.conv(1, 1, 12, 12, 1, 3, 3, 1, 1)
     small_a = cfg.replace(buf_a_depth=64)           # over's W fits, dY (144) does not
     small_b = cfg.replace(buf_b_depth=64)
-    cases = BAD + [(big.fields(), BPError.B_OVERFLOW if phase == "loss" else BPError.A_OVERFLOW)]
+    cases = BAD + [(model.desc_fields(big),
+                    BPError.B_OVERFLOW if phase == "loss" else BPError.A_OVERFLOW)]
     jobs = []
     for fields, _ in cases:
-        jobs += [(fields, 1.0, 1.0), (LAYERS[0].fields(), 1.0, 1.0)]
+        jobs += [(fields, 1.0, 1.0), (model.desc_fields(LAYERS[0]), 1.0, 1.0)]
     results = simulate(phase, cfg, jobs)
     for i, (fields, code) in enumerate(cases):
         bad, good = results[2 * i], results[2 * i + 1]
@@ -386,7 +396,7 @@ def test_bad_descriptors_are_flagged(phase):
     # Which buffer overflows: loss reads W from A and dY from B; gradient dY from A, X from B.
     for c, expect in ((small_a, {"loss": BPError.NONE, "grad": BPError.A_OVERFLOW}),
                       (small_b, {"loss": BPError.B_OVERFLOW, "grad": BPError.B_OVERFLOW})):
-        res = simulate(phase, c, [(over.fields(), 1.0, 0.5)])[0]
+        res = simulate(phase, c, [(model.desc_fields(over), 1.0, 0.5)])[0]
         assert res["code"] == expect[phase] and res["error"] == (expect[phase] != BPError.NONE)
         if not res["error"]:        # address width 6 < dim_width 12: still exact
             check_beats(phase, c, over, res)
@@ -460,10 +470,10 @@ def test_buffer_path(phase, array):
     layer = LAYERS[5] if phase == "loss" else LAYERS[19]
     dy, w, x = _tensors(layer, 7)
     if phase == "loss":
-        mat = golden.lower_input_grad(dy, w, (layer.h, layer.w), **layer.kwargs()).b
+        mat = golden.lower_input_grad(dy, w, (layer.height, layer.width), *_params(layer)).b
         top = _Fetch(phase, cfg, dy)
     else:
-        mat = golden.lower_weight_grad(x, dy, (layer.r, layer.s), **layer.kwargs()).a
+        mat = golden.lower_weight_grad(x, dy, (layer.kernel_h, layer.kernel_w), *_params(layer)).a
         top = _Fetch(phase, cfg, dy)
     m_n, kg_n, ng_n = model.gemm_dims(layer, phase)
     rows, cols = cfg.rows, cfg.cols
@@ -485,7 +495,7 @@ def test_buffer_path(phase, array):
 
     async def tb(ctx):
         ctx.set(other.ready, 1)
-        ctx.set(top.gen.desc.payload, layer.fields())
+        ctx.set(top.gen.desc.payload, model.desc_fields(layer))
         ctx.set(top.gen.desc.valid, 1)
         await ctx.tick().until(top.gen.desc.ready)
         ctx.set(top.gen.desc.valid, 0)

@@ -2,6 +2,7 @@
 simulator), the whole feeder's lane streams against the golden explicit im2col, and the generated
 Verilog under Verilator through cocotb."""
 
+import dataclasses
 import gc
 import warnings
 
@@ -24,18 +25,19 @@ from bpsa.gateware.feeder import (
     layer_value,
 )
 from bpsa.models.feeder_model import (
-    Layer,
+    FeederDescriptor,
     expected_streams,
     index_steps,
     kernel_pattern,
     lane_offsets,
     lane_word_cycles,
-    random_layer,
+    random_descriptor,
     register_stalls,
     shift_pattern,
     sram_words,
     traffic,
 )
+from bpsa.spec.layer import ConvLayer
 
 #: The main configuration: the paper's M = 3 on a 4-row array with an 8-element bus.
 CFG = Config(name="feeder_r4_b8_m3", rows=4, feeder_bus_width=8, feeder_lane_regs=3,
@@ -47,6 +49,14 @@ CFG_NARROW = Config(name="feeder_r3_b4_m2", rows=3, feeder_bus_width=4, feeder_l
 #: A wide bus with more registers than a 3x3 kernel needs, one FIFO entry deep.
 CFG_WIDE = Config(name="feeder_r5_b16_m4", rows=5, feeder_bus_width=16, feeder_lane_regs=4,
                   feeder_pattern_width=24, feeder_fifo_depth=1, dim_width=8, buf_a_depth=128)
+
+
+def _desc(n, c, h, w, r, s, stride=1, pad=0, dil=1, pad_bottom=None, **run):
+    """The descriptor of a run (``run``: ``base``, ``ctx_*``) of the forward layer
+    ``ConvLayer.conv(n, c, h, w, 1, r, s, stride, pad, dil, pad_bottom)`` (the feeder does not
+    see the output channels)."""
+    layer = ConvLayer.conv(n, c, h, w, 1, r, s, stride, pad, dil, pad_bottom)
+    return FeederDescriptor.of(layer, **run)
 
 
 def run(dut, testbench, *, clock=True):
@@ -132,13 +142,13 @@ def test_step_counter_against_naive():
 
 
 COUNTER_LAYERS = [
-    Layer.conv(1, 2, 7, 9, 3, 3, 1, 1, 1),
-    Layer.conv(2, 3, 9, 12, 3, 5, (1, 2), (2, 1), (3, 2), base=37),
-    Layer.conv(1, 1, 23, 23, 11, 11, 4, 2, 1),
-    Layer.conv(1, 2, 13, 11, 7, 7, 2, 3, 1, base=5),
-    Layer.conv(1, 3, 5, 6, 1, 1, 1, 3, 1),
-    Layer.conv(2, 2, 10, 10, 3, 3, 3, 0, 1, ctx_n=0, ctx_oh=1, ctx_ow=2, ctx_count=5),
-    Layer.conv(2, 1, 6, 17, 2, 4, 1, (0, 2), (2, 3), ctx_n=1, ctx_oh=2, ctx_ow=1),
+    _desc(1, 2, 7, 9, 3, 3, 1, 1, 1),
+    _desc(2, 3, 9, 12, 3, 5, (1, 2), (2, 1), (3, 2), base=37),
+    _desc(1, 1, 23, 23, 11, 11, 4, 2, 1),
+    _desc(1, 2, 13, 11, 7, 7, 2, 3, 1, base=5),
+    _desc(1, 3, 5, 6, 1, 1, 1, 3, 1),
+    _desc(2, 2, 10, 10, 3, 3, 3, 0, 1, ctx_n=0, ctx_oh=1, ctx_ow=2, ctx_count=5),
+    _desc(2, 1, 6, 17, 2, 4, 1, (0, 2), (2, 3), ctx_n=1, ctx_oh=2, ctx_ow=1),
 ]
 
 
@@ -187,10 +197,10 @@ def test_index_counter_sequence_whole_layers(cfg):
 # --- feed lane -----------------------------------------------------------------------------
 
 LANE_LAYERS = [
-    (CFG, Layer.conv(1, 2, 7, 9, 3, 3, 1, 1, 1)),                      # 3x3: no stall
-    (CFG, Layer.conv(1, 1, 11, 14, 11, 11, 1, 0, 1)),                  # 8 per word > M
-    (CFG_NARROW, Layer.conv(1, 2, 9, 9, 5, 5, 1, 2, 1)),               # 4 per word > M = 2
-    (CFG_WIDE, Layer.conv(1, 1, 8, 22, 1, 7, 1, 0, (1, 2))),           # 1 x 7 dilated
+    (CFG, _desc(1, 2, 7, 9, 3, 3, 1, 1, 1)),                      # 3x3: no stall
+    (CFG, _desc(1, 1, 11, 14, 11, 11, 1, 0, 1)),                  # 8 per word > M
+    (CFG_NARROW, _desc(1, 2, 9, 9, 5, 5, 1, 2, 1)),               # 4 per word > M = 2
+    (CFG_WIDE, _desc(1, 1, 8, 22, 1, 7, 1, 0, (1, 2))),           # 1 x 7 dilated
 ]
 
 
@@ -352,26 +362,26 @@ def _check_streams(cfg, layer, x, got):
 
 FEEDER_LAYERS = [
     # (config, layer, probability of ready)
-    (CFG, Layer.conv(1, 2, 7, 9, 3, 3, 1, 1, 1), 1.0),                 # 3x3, M = 3
-    (CFG, Layer.conv(1, 1, 8, 10, 3, 3, 2, 1, 1), 0.5),                # stride 2
-    (CFG, Layer.conv(1, 2, 9, 11, 3, 3, 3, 2, 2), 1.0),                # stride 3, dilation 2
-    (CFG, Layer.conv(1, 1, 10, 13, 3, 3, 4, 3, 3), 1.0),               # stride 4, dilation 3
-    (CFG, Layer.conv(1, 1, 5, 6, 1, 1, 1, 0, 1), 1.0),                 # 1x1
-    (CFG, Layer.conv(1, 1, 6, 7, 1, 1, 2, 3, 1), 1.0),                 # 1x1, padding 3
-    (CFG, Layer.conv(1, 1, 11, 9, 5, 5, 1, 2, 1, base=13), 0.7),       # 5x5
-    (CFG, Layer.conv(1, 1, 11, 13, 7, 7, 2, 3, 1), 1.0),               # 7x7 stride 2
-    (CFG, Layer.conv(1, 1, 15, 19, 11, 11, 4, 2, 1), 1.0),             # 11x11 stride 4
-    (CFG, Layer.conv(2, 3, 5, 7, 2, 3, (2, 1), (1, 0), (1, 2)), 0.6),  # non-square, batch 2
-    (CFG, Layer.conv(1, 9, 4, 4, 3, 3, 1, 1, 1), 1.0),                 # C = 9 > B
-    (CFG, Layer.conv(2, 2, 6, 6, 3, 3, 1, 1, 1, ctx_n=0, ctx_oh=3, ctx_ow=4,
+    (CFG, _desc(1, 2, 7, 9, 3, 3, 1, 1, 1), 1.0),                 # 3x3, M = 3
+    (CFG, _desc(1, 1, 8, 10, 3, 3, 2, 1, 1), 0.5),                # stride 2
+    (CFG, _desc(1, 2, 9, 11, 3, 3, 3, 2, 2), 1.0),                # stride 3, dilation 2
+    (CFG, _desc(1, 1, 10, 13, 3, 3, 4, 3, 3), 1.0),               # stride 4, dilation 3
+    (CFG, _desc(1, 1, 5, 6, 1, 1, 1, 0, 1), 1.0),                 # 1x1
+    (CFG, _desc(1, 1, 6, 7, 1, 1, 2, 3, 1), 1.0),                 # 1x1, padding 3
+    (CFG, _desc(1, 1, 11, 9, 5, 5, 1, 2, 1, base=13), 0.7),       # 5x5
+    (CFG, _desc(1, 1, 11, 13, 7, 7, 2, 3, 1), 1.0),               # 7x7 stride 2
+    (CFG, _desc(1, 1, 15, 19, 11, 11, 4, 2, 1), 1.0),             # 11x11 stride 4
+    (CFG, _desc(2, 3, 5, 7, 2, 3, (2, 1), (1, 0), (1, 2)), 0.6),  # non-square, batch 2
+    (CFG, _desc(1, 9, 4, 4, 3, 3, 1, 1, 1), 1.0),                 # C = 9 > B
+    (CFG, _desc(2, 2, 6, 6, 3, 3, 1, 1, 1, ctx_n=0, ctx_oh=3, ctx_ow=4,
                      ctx_count=4), 1.0),                                # partial run
-    (CFG, Layer.conv(1, 2, 6, 7, 3, 3, 2, 1, 1, pad_bottom=0), 0.8),   # bottom pad 0
-    (CFG, Layer.conv(1, 1, 5, 6, 3, 3, 1, 0, 2, pad_bottom=3), 1.0),   # bottom pad only
-    (CFG_NARROW, Layer.conv(1, 3, 7, 8, 3, 3, 1, 1, 1), 0.8),          # C = 3 on B = 4
-    (CFG_NARROW, Layer.conv(1, 1, 9, 10, 3, 4, (1, 3), (0, 2), (2, 3)), 1.0),
-    (CFG_NARROW, Layer.conv(1, 2, 8, 9, 5, 5, 2, 2, 1, base=7), 1.0),
-    (CFG_WIDE, Layer.conv(1, 3, 6, 9, 3, 3, 1, 1, 1), 1.0),            # one-deep FIFOs
-    (CFG_WIDE, Layer.conv(1, 1, 7, 26, 1, 9, 1, (0, 1), (1, 2)), 0.5), # 1x9 dilated
+    (CFG, _desc(1, 2, 6, 7, 3, 3, 2, 1, 1, pad_bottom=0), 0.8),   # bottom pad 0
+    (CFG, _desc(1, 1, 5, 6, 3, 3, 1, 0, 2, pad_bottom=3), 1.0),   # bottom pad only
+    (CFG_NARROW, _desc(1, 3, 7, 8, 3, 3, 1, 1, 1), 0.8),          # C = 3 on B = 4
+    (CFG_NARROW, _desc(1, 1, 9, 10, 3, 4, (1, 3), (0, 2), (2, 3)), 1.0),
+    (CFG_NARROW, _desc(1, 2, 8, 9, 5, 5, 2, 2, 1, base=7), 1.0),
+    (CFG_WIDE, _desc(1, 3, 6, 9, 3, 3, 1, 1, 1), 1.0),            # one-deep FIFOs
+    (CFG_WIDE, _desc(1, 1, 7, 26, 1, 9, 1, (0, 1), (1, 2)), 0.5), # 1x9 dilated
 ]
 
 
@@ -403,13 +413,13 @@ def test_feeder_random_layers(cfg, seed):
     """Random legal layers (kernels up to 8x8, strides up to 4, padding up to 3, dilations up to
     3, batch 1-2, any base address), run back to back on one feeder under random ``ready``."""
     rng = np.random.default_rng([seed, cfg.rows])
-    layers = [random_layer(cfg, rng, max_vectors=700) for _ in range(3)]
+    layers = [random_descriptor(cfg, rng, max_vectors=700) for _ in range(3)]
     xs = [_random_x(cfg, layer, rng) for layer in layers]
     words = np.zeros((cfg.buf_a_depth, cfg.feeder_bus_width), dtype=np.int64)
     # Each layer in its own part of the SRAM, so that all run on one memory image.
     placed, start = [], 0
     for layer, x in zip(layers, xs):
-        layer = Layer(**{**layer.fields(), "base": start})
+        layer = dataclasses.replace(layer, base=start)
         check_layer(cfg, layer)
         words.ravel()[start:start + x.size] = x.ravel()
         start += x.size
@@ -447,8 +457,8 @@ def test_feeder_stalls_match_register_model():
     (an 11x11 kernel puts up to 8 interest elements of a lane in a word, M = 3), none of them
     from backpressure; a 3x3 kernel with M = 3 never stalls."""
     cfg = CFG.replace(name="deep", feeder_fifo_depth=64)
-    layers = [Layer.conv(1, 1, 11, 13, 11, 11, 1, 0, 1), Layer.conv(1, 1, 3, 6, 3, 3, 1, 0, 1),
-              Layer.conv(1, 1, 9, 14, 5, 5, 2, (0, 1), (2, 1))]
+    layers = [_desc(1, 1, 11, 13, 11, 11, 1, 0, 1), _desc(1, 1, 3, 6, 3, 3, 1, 0, 1),
+              _desc(1, 1, 9, 14, 5, 5, 2, (0, 1), (2, 1))]
     rng = np.random.default_rng(3)
     results = []
     for layer in layers:
@@ -469,18 +479,18 @@ def test_feeder_stalls_match_register_model():
 # --- refused layers ------------------------------------------------------------------------
 
 REFUSED = [
-    (Layer.conv(1, 1, 20, 20, 3, 17, 1, 0, 1), "feeder_pattern_width"),   # 17 > 16 columns
-    (Layer.conv(1, 1, 20, 20, 3, 3, 1, 0, (1, 8)), "feeder_pattern_width"),  # span 17
-    (Layer.conv(1, 1, 4, 4, 5, 5, 1, 0, 1), "padded input"),
-    (Layer.conv(1, 1, 4, 4, 3, 3, 1, 0, (3, 1)), "padded input"),
-    (Layer.conv(1, 0, 4, 4, 3, 3, 1, 0, 1), "channels"),
-    (Layer.conv(1, 1, 4, 4, 3, 3, 0, 0, 1), "stride_h"),
-    (Layer.conv(1, 1, 4, 4, 3, 3, 1, 0, 0), "dil_h"),
-    (Layer.conv(4, 8, 16, 16, 3, 3, 1, 0, 1), "does not fit the SRAM"),
-    (Layer.conv(1, 1, 8, 8, 3, 3, 1, 0, 1, base=2040), "does not fit the SRAM"),
-    (Layer.conv(1, 1, 8, 8, 3, 3, 1, 0, 1, ctx_oh=6), "first context"),
-    (Layer.conv(2, 1, 8, 8, 3, 3, 1, 0, 1, ctx_n=2), "first context"),
-    (Layer.conv(1, 1, 8, 8, 3, 3, 1, 0, 1, ctx_ow=6), "first context"),
+    (_desc(1, 1, 20, 20, 3, 17, 1, 0, 1), "feeder_pattern_width"),   # 17 > 16 columns
+    (_desc(1, 1, 20, 20, 3, 3, 1, 0, (1, 8)), "feeder_pattern_width"),  # span 17
+    (_desc(1, 1, 4, 4, 5, 5, 1, 0, 1), "padded input"),
+    (_desc(1, 1, 4, 4, 3, 3, 1, 0, (3, 1)), "padded input"),
+    (_desc(1, 0, 4, 4, 3, 3, 1, 0, 1), "channels"),
+    (_desc(1, 1, 4, 4, 3, 3, 0, 0, 1), "stride_h"),
+    (_desc(1, 1, 4, 4, 3, 3, 1, 0, 0), "dil_h"),
+    (_desc(4, 8, 16, 16, 3, 3, 1, 0, 1), "does not fit the SRAM"),
+    (_desc(1, 1, 8, 8, 3, 3, 1, 0, 1, base=2040), "does not fit the SRAM"),
+    (_desc(1, 1, 8, 8, 3, 3, 1, 0, 1, ctx_oh=6), "first context"),
+    (_desc(2, 1, 8, 8, 3, 3, 1, 0, 1, ctx_n=2), "first context"),
+    (_desc(1, 1, 8, 8, 3, 3, 1, 0, 1, ctx_ow=6), "first context"),
 ]
 
 
@@ -490,10 +500,24 @@ def test_check_layer_refuses(layer, reason):
         check_layer(CFG, layer)
 
 
+def test_descriptor_of_a_layer():
+    """A run's descriptor carries the layer's fields (the bottom padding resolved), its run
+    fields, and nothing of a non-layer."""
+    layer = ConvLayer.conv(2, 3, 9, 12, 5, 3, 4, (1, 2), (2, 1), (3, 2))
+    d = FeederDescriptor.of(layer, base=7, ctx_oh=1, ctx_count=3)
+    assert d.fields() == {
+        "batch": 2, "channels": 3, "height": 9, "width": 12, "kernel_h": 3, "kernel_w": 4,
+        "stride_h": 1, "stride_w": 2, "pad_h": 2, "pad_w": 1, "dil_h": 3, "dil_w": 2,
+        "base": 7, "ctx_n": 0, "ctx_oh": 1, "ctx_ow": 0, "ctx_count": 3, "pad_bottom": 2}
+    assert d.out_hw == layer.out_hw
+    with pytest.raises(TypeError, match="layer must be a ConvLayer"):
+        FeederDescriptor.of(d)
+
+
 @pytest.mark.parametrize("layer,reason", [
-    (Layer.conv(1, 1, 256, 4, 3, 3), "height must be in"),
-    (Layer.conv(1, 1, 4, 4, 3, 3, pad=-1), "pad_h must be in"),
-    (Layer.conv(1, 1, 4, 4, 3, 3.0), "kernel_w must be an integer"),
+    (_desc(1, 1, 256, 4, 3, 3), "height must be in"),
+    (_desc(1, 1, 4, 4, 3, 3, pad=-1), "pad_h must be in"),
+    (_desc(1, 1, 4, 4, 3, 3.0), "kernel_w must be an integer"),
     ({"batch": 1, "channels": 1, "height": 4, "width": 4, "kernel_h": 3, "kernel_w": 3,
       "stride_h": 1, "stride_w": 1, "dil_h": 1}, "dil_w must be an integer"),
 ])
@@ -507,7 +531,7 @@ def test_hardware_refuses_illegal_descriptors():
     or producing an element; a legal layer afterwards runs normally."""
     top = FeederTop(CFG, [[0] * CFG.feeder_bus_width] * CFG.buf_a_depth)
     f = top.feeder
-    legal = Layer.conv(1, 1, 3, 6, 3, 3)
+    legal = _desc(1, 1, 3, 6, 3, 3)
     check_layer(CFG, legal)
 
     async def tb(ctx):

@@ -348,12 +348,14 @@ def test_feeder_x_sram_words_match_the_feeder_model():
     """One run (one group, K <= cols, no band): the feeder's X SRAM words are
     :func:`bpsa.models.feeder_model.traffic`'s (which the RTL's counter matches)."""
     from bpsa.models import feeder_model
+    from bpsa.spec.layer import ConvLayer
     for c, h, w, r, st, p, d in ((3, 9, 11, 3, 1, 1, 1), (2, 8, 13, 3, 2, 1, 1),
                                  (5, 7, 20, 2, 2, 0, 1), (1, 12, 17, 5, 3, 2, 1),
                                  (4, 10, 9, 3, 1, 2, 2)):
         m = layer_cycles(SMALL_CF, "forward", n=1, c=c, h=h, w=w, k=4, r=r, s=r, stride=(st, st),
                          pad=(p, p), dil=(d, d))
-        lay = feeder_model.Layer.conv(1, c, h, w, r, r, stride=st, pad=p, dil=d)
+        lay = feeder_model.FeederDescriptor.of(
+            ConvLayer.conv(1, c, h, w, 1, r, r, stride=st, pad=p, dil=d))
         assert m.runs == 1 and m.frontend == "feeder" and m.x_word_operands == 8
         assert m.x_sram_words == feeder_model.traffic(SMALL_CF, lay)["words_read"]
 

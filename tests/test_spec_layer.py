@@ -2,9 +2,18 @@
 
 import itertools
 
+import numpy as np
 import pytest
 
-from bpsa.spec.layer import ConvLayer, FcLayer, out_size, output_hw, parse_fc, parse_layer
+from bpsa.spec.layer import (
+    ConvLayer,
+    FcLayer,
+    out_size,
+    output_hw,
+    pair,
+    parse_fc,
+    parse_layer,
+)
 
 
 def _windows(size, kernel, stride, pad, dil):
@@ -72,6 +81,25 @@ def test_padded_rows_and_asymmetric_out_hw():
     layer = ConvLayer(1, 1, 4, 3, 1, 3, 3, pad_h=2, pad_bottom=0)
     assert layer.padded_rows([[[[1] * 3] * 4]]).shape == (1, 1, 6, 3)
     assert layer.out_hw == (4, 1)
+
+
+def test_pair():
+    """Ints and pairs of ints (tuple, list, array) as two Python ints; errors name the value."""
+    assert pair(3) == (3, 3) and pair((2, 5)) == (2, 5) and pair([1, 4]) == (1, 4)
+    assert pair(np.array([2, 3])) == (2, 3) and type(pair(np.int64(2))[0]) is int
+    with pytest.raises(ValueError, match=r"stride must be an integer or an \(h, w\) pair"):
+        pair((1, 2, 3), "stride")
+    for bad in ("22", 1.0, True, (1, 2.5)):
+        with pytest.raises(TypeError, match="padding must be an integer"):
+            pair(bad, "padding")
+
+
+def test_dilated_out_hw():
+    """The dilated output: ``stride (OH - 1) + 1`` per axis; refused like ``out_hw``."""
+    layer = ConvLayer.conv(1, 1, 9, 8, 1, 3, 2, (2, 3), (1, 0), 1)
+    assert layer.out_hw == (5, 3) and layer.dilated_out_hw == (9, 7)
+    with pytest.raises(ValueError, match="padded input"):
+        ConvLayer.conv(1, 1, 2, 2, 1, 3, 3).dilated_out_hw
 
 
 def test_parse_fc():

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: Fields of the layer descriptor (:func:`layer_layout`), also the attribute names that
-#: :func:`check_layer` reads (``bpsa.models.feeder_model.Layer`` has exactly these).
+#: :func:`check_layer` reads (``bpsa.models.feeder_model.FeederDescriptor`` has exactly these).
 LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
                 "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")

@@ -1,10 +1,11 @@
 """Naive software model of BP-im2col address generation (Yang et al., Algorithms 1 and 2,
 generalized), numpy and plain Python only.
 
-For one layer and an ``rows`` x ``cols`` input-stationary array it yields, beat by beat, the
-exact address streams that ``bpsa.gateware.bp_im2col`` must produce. Every address is computed from
-scratch by division and modulo (the paper's formulation), so the model shares nothing with the
-incremental counters of the RTL. Its addresses are checked element by element against the
+For one layer (a :class:`bpsa.spec.layer.ConvLayer` with symmetric padding) and an ``rows`` x
+``cols`` input-stationary array it yields, beat by beat, the exact address streams that
+``bpsa.gateware.bp_im2col`` must produce. Every address is computed from scratch by division
+and modulo (the paper's formulation), so the model shares nothing with the incremental counters
+of the RTL. Its addresses are checked element by element against the
 explicit lowerings of :mod:`bpsa.models.golden` (``b_src`` / ``a_src``).
 
 The GEMM of a phase is ``Cmat = A @ B`` with A: ``M x Kg`` and B: ``Kg x Ng``:
@@ -36,17 +37,21 @@ Beat formats (:class:`Beat`):
   non-zero lane is one beat with an empty mask.
 
 ``last`` marks the last beat of a tile, ``end`` the last beat of the layer.
+
+The functions that take a whole layer (:func:`gemm_dims` and all that use it,
+:func:`desc_fields`) raise :exc:`ValueError` for a layer whose dilated kernel does not fit the
+padded input or whose bottom padding differs from the top one; the per-element functions
+(``*_src``) expect such a checked layer.
 """
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from bpsa.models import golden
+from bpsa.spec.layer import ConvLayer
 
 __all__ = [
-    "DESC_FIELDS", "Layer", "Beat", "STREAMS",
+    "DESC_FIELDS", "Beat", "STREAMS", "check_layer", "desc_fields",
     "loss_b_src", "loss_a_src", "grad_a_src", "grad_b_src", "gemm_dims",
     "beats", "counters", "matrix_from_beats", "gemm_from_beats", "layer_result",
     "pack_desc", "beat_layout", "unpack_beat", "normalize",
@@ -61,72 +66,25 @@ DESC_FIELDS = ("n", "c", "h", "w", "k", "r", "s", "oh", "ow",
 STREAMS = ("loss_a", "loss_b", "grad_a", "grad_b")
 
 
-def _pair(v):
-    if isinstance(v, (tuple, list)):
-        return (int(v[0]), int(v[1]))
-    return (int(v), int(v))
+def check_layer(L):
+    """Raise :exc:`ValueError` unless the model can run ``L`` (a :class:`ConvLayer`): its
+    dilated kernel fits the padded input, and its padding is symmetric (``pad_bottom`` unset
+    or ``pad_h``)."""
+    L.out_hw                          # raises when the kernel does not fit
+    if L.pad_b != L.pad_h:
+        raise ValueError(f"BP-im2col takes symmetric padding, not pad_h {L.pad_h} and "
+                         f"pad_bottom {L.pad_b}")
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One convolution layer: X is ``n x c x h x w``, W is ``k x c x r x s``; ``stride``,
-    ``padding`` and ``dilation`` are ints or ``(h, w)`` pairs. ``oh``/``ow`` follow
-    :func:`bpsa.models.golden.output_hw`, which also validates the layer."""
-    n: int
-    c: int
-    h: int
-    w: int
-    k: int
-    r: int
-    s: int
-    stride: tuple = (1, 1)
-    padding: tuple = (0, 0)
-    dilation: tuple = (1, 1)
-
-    def __post_init__(self):
-        for name in ("stride", "padding", "dilation"):
-            object.__setattr__(self, name, _pair(getattr(self, name)))
-        golden.output_hw((self.h, self.w), (self.r, self.s), self.stride, self.padding,
-                         self.dilation)
-
-    @property
-    def out_hw(self):
-        return golden.output_hw((self.h, self.w), (self.r, self.s), self.stride, self.padding,
-                                self.dilation)
-
-    @property
-    def oh(self):
-        return self.out_hw[0]
-
-    @property
-    def ow(self):
-        return self.out_hw[1]
-
-    @property
-    def hd(self):
-        """Height of the dilated dY of the gradient: ``stride_h * (oh - 1) + 1``."""
-        return self.stride[0] * (self.oh - 1) + 1
-
-    @property
-    def wd(self):
-        return self.stride[1] * (self.ow - 1) + 1
-
-    def fields(self):
-        """Descriptor field values (see :data:`DESC_FIELDS`)."""
-        return {"n": self.n, "c": self.c, "h": self.h, "w": self.w, "k": self.k,
-                "r": self.r, "s": self.s, "oh": self.oh, "ow": self.ow,
-                "stride_h": self.stride[0], "stride_w": self.stride[1],
-                "pad_h": self.padding[0], "pad_w": self.padding[1],
-                "dil_h": self.dilation[0], "dil_w": self.dilation[1],
-                "pad_bottom": self.padding[0]}
-
-    def kwargs(self):
-        return {"stride": self.stride, "padding": self.padding, "dilation": self.dilation}
-
-    def __str__(self):
-        return (f"N{self.n}C{self.c}H{self.h}W{self.w}K{self.k}R{self.r}S{self.s}"
-                f"s{self.stride[0]},{self.stride[1]}p{self.padding[0]},{self.padding[1]}"
-                f"d{self.dilation[0]},{self.dilation[1]}")
+def desc_fields(L):
+    """The generators' descriptor of layer ``L`` as field values (see :data:`DESC_FIELDS`);
+    raises like :func:`check_layer`."""
+    check_layer(L)
+    oh, ow = L.out_hw
+    return {"n": L.batch, "c": L.channels, "h": L.height, "w": L.width, "k": L.out_channels,
+            "r": L.kernel_h, "s": L.kernel_w, "oh": oh, "ow": ow,
+            "stride_h": L.stride_h, "stride_w": L.stride_w, "pad_h": L.pad_h, "pad_w": L.pad_w,
+            "dil_h": L.dil_h, "dil_w": L.dil_w, "pad_bottom": L.pad_b}
 
 
 class Beat(NamedTuple):
@@ -143,57 +101,64 @@ def loss_b_src(L, kg, ng):
     """Algorithm 1 (transposed mode): flat dY index of virtual B element ``(kg, ng)`` of the
     loss, or -1 for a zero-space (area 0: top/left padding; area 1: inserted zeros and the
     bottom/right padding and remainder)."""
-    k, t = divmod(kg, L.r * L.s)
-    r, q = divmod(t, L.s)
-    n, hw = divmod(ng, L.h * L.w)
-    h, w = divmod(hw, L.w)
-    (sh, sw), (ph, pw), (dh, dw) = L.stride, L.padding, L.dilation
-    zh = h + r * dh - (dh * (L.r - 1) - ph)      # row in the virtual zero-spaced map
-    zw = w + q * dw - (dw * (L.s - 1) - pw)
+    k, t = divmod(kg, L.kernel_h * L.kernel_w)
+    r, q = divmod(t, L.kernel_w)
+    n, hw = divmod(ng, L.height * L.width)
+    h, w = divmod(hw, L.width)
+    (sh, sw), (ph, pw), (dh, dw) = L.stride, L.pad, L.dil
+    oh, ow = L.out_hw
+    zh = h + r * dh - (dh * (L.kernel_h - 1) - ph)      # row in the virtual zero-spaced map
+    zw = w + q * dw - (dw * (L.kernel_w - 1) - pw)
     if zh < 0 or zw < 0:                          # area 0
         return -1
-    if zh % sh or zw % sw or zh > sh * (L.oh - 1) or zw > sw * (L.ow - 1):   # area 1
+    if zh % sh or zw % sw or zh > sh * (oh - 1) or zw > sw * (ow - 1):   # area 1
         return -1
-    return ((n * L.k + k) * L.oh + zh // sh) * L.ow + zw // sw
+    return ((n * L.out_channels + k) * oh + zh // sh) * ow + zw // sw
 
 
 def loss_a_src(L, m, kg):
     """Flat W index of ``A[m, kg]`` of the loss: W rotated by 180 degrees, channel-transposed:
     ``A[c, (k, r, q)] = W[k, c, R-1-r, S-1-q]``."""
-    k, t = divmod(kg, L.r * L.s)
-    r, q = divmod(t, L.s)
-    return ((k * L.c + m) * L.r + L.r - 1 - r) * L.s + L.s - 1 - q
+    r_n, s_n = L.kernel_h, L.kernel_w
+    k, t = divmod(kg, r_n * s_n)
+    r, q = divmod(t, s_n)
+    return ((k * L.channels + m) * r_n + r_n - 1 - r) * s_n + s_n - 1 - q
 
 
 def grad_a_src(L, m, kg):
     """Algorithm 2 (dilated mode): flat dY index of virtual A element ``(m, kg)`` of the
     gradient (Eq. 4), or -1 for an inserted zero."""
-    n, ij = divmod(kg, L.hd * L.wd)
-    i, j = divmod(ij, L.wd)
-    if i % L.stride[0] or j % L.stride[1]:
+    hd, wd = L.dilated_out_hw
+    n, ij = divmod(kg, hd * wd)
+    i, j = divmod(ij, wd)
+    if i % L.stride_h or j % L.stride_w:
         return -1
-    return ((n * L.k + m) * L.oh + i // L.stride[0]) * L.ow + j // L.stride[1]
+    oh, ow = L.out_hw
+    return ((n * L.out_channels + m) * oh + i // L.stride_h) * ow + j // L.stride_w
 
 
 def grad_b_src(L, kg, ng):
     """Flat X index of ``B[kg, ng]`` of the gradient (plain im2col), or -1 in the padding."""
-    n, ij = divmod(kg, L.hd * L.wd)
-    i, j = divmod(ij, L.wd)
-    c, t = divmod(ng, L.r * L.s)
-    r, q = divmod(t, L.s)
-    xh = i + r * L.dilation[0] - L.padding[0]
-    xw = j + q * L.dilation[1] - L.padding[1]
-    if not (0 <= xh < L.h and 0 <= xw < L.w):
+    hd, wd = L.dilated_out_hw
+    n, ij = divmod(kg, hd * wd)
+    i, j = divmod(ij, wd)
+    c, t = divmod(ng, L.kernel_h * L.kernel_w)
+    r, q = divmod(t, L.kernel_w)
+    xh = i + r * L.dil_h - L.pad_h
+    xw = j + q * L.dil_w - L.pad_w
+    if not (0 <= xh < L.height and 0 <= xw < L.width):
         return -1
-    return ((n * L.c + c) * L.h + xh) * L.w + xw
+    return ((n * L.channels + c) * L.height + xh) * L.width + xw
 
 
 def gemm_dims(L, phase):
-    """``(M, Kg, Ng)`` of the phase's GEMM."""
+    """``(M, Kg, Ng)`` of the phase's GEMM; raises like :func:`check_layer`."""
+    check_layer(L)
     if phase == "loss":
-        return L.c, L.k * L.r * L.s, L.n * L.h * L.w
+        return L.channels, L.out_channels * L.kernel_h * L.kernel_w, L.batch * L.height * L.width
     if phase == "grad":
-        return L.k, L.n * L.hd * L.wd, L.c * L.r * L.s
+        hd, wd = L.dilated_out_hw
+        return L.out_channels, L.batch * hd * wd, L.crs
     raise ValueError(f"phase must be 'loss' or 'grad', not {phase!r}")
 
 
@@ -239,6 +204,7 @@ def _loss_a_beats(L, rows, cols):
 def _grad_a_beats(L, rows, cols):
     m_n, kg_n, ng_n = gemm_dims(L, "grad")
     nts, kts = _ceil(ng_n, cols), _ceil(kg_n, rows)
+    hd, wd = L.dilated_out_hw
     for nt in range(nts):
         for kt in range(kts):
             for m in range(m_n):
@@ -249,7 +215,7 @@ def _grad_a_beats(L, rows, cols):
                     if kg < kg_n:
                         a = grad_a_src(L, m, kg)
                         if a >= 0:
-                            groups.setdefault(kg // (L.hd * L.wd), []).append((i, a))
+                            groups.setdefault(kg // (hd * wd), []).append((i, a))
                 segs = [groups[n] for n in sorted(groups)] or [[]]
                 for g, seg in enumerate(segs):
                     mask = sum(1 << i for i, _ in seg)
@@ -400,18 +366,20 @@ def layer_result(L, phase, cmat):
     """Reshape the GEMM result: loss ``C x (N*H*W)`` -> dX ``N x C x H x W``; gradient
     ``K x (C*R*S)`` -> dW ``K x C x R x S``."""
     if phase == "loss":
-        return cmat.reshape(L.c, L.n, L.h, L.w).transpose(1, 0, 2, 3)
-    return cmat.reshape(L.k, L.c, L.r, L.s)
+        return cmat.reshape(L.channels, L.batch, L.height, L.width).transpose(1, 0, 2, 3)
+    return cmat.reshape(L.w_shape)
 
 
 # --- packing for the generated Verilog (flat ports) ----------------------------------------------
 
 def pack_desc(L, dim_width):
-    """The descriptor as one integer (field order :data:`DESC_FIELDS`, first field at bit 0).
-    Raises :exc:`ValueError` for a field wider than ``dim_width``."""
+    """The descriptor of ``L`` (a :class:`ConvLayer`, or a dict of :data:`DESC_FIELDS`) as
+    one integer (field order :data:`DESC_FIELDS`, first field at bit 0). Raises
+    :exc:`ValueError` for a field wider than ``dim_width``."""
+    fields = desc_fields(L) if isinstance(L, ConvLayer) else L
     value = 0
     for i, name in enumerate(DESC_FIELDS):
-        v = L.fields()[name] if isinstance(L, Layer) else L[name]
+        v = fields[name]
         if not 0 <= v < (1 << dim_width):
             raise ValueError(f"descriptor field {name} = {v} does not fit in dim_width = "
                              f"{dim_width} bits")

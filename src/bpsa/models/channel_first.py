@@ -27,12 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bpsa.spec.layer import pair
+
 __all__ = ["Pass", "conv2d_channel_first", "cycles", "gather", "multi_tile", "passes",
            "row_addresses", "to_hwc"]
-
-
-def _pair(v):
-    return (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
 
 
 def to_hwc(x):
@@ -47,7 +45,8 @@ def _out(size, k, s, p, d):
 def conv2d_channel_first(x, w, stride=1, padding=0, dilation=1):
     """Y (``N x K x OH x OW`` int64) of ``x`` (``N x C x H x W``) by ``w`` (``K x C x R x S``)
     as the sum of the decomposed 1 x 1 convolutions of the HWC input."""
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = (pair(stride, "stride"), pair(padding, "padding"),
+                                    pair(dilation, "dilation"))
     xh = to_hwc(np.asarray(x, dtype=np.int64))
     w = np.asarray(w, dtype=np.int64)
     n, h, wd, c = xh.shape
@@ -107,7 +106,8 @@ def row_addresses(p, h, w, c, oh, ow, stride=1, padding=0, dilation=1):
     for a padding pixel (a zero, not read); row ``i`` reads its ``j``-th address in cycle
     ``j + i`` (the skew). A word address ``(y W + x) C + ch`` names element ``ch`` of pixel
     ``(y, x)``."""
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = (pair(stride, "stride"), pair(padding, "padding"),
+                                    pair(dilation, "dilation"))
     oy, ox = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
     out = []
     for tr, tq in p.taps:
@@ -131,7 +131,8 @@ def cycles(rows, cols, n, c, h, w, k, r, s, stride=1, padding=0, dilation=1):
     array's fill and drain (``rows + cols``), and per pass the weights preloaded (``rows``
     cycles, hidden behind the previous pass's stream when it is at least that long). No DMA
     or SRAM port limits: the front end's own bound (Sec. IV's TPU model)."""
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    (sh, sw), (ph, pw), (dh, dw) = (pair(stride, "stride"), pair(padding, "padding"),
+                                    pair(dilation, "dilation"))
     oh, ow = _out(h, r, sh, ph, dh), _out(w, s, sw, pw, dw)
     ps = passes(rows, cols, c, k, r, s)
     stream = oh * ow

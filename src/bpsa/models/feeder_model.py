@@ -23,6 +23,9 @@ element ``base``) on the fly for the output-stationary forward convolution of an
   a lane has more interest elements than free intermediate registers (no FIFO backpressure).
 * **traffic** (:func:`traffic`): SRAM words read by the feeder, and the elements / words that
   reading the explicit im2col matrix would take.
+
+The functions take the run as a :class:`FeederDescriptor` (their ``layer`` argument), made from
+a :class:`~bpsa.spec.layer.ConvLayer` by :meth:`FeederDescriptor.of`.
 """
 
 from dataclasses import asdict, dataclass
@@ -30,12 +33,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from bpsa.models import golden
-from bpsa.spec.layer import LayerGeometry
+from bpsa.spec.layer import ConvLayer, LayerGeometry
 
 __all__ = [
-    "LAYER_FIELDS", "Layer", "Step", "contexts", "kernel_pattern", "shift_pattern",
+    "LAYER_FIELDS", "FeederDescriptor", "Step", "contexts", "kernel_pattern", "shift_pattern",
     "index_steps", "sram_words", "lane_offsets", "feeder_streams", "expected_streams",
-    "lane_word_cycles", "register_stalls", "traffic", "random_layer",
+    "lane_word_cycles", "register_stalls", "traffic", "random_descriptor",
 ]
 
 #: Fields of a feeder layer descriptor, in the order of the hardware ``FeederLayer`` layout.
@@ -44,19 +47,17 @@ LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
                 "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
 @dataclass(frozen=True)
-class Layer(LayerGeometry):
-    """One forward convolution as the feeder sees it (the Python view of its descriptor).
+class FeederDescriptor(LayerGeometry):
+    """The feeder's layer descriptor (the Python view of the hardware's, field for field):
+    one forward run of a :class:`~bpsa.spec.layer.ConvLayer`, built by :meth:`of`.
 
-    Shapes: ``batch`` N, ``channels`` C, ``height`` H, ``width`` W, kernel ``kernel_h`` x
-    ``kernel_w`` (R x S), stride / padding / dilation per axis. ``base``: element address of
-    X[0, 0, 0, 0] in the SRAM. ``ctx_n``, ``ctx_oh``, ``ctx_ow``: output pixel of the first
-    context; ``ctx_count``: number of contexts to run (0: to the end of the layer).
-    ``pad_h`` pads the top, ``pad_bottom`` the bottom (``None``: ``pad_h``, symmetric).
+    The layer's X and kernel shapes (the feeder never sees the output channels): ``batch`` N,
+    ``channels`` C, ``height`` H, ``width`` W, kernel ``kernel_h`` x ``kernel_w`` (R x S),
+    stride / padding / dilation per axis, ``pad_h`` the top padding and ``pad_bottom`` the
+    bottom one (``None``: ``pad_h``). The run: ``base``, element address of X[0, 0, 0, 0] in the
+    SRAM; ``ctx_n``, ``ctx_oh``, ``ctx_ow``, output pixel of the first context; ``ctx_count``,
+    number of contexts to run (0: to the end of the layer).
     """
     batch: int
     channels: int
@@ -78,10 +79,17 @@ class Layer(LayerGeometry):
     pad_bottom: int | None = None
 
     @classmethod
-    def conv(cls, n, c, h, w, r, s, stride=1, pad=0, dil=1, **kw):
-        """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w))."""
-        (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dil)
-        return cls(n, c, h, w, r, s, sh, sw, ph, pw, dh, dw, **kw)
+    def of(cls, layer, base=0, ctx_n=0, ctx_oh=0, ctx_ow=0, ctx_count=0):
+        """The descriptor of a run of ``layer`` (a :class:`~bpsa.spec.layer.ConvLayer`) with X
+        from element ``base``, from the context at output pixel ``(ctx_n, ctx_oh, ctx_ow)``,
+        ``ctx_count`` contexts (0: to the end). Checks nothing (see
+        :func:`bpsa.gateware.feeder.check_layer`)."""
+        if not isinstance(layer, ConvLayer):
+            raise TypeError(f"layer must be a ConvLayer, not {type(layer).__name__}")
+        return cls(layer.batch, layer.channels, layer.height, layer.width, layer.kernel_h,
+                   layer.kernel_w, layer.stride_h, layer.stride_w, layer.pad_h, layer.pad_w,
+                   layer.dil_h, layer.dil_w, base, ctx_n, ctx_oh, ctx_ow, ctx_count,
+                   layer.pad_b)
 
     def fields(self):
         """The descriptor fields as a dict (keys :data:`LAYER_FIELDS`)."""
@@ -328,22 +336,22 @@ def traffic(config, layer, steps=None):
             "im2col_words": -(-elements // bw), "x_elements": x_elements}
 
 
-def random_layer(config, rng, *, max_vectors=2000, max_kernel=8, max_stride=4, max_pad=3,
-                 max_dil=3):
-    """A random layer that the feeder generated for ``config`` runs (kernel within the pattern
-    width, output not empty, X within the SRAM; half of them with a bottom padding different
-    from the top one) and whose run is at most ``max_vectors`` feed
-    vectors (contexts times ``C*R*S``)."""
+def random_descriptor(config, rng, *, max_vectors=2000, max_kernel=8, max_stride=4, max_pad=3,
+                      max_dil=3):
+    """The descriptor of a random layer's whole run (any ``base``) that the feeder generated
+    for ``config`` runs (kernel within the pattern width, output not empty, X within the SRAM;
+    half of them with a bottom padding different from the top one) and that is at most
+    ``max_vectors`` feed vectors (contexts times ``C*R*S``)."""
     while True:
         r, s = (int(v) for v in rng.integers(1, max_kernel + 1, 2))
         sh, sw = (int(v) for v in rng.integers(1, max_stride + 1, 2))
         ph, pw = (int(v) for v in rng.integers(0, max_pad + 1, 2))
         dh, dw = (int(v) for v in rng.integers(1, max_dil + 1, 2))
         pb = ph if rng.random() < 0.5 else int(rng.integers(0, max_pad + 1))
-        layer = Layer.conv(int(rng.integers(1, 3)), int(rng.integers(1, 4)),
-                           int(rng.integers(3, 14)), int(rng.integers(3, 18)), r, s,
-                           (sh, sw), (ph, pw), (dh, dw), base=int(rng.integers(0, 40)),
-                           pad_bottom=pb)
+        conv = ConvLayer.conv(int(rng.integers(1, 3)), int(rng.integers(1, 4)),
+                              int(rng.integers(3, 14)), int(rng.integers(3, 18)), 1, r, s,
+                              (sh, sw), (ph, pw), (dh, dw), pad_bottom=pb)
+        layer = FeederDescriptor.of(conv, base=int(rng.integers(0, 40)))
         if layer.span_w > config.feeder_pattern_width:
             continue
         try:

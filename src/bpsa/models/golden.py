@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bpsa.spec.layer import conv_params, output_hw
+from bpsa.spec.layer import conv_params, output_hw, pair
 
 __all__ = [
     "output_hw", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "gemm",
@@ -50,22 +50,12 @@ def _int(value, name):
     return int(value)
 
 
-def _pair(value, name):
-    """Normalise an ``int`` or an ``(h, w)`` pair of ints to a tuple of two Python ints."""
-    if isinstance(value, (tuple, list, np.ndarray)):
-        if len(value) != 2:
-            raise ValueError(f"{name} must be an integer or an (h, w) pair, not {value!r}")
-        return (_int(value[0], name), _int(value[1], name))
-    v = _int(value, name)
-    return (v, v)
-
-
 def _params(stride, padding, dilation):
     return conv_params(stride, padding, dilation)
 
 
 def _hw(value, name):
-    hw = _pair(value, name)
+    hw = pair(value, name)
     if min(hw) < 1:
         raise ValueError(f"{name} must be >= 1 in both axes, not {value!r}")
     return hw
@@ -200,8 +190,8 @@ def _pool_params(x_shape, kind, kernel, stride, padding):
     if kind == "global_avg":
         return (h, w), (1, 1), (0, 0), (1, 1)
     k = _hw(kernel, "kernel")
-    st = k if stride is None else _pair(stride, "stride")
-    p = _pair(padding, "padding")
+    st = k if stride is None else pair(stride, "stride")
+    p = pair(padding, "padding")
     if min(st) < 1:
         raise ValueError(f"stride must be >= 1, not {stride!r}")
     if min(p) < 0 or p[0] > k[0] // 2 or p[1] > k[1] // 2:

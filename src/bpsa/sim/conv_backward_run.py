@@ -38,7 +38,7 @@ def geometry(config, layer, phase="loss"):
     n, c, k = layer.batch, layer.channels, layer.out_channels
     r, s = layer.kernel_h, layer.kernel_w
     drh, drw = layer.dil_h * (r - 1), layer.dil_w * (s - 1)
-    hd, wd = layer.stride_h * (oh - 1) + 1, layer.stride_w * (ow - 1) + 1
+    hd, wd = layer.dilated_out_hw
     g = {"oh": oh, "ow": ow, "hd": hd, "wd": wd, "dy": n * k * oh * ow, "w": k * c * r * s,
          "x": n * c * layer.height * layer.width}
     if phase == "loss":

@@ -16,23 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from bpsa.models import golden
-from bpsa.models.feeder_model import Layer
+from bpsa.models.feeder_model import FeederDescriptor
 from bpsa.models.feeder_model import traffic as feeder_traffic
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
 
 __all__ = [
-    "descriptor", "feeder_layer", "x_image", "w_image", "random_operands", "expected_y",
+    "descriptor", "x_image", "w_image", "random_operands", "expected_y",
     "assemble", "traffic", "summary", "pack_struct", "unpack_struct", "run_forward",
     "run_forward_layers",
 ]
-
-
-def feeder_layer(layer, x_base=0):
-    """``layer`` (a :class:`ConvLayer`) as :mod:`bpsa.models.feeder_model` sees it (X from
-    element ``x_base``)."""
-    return Layer(layer.batch, layer.channels, layer.height, layer.width, layer.kernel_h,
-                 layer.kernel_w, layer.stride_h, layer.stride_w, layer.pad_h, layer.pad_w,
-                 layer.dil_h, layer.dil_w, base=x_base, pad_bottom=layer.pad_b)
 
 
 # --- buffer images and descriptor ----------------------------------------------------------
@@ -124,7 +116,7 @@ def traffic(config, layer, x_base=0):
     zw = np.zeros((1,) + layer.w_shape[1:], dtype=np.int64)
     a = golden.lower_forward(layer.padded_rows(zx), zw, layer.stride, (0, layer.pad_w),
                              layer.dil).a
-    words = feeder_traffic(config, feeder_layer(layer, x_base))["words_read"]
+    words = feeder_traffic(config, FeederDescriptor.of(layer, base=x_base))["words_read"]
     return {"model_words_read": tiles * words, "im2col_elements": tiles * a.size,
             "im2col_words": tiles * -(-a.size // bw),
             "x_words": -(-int(np.prod(layer.x_shape)) // bw), "w_words": tiles * layer.crs}

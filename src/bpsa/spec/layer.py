@@ -36,8 +36,10 @@ def _int(value, name):
 
 
 def pair(value, name="value"):
-    """An ``int`` or an ``(h, w)`` pair of ints as a tuple of two Python ints."""
-    if isinstance(value, (tuple, list)) or hasattr(value, "__len__"):
+    """An integer or an ``(h, w)`` pair of integers (a tuple, list, array: anything with a
+    length but a string) as a tuple of two Python ints. Raises :exc:`TypeError` for a
+    non-integer and :exc:`ValueError` for a length other than 2, both naming ``name``."""
+    if hasattr(value, "__len__") and not isinstance(value, (str, bytes)):
         if len(value) != 2:
             raise ValueError(f"{name} must be an integer or an (h, w) pair, not {value!r}")
         return (_int(value[0], name), _int(value[1], name))
@@ -108,6 +110,14 @@ class LayerGeometry:
                          (self.kernel_h, self.kernel_w), self.stride, (0, self.pad_w),
                          self.dil)
 
+    @property
+    def dilated_out_hw(self):
+        """``(Hd, Wd) = (stride_h (OH - 1) + 1, stride_w (OW - 1) + 1)``: the output with
+        ``stride - 1`` zeros between neighbours (the dilated dY of the weight gradient); raises
+        like :attr:`out_hw`."""
+        oh, ow = self.out_hw
+        return (self.stride_h * (oh - 1) + 1, self.stride_w * (ow - 1) + 1)
+
 
 @dataclass(frozen=True)
 class ConvLayer(LayerGeometry):
@@ -158,14 +168,13 @@ class ConvLayer(LayerGeometry):
         the traditional way, on the zero-spaced tensors
         :func:`bpsa.host.driver.baseline_loss_operands` /
         :func:`bpsa.host.driver.baseline_gradient_operands` build."""
-        oh, ow = self.out_hw
+        hd, wd = self.dilated_out_hw       # raises when the kernel does not fit
         drh, drw = self.dil_h * (self.kernel_h - 1), self.dil_w * (self.kernel_w - 1)
         if phase == "loss":
             return ConvLayer.conv(self.batch, self.out_channels, self.height + drh,
                                   self.width + drw, self.channels, self.kernel_h,
                                   self.kernel_w, 1, 0, self.dil)
         if phase == "gradient":
-            hd, wd = self.stride_h * (oh - 1) + 1, self.stride_w * (ow - 1) + 1
             return ConvLayer.conv(self.channels, self.batch, hd + drh, wd + drw,
                                   self.out_channels, hd, wd, self.dil, 0, 1)
         raise ValueError(f"the baseline applies to loss and gradient, not {phase!r}")

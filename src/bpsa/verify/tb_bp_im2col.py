@@ -16,27 +16,28 @@ from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from bpsa.models.bp_im2col_model import (
     DESC_FIELDS,
-    Layer,
     beats,
     counters,
+    desc_fields,
     normalize,
     pack_desc,
     unpack_beat,
 )
 from bpsa.sim.runner import load_config_json
+from bpsa.spec.layer import ConvLayer
 
 LAYERS = [
-    Layer(1, 2, 7, 5, 2, 3, 3, stride=2, padding=1),
-    Layer(2, 1, 6, 9, 2, 2, 3, stride=(2, 3), padding=(1, 2), dilation=(1, 2)),
-    Layer(1, 1, 11, 8, 1, 7, 7, stride=2, padding=3),
-    Layer(1, 2, 5, 6, 1, 1, 1, stride=2, padding=1),       # padding > d(R-1): crops dY
-    Layer(2, 1, 9, 7, 2, 3, 2, stride=4, padding=(3, 0), dilation=2),
+    ConvLayer.conv(1, 2, 7, 5, 2, 3, 3, stride=2, pad=1),
+    ConvLayer.conv(2, 1, 6, 9, 2, 2, 3, stride=(2, 3), pad=(1, 2), dil=(1, 2)),
+    ConvLayer.conv(1, 1, 11, 8, 1, 7, 7, stride=2, pad=3),
+    ConvLayer.conv(1, 2, 5, 6, 1, 1, 1, stride=2, pad=1),       # padding > d(R-1): crops dY
+    ConvLayer.conv(2, 1, 9, 7, 2, 3, 2, stride=4, pad=(3, 0), dil=2),
 ]
 
 
 def _bad_layer():
     """A descriptor with stride 0 (refused with ZERO_STEP)."""
-    f = LAYERS[0].fields()
+    f = desc_fields(LAYERS[0])
     f["stride_w"] = 0
     return f
 
@@ -121,21 +122,22 @@ async def layers_match_model(dut):
     await _reset(dut)
     for idx, layer in enumerate(LAYERS):
         ready_p = (1.0, 0.6, 0.3)[idx % 3]
-        got, cnt, error, _ = await _run_layer(dut, cfg, phase, rng, layer.fields(), ready_p)
-        assert not error, f"{layer}: refused"
+        text = layer.text()
+        got, cnt, error, _ = await _run_layer(dut, cfg, phase, rng, desc_fields(layer), ready_p)
+        assert not error, f"{text}: refused"
         for side in "ab":
             stream = f"{phase}_{side}"
             expected = beats(layer, stream, rows, cols)
             seen = [normalize(stream, b, rows, cols) for b in got[side]]
             assert len(seen) == len(expected), \
-                f"{layer} {stream}: {len(seen)} beats, model {len(expected)}"
+                f"{text} {stream}: {len(seen)} beats, model {len(expected)}"
             for i, (g, e) in enumerate(zip(seen, expected)):
-                assert g == e, f"{layer} {stream} beat {i}: {g} != model {e}"
+                assert g == e, f"{text} {stream} beat {i}: {g} != model {e}"
             want = counters(layer, stream, rows, cols, expected)
             for name, value in want.items():
                 assert cnt[f"{side}_{name}"] == value, \
-                    f"{layer} {stream}: count {name} = {cnt[side + '_' + name]}, model {value}"
-        dut._log.info(f"{phase} {layer}: {len(got['a'])} a beats and {len(got['b'])} b beats "
+                    f"{text} {stream}: count {name} = {cnt[side + '_' + name]}, model {value}"
+        dut._log.info(f"{phase} {text}: {len(got['a'])} a beats and {len(got['b'])} b beats "
                       f"match, prologue {cnt['prologue']} cycles, ready {ready_p}")
 
 
@@ -146,11 +148,11 @@ async def bad_descriptor_flagged(dut):
     phase = os.environ["BPSA_BP_PHASE"]
     rng = random.Random(2)
     await _reset(dut)
-    assert set(DESC_FIELDS) == set(LAYERS[0].fields())
+    assert set(DESC_FIELDS) == set(desc_fields(LAYERS[0]))
     got, _, error, code = await _run_layer(dut, cfg, phase, rng, _bad_layer(), 1.0)
     assert error and code == 2 and not got["a"] and not got["b"]
     layer = LAYERS[0]
-    got, _, error, _ = await _run_layer(dut, cfg, phase, rng, layer.fields(), 1.0)
+    got, _, error, _ = await _run_layer(dut, cfg, phase, rng, desc_fields(layer), 1.0)
     assert not error
     for side in "ab":
         stream = f"{phase}_{side}"

@@ -18,24 +18,25 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from bpsa.config import Config
 from bpsa.gateware.feeder import feed_layout, layer_layout
 from bpsa.models.feeder_model import (
-    Layer,
+    FeederDescriptor,
     expected_streams,
-    random_layer,
+    random_descriptor,
     sram_words,
     traffic,
 )
 from bpsa.sim.runner import load_config_json
+from bpsa.spec.layer import ConvLayer
 
 SEED = int(os.environ.get("BPSA_SEED", "1"))
 
-#: Directed layers: (layer, probability of ready).
+#: Directed runs: (descriptor, probability of ready).
 LAYERS = [
-    (Layer.conv(1, 2, 7, 9, 3, 3, 1, 1, 1), 1.0),
-    (Layer.conv(1, 1, 19, 23, 11, 11, 4, 2, 1), 0.7),
-    (Layer.conv(2, 2, 13, 11, 7, 7, 2, 3, 1, base=11), 1.0),
-    (Layer.conv(1, 3, 9, 12, 3, 3, (3, 2), (2, 1), (2, 3)), 0.5),
-    (Layer.conv(1, 9, 5, 6, 1, 1, 1, 0, 1), 1.0),
-    (Layer.conv(1, 1, 8, 9, 5, 2, 4, 3, (1, 2)), 1.0),
+    (FeederDescriptor.of(ConvLayer.conv(1, 2, 7, 9, 1, 3, 3, 1, 1, 1)), 1.0),
+    (FeederDescriptor.of(ConvLayer.conv(1, 1, 19, 23, 1, 11, 11, 4, 2, 1)), 0.7),
+    (FeederDescriptor.of(ConvLayer.conv(2, 2, 13, 11, 1, 7, 7, 2, 3, 1), base=11), 1.0),
+    (FeederDescriptor.of(ConvLayer.conv(1, 3, 9, 12, 1, 3, 3, (3, 2), (2, 1), (2, 3))), 0.5),
+    (FeederDescriptor.of(ConvLayer.conv(1, 9, 5, 6, 1, 1, 1, 1, 0, 1)), 1.0),
+    (FeederDescriptor.of(ConvLayer.conv(1, 1, 8, 9, 1, 5, 2, 4, 3, (1, 2))), 1.0),
 ]
 
 
@@ -142,8 +143,8 @@ async def streams_match_golden_im2col(dut):
     rng = np.random.default_rng(SEED)
     await _reset(dut)
     env = FeederEnv(dut, cfg)
-    layers = LAYERS + [(random_layer(cfg, rng, max_vectors=3000), float(rng.choice([1.0, 0.6])))
-                       for _ in range(12)]
+    layers = LAYERS + [(random_descriptor(cfg, rng, max_vectors=3000),
+                        float(rng.choice([1.0, 0.6]))) for _ in range(12)]
     for layer, ready_prob in layers:
         x = _random_x(cfg, layer, rng)
         env.load(layer, x)
@@ -165,6 +166,6 @@ async def illegal_descriptor_raises_error(dut):
     cfg = Config.from_dict(load_config_json())
     await _reset(dut)
     env = FeederEnv(dut, cfg)
-    layer = Layer.conv(1, 1, 40, 40, 3, cfg.feeder_pattern_width + 1)
+    layer = FeederDescriptor.of(ConvLayer.conv(1, 1, 40, 40, 1, 3, cfg.feeder_pattern_width + 1))
     got = await env.run(layer, 1.0, np.random.default_rng(0), max_cycles=100)
     assert got == [] and int(dut.error.value) == 1 and int(dut.words_read.value) == 0
