@@ -313,19 +313,19 @@ def _native(args):
 def _accelerator(args, config):
     """``bpsa sim --phase forward|loss|gradient|step``: the layer through the accelerator top
     (driver, AXI memory, DMA); ``step`` runs the three phases."""
-    from bpsa.sim.accel_run import check_layer, job_mode, run_layer
+    from bpsa.plan.capability import requant_applies, requant_limit, resolve_mode
+    from bpsa.sim.accel_run import check_layer, run_layer
     from bpsa.spec.layer import parse_layer
     _guard(args, _ACCELERATOR)
     phases = ["forward", "loss", "gradient"] if args.phase == "step" else [args.phase]
     if args.requant is not None:
-        bits = (config.acc_width - 1).bit_length()
-        if args.phase not in ("forward", "loss") or args.baseline or (
-                args.phase == "loss"
-                and job_mode(config, "loss", args.mode) not in ("zero_free", "channel_first")):
+        if args.phase not in ("forward", "loss") or args.baseline or not requant_applies(
+                args.phase, resolve_mode(config, args.phase, args.mode)):
             raise UserError("--requant applies to --phase forward and to the zero-free "
                             "--phase loss (their outputs feed a next layer)")
-        if not 0 <= args.requant < 1 << bits:
-            raise UserError(f"--requant {args.requant}: give a shift in [0, {(1 << bits) - 1}]")
+        if not 0 <= args.requant <= requant_limit(config):
+            raise UserError(f"--requant {args.requant}: give a shift in "
+                            f"[0, {requant_limit(config)}]")
     modes = dict(baseline=args.baseline, mode=args.mode,
                  forward_mode="channel_first" if args.im2col == "channel_first" else None)
     with _refusals(args, config, _ACCELERATOR):

@@ -6,9 +6,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from bpsa.plan.tiling import MODE_NAMES, default_mode, fc_plan, mode_value, plan, plan_or_strips
+from bpsa.plan import capability
+from bpsa.plan.tiling import fc_plan, plan, plan_or_strips
 
-__all__ = ["check_fc", "check_job", "check_layer", "fc_job", "job", "job_mode", "run_fc",
+__all__ = ["check_fc", "check_job", "check_layer", "fc_job", "job", "run_fc",
            "run_jobs", "run_layer", "summary"]
 
 
@@ -23,46 +24,21 @@ def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mo
             "requant": requant}
 
 
-def job_mode(config, phase, mode=None):
-    """The backward mode name a loss or gradient job runs in; a forward's front end when it
-    is ``"channel_first"`` (``None`` for the feeder's forward and the other phases)."""
-    cf = isinstance(mode, str) and mode.replace("-", "_") == "channel_first"
-    if phase == "forward":
-        return "channel_first" if cf else None
-    if phase not in ("loss", "gradient"):
-        return None
-    if cf and phase == "loss":          # the stride classes on the channel-first forward
-        return "channel_first"
-    if cf:
-        raise ValueError("the channel-first front end runs the forward and the loss's stride "
-                         "classes; the gradient runs in mode zero_free or bp_im2col")
-    return MODE_NAMES[mode_value(mode or default_mode(config, phase))]
-
-
-def check_job(config, layer, phase, baseline=False, mode=None):
+def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
     cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
-    convolution; ``mode``: the backward mode, default the driver's)."""
+    convolution; ``mode``: the front end or backward mode, ``requant``: a shift, both checked
+    by :func:`bpsa.plan.capability.check`); else returns the layer's tiling plan."""
     if baseline:
         try:
-            return check_job(config, layer.baseline(phase), "forward")
+            return check_job(config, layer.baseline(phase), "forward", requant=requant)
         except ValueError as e:
             raise ValueError(f"the baseline's forward convolution: {e}") from None
-    mode = job_mode(config, phase, mode)
+    mode = capability.check(config, phase, mode=mode, requant=requant)
     span_w = layer.dil_w * (layer.kernel_w - 1) + 1
-    if phase == "forward" and mode is None and span_w > config.feeder_pattern_width:
+    if mode == "feeder" and span_w > config.feeder_pattern_width:
         raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
                          f"feeder_pattern_width {config.feeder_pattern_width}")
-    if mode == "channel_first" and not config.has_frontend("channel_first"):
-        raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
-                         f"forward front end (its forward_frontends: "
-                         f"{list(config.forward_frontends)})")
-    if phase == "forward" and not config.has("os"):
-        raise ValueError(f"configuration {config.name!r} does not generate the 'os' dataflow "
-                         f"that the forward phase runs on")
-    if mode not in (None, "channel_first") and not config.has_mode(mode):
-        raise ValueError(f"configuration {config.name!r} does not generate the {phase} in "
-                         f"mode {mode!r} (its backward modes: {list(config.backward_modes)})")
     limit = (1 << config.dim_width) - 1
     for name, v in dataclasses.asdict(layer).items():
         if v is not None and v > limit:
@@ -91,7 +67,8 @@ def check_job(config, layer, phase, baseline=False, mode=None):
     # rows too wide for the controller: the driver cuts the layer into column strips
     return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
                           layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
-                          layer.stride, layer.pad, layer.dil, mode=mode or "bp_im2col")
+                          layer.stride, layer.pad, layer.dil,
+                          mode="bp_im2col" if mode == "feeder" else mode)
 
 
 def summary(config, result):
