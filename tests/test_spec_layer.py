@@ -135,3 +135,14 @@ def test_parse_pool():
                       ("C=8,H=7,kind=max,R=2,R=3", "given twice")]:
         with pytest.raises(ValueError, match=msg):
             parse_pool(text)
+
+
+def test_dict_round_trip():
+    """A job carries its layer as a dict: missing optional fields take their defaults, keys
+    that are not fields (a pooling job's kind and relu) are left out."""
+    from bpsa.spec.layer import ConvLayer
+    layer = ConvLayer.conv(2, 3, 9, 7, 4, 3, 2, stride=(2, 1), pad=1, dil=(1, 2), pad_bottom=0)
+    assert ConvLayer.from_dict(layer.to_dict()) == layer
+    d = {"batch": 1, "channels": 2, "height": 5, "width": 6, "out_channels": 2, "kernel_h": 3,
+         "kernel_w": 3, "stride_h": 2, "kind": "max", "relu": True}
+    assert ConvLayer.from_dict(d) == ConvLayer(1, 2, 5, 6, 2, 3, 3, stride_h=2)

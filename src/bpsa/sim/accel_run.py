@@ -1,13 +1,13 @@
 """Layers through the whole accelerator top under Verilator (``bpsa sim --phase ...``,
 ``bpsa.tools.bench_accelerator``): jobs in, one summary per job out."""
 
-import dataclasses
 import json
 import tempfile
 from pathlib import Path
 
 from bpsa.plan import capability
 from bpsa.plan.tiling import fc_plan, plan, plan_or_strips
+from bpsa.spec.layer import ConvLayer
 
 __all__ = ["check_fc", "check_job", "check_layer", "fc_job", "job", "run_fc",
            "run_jobs", "run_layer", "summary"]
@@ -19,7 +19,7 @@ def job(layer, phase, *, seed=1, pauses=False, zero_prob=0.0, baseline=False, mo
     gradient the traditional way, see :meth:`bpsa.spec.layer.ConvLayer.baseline`; ``mode``:
     the backward mode,
     default the driver's; ``requant``: a shift, the output leaves requantized)."""
-    return {"phase": phase, "layer": dataclasses.asdict(layer), "seed": seed,
+    return {"phase": phase, "layer": layer.to_dict(), "seed": seed,
             "pauses": pauses, "zero_prob": zero_prob, "baseline": baseline, "mode": mode,
             "requant": requant}
 
@@ -40,7 +40,7 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
         raise ValueError(f"the dilated kernel spans {span_w} columns, more than "
                          f"feeder_pattern_width {config.feeder_pattern_width}")
     limit = (1 << config.dim_width) - 1
-    for name, v in dataclasses.asdict(layer).items():
+    for name, v in layer.to_dict().items():
         if v is not None and v > limit:
             raise ValueError(f"{name} = {v} does not fit dim_width {config.dim_width}")
     try:
@@ -170,8 +170,8 @@ def fc_job(layer, *, seed=1, baseline=False):
     """The testbench job of the backward pass of the FC ``layer``: one interleaved descriptor,
     or with ``baseline`` the loss and the gradient of the 1x1 convolution."""
     return {"phase": "fc_backward", "seed": seed, "interleaved": not baseline,
-            "layer": {"batch": layer.batch, "channels": layer.inputs, "height": 1, "width": 1,
-                      "out_channels": layer.outputs, "kernel_h": 1, "kernel_w": 1}}
+            "layer": ConvLayer.conv(layer.batch, layer.inputs, 1, 1, layer.outputs, 1,
+                                    1).to_dict()}
 
 
 def run_fc(config, layer, *, seed=1, baseline=False, harness="native", **native):

@@ -7,21 +7,20 @@ import time
 import numpy as np
 
 from bpsa.models import golden
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
 __all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
 
 
 def job_tensors(cfg, layer, rng, zero_prob):
+    """Random operands of ``layer`` (a :class:`ConvLayer`) from ``rng``: ``x``, ``w`` and
+    ``dy``, a share ``zero_prob`` of each set to zero."""
     lo, hi = operand_range(cfg)
-    oh, ow = golden.output_hw((layer["height"], layer["width"]),
-                              (layer["kernel_h"], layer["kernel_w"]),
-                              (layer["stride_h"], layer["stride_w"]),
-                              (layer["pad_h"], layer["pad_w"]), (layer["dil_h"], layer["dil_w"]))
-    shapes = {"x": (layer["batch"], layer["channels"], layer["height"], layer["width"]),
-              "w": (layer["out_channels"], layer["channels"], layer["kernel_h"],
-                    layer["kernel_w"]),
-              "dy": (layer["batch"], layer["out_channels"], oh, ow)}
+    oh, ow = golden.output_hw((layer.height, layer.width), (layer.kernel_h, layer.kernel_w),
+                              layer.stride, layer.pad, layer.dil)
+    shapes = {"x": layer.x_shape, "w": layer.w_shape,
+              "dy": (layer.batch, layer.out_channels, oh, ow)}
     out = {}
     for name, shape in shapes.items():
         t = rng.integers(lo, hi + 1, shape)
@@ -32,9 +31,9 @@ def job_tensors(cfg, layer, rng, zero_prob):
 
 
 def job_layer(job):
-    lay = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
-    lay.update(job["layer"])
-    return lay
+    """The :class:`ConvLayer` of ``job`` (its ``"layer"`` dict, :meth:`ConvLayer.to_dict`;
+    a pooling job's dict also holds ``kind`` and ``relu``)."""
+    return ConvLayer.from_dict(job["layer"])
 
 
 async def run_job(cfg, drv, job, clock):
@@ -43,16 +42,16 @@ async def run_job(cfg, drv, job, clock):
     and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
     operands as the forward's or zero-free loss's output then leaves) and a summary (counters, match, useful MACs, simulated cycles by
     ``clock()``, wall seconds). Returns ``(got, want, summary)``."""
-    lay = job_layer(job)
+    layer = job_layer(job)
+    lay = {**layer.to_dict(), **job["layer"]}       # the summary's (pooling: kind, relu)
     rng = np.random.default_rng(job.get("seed", 1))
-    t = job_tensors(cfg, lay, rng, job.get("zero_prob", 0.0))
-    args = dict(stride=(lay["stride_h"], lay["stride_w"]), padding=(lay["pad_h"], lay["pad_w"]),
-                dilation=(lay["dil_h"], lay["dil_w"]))
+    t = job_tensors(cfg, layer, rng, job.get("zero_prob", 0.0))
+    args = dict(stride=layer.stride, padding=layer.pad, dilation=layer.dil)
     phase = job["phase"]
     t0, s0 = time.perf_counter(), clock()
     if phase in ("pool_forward", "pool_backward"):     # the pooling unit
         kind, relu = lay["kind"], bool(lay.get("relu"))
-        k = (lay["kernel_h"], lay["kernel_w"])
+        k = (layer.kernel_h, layer.kernel_w)
         pargs = dict(stride=args["stride"], padding=args["padding"], relu=relu)
         if phase == "pool_forward":
             got = await drv.pool(t["x"], kind, k, **pargs)
@@ -74,21 +73,20 @@ async def run_job(cfg, drv, job, clock):
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
     elif phase == "loss":
         if job.get("baseline"):
-            got = await drv.loss_baseline(t["dy"], t["w"], (lay["height"], lay["width"]),
-                                          **args)
+            got = await drv.loss_baseline(t["dy"], t["w"], (layer.height, layer.width), **args)
         else:
-            got = await drv.loss(t["dy"], t["w"], (lay["height"], lay["width"]),
+            got = await drv.loss(t["dy"], t["w"], (layer.height, layer.width),
                                  mode=job.get("mode"), requant=job.get("requant"), **args)
-        want = golden.conv2d_input_grad(t["dy"], t["w"], (lay["height"], lay["width"]),
+        want = golden.conv2d_input_grad(t["dy"], t["w"], (layer.height, layer.width),
                                         args["stride"], args["padding"], args["dilation"])
     else:
         if job.get("baseline"):
-            got = await drv.gradient_baseline(t["x"], t["dy"], (lay["kernel_h"],
-                                                                lay["kernel_w"]), **args)
+            got = await drv.gradient_baseline(t["x"], t["dy"],
+                                              (layer.kernel_h, layer.kernel_w), **args)
         else:
-            got = await drv.gradient(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
+            got = await drv.gradient(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                      mode=job.get("mode"), **args)
-        want = golden.conv2d_weight_grad(t["x"], t["dy"], (lay["kernel_h"], lay["kernel_w"]),
+        want = golden.conv2d_weight_grad(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                          args["stride"], args["padding"], args["dilation"])
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
@@ -97,7 +95,7 @@ async def run_job(cfg, drv, job, clock):
         want = golden.requantize(want, job["requant"], cfg.operand_width, cfg.operand_signed)
     c = dict(drv.counters)
     # every phase does the forward's multiply-accumulates: N K OH OW C R S
-    macs_dense = int(t["dy"].size) * lay["channels"] * lay["kernel_h"] * lay["kernel_w"]
+    macs_dense = int(t["dy"].size) * layer.crs
     if phase == "fc_backward":      # dX and dW: two products of that size
         macs_dense *= 2
     if phase.startswith("pool_"):   # no MAC

@@ -162,17 +162,16 @@ def expected_cycles(config, job):
     from bpsa.models.golden import output_hw
     from bpsa.sim.jobs import job_layer
     lay = job_layer(job)
-    oh, ow = output_hw((lay["height"], lay["width"]), (lay["kernel_h"], lay["kernel_w"]),
-                       (lay["stride_h"], lay["stride_w"]), (lay["pad_h"], lay["pad_w"]),
-                       (lay["dil_h"], lay["dil_w"]))
+    oh, ow = output_hw((lay.height, lay.width), (lay.kernel_h, lay.kernel_w), lay.stride,
+                       lay.pad, lay.dil)
     if job["phase"] in ("pool_forward", "pool_backward"):
         from bpsa.host.driver import expected_pool_cycles
-        return expected_pool_cycles(job["phase"], lay["batch"], lay["channels"],
-                                    lay["height"], lay["width"], lay["kernel_h"],
-                                    lay["kernel_w"], max(oh, 1), max(ow, 1))
-    return layer_cycles(config, job["phase"], lay["batch"], lay["channels"], lay["height"],
-                        lay["width"], lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
-                        oh, ow, baseline=bool(job.get("baseline")))
+        return expected_pool_cycles(job["phase"], lay.batch, lay.channels, lay.height,
+                                    lay.width, lay.kernel_h, lay.kernel_w, max(oh, 1),
+                                    max(ow, 1))
+    return layer_cycles(config, job["phase"], lay.batch, lay.channels, lay.height, lay.width,
+                        lay.out_channels, lay.kernel_h, lay.kernel_w, oh, ow,
+                        baseline=bool(job.get("baseline")))
 
 
 def check_trace_path(path):
@@ -320,11 +319,9 @@ def job_memory(config, jobs):
     need = 0
     for job in jobs:
         lay = job_layer(job)
-        hw = (lay["height"] + lay["dil_h"] * lay["kernel_h"]) \
-            * (lay["width"] + lay["dil_w"] * lay["kernel_w"])
-        elements = lay["batch"] * (lay["channels"] + lay["out_channels"]) * hw * \
-            lay["stride_h"] * lay["stride_w"] + lay["out_channels"] * lay["channels"] \
-            * lay["kernel_h"] * lay["kernel_w"]
+        hw = (lay.height + lay.dil_h * lay.kernel_h) * (lay.width + lay.dil_w * lay.kernel_w)
+        elements = lay.batch * (lay.channels + lay.out_channels) * hw * lay.stride_h \
+            * lay.stride_w + lay.out_channels * lay.crs
         need = max(need, 4 * elements * (config.acc_width + 7) // 8)
     return max(JOB_MEMORY, 1 << (need - 1).bit_length())
 

@@ -12,7 +12,7 @@ dilation=..,N=..`` and ``N=..,I=..,O=..``.
 
 import numbers
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -143,6 +143,17 @@ class ConvLayer(LayerGeometry):
         """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w))."""
         (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
         return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom)
+
+    def to_dict(self):
+        """The layer's fields as a JSON-able dict (a job's ``"layer"``; :meth:`from_dict`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        """The layer of :meth:`to_dict`'s dict; a missing optional field takes its default,
+        a key that is not a field (a pooling job's ``kind`` and ``relu``) is left out."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
     def padded_rows(self, x):
         """``x`` with its top / bottom padding made explicit (the golden model's padding is

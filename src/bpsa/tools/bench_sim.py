@@ -25,13 +25,11 @@ __all__ = ["measure"]
 def measure(config, opt, threads, layer, phase, *, build_root):
     """``{"opt", "threads", "build_seconds", "cycles", "run_seconds", "cycles_per_second"}``
     of one build of ``config`` running ``phase`` of ``layer``."""
-    import dataclasses
-
     from bpsa.sim.native import build_native, run_jobs
     t0 = time.perf_counter()
     build_native(config, opt=opt, threads=threads, build_root=build_root)
     build = time.perf_counter() - t0
-    job = {"phase": phase, "layer": dataclasses.asdict(layer), "seed": 1}
+    job = {"phase": phase, "layer": layer.to_dict(), "seed": 1}
     res = run_jobs(config, [job], opt=opt, threads=threads, build_root=build_root)[0]
     if not res["match"]:
         raise AssertionError(f"{phase} of {layer.text()} differs from the golden model")
