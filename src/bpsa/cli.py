@@ -94,7 +94,7 @@ def cmd_verilog(args):
 
 def cmd_synth(args):
     from bpsa.platform.verilog import TOPS
-    from bpsa.tools import synth
+    from bpsa.tools import overheads, synth
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = _config(args)
@@ -110,9 +110,9 @@ def cmd_synth(args):
         report = synth.design_report(config, args.output, targets=args.targets,
                                      blocks=args.blocks or synth.DESIGN_BLOCKS)
     elif args.pe_overheads:
-        report = synth.pe_overhead_report(config, args.output, targets=args.targets)
+        report = overheads.pe_overhead_report(config, args.output, targets=args.targets)
     elif args.array_overheads:
-        report = synth.array_overhead_report(config, args.output, targets=args.targets)
+        report = overheads.array_overhead_report(config, args.output, targets=args.targets)
     else:
         report = synth.synth_report(config, args.top, args.output, targets=args.targets,
                                     timing=args.timing)

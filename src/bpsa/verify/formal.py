@@ -15,7 +15,7 @@ def prove(harness, name, workdir, *, depth=1):
     """BMC of ``harness`` for ``depth`` cycles from reset with yowasp-sby and z3 in
     ``workdir``; returns ``(passed, log tail)``. A depth-1 check of a combinational property
     proves it for every value of the free inputs."""
-    from bpsa.tools.synth import yosys_version
+    from bpsa.tools.yosys import yosys_version
     # YoWASP writes its compiled-Yosys cache without a lock: a cold cache written here while a
     # synthesis elsewhere maps it kills that Yosys with SIGBUS; the first run compiles it
     # under the synthesis flow's lock instead
