@@ -45,7 +45,7 @@ def run(args):
     """Synthesize one block (or ``--report``, ``--pe-overheads``, ``--array-overheads``) and
     print the Markdown report."""
     from bpsa.platform.verilog import TOPS
-    from bpsa.tools import synth
+    from bpsa.tools import overheads, synth
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = config_of(args)
@@ -61,9 +61,9 @@ def run(args):
         report = synth.design_report(config, args.output, targets=args.targets,
                                      blocks=args.blocks or synth.DESIGN_BLOCKS)
     elif args.pe_overheads:
-        report = synth.pe_overhead_report(config, args.output, targets=args.targets)
+        report = overheads.pe_overhead_report(config, args.output, targets=args.targets)
     elif args.array_overheads:
-        report = synth.array_overhead_report(config, args.output, targets=args.targets)
+        report = overheads.array_overhead_report(config, args.output, targets=args.targets)
     else:
         report = synth.synth_report(config, args.top, args.output, targets=args.targets,
                                     timing=args.timing)

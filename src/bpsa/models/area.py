@@ -18,7 +18,7 @@ denser than flip-flops).
 - The channel-first front end (``forward_frontends``; none of the fitted points has one):
   its ``rows`` X banks of ``buf_cf_depth`` operands are in ``memory_bits``, its logic is
   :func:`cf_logic_cells`, a line through two syntheses with the banks kept as memories
-  (``bpsa.tools.synth.synthesize(..., keep_memories=...)`` of ``--top channel_first``):
+  (``bpsa.tools.yosys.synthesize(..., keep_memories=...)`` of ``--top channel_first``):
   9,572 generic cells on ``small`` (4 rows), 27,033 on ``paper16`` (16 rows).
 - ``cells`` is a least-squares fit, ``a0 + a1 memory_bits + a2 R C w^2 + a3 R C acc
   dataflows`` (``w`` operand bits, ``acc`` accumulator bits): the controller, the buffers,

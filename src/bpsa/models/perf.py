@@ -24,7 +24,7 @@ Two forward front ends (``layer_cycles(..., frontend=...)``): the data feeder on
 output-stationary array (the default), and the channel-first implicit im2col on the
 weight-stationary array (:mod:`bpsa.gateware.engines.channel_first`; the set-up program of
 MODE 2, X channel-blocked HWC). The channel-first model counts the hardware state by state
-instead of fitting (:func:`_cf_timeline`): the engine's run is a closed form of its FSM (local
+instead of fitting (:data:`_COUNTED`): the engine's run is a closed form of its FSM (local
 banks, the array never waits inside a run), the set-up sequencer's and the walker's programs
 are counted step by step on the layer (a multiplication takes ``bit_length(b) + 2`` cycles on
 the shared sequential unit, a division ``UNIT_WIDTH + 2``), a DMA command its data segments
@@ -371,93 +371,55 @@ def _zf_loss_vectors(*, height, width, r, s, sh, sw, pt, pw, dh, dw, k, rows):
     return total
 
 
-def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double=True,
-              run_program=None):
-    """Cycles of a sequence of runs: ``runs`` is a list of ``(loads, compute, new_step)``
-    (``loads``: ``[(cache, key, nbytes, commands[, bank])]``, the bank the run's by default;
-    ``rates[cache]``: the DMA's bytes a cycle into that buffer),
-    ``steps_store[i]``: the DMA commands
-    (cycles each) of the store of the step that run ``i`` starts after, ``store_final``: the
-    last step's, ``clear_words``: P words cleared before a step. One DMA: a load's command goes
-    first, a store's row commands fill the time between loads (with ``double``, the store runs
-    while the next step computes in the other half of P; without, the next step waits for the
-    store and the clear). Returns ``(cycles, compute, dma_busy, loaded bytes, P waits, load
-    waits)``; a run's load wait is how much later it starts than it would with every load
-    already in its bank."""
-    t_walk = setup_cycles
-    load_wait = 0
-    dma_free = 0
-    dma_busy = 0
-    end_prev = t_walk
-    bank = 0
-    held = {}
-    compute = loaded = p_wait = 0
-    pending = []                    # store commands: [ready time, cycles]
-
-    def stores_until(limit):
-        """Run the store commands that can start before ``limit``."""
-        nonlocal dma_free, dma_busy
-        while pending and max(dma_free, pending[0][0]) < limit:
-            ready, dur = pending.pop(0)
-            dma_free = max(dma_free, ready) + dur
-            dma_busy += dur
-
-    for i, (loads, cycles, new_step) in enumerate(runs):
-        t = t_walk + (TIMING["run_program"] if run_program is None else run_program)
-        ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
-        for cache, key, nbytes, commands, *fixed in loads:
-            b = fixed[0] if fixed else bank
-            if held.get((cache, b)) == key:
-                t += 2
-                continue
-            stores_until(t)
-            start = max(t, dma_free)
-            dur = _dma(nbytes, commands, rates[cache])
-            dma_free = start + dur
-            dma_busy += dur
-            loaded += nbytes
-            held[(cache, b)] = key
-            t = dma_free + 2
-        start = max(t, end_prev + 2)
-        load_wait += start - ready
-        if new_step:
-            start = max(start, end_prev + TIMING["step_flush"])
-            stores_until(float("inf"))          # the store before has read its half
-            start = max(start, dma_free if i else start)
-            if i:
-                pending += [[end_prev + TIMING["step_flush"], dur] for dur in steps_store[i]]
-                if not double:                  # P has one copy: store, clear, then run
-                    stores_until(float("inf"))
-                    p_wait += max(0, dma_free - start)
-                    start = max(start, dma_free)
-            clear = clear_words[i] if isinstance(clear_words, list) else clear_words
-            start += clear
-            p_wait += clear
-        end_prev = start + cycles
-        compute += cycles
-        t_walk = start + 1
-        bank ^= 1
-    pending += [[end_prev + TIMING["step_flush"], dur] for dur in store_final]
-    stores_until(float("inf"))
-    total = max(end_prev + TIMING["step_flush"], dma_free) + 4
-    return total, compute, dma_busy, loaded, p_wait, load_wait
+@dataclass(frozen=True)
+class _Boundary:
+    """How :func:`_timeline` times a step boundary (P's flush, its clear, the finished step's
+    store) and the layer's end. :data:`_FITTED`: the fitted model of the feeder forward, the
+    zero-free phases and pooling; :data:`_COUNTED`: the channel-first forward's, state by
+    state (the controller's FLUSH, the store machine's idle cycle, DRAIN and DONE)."""
+    flush: str              # TIMING key: a run's end to its step's flush
+    flush_state: int        # cycles the flush adds after the run's last load (FLUSH)
+    store_idle: int         # a store's end to the store machine taking the next
+    store_at_clear: bool    # a finished step's store is ready when the next step's flush
+                            # ends (else: ``flush`` after the step's last run)
+    done: int               # cycles from the last flush or store to the layer's end
 
 
-def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rates, double):
-    """:func:`_timeline` of a channel-first layer, state by state: ``runs`` is a list of
-    ``(loads, compute, new_step, program)``, ``program`` the walker's cycles from its FCF_INIT
-    or FCF_NEXT state to the run's first load; ``rates[cache](key, nbytes, commands)``: a
-    load's cycles from its command to its ``done``; store commands' cycles include the store
-    machine's hand-off to the next. A load is offered 2 cycles after the previous one's
-    ``done`` (or 2 after the hit), the run starts 2 cycles after the last (the scheduler's
-    IDLE, RUN), or 2 after the previous run's end; a new step's FLUSH waits ``cf_flush``
-    cycles after the previous run (P's last accumulation) and after the store before (its
-    machine idle), then clears P and kicks the finished step's store. The store of a
-    double-buffered step runs beside the next step's runs at its own pace
-    (:class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`: a half of P each, the
-    accumulations in the other); the loads go first, between its commands. Returns
-    :func:`_timeline`'s figures."""
-    flush = TIMING["cf_flush"]
+_FITTED = _Boundary(flush="step_flush", flush_state=0, store_idle=0, store_at_clear=False,
+                    done=4)
+_COUNTED = _Boundary(flush="cf_flush", flush_state=1, store_idle=1, store_at_clear=True,
+                     done=2)
+
+
+def _fitted_load(rate):
+    """A load's cycles under the fitted DMA (``load_cycles`` of :func:`_timeline`): its bytes at
+    ``rate`` bytes a cycle plus ``dma_command`` a command (:func:`_dma`)."""
+    return lambda key, nbytes, commands: _dma(nbytes, commands, rate)
+
+
+def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cycles, *,
+              double, boundary):
+    """Cycles of a sequence of runs. ``runs`` is a list of ``(loads, compute, new_step,
+    program)``: ``loads`` ``[(cache, key, nbytes, commands[, bank])]`` (the bank the run's by
+    default), ``program`` the walker's cycles before the run's first load;
+    ``load_cycles[cache](key, nbytes, commands)``: a load's cycles from its command to its
+    ``done``. ``steps_store[i]``: the DMA commands (cycles each) of the store of the step that
+    run ``i`` starts after, ``store_final``: the last step's, ``clear_words[i]``: P words
+    cleared before run ``i`` when it starts a step; ``boundary`` (:class:`_Boundary`): how a
+    step boundary and the end are timed.
+
+    One DMA: a load is offered 2 cycles after the previous one's ``done`` (or 2 after the hit),
+    the run starts 2 cycles after the last (the scheduler's IDLE, RUN), or 2 after the previous
+    run's end; a load is skipped when its bank holds its key. A new step's flush waits for the
+    previous run's accumulations and the store before, then clears P and hands the finished
+    step's store to the DMA. With ``double`` (P double-buffered:
+    :class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`, a half a step) that store runs
+    beside the next step's runs, its commands filling the time between loads; without, the next
+    step waits for the store and the clear. Returns ``(cycles, compute, dma_busy, loaded bytes,
+    P waits, load waits)``; a run's load wait is how much later it starts than it would with
+    every load already in its bank."""
+    flush = TIMING[boundary.flush]
+    idle = boundary.store_idle
     t_walk = setup_cycles
     load_wait = dma_free = dma_busy = store_free = 0
     end_prev = t_walk
@@ -484,7 +446,7 @@ def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rate
                 continue
             stores_until(t)
             start = max(t, dma_free)
-            dur = rates[cache](key, nbytes, commands)
+            dur = load_cycles[cache](key, nbytes, commands)
             dma_free = start + dur
             dma_busy += dur
             loaded += nbytes
@@ -492,27 +454,27 @@ def _cf_timeline(runs, steps_store, store_final, clear_words, setup_cycles, rate
             t = dma_free + 2
         start = max(t, end_prev + 2)
         load_wait += start - ready
-        if new_step:                    # FLUSH: P's accumulations, the store before
-            start = max(start + 1, end_prev + flush)
+        if new_step:                    # the flush: P's accumulations, the store before
+            start = max(start + boundary.flush_state, end_prev + flush)
             stores_until(float("inf"))
             if i:
-                start = max(start, store_free + 1)
-                pending += [[start, dur] for dur in steps_store[i]]
+                start = max(start, store_free + idle)
+                kick = start if boundary.store_at_clear else end_prev + flush
+                pending += [[kick, dur] for dur in steps_store[i]]
                 if not double:          # P has one copy: its store, then the clear
                     stores_until(float("inf"))
-                    p_wait += max(0, store_free + 1 - start)
-                    start = max(start, store_free + 1)
-            clear = clear_words[i]
-            start += clear
-            p_wait += clear
+                    p_wait += max(0, store_free + idle - start)
+                    start = max(start, store_free + idle)
+            start += clear_words[i]
+            p_wait += clear_words[i]
         end_prev = start + cycles
         compute += cycles
         t_walk = start + 1
         bank ^= 1
-    stores_until(float("inf"))          # LAST: FLUSH, then the last store
-    pending += [[max(end_prev + flush, store_free + 1), dur] for dur in store_final]
+    stores_until(float("inf"))          # the last flush, then the last step's store
+    pending += [[max(end_prev + flush, store_free + idle), dur] for dur in store_final]
     stores_until(float("inf"))
-    total = max(end_prev + flush, store_free) + 2          # DRAIN's end, the DONE state
+    total = max(end_prev + flush, store_free) + boundary.done
     return total, compute, dma_busy, loaded, p_wait, load_wait
 
 
@@ -577,7 +539,8 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         ab = ob
     store_rate = _rate(config, C, ab)
     # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
-    rates = {"a": _rate(config, C if phase == "loss" else B, ob), "b": _rate(config, C, ob)}
+    rates = {"a": _fitted_load(_rate(config, C if phase == "loss" else B, ob)),
+             "b": _fitted_load(_rate(config, C, ob))}
     x_words = tiles = 0
     if phase == "forward" and cf:
         cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
@@ -644,7 +607,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         clear, store_final = clears, store_step
     elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]
-        rates = {"a": _rate(config, B, ob), "b": _rate(config, C, ob)}
+        rates = {"a": _fitted_load(_rate(config, B, ob)), "b": _fitted_load(_rate(config, C, ob))}
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the bank of the group's parity
@@ -667,7 +630,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                                  cgv * bd.in_rows * w * ob, 1, xbank))
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
                             x_words += words
-                            runs.append((loads, comp, first))
+                            runs.append((loads, comp, first, TIMING["run_program"]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
@@ -695,7 +658,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                             comp = _zf_gradient_compute(config, channels=cgv, obh=bd.out_rows,
                                                         ow=ow, r=r, s=s)
                             slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
-                            runs.append((loads, comp, first))
+                            runs.append((loads, comp, first, TIMING["run_program"]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             first = False
                 store_step = step_store
@@ -731,7 +694,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                                     loads.insert(0, ("a", ("dy", ni, k0, bd.in0),
                                                      blocks * bd.in_rows * ow * C * ob, blocks,
                                                      xbank))
-                                runs.append((loads, comp, first))
+                                runs.append((loads, comp, first, TIMING["run_program"]))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
@@ -743,15 +706,14 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         store_final = store_step
     setup_cycles = (_cf_setup_cycles(config, desc, requant) if cf
                     else TIMING[f"setup_{phase}"])
-    timeline = _cf_timeline if cf else _timeline
-    total, compute, dma_busy, reads, p_wait, load_wait = timeline(
-        runs, stores, store_final or [], clear, setup_cycles, rates,
-        double=phase != "forward" or bool(e["dbl"]))
+    clears = clear if isinstance(clear, list) else [clear] * len(runs)
+    total, compute, dma_busy, reads, p_wait, load_wait = _timeline(
+        runs, stores, store_final or [], clears, setup_cycles, rates,
+        double=phase != "forward" or bool(e["dbl"]), boundary=_COUNTED if cf else _FITTED)
     util = macs / (R * C * total)
     # what bounds it: the part busy longest of the array computing, the DMA moving, P being
     # cleared or waited for (its store), and the set-up and per-run programs
-    setup_time = setup_cycles + (sum(run[3] for run in runs) if cf
-                                 else len(runs) * TIMING["run_program"])
+    setup_time = setup_cycles + sum(run[3] for run in runs)
     bound = max([("array", compute), ("dma", dma_busy), ("P", p_wait),
                  ("set-up", setup_time)], key=lambda b: b[1])[0]
     words = {"a": 0, "b": 0}
@@ -882,11 +844,12 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
     C = config.cols
     ob = element_bytes(config.operand_width)
     ab = ob if requant else element_bytes(config.acc_width)
-    rates = {"x": _rate(config, 1, ob), "d": _rate(config, 1, ob)}
+    rates = {"x": _fitted_load(_rate(config, 1, ob)), "d": _fitted_load(_rate(config, 1, ob))}
     out_w = w if bwd else e["ow"]
     runs, stores, clears = [], [], []
     reads = 0
     store = []
+    program = TIMING[f"run_{phase}"]
     for i, run in enumerate(e["runs"]):
         loads = []
         if run["x_plane"]:
@@ -896,17 +859,17 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
             loads.append(("d", ("d", run["i0"], run["dlo"], run["drows"]),
                           run["planes"] * run["d_plane"] * ob, run["planes"]))
         comp = _pool_unit_cycles(bwd=bwd, avg=kind == "avg", relu=relu, planes=run["planes"],
-                                 rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w, oh=e["oh"],
-                                 ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
+                                 rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w,
+                                 oh=e["oh"], ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
                                  ph=pad[0], pw=pad[1])
-        runs.append((loads, comp, True))
+        runs.append((loads, comp, True, program))
         stores.append(store if i else [])
         clears.append(run["planes"] * run["p_row"])
         store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab)) * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
-    program = TIMING[f"run_{phase}"]
     total, compute, dma_busy, loaded, p_wait, load_wait = _timeline(
-        runs, stores, store, clears, TIMING[f"setup_{phase}"], rates, run_program=program)
+        runs, stores, store, clears, TIMING[f"setup_{phase}"], rates, double=True,
+        boundary=_FITTED)
     outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
     setup_time = TIMING[f"setup_{phase}"] + len(runs) * program
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
@@ -918,7 +881,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
                        roofline_cycles=roof, over_roofline=total / roof,
                        p_wait_cycles=p_wait, load_wait_cycles=load_wait,
-                       a_words=max((nb // ob for ld, _, _ in runs for _, _, nb, _ in ld),
+                       a_words=max((nb // ob for ld, *_ in runs for _, _, nb, _ in ld),
                                    default=0),
                        p_words=max(clears, default=0))
 

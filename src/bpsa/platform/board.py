@@ -385,7 +385,7 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
 
 def _split_before_abc9(ys_path):
     """Run ``synth_ecp5`` in two halves with ``splitnets`` before its LUT mapping, as
-    :mod:`bpsa.tools.synth` does: without it, ABC9's reintegration trips an assertion on the
+    :mod:`bpsa.tools.yosys` does: without it, ABC9's reintegration trips an assertion on the
     accelerator (Yosys issue #4349; `Assert GetSize(conn.first) == GetSize(conn.second)`,
     seen with Yosys 0.70 on the ULX3S top)."""
     lines = ys_path.read_text().splitlines()

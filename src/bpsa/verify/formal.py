@@ -32,7 +32,7 @@ def prove(harness, name, workdir, *, depth=1, solver=None):
     solver = solver or default_solver()
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, not {solver!r}")
-    from bpsa.tools.synth import yosys_version
+    from bpsa.tools.yosys import yosys_version
     # YoWASP writes its compiled-Yosys cache without a lock: a cold cache written here while a
     # synthesis elsewhere maps it kills that Yosys with SIGBUS; the first run compiles it
     # under the synthesis flow's lock instead
