@@ -39,7 +39,7 @@ single-buffered): within 0.15 %, 22 of them to the cycle.
 from dataclasses import dataclass
 from math import gcd
 
-from bpsa.plan import grammar, setup, tiling
+from bpsa.plan import capability, grammar, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import out_size
@@ -505,16 +505,9 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
         raise ValueError(f"the channel-first front end runs the forward, not {phase!r}")
     if not multi_tile and not cf:
         raise ValueError("multi_tile applies to the channel-first front end only")
-    if cf and not config.has_frontend("channel_first"):
-        raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
-                         f"front end (forward_frontends: {list(config.forward_frontends)})")
-    if phase == "forward" and not cf and not (config.has("os") and config.reserve_registers):
-        raise ValueError(f"configuration {config.name!r} does not generate the forward engine")
-    if phase != "forward" and not config.has_mode("zero_free"):
-        raise ValueError(f"configuration {config.name!r} does not generate the zero-free mode")
-    if requant and phase == "gradient":
-        raise ValueError("requantization applies to the forward and the zero-free loss, not "
-                         "to the gradient")
+    # what the configuration generates, as the driver checks it (the model: zero-free)
+    capability.check(config, phase, mode=frontend if phase == "forward" else "zero_free",
+                     requant=0 if requant else None)
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
     phase_value = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     mode = Mode.ZERO_FREE if phase != "forward" else (

@@ -27,7 +27,7 @@ def run_pool(config, layer, *, seed=1, progress=False, trace=None, trace_window=
     from bpsa.sim.native import run_with_driver
 
     from bpsa.plan.tiling import pool_plan
-    del progress                          # one layer: no progress bar
+    # progress: the build's messages (one layer: no progress bar of cycles)
     hw_kind = "avg" if layer.kind == "global_avg" else layer.kind
     if not config.has_pool(hw_kind):
         raise ValueError(f"configuration {config.name!r} generates no {hw_kind} pooling "
