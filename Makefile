@@ -17,12 +17,13 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf figures sweep compare-scalesim train regmap clean clean-sim help
+.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf figures sweep compare-scalesim train regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
 	@echo "make install   create $(VENV) and install everything from PyPI"
 	@echo "make test      the test suite (Amaranth simulator + cocotb/Verilator), without the long sweeps"
+	@echo "make test-durations  make test, recording each test's time into tests/durations.json (the order make test runs them in)"
 	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
 	@echo "make test-fast the tests without Verilator (Amaranth simulator, models, host; a minute or two)"
 	@echo "make verilog   Verilog + JSON (top, ports, versions, configuration) into $(BUILD)/<config>/ (CONFIG=$(CONFIG) TOP=$(TOP))"
@@ -51,10 +52,15 @@ install:
 	$(BIN)/python -m pip install -e '.[dev]'
 
 test:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not long" --durations=15 --timeout=900 tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m "not long" --durations=15 --timeout=900 tests
+
+# make test, recording each test's duration into tests/durations.json (the order make test
+# runs them in: longest first); commit the file after a change that moves the slow tests
+test-durations:
+	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m "not long" --durations=15 --timeout=900 --record-durations tests/durations.json tests
 
 test-long:
-	$(TESTENV) $(BIN)/python -m pytest -n 2 -m long tests
+	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m long tests
 
 test-fast:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "not cocotb and not verilator and not long" tests

@@ -1,17 +1,35 @@
-"""Test order: the tests that build or run generated Verilog (Verilator, cocotb), prove
-properties (formal) or run Yosys and nextpnr first, the many short ones after them.
+"""Test order: longest first.
 
-``make test`` runs on two pytest-xdist workers; a worker that finishes while the other is in
-a minutes-long Verilator test leaves a core idle. Started first, the long tests are spread
-over both workers and the short ones fill the gaps at the end. Within each class the order
-of the files and of their tests is kept.
+``make test`` runs on two pytest-xdist workers (``--dist worksteal``); a worker that finishes
+while the other is in a minutes-long Verilator test leaves a core idle. Started longest
+first (dealt out in turn to the workers), the long tests spread over both workers and the
+many short ones fill the gaps at the end (longest-processing-time-first scheduling).
+
+The order comes from ``tests/durations.json`` (seconds a test, as measured by ``make
+test-durations``, which runs the suite with ``--record-durations``). A test missing from it
+(a new one) counts as :data:`NEW_LONG` seconds when it builds or runs generated Verilog,
+proves a property or runs Yosys (:func:`_long`), else as 0: it runs early or late, and the
+next ``make test-durations`` gives it its place.
 """
 
-#: Markers of the long tests, started first.
+import json
+from pathlib import Path
+
+#: Where the recorded durations live.
+DURATIONS = Path(__file__).with_name("durations.json")
+#: Markers of the long tests.
 LONG_MARKERS = ("verilator", "cocotb", "formal")
-#: Test modules that run Yosys or nextpnr (tens of seconds a test), also started first.
+#: Test modules that run Yosys or nextpnr (tens of seconds a test).
 SYNTHESIS_MODULES = ("test_tools_synth", "test_tools_yosys", "test_tools_overheads",
                      "test_platform_board", "test_platform_pll")
+#: Seconds assumed for a long test that has no recorded duration.
+NEW_LONG = 30.0
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each test's duration (setup + call + teardown, seconds) "
+                          "as JSON to PATH at the end of the run (make test-durations)")
 
 
 def _long(item):
@@ -20,4 +38,34 @@ def _long(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not _long(item))
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -recorded.get(item.nodeid,
+                                             NEW_LONG if _long(item) else 0.0))
+    # worksteal hands each of the N workers a contiguous 1/N of the list (and an idle one
+    # steals the tail of another's queue): deal the sorted tests out so that every worker's
+    # share starts with its long ones
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        items[:] = [item for k in range(workers) for item in items[k::workers]]
+
+
+class _Recorder:
+    """Adds up each test's phases (on the xdist controller, the workers' reports)."""
+
+    def __init__(self, path):
+        self.path, self.seconds = Path(path), {}
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session):
+        # the short tests' order does not matter: kept out, the file stays small
+        rounded = {k: round(v, 2) for k, v in sorted(self.seconds.items()) if v >= 0.05}
+        self.path.write_text(json.dumps(rounded, indent=0) + "\n")
+
+
+def pytest_configure(config):
+    path = config.getoption("--record-durations")
+    # xdist workers report to the controller, which records
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Recorder(path), "bpsa-durations")
