@@ -1,9 +1,10 @@
 """Test order: longest first.
 
 ``make test`` runs on two pytest-xdist workers (``--dist worksteal``); a worker that finishes
-while the other is in a minutes-long Verilator test leaves a core idle. Started longest
-first (dealt out in turn to the workers), the long tests spread over both workers and the
-many short ones fill the gaps at the end (longest-processing-time-first scheduling).
+while the other is in a minutes-long Verilator test leaves a core idle. Split into equal
+shares longest first (longest-processing-time-first scheduling), the long tests spread over
+both workers and the many short ones fill the gaps at the end; tests that share a fixture
+of wider scope stay together.
 
 The order comes from ``tests/durations.json`` (seconds a test, as measured by ``make
 test-durations``, which runs the suite with ``--record-durations``). A test missing from it
@@ -37,16 +38,33 @@ def _long(item):
             or item.module.__name__.rpartition(".")[2] in SYNTHESIS_MODULES)
 
 
+def _group(item):
+    """Tests that share a fixture of wider scope than a function, defined by the test suite
+    (a module's synthesis report, say), run together: apart, each would set it up again."""
+    shared = tuple(sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                          if defs and defs[-1].scope != "function" and defs[-1].baseid))
+    return (item.module.__name__, shared) if shared else item.nodeid
+
+
 def pytest_collection_modifyitems(config, items):
     recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    items.sort(key=lambda item: -recorded.get(item.nodeid,
-                                             NEW_LONG if _long(item) else 0.0))
-    # worksteal hands each of the N workers a contiguous 1/N of the list (and an idle one
-    # steals the tail of another's queue): deal the sorted tests out so that every worker's
-    # share starts with its long ones
+
+    def seconds(item):
+        return recorded.get(item.nodeid, NEW_LONG if _long(item) else 0.0)
+
+    groups = {}
+    for item in items:
+        groups.setdefault(_group(item), []).append(item)
+    # longest processing time first: each group, longest first, to the worker with the least
+    # work so far; worksteal hands each of the N workers a contiguous 1/N of the list (an
+    # idle one then steals the tail of another's queue), so each worker's share is one run
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    if workers > 1:
-        items[:] = [item for k in range(workers) for item in items[k::workers]]
+    shares, load = [[] for _ in range(workers)], [0.0] * workers
+    for group in sorted(groups.values(), key=lambda g: -sum(map(seconds, g))):
+        k = load.index(min(load))
+        shares[k] += group
+        load[k] += sum(map(seconds, group))
+    items[:] = [item for share in shares for item in share]
 
 
 class _Recorder:
