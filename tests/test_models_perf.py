@@ -15,6 +15,7 @@ import pytest
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles, traditional_cycles
 from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
 
 SMALL = load_config("small")
 SMALL_CF = load_config("small_cf")
@@ -105,7 +106,7 @@ def test_model_runs_every_workload_layer_on_paper16():
                 m = layer_cycles(cfg, phase, **args)
             except ValueError as e:
                 with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
-                    tiling.plan(cfg, phase, 8, c, h, w, k, r, s, (st, st), (p, p), (d, d),
+                    tiling.plan(cfg, phase, ConvLayer.conv(8, c, h, w, k, r, s, st, p, d),
                                 mode=None if phase == "forward" else "zero_free")
                 continue
             ran += 1
@@ -374,7 +375,7 @@ def test_channel_first_runs_the_workload_on_paper16():
                     dil=(d, d))
         except ValueError as e:
             with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
-                tiling.plan(cfg, "forward", 2, c, h, w, k, r, s, (st, st), (p, p), (d, d),
+                tiling.plan(cfg, "forward", ConvLayer.conv(2, c, h, w, k, r, s, st, p, d),
                             mode="channel_first")
             continue
         ran += 1

@@ -9,6 +9,7 @@ import pytest
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
 from bpsa.tools import bench_frontends as bf
 
 SMALL = load_config("small_cf")
@@ -49,8 +50,8 @@ def test_model_rows_are_layer_cycles():
     # t.c: the channel-first plan refuses the layer, the driver's column strips run it
     c = model[2]["channel_first"]
     assert "not even one row band fits" in c["refused_whole"]
-    strips, _ = tiling.column_strips(SMALL, "forward", 1, 4, 8, 200, 4, 5, 5, (1, 1), (0, 0),
-                                     (1, 1), mode="channel_first")
+    strips, _ = tiling.column_strips(SMALL, "forward", ConvLayer.conv(1, 4, 8, 200, 4, 5, 5),
+                                     mode="channel_first")
     parts = [layer_cycles(SMALL, "forward", **dict(bf.layer_args(ROWS[2]), w=st.engine_w),
                           frontend="channel_first") for st in strips]
     assert c["strips"] == len(strips) > 1

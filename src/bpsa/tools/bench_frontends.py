@@ -36,7 +36,7 @@ from pathlib import Path
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
-from bpsa.spec.layer import out_size
+from bpsa.spec.layer import ConvLayer, out_size
 
 __all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "layer_args",
            "load_conv_layers", "main", "markdown", "model_rows", "multi_tile_rows", "plot",
@@ -102,9 +102,9 @@ def frontend_figures(config, args, frontend, *, multi_tile=True):
         return {"refused": reason}
     a = args
     try:
-        strips, _ = tiling.column_strips(config, "forward", a["n"], a["c"], a["h"], a["w"],
-                                         a["k"], a["r"], a["s"], a["stride"], a["pad"],
-                                         a["dil"], mode=frontend)
+        strips, _ = tiling.column_strips(config, "forward", ConvLayer.conv(
+            a["n"], a["c"], a["h"], a["w"], a["k"], a["r"], a["s"], a["stride"], a["pad"],
+            a["dil"]), mode=frontend)
     except ValueError as e:
         return {"refused": f"{reason}; in column strips: {e}"}
     total = None
