@@ -4,6 +4,8 @@ plan refuses runs in the driver's column strips (their figures added up) or says
 multi-tile and stride tables hold what they claim, and the figure is written the same twice.
 ``make bench-frontends`` runs it on the whole workload (paper16)."""
 
+from dataclasses import replace
+
 import pytest
 
 from bpsa.config import load_config
@@ -33,9 +35,9 @@ def test_model_rows_are_layer_cycles():
     model = bf.model_rows(SMALL, ROWS)
     assert [m["layer"] for m in model] == ["t.a", "t.b", "t.c", "t.d"]
     for row, rec in zip(ROWS[:2], model[:2]):
-        args = bf.layer_args(row)
+        layer = bf.row_layer(row)
         for fe in bf.FRONTENDS:
-            m = layer_cycles(SMALL, "forward", **args, frontend=fe)
+            m = layer_cycles(SMALL, "forward", layer, frontend=fe)
             f = rec[fe]
             assert (f["cycles"], f["compute_cycles"], f["x_sram_words"], f["load_wait_cycles"],
                     f["dma_bytes"], f["tiles"], f["strips"]) == (
@@ -52,7 +54,7 @@ def test_model_rows_are_layer_cycles():
     assert "not even one row band fits" in c["refused_whole"]
     strips, _ = tiling.column_strips(SMALL, "forward", ConvLayer.conv(1, 4, 8, 200, 4, 5, 5),
                                      mode="channel_first")
-    parts = [layer_cycles(SMALL, "forward", **dict(bf.layer_args(ROWS[2]), w=st.engine_w),
+    parts = [layer_cycles(SMALL, "forward", replace(bf.row_layer(ROWS[2]), width=st.engine_w),
                           frontend="channel_first") for st in strips]
     assert c["strips"] == len(strips) > 1
     assert c["cycles"] == sum(p.cycles for p in parts)
@@ -83,7 +85,7 @@ def test_multi_tile_and_stride_tables():
     assert m["taps"] == 2 and m["with"]["tiles"] < m["without"]["tiles"]
     assert m["gain"] == pytest.approx(m["without"]["cycles"] / m["with"]["cycles"])
     assert m["gain"] > 1
-    want = layer_cycles(SMALL, "forward", **bf.layer_args(ROWS[0]), frontend="channel_first",
+    want = layer_cycles(SMALL, "forward", bf.row_layer(ROWS[0]), frontend="channel_first",
                         multi_tile=False)
     assert m["without"]["cycles"] == want.cycles
 
@@ -92,9 +94,9 @@ def test_multi_tile_and_stride_tables():
                                                              (2, 19, (10, 10))]
     for r in st:
         for fe in bf.FRONTENDS:
-            args = dict(bf.layer_args(ROWS[0]), h=r["h"], w=r["w"],
-                        stride=(r["stride"],) * 2)
-            assert r[fe]["cycles"] == layer_cycles(SMALL, "forward", **args,
+            layer = replace(bf.row_layer(ROWS[0]), height=r["h"], width=r["w"],
+                            stride_h=r["stride"], stride_w=r["stride"])
+            assert r[fe]["cycles"] == layer_cycles(SMALL, "forward", layer,
                                                    frontend=fe).cycles
     # the same outputs (19 x 19 = 361 pixels still fit a half of the banks, 512, without
     # bands): the channel-first engine's cycles and bank reads do not move
