@@ -9,6 +9,7 @@ import pytest
 from bpsa.config import Config, load_config
 from bpsa.gateware.accelerator import Accelerator
 from bpsa.models import golden
+from bpsa.spec.layer import ConvLayer
 
 SMALL = load_config("small")
 
@@ -97,8 +98,7 @@ def random_jobs(config, count, seed):
         mode = (None if phase == "forward" else
                 ("zero_free", "bp_im2col")[sum(j["phase"] == phase for j in jobs) % 2])
         try:
-            p = plan(config, phase, lay["batch"], lay["channels"], lay["height"], lay["width"],
-                     lay["out_channels"], r, s, st, pd, dl, mode=mode)
+            p = plan(config, phase, ConvLayer.from_dict(lay), mode=mode)
         except ValueError:
             continue
         if p["banded"] != big or p["runs"] > 200:
@@ -155,23 +155,22 @@ def test_random_jobs_need_tiling():
     multi = []
     for j in jobs[18:19]:
         lay = j["layer"]
-        p = plan(TINY, j["phase"], 1, lay["channels"], lay["height"], lay["width"],
-                 lay["out_channels"], 1, 1, 2, mode=j.get("mode"))
+        p = plan(TINY, j["phase"], ConvLayer.conv(1, lay["channels"], lay["height"],
+                                                  lay["width"], lay["out_channels"], 1, 1, 2),
+                 mode=j.get("mode"))
         multi.append(p["banded"] and p["group"] > 1)
     assert multi == [True]
     blocks = []
     for j in jobs[19:22]:
         lay = j["layer"]
-        p = plan(TINY, j["phase"], lay["batch"], lay["channels"], lay["height"], lay["width"],
-                 lay["out_channels"], lay["kernel_h"], lay["kernel_w"],
-                 (lay.get("stride_h", 1), lay.get("stride_w", 1)),
-                 (lay.get("pad_h", 0), lay.get("pad_w", 0)), mode=j.get("mode"))
+        p = plan(TINY, j["phase"], ConvLayer.from_dict(lay), mode=j.get("mode"))
         blocks.append((p.get("cblocks", 1), p.get("kblocks", 1), p["banded"]))
     assert blocks == [(3, 1, False), (2, 1, True), (1, 2, True)]
     zf = jobs[-1]
     lay = zf["layer"]
-    p = plan(TINY, "gradient", lay["batch"], lay["channels"], lay["height"], lay["width"],
-             lay["out_channels"], 2, 2, (2, 2), (1, 1), mode="zero_free")
+    p = plan(TINY, "gradient", ConvLayer.conv(lay["batch"], lay["channels"], lay["height"],
+                                              lay["width"], lay["out_channels"], 2, 2, 2, 1),
+             mode="zero_free")
     assert (p["kblock"], p["kblocks"], p["banded"], p["bands"] > 1) == (2, 2, True, True)
     for phase in ("loss", "gradient"):
         assert {j["mode"] for j in jobs if j["phase"] == phase and "groups" in j} == {
@@ -179,11 +178,11 @@ def test_random_jobs_need_tiling():
     cuts = []
     for j in jobs[22:25]:
         lay = j["layer"]
-        shape = (lay["batch"], lay["channels"], lay["height"], lay["width"],
-                 lay["out_channels"], 3, 3, (lay["stride_h"], 2), (1, 1))
+        layer = ConvLayer.conv(lay["batch"], lay["channels"], lay["height"], lay["width"],
+                               lay["out_channels"], 3, 3, (lay["stride_h"], 2), 1)
         with pytest.raises(ValueError, match="not even one row band"):
-            plan(TINY, j["phase"], *shape)
-        cuts.append(len(column_strips(TINY, j["phase"], *shape,
+            plan(TINY, j["phase"], layer)
+        cuts.append(len(column_strips(TINY, j["phase"], layer,
                                       mode=default_mode(TINY, j["phase"]))[0]))
     assert cuts == [2, 2, 3]            # the forward's P is double-buffered when banded
     for phase in ("forward", "loss", "gradient"):
@@ -218,7 +217,7 @@ def test_forward_output_blocks_share_x():
     want = [(3, 2, False, False), (3, 1, True, False), (2, 2, True, True)]
     jobs = []
     for i, ((n, c, h, w, k, r, s, st, pad), shape) in enumerate(zip(shapes, want)):
-        p = plan(TINY, "forward", n, c, h, w, k, r, s, st, pad)
+        p = plan(TINY, "forward", ConvLayer.conv(n, c, h, w, k, r, s, st, pad))
         assert (p["kblock"], p["kblocks"], p["double"], p["banded"]) == shape
         jobs.append({"phase": "forward", "seed": 30 + i, "pauses": i == 2,
                      "layer": dict(batch=n, channels=c, height=h, width=w, out_channels=k,
@@ -227,7 +226,7 @@ def test_forward_output_blocks_share_x():
     res = run_jobs(TINY, jobs)
     assert all(x["match"] for x in res)
     for (n, c, h, w, k, r, s, st, pad), x in zip(shapes[:2], res):
-        p = plan(TINY, "forward", n, c, h, w, k, r, s, st, pad)
+        p = plan(TINY, "forward", ConvLayer.conv(n, c, h, w, k, r, s, st, pad))
         kt = -(-k // TINY.cols)
         x_bytes = n * p["kblocks"] * c * h * w          # 8-bit operands
         w_bytes = n * kt * c * r * s * TINY.cols
@@ -248,7 +247,7 @@ def test_zero_free_loss_input_blocks_share_dy():
     want = [(2, 1, 2), (3, 1, 1), (1, 1, 3)]
     jobs = []
     for i, ((n, c, h, w, k, r, s, st, pad), shape) in enumerate(zip(shapes, want)):
-        p = plan(TINY, "loss", n, c, h, w, k, r, s, st, pad, mode="zero_free")
+        p = plan(TINY, "loss", ConvLayer.conv(n, c, h, w, k, r, s, st, pad), mode="zero_free")
         assert (p["cstep"], p["images"], p["groups"]) == shape
         jobs.append({"phase": "loss", "mode": "zero_free", "seed": 50 + i, "pauses": i == 1,
                      "requant": 6 if i == 1 else None,

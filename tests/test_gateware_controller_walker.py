@@ -13,6 +13,7 @@ from bpsa.gateware.controller.walker import LoopWalker
 from bpsa.gateware.seq_arith import SeqMulDiv
 from bpsa.plan import setup, tiling
 from bpsa.plan.grammar import Refusal
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.regmap import Phase
 
 CFG = Config(name="walk", rows=2, cols=3, buf_a_depth=128, buf_b_depth=128, buf_p_depth=64,
@@ -58,13 +59,14 @@ def random_layer(rng):
                     stride_h=rng.randint(1, 2), stride_w=rng.randint(1, 2),
                     pad_h=rng.randint(0, r - 1), pad_w=rng.randint(0, s - 1), dil_h=1,
                     dil_w=1, mode=0, **ADDR)
-        shape = (desc["n"], desc["c"], desc["h"], desc["w"], desc["k"], r, s,
-                 (desc["stride_h"], desc["stride_w"]), (desc["pad_h"], desc["pad_w"]), (1, 1))
+        layer = ConvLayer.conv(desc["n"], desc["c"], desc["h"], desc["w"], desc["k"], r, s,
+                               (desc["stride_h"], desc["stride_w"]),
+                               (desc["pad_h"], desc["pad_w"]))
         name = {Phase.FORWARD: "forward", Phase.LOSS: "loss", Phase.GRADIENT: "gradient"}[phase]
         if phase == Phase.FORWARD and rng.random() < 0.5:      # the channel-first front end
             desc["mode"] = 2
         try:
-            p = tiling.plan(CFG, name, *shape,
+            p = tiling.plan(CFG, name, layer,
                             mode="channel_first" if desc.get("mode") == 2 else "bp_im2col")
         except ValueError:
             continue

@@ -14,6 +14,7 @@ from bpsa.config import load_config
 from bpsa.host.driver import Driver
 from bpsa.models import golden
 from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
 
@@ -75,7 +76,7 @@ class GoldenTransport:
         zero_free = self.regs.get("MODE", 0) == 1 and phase != "forward"
         zf = phase == "gradient" and zero_free
         try:
-            tiling.plan(self.cfg, phase, n, c, h, w, k, r, s, st, pad, dil,
+            tiling.plan(self.cfg, phase, ConvLayer.conv(n, c, h, w, k, r, s, st, pad, dil),
                         mode="zero_free" if zero_free else "bp_im2col")
         except ValueError:
             return 6
@@ -173,12 +174,12 @@ def _wide_layers(count, seed):
             continue
         mode = tiling.default_mode(TINY, phase)
         try:
-            tiling.plan(TINY, phase, *lay, mode=mode)
+            tiling.plan(TINY, phase, ConvLayer.conv(*lay), mode=mode)
             continue
         except ValueError:
             pass
         try:
-            tiling.column_strips(TINY, phase, *lay, mode=mode)
+            tiling.column_strips(TINY, phase, ConvLayer.conv(*lay), mode=mode)
         except ValueError:
             continue
         out.append((phase, lay))
@@ -212,7 +213,8 @@ def test_strips_cover_the_output():
     """Strips tile the output columns exactly, in order, and read only the input columns the
     whole layer reads (forward, gradient: inside the padded image; loss: inside dY)."""
     for phase, (n, c, h, w, k, r, s, st, pad, dil) in _wide_layers(60, seed=12):
-        strips, plans = tiling.column_strips(TINY, phase, n, c, h, w, k, r, s, st, pad, dil)
+        strips, plans = tiling.column_strips(TINY, phase,
+                                             ConvLayer.conv(n, c, h, w, k, r, s, st, pad, dil))
         _, ow = layer_shapes(n, c, h, w, k, r, s, st, pad, dil)
         cols = w if phase == "loss" else ow
         assert [x.out0 for x in strips] == list(np.cumsum([0] + [x.out_cols
@@ -295,10 +297,11 @@ def test_a_hung_layer_times_out_after_its_budget():
     with pytest.raises(TimeoutError, match=r"no DONE after [\d,]+ cycles \(STATUS 0x1: BUSY 1, "
                                            r"ERROR 0; BUSY_CYCLES [\d,]+\)"):
         asyncio.run(go())
-    budget = cycle_budget(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6)
+    layer = ConvLayer.conv(1, 2, 6, 6, 3, 3, 3, pad=1)       # 6 x 6 out
+    budget = cycle_budget(cfg, "forward", layer)
     # 1 x 3 x 6 x 6 outputs of 18 MACs at utilization 0.05 on 4 x 4, tensors twice, 2,000
-    assert budget == BUDGET_FACTOR * expected_cycles(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6)
-    assert expected_cycles(cfg, "forward", 1, 2, 6, 6, 3, 3, 3, 6, 6) == int(
+    assert budget == BUDGET_FACTOR * expected_cycles(cfg, "forward", layer)
+    assert expected_cycles(cfg, "forward", layer) == int(
         1944 / (16 * 0.05) + (72 + 54 + 108) * 2 + 2000)
     assert budget <= t.cycles < budget + 256
 

@@ -10,6 +10,7 @@ import pytest
 
 from bpsa.models import channel_first as cf
 from bpsa.models import golden
+from bpsa.spec.layer import ConvLayer
 
 
 def _layer(rng):
@@ -84,10 +85,10 @@ def test_passes_cover_every_weight_once_and_rows_rebuild_the_operands(seed):
 def test_cost_follows_the_output_pixels_not_the_stride():
     """Sec. III-B: the same output size costs the same at stride 1 and 2 (the stride only
     skips input pixels); multi-tile cuts a C = 3 first layer's passes by min(rows // 3, S)."""
-    a = cf.cycles(16, 16, 1, 64, 30, 30, 64, 3, 3, stride=1)          # 28 x 28 out
-    b = cf.cycles(16, 16, 1, 64, 57, 57, 64, 3, 3, stride=2)          # 28 x 28 out
+    a = cf.cycles(16, 16, ConvLayer.conv(1, 64, 30, 30, 64, 3, 3, stride=1))   # 28 x 28 out
+    b = cf.cycles(16, 16, ConvLayer.conv(1, 64, 57, 57, 64, 3, 3, stride=2))   # 28 x 28 out
     assert a["pixels"] == b["pixels"] and a["cycles"] == b["cycles"]
-    first = cf.cycles(16, 16, 1, 3, 224, 224, 64, 7, 7, stride=2, padding=3)
+    first = cf.cycles(16, 16, ConvLayer.conv(1, 3, 224, 224, 64, 7, 7, stride=2, pad=3))
     # 4 blocks of 16 output channels x 7 kernel rows x ceil(7 / 5) tap groups (5 taps of 3
     # channels on 16 rows), where one tap a pass would take 4 x 49
     assert first["passes"] == 4 * 7 * 2

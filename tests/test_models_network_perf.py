@@ -8,6 +8,7 @@ import pytest
 from bpsa.config import load_config
 from bpsa.models.network_perf import POOLS, network_step
 from bpsa.models.perf import layer_cycles, pool_cycles
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
 
 
@@ -66,7 +67,7 @@ def test_fc_is_the_batch_as_a_row_of_pixels():
     step = network_step(cfg, net, batch=6, phases=("forward", "gradient"))
     fc = [r for r in step.rows if r["layer"] == "fc"]
     for r in fc:
-        want = layer_cycles(cfg, r["phase"], n=1, c=32, h=1, w=6, k=10, r=1, s=1)
+        want = layer_cycles(cfg, r["phase"], ConvLayer.conv(1, 32, 1, 6, 10, 1, 1))
         assert r["cycles"] == want.cycles and r["macs"] == 6 * 32 * 10
 
 

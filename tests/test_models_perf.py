@@ -15,6 +15,7 @@ import pytest
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles, traditional_cycles
 from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
 
 SMALL = load_config("small")
 SMALL_CF = load_config("small_cf")
@@ -43,10 +44,7 @@ def _random_jobs(count, seed, phases=("loss", "gradient")):
 
 
 def _model(config, phase, lay):
-    return layer_cycles(config, phase, n=lay["batch"], c=lay["channels"], h=lay["height"],
-                        w=lay["width"], k=lay["out_channels"], r=lay["kernel_h"],
-                        s=lay["kernel_w"], stride=(lay["stride_h"], lay["stride_w"]),
-                        pad=(lay["pad_h"], lay["pad_w"]))
+    return layer_cycles(config, phase, ConvLayer.from_dict(lay))
 
 
 def _cycle_errors(jobs):
@@ -99,13 +97,12 @@ def test_model_runs_every_workload_layer_on_paper16():
         c, h, w, k = (int(row[x]) for x in ("C", "H", "W", "K"))
         r, s, st, p, d = (int(row[x]) for x in ("R", "S", "stride", "pad", "dilation"))
         for phase in ("forward", "loss", "gradient"):
-            args = dict(n=8, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
-                        dil=(d, d))
+            layer = ConvLayer.conv(8, c, h, w, k, r, s, st, p, d)
             try:
-                m = layer_cycles(cfg, phase, **args)
+                m = layer_cycles(cfg, phase, layer)
             except ValueError as e:
                 with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
-                    tiling.plan(cfg, phase, 8, c, h, w, k, r, s, (st, st), (p, p), (d, d),
+                    tiling.plan(cfg, phase, layer,
                                 mode=None if phase == "forward" else "zero_free")
                 continue
             ran += 1
@@ -120,25 +117,24 @@ def test_roofline_by_hand():
     cfg = load_config("paper16")
     # ResNet-50 layer3.0.conv2's loss: 115,605,504 MACs / 256 = 451,584 cycles; it moves
     # dY 256*14*14*2 + W 256*256*9*2 + dX 256*28*28*4 = 2,082,816 bytes = 260,352 cycles
-    m = layer_cycles(cfg, "loss", n=1, c=256, h=28, w=28, k=256, r=3, s=3, stride=(2, 2),
-                     pad=(1, 1))
+    m = layer_cycles(cfg, "loss", ConvLayer.conv(1, 256, 28, 28, 256, 3, 3, stride=2, pad=1))
     assert m.roofline_cycles == 451_584
     assert m.over_roofline == pytest.approx(m.cycles / 451_584)
     # a 1x1 stride-2 gradient, C=64, 8x8, K=16: 16,384 MACs = 64 cycles; X 64*64*2 + dY
     # 16*16*2 + dW 16*64*4 = 12,800 bytes = 1,600 cycles: the bus bounds it
-    m = layer_cycles(cfg, "gradient", n=1, c=64, h=8, w=8, k=16, r=1, s=1, stride=(2, 2))
+    m = layer_cycles(cfg, "gradient", ConvLayer.conv(1, 64, 8, 8, 16, 1, 1, stride=(2, 2)))
     assert m.roofline_cycles == 1_600
 
 
 def test_model_refuses_other_phases_and_modes():
     with pytest.raises(ValueError, match="forward and the zero-free loss and gradient"):
-        layer_cycles(SMALL, "fc", n=1, c=1, h=4, w=4, k=1, r=1, s=1)
+        layer_cycles(SMALL, "fc", ConvLayer.conv(1, 1, 4, 4, 1, 1, 1))
     with pytest.raises(ValueError, match="does not generate the forward engine"):
-        layer_cycles(SMALL.replace(dataflows=("is",)), "forward", n=1, c=1, h=4, w=4, k=1,
-                     r=1, s=1)
+        layer_cycles(SMALL.replace(dataflows=("is",)), "forward",
+                     ConvLayer.conv(1, 1, 4, 4, 1, 1, 1))
     with pytest.raises(ValueError, match="does not generate the zero-free mode"):
-        layer_cycles(SMALL.replace(backward_modes=("bp_im2col",)), "loss", n=1, c=1, h=4,
-                     w=4, k=1, r=1, s=1)
+        layer_cycles(SMALL.replace(backward_modes=("bp_im2col",)), "loss",
+                     ConvLayer.conv(1, 1, 4, 4, 1, 1, 1))
 
 
 def test_cli_perf(capsys):
@@ -149,8 +145,7 @@ def test_cli_perf(capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [e["phase"] for e in out["layers"]] == ["forward", "loss", "gradient"]
-    want = layer_cycles(SMALL, "gradient", n=2, c=8, h=16, w=16, k=8, r=3, s=3, stride=(2, 2),
-                        pad=(1, 1))
+    want = layer_cycles(SMALL, "gradient", ConvLayer.conv(2, 8, 16, 16, 8, 3, 3, stride=2, pad=1))
     assert out["layers"][2]["cycles"] == want.cycles
     assert main(["perf", "--config", "small"]) == 2
     assert "give one of --layer" in capsys.readouterr().err
@@ -166,19 +161,19 @@ def test_traditional_flow_against_a_full_size_rtl_run():
     measured at 1d54693: 2,221,068 cycles, after the forward's X reuse; 2,307,774 at defc2ab);
     utilization counts the layer's own MACs."""
     cfg = load_config("paper16")
-    m = traditional_cycles(cfg, "loss", n=1, c=256, h=28, w=28, k=256, r=3, s=3,
-                           stride=(2, 2), pad=(1, 1))
+    m = traditional_cycles(cfg, "loss", ConvLayer.conv(1, 256, 28, 28, 256, 3, 3, stride=2,
+                                                       pad=1))
     assert abs(m.cycles / 2_221_068 - 1) < 0.01
     assert m.macs == 256 * 14 * 14 * 256 * 9
     assert m.utilization == pytest.approx(m.macs / (256 * m.cycles))
     with pytest.raises(ValueError, match="applies to loss and gradient"):
-        traditional_cycles(cfg, "forward", n=1, c=1, h=4, w=4, k=1, r=1, s=1)
+        traditional_cycles(cfg, "forward", ConvLayer.conv(1, 1, 4, 4, 1, 1, 1))
 
 
 # --- the channel-first front end (issue 22) -----------------------------------------------
 
-def _cf(config, **kw):
-    return layer_cycles(config, "forward", frontend="channel_first", **kw)
+def _cf(config, layer, **kw):
+    return layer_cycles(config, "forward", layer, frontend="channel_first", **kw)
 
 
 def test_channel_first_layer_by_hand():
@@ -189,7 +184,7 @@ def test_channel_first_layer_by_hand():
     the controller's states (the walker's programs, the DMA's segments and hand-offs)."""
     from bpsa.models import perf
     from bpsa.models.perf import TIMING as T
-    m = _cf(SMALL_CF, n=1, c=4, h=8, w=8, k=4, r=3, s=3, pad=(1, 1))
+    m = _cf(SMALL_CF, ConvLayer.conv(1, 4, 8, 8, 4, 3, 3, pad=(1, 1)))
     R = C = 4
     engine = R + T["cf_setup"] + R + T["cf_preload"] + 9 * max(64, 2 * R) + R + C + T["cf_drain"]
     assert engine == (R + 7) + R + 2 + 9 * 64 + (R + C + 1) == 602
@@ -285,7 +280,7 @@ def test_channel_first_model_against_rtl_counters():
     errors = []
     for ((n, c, h, w), (k, r, s), st, pad, dil), got in zip(CF_LAYERS,
                                                              run_with_driver(SMALL_CF, body)):
-        m = _cf(SMALL_CF, n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=st, pad=pad, dil=dil)
+        m = _cf(SMALL_CF, ConvLayer.conv(n, c, h, w, k, r, s, stride=st, pad=pad, dil=dil))
         assert (m.dma_read_bytes, m.dma_write_bytes) == (got["dma_read_bytes"],
                                                          got["dma_write_bytes"])
         assert m.array_slots == got["macs"] + got["gated_macs"]
@@ -303,9 +298,9 @@ def test_channel_first_is_stride_insensitive():
     p16 = load_config("paper16")
     cf, fd = [], []
     for st, h in ((1, 12), (2, 23), (3, 34)):
-        args = dict(n=1, c=32, h=h, w=h, k=16, r=3, s=3, stride=(st, st), pad=(1, 1))
-        cf.append(_cf(p16, **args))
-        fd.append(layer_cycles(p16, "forward", **args))
+        layer = ConvLayer.conv(1, 32, h, h, 16, 3, 3, stride=st, pad=1)
+        cf.append(_cf(p16, layer))
+        fd.append(layer_cycles(p16, "forward", layer))
     assert len({m.compute_cycles for m in cf}) == 1
     assert len({m.x_sram_words for m in cf}) == 1
     assert fd[2].compute_cycles > 1.2 * fd[0].compute_cycles
@@ -317,31 +312,31 @@ def test_channel_first_multi_tile():
     row: 3 tiles a run instead of 9 without multi-tile; on small (4 rows) C = 2 holds 2
     taps: ceil(3 / 2) = 2 tiles a kernel row. C = 3 on small (2 C > 4 rows): none."""
     p16 = load_config("paper16")
-    args = dict(n=1, c=3, h=16, w=16, k=16, r=3, s=3, pad=(1, 1))
-    with_, without = _cf(p16, **args), _cf(p16, **args, multi_tile=False)
+    layer = ConvLayer.conv(1, 3, 16, 16, 16, 3, 3, pad=1)
+    with_, without = _cf(p16, layer), _cf(p16, layer, multi_tile=False)
     assert (with_.runs, with_.tiles, without.tiles) == (1, 3, 9)
     assert with_.compute_cycles < without.compute_cycles and with_.cycles < without.cycles
     assert with_.macs == without.macs and with_.x_sram_words == without.x_sram_words
-    m = _cf(SMALL_CF, n=1, c=2, h=12, w=12, k=6, r=3, s=3, pad=(1, 1))
+    m = _cf(SMALL_CF, ConvLayer.conv(1, 2, 12, 12, 6, 3, 3, pad=(1, 1)))
     assert (m.runs, m.tiles) == (2, 2 * 3 * 2)
-    m = _cf(SMALL_CF, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1))
-    assert m.tiles == _cf(SMALL_CF, n=1, c=3, h=12, w=12, k=4, r=3, s=3, pad=(1, 1),
+    m = _cf(SMALL_CF, ConvLayer.conv(1, 3, 12, 12, 4, 3, 3, pad=(1, 1)))
+    assert m.tiles == _cf(SMALL_CF, ConvLayer.conv(1, 3, 12, 12, 4, 3, 3, pad=(1, 1)),
                           multi_tile=False).tiles == 9
 
 
 def test_channel_first_refusals():
     with pytest.raises(ValueError, match="does not generate the channel-first front end"):
-        _cf(SMALL_CF.replace(forward_frontends=("feeder",)), n=1, c=3, h=8, w=8, k=4, r=3, s=3)
+        _cf(SMALL_CF.replace(forward_frontends=("feeder",)), ConvLayer.conv(1, 3, 8, 8, 4, 3, 3))
     with pytest.raises(ValueError, match="runs the forward, not 'loss'"):
-        layer_cycles(SMALL_CF, "loss", n=1, c=3, h=8, w=8, k=4, r=3, s=3,
+        layer_cycles(SMALL_CF, "loss", ConvLayer.conv(1, 3, 8, 8, 4, 3, 3),
                      frontend="channel_first")
     with pytest.raises(ValueError, match="multi_tile applies to the channel-first"):
-        layer_cycles(SMALL_CF, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, multi_tile=False)
+        layer_cycles(SMALL_CF, "forward", ConvLayer.conv(1, 3, 8, 8, 4, 3, 3), multi_tile=False)
     with pytest.raises(ValueError, match="'feeder' or 'channel_first', not 'x'"):
-        layer_cycles(SMALL_CF, "forward", n=1, c=3, h=8, w=8, k=4, r=3, s=3, frontend="x")
+        layer_cycles(SMALL_CF, "forward", ConvLayer.conv(1, 3, 8, 8, 4, 3, 3), frontend="x")
     # the controller's own refusal: W of a block of 4 channels of a 16 x 16 kernel
     with pytest.raises(ValueError, match="W of one channel block"):
-        _cf(SMALL_CF, n=1, c=4, h=16, w=16, k=4, r=16, s=16)
+        _cf(SMALL_CF, ConvLayer.conv(1, 4, 16, 16, 4, 16, 16))
 
 
 def test_feeder_x_sram_words_match_the_feeder_model():
@@ -352,8 +347,7 @@ def test_feeder_x_sram_words_match_the_feeder_model():
     for c, h, w, r, st, p, d in ((3, 9, 11, 3, 1, 1, 1), (2, 8, 13, 3, 2, 1, 1),
                                  (5, 7, 20, 2, 2, 0, 1), (1, 12, 17, 5, 3, 2, 1),
                                  (4, 10, 9, 3, 1, 2, 2)):
-        m = layer_cycles(SMALL_CF, "forward", n=1, c=c, h=h, w=w, k=4, r=r, s=r, stride=(st, st),
-                         pad=(p, p), dil=(d, d))
+        m = layer_cycles(SMALL_CF, "forward", ConvLayer.conv(1, c, h, w, 4, r, r, st, p, d))
         lay = feeder_model.FeederDescriptor.of(
             ConvLayer.conv(1, c, h, w, 1, r, r, stride=st, pad=p, dil=d))
         assert m.runs == 1 and m.frontend == "feeder" and m.x_word_operands == 8
@@ -369,13 +363,12 @@ def test_channel_first_runs_the_workload_on_paper16():
     for row in _workload():
         c, h, w, k = (int(row[x]) for x in ("C", "H", "W", "K"))
         r, s, st, p, d = (int(row[x]) for x in ("R", "S", "stride", "pad", "dilation"))
+        layer = ConvLayer.conv(2, c, h, w, k, r, s, st, p, d)
         try:
-            m = _cf(cfg, n=2, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
-                    dil=(d, d))
+            m = _cf(cfg, layer)
         except ValueError as e:
             with pytest.raises(ValueError, match=re.escape(str(e)[:40])):
-                tiling.plan(cfg, "forward", 2, c, h, w, k, r, s, (st, st), (p, p), (d, d),
-                            mode="channel_first")
+                tiling.plan(cfg, "forward", layer, mode="channel_first")
             continue
         ran += 1
         assert 0 < m.utilization <= 1 and m.cycles >= m.roofline_cycles, row
@@ -387,16 +380,16 @@ def test_channel_first_runs_the_workload_on_paper16():
 def test_phase_table_keeps_or_raises_refusals():
     """``phase_table``: one entry a layer and phase; a layer the configuration cannot tile
     gets its reason with ``refusals``, else its ValueError."""
-    from bpsa.models.perf import conv_dims, phase_table, workload_layers
+    from bpsa.models.perf import phase_table, workload_layers
     from bpsa.spec.layer import parse_layer
-    ok = ("-", "ok", conv_dims(parse_layer("C=8,H=16,K=8,R=3,stride=2,pad=1"), 2))
-    wide = ("-", "wide", conv_dims(parse_layer("C=1,H=4,W=2000,K=1,R=3")))
+    ok = ("-", "ok", parse_layer("C=8,H=16,K=8,R=3,stride=2,pad=1,N=2"))
+    wide = ("-", "wide", parse_layer("C=1,H=4,W=2000,K=1,R=3"))
     rows = phase_table(SMALL, [ok, wide], ["loss", "gradient"], requant=True)
     assert [(r["layer"], r["phase"]) for r in rows] == [
         ("ok", "loss"), ("ok", "gradient"), ("wide", "loss"), ("wide", "gradient")]
     assert rows[0]["batch"] == 2 and rows[1]["cycles"] == layer_cycles(
-        SMALL, "gradient", **ok[2]).cycles
+        SMALL, "gradient", ok[2]).cycles
     assert "refused" in rows[2] and "cycles" not in rows[2]
     with pytest.raises(ValueError, match="does not fit"):
         phase_table(SMALL, [wide], ["loss"], refusals=False)
-    assert all(dims["n"] == 3 for _, _, dims in workload_layers(3))
+    assert all(layer.batch == 3 for _, _, layer in workload_layers(3))

@@ -9,6 +9,7 @@ from bpsa.config import load_config
 from bpsa.models import golden
 from bpsa.plan import tiling
 from bpsa.plan.tiling import bands, column_strips, plan, plan_or_strips
+from bpsa.spec.layer import ConvLayer
 
 
 def _layer(rng):
@@ -87,25 +88,25 @@ def test_one_band_is_the_layer(phase):
 
 def test_plan_bands_layers_larger_than_the_buffers():
     cfg = load_config("small")
-    big = dict(n=1, c=3, h=128, w=128, k=8, r=3, s=3, stride=(2, 2), pad=(1, 1), dil=(1, 1))
+    big = ConvLayer.conv(1, 3, 128, 128, 8, 3, 3, stride=2, pad=1)
     for phase in ("forward", "loss", "gradient"):
-        p = plan(cfg, phase, **big)
+        p = plan(cfg, phase, big)
         assert p["banded"] and p["bands"] > 1, (phase, p)
         bl = bands(phase, 128, 128, 3, 3, (2, 2), (1, 1), (1, 1), p["band"])
         assert len(bl) == p["bands"]
-    small = dict(n=1, c=3, h=8, w=8, k=8, r=3, s=3, stride=(2, 2), pad=(1, 1), dil=(1, 1))
+    small = ConvLayer.conv(1, 3, 8, 8, 8, 3, 3, stride=2, pad=1)
     for phase in ("forward", "loss", "gradient"):
-        assert not plan(cfg, phase, **small)["banded"]
+        assert not plan(cfg, phase, small)["banded"]
 
 
 def test_plan_refuses_what_cannot_be_banded():
     cfg = load_config("small")
     # a padding beyond the kernel's reach, on a layer that must be banded
     with pytest.raises(ValueError, match="padding"):
-        plan(cfg, "forward", 1, 1, 80, 80, 4, 1, 1, (1, 1), (1, 1), (1, 1))
+        plan(cfg, "forward", ConvLayer.conv(1, 1, 80, 80, 4, 1, 1, pad=1))
     # a row wider than a bank
     with pytest.raises(ValueError, match="not even one row band"):
-        plan(cfg, "gradient", 1, 1, 8, 4000, 4, 3, 3)
+        plan(cfg, "gradient", ConvLayer.conv(1, 1, 8, 4000, 4, 3, 3))
 
 
 def test_fc_plan_blocks_equal_golden():
@@ -148,7 +149,7 @@ def _plan_or_none(cfg, phase, c, h, w, k, r):
     """The plan of a square layer with kernel ``r`` and "same" padding, or None when it is
     refused for a size that does not fit."""
     try:
-        return plan(cfg, phase, 1, c, h, w, k, r, r, pad=(r // 2, r // 2))
+        return plan(cfg, phase, ConvLayer.conv(1, c, h, w, k, r, r, pad=r // 2))
     except ValueError as e:
         assert "band" in str(e) or "fit" in str(e)
         return None
@@ -197,13 +198,13 @@ def _workload_refusals(cfg):
     for row in csv.DictReader(path.read_text().splitlines()):
         c, h, w, k, r, s, st, p, d = (int(row[x]) for x in
                                       "C H W K R S stride pad dilation".split())
-        shape = (1, c, h, w, k, r, s, (st, st), (p, p), (d, d))
+        layer = ConvLayer.conv(1, c, h, w, k, r, s, st, p, d)
         for phase in ("forward", "loss", "gradient"):
             try:
-                plan(cfg, phase, *shape)
+                plan(cfg, phase, layer)
             except ValueError as e:
                 assert "not even one row band fits" in str(e), (row, phase, e)
-                strips, _ = column_strips(cfg, phase, *shape)
+                strips, _ = column_strips(cfg, phase, layer)
                 assert len(strips) >= 2
                 refused.append((row["network"], row["layer"], phase))
     return refused
@@ -231,11 +232,12 @@ def test_plan_or_strips():
     one-column strips are refused for another reason than the whole layer, the error names
     both (here: a tall 1-row kernel with pad_h 2 cannot be cut into row bands)."""
     cfg = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128)
-    assert "strips" not in plan_or_strips(cfg, "gradient", 1, 1, 6, 6, 4, 1, 4)
-    assert len(plan_or_strips(cfg, "gradient", 1, 1, 6, 100, 4, 1, 4)["strips"]) == 2
+    assert "strips" not in plan_or_strips(cfg, "gradient", ConvLayer.conv(1, 1, 6, 6, 4, 1, 4))
+    assert len(plan_or_strips(cfg, "gradient",
+                              ConvLayer.conv(1, 1, 6, 100, 4, 1, 4))["strips"]) == 2
     with pytest.raises(ValueError, match=r"one X plane \(880\).*; cut into column strips: not "
                        r"even strips of one column fit \(one dY plane \(26\)"):
-        plan_or_strips(cfg, "gradient", 1, 1, 22, 40, 4, 1, 4, (1, 1), (2, 0))
+        plan_or_strips(cfg, "gradient", ConvLayer.conv(1, 1, 22, 40, 4, 1, 4, pad=(2, 0)))
 
 
 @pytest.mark.parametrize("phase", ["pool_forward", "pool_backward"])

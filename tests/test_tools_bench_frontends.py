@@ -4,11 +4,14 @@ plan refuses runs in the driver's column strips (their figures added up) or says
 multi-tile and stride tables hold what they claim, and the figure is written the same twice.
 ``make bench-frontends`` runs it on the whole workload (paper16)."""
 
+from dataclasses import replace
+
 import pytest
 
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
 from bpsa.tools import bench_frontends as bf
 
 SMALL = load_config("small_cf")
@@ -32,9 +35,9 @@ def test_model_rows_are_layer_cycles():
     model = bf.model_rows(SMALL, ROWS)
     assert [m["layer"] for m in model] == ["t.a", "t.b", "t.c", "t.d"]
     for row, rec in zip(ROWS[:2], model[:2]):
-        args = bf.layer_args(row)
+        layer = bf.row_layer(row)
         for fe in bf.FRONTENDS:
-            m = layer_cycles(SMALL, "forward", **args, frontend=fe)
+            m = layer_cycles(SMALL, "forward", layer, frontend=fe)
             f = rec[fe]
             assert (f["cycles"], f["compute_cycles"], f["x_sram_words"], f["load_wait_cycles"],
                     f["dma_bytes"], f["tiles"], f["strips"]) == (
@@ -49,9 +52,9 @@ def test_model_rows_are_layer_cycles():
     # t.c: the channel-first plan refuses the layer, the driver's column strips run it
     c = model[2]["channel_first"]
     assert "not even one row band fits" in c["refused_whole"]
-    strips, _ = tiling.column_strips(SMALL, "forward", 1, 4, 8, 200, 4, 5, 5, (1, 1), (0, 0),
-                                     (1, 1), mode="channel_first")
-    parts = [layer_cycles(SMALL, "forward", **dict(bf.layer_args(ROWS[2]), w=st.engine_w),
+    strips, _ = tiling.column_strips(SMALL, "forward", ConvLayer.conv(1, 4, 8, 200, 4, 5, 5),
+                                     mode="channel_first")
+    parts = [layer_cycles(SMALL, "forward", replace(bf.row_layer(ROWS[2]), width=st.engine_w),
                           frontend="channel_first") for st in strips]
     assert c["strips"] == len(strips) > 1
     assert c["cycles"] == sum(p.cycles for p in parts)
@@ -82,7 +85,7 @@ def test_multi_tile_and_stride_tables():
     assert m["taps"] == 2 and m["with"]["tiles"] < m["without"]["tiles"]
     assert m["gain"] == pytest.approx(m["without"]["cycles"] / m["with"]["cycles"])
     assert m["gain"] > 1
-    want = layer_cycles(SMALL, "forward", **bf.layer_args(ROWS[0]), frontend="channel_first",
+    want = layer_cycles(SMALL, "forward", bf.row_layer(ROWS[0]), frontend="channel_first",
                         multi_tile=False)
     assert m["without"]["cycles"] == want.cycles
 
@@ -91,9 +94,9 @@ def test_multi_tile_and_stride_tables():
                                                              (2, 19, (10, 10))]
     for r in st:
         for fe in bf.FRONTENDS:
-            args = dict(bf.layer_args(ROWS[0]), h=r["h"], w=r["w"],
-                        stride=(r["stride"],) * 2)
-            assert r[fe]["cycles"] == layer_cycles(SMALL, "forward", **args,
+            layer = replace(bf.row_layer(ROWS[0]), height=r["h"], width=r["w"],
+                            stride_h=r["stride"], stride_w=r["stride"])
+            assert r[fe]["cycles"] == layer_cycles(SMALL, "forward", layer,
                                                    frontend=fe).cycles
     # the same outputs (19 x 19 = 361 pixels still fit a half of the banks, 512, without
     # bands): the channel-first engine's cycles and bank reads do not move

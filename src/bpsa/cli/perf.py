@@ -58,7 +58,9 @@ def register(sub):
 def run(args):
     """The model of ``--layer`` or ``--workload`` in the zero-free loss and gradient (and the
     forward), or of a ``--network``'s training step: a table, or one JSON object."""
-    from bpsa.models.perf import conv_dims, phase_table, workload_layers
+    from dataclasses import replace
+
+    from bpsa.models.perf import phase_table, workload_layers
     from bpsa.spec.layer import parse_layer
     config = config_of(args)
     phases = {"both": ["loss", "gradient"],
@@ -81,7 +83,7 @@ def run(args):
             lay = parse_layer(args.layer)
         except ValueError as e:
             raise UserError(f"--layer {args.layer!r}: {e}") from None
-        layers = [("-", args.layer, conv_dims(lay, args.batch))]
+        layers = [("-", args.layer, replace(lay, batch=args.batch or lay.batch))]
     else:
         layers = workload_layers(args.batch or 1)
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ import numpy as np
 
 from bpsa.plan import capability, tiling
 from bpsa.spec.errors import error_name
-from bpsa.spec.layer import out_size, pair
+from bpsa.spec.layer import ConvLayer, out_size, pair
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
     CONTROL_BITS,
@@ -60,15 +60,13 @@ def _out_hw(h, w, r, s, stride, pad, dil):
     return (out_size(h, r, stride[0], pad[0], dil[0]), out_size(w, s, stride[1], pad[1], dil[1]))
 
 
-def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-         mode=None):
-    """The controller's tiling of a layer (:func:`bpsa.plan.tiling.plan`: group sizes, row bands,
-    run counts), or :exc:`ValueError` naming what does not fit (the hardware refuses the same
-    layers with TOO_LARGE). ``mode``: the backward mode (default: the driver's,
-    :func:`bpsa.plan.tiling.default_mode`)."""
+def plan(config, phase, layer, mode=None):
+    """The controller's tiling of ``phase`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`;
+    :func:`bpsa.plan.tiling.plan`: group sizes, row bands, run counts), or :exc:`ValueError`
+    naming what does not fit (the hardware refuses the same layers with TOO_LARGE). ``mode``:
+    the backward mode (default: the driver's, :func:`bpsa.plan.tiling.default_mode`)."""
     mode = mode or tiling.default_mode(config, phase)
-    return tiling.plan(config, phase, n, c, h, w, k, r, s, pair(stride), pair(padding),
-                       pair(dilation), mode=mode)
+    return tiling.plan(config, phase, layer, mode=mode)
 
 
 #: Utilization below which :func:`expected_cycles` does not expect a phase to fall (measured
@@ -79,10 +77,23 @@ _FLOOR = {"forward": 0.05, "loss": 0.015, "gradient": 0.015, "fc_backward": 0.05
 BUDGET_FACTOR = 20
 
 
-def expected_cycles(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=False):
-    """A generous estimate of a layer's cycles: its MACs at the phase's lowest measured
-    utilization (the traditional flow's a third of it) plus its tensors moved once by the
-    DMA (progress bars; :func:`cycle_budget`)."""
+def _layer_out_hw(layer):
+    """``(OH, OW)`` of ``layer``, 0 where the dilated kernel does not fit (no exception)."""
+    oh = out_size(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dil_h,
+                  layer.pad_b)
+    ow = out_size(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
+    return max(oh, 0), max(ow, 0)
+
+
+def expected_cycles(config, phase, layer, *, baseline=False):
+    """A generous estimate of the cycles of ``phase`` of ``layer`` (a
+    :class:`bpsa.spec.layer.ConvLayer`; ``fc_backward``: batch N, C inputs, K outputs, 1 x 1):
+    its MACs at the phase's lowest measured utilization (the traditional flow's a third of
+    it) plus its tensors moved once by the DMA (progress bars; :func:`cycle_budget`). A kernel
+    that does not fit counts no output (no exception)."""
+    n, c, h, w = layer.x_shape
+    k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
+    oh, ow = _layer_out_hw(layer)
     rs = r * s
     macs = n * k * oh * ow * c * rs * (2 if phase == "fc_backward" else 1)
     elements = n * c * h * w + k * c * rs + n * k * oh * ow
@@ -90,13 +101,16 @@ def expected_cycles(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=Fals
     return int(macs / (config.rows * config.cols * floor) + elements * 2 + 2000)
 
 
-def cycle_budget(config, phase, n, c, h, w, k, r, s, oh, ow, *, baseline=False):
-    """The cycles the driver waits for a layer's DONE: :data:`BUDGET_FACTOR` times
-    :func:`expected_cycles` (:func:`expected_pool_cycles` for the pooling phases)."""
+def cycle_budget(config, phase, layer, *, baseline=False):
+    """The cycles the driver waits for the DONE of ``phase`` of ``layer`` (a
+    :class:`bpsa.spec.layer.ConvLayer`; a pooling phase: its window as the kernel, ``K = C``):
+    :data:`BUDGET_FACTOR` times :func:`expected_cycles` (:func:`expected_pool_cycles` for the
+    pooling phases)."""
     if phase in ("pool_forward", "pool_backward"):
-        return BUDGET_FACTOR * expected_pool_cycles(phase, n, c, h, w, r, s, oh, ow)
-    return BUDGET_FACTOR * expected_cycles(config, phase, n, c, h, w, k, r, s, oh, ow,
-                                           baseline=baseline)
+        n, c, h, w = layer.x_shape
+        return BUDGET_FACTOR * expected_pool_cycles(phase, n, c, h, w, layer.kernel_h,
+                                                    layer.kernel_w, *_layer_out_hw(layer))
+    return BUDGET_FACTOR * expected_cycles(config, phase, layer, baseline=baseline)
 
 
 def expected_pool_cycles(phase, n, c, h, w, r, s, oh, ow, stride=(1, 1)):
@@ -338,17 +352,17 @@ class Driver:
             x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
             (n, c, h, wd), (_, k, _, _) = x.shape, dy.shape
             r, s = kernel_hw
+        layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         if oh > 0 and ow > 0 and self.check:
             try:
-                p = tiling.plan_or_strips(self.config, phase, n, c, h, wd, k, r, s, stride,
-                                          pad, dil, mode=mode)
+                p = tiling.plan_or_strips(self.config, phase, layer, mode=mode)
             except ValueError as e:
                 raise ValueError(f"{phase} layer does not fit configuration "
                                  f"{self.config.name!r}: {e}") from None
             if "strips" in p:
-                return await self._run_strips(phase, p, x, w, dy, (n, c, h, wd, k, r, s),
-                                              stride, pad, dil, mode, requant, relu)
+                return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
+                                              relu)
             self.plan = p
         kt = -(-k // cols)
         ins, out_shape = [], None
@@ -387,8 +401,7 @@ class Driver:
                 "RELU": int(relu)}
         desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
         desc["ADDR_OUT"] = addrs[-1]
-        error = await self.start(desc, budget=cycle_budget(
-            self.config, phase, n, c, h, wd, k, r, s, max(oh, 0), max(ow, 0)))
+        error = await self.start(desc, budget=cycle_budget(self.config, phase, layer))
         self.counters = await self.read_counters()
         if error:
             raise AcceleratorError(error, f"{phase} layer {desc}")
@@ -410,14 +423,15 @@ class Driver:
             return dx.transpose(0, 1, 4, 2, 3).reshape(n, ct * cols, h, wd)[:, :c]
         return self._from_bytes(raw, out_shape)
 
-    async def _run_strips(self, phase, cut, x, w, dy, dims, stride, pad, dil, mode, requant,
-                          relu=False):
+    async def _run_strips(self, phase, cut, x, w, dy, layer, mode, requant, relu=False):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one
         descriptor a strip: gather each strip's operands on the host (padding columns as
         zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
         ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
-        are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``."""
-        n, c, h, wd, k, r, s = dims
+        are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``.
+        ``layer``: the whole layer's :class:`bpsa.spec.layer.ConvLayer`."""
+        (n, c, h, wd), (k, _, r, s) = layer.x_shape, layer.w_shape
+        stride, pad, dil = layer.stride, layer.pad, layer.dil
         pw, sub = pad[1], {"stride": stride, "padding": (pad[0], 0), "dilation": dil}
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         if phase != "loss":
@@ -500,8 +514,8 @@ class Driver:
                 "R": 1, "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0,
                 "DIL_H": 1, "DIL_W": 1, "ADDR_OUT": addrs[-1]}
         desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
-        error = await self.start(desc, budget=cycle_budget(self.config, "fc_backward", n, c, 1,
-                                                           1, k, 1, 1, 1, 1))
+        error = await self.start(desc, budget=cycle_budget(
+            self.config, "fc_backward", ConvLayer.conv(n, c, 1, 1, k, 1, 1)))
         self.counters = await self.read_counters()
         if error:
             raise AcceleratorError(error, f"fc_backward layer {desc}")
@@ -567,8 +581,8 @@ class Driver:
                 "REQUANT": int(requant is not None), "OUT_SHIFT": requant or 0,
                 "RELU": int(relu), "POOL_KIND": by_name[hw_kind], "ADDR_OUT": addrs[-1]}
         desc.update({name: addr for (name, _), addr in zip(ins, addrs)})
-        error = await self.start(desc, budget=cycle_budget(self.config, phase, n, c, h, wd, c,
-                                                           r, s, oh, ow))
+        error = await self.start(desc, budget=cycle_budget(
+            self.config, phase, ConvLayer.conv(n, c, h, wd, c, r, s, st, pad)))
         self.counters = await self.read_counters()
         if error:
             raise AcceleratorError(error, f"{phase} layer {desc}")

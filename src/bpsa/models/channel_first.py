@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bpsa.spec.layer import pair
+from bpsa.spec.layer import out_size, pair
 
 __all__ = ["Pass", "conv2d_channel_first", "cycles", "gather", "multi_tile", "passes",
            "row_addresses", "to_hwc"]
@@ -125,15 +125,17 @@ def gather(x_hwc_image, addresses):
     return np.where(a >= 0, flat[np.maximum(a, 0)], 0)
 
 
-def cycles(rows, cols, n, c, h, w, k, r, s, stride=1, padding=0, dilation=1):
-    """The mapping's cycles, ``{"cycles", "passes", "pixels", "utilization",
+def cycles(rows, cols, layer):
+    """The mapping's cycles for ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) on a ``rows x
+    cols`` array, ``{"cycles", "passes", "pixels", "utilization",
     "weight_loads"}``: per pass and image, the output pixels streamed one a cycle plus the
     array's fill and drain (``rows + cols``), and per pass the weights preloaded (``rows``
     cycles, hidden behind the previous pass's stream when it is at least that long). No DMA
     or SRAM port limits: the front end's own bound (Sec. IV's TPU model)."""
-    (sh, sw), (ph, pw), (dh, dw) = (pair(stride, "stride"), pair(padding, "padding"),
-                                    pair(dilation, "dilation"))
-    oh, ow = _out(h, r, sh, ph, dh), _out(w, s, sw, pw, dw)
+    n, c, h, w = layer.x_shape
+    k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
+    (sh, sw), (ph, pw), (dh, dw) = layer.stride, layer.pad, layer.dil
+    oh, ow = out_size(h, r, sh, ph, dh, layer.pad_b), _out(w, s, sw, pw, dw)
     ps = passes(rows, cols, c, k, r, s)
     stream = oh * ow
     total = 0

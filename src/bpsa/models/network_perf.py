@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from bpsa.models.perf import layer_cycles, min_bytes, pool_cycles
 from bpsa.spec.numeric import element_bytes
-from bpsa.spec.layer import out_size
+from bpsa.spec.layer import ConvLayer, out_size
 from bpsa.spec.network import POOLS
 
 __all__ = ["PHASES", "NetworkStep", "network_step"]
@@ -62,13 +62,13 @@ class NetworkStep:
                 "by_phase": self.by_phase, "layers": self.rows}
 
 
-def _dims(layer, batch):
-    """The convolution the accelerator runs for ``layer`` (see the module's docstring)."""
+def _conv(layer, batch):
+    """The convolution the accelerator runs for ``layer`` (see the module's docstring), a
+    :class:`bpsa.spec.layer.ConvLayer`."""
     if layer.op == "fc":
-        return dict(n=1, c=layer.c, h=1, w=batch, k=layer.k, r=1, s=1, stride=(1, 1),
-                    pad=(0, 0), dil=(1, 1))
-    return dict(n=batch, c=layer.c, h=layer.h, w=layer.w, k=layer.k, r=layer.r, s=layer.s,
-                stride=(layer.stride,) * 2, pad=(layer.pad,) * 2, dil=(layer.dilation,) * 2)
+        return ConvLayer.conv(1, layer.c, 1, batch, layer.k, 1, 1)
+    return ConvLayer.conv(batch, layer.c, layer.h, layer.w, layer.k, layer.r, layer.s,
+                          layer.stride, layer.pad, layer.dilation)
 
 
 #: Pooling kinds of the network files' ops.
@@ -81,7 +81,8 @@ def _pool_dims(layer, batch):
 
 
 def _model(config, phase, key, requant, frontend="feeder"):
-    """The cycle model of one (phase, shape), or the refusal's text; a forward on
+    """The cycle model of one (phase, shape), or the refusal's text (``key``: a convolution's
+    :class:`bpsa.spec.layer.ConvLayer`, or a pooling's sorted keyword items); a forward on
     ``frontend`` (``"best"``: the faster of the two front ends, as a driver would pick per
     layer with MODE; its ``frontend`` says which)."""
     try:
@@ -94,13 +95,13 @@ def _model(config, phase, key, requant, frontend="feeder"):
                                requant=phase == "pool_forward" or requant)
         extra = {"requant": True} if requant and phase != "gradient" else {}
         if phase != "forward" or frontend == "feeder":
-            return layer_cycles(config, phase, **dict(key), **extra)
+            return layer_cycles(config, phase, key, **extra)
         if frontend == "channel_first":
-            return layer_cycles(config, phase, **dict(key), frontend=frontend, **extra)
+            return layer_cycles(config, phase, key, frontend=frontend, **extra)
         found, why = [], []
         for fe in ("feeder", "channel_first"):
             try:
-                found.append(layer_cycles(config, phase, **dict(key), frontend=fe, **extra))
+                found.append(layer_cycles(config, phase, key, frontend=fe, **extra))
             except ValueError as e:
                 why.append(str(e))
         if not found:
@@ -130,7 +131,7 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
     if unknown:
         raise ValueError(f"phase {unknown[0]!r} is not one of {', '.join(PHASES)}")
     tasks = list(dict.fromkeys(
-        (phase, tuple(sorted(_dims(lay, batch).items())))
+        (phase, _conv(lay, batch))
         for i, lay in enumerate(network) if lay.op not in POOLS
         for phase in phases if not (phase == "loss" and i == 0)))
     tasks += list(dict.fromkeys(
@@ -167,19 +168,13 @@ def network_step(config, network, *, batch=1, phases=PHASES, clock_mhz=100.0, re
                 row.update(status="skipped", reason="the first layer's loss (the image's "
                                                     "gradient) is not needed")
             else:
-                dims = _dims(layer, batch)
-                m = done[(phase, tuple(sorted(dims.items())))]
+                conv = _conv(layer, batch)
+                m = done[(phase, conv)]
                 if isinstance(m, str):
                     row.update(status="refused", reason=m)
                 else:
-                    oh = out_size(dims["h"], dims["r"], 1 if layer.op == "fc"
-                                  else layer.stride, dims["pad"][0], dims["dil"][0])
-                    ow = out_size(dims["w"], dims["s"], 1 if layer.op == "fc"
-                                  else layer.stride, dims["pad"][1], dims["dil"][1])
                     row.update(status="run", **m.as_dict(),
-                               min_bytes=min_bytes(config, phase, n=dims["n"], c=dims["c"],
-                                                   h=dims["h"], w=dims["w"], k=dims["k"],
-                                                   r=dims["r"], s=dims["s"], oh=oh, ow=ow,
+                               min_bytes=min_bytes(config, phase, conv,
                                                    requant=requant and phase != "gradient"))
             rows.append(row)
     step = NetworkStep(network.name, config.name, batch, clock_mhz, rows)

@@ -42,11 +42,11 @@ from math import gcd
 from bpsa.plan import capability, grammar, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
-from bpsa.spec.layer import out_size
+from bpsa.spec.layer import ConvLayer, out_size
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec.regmap import Mode, Phase
 
-__all__ = ["TIMING", "LayerCycles", "conv_dims", "layer_cycles", "min_bytes", "phase_table",
+__all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "phase_table",
            "pool_cycles", "roofline_cycles", "traditional_cycles", "workload_layers"]
 
 #: Fitted constants (cycles).
@@ -478,11 +478,11 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     return total, compute, dma_busy, loaded, p_wait, load_wait
 
 
-def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                 dil=(1, 1), requant=False, frontend="feeder", multi_tile=True):
+def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
-    ``"gradient"``, zero-free) of a layer on ``config``; :exc:`ValueError` with the
-    controller's reason for a layer it refuses. ``requant`` (forward, loss): the output leaves
+    ``"gradient"``, zero-free) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`, its
+    ``batch`` the images modelled) on ``config``; :exc:`ValueError` with the controller's
+    reason for a layer it refuses. ``requant`` (forward, loss): the output leaves
     as operands (the descriptor's REQUANT).
 
     ``frontend`` (forward): ``"feeder"`` (MODE 0, the data feeder on the output-stationary
@@ -508,13 +508,14 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     # what the configuration generates, as the driver checks it (the model: zero-free)
     capability.check(config, phase, mode=frontend if phase == "forward" else "zero_free",
                      requant=0 if requant else None)
+    n, c, h, w = layer.x_shape
+    k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
+    stride, pad, dil = layer.stride, layer.pad, layer.dil
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
     phase_value = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     mode = Mode.ZERO_FREE if phase != "forward" else (
         Mode.CHANNEL_FIRST if cf else Mode.BP_IM2COL)
-    desc = {"phase": phase_value[phase], "n": n, "c": c,
-            "h": h, "w": w, "k": k, "r": r, "s": s, "stride_h": sh, "stride_w": sw,
-            "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw, "mode": int(mode)}
+    desc = tiling.setup_descriptor(phase_value[phase], layer, mode)
     try:
         e = setup.run(config, desc, addresses=False)
     except Refusal as err:
@@ -719,8 +720,7 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
     writes = {"forward": lambda: n * e["kt"] * oh * ow * C * ab,
               "loss": lambda: n * e["ct"] * h * w * C * ab,
               "gradient": lambda: e["kt"] * c * r * s * C * ab}[phase]()
-    roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s,
-                           oh=oh, ow=ow, requant=requant)
+    roof = roofline_cycles(config, phase, layer, macs=macs, requant=requant)
     return LayerCycles(cycles=total, compute_cycles=compute, macs=macs, array_slots=slots,
                        utilization=util,
                        dma_read_bytes=reads, dma_write_bytes=writes,
@@ -734,46 +734,48 @@ def layer_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0
                        tiles=tiles)
 
 
-def traditional_cycles(config, phase, *, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                       dil=(1, 1)):
-    """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``) of a layer
-    run the traditional way (``--baseline``): the forward convolution of the zero-inserted /
-    zero-padded operands the driver builds (:meth:`bpsa.spec.layer.ConvLayer.baseline`),
+def traditional_cycles(config, phase, layer):
+    """The model's :class:`LayerCycles` of ``phase`` (``"loss"`` or ``"gradient"``) of
+    ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) run the traditional way
+    (``--baseline``): the forward convolution of the zero-inserted / zero-padded operands the
+    driver builds (:meth:`bpsa.spec.layer.ConvLayer.baseline`),
     with ``macs``, ``utilization`` and the roofline of the layer itself (the zeros are work
     the traditional flow adds, not the layer's)."""
-    from bpsa.spec.layer import ConvLayer
     if phase not in ("loss", "gradient"):
         raise ValueError(f"the traditional flow applies to loss and gradient, not {phase!r}")
-    layer = ConvLayer.conv(n, c, h, w, k, r, s, stride=stride, pad=pad, dil=dil)
     b = layer.baseline(phase)
-    m = layer_cycles(config, "forward", n=b.batch, c=b.channels, h=b.height, w=b.width,
-                     k=b.out_channels, r=b.kernel_h, s=b.kernel_w, stride=b.stride, pad=b.pad,
-                     dil=b.dil)
+    m = layer_cycles(config, "forward", b)
     oh, ow = layer.out_hw
-    macs = n * k * oh * ow * c * r * s
-    roof = roofline_cycles(config, phase, macs=macs, n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh,
-                           ow=ow)
+    macs = layer.batch * layer.out_channels * oh * ow * layer.crs
+    roof = roofline_cycles(config, phase, layer, macs=macs)
     return LayerCycles(**dict(m.as_dict(), macs=macs,
                               utilization=macs / (config.rows * config.cols * m.cycles),
                               roofline_cycles=roof, over_roofline=m.cycles / roof))
 
 
-def roofline_cycles(config, phase, *, macs, n, c, h, w, k, r, s, oh, ow, requant=False):
-    """The layer's roofline bound in cycles (see :class:`LayerCycles`); ``requant``: the
-    output leaves as operands."""
-    moved = min_bytes(config, phase, n=n, c=c, h=h, w=w, k=k, r=r, s=s, oh=oh, ow=ow,
-                      requant=requant)
+def roofline_cycles(config, phase, layer, *, macs, requant=False):
+    """The roofline bound in cycles (see :class:`LayerCycles`) of ``phase`` of ``layer`` (a
+    :class:`bpsa.spec.layer.ConvLayer`) doing ``macs`` MACs; ``requant``: the output leaves as
+    operands."""
+    moved = min_bytes(config, phase, layer, requant=requant)
     return max(-(-macs // (config.rows * config.cols)),
                -(-moved // (config.dma_data_width // 8)))
 
 
-def min_bytes(config, phase, *, n, c, h, w, k, r, s, oh, ow, requant=False):
-    """Bytes ``phase`` must move at least: its inputs read once, its output written once
-    (operands at operand width, results as accumulators, or as operands with ``requant``)."""
+def min_bytes(config, phase, layer, *, requant=False):
+    """Bytes ``phase`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) must move at least:
+    its inputs read once, its output written once (operands at operand width, results as
+    accumulators, or as operands with ``requant``). The output size is
+    :func:`bpsa.spec.layer.out_size`'s (no exception when the kernel does not fit)."""
     ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
     if requant:
         ab = ob
-    x, wt, y = n * c * h * w, k * c * r * s, n * k * oh * ow
+    oh = out_size(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dil_h,
+                  layer.pad_b)
+    ow = out_size(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
+    n, k = layer.batch, layer.out_channels
+    x, wt = n * layer.channels * layer.height * layer.width, k * layer.crs
+    y = n * k * oh * ow
     return {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
             "gradient": (x + y) * ob + wt * ab}[phase]
 
@@ -879,17 +881,9 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        p_words=max(clears, default=0))
 
 
-def conv_dims(layer, batch=None):
-    """The keyword arguments of :func:`layer_cycles` for a :class:`bpsa.spec.layer.ConvLayer`
-    (``n``: ``batch``, default the layer's own)."""
-    return dict(n=batch or layer.batch, c=layer.channels, h=layer.height, w=layer.width,
-                k=layer.out_channels, r=layer.kernel_h, s=layer.kernel_w, stride=layer.stride,
-                pad=layer.pad, dil=layer.dil)
-
-
 def workload_layers(batch=1):
-    """Every layer of ``bpsa/workloads/conv_layers.csv`` as ``(network, layer, dims)``,
-    ``dims`` the keyword arguments of :func:`layer_cycles` with ``n=batch``."""
+    """Every layer of ``bpsa/workloads/conv_layers.csv`` as ``(network, name, layer)``,
+    ``layer`` the :class:`bpsa.spec.layer.ConvLayer` of ``batch`` images."""
     import csv
     from importlib import resources
     with resources.files("bpsa.workloads").joinpath("conv_layers.csv").open() as f:
@@ -899,13 +893,12 @@ def workload_layers(batch=1):
         c, h, w, k, r, s, st, p, d = (int(row[x]) for x in (
             "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation"))
         out.append((row["network"], row["layer"],
-                    dict(n=batch, c=c, h=h, w=w, k=k, r=r, s=s, stride=(st, st), pad=(p, p),
-                         dil=(d, d))))
+                    ConvLayer.conv(batch, c, h, w, k, r, s, st, p, d)))
     return out
 
 
 def phase_table(config, layers, phases, *, baseline=False, requant=False, refusals=True):
-    """The cycle model of every ``(network, layer, dims)`` of ``layers`` (as
+    """The cycle model of every ``(network, name, layer)`` of ``layers`` (as
     :func:`workload_layers` gives them) in every phase of ``phases``: a list of dicts, one a
     layer and phase, ``network``, ``layer``, ``phase``, ``batch``, ``baseline`` and
     :meth:`LayerCycles.as_dict`'s figures. ``baseline``: :func:`traditional_cycles` instead
@@ -914,13 +907,13 @@ def phase_table(config, layers, phases, *, baseline=False, requant=False, refusa
     with ``refusals``; without, its ValueError propagates."""
     model = traditional_cycles if baseline else layer_cycles
     out = []
-    for network, name, dims in layers:
+    for network, name, layer in layers:
         for phase in phases:
-            entry = {"network": network, "layer": name, "phase": phase, "batch": dims["n"],
+            entry = {"network": network, "layer": name, "phase": phase, "batch": layer.batch,
                      "baseline": baseline}
             try:
                 extra = {"requant": True} if requant and phase != "gradient" else {}
-                entry.update(model(config, phase, **dims, **extra).as_dict())
+                entry.update(model(config, phase, layer, **extra).as_dict())
             except ValueError as e:
                 if not refusals:
                     raise

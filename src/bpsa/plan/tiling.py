@@ -55,17 +55,17 @@ Column strips (*the driver's width tiling*)
         - q0 s`` (zero past ``W'``: no dY column reaches them).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bpsa.plan import bands as band_programs
 from bpsa.plan import setup
 from bpsa.plan.grammar import Refusal, evaluate
-from bpsa.spec.layer import out_size, pair
+from bpsa.spec.layer import ConvLayer, out_size, pair
 from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, Mode, Phase,
                               PoolKind)
 
 __all__ = ["Band", "Strip", "bands", "column_strips", "default_mode", "fc_plan", "mode_value",
-           "plan", "plan_or_strips", "pool_plan", "strips"]
+           "plan", "plan_or_strips", "pool_plan", "setup_descriptor", "strips"]
 
 
 @dataclass(frozen=True)
@@ -132,21 +132,34 @@ def default_mode(config, phase):
     return "bp_im2col"
 
 
-def _setup(config, phase, n, c, h, w, k, r, s, stride, pad, dil, mode=Mode.BP_IM2COL):
-    """The registers of :func:`bpsa.plan.setup.run` (no address checks); :exc:`ValueError`
-    with the refusal's reason."""
-    desc = {"phase": phase, "n": n, "c": c, "h": h, "w": w, "k": k, "r": r, "s": s,
-            "stride_h": stride[0], "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1],
-            "dil_h": dil[0], "dil_w": dil[1], "mode": int(mode)}
+def _setup(config, phase, layer, mode=Mode.BP_IM2COL):
+    """The registers of :func:`bpsa.plan.setup.run` for ``layer`` (a
+    :class:`bpsa.spec.layer.ConvLayer`; no address checks); :exc:`ValueError` with the
+    refusal's reason."""
     try:
-        return setup.run(config, desc, addresses=False)
+        return setup.run(config, setup_descriptor(phase, layer, mode), addresses=False)
     except Refusal as e:
         raise ValueError(str(e)) from None
 
 
-def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 1),
-         mode="bp_im2col"):
-    """The controller's tiling (:mod:`bpsa.plan.setup`, the programs the hardware runs): a dict
+def setup_descriptor(phase, layer, mode=Mode.BP_IM2COL):
+    """The descriptor :func:`bpsa.plan.setup.run` takes for ``phase`` (a
+    :class:`bpsa.spec.regmap.Phase`) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) in
+    ``mode`` (a :class:`bpsa.spec.regmap.Mode`). The descriptor pads the top and the bottom
+    alike: :exc:`ValueError` for a layer whose ``pad_bottom`` differs from ``pad_h``."""
+    if layer.pad_b != layer.pad_h:
+        raise ValueError(f"the descriptor pads the bottom as the top (pad_h {layer.pad_h}), "
+                         f"not pad_bottom {layer.pad_bottom}")
+    return {"phase": phase, "n": layer.batch, "c": layer.channels, "h": layer.height,
+            "w": layer.width, "k": layer.out_channels, "r": layer.kernel_h,
+            "s": layer.kernel_w, "stride_h": layer.stride_h, "stride_w": layer.stride_w,
+            "pad_h": layer.pad_h, "pad_w": layer.pad_w, "dil_h": layer.dil_h,
+            "dil_w": layer.dil_w, "mode": int(mode)}
+
+
+def plan(config, phase, layer, mode="bp_im2col"):
+    """The controller's tiling of ``phase`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`
+    with symmetric row padding; :mod:`bpsa.plan.setup`, the programs the hardware runs): a dict
     with ``group`` (channels per group: forward C, loss K, gradient ``(C, K)``), ``groups``,
     ``banded``, ``band`` (rows per band), ``bands``, ``runs`` (engine runs) and the channel
     blocks (loss: ``cblock``, ``cblocks``; forward, gradient: ``kblock``, ``kblocks``; forward:
@@ -161,7 +174,8 @@ def plan(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0), dil=(1, 
     mode = mode_value(mode)
     if phase == "forward" and mode != Mode.CHANNEL_FIRST:
         mode = Mode.BP_IM2COL
-    e = _setup(config, phases[phase], n, c, h, w, k, r, s, stride, pad, dil, mode)
+    e = _setup(config, phases[phase], layer, mode)
+    n, c, h, k = layer.batch, layer.channels, layer.height, layer.out_channels
     banded, band = bool(e["banded"]), e["bh"]
     if phase == "loss" and mode == Mode.ZERO_FREE:
         bands_, kg = _ceil(h, band), e["kg"]
@@ -245,14 +259,16 @@ def strips(phase, w, s, stride_w, pad_w, dil_w, width):
     return out
 
 
-def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
-                  dil=(1, 1), mode="bp_im2col"):
-    """The driver's column strips of a layer whose rows are too wide for the controller:
-    ``(strips, plans)``, the widest strips (fewest descriptors) whose layers :func:`plan`
-    accepts, and those plans (``None`` for an empty loss strip). :exc:`ValueError` when even
-    one-column strips do not fit (the reason is then not the width)."""
-    sw, pw, dw = stride[1], pad[1], dil[1]
-    length = w if phase == "loss" else _dims(h, w, r, s, stride, pad, dil)[2]
+def column_strips(config, phase, layer, mode="bp_im2col"):
+    """The driver's column strips of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) whose
+    rows are too wide for the controller: ``(strips, plans)``, the widest strips (fewest
+    descriptors) whose layers (``layer`` ``width`` ``engine_w`` wide, ``pad_w = 0``)
+    :func:`plan` accepts, and those plans (``None`` for an empty loss strip).
+    :exc:`ValueError` when even one-column strips do not fit (the reason is then not the
+    width)."""
+    w, s = layer.width, layer.kernel_w
+    sw, pw, dw = layer.stride_w, layer.pad_w, layer.dil_w
+    length = w if phase == "loss" else out_size(w, s, sw, pw, dw)
     if length < 2:
         raise ValueError(f"the layer is {length} column wide; there is nothing to cut")
     last = None
@@ -261,8 +277,7 @@ def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
         try:
             for st in out:
                 plans.append(None if st.in_cols == 0 else plan(
-                    config, phase, n, c, h, st.engine_w, k, r, s, stride, (pad[0], 0), dil,
-                    mode))
+                    config, phase, replace(layer, width=st.engine_w, pad_w=0), mode))
         except ValueError as e:
             last = e
             continue
@@ -270,16 +285,16 @@ def column_strips(config, phase, n, c, h, w, k, r, s, stride=(1, 1), pad=(0, 0),
     raise ValueError(f"not even strips of one column fit ({last})")
 
 
-def plan_or_strips(config, phase, *shape, mode="bp_im2col"):
-    """:func:`plan` of the layer (``shape``: its arguments after ``phase``), or, when its rows
+def plan_or_strips(config, phase, layer, mode="bp_im2col"):
+    """:func:`plan` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`), or, when its rows
     are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
     :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
     differ)."""
     try:
-        return plan(config, phase, *shape, mode=mode)
+        return plan(config, phase, layer, mode=mode)
     except ValueError as e:
         try:
-            strips_, plans = column_strips(config, phase, *shape, mode=mode)
+            strips_, plans = column_strips(config, phase, layer, mode=mode)
         except ValueError as e2:
             why = str(e2)
             raise ValueError(str(e) if why.endswith(f"({e})") else
@@ -294,7 +309,7 @@ def fc_plan(config, n, i, o):
     rows per run) and ``runs``; :exc:`ValueError` naming what does not fit (the hardware
     refuses it with TOO_LARGE). P holds a chunk's dX rows and the input block's dW column:
     ``(fnb + o) fq`` words."""
-    e = _setup(config, Phase.FC_BACKWARD, n, i, 1, 1, o, 1, 1, (1, 1), (0, 0), (1, 1))
+    e = _setup(config, Phase.FC_BACKWARD, ConvLayer.conv(n, i, 1, 1, o, 1, 1))
     return {"fib": e["fib"], "fq": e["fq"], "fob": e["fob"], "fnb": e["fnb"],
             "runs": _ceil(i, e["fib"]) * _ceil(n, e["fnb"]) * _ceil(o, e["fob"])}
 

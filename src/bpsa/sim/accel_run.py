@@ -59,15 +59,13 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
         for ca in rows:
             for cb in cols:
                 if not (ca.empty or cb.empty):
-                    plans.append(plan_or_strips(
-                        config, "forward", layer.batch, layer.out_channels, oh - ca.lo,
-                        ow - cb.lo, layer.channels, len(ca.taps), len(cb.taps), (1, 1),
-                        (ca.pad, cb.pad), (ca.dil, cb.dil), mode="channel_first"))
+                    plans.append(plan_or_strips(config, "forward", ConvLayer.conv(
+                        layer.batch, layer.out_channels, oh - ca.lo, ow - cb.lo,
+                        layer.channels, len(ca.taps), len(cb.taps), 1, (ca.pad, cb.pad),
+                        (ca.dil, cb.dil)), mode="channel_first"))
         return {"classes": plans}
     # rows too wide for the controller: the driver cuts the layer into column strips
-    return plan_or_strips(config, phase, layer.batch, layer.channels, layer.height,
-                          layer.width, layer.out_channels, layer.kernel_h, layer.kernel_w,
-                          layer.stride, layer.pad, layer.dil,
+    return plan_or_strips(config, phase, layer,
                           mode="bp_im2col" if mode == "feeder" else mode)
 
 
@@ -162,8 +160,9 @@ def check_fc(config, layer, baseline=False):
         raise ValueError(f"configuration {config.name!r} does not generate 'is'")
     else:
         n, i, o = layer.batch, layer.inputs, layer.outputs
-        plan(config, "loss", n, i, 1, 1, o, 1, 1)
-        plan(config, "gradient", n, i, 1, 1, o, 1, 1)
+        conv = ConvLayer.conv(n, i, 1, 1, o, 1, 1)
+        plan(config, "loss", conv)
+        plan(config, "gradient", conv)
 
 
 def fc_job(layer, *, seed=1, baseline=False):

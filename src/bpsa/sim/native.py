@@ -169,9 +169,7 @@ def expected_cycles(config, job):
         return expected_pool_cycles(job["phase"], lay.batch, lay.channels, lay.height,
                                     lay.width, lay.kernel_h, lay.kernel_w, max(oh, 1),
                                     max(ow, 1))
-    return layer_cycles(config, job["phase"], lay.batch, lay.channels, lay.height, lay.width,
-                        lay.out_channels, lay.kernel_h, lay.kernel_w, oh, ow,
-                        baseline=bool(job.get("baseline")))
+    return layer_cycles(config, job["phase"], lay, baseline=bool(job.get("baseline")))
 
 
 def check_trace_path(path):

@@ -72,10 +72,8 @@ def _roofline(cfg, layer, phase):
     """The layer's roofline bound in cycles (:func:`bpsa.models.perf.roofline_cycles`)."""
     from bpsa.models.perf import roofline_cycles
     oh, ow = layer.out_hw
-    dims = dict(n=layer.batch, c=layer.channels, h=layer.height, w=layer.width,
-                k=layer.out_channels, r=layer.kernel_h, s=layer.kernel_w, oh=oh, ow=ow)
-    macs = dims["n"] * dims["k"] * oh * ow * dims["c"] * dims["r"] * dims["s"]
-    return roofline_cycles(cfg, phase, macs=macs, **dims)
+    macs = layer.batch * layer.out_channels * oh * ow * layer.crs
+    return roofline_cycles(cfg, phase, layer, macs=macs)
 
 
 def main(argv=None):

@@ -30,16 +30,17 @@ import csv
 import io
 import json
 import sys
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
-from bpsa.spec.layer import out_size
+from bpsa.spec.layer import ConvLayer, out_size
 
-__all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "layer_args",
-           "load_conv_layers", "main", "markdown", "model_rows", "multi_tile_rows", "plot",
+__all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "load_conv_layers",
+           "main", "markdown", "model_rows", "multi_tile_rows", "plot", "row_layer",
            "rtl_markdown", "rtl_rows", "scaled", "stride_rows"]
 
 #: The convolution layers shipped with the package (the shared workload).
@@ -67,11 +68,10 @@ def load_conv_layers(path=None):
     return rows
 
 
-def layer_args(row, batch=1):
-    """:func:`bpsa.models.perf.layer_cycles`' layer arguments of a workload row."""
-    st, p, d = row["stride"], row["pad"], row["dilation"]
-    return dict(n=batch, c=row["C"], h=row["H"], w=row["W"], k=row["K"], r=row["R"],
-                s=row["S"], stride=(st, st), pad=(p, p), dil=(d, d))
+def row_layer(row, batch=1):
+    """The :class:`bpsa.spec.layer.ConvLayer` of a workload row, ``batch`` images."""
+    return ConvLayer.conv(batch, row["C"], row["H"], row["W"], row["K"], row["R"], row["S"],
+                          row["stride"], row["pad"], row["dilation"])
 
 
 def _figures(m):
@@ -85,8 +85,9 @@ def _figures(m):
             "tiles": m.tiles, "strips": 0}
 
 
-def frontend_figures(config, args, frontend, *, multi_tile=True):
-    """The model's figures of one layer (``args``: :func:`layer_args`) on ``frontend``: a
+def frontend_figures(config, layer, frontend, *, multi_tile=True):
+    """The model's figures of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`, as
+    :func:`row_layer` gives it) on ``frontend``: a
     dict (:func:`bpsa.models.perf.layer_cycles`' cycles, utilization, X SRAM words and
     operands, DMA bytes, load waits, bound, runs, tiles; ``strips``: 0, or the column strips
     the driver cuts a layer the controller refuses into, whose figures are summed, the
@@ -95,22 +96,19 @@ def frontend_figures(config, args, frontend, *, multi_tile=True):
     if frontend == "channel_first":
         kw["multi_tile"] = multi_tile
     try:
-        return _figures(layer_cycles(config, "forward", **args, **kw))
+        return _figures(layer_cycles(config, "forward", layer, **kw))
     except ValueError as e:
         reason = str(e)
     if frontend == "channel_first" and not config.has_frontend("channel_first"):
         return {"refused": reason}
-    a = args
     try:
-        strips, _ = tiling.column_strips(config, "forward", a["n"], a["c"], a["h"], a["w"],
-                                         a["k"], a["r"], a["s"], a["stride"], a["pad"],
-                                         a["dil"], mode=frontend)
+        strips, _ = tiling.column_strips(config, "forward", layer, mode=frontend)
     except ValueError as e:
         return {"refused": f"{reason}; in column strips: {e}"}
     total = None
     for st in strips:
-        f = _figures(layer_cycles(config, "forward", **dict(a, w=st.engine_w,
-                                                             pad=(a["pad"][0], 0)), **kw))
+        f = _figures(layer_cycles(config, "forward",
+                                  replace(layer, width=st.engine_w, pad_w=0), **kw))
         if total is None:
             total = f
             continue
@@ -119,9 +117,10 @@ def frontend_figures(config, args, frontend, *, multi_tile=True):
                 total[key] += v
         if f["bound"] != total["bound"]:
             total["bound"] = "mixed"
-    oh = out_size(a["h"], a["r"], a["stride"][0], a["pad"][0], a["dil"][0])
-    ow = out_size(a["w"], a["s"], a["stride"][1], a["pad"][1], a["dil"][1])
-    total["macs"] = a["n"] * a["k"] * oh * ow * a["c"] * a["r"] * a["s"]
+    oh = out_size(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dil_h,
+                  layer.pad_b)
+    ow = out_size(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
+    total["macs"] = layer.batch * layer.out_channels * oh * ow * layer.crs
     total["utilization"] = total["macs"] / (config.rows * config.cols * total["cycles"])
     total["strips"] = len(strips)
     total["refused_whole"] = reason
@@ -157,10 +156,10 @@ def model_rows(config, rows, batch=1):
     ``winner`` and ``by``."""
     out = []
     for row in rows:
-        args = layer_args(row, batch)
+        layer = row_layer(row, batch)
         rec = {"layer": row["name"], "shape": _shape(row)}
         for fe in FRONTENDS:
-            rec[fe] = frontend_figures(config, args, fe)
+            rec[fe] = frontend_figures(config, layer, fe)
         out.append(_compare(rec))
     return out
 
@@ -174,11 +173,11 @@ def multi_tile_rows(config, rows, batch=1):
     for row in rows:
         if 2 * row["C"] > config.rows:
             continue
-        args = layer_args(row, batch)
+        layer = row_layer(row, batch)
         rec = {"layer": row["name"], "shape": _shape(row),
                "taps": min(config.rows // row["C"], row["S"]),
-               "with": frontend_figures(config, args, "channel_first"),
-               "without": frontend_figures(config, args, "channel_first", multi_tile=False)}
+               "with": frontend_figures(config, layer, "channel_first"),
+               "without": frontend_figures(config, layer, "channel_first", multi_tile=False)}
         ok = "refused" not in rec["with"] and "refused" not in rec["without"]
         rec["gain"] = rec["without"]["cycles"] / rec["with"]["cycles"] if ok else None
         out.append(rec)
@@ -199,9 +198,9 @@ def stride_rows(config, row, strides=(1, 2, 3, 4), batch=1):
         w = (ow - 1) * s + d * (row["S"] - 1) + 1 - 2 * p
         lay = dict(row, H=h, W=w, stride=s)
         assert out_size(h, row["R"], s, p, d) == oh and out_size(w, row["S"], s, p, d) == ow
-        args = layer_args(lay, batch)
+        layer = row_layer(lay, batch)
         out.append({"layer": row["name"], "stride": s, "h": h, "w": w, "out": (oh, ow),
-                    **{fe: frontend_figures(config, args, fe) for fe in FRONTENDS}})
+                    **{fe: frontend_figures(config, layer, fe) for fe in FRONTENDS}})
     return out
 
 
@@ -354,15 +353,14 @@ def rtl_rows(config, rows, *, max_channels=8, max_size=24, seed=1):
     async def body(drv, t):
         out = []
         for row, sc in zip(rows, shapes):
-            a = layer_args(sc)
+            a = row_layer(sc)
             x = rng.integers(-128, 128, (1, sc["C"], sc["H"], sc["W"]))
             w = rng.integers(-128, 128, (sc["K"], sc["C"], sc["R"], sc["S"]))
-            want = wrap_array(golden.conv2d(x, w, a["stride"], a["pad"], a["dil"]),
-                              config.acc_width)
+            want = wrap_array(golden.conv2d(x, w, a.stride, a.pad, a.dil), config.acc_width)
             rec = {"layer": row["name"], "scaled": _shape(sc)}
             macs = int(want.size) * sc["C"] * sc["R"] * sc["S"]     # the layer's, dense
             for fe in FRONTENDS:
-                y = await drv.forward(x, w, a["stride"], a["pad"], a["dil"], frontend=fe)
+                y = await drv.forward(x, w, a.stride, a.pad, a.dil, frontend=fe)
                 c = drv.counters
                 m = frontend_figures(config, a, fe)
                 rec[fe] = {"match": bool(np.array_equal(y, want)),

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
 
 __all__ = ["main", "scalesim_config", "topology_row"]
@@ -163,8 +164,7 @@ def main(argv=None):
     for row in rows:
         c, h, w, k, r, s, st, p, d = (int(row[x]) for x in (
             "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation"))
-        m = layer_cycles(config, "forward", n=1, c=c, h=h, w=w, k=k, r=r, s=s,
-                         stride=(st, st), pad=(p, p), dil=(d, d))
+        m = layer_cycles(config, "forward", ConvLayer.conv(1, c, h, w, k, r, s, st, p, d))
         entry = {"layer": f"{row['network']}.{row['layer']}", "macs": m.macs,
                  "ideal": -(-m.macs // peak), "model": m.cycles,
                  "model_compute": m.compute_cycles}

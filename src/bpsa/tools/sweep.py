@@ -262,8 +262,7 @@ def rtl_sample(base, points, network, count, *, batch=1, seed=1, max_channels=32
         layer = ConvLayer.conv(batch, c, h, w, k, lay.r, lay.s, stride=lay.stride,
                                pad=lay.pad, dil=lay.dilation)
         try:
-            model = layer_cycles(config, phase, n=batch, c=c, h=h, w=w, k=k, r=lay.r,
-                                 s=lay.s, stride=layer.stride, pad=layer.pad, dil=layer.dil)
+            model = layer_cycles(config, phase, layer)
         except ValueError:
             continue
         picks.append((label, config, lay.name, layer, phase, model.cycles))
