@@ -330,9 +330,9 @@ def _accelerator(args, config):
                  forward_mode="channel_first" if args.im2col == "channel_first" else None)
     with _refusals(args, config, _ACCELERATOR):
         layer = parse_layer(args.layer)
-        check_layer(config, layer, phases, **modes)
+        plans = check_layer(config, layer, phases, requant=args.requant, **modes)
     return run_layer(config, layer, phases, seed=args.seed, requant=args.requant,
-                     harness=args.harness, **modes, **_native(args))
+                     harness=args.harness, plans=plans, **modes, **_native(args))
 
 
 def _accelerator_fc(args, config):

@@ -316,7 +316,8 @@ class Driver:
 
     # --- phases ---------------------------------------------------------------------------------
     async def run(self, phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
-                  stride=1, padding=0, dilation=1, mode=None, requant=None, relu=False):
+                  stride=1, padding=0, dilation=1, mode=None, requant=None, relu=False,
+                  plan=None):
         """Run one phase; returns its result (Y, dX or dW as int64 numpy arrays of the golden
         model's shapes) and keeps the counters in :attr:`counters`.
 
@@ -330,7 +331,10 @@ class Driver:
         (:exc:`ValueError`). ``requant`` (forward, zero-free loss): a shift; the output
         leaves as operands, :func:`bpsa.models.golden.requantize` of the accumulators (the
         descriptor's REQUANT and OUT_SHIFT). ``relu`` (forward): the output leaves as
-        ``max(0, y)`` (the descriptor's RELU, after the requantization)."""
+        ``max(0, y)`` (the descriptor's RELU, after the requantization). ``plan``: the
+        layer's tiling as :func:`bpsa.plan.tiling.plan_or_strips` gives it for this phase and
+        mode, when the caller has it already (:func:`bpsa.sim.accel_run.check_job` checks a
+        layer before the run and hands its plan on); computed here when ``None``."""
         if phase not in capability.PHASES:
             raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
                              f"its own method), not {phase!r}")
@@ -355,11 +359,13 @@ class Driver:
         layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         if oh > 0 and ow > 0 and self.check:
-            try:
-                p = tiling.plan_or_strips(self.config, phase, layer, mode=mode)
-            except ValueError as e:
-                raise ValueError(f"{phase} layer does not fit configuration "
-                                 f"{self.config.name!r}: {e}") from None
+            p = plan
+            if p is None:
+                try:
+                    p = tiling.plan_or_strips(self.config, phase, layer, mode=mode)
+                except ValueError as e:
+                    raise ValueError(f"{phase} layer does not fit configuration "
+                                     f"{self.config.name!r}: {e}") from None
             if "strips" in p:
                 return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
                                               relu)
@@ -614,40 +620,48 @@ class Driver:
                                     relu, requant)
 
     # --- the traditional flow, for comparison ----------------------------------------------------
-    async def loss_baseline(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+    async def loss_baseline(self, dy, w, input_hw, stride=1, padding=0, dilation=1,
+                            plan=None):
         """dX the traditional way: :func:`baseline_loss_operands` builds the zero-inserted,
         padded dY (zeros stored in memory) and the rotated, channel-transposed W on the host,
         and the accelerator runs their stride-1 *forward* convolution. Same result as
-        :meth:`loss`; the counters show what the zero-spaces cost."""
+        :meth:`loss`; the counters show what the zero-spaces cost. ``plan``: that forward's
+        (see :meth:`run`)."""
         zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, padding, dilation)
-        return await self.forward(zp, wt, 1, 0, d)
+        return await self.forward(zp, wt, 1, 0, d, plan=plan)
 
-    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+    async def gradient_baseline(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1,
+                                plan=None):
         """dW the traditional way: :func:`baseline_gradient_operands` builds the padded X and
         the zero-inserted (dilated) dY on the host; the accelerator runs the forward
-        convolution of X (channels as the batch) by dY (the kernel, stride = dilation)."""
+        convolution of X (channels as the batch) by dY (the kernel, stride = dilation).
+        ``plan``: that forward's (see :meth:`run`)."""
         xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, padding, dilation)
-        out = await self.forward(xt, dd, d, 0, 1)
+        out = await self.forward(xt, dd, d, 0, 1, plan=plan)
         return out.transpose(1, 0, 2, 3)
 
     async def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False,
-                      frontend="feeder"):
+                      frontend="feeder", plan=None):
         return await self.run("forward", x=x, w=w, stride=stride, padding=padding,
-                              dilation=dilation, requant=requant, relu=relu, mode=frontend)
+                              dilation=dilation, requant=requant, relu=relu, mode=frontend,
+                              plan=plan)
 
     async def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None,
-                   requant=None):
+                   requant=None, plan=None):
         """The loss dX; ``mode``: ``"zero_free"``, ``"bp_im2col"`` (see :meth:`run`) or
         ``"channel_first"``: each stride class as a stride-1 forward convolution of dY on the
         channel-first front end (:mod:`bpsa.host.loss_classes`; one descriptor a class, no
-        inserted zero read or multiplied)."""
+        inserted zero read or multiplied; ``plan``: ``{"classes": [plan, ...]}``, a class's
+        forward plan each, in the order of :func:`bpsa.host.loss_classes.class_jobs`)."""
         if isinstance(mode, str) and mode.replace("-", "_") == "channel_first":
             return await self._loss_channel_first(dy, w, input_hw, stride, padding, dilation,
-                                                  requant)
+                                                  requant, plan)
         return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
-                              padding=padding, dilation=dilation, mode=mode, requant=requant)
+                              padding=padding, dilation=dilation, mode=mode, requant=requant,
+                              plan=plan)
 
-    async def _loss_channel_first(self, dy, w, input_hw, stride, padding, dilation, requant):
+    async def _loss_channel_first(self, dy, w, input_hw, stride, padding, dilation, requant,
+                                  plan=None):
         from bpsa.host.loss_classes import class_jobs, place
         capability.check(self.config, "loss", mode="channel_first", requant=requant)
         dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
@@ -659,15 +673,21 @@ class Driver:
                              f"{_out_hw(h, wd, r, s, stride, pad, dil)}")
         dx = np.zeros((dy.shape[0], c, h, wd), dtype=np.int64)
         total, runs = {}, []
-        for job in class_jobs(dy, w, (h, wd), stride, pad, dil):
+        jobs = class_jobs(dy, w, (h, wd), stride, pad, dil)
+        plans = plan["classes"] if plan is not None else [None] * len(jobs)
+        if len(plans) != len(jobs):
+            raise ValueError(f"the plan has {len(plans)} stride classes, the layer {len(jobs)}")
+        for job, class_plan in zip(jobs, plans):
             y = await self.run("forward", x=job.x, w=job.w, stride=1, padding=job.padding,
-                               dilation=job.dilation, requant=requant, mode="channel_first")
+                               dilation=job.dilation, requant=requant, mode="channel_first",
+                               plan=class_plan)
             place(dx, job, y, stride)
             total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
             runs.append({"class": (job.a, job.b), "plan": self.plan})
         self.counters, self.plan, self.mode = total, {"classes": runs}, "channel_first"
         return dx
 
-    async def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
+    async def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None,
+                       plan=None):
         return await self.run("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
-                              padding=padding, dilation=dilation, mode=mode)
+                              padding=padding, dilation=dilation, mode=mode, plan=plan)

@@ -90,14 +90,16 @@ def summary(config, result):
     return out
 
 
-def run_jobs(config, jobs, *, tag="cli", harness="native", **native):
+def run_jobs(config, jobs, *, tag="cli", harness="native", plans=None, **native):
     """Run ``jobs`` through the accelerator top; returns the testbench results. ``harness``:
     ``"native"`` (the compiled transport, :func:`bpsa.sim.native.run_jobs`, which takes the
-    keyword arguments ``native``: progress bar, trace, build) or ``"cocotb"``
-    (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models)."""
+    keyword arguments ``native``: progress bar, trace, build, and ``plans``, a job's
+    :func:`check_job` plan each, handed on to the driver) or ``"cocotb"``
+    (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models; the testbench's
+    process plans the jobs again)."""
     if harness == "native":
         from bpsa.sim.native import run_jobs as native_jobs
-        return native_jobs(config, jobs, **native)
+        return native_jobs(config, jobs, plans=plans, **native)
     if harness != "cocotb":
         raise ValueError(f"harness must be 'native' or 'cocotb', not {harness!r}")
     if any(v not in (None, False) for v in native.values()):
@@ -116,24 +118,27 @@ def _modes(phase, mode, forward_mode):
     return forward_mode if phase == "forward" else mode
 
 
-def check_layer(config, layer, phases, *, baseline=False, mode=None, forward_mode=None):
+def check_layer(config, layer, phases, *, baseline=False, mode=None, forward_mode=None,
+                requant=None):
     """:func:`check_job` of every phase of ``phases`` of ``layer`` (``mode``: the loss's and
     the gradient's; ``forward_mode``: the forward's, ``"channel_first"`` or None for the
-    feeder). Raises :exc:`ValueError` naming the first phase's reason."""
-    for p in phases:
-        check_job(config, layer, p, baseline=baseline, mode=_modes(p, mode, forward_mode))
+    feeder): the phases' plans, which :func:`run_layer` hands on to the driver. Raises
+    :exc:`ValueError` naming the first phase's reason."""
+    return [check_job(config, layer, p, baseline=baseline, mode=_modes(p, mode, forward_mode),
+                      requant=requant if p != "gradient" else None) for p in phases]
 
 
 def run_layer(config, layer, phases, *, seed=1, baseline=False, mode=None, forward_mode=None,
-              requant=None, harness="native", **native):
+              requant=None, harness="native", plans=None, **native):
     """Run ``phases`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`; :func:`job`'s
-    options, ``mode`` and ``forward_mode`` as for :func:`check_layer`) through the
-    accelerator top (:func:`run_jobs`). Returns the :func:`summary` of the one phase, or of
-    several (a training ``step``) one dict: ``match`` (every phase's), ``phase`` ``"step"``
-    and each phase's figures as ``<phase>_<figure>``."""
+    options, ``mode`` and ``forward_mode`` as for :func:`check_layer`, whose ``plans`` a
+    caller that checked the layer hands on) through the accelerator top (:func:`run_jobs`).
+    Returns the :func:`summary` of the one phase, or of several (a training ``step``) one
+    dict: ``match`` (every phase's), ``phase`` ``"step"`` and each phase's figures as
+    ``<phase>_<figure>``."""
     results = run_jobs(config, [job(layer, p, seed=seed, baseline=baseline,
                                     mode=_modes(p, mode, forward_mode), requant=requant)
-                                for p in phases], harness=harness, **native)
+                                for p in phases], harness=harness, plans=plans, **native)
     sums = [summary(config, r) for r in results]
     if len(sums) == 1:
         return sums[0]

@@ -36,12 +36,15 @@ def job_layer(job):
     return ConvLayer.from_dict(job["layer"])
 
 
-async def run_job(cfg, drv, job, clock):
+async def run_job(cfg, drv, job, clock, plan=None):
     """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
     "mode", "requant"}``) through the driver ``drv``: random tensors from ``seed``, the result
     and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
-    operands as the forward's or zero-free loss's output then leaves) and a summary (counters, match, useful MACs, simulated cycles by
-    ``clock()``, wall seconds). Returns ``(got, want, summary)``."""
+    operands as the forward's or zero-free loss's output then leaves) and a summary
+    (counters, match, useful MACs, simulated cycles by ``clock()``, wall seconds). ``plan``:
+    the convolution's tiling when the caller checked the job already
+    (:func:`bpsa.sim.accel_run.check_job`), handed on to the driver. Returns ``(got, want,
+    summary)``."""
     layer = job_layer(job)
     lay = {**layer.to_dict(), **job["layer"]}       # the summary's (pooling: kind, relu)
     rng = np.random.default_rng(job.get("seed", 1))
@@ -69,23 +72,26 @@ async def run_job(cfg, drv, job, clock):
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
     elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
-                                frontend=job.get("mode") or "feeder", **args)
+                                frontend=job.get("mode") or "feeder", plan=plan, **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
     elif phase == "loss":
         if job.get("baseline"):
-            got = await drv.loss_baseline(t["dy"], t["w"], (layer.height, layer.width), **args)
+            got = await drv.loss_baseline(t["dy"], t["w"], (layer.height, layer.width),
+                                          plan=plan, **args)
         else:
             got = await drv.loss(t["dy"], t["w"], (layer.height, layer.width),
-                                 mode=job.get("mode"), requant=job.get("requant"), **args)
+                                 mode=job.get("mode"), requant=job.get("requant"), plan=plan,
+                                 **args)
         want = golden.conv2d_input_grad(t["dy"], t["w"], (layer.height, layer.width),
                                         args["stride"], args["padding"], args["dilation"])
     else:
         if job.get("baseline"):
             got = await drv.gradient_baseline(t["x"], t["dy"],
-                                              (layer.kernel_h, layer.kernel_w), **args)
+                                              (layer.kernel_h, layer.kernel_w), plan=plan,
+                                              **args)
         else:
             got = await drv.gradient(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
-                                     mode=job.get("mode"), **args)
+                                     mode=job.get("mode"), plan=plan, **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                          args["stride"], args["padding"], args["dilation"])
     sim_cycles = int(clock() - s0)
@@ -114,12 +120,13 @@ async def run_job(cfg, drv, job, clock):
     return got, want, summary
 
 
-async def run_jobs(cfg, drv, jobs, clock, *, before=None, log=None):
+async def run_jobs(cfg, drv, jobs, clock, *, before=None, log=None, plans=None):
     """Run ``jobs`` one after the other (:func:`run_job`); a job with ``"expect"`` must be
     refused with that error name (the driver's own check is off for it). ``before(i, job)``
-    prepares a job (e.g. the memory's stalls), ``log(i, summary)`` reports one. Returns one
-    summary a job; :exc:`AssertionError` when a result differs from the golden model or a
-    refusal is not the expected one."""
+    prepares a job (e.g. the memory's stalls), ``log(i, summary)`` reports one; ``plans``:
+    a job's plan each (:func:`run_job`), or ``None``. Returns one summary a job;
+    :exc:`AssertionError` when a result differs from the golden model or a refusal is not the
+    expected one."""
     from bpsa.host.driver import AcceleratorError
     out = []
     for i, job in enumerate(jobs):
@@ -136,7 +143,8 @@ async def run_jobs(cfg, drv, jobs, clock, *, before=None, log=None):
             finally:
                 drv.check = True
             raise AssertionError(f"job {i} {job}: not refused")
-        got, want, summary = await run_job(cfg, drv, job, clock)
+        got, want, summary = await run_job(cfg, drv, job, clock,
+                                           plans[i] if plans is not None else None)
         out.append(summary)
         if not summary["match"]:
             bad = np.argwhere(got != want)[:5].tolist()

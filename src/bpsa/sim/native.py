@@ -342,7 +342,7 @@ def run_with_driver(config, body, *, mem_bytes=JOB_MEMORY, seed=1, **options):
 
 
 def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=None,
-             opt=None, threads=None, build_root=None):
+             opt=None, threads=None, build_root=None, plans=None):
     """Run testbench jobs (:func:`bpsa.sim.jobs.run_job`; ``"pauses"``: random memory
     stalls, ``"expect"``: the refusal the job must get) through the driver on the native
     transport; returns one summary a job, as the cocotb testbench does. Raises
@@ -351,7 +351,8 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
     backstop: the driver gives up on a descriptor at ``BUDGET_FACTOR`` times). ``progress``: a
     progress bar of cycles against the expected total (and the build's, when the model is
     built); ``trace``, ``trace_window``, ``opt``,
-    ``threads``, ``build_root``: see :class:`NativeTransport`."""
+    ``threads``, ``build_root``: see :class:`NativeTransport`; ``plans``: a job's plan each,
+    handed on to the driver (:func:`bpsa.sim.jobs.run_jobs`)."""
     from tqdm import tqdm
 
     from bpsa.host.driver import BUDGET_FACTOR
@@ -377,7 +378,7 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
                     bar.update(now - bar.n)
                 t.on_cycles = on_cycles
             out = await job_runner.run_jobs(config, drv, jobs, lambda: t.cycles,
-                                            before=before, log=log)
+                                            before=before, log=log, plans=plans)
             if trace_window is not None and trace_window[0] > t.cycles:
                 raise TraceWindowError(f"trace window {trace_window[0]}:{trace_window[1]} starts "
                                  f"after the run's last cycle ({t.cycles:,})")
