@@ -10,8 +10,8 @@ from amaranth.back import verilog
 from bpsa.config import Config
 from bpsa.platform.tops import TOPS
 
-__all__ = ["TOPS", "describe", "elaborate_top", "generate_verilog", "verilog_ports",
-           "write_verilog"]
+__all__ = ["TOPS", "TRIGGER", "describe", "elaborate_top", "executable_constants",
+           "generate_verilog", "verilog_ports", "write_verilog"]
 
 def elaborate_top(config, top):
     """The component for ``top`` (a key of :data:`TOPS`) built for ``config``."""
@@ -23,12 +23,46 @@ def elaborate_top(config, top):
 
 def generate_verilog(config, top="pe", *, name=None):
     """Verilog text of ``top`` for ``config``. No source locations or absolute paths are
-    emitted, so the text is the same on every machine and from every working directory."""
+    emitted, so the text is the same on every machine and from every working directory, and
+    every ``always`` block executes in every simulator (:func:`executable_constants`)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a Config, not {config!r}")
     component = elaborate_top(config, top)
-    return verilog.convert(component, name=name or top, emit_src=False,
-                           strip_internal_attrs=True)
+    return executable_constants(verilog.convert(component, name=name or top, emit_src=False,
+                                                strip_internal_attrs=True))
+
+
+#: A combinational block that only assigns a constant (Yosys writes one for a constant field
+#: of a signal that processes drive, e.g. a set-up plan's zero fields).
+_CONST_ALWAYS = re.compile(r"^  always @\*\n    ([^\n;=]+?) = (\d+'[hbdo][0-9a-fA-FxzXZ_]+);\n",
+                           re.M)
+#: The register the rewritten blocks read: 0 from time zero, never assigned.
+TRIGGER = "\\$bpsa$const_trigger "
+
+
+def executable_constants(text):
+    """``text`` with every ``always @*`` block that assigns a constant and reads nothing made
+    to read :data:`TRIGGER`, a register declared ``= 0`` in its module and never assigned.
+
+    An ``always @*`` with an empty sensitivity list never executes in an event-driven
+    simulator (IEEE 1364; Icarus Verilog warns "@* found no sensitivities so it will never
+    trigger" and the bits stay ``x``; Verilator's ``ALWNEVER``); Verilator evaluates it
+    anyway. Yosys's Verilog writer gives its other combinational blocks the same read of a
+    zero register (``if (...dump_module$N ) begin end``); this gives it to the constant
+    ones, which it leaves out (amaranth-lang/amaranth#1629). The logic is unchanged: the read
+    selects nothing."""
+    out, pos = [], 0
+    for start in [m.start() for m in re.finditer(r"^module ", text, re.M)] + [len(text)]:
+        chunk = text[pos:start]
+        if _CONST_ALWAYS.search(chunk):
+            chunk = _CONST_ALWAYS.sub(
+                lambda m: f"  always @* begin\n    if ({TRIGGER}) begin end\n"
+                          f"    {m.group(1)} = {m.group(2)};\n  end\n", chunk)
+            header = chunk.index(");\n") + 3
+            chunk = chunk[:header] + f"  reg {TRIGGER}= 0;\n" + chunk[header:]
+        out.append(chunk)
+        pos = start
+    return "".join(out)
 
 
 def verilog_ports(text, name):
