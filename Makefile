@@ -27,7 +27,7 @@ help:
 	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
 	@echo "make test-fast the tests without Verilator (Amaranth simulator, models, host; a minute or two)"
 	@echo "make verilog   Verilog + JSON (top, ports, versions, configuration) into $(BUILD)/<config>/ (CONFIG=$(CONFIG) TOP=$(TOP))"
-	@echo "make sim       cocotb testbenches on Verilator"
+	@echo "make sim       cocotb testbenches on Verilator; SIM=icarus: a layer's step through the accelerator under Icarus Verilog (SIM_LAYER=$(SIM_LAYER), CONFIG=$(CONFIG))"
 	@echo "make synth     Yosys area report into $(BUILD)/synth/"
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
@@ -68,8 +68,16 @@ test-fast:
 verilog:
 	$(BIN)/bpsa verilog --config $(CONFIG) --top $(TOP) -o $(BUILD)/$(notdir $(basename $(CONFIG)))
 
+# SIM=icarus: one layer's training step (forward, loss, gradient) through the whole
+# accelerator under Icarus Verilog (an event-driven simulator; apt-get install iverilog)
+SIM ?= verilator
+SIM_LAYER ?= C=4,H=8,K=4,R=3,stride=2,pad=1
 sim:
+ifeq ($(SIM),icarus)
+	$(BIN)/bpsa sim --phase step --layer $(SIM_LAYER) --config $(CONFIG) --harness cocotb --simulator icarus
+else
 	$(TESTENV) $(BIN)/python -m pytest -n 2 -m "(cocotb or verilator) and not long" tests
+endif
 
 synth:
 	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth

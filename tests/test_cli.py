@@ -75,6 +75,10 @@ def test_bad_arguments_get_one_line(capsys, argv, needle):
      "configuration 'ecp5' generates no max pooling (pool_kinds: none)"),
     (["sim", "--phase", "pool", "--layer", "C=8,H=600,kind=max,R=3"],
      "not even one row band fits"),
+    (["sim", "--phase", "loss", "--layer", "C=4,H=8,K=4,R=3", "--simulator", "icarus"],
+     "--simulator icarus runs the cocotb harness: add --harness cocotb"),
+    (["sim", "--gemm", "4,4,4", "--simulator", "icarus"],
+     "--simulator applies only to --phase through the accelerator with --harness cocotb"),
 ])
 def test_bad_values_get_one_line(capsys, argv, needle):
     assert main(argv) == 2

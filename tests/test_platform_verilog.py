@@ -107,18 +107,23 @@ def test_every_preset_generates_pe(preset):
 
 
 def test_constant_blocks_read_the_trigger():
-    """A combinational block that only assigns a constant gets a read of a zero register
-    declared in its module (so that an event-driven simulator executes it); other blocks and
-    modules without one are left as they are."""
+    """A combinational block that only assigns a constant gets a read of a zero net declared
+    in its module, and Yosys's zero registers become zero nets (so that an event-driven
+    simulator runs every block at time zero); other blocks and modules are left as they
+    are."""
     from bpsa.platform.verilog import TRIGGER, executable_constants
+    yosys = "\\$auto$verilog_backend.cc:2355:dump_module$1 "
     text = ("/* header */\nmodule a(x, y);\n  output [7:0] x;\n  reg [7:0] x;\n"
             "  input y;\n  always @*\n    x[3:0] = 4'h5;\n  always @*\n    x[7:4] = y;\n"
-            "endmodule\n\nmodule b(z);\n  output z;\n  assign z = 1'h1;\nendmodule\n")
+            "endmodule\n\nmodule b(z);\n  output z;\n  assign z = 1'h1;\nendmodule\n"
+            f"\nmodule c(u);\n  reg {yosys} = 0;\n  always @* begin\n    if ({yosys}) "
+            "begin end\n    u = 1'h0;\n  end\nendmodule\n")
     out = executable_constants(text)
     assert out == text.replace(
-        "module a(x, y);\n", f"module a(x, y);\n  reg {TRIGGER}= 0;\n").replace(
+        "module a(x, y);\n", f"module a(x, y);\n  wire {TRIGGER}= 1'h0;\n").replace(
         "  always @*\n    x[3:0] = 4'h5;\n",
-        f"  always @* begin\n    if ({TRIGGER}) begin end\n    x[3:0] = 4'h5;\n  end\n")
+        f"  always @* begin\n    if ({TRIGGER}) begin end\n    x[3:0] = 4'h5;\n  end\n").replace(
+        f"  reg {yosys} = 0;", f"  wire {yosys} = 1'h0;")
     assert executable_constants("module b(z);\nendmodule\n") == "module b(z);\nendmodule\n"
 
 

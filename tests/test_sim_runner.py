@@ -95,3 +95,22 @@ def test_announce_is_quiet_without_progress(capsys):
     assert capsys.readouterr().err == ""
     announce("building x")
     assert capsys.readouterr().err == "bpsa: building x\n"
+
+
+def test_simulator_choice(monkeypatch, tmp_path):
+    """The cocotb builds run on Verilator or Icarus Verilog, each in its own folder; an
+    unknown simulator, or Icarus without iverilog, is refused before any work."""
+    import pytest
+
+    from bpsa.config import load_config
+    from bpsa.sim import runner
+    small = load_config("small")
+    assert runner.build_name(small, "pe").count("_") == 2
+    assert "_icarus_" in runner.build_name(small, "pe", "icarus")
+    assert runner.build_name(small, "pe") != runner.build_name(small, "pe", "icarus")
+    with pytest.raises(ValueError, match="simulator must be one of verilator, icarus"):
+        runner.build_top(small, "pe", simulator="vcs", build_root=tmp_path)
+    monkeypatch.setattr(runner.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="needs Icarus Verilog's iverilog"):
+        runner.build_top(small, "pe", simulator="icarus", build_root=tmp_path)
+    assert not any(tmp_path.iterdir())

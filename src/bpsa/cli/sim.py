@@ -32,6 +32,10 @@ def register(sub):
                     help="--phase through the whole accelerator: the compiled Verilator "
                          "transport (native, fast; default) or cocotb with cocotbext-axi's bus "
                          "models")
+    sp.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator",
+                    help="--harness cocotb: the simulator; verilator (default) or icarus "
+                         "(Icarus Verilog, event-driven, when iverilog is installed: the "
+                         "generated Verilog means the same there)")
     sp.add_argument("--engine", action="store_true",
                     help="run --phase on the engine top alone (ConvForward / ConvBackward, "
                          "buffers written directly) instead of the whole accelerator")
@@ -111,6 +115,9 @@ def run(args):
                         "accelerator (not with --engine)")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
+    if args.simulator != "verilator" and (args.engine or args.phase is None):
+        raise UserError("--simulator applies only to --phase through the accelerator with "
+                        "--harness cocotb")
     if args.phase is None:
         result = _gemm(args, config)
     elif args.engine:
@@ -299,7 +306,10 @@ def _native(args):
     if args.harness == "cocotb":
         if args.trace:
             raise UserError("--trace needs the native harness (cocotb: WAVES=1, see README)")
-        return {}
+        return {"simulator": args.simulator}
+    if args.simulator != "verilator":
+        raise UserError(f"--simulator {args.simulator} runs the cocotb harness: add "
+                        f"--harness cocotb")
     if args.trace:
         from bpsa.sim.native import check_trace_path
         try:

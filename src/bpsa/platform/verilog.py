@@ -24,7 +24,8 @@ def elaborate_top(config, top):
 def generate_verilog(config, top="pe", *, name=None):
     """Verilog text of ``top`` for ``config``. No source locations or absolute paths are
     emitted, so the text is the same on every machine and from every working directory, and
-    every ``always`` block executes in every simulator (:func:`executable_constants`)."""
+    every ``always`` block executes at time zero in every simulator
+    (:func:`executable_constants`)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a Config, not {config!r}")
     component = elaborate_top(config, top)
@@ -36,21 +37,28 @@ def generate_verilog(config, top="pe", *, name=None):
 #: of a signal that processes drive, e.g. a set-up plan's zero fields).
 _CONST_ALWAYS = re.compile(r"^  always @\*\n    ([^\n;=]+?) = (\d+'[hbdo][0-9a-fA-FxzXZ_]+);\n",
                            re.M)
-#: The register the rewritten blocks read: 0 from time zero, never assigned.
+#: The net the rewritten blocks read: 0 from time zero (a net's declaration assignment).
 TRIGGER = "\\$bpsa$const_trigger "
+#: Yosys's own zero register that its combinational blocks read (``dump_module$N``).
+_YOSYS_TRIGGER = re.compile(r"^  reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$",
+                            re.M)
 
 
 def executable_constants(text):
-    """``text`` with every ``always @*`` block that assigns a constant and reads nothing made
-    to read :data:`TRIGGER`, a register declared ``= 0`` in its module and never assigned.
+    """``text`` with every combinational ``always @*`` block made to execute at time zero in
+    an event-driven simulator, as it does in Verilator.
 
-    An ``always @*`` with an empty sensitivity list never executes in an event-driven
-    simulator (IEEE 1364; Icarus Verilog warns "@* found no sensitivities so it will never
-    trigger" and the bits stay ``x``; Verilator's ``ALWNEVER``); Verilator evaluates it
-    anyway. Yosys's Verilog writer gives its other combinational blocks the same read of a
-    zero register (``if (...dump_module$N ) begin end``); this gives it to the constant
-    ones, which it leaves out (amaranth-lang/amaranth#1629). The logic is unchanged: the read
-    selects nothing."""
+    An ``always @*`` runs when something it reads changes. A block that reads nothing (Yosys
+    writes one for each constant field of a signal that processes drive, e.g. a set-up plan's
+    zero fields) never runs (IEEE 1364; Icarus Verilog warns "@* found no sensitivities so
+    it will never trigger", Verilator's ``ALWNEVER``) and its bits stay ``x``. Yosys gives
+    its other blocks a read of a register declared ``= 0`` (``dump_module$N``), but under
+    SystemVerilog semantics (Icarus ``-g2012``, as cocotb runs it) a variable's initializer
+    is no event either, so a block that reads only such registers never runs (the DMA's
+    ``rready`` stayed ``x``). Here the constant blocks read :data:`TRIGGER`, and every trigger
+    is a *net* declared ``= 1'h0``, whose declaration assignment is an event at time zero in
+    both semantics. The logic is unchanged: the reads select nothing
+    (amaranth-lang/amaranth#1629)."""
     out, pos = [], 0
     for start in [m.start() for m in re.finditer(r"^module ", text, re.M)] + [len(text)]:
         chunk = text[pos:start]
@@ -59,10 +67,10 @@ def executable_constants(text):
                 lambda m: f"  always @* begin\n    if ({TRIGGER}) begin end\n"
                           f"    {m.group(1)} = {m.group(2)};\n  end\n", chunk)
             header = chunk.index(");\n") + 3
-            chunk = chunk[:header] + f"  reg {TRIGGER}= 0;\n" + chunk[header:]
+            chunk = chunk[:header] + f"  wire {TRIGGER}= 1'h0;\n" + chunk[header:]
         out.append(chunk)
         pos = start
-    return "".join(out)
+    return _YOSYS_TRIGGER.sub(lambda m: f"  wire {m.group(1)} = 1'h0;", "".join(out))
 
 
 def verilog_ports(text, name):

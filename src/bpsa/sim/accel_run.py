@@ -96,12 +96,13 @@ def run_jobs(config, jobs, *, tag="cli", harness="native", plans=None, **native)
     keyword arguments ``native``: progress bar, trace, build, and ``plans``, a job's
     :func:`check_job` plan each, handed on to the driver) or ``"cocotb"``
     (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models; the testbench's
-    process plans the jobs again)."""
+    process plans the jobs again; ``simulator``: :data:`bpsa.sim.runner.SIMULATORS`)."""
     if harness == "native":
         from bpsa.sim.native import run_jobs as native_jobs
         return native_jobs(config, jobs, plans=plans, **native)
     if harness != "cocotb":
         raise ValueError(f"harness must be 'native' or 'cocotb', not {harness!r}")
+    simulator = native.pop("simulator", "verilator")
     if any(v not in (None, False) for v in native.values()):
         raise ValueError(f"--harness cocotb does not take {', '.join(native)}")
     from bpsa.sim.runner import run_cocotb
@@ -109,7 +110,7 @@ def run_jobs(config, jobs, *, tag="cli", harness="native", plans=None, **native)
         out = Path(tmp) / "results.json"
         run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
                    extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
-                   tag=tag)
+                   tag=tag, simulator=simulator)
         return json.loads(out.read_text())
 
 

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["STALE_AFTER", "announce", "build_name", "build_top", "generator_digest", "prune_builds",
+__all__ = ["SIMULATORS", "STALE_AFTER", "announce", "build_name", "build_top", "generator_digest", "prune_builds",
            "run_build", "run_cocotb", "sim_build_root", "sim_toplevel", "verilator_env"]
 
 #: Seconds after its last use that an older build of the same top and configuration is
@@ -143,18 +143,26 @@ def generator_digest():
     return digest.hexdigest()
 
 
-def build_name(config, top):
-    """The build folder's name of ``top`` for ``config``: ``<top>_<config>_<key>``, the key a
-    digest of the generator's sources, the configuration, the top and ``WAVES`` (a traced
-    build is a build of its own, never mixed with one without tracing)."""
+#: The simulators the cocotb testbenches run on: Verilator (the default, in ``make test``) and
+#: Icarus Verilog (event-driven, when ``iverilog`` is installed: ``make sim SIM=icarus``).
+SIMULATORS = ("verilator", "icarus")
+
+
+def build_name(config, top, simulator="verilator"):
+    """The build folder's name of ``top`` for ``config``: ``<top>_<config>_<key>`` (Icarus:
+    ``<top>_<config>_icarus_<key>``), the key a digest of the generator's sources, the
+    configuration, the top and ``WAVES`` (a traced build is a build of its own, never mixed
+    with one without tracing)."""
     waves = "waves" if os.environ.get("WAVES", "0") not in ("", "0") else ""
     key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top)
-                          + waves).encode()).hexdigest()[:12]
-    return f"{top}_{config.name}_{key}"
+                          + waves + simulator).encode()).hexdigest()[:12]
+    sim = "" if simulator == "verilator" else f"_{simulator}"
+    return f"{top}_{config.name}{sim}_{key}"
 
 
-def build_top(config, top="pe", *, build_root=None, progress=True):
-    """Generate ``top`` for ``config`` and build it with Verilator. Returns ``(runner,
+def build_top(config, top="pe", *, build_root=None, progress=True, simulator="verilator"):
+    """Generate ``top`` for ``config`` and build it with ``simulator`` (:data:`SIMULATORS`:
+    Verilator, or Icarus Verilog when ``iverilog`` is on PATH). Returns ``(runner,
     build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
     by the generator's sources (:func:`generator_digest`), the
     configuration, the top and ``WAVES`` (cocotb's tracing switch: the runner then builds with
@@ -166,38 +174,45 @@ def build_top(config, top="pe", *, build_root=None, progress=True):
 
     from bpsa.platform.verilog import generate_verilog
 
+    if simulator not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
+    if simulator == "icarus" and shutil.which("iverilog") is None:
+        raise RuntimeError("the icarus simulator needs Icarus Verilog's iverilog on PATH "
+                           "(e.g. apt-get install iverilog)")
     verilator_env(build_root)
-    build_dir = Path(build_root or sim_build_root()) / build_name(config, top)
+    build_dir = Path(build_root or sim_build_root()) / build_name(config, top, simulator)
     build_dir.mkdir(parents=True, exist_ok=True)
     v_path = build_dir / f"{top}.v"
-    runner = get_runner("verilator")
+    runner = get_runner(simulator)
     # pytest-xdist workers may build the same design at once: one builds, the others wait.
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not v_path.exists():
-            announce(f"building {top!r} of configuration {config.name!r} with Verilator once, "
-                     f"into {build_dir}: up to a few minutes; later runs reuse it", progress)
+            announce(f"building {top!r} of configuration {config.name!r} with {simulator} "
+                     f"once, into {build_dir}: up to a few minutes; later runs reuse it",
+                     progress)
             v_path.write_text(generate_verilog(config, top, name=sim_toplevel(top)))
             (build_dir / f"{top}.json").write_text(config.to_json())
+        args = (["-Wno-fatal", "-Wno-lint", "-Wno-style", "-j", str(os.cpu_count() or 1)]
+                if simulator == "verilator" else [])
         runner.build(sources=[v_path], hdl_toplevel=sim_toplevel(top), build_dir=build_dir,
-                     build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style",
-                                 "-j", str(os.cpu_count() or 1)],
-                     log_file=build_dir / "build.log")
+                     build_args=args, log_file=build_dir / "build.log",
+                     timescale=("1ns", "1ps") if simulator == "icarus" else None)
     prune_builds(build_dir)
     return runner, build_dir
 
 
 def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None,
-               progress=True):
+               progress=True, simulator="verilator"):
     """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
     importable, e.g. ``bpsa.verify.tb_pe``) against it. The testbench finds the configuration as
     JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
     any cocotb test fails; returns ``(tests, failures)``. Runs with different ``tag`` values use
-    separate directories, so they may run in parallel on the same build. ``progress``: see
-    :func:`build_top`."""
+    separate directories, so they may run in parallel on the same build. ``progress``,
+    ``simulator``: see :func:`build_top`."""
     from cocotb_tools.runner import get_results
 
-    runner, build_dir = build_top(config, top, progress=progress)
+    runner, build_dir = build_top(config, top, progress=progress, simulator=simulator)
     env = {"BPSA_CONFIG_JSON": str(build_dir / f"{top}.json")}
     env.update(extra_env or {})
     name = test_module.rsplit(".", 1)[-1] + (f"_{testcase}" if testcase else "") \
