@@ -57,10 +57,36 @@ def test_scripts():
 
 
 def test_yosys_error(small, tmp_path):
+    """A failed synthesis is a ToolError: one summary line naming the step, the first ERROR
+    and the log, the log's last lines in the message."""
+    from bpsa.tools.yosys import ToolError
     v_path = write_verilog(small, "pe", tmp_path)
-    with pytest.raises(RuntimeError, match=r"'bogus' for generic.*Module `bogus' not found"):
+    with pytest.raises(ToolError, match=r"'bogus' for generic.*Module `bogus' not found") as e:
         synthesize(v_path, "bogus", "generic")
     assert "not found" in (tmp_path / "pe_generic.log").read_text()
+    assert "\n" not in e.value.summary and e.value.log == tmp_path / "pe_generic.log"
+    assert e.value.summary.endswith(f"; log: {tmp_path / 'pe_generic.log'}")
+    assert "synthesis of 'bogus' for generic failed (exit status" in e.value.summary
+    assert "last lines of the log:" in str(e.value)
+
+
+def test_cli_reports_a_tool_failure_in_one_line(monkeypatch, capsys, tmp_path):
+    """``bpsa synth`` turns a tool's failure into one line naming the step and its log, and
+    exit status 1 (not a traceback)."""
+    from bpsa.cli import main
+    from bpsa.tools import synth
+    from bpsa.tools.yosys import ToolError
+
+    def fail(*args, **kwargs):
+        raise ToolError("Yosys 0.70 synthesis of 'array' for ecp5", 1,
+                        log=tmp_path / "array_ecp5.log", detail="wasm trap: call stack")
+    monkeypatch.setattr(synth, "synth_report", fail)
+    with pytest.raises(SystemExit) as e:
+        main(["synth", "--top", "array", "--targets", "ecp5", "-o", str(tmp_path)])
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert err == (f"bpsa: error: Yosys 0.70 synthesis of 'array' for ecp5 failed (exit status "
+                   f"1); log: {tmp_path / 'array_ecp5.log'}\n")
 
 
 def test_bad_arguments(tmp_path):

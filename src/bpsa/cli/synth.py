@@ -1,5 +1,7 @@
 """``bpsa synth``: Yosys area reports (:mod:`bpsa.tools.synth`) as Markdown and JSON."""
 
+import sys
+
 from bpsa.cli.args import UserError, add_config, config_of, out_dir
 
 __all__ = ["register", "run"]
@@ -46,6 +48,7 @@ def run(args):
     print the Markdown report."""
     from bpsa.platform.verilog import TOPS
     from bpsa.tools import overheads, synth
+    from bpsa.tools.yosys import ToolError
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = config_of(args)
@@ -57,15 +60,20 @@ def run(args):
         raise UserError("--timing applies to one block's report (not --report or the "
                         "overhead tables)")
     out_dir(args.output)
-    if args.report:
-        report = synth.design_report(config, args.output, targets=args.targets,
-                                     blocks=args.blocks or synth.DESIGN_BLOCKS)
-    elif args.pe_overheads:
-        report = overheads.pe_overhead_report(config, args.output, targets=args.targets)
-    elif args.array_overheads:
-        report = overheads.array_overhead_report(config, args.output, targets=args.targets)
-    else:
-        report = synth.synth_report(config, args.top, args.output, targets=args.targets,
-                                    timing=args.timing)
+    try:
+        if args.report:
+            report = synth.design_report(config, args.output, targets=args.targets,
+                                         blocks=args.blocks or synth.DESIGN_BLOCKS)
+        elif args.pe_overheads:
+            report = overheads.pe_overhead_report(config, args.output, targets=args.targets)
+        elif args.array_overheads:
+            report = overheads.array_overhead_report(config, args.output,
+                                                     targets=args.targets)
+        else:
+            report = synth.synth_report(config, args.top, args.output, targets=args.targets,
+                                        timing=args.timing)
+    except ToolError as e:          # a tool's failure: one line naming the step and its log
+        print(f"bpsa: error: {e.summary}", file=sys.stderr)
+        sys.exit(1)
     print(report.markdown_path.read_text(), end="")
     print(f"wrote {report.markdown_path} and {report.json_path}")

