@@ -160,8 +160,8 @@ def test_interleaved_matches_numpy(preset, dims, sgd):
 
 @pytest.mark.parametrize("preset", ["small", "nonsquare"])
 def test_os_back_to_back_tiles_do_not_stall(preset):
-    """N tiles of depth K >= 2R take R (chain priming) + N*K + 2R + C - 1 busy cycles: the drain
-    of every tile overlaps the next tile."""
+    """N tiles of depth K >= 2R take R (chain priming) + N*K + 2R + C - 1 + LATENCY busy
+    cycles: the drain of every tile overlaps the next tile."""
     cfg = load_config(preset)
     shape = ArrayShape.of(cfg)
     R, C = cfg.rows, cfg.cols
@@ -173,7 +173,7 @@ def test_os_back_to_back_tiles_do_not_stall(preset):
         got, counters = run_program(cfg, prog)
         np.testing.assert_array_equal(got["c"], expected("os", shape, **ops)["c"])
         n = m_tiles * n_tiles
-        assert counters["cycles"] == R + n * K + 2 * R + C - 1
+        assert counters["cycles"] == R + n * K + 2 * R + C - 1 + cfg.mac_latency
         assert counters["drained"] == n * R
         assert counters["fired"] + counters["gated"] == n * K * R * C
 
@@ -276,4 +276,4 @@ def test_array_verilator(preset, flow, dims, sgd):
         # No stall between tiles: chain priming + tiles * K + one fill/drain.
         R, C = cfg.rows, cfg.cols
         tiles = -(-dims[0] // R) * -(-dims[2] // C)
-        assert result["cycles"] == R + tiles * dims[1] + 2 * R + C - 1
+        assert result["cycles"] == R + tiles * dims[1] + 2 * R + C - 1 + cfg.mac_latency

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "FORWARD_FRONTENDS", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
+__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "FORWARD_FRONTENDS", "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
            "require_config"]
 
 #: Dataflows the array can be generated with.
@@ -31,6 +31,13 @@ FORWARD_FRONTENDS = ("feeder", "channel_first")
 
 #: Arithmetic formats. Floating-point formats are added here later.
 ARITHMETICS = ("int",)
+
+#: Cycles the PE's pipelined multiply-accumulate adds to the systolic timing, by arithmetic: a
+#: slot's operands are registered into the multiplier, its product is registered, and the
+#: accumulator (or the partial sum) adds the registered product two cycles after the operands
+#: met in the PE. The array's latency contract (``bpsa.gateware.array``) and the cycle model
+#: (``bpsa.models.perf``) are written against this number.
+MAC_LATENCY = {"int": 2}
 
 #: Presets shipped inside the package (``bpsa/presets/*.toml``), an
 #: :mod:`importlib.resources` traversable.
@@ -260,6 +267,11 @@ class Config:
     def has_held_operand(self):
         """PEs hold a stationary operand (weight-, input-stationary or interleaved)."""
         return self.has("ws") or self.has("is") or self.has("interleaved")
+
+    @property
+    def mac_latency(self):
+        """Cycles the pipelined PE adds to the systolic timing (:data:`MAC_LATENCY`)."""
+        return MAC_LATENCY[self.arithmetic]
 
     @property
     def vertical_width(self):

@@ -50,8 +50,16 @@ class IntArith:
         return Mux(q > hi, hi, Mux(q < lo, lo, q))[:w]
 
     def update(self, w, g, shift):
-        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand shape."""
-        return w - (g >> shift)
+        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand shape.
+        Only the operand's width of the shifted gradient matters (the result wraps), so the
+        shifter is built that wide: a multiplexer per result bit, not a barrel shifter."""
+        width = self.operand_shape.width
+        x = g.as_signed()
+        for k in reversed(range(len(shift))):
+            # after this stage at most 2**k - 1 more bits shift in: keep what they can reach
+            keep = min(len(x), width + (1 << k) - 1)
+            x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
+        return (w - x[:width])[:width]
 
 
 def arith_for(config):

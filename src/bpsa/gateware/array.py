@@ -7,13 +7,22 @@ the element a user presents for row ``i`` in cycle ``t`` meets, in PE ``(i, j)``
 same way, so one result vector (all columns) appears per cycle. There is no backpressure inside:
 valid bits travel with the data, and whoever feeds the array stalls instead.
 
+**Latency contract.** ``LATENCY`` (``config.mac_latency``, :data:`bpsa.config.MAC_LATENCY`:
+2 for integers) is the number of cycles the PEs' pipelined multiply-accumulate adds to the plain systolic timing: a slot's product
+is added ``LATENCY`` cycles after its operands meet in a PE. So the automatic drain of a context
+begins ``R + LATENCY`` cycles after its ``a_last`` cycle (the first ``drain_shift``; the first
+``drain_valid`` ``C`` cycles later), and the partial sums of a vector presented in cycle ``t``
+leave (deskewed) in cycle ``t + R + C - 1 + LATENCY``. ``busy`` stays high until the last
+slot has left every pipeline. Front ends wait for ``drain_valid`` / ``psum_valid`` / ``busy``;
+the cycle model (:mod:`bpsa.models.perf`) adds ``LATENCY`` to every drain.
+
 Dataflows (``dataflow`` port, static while a run is in flight):
 
 ``OS`` (output-stationary)
     ``a`` lanes carry A[m0 + i, k], ``b`` lanes carry B[k, n0 + j]; a context (tile) ends with
     ``a_last`` on its final ``k``. Each PE then swaps its accumulator with its reserve register,
-    and the array drains the finished tile automatically: starting ``R`` cycles after the
-    ``a_last`` cycle it shifts the reserve chains ``R`` times, producing ``drain`` vectors for
+    and the array drains the finished tile automatically: starting ``R + LATENCY`` cycles after
+    the ``a_last`` cycle it shifts the reserve chains ``R`` times, producing ``drain`` vectors for
     tile rows ``R-1`` down to ``0`` while the next tile already accumulates. Each shift takes the
     ``preload`` vector presented in that cycle (``drain_shift`` tells when) into the chain; the
     value a PE holds in its reserve register when its next context ends becomes its starting
@@ -24,7 +33,8 @@ Dataflows (``dataflow`` port, static while a run is in flight):
     vector is row ``R-1`` first, row ``0`` last) and copied into the PEs with ``chain_load``.
     ``a`` lanes carry the streamed operand, ``b`` lanes carry incoming partial sums (zero for a
     fresh sum), with ``b_valid`` on the same cycles as ``a_valid``. ``psum`` vectors appear
-    ``R + C - 1`` cycles later. A next held tile may be shifted in while the current one streams;
+    ``R + C - 1 + LATENCY`` cycles later (the array delays the incoming sums by ``LATENCY``
+    inside, so a user presents a slot's operand and its partial sum in the same cycle). A next held tile may be shifted in while the current one streams;
     ``a_last`` on the current tile's final vector then switches every PE to it at the right cycle.
 ``INTERLEAVED`` (InterGrad)
     ``a`` lanes carry delta, each value presented for two cycles; ``b`` lanes carry an
@@ -33,7 +43,9 @@ Dataflows (``dataflow`` port, static while a run is in flight):
     G = sum(delta * activation). ``psum`` vectors carry W^T delta (one per delta, from the tag-1
     cycles). ``a_last`` on the second cycle of the final delta ends the context: the drain
     produces G, or with ``sgd_en`` the updated weights ``W - (G >> sgd_shift)``, and the PEs
-    take the next weights from their reserve registers.
+    take the next weights from their reserve registers. Interleaved contexts must be at least
+    ``2R + LATENCY`` cycles apart (closer ones set ``error``): a PE takes its next weights in
+    the end slot, after the previous context's drain has brought them.
 
 Members
 -------
@@ -59,7 +71,8 @@ psum_data, psum_valid : Out
 busy : Out
     Data, a chain command or a drain is in flight.
 error : Out
-    Sticky: contexts closer than ``2R`` cycles or a chain command during a drain. Cleared by
+    Sticky: contexts closer than ``2R`` cycles (interleaved: ``2R + LATENCY``) or a chain
+    command during a drain. Cleared by
     ``clear``.
 clear : In
     Clears ``error`` and the counters.
@@ -75,7 +88,8 @@ from amaranth.lib.wiring import In, Out
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.pe import PE, PEMode, vertical_shape
 
-__all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH", "array_signature", "share_array"]
+__all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH", "array_signature",
+           "share_array"]
 
 COUNTER_WIDTH = 48
 
@@ -181,6 +195,7 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         R, C = cfg.rows, cfg.cols
+        L = cfg.mac_latency
         m = Module()
 
         pes = [[PE(cfg) for _ in range(C)] for _ in range(R)]
@@ -203,20 +218,27 @@ class SystolicArray(wiring.Component):
         # Automatic drain after a context end (edge time).
         tag = self.b_tag if cfg.has("interleaved") else 0
         ctx_end = self.a_valid & self.a_last & drains & Mux(is_il, tag, 1)
+        # The PEs swap LATENCY cycles after the slot that ends a context: so does the drain.
+        ctx_swap = _delay(m, ctx_end, L, "ctx_end")
         cnt = Signal(range(2 * R + 1))
-        since = Signal(range(2 * R + 1), init=2 * R)
+        # Interleaved contexts swap weights in their first PE at the end slot itself, which must
+        # come after the previous drain: they are 2R + LATENCY apart, OS contexts 2R.
+        gap = 2 * R + (L if cfg.has("interleaved") else 0)
+        since = Signal(range(gap + 1), init=gap)
         auto_shift = (cnt >= 2) & (cnt <= R + 1)
+        with m.If(ctx_swap):
+            m.d.sync += cnt.eq(2 * R)
+        with m.Elif(cnt != 0):
+            m.d.sync += cnt.eq(cnt - 1)
         with m.If(ctx_end):
-            m.d.sync += [cnt.eq(2 * R), since.eq(1)]
-        with m.Else():
-            with m.If(cnt != 0):
-                m.d.sync += cnt.eq(cnt - 1)
-            with m.If(since != 2 * R):
-                m.d.sync += since.eq(since + 1)
+            m.d.sync += since.eq(1)
+        with m.Elif(since != gap):
+            m.d.sync += since.eq(since + 1)
         m.d.comb += self.drain_shift.eq(auto_shift)
 
         load = self.chain_load if cfg.has_held_operand else Const(0)
-        collide = (ctx_end & (since < 2 * R)) | \
+        min_gap = Mux(is_il, gap, 2 * R) if cfg.has("interleaved") else 2 * R
+        collide = (ctx_end & (since < min_gap)) | \
             (auto_shift & (self.chain_shift | load))
         with m.If(self.clear):
             m.d.sync += self.error.eq(0)
@@ -236,11 +258,16 @@ class SystolicArray(wiring.Component):
         # Top edge and chain commands: column j delayed by j.
         for j in range(C):
             pe = pes[0][j]
+            b_col = _delay(m, self.b_data[j], j, f"b{j}")
             m.d.comb += [
-                pe.v_in.eq(_delay(m, self.b_data[j], j, f"b{j}")),
                 pe.v_valid_in.eq(_delay(m, self.b_valid, j, f"bv{j}")),
                 pe.chain_in.eq(_delay(m, self.preload[j], j, f"pl{j}")),
             ]
+            if cfg.has_accumulator:
+                m.d.comb += pe.v_in.eq(self.arith.as_operand(b_col))
+            if cfg.has_held_operand:
+                # Partial sums enter LATENCY cycles behind their slots, when the products are.
+                m.d.comb += pe.p_in.eq(_delay(m, b_col, L, f"p{j}"))
             if cfg.has("interleaved"):
                 m.d.comb += pe.v_tag_in.eq(_delay(m, self.b_tag, j, f"bt{j}"))
             col_shift = _delay(m, shift, j, f"sh{j}")
@@ -255,18 +282,21 @@ class SystolicArray(wiring.Component):
             for j in range(C):
                 pe = pes[i][j]
                 m.d.comb += pe.mode.eq(pe_mode)
-                if cfg.has("interleaved"):
-                    m.d.comb += [pe.sgd_en.eq(self.sgd_en), pe.sgd_shift.eq(self.sgd_shift)]
                 if j + 1 < C:
                     right = pes[i][j + 1]
                     m.d.comb += [right.h_in.eq(pe.h_out), right.h_valid_in.eq(pe.h_valid_out),
                                  right.h_last_in.eq(pe.h_last_out)]
                 if i + 1 < R:
                     down = pes[i + 1][j]
-                    m.d.comb += [down.v_in.eq(pe.v_out), down.v_valid_in.eq(pe.v_valid_out),
+                    m.d.comb += [down.v_valid_in.eq(pe.v_valid_out),
                                  down.chain_in.eq(pe.chain_out)]
+                    if cfg.has_accumulator:
+                        m.d.comb += down.v_in.eq(pe.v_out)
+                    if cfg.has_held_operand:
+                        m.d.comb += down.p_in.eq(pe.p_out)
                     if cfg.has("interleaved"):
-                        m.d.comb += down.v_tag_in.eq(pe.v_tag_out)
+                        m.d.comb += [down.v_tag_in.eq(pe.v_tag_out),
+                                     down.wchain_in.eq(pe.wchain_out)]
 
         # Drain output: column j shifts at edge time + j; deskew by C-1-j.
         drain_valid_col0 = Signal()
@@ -275,7 +305,15 @@ class SystolicArray(wiring.Component):
         m.d.comb += drain_row_col0.eq(cnt - 2)     # R-1 on the first shift, 0 on the last
         for j in range(C):
             out = Signal(self.arith.acc_shape, name=f"drain{j}")
-            m.d.sync += out.eq(pes[R - 1][j].chain_out)
+            bottom = pes[R - 1][j]
+            if cfg.has("interleaved"):
+                # The SGD update, once per column as G and the weights leave the chains.
+                w_new = Signal(self.arith.operand_shape, name=f"w_new{j}")
+                m.d.comb += w_new.eq(self.arith.update(bottom.wchain_out, bottom.chain_out,
+                                                       self.sgd_shift))
+                m.d.sync += out.eq(Mux(is_il & self.sgd_en, w_new, bottom.chain_out))
+            else:
+                m.d.sync += out.eq(bottom.chain_out)
             m.d.comb += self.drain_data[j].eq(_delay(m, out, C - 1 - j, f"dd{j}"))
         m.d.comb += [
             self.drain_valid.eq(_delay(m, drain_valid_col0, C, "dv")),
@@ -287,19 +325,23 @@ class SystolicArray(wiring.Component):
             holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
             for j in range(C):
                 bottom = pes[R - 1][j]
-                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.v_out, C - 1 - j, f"pd{j}"))
+                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.p_out, C - 1 - j, f"pd{j}"))
             bottom = pes[R - 1][C - 1]
             tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
-            psum_valid = Signal()
-            m.d.comb += psum_valid.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
-            m.d.comb += self.psum_valid.eq(psum_valid)
+            slot_out = Signal()
+            m.d.comb += slot_out.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
+            m.d.comb += self.psum_valid.eq(_delay(m, slot_out, L, "psv"))
 
         # Busy: anything valid inside, an edge input, or a drain pending.
         inside = [pes[i][j].h_valid_out | pes[i][j].v_valid_out
                   for i in range(R) for j in range(C)]
+        # A slot stays in a PE's pipeline LATENCY cycles after it has moved on.
+        inside_any = Signal()
+        m.d.comb += inside_any.eq(_popcount_any(inside))
+        in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, L + 1)]
         busy = Signal()
         m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | self.drain_valid
-                            | self.chain_shift | load | _popcount_any(inside))
+                            | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
         m.d.comb += self.busy.eq(busy)
 
         # Counters.

@@ -1,9 +1,15 @@
-"""The systolic processing element: MAC with zero gating, reserve register and mode switch.
+"""The systolic processing element: a pipelined MAC with zero gating, reserve register and mode
+switch.
 
 Sources: Fornt et al. Sec. II-A (zero gating, reserve register swapped with the accumulator at the
 end of a context and chained to shift results out and preloads in), InterGrad Sec. II-E and IV-A
 (per-cycle WS/OS interleave: the vertical channel carries the activation in one phase and the
 partial sum in the other; the held weight and the gradient accumulator live in the same PE).
+
+The multiply-accumulate is pipelined the way an FPGA's DSP block is (ECP5 ``MULT18X18D``,
+iCE40 ``SB_MAC16``): the operands are registered into the multiplier, the product is registered,
+and the accumulator (or the partial sum) adds a registered product. Every multiplexer (dataflow,
+zero gating, held operand) sits before the operand registers, off the multiply-accumulate path.
 """
 
 from amaranth.hdl import Module, Mux, Signal, signed
@@ -16,8 +22,8 @@ __all__ = ["PE", "PEMode", "vertical_shape"]
 
 
 def vertical_shape(config):
-    """Shape of the vertical channel: partial sums need the accumulator width when any
-    held-operand dataflow is generated; otherwise it carries operands."""
+    """Shape of the array's top edge and bottom partial sums: the accumulator width when any
+    held-operand dataflow is generated (partial sums travel down), else the operand shape."""
     if config.has_held_operand:
         return signed(config.vertical_width)
     return arith_for(config).operand_shape
@@ -28,9 +34,9 @@ class PEMode(enum.Enum, shape=2):
 
     ``OS``: output-stationary; ``acc += h * v`` and ``v`` passes down.
     ``HOLD``: a held operand ``w`` (weight- and input-stationary dataflows);
-    ``v_out = v_in + h * w``, the vertical channel carries partial sums.
+    ``p_out = p_in + h * w``: the partial-sum channel carries the sums down.
     ``INTERLEAVED``: InterGrad; the vertical tag bit selects OS (tag 0, ``v`` is an activation)
-    or HOLD (tag 1, ``v`` is a partial sum) for the current cycle.
+    or HOLD (tag 1, the partial sum of this slot arrives on ``p_in``) for the current cycle.
     """
     OS = 0
     HOLD = 1
@@ -40,29 +46,42 @@ class PEMode(enum.Enum, shape=2):
 class PE(wiring.Component):
     """One processing element of the systolic array.
 
-    All ``*_out`` data ports are registered copies of the matching ``*_in`` ports (one cycle of
-    systolic delay), except ``v_out`` in the HOLD phase, which is ``v_in + h_in * w``, and
-    ``chain_out``, which is the reserve register itself.
+    **Pipeline** (``config.mac_latency``, 2 for integers). A *slot* is the set of inputs presented in one cycle ``t``
+    (stage 0). The multiplier's operands are registered at the end of ``t`` (``mul_a``,
+    ``mul_b``), the product at the end of ``t + 1``, and the product is added at the end of
+    ``t + 2`` (stage 2): into the accumulator, or into the partial sum ``p_in`` presented in
+    cycle ``t + 2``, giving ``p_out`` in cycle ``t + 3``. Everything else the PE passes on
+    (``h_out``, ``v_out``, valid, last and tag bits) is a one-cycle registered copy of its input,
+    as in a plain systolic array, so the operand channels keep one cycle a hop and the partial
+    sums of a column arrive at every PE exactly when its product is ready.
 
-    A MAC slot is *active* when ``h_valid_in & v_valid_in``. With zero gating, an active slot
-    with a zero operand is *gated*: the multiplier's inputs keep their previous values and no
-    register is updated by it. ``fired`` and ``gated`` report, one cycle later, whether the
-    previous cycle's active slot multiplied or was gated.
+    A slot is *active* when ``h_valid_in & v_valid_in``. With zero gating, an active slot with a
+    zero operand is *gated*: the multiplier's operand registers keep their previous values and
+    the slot adds nothing. An active slot that is not gated *fires*. The product register holds
+    zero for a slot that does not fire. ``fired`` and ``gated`` report a slot one cycle after it
+    was presented.
 
-    Context ends (``h_valid_in & h_last_in``):
-        * OS: after this cycle's MAC the accumulator and the reserve register swap: the result
-          goes to the reserve register, the preload value that was shifted into the reserve
-          register becomes the new accumulator.
-        * HOLD: after this cycle's MAC the held operand is replaced by the low bits of the
-          reserve register (the next tile's operand, shifted in while this tile computed).
-        * INTERLEAVED (only in the HOLD phase, the second cycle of a held ``h``): the gradient
-          accumulator goes to the reserve register, or, with ``sgd_en``, the updated weight
-          ``w - (G >> sgd_shift)``; the accumulator clears and ``w`` takes the reserve register.
-    ``shift`` (when no context ends) moves ``chain_in`` into the reserve register. ``load``
-    (when no context ends) copies the reserve register into the held operand.
+    Context ends (a slot with ``h_valid_in & h_last_in``):
+        * OS: in stage 2 (cycle ``t + 2``), after the slot's product is added, the accumulator
+          and the reserve register swap: the result goes to the reserve register, the preload
+          that was shifted into the reserve register becomes the new accumulator.
+        * HOLD: in stage 0 (cycle ``t``), after the slot's operands are taken, the held operand
+          is replaced by the low bits of the reserve register (the next tile's operand, shifted
+          in while this tile computed).
+        * INTERLEAVED (a tag-1 slot): in stage 0 the held operand takes the next weights from the
+          reserve register and the context's weights go to the weight chain register
+          (``wchain``); in stage 2 the accumulator (the gradient G, the slot's product added)
+          goes to the reserve register and clears. The weights and G leave on their two chains
+          side by side; the array computes the SGD update ``w - (G >> sgd_shift)`` once per
+          column as they leave, not in every PE.
+    A stage-2 action and a stage-0 action of different slots may fall in the same cycle: both
+    apply. ``shift`` moves ``chain_in`` into the reserve register (and ``wchain_in`` into the
+    weight chain register) and ``load`` copies the reserve register into the held operand, both
+    only in a cycle with no context-end action in stage 0 or stage 2.
 
     Without reserve registers (a plain OS PE), the accumulator is the chain register: ``shift``
-    moves ``chain_in`` into it and ``h_last_in`` has no effect.
+    moves ``chain_in`` into it (the stage-2 addition of that cycle is lost) and ``h_last_in`` has
+    no effect.
 
     Members
     -------
@@ -72,46 +91,52 @@ class PE(wiring.Component):
         Horizontal operand from the left neighbour, its valid bit and end-of-context flag.
     h_out, h_valid_out, h_last_out : Out
         The same, registered, to the right neighbour.
-    v_in, v_valid_in[, v_tag_in] : In
-        Vertical channel from the upper neighbour: an operand (OS) or a partial sum (HOLD); it is
-        ``acc_width`` bits wide when any held-operand dataflow is generated. The tag exists with
-        the interleaved dataflow.
-    v_out, v_valid_out[, v_tag_out] : Out
-        To the lower neighbour.
+    v_valid_in[, v_in][, v_tag_in] : In
+        Vertical slot channel from the upper neighbour: its valid bit, the operand (OS and
+        interleaved dataflows) and the tag (interleaved).
+    v_valid_out[, v_out][, v_tag_out] : Out
+        The same, registered, to the lower neighbour.
+    p_in : In, p_out : Out
+        (held-operand dataflows) Partial sums, accumulator wide, two cycles behind the slot
+        channel: ``p_out`` is ``p_in`` plus the product of the slot presented two cycles before.
     chain_in : In, chain_out : Out, shift : In
         The reserve-register shift chain.
+    wchain_in : In, wchain_out : Out
+        (interleaved) The weight chain: a finished context's weights, shifted with the reserve
+        chain.
     load : In
         (held-operand dataflows) copy the reserve register into the held operand.
-    sgd_en, sgd_shift : In
-        (interleaved) in-place SGD update at the end of an interleaved context.
     fired, gated : Out
         Registered flags: the previous cycle's active slot multiplied / was gated.
     """
 
     def __init__(self, config):
+        if config.mac_latency != 2:
+            raise ValueError(f"the integer PE's pipeline has 2 stages, not "
+                             f"mac_latency = {config.mac_latency}")
         self.config = config
         self.arith = arith_for(config)
         op = self.arith.operand_shape
         acc = self.arith.acc_shape
-        vshape = vertical_shape(config)
         members = {
             "mode": In(PEMode),
             "h_in": In(op), "h_valid_in": In(1), "h_last_in": In(1),
             "h_out": Out(op), "h_valid_out": Out(1), "h_last_out": Out(1),
-            "v_in": In(vshape), "v_valid_in": In(1),
-            "v_out": Out(vshape), "v_valid_out": Out(1),
+            "v_valid_in": In(1), "v_valid_out": Out(1),
             "chain_in": In(acc), "chain_out": Out(acc), "shift": In(1),
             "fired": Out(1), "gated": Out(1),
         }
+        if config.has_accumulator:
+            members.update({"v_in": In(op), "v_out": Out(op)})
         if config.has_held_operand:
-            members["load"] = In(1)
+            members.update({"p_in": In(acc), "p_out": Out(acc), "load": In(1)})
         if config.has("interleaved"):
             members.update({
                 "v_tag_in": In(1), "v_tag_out": Out(1),
-                "sgd_en": In(1), "sgd_shift": In(self.arith.shift_shape),
+                "wchain_in": In(op), "wchain_out": Out(op),
             })
         super().__init__(members)
-        #: The multiplier's operands (internal; observable in simulation).
+        #: The multiplier's operand registers (internal; observable in simulation).
         self.mul_a = Signal(op)
         self.mul_b = Signal(op)
 
@@ -119,7 +144,7 @@ class PE(wiring.Component):
         cfg, ar = self.config, self.arith
         m = Module()
 
-        # Which behaviours this cycle; modes that are not generated are constant 0.
+        # Stage 0: which behaviour this slot has; modes that are not generated are constant 0.
         is_os = (self.mode == PEMode.OS) if cfg.has("os") else 0
         is_hold = (self.mode == PEMode.HOLD) if (cfg.has("ws") or cfg.has("is")) else 0
         if cfg.has("interleaved"):
@@ -127,58 +152,63 @@ class PE(wiring.Component):
             il_os = is_il & ~self.v_tag_in
             il_hold = is_il & self.v_tag_in
         else:
-            is_il = il_os = il_hold = 0
-        accumulate = is_os | il_os           # product goes into the accumulator
-        use_w = is_hold | il_hold            # product of h and the held operand joins v
+            il_os = il_hold = 0
+        accumulate = is_os | il_os           # the product goes into the accumulator
+        use_w = is_hold | il_hold            # the product of h and the held operand joins p
 
         acc = Signal(ar.acc_shape) if cfg.has_accumulator else None
         res = Signal(ar.acc_shape) if cfg.reserve_registers else None
         w = Signal(ar.operand_shape) if cfg.has_held_operand else None
 
-        # Operands of this cycle's MAC slot.
         a = self.h_in
-        v_operand = ar.as_operand(self.v_in)
-        b = Mux(use_w, w, v_operand) if w is not None else v_operand
+        if w is not None and acc is not None:
+            b = Mux(use_w, w, self.v_in)
+        else:
+            b = w if w is not None else self.v_in
         active = self.h_valid_in & self.v_valid_in
         if cfg.zero_gating:
             zero = ar.zero(a) | ar.zero(b)
             fire = active & ~zero
-            # Operand isolation: the multiplier sees the last fired operands while gated.
-            hold_a = Signal(ar.operand_shape)
-            hold_b = Signal(ar.operand_shape)
-            with m.If(fire):
-                m.d.sync += [hold_a.eq(a), hold_b.eq(b)]
-            m.d.comb += [self.mul_a.eq(Mux(fire, a, hold_a)),
-                         self.mul_b.eq(Mux(fire, b, hold_b))]
             m.d.sync += self.gated.eq(active & zero)
         else:
             fire = active
-            m.d.comb += [self.mul_a.eq(a), self.mul_b.eq(b)]
-        product = Signal(signed(2 * ar.operand_shape.width + 1))
-        m.d.comb += product.eq(ar.mul(self.mul_a, self.mul_b))
         m.d.sync += self.fired.eq(fire)
 
-        # Systolic pass-through.
+        # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation).
+        with m.If(fire):
+            m.d.sync += [self.mul_a.eq(a), self.mul_b.eq(b)]
+        # Stage 1 -> 2: the product register, zero for a slot that did not fire.
+        fire1 = Signal()
+        m.d.sync += fire1.eq(fire)
+        product = Signal(signed(2 * ar.operand_shape.width + 1))
+        m.d.sync += product.eq(Mux(fire1, ar.mul(self.mul_a, self.mul_b), 0))
+
+        def stage2(value, name):
+            s1 = Signal(name=f"{name}_s1")
+            s2 = Signal(name=f"{name}_s2")
+            m.d.sync += [s1.eq(value), s2.eq(s1)]
+            return s2
+
+        # Systolic pass-through (one cycle a hop).
         m.d.sync += [
             self.h_out.eq(self.h_in),
             self.h_valid_out.eq(self.h_valid_in),
             self.h_last_out.eq(self.h_last_in),
             self.v_valid_out.eq(self.v_valid_in),
         ]
+        if acc is not None:
+            m.d.sync += self.v_out.eq(self.v_in)
         if cfg.has("interleaved"):
             m.d.sync += self.v_tag_out.eq(self.v_tag_in)
+        # Stage 2: the partial sum adds the registered product (zero unless the slot fired).
         if w is not None:
-            with m.If(fire & use_w):
-                m.d.sync += self.v_out.eq(ar.add(self.v_in, product))
-            with m.Else():
-                m.d.sync += self.v_out.eq(self.v_in)
-        else:
-            m.d.sync += self.v_out.eq(self.v_in)
+            m.d.sync += self.p_out.eq(ar.add(self.p_in, product))
 
-        # Accumulator update of this cycle (before any swap).
+        # Stage 2: the accumulator's update.
         if acc is not None:
+            acc_en = stage2(accumulate, "acc_en")
             acc_next = Signal(ar.acc_shape)
-            m.d.comb += acc_next.eq(Mux(fire & accumulate, ar.add(acc, product), acc))
+            m.d.comb += acc_next.eq(Mux(acc_en, ar.add(acc, product), acc))
 
         if not cfg.reserve_registers:
             # Plain OS PE: the accumulator is the chain register.
@@ -193,28 +223,43 @@ class PE(wiring.Component):
         end = self.h_valid_in & self.h_last_in
         if acc is not None:
             m.d.sync += acc.eq(acc_next)
-        # At most one context end applies: the mode decides which. Each case exists only when
-        # its dataflow is generated.
-        ends = []
+
+        # Context-end actions: (condition, statements) in stage 2, then in stage 0. Each exists
+        # only when its dataflow is generated.
+        late, early = [], []
         if cfg.has("os"):
-            ends.append((end & is_os, [res.eq(acc_next), acc.eq(res)]))
-        if cfg.has("ws") or cfg.has("is"):
-            ends.append((end & is_hold, [w.eq(ar.as_operand(res))]))
+            late.append((stage2(end & is_os, "os_end"), [res.eq(acc_next), acc.eq(res)]))
         if cfg.has("interleaved"):
-            w_new = Signal(ar.operand_shape)
-            m.d.comb += w_new.eq(ar.update(w, acc_next, self.sgd_shift))
-            ends.append((end & il_hold, [
-                res.eq(Mux(self.sgd_en, w_new, acc_next)),
-                acc.eq(0),
-                w.eq(ar.as_operand(res)),
-            ]))
-        for i, (cond, stmts) in enumerate(ends):
-            with (m.If if i == 0 else m.Elif)(cond):
-                m.d.sync += stmts
-        with m.Else():
+            late.append((stage2(end & il_hold, "il_end"), [res.eq(acc_next), acc.eq(0)]))
+        if cfg.has("ws") or cfg.has("is"):
+            early.append((end & is_hold, [w.eq(ar.as_operand(res))]))
+        if cfg.has("interleaved"):
+            wchain = Signal(ar.operand_shape)
+            m.d.comb += self.wchain_out.eq(wchain)
+            early.append((end & il_hold, [w.eq(ar.as_operand(res)), wchain.eq(w)]))
+
+        late_any = Signal()
+        early_any = Signal()
+        m.d.comb += [late_any.eq(_any(cond for cond, _ in late)),
+                     early_any.eq(_any(cond for cond, _ in early))]
+        for stages in (late, early):
+            for i, (cond, stmts) in enumerate(stages):
+                with (m.If if i == 0 else m.Elif)(cond):
+                    m.d.sync += stmts
+        with m.If(~late_any & ~early_any):
             with m.If(self.shift):
                 m.d.sync += res.eq(self.chain_in)
+                if cfg.has("interleaved"):
+                    m.d.sync += wchain.eq(self.wchain_in)
             if w is not None:
                 with m.If(self.load):
                     m.d.sync += w.eq(ar.as_operand(res))
         return m
+
+
+def _any(conds):
+    """OR of 1-bit values (0 for none)."""
+    result = 0
+    for cond in conds:
+        result = result | cond
+    return result

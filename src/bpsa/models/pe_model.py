@@ -7,6 +7,7 @@ the RTL and this model with the same stimulus and compare every output every cyc
 
 from dataclasses import dataclass
 
+from bpsa.config import MAC_LATENCY
 from bpsa.spec.numeric import wrap
 
 __all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "random_stimulus", "wrap"]
@@ -16,12 +17,12 @@ MODES = {"os": 0, "hold": 1, "interleaved": 2}
 
 #: Model input name -> PE port name.
 PORTS = {"mode": "mode", "h": "h_in", "h_valid": "h_valid_in", "h_last": "h_last_in",
-         "v": "v_in", "v_valid": "v_valid_in", "v_tag": "v_tag_in", "chain_in": "chain_in",
-         "shift": "shift", "load": "load", "sgd_en": "sgd_en", "sgd_shift": "sgd_shift"}
+         "v": "v_in", "v_valid": "v_valid_in", "v_tag": "v_tag_in", "p": "p_in",
+         "chain_in": "chain_in", "wchain": "wchain_in", "shift": "shift", "load": "load"}
 
 #: PE output ports compared every cycle.
 OUTPUTS = ("h_out", "h_valid_out", "h_last_out", "v_out", "v_valid_out", "v_tag_out",
-           "chain_out", "fired", "gated")
+           "p_out", "chain_out", "wchain_out", "fired", "gated")
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,19 @@ class PEParams:
     dataflows: tuple
     zero_gating: bool
     reserve_registers: bool
+    arithmetic: str = "int"
 
     @classmethod
     def of(cls, cfg):
         get = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
         return cls(get("operand_width"), get("operand_signed"), get("acc_width"),
-                   tuple(get("dataflows")), get("zero_gating"), get("reserve_registers"))
+                   tuple(get("dataflows")), get("zero_gating"), get("reserve_registers"),
+                   get("arithmetic"))
+
+    @property
+    def mac_latency(self):
+        """Cycles from a slot's operands to its product's addition (``MAC_LATENCY``)."""
+        return MAC_LATENCY[self.arithmetic]
 
     @property
     def held(self):
@@ -54,11 +62,23 @@ class PEParams:
 
 
 class PEModel:
+    """The PE's registers and its two-stage multiply-accumulate pipeline (the contract in
+    ``bpsa.gateware.pe.PE``): a slot's operands are taken in stage 0, its product is added in
+    stage 2, ``mac_latency`` cycles later."""
+
     def __init__(self, cfg):
         self.p = PEParams.of(cfg)
+        if self.p.mac_latency != 2:
+            raise ValueError(f"the PE model has 2 stages, not {self.p.mac_latency}")
         self.acc = 0
         self.res = 0
         self.w = 0
+        self.wchain = 0
+        self.mul = (0, 0)       # the multiplier's operand registers
+        self.fire1 = False      # the slot in stage 1 fired
+        self.product = 0        # the product register (0 unless its slot fired)
+        # per stage 1 and stage 2: (accumulate, OS end, interleaved end) of the slot there
+        self.flags = [(False, False, False), (False, False, False)]
         self.out = {k: 0 for k in OUTPUTS}
 
     def _op(self, x):
@@ -66,8 +86,8 @@ class PEModel:
 
     def step(self, i):
         """Advance one clock. ``i`` holds the inputs (missing ones are 0): mode, h, h_valid,
-        h_last, v, v_valid, v_tag, chain_in, shift, load, sgd_en, sgd_shift. Returns the
-        outputs after the edge."""
+        h_last, v, v_valid, v_tag, p, chain_in, wchain, shift, load. Returns the outputs after
+        the edge."""
         p = self.p
         g = lambda k: i.get(k, 0)
         mode = g("mode")
@@ -79,28 +99,36 @@ class PEModel:
         il_os = is_il and not il_hold
         use_w = is_hold or il_hold
 
+        # Stage 0: the slot presented now.
         a = g("h")
-        v = g("v")
-        b = self.w if use_w else self._op(v)
+        b = self.w if use_w else self._op(g("v"))
         active = bool(g("h_valid") and g("v_valid"))
         zero = p.zero_gating and (a == 0 or b == 0)
         fire = active and not zero
-        product = a * b if fire else 0
+        end = bool(g("h_valid") and g("h_last"))
+        flags0 = (is_os or il_os, end and is_os, end and il_hold)
+
+        # Stage 2: the slot presented two cycles ago, its product in the product register.
+        accumulate2, os_end2, il_end2 = self.flags[1]
+        product = self.product
 
         out = dict(self.out)
         out["h_out"], out["h_valid_out"], out["h_last_out"] = a, g("h_valid"), g("h_last")
         out["v_valid_out"] = g("v_valid")
+        out["v_out"] = self._op(g("v")) if (has("os") or has("interleaved")) else 0
         out["v_tag_out"] = g("v_tag") if has("interleaved") else 0
-        if fire and use_w:
-            out["v_out"] = wrap(v + product, p.vertical_width, p.vertical_signed)
-        else:
-            out["v_out"] = v
+        out["p_out"] = wrap(g("p") + product, p.acc_width) if p.held else 0
         out["fired"] = int(fire)
         out["gated"] = int(active and zero)
 
-        acc_next = self.acc
-        if fire and (is_os or il_os):
-            acc_next = wrap(self.acc + product, p.acc_width)
+        acc_next = wrap(self.acc + product, p.acc_width) if accumulate2 else self.acc
+
+        # The pipeline registers.
+        self.product = self.mul[0] * self.mul[1] if self.fire1 else 0
+        if fire:
+            self.mul = (a, b)
+        self.fire1 = fire
+        self.flags = [flags0, self.flags[0]]
 
         if not p.reserve_registers:
             self.acc = g("chain_in") if g("shift") else acc_next
@@ -108,27 +136,26 @@ class PEModel:
             self.out = out
             return out
 
-        end = g("h_valid") and g("h_last")
-        acc, res, w = acc_next, self.res, self.w
-        if end and is_os:
+        acc, res, w, wchain = acc_next, self.res, self.w, self.wchain
+        late = os_end2 or il_end2
+        if os_end2:
             acc, res = self.res, acc_next
-        elif end and is_hold:
+        elif il_end2:
+            acc, res = 0, acc_next
+        early = (end and is_hold) or (end and il_hold)
+        if early:
             w = self._op(self.res)
-        elif end and il_hold:
-            if g("sgd_en"):
-                w_new = self._op(self.w - (acc_next >> g("sgd_shift")))
-                res = w_new
-            else:
-                res = acc_next
-            acc = 0
-            w = self._op(self.res)
-        else:
+            if il_hold:
+                wchain = self.w
+        if not late and not early:
             if g("shift"):
                 res = g("chain_in")
+                wchain = g("wchain")
             if p.held and g("load"):
                 w = self._op(self.res)
-        self.acc, self.res, self.w = acc, res, w
+        self.acc, self.res, self.w, self.wchain = acc, res, w, wchain
         out["chain_out"] = self.res
+        out["wchain_out"] = self.wchain if has("interleaved") else 0
         self.out = out
         return out
 
@@ -140,8 +167,6 @@ def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
     p = PEParams.of(cfg)
     ow = p.operand_width
     lo, hi = (-(1 << (ow - 1)), (1 << (ow - 1))) if p.operand_signed else (0, 1 << ow)
-    vw = p.vertical_width
-    vlo, vhi = (-(1 << (vw - 1)), 1 << (vw - 1)) if p.vertical_signed else (0, 1 << vw)
     alo, ahi = -(1 << (p.acc_width - 1)), 1 << (p.acc_width - 1)
 
     def operand():
@@ -154,15 +179,14 @@ def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
         c["h"] = operand()
         c["h_valid"] = int(rng.random() < 0.85)
         c["h_last"] = int(rng.random() < last_prob)
-        if mode == "os" or (mode == "interleaved" and tag == 0):
+        if "os" in p.dataflows or "interleaved" in p.dataflows:
             c["v"] = operand()
-        else:
-            c["v"] = int(rng.integers(vlo, vhi)) if rng.random() > zero_prob else 0
+        if p.held:
+            c["p"] = int(rng.integers(alo, ahi)) if rng.random() > zero_prob else 0
         c["v_valid"] = int(rng.random() < 0.85)
         if "interleaved" in p.dataflows:
             c["v_tag"] = tag
-            c["sgd_en"] = int(rng.random() < 0.5)
-            c["sgd_shift"] = int(rng.integers(0, 8))
+            c["wchain"] = operand()
         c["chain_in"] = int(rng.integers(alo, ahi))
         c["shift"] = int(rng.random() < 0.3)
         if p.held:

@@ -228,7 +228,7 @@ def _interleaved(W, delta, act, s, sgd_shift=None):
         if o0 > 0:
             prog.read("partial_sums", Bt * cols_i)
         prog.writes += Bt * cols_i + rows_o * cols_i  # dA (partial) and G or the new W
-        cycles.extend({} for _ in range(max(0, 2 * R - 2 * Bt)))
+        cycles.extend({} for _ in range(max(0, 2 * R + s.mac_latency - 2 * Bt)))
         for n in range(Bt):
             d = _lanes(delta[o0:o0 + R, n], R)
             cycles.append({"a": d, "a_valid": 1, "b": _lanes(act[i0:i0 + C, n], C),
@@ -240,10 +240,11 @@ def _interleaved(W, delta, act, s, sgd_shift=None):
         prog.drain_targets.append(("g", o0, i0))
         prog.tiles += 1
     cycles.extend({} for _ in range(2 * R + C + 2))
-    # During the drain after context t, the chains take the weights of tile t + 2.
+    # During the drain after context t (it starts R + LATENCY cycles after the context's end),
+    # the chains take the weights of tile t + 2.
     for t, e in enumerate(ends):
         for r, row in enumerate(reversed(w_rows(t + 2))):
-            cycles[e + R + r]["preload"] = row
+            cycles[e + R + s.mac_latency + r]["preload"] = row
     # psums are columns of dA: lanes go down the rows i0.. of column n.
     prog.psum_targets = [("da_t", n, i0) for (_, i0, n) in prog.psum_targets]
     prog.results["da_t"] = np.zeros((Bt, I), dtype=np.int64)

@@ -30,16 +30,16 @@ def _operands(p, n, rng, zero_prob):
     return x.astype(np.int64)
 
 
-def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, sgd=False, sgd_shift=3,
-                    zero_prob=0.25):
+def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, zero_prob=0.25):
     """A stream for ``mode`` ("os", "hold" or "interleaved") of ``n`` MAC slots.
 
     * os: preload ``preload`` into the reserve register, run two contexts of about n/2 slots;
       checks the first result (from a zero accumulator) and the second (from the preload).
-    * hold: load the held operand ``held``, stream n slots; checks ``v_out`` every cycle.
+    * hold: load the held operand ``held``, stream n slots; checks ``p_out`` every slot.
     * interleaved: load ``held`` as the weight, stream n/2 deltas each held two cycles (OS phase
       with an activation, HOLD phase with a partial sum); checks every partial sum and, at the
-      end, the gradient G or (``sgd``) the updated weight ``w - (G >> sgd_shift)``.
+      end, the gradient G on the reserve chain and the context's weight on the weight chain
+      (the SGD update is the array's, once per column).
     """
     p = PEParams.of(cfg)
     zg = p.zero_gating
@@ -80,7 +80,7 @@ def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, sgd=False, sg
             else:
                 start += total
                 checks[idx] = {"chain_out": wrap(start, p.acc_width)}
-        return DirectedStream(cycles, checks, gated)
+        return _pipelined(cycles, checks, gated, p, base)
 
     w = int(_operands(p, 1, rng, 0.0)[0]) if held is None else held
     push(shift=1, chain_in=w)
@@ -95,9 +95,9 @@ def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, sgd=False, sg
         out = psum + np.where(active, a * w, 0)
         gated = int(np.sum(active & ((a == 0) | (w == 0)))) if zg else 0
         for i in range(n):
-            idx = push(h=int(a[i]), h_valid=int(av[i]), v=int(psum[i]), v_valid=int(vv[i]))
-            checks[idx] = {"v_out": wrap(int(out[i]), vw)}
-        return DirectedStream(cycles, checks, gated)
+            idx = push(h=int(a[i]), h_valid=int(av[i]), p=int(psum[i]), v_valid=int(vv[i]))
+            checks[idx] = {"p_out": wrap(int(out[i]), vw)}
+        return _pipelined(cycles, checks, gated, p, base)
 
     if mode != "interleaved":
         raise ValueError(f"mode must be 'os', 'hold' or 'interleaved', not {mode!r}")
@@ -110,16 +110,28 @@ def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, sgd=False, sg
     dv[-1] = True
     for i in range(k):
         last = i == k - 1
-        push(h=int(delta[i]), h_valid=int(dv[i]), v=int(act[i]), v_valid=1, v_tag=0,
-             sgd_en=int(sgd), sgd_shift=sgd_shift)
-        idx = push(h=int(delta[i]), h_valid=int(dv[i]), h_last=int(last), v=int(psum[i]),
-                   v_valid=1, v_tag=1, sgd_en=int(sgd), sgd_shift=sgd_shift)
+        push(h=int(delta[i]), h_valid=int(dv[i]), v=int(act[i]), v_valid=1, v_tag=0)
+        idx = push(h=int(delta[i]), h_valid=int(dv[i]), h_last=int(last), p=int(psum[i]),
+                   v_valid=1, v_tag=1)
         expected_psum = psum[i] + (delta[i] * w if dv[i] else 0)
-        checks[idx] = {"v_out": wrap(int(expected_psum), vw)}
+        checks[idx] = {"p_out": wrap(int(expected_psum), vw)}
     g = wrap(int(np.sum(np.where(dv, delta * act, 0))), p.acc_width)
     if zg:
         gated = int(np.sum(dv & ((delta == 0) | (act == 0)))) + \
             int(np.sum(dv & ((delta == 0) | (w == 0))))
-    final = wrap(w - (g >> sgd_shift), p.operand_width, p.operand_signed) if sgd else g
-    checks[len(cycles) - 1]["chain_out"] = final
-    return DirectedStream(cycles, checks, gated)
+    checks[len(cycles) - 1].update(chain_out=g, wchain_out=w)
+    return _pipelined(cycles, checks, gated, p, base)
+
+
+def _pipelined(cycles, checks, gated, p, base):
+    """The stream as the pipelined PE takes it: written slot by slot (a slot's partial sum and
+    its results in the slot's own cycle), each slot's partial sum and each check move
+    ``mac_latency`` cycles later, the stream growing by that many idle cycles."""
+    lat = p.mac_latency
+    timed = [dict(c) for c in cycles] + [dict(base) for _ in range(lat)]
+    for t, c in enumerate(cycles):
+        timed[t].pop("p", None)
+    for t, c in enumerate(cycles):
+        if "p" in c:
+            timed[t + lat]["p"] = c["p"]
+    return DirectedStream(timed, {t + lat: v for t, v in checks.items()}, gated)

@@ -566,7 +566,9 @@ class ConvBackward(CheckedComponent):
         s.f_o0, s.f_i0, s.f_n = f_o0, f_i0, f_n
         f_arow, f_brow = Signal(s.wide), Signal(s.wide)  # n * O, n * I
         s.f_arow, s.f_brow = f_arow, f_brow
-        f_cyc, f_pad = Signal(range(2 * s.R + 1)), Signal(range(2 * s.R + 1))
+        # interleaved contexts are 2R + mac_latency cycles apart (bpsa.gateware.array)
+        il_gap = 2 * s.R + s.cfg.mac_latency
+        f_cyc, f_pad = Signal(range(il_gap + 1)), Signal(range(il_gap + 1))
         s.f_cyc, s.f_pad = f_cyc, f_pad
         s1_v, s1_tag, s1_last = Signal(), Signal(), Signal()
         s.s1_v, s.s1_tag, s.s1_last = s1_v, s1_tag, s1_last
@@ -576,7 +578,7 @@ class ConvBackward(CheckedComponent):
         s.dr_k, s.dr_r, s.dr_tile = dr_k, dr_r, dr_tile
         s.m.d.sync += [
             s.f_ri.eq(s.d.c * s.R),
-            s.f_pad.eq(Mux(s.d.n >= s.R, 0, 2 * s.R - 2 * s.d.n)),
+            s.f_pad.eq(Mux(2 * s.d.n >= il_gap, 0, il_gap - 2 * s.d.n)),
         ]
 
         def start_gather():
