@@ -31,8 +31,11 @@ def test_pe_overheads(small, tmp_path):
     ffs = [summary(key, "generic")["ff_bits"] for key in variants]
     assert ffs == sorted(set(ffs))
     assert ffs == [summary(key, "ice40")["ffs"] for key in variants]
-    # The plain PE: accumulator, h and v output registers, and four 1-bit flags.
-    assert ffs[0] == small.acc_width + 2 * small.operand_width + 4
+    # The plain PE: accumulator, h and v output registers, the multiplier's operand and
+    # product registers, and five 1-bit flags (h valid and last, v valid, fired, the fired
+    # slot in stage 1).
+    w = small.operand_width
+    assert ffs[0] == small.acc_width + 2 * w + 2 * w + (2 * w + 1) + 5
 
     overheads = report.data["overheads"]
     assert overheads["ice40"]["plain"] == {"luts": 0.0, "ffs": 0.0, "dsps": 0.0}
@@ -47,9 +50,9 @@ def test_pe_overheads(small, tmp_path):
 
 
 def test_array_overheads(small, tmp_path):
-    """A 2x2 array in every variant, hierarchical with identical PEs merged, on generic gates:
+    """A 2x3 array in every variant, hierarchical with identical PEs merged, on generic gates:
     the interleaved array is larger than the plain OS array."""
-    config = small.replace(rows=2, cols=2)
+    config = small.replace(rows=2, cols=3)
     report = array_overhead_report(config, tmp_path, targets="generic")
     assert report.markdown_path.name == "array_overheads.md"
     assert json.loads(report.json_path.read_text()) == report.data
@@ -58,22 +61,25 @@ def test_array_overheads(small, tmp_path):
     assert list(variants) == [key for key, _, _ in ARRAY_VARIANTS]
     generic = {key: v["targets"]["generic"] for key, v in variants.items()}
     assert generic["plain"]["summary"]["cells"] < generic["il"]["summary"]["cells"]
-    # Four PEs: one multiplier each.
-    assert all(g["summary"]["multipliers"] >= 4 for g in generic.values())
+    # Six PEs: one multiplier each.
+    assert all(g["summary"]["multipliers"] >= 6 for g in generic.values())
     ffs = [g["summary"]["ff_bits"] for g in generic.values()]
     assert ffs == sorted(set(ffs))
     # Leaf cells only: the PE instances are not counted as cells.
     for g in generic.values():
         assert g["summary"]["cells"] == sum(g["cells_by_type"].values())
         assert not any("pe_" in cell for cell in g["cells_by_type"])
-    # 2x2: inner PE (0, 0), last column (0, 1) and (1, 1) merged, last row (1, 0).
+    # 2x3: the PEs that pass both operands on ((0, 0), (0, 1)) are merged, and so are those
+    # of the last row that pass h on ((1, 0), (1, 1)); the last column's PEs differ (no h
+    # out, and at the bottom no v out).
     assert generic["il"]["merged_modules"] == {
-        "\\array_il.pe_0_0": 1, "\\array_il.pe_0_1": 2, "\\array_il.pe_1_0": 1}
+        "\\array_il.pe_0_0": 2, "\\array_il.pe_0_2": 1, "\\array_il.pe_1_0": 2,
+        "\\array_il.pe_1_2": 1}
     script = (tmp_path / "array_il_generic.ys").read_text()
-    assert "chtype -map \\array_il.pe_1_1 \\array_il.pe_0_1" in script
+    assert "chtype -map \\array_il.pe_0_1 \\array_il.pe_0_0" in script
     assert "-flatten" not in script
     md = report.markdown_path.read_text()
-    assert "2x2 array" in md and "Hierarchical synthesis" in md
+    assert "2x3 array" in md and "Hierarchical synthesis" in md
     for _, label, _ in ARRAY_VARIANTS:
         assert f"| {label} |" in md
     assert json.loads((tmp_path / "array_plain.json").read_text())["config"]["rows"] == 2

@@ -5,7 +5,8 @@ needs (product, accumulate, zero test, scaled update). Integer formats exist now
 floating-point format is a second class with the same methods.
 """
 
-from amaranth.hdl import Const, Mux, Shape, signed, unsigned
+from amaranth.hdl import ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
+    unsigned
 
 __all__ = ["IntArith", "arith_for"]
 
@@ -34,6 +35,55 @@ class IntArith:
     def mul(self, a, b):
         """The exact product of two operands."""
         return a * b
+
+    def multiplier(self, m, a, b, fire, *, platform=None):
+        """The PE's pipelined multiplier, built into ``m``: the operands ``a`` and ``b`` are
+        taken into operand registers at the end of a cycle in which ``fire`` is high (they keep
+        their values otherwise), and their product is registered one cycle later, zero when the
+        slot did not fire. Returns ``(product, (mul_a, mul_b))``: the product register (valid
+        two cycles after the operands were presented) and the operand registers, or ``None``
+        where they are inside a DSP block.
+
+        On an ECP5 (``platform.family == "ecp5"``, as Amaranth's ``LatticePlatform`` and the
+        synthesis flow's target say) with operands of at most 18 bits, the registers are the
+        ``MULT18X18D``'s own: its input registers clock-enabled by ``fire``, its output register
+        reset synchronously when the slot did not fire. Yosys maps an inferred multiply to a
+        ``MULT18X18D`` without its registers, so the block is instantiated. Elsewhere the
+        registers are fabric flip-flops around an inferred multiply (iCE40: Yosys's
+        ``ice40_dsp`` packs them into the ``SB_MAC16``)."""
+        width = self.operand_shape.width
+        fire1 = Signal()
+        m.d.sync += fire1.eq(fire)
+        product = Signal(signed(2 * width + 1))
+        fits = width <= 17 or (self.operand_shape.signed and width <= 18)
+        if getattr(platform, "family", None) == "ecp5" and fits:
+            a18, b18 = Signal(signed(18)), Signal(signed(18))
+            p36 = Signal(36)
+            m.d.comb += [a18.eq(a), b18.eq(b)]
+            ports = {f"i_A{k}": a18[k] for k in range(18)}
+            ports.update({f"i_B{k}": b18[k] for k in range(18)})
+            ports.update({f"i_C{k}": 0 for k in range(18)})
+            ports.update({f"o_P{k}": p36[k] for k in range(36)})
+            m.submodules.dsp = Instance(
+                "MULT18X18D",
+                p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+                p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+                p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+                p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE1", p_REG_OUTPUT_RST="RST1",
+                p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+                p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
+                i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
+                i_CE0=fire, i_CE1=1, i_CE2=0, i_CE3=0,
+                i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~fire1, i_RST2=0, i_RST3=0,
+                i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+                **ports)
+            m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
+            return product, None
+        mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
+        with m.If(fire):
+            m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+        m.d.sync += product.eq(Mux(fire1, self.mul(mul_a, mul_b), 0))
+        return product, (mul_a, mul_b)
 
     def add(self, acc, x):
         """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""

@@ -269,6 +269,8 @@ class SystolicArray(wiring.Component):
                 # Partial sums enter LATENCY cycles behind their slots, when the products are.
                 m.d.comb += pe.p_in.eq(_delay(m, b_col, L, f"p{j}"))
             if cfg.has("interleaved"):
+                m.d.comb += pe.wchain_in.eq(0)
+            if cfg.has("interleaved"):
                 m.d.comb += pe.v_tag_in.eq(_delay(m, self.b_tag, j, f"bt{j}"))
             col_shift = _delay(m, shift, j, f"sh{j}")
             col_load = _delay(m, load, j, f"ld{j}") if cfg.has_held_operand else None

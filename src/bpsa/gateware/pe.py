@@ -75,9 +75,10 @@ class PE(wiring.Component):
           side by side; the array computes the SGD update ``w - (G >> sgd_shift)`` once per
           column as they leave, not in every PE.
     A stage-2 action and a stage-0 action of different slots may fall in the same cycle: both
-    apply. ``shift`` moves ``chain_in`` into the reserve register (and ``wchain_in`` into the
-    weight chain register) and ``load`` copies the reserve register into the held operand, both
-    only in a cycle with no context-end action in stage 0 or stage 2.
+    apply. ``shift`` moves ``chain_in`` into the reserve register, except in a cycle in which a
+    stage-2 context end writes it, and ``wchain_in`` into the weight chain register, except in
+    an interleaved end slot; ``load`` copies the reserve register into the held operand (as a
+    held-operand end slot does).
 
     Without reserve registers (a plain OS PE), the accumulator is the chain register: ``shift``
     moves ``chain_in`` into it (the stage-2 addition of that cycle is lost) and ``h_last_in`` has
@@ -136,7 +137,8 @@ class PE(wiring.Component):
                 "wchain_in": In(op), "wchain_out": Out(op),
             })
         super().__init__(members)
-        #: The multiplier's operand registers (internal; observable in simulation).
+        #: The multiplier's operand registers (internal; observable in simulation; zero where
+        #: they are a DSP block's own registers).
         self.mul_a = Signal(op)
         self.mul_b = Signal(op)
 
@@ -174,14 +176,11 @@ class PE(wiring.Component):
             fire = active
         m.d.sync += self.fired.eq(fire)
 
-        # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation).
-        with m.If(fire):
-            m.d.sync += [self.mul_a.eq(a), self.mul_b.eq(b)]
-        # Stage 1 -> 2: the product register, zero for a slot that did not fire.
-        fire1 = Signal()
-        m.d.sync += fire1.eq(fire)
-        product = Signal(signed(2 * ar.operand_shape.width + 1))
-        m.d.sync += product.eq(Mux(fire1, ar.mul(self.mul_a, self.mul_b), 0))
+        # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation);
+        # stage 1 -> 2: the product register, zero for a slot that did not fire.
+        product, operands = ar.multiplier(m, a, b, fire, platform=platform)
+        if operands is not None:
+            m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
 
         def stage2(value, name):
             s1 = Signal(name=f"{name}_s1")
@@ -224,36 +223,36 @@ class PE(wiring.Component):
         if acc is not None:
             m.d.sync += acc.eq(acc_next)
 
-        # Context-end actions: (condition, statements) in stage 2, then in stage 0. Each exists
-        # only when its dataflow is generated.
-        late, early = [], []
+        # Context ends. Stage 2 (OS, interleaved): the result goes to the reserve register; the
+        # accumulator takes the preload (OS) or clears (interleaved). Stage 0 (held operand,
+        # interleaved): the held operand takes the next operand from the reserve register; an
+        # interleaved context's weights go to the weight chain.
+        late = []
         if cfg.has("os"):
-            late.append((stage2(end & is_os, "os_end"), [res.eq(acc_next), acc.eq(res)]))
+            late.append((stage2(end & is_os, "os_end"), res))
         if cfg.has("interleaved"):
-            late.append((stage2(end & il_hold, "il_end"), [res.eq(acc_next), acc.eq(0)]))
-        if cfg.has("ws") or cfg.has("is"):
-            early.append((end & is_hold, [w.eq(ar.as_operand(res))]))
+            late.append((stage2(end & il_hold, "il_end"), 0))
+        for i, (cond, start) in enumerate(late):
+            with (m.If if i == 0 else m.Elif)(cond):
+                m.d.sync += [res.eq(acc_next), acc.eq(start)]
+        if late:
+            late_any = _any(cond for cond, _ in late)
+            with m.If(~late_any & self.shift):
+                m.d.sync += res.eq(self.chain_in)
+        else:
+            with m.If(self.shift):
+                m.d.sync += res.eq(self.chain_in)
+        if w is not None:
+            early = end & use_w
+            with m.If(early | self.load):
+                m.d.sync += w.eq(ar.as_operand(res))
         if cfg.has("interleaved"):
             wchain = Signal(ar.operand_shape)
             m.d.comb += self.wchain_out.eq(wchain)
-            early.append((end & il_hold, [w.eq(ar.as_operand(res)), wchain.eq(w)]))
-
-        late_any = Signal()
-        early_any = Signal()
-        m.d.comb += [late_any.eq(_any(cond for cond, _ in late)),
-                     early_any.eq(_any(cond for cond, _ in early))]
-        for stages in (late, early):
-            for i, (cond, stmts) in enumerate(stages):
-                with (m.If if i == 0 else m.Elif)(cond):
-                    m.d.sync += stmts
-        with m.If(~late_any & ~early_any):
-            with m.If(self.shift):
-                m.d.sync += res.eq(self.chain_in)
-                if cfg.has("interleaved"):
-                    m.d.sync += wchain.eq(self.wchain_in)
-            if w is not None:
-                with m.If(self.load):
-                    m.d.sync += w.eq(ar.as_operand(res))
+            with m.If(end & il_hold):
+                m.d.sync += wchain.eq(w)
+            with m.Elif(self.shift):
+                m.d.sync += wchain.eq(self.wchain_in)
         return m
 
 

@@ -137,22 +137,18 @@ class PEModel:
             return out
 
         acc, res, w, wchain = acc_next, self.res, self.w, self.wchain
-        late = os_end2 or il_end2
         if os_end2:
             acc, res = self.res, acc_next
         elif il_end2:
             acc, res = 0, acc_next
-        early = (end and is_hold) or (end and il_hold)
-        if early:
+        elif g("shift"):
+            res = g("chain_in")
+        if p.held and ((end and use_w) or g("load")):
             w = self._op(self.res)
-            if il_hold:
-                wchain = self.w
-        if not late and not early:
-            if g("shift"):
-                res = g("chain_in")
-                wchain = g("wchain")
-            if p.held and g("load"):
-                w = self._op(self.res)
+        if end and il_hold:
+            wchain = self.w
+        elif g("shift"):
+            wchain = g("wchain")
         self.acc, self.res, self.w, self.wchain = acc, res, w, wchain
         out["chain_out"] = self.res
         out["wchain_out"] = self.wchain if has("interleaved") else 0

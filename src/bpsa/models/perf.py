@@ -67,7 +67,7 @@ TIMING = {
     # the rest of the set-up, measured
     "setup_channel_first": 0,
     # a run of the engine: (rows + cf_setup) + (rows + cf_preload) + tiles max(P, 2 rows) +
-    # (rows + cols + cf_drain) busy cycles, from its FSM (SETUP, PRE, PRE_END + LOAD, STREAM,
+    # (rows + cols + mac_latency + cf_drain) busy cycles, from its FSM (SETUP, PRE, PRE_END + LOAD, STREAM,
     # DRAIN; its start cycle in IDLE is not busy)
     "cf_setup": 7,         # SETUP beyond its rows steps: the run constants' products
     "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
@@ -170,7 +170,7 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     groups = -(-channels // R)
     d = obh * ow
     ctx = groups * r * s
-    return ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1
+    return ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1 + config.mac_latency
 
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
@@ -197,7 +197,7 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
             last = taps[-1][0] * s + taps[-1][1]
             per_tile = max(len(taps) * blocks, 2 * R) + (last + 1 - len(taps))
             total += tiles * per_tile
-    return total + 3 * R + C + 4
+    return total + 3 * R + C + 4 + config.mac_latency
 
 
 def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
@@ -252,7 +252,7 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
                     if 0 <= y < in_rows:
                         read += reads[goff]
             total += max(depth, 2 * R, words)
-    cycles = total + TIMING["forward_run"] + R + s
+    cycles = total + TIMING["forward_run"] + R + s + config.mac_latency
     cache[key] = cycles, read
     return cycles, read
 
@@ -282,7 +282,7 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
     pixels = out_rows * ow
     stream = tiles * max(pixels, 2 * R)
     cycles = (R + TIMING["cf_setup"] + R + TIMING["cf_preload"] + stream + R + C
-              + TIMING["cf_drain"])
+              + config.mac_latency + TIMING["cf_drain"])
     rows_in = sum(1 for ri in range(r) for o in range(out_rows)
                   if 0 <= o * sh - pt + ri * dh < in_rows)
     cols_in = sum(1 for q in range(s) for x in range(ow) if 0 <= x * sw - pw + q * dw < width)

@@ -10,7 +10,7 @@ from amaranth.back import verilog
 from bpsa.config import Config
 from bpsa.platform.tops import TOPS
 
-__all__ = ["TOPS", "TRIGGER", "describe", "elaborate_top", "executable_constants",
+__all__ = ["DEVICE_TARGETS", "TOPS", "TRIGGER", "describe", "elaborate_top", "executable_constants",
            "generate_verilog", "verilog_ports", "write_verilog"]
 
 def elaborate_top(config, top):
@@ -21,16 +21,37 @@ def elaborate_top(config, top):
     return getattr(importlib.import_module(module), cls)(config)
 
 
-def generate_verilog(config, top="pe", *, name=None):
+class _Device:
+    """What a component's ``elaborate(platform)`` learns of the FPGA family it is built for
+    when no board platform is given: the ``family`` attribute of Amaranth's vendor platforms
+    (``"ecp5"``). The PE instantiates the family's DSP block with its registers
+    (:meth:`bpsa.gateware.arith.IntArith.multiplier`)."""
+
+    def __init__(self, family):
+        self.family = family
+
+
+#: Targets whose Verilog differs from the portable one: the family's DSP blocks are instantiated
+#: with their registers. Everything else (simulation, generic and iCE40 synthesis) takes the
+#: portable Verilog.
+DEVICE_TARGETS = ("ecp5",)
+
+
+def generate_verilog(config, top="pe", *, name=None, target=None):
     """Verilog text of ``top`` for ``config``. No source locations or absolute paths are
     emitted, so the text is the same on every machine and from every working directory, and
     every ``always`` block executes at time zero in every simulator
-    (:func:`executable_constants`)."""
+    (:func:`executable_constants`). ``target`` (one of :data:`DEVICE_TARGETS`, or ``None``
+    for the portable Verilog) builds it for one FPGA family's DSP blocks."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a Config, not {config!r}")
+    if target is not None and target not in DEVICE_TARGETS:
+        raise ValueError(f"target must be one of {list(DEVICE_TARGETS)} or None, "
+                         f"not {target!r}")
     component = elaborate_top(config, top)
-    return executable_constants(verilog.convert(component, name=name or top, emit_src=False,
-                                                strip_internal_attrs=True))
+    platform = _Device(target) if target else None
+    return executable_constants(verilog.convert(component, name=name or top, platform=platform,
+                                                emit_src=False, strip_internal_attrs=True))
 
 
 #: A combinational block that only assigns a constant (Yosys writes one for a constant field
@@ -102,15 +123,18 @@ def describe(config, top, name, text):
             "ports": verilog_ports(text, name), "config": config.to_dict()}
 
 
-def write_verilog(config, top="pe", out_dir="build", *, name=None):
+def write_verilog(config, top="pe", out_dir="build", *, name=None, target=None):
     """Write ``<name>.v`` and ``<name>.json`` (:func:`describe`: top, ports, versions and the
-    configuration) into ``out_dir``; return the path of the Verilog file."""
+    configuration) into ``out_dir``; return the path of the Verilog file. With ``target``
+    (:func:`generate_verilog`) the files are ``<name>.<target>.v`` and ``<name>.<target>.json``,
+    the module still ``<name>``."""
     name = name or top
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    v_path = out / f"{name}.v"
-    text = generate_verilog(config, top, name=name)
+    stem = f"{name}.{target}" if target else name
+    v_path = out / f"{stem}.v"
+    text = generate_verilog(config, top, name=name, target=target)
     v_path.write_text(text)
-    (out / f"{name}.json").write_text(
+    (out / f"{stem}.json").write_text(
         json.dumps(describe(config, top, name, text), indent=2, sort_keys=True) + "\n")
     return v_path
