@@ -133,3 +133,14 @@ def test_pe_verilator(name):
     from bpsa.sim.runner import run_cocotb
     tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_pe", top="pe")
     assert tests == 2 and failures == 0
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("name", ["all_int8", "interleaved_int16"])
+def test_pe_ecp5_dsp_verilator(name):
+    """The Verilog built for the ECP5, its multiplier a MULT18X18D with input and output
+    registers, under Verilator with the primitive's model: the same random and directed
+    streams as the portable PE."""
+    from bpsa.sim.runner import run_cocotb
+    tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_pe", top="pe", device="ecp5")
+    assert tests == 2 and failures == 0

@@ -68,8 +68,11 @@ def test_fpga_counts(small_report):
     assert ice40["luts"] > 0 and ecp5["lut4"] > 0
     assert ecp5["luts"] == ecp5["lut4"] + 2 * ecp5["ccu2c"]
     assert ice40["brams"] == ecp5["brams"] == 0
-    # The same registers, whatever the target.
-    assert ice40["ffs"] == ecp5["ffs"] == targets["generic"]["summary"]["ff_bits"]
+    # The same registers on iCE40 and generic gates; on the ECP5 the multiplier's operand
+    # registers (2 x 8 bits) and product register (16 bits: an int8 product's 17th bit is a
+    # copy of its sign, which Yosys removes) are the MULT18X18D's own.
+    assert ice40["ffs"] == targets["generic"]["summary"]["ff_bits"]
+    assert ecp5["ffs"] == ice40["ffs"] - (2 * 8 + 16)
 
 
 def test_reproducible(tmp_path):
@@ -240,6 +243,13 @@ def test_timing_estimate_of_a_block(tmp_path):
     assert "## Timing estimate (ECP5-85F, nextpnr out of context)" in \
         report.markdown_path.read_text()
     assert (tmp_path / "pe_ecp5_timing.report.json").is_file()
+    # The ECP5 runs read the Verilog built for the ECP5: the multiplier is a MULT18X18D with
+    # its input and output registers, which Yosys keeps as the one DSP block.
+    assert "MULT18X18D" in (tmp_path / "pe.ecp5.v").read_text()
+    assert "MULT18X18D" not in (tmp_path / "pe.v").read_text()
+    for script in ("pe_ecp5.ys", "pe_ecp5_timing.ys"):
+        assert "read_verilog pe.ecp5.v" in (tmp_path / script).read_text()
+    assert report.data["targets"]["ecp5"]["summary"]["dsps"] == 1
 
 
 def test_cli_timing_applies_to_one_block(capsys):

@@ -122,7 +122,8 @@ def sim_toplevel(top):
 
 def generator_digest():
     """A digest of everything the generated Verilog depends on besides the configuration: the
-    generator's sources (``bpsa`` minus the host, verification and tool packages) and the
+    generator's sources (``bpsa`` minus the host, verification and tool packages, plus the
+    primitives' simulation models) and the
     versions of Amaranth and of the Yosys it writes Verilog with. Builds are cached by it, so
     that a cached build costs no elaboration."""
     from importlib import metadata
@@ -135,7 +136,7 @@ def generator_digest():
         except metadata.PackageNotFoundError:
             versions.append(f"{dist}=none")
     digest = hashlib.sha256(",".join(versions).encode())
-    for path in sorted(top.rglob("*.py")):
+    for path in sorted([*top.rglob("*.py"), *(top / "platform" / "primitives").glob("*.v")]):
         rel = path.relative_to(top).as_posix()
         if rel.split("/")[0] in ("host", "sim", "verify", "tools", "cli", "cli.py"):
             continue
@@ -148,21 +149,32 @@ def generator_digest():
 SIMULATORS = ("verilator", "icarus")
 
 
-def build_name(config, top, simulator="verilator"):
+def build_name(config, top, simulator="verilator", device=None):
     """The build folder's name of ``top`` for ``config``: ``<top>_<config>_<key>`` (Icarus:
-    ``<top>_<config>_icarus_<key>``), the key a digest of the generator's sources, the
-    configuration, the top and ``WAVES`` (a traced build is a build of its own, never mixed
-    with one without tracing)."""
+    ``<top>_<config>_icarus_<key>``; built for a ``device``: ``..._<device>_<key>``), the key
+    a digest of the generator's sources, the configuration, the top and ``WAVES`` (a traced
+    build is a build of its own, never mixed with one without tracing)."""
     waves = "waves" if os.environ.get("WAVES", "0") not in ("", "0") else ""
     key = hashlib.sha256((generator_digest() + config.to_json() + top + sim_toplevel(top)
-                          + waves + simulator).encode()).hexdigest()[:12]
+                          + waves + simulator + (device or "")).encode()).hexdigest()[:12]
     sim = "" if simulator == "verilator" else f"_{simulator}"
-    return f"{top}_{config.name}{sim}_{key}"
+    dev = f"_{device}" if device else ""
+    return f"{top}_{config.name}{sim}{dev}_{key}"
 
 
-def build_top(config, top="pe", *, build_root=None, progress=True, simulator="verilator"):
+def primitive_models(device):
+    """The simulation models of the FPGA primitives that Verilog built for ``device`` (one of
+    :data:`bpsa.platform.verilog.DEVICE_TARGETS`) instantiates: ``bpsa/platform/primitives/
+    <device>.v``."""
+    return [Path(__file__).resolve().parent.parent / "platform" / "primitives" / f"{device}.v"]
+
+
+def build_top(config, top="pe", *, build_root=None, progress=True, simulator="verilator",
+              device=None):
     """Generate ``top`` for ``config`` and build it with ``simulator`` (:data:`SIMULATORS`:
-    Verilator, or Icarus Verilog when ``iverilog`` is on PATH). Returns ``(runner,
+    Verilator, or Icarus Verilog when ``iverilog`` is on PATH). ``device``: the Verilog built
+    for that FPGA family (``"ecp5"``: its DSP blocks instantiated), simulated with the models of
+    its primitives (:func:`primitive_models`). Returns ``(runner,
     build_dir)``; the configuration JSON sits in ``build_dir/<top>.json``. Builds are keyed
     by the generator's sources (:func:`generator_digest`), the
     configuration, the top and ``WAVES`` (cocotb's tracing switch: the runner then builds with
@@ -180,7 +192,8 @@ def build_top(config, top="pe", *, build_root=None, progress=True, simulator="ve
         raise RuntimeError("the icarus simulator needs Icarus Verilog's iverilog on PATH "
                            "(e.g. apt-get install iverilog)")
     verilator_env(build_root)
-    build_dir = Path(build_root or sim_build_root()) / build_name(config, top, simulator)
+    build_dir = Path(build_root or sim_build_root()) / build_name(config, top, simulator,
+                                                                 device)
     build_dir.mkdir(parents=True, exist_ok=True)
     v_path = build_dir / f"{top}.v"
     runner = get_runner(simulator)
@@ -191,11 +204,13 @@ def build_top(config, top="pe", *, build_root=None, progress=True, simulator="ve
             announce(f"building {top!r} of configuration {config.name!r} with {simulator} "
                      f"once, into {build_dir}: up to a few minutes; later runs reuse it",
                      progress)
-            v_path.write_text(generate_verilog(config, top, name=sim_toplevel(top)))
+            v_path.write_text(generate_verilog(config, top, name=sim_toplevel(top),
+                                               target=device))
             (build_dir / f"{top}.json").write_text(config.to_json())
         args = (["-Wno-fatal", "-Wno-lint", "-Wno-style", "-j", str(os.cpu_count() or 1)]
                 if simulator == "verilator" else [])
-        runner.build(sources=[v_path], hdl_toplevel=sim_toplevel(top), build_dir=build_dir,
+        sources = [v_path] + (primitive_models(device) if device else [])
+        runner.build(sources=sources, hdl_toplevel=sim_toplevel(top), build_dir=build_dir,
                      build_args=args, log_file=build_dir / "build.log",
                      timescale=("1ns", "1ps") if simulator == "icarus" else None)
     prune_builds(build_dir)
@@ -203,16 +218,17 @@ def build_top(config, top="pe", *, build_root=None, progress=True, simulator="ve
 
 
 def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None,
-               progress=True, simulator="verilator"):
+               progress=True, simulator="verilator", device=None):
     """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
     importable, e.g. ``bpsa.verify.tb_pe``) against it. The testbench finds the configuration as
     JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
     any cocotb test fails; returns ``(tests, failures)``. Runs with different ``tag`` values use
     separate directories, so they may run in parallel on the same build. ``progress``,
-    ``simulator``: see :func:`build_top`."""
+    ``simulator``, ``device``: see :func:`build_top`."""
     from cocotb_tools.runner import get_results
 
-    runner, build_dir = build_top(config, top, progress=progress, simulator=simulator)
+    runner, build_dir = build_top(config, top, progress=progress, simulator=simulator,
+                                  device=device)
     env = {"BPSA_CONFIG_JSON": str(build_dir / f"{top}.json")}
     env.update(extra_env or {})
     name = test_module.rsplit(".", 1)[-1] + (f"_{testcase}" if testcase else "") \

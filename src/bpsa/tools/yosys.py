@@ -92,10 +92,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from bpsa.platform.verilog import write_verilog
+from bpsa.platform.verilog import DEVICE_TARGETS, write_verilog
 
-__all__ = ["TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "ToolError", "ecp5_timing",
-           "synthesize", "yosys_command", "yosys_version"]
+__all__ = ["TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "ToolError", "device_verilog",
+           "ecp5_timing", "synthesize", "write_verilogs", "yosys_command", "yosys_version"]
 
 
 @dataclass(frozen=True)
@@ -405,6 +405,7 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
         raise FileNotFoundError(f"Verilog file {str(verilog_path)!r} does not exist")
     out = verilog_path.parent
     stem = stem or verilog_path.stem
+    verilog_path = device_verilog(verilog_path, target)
     version = yosys_version()   # compiles the WebAssembly once, under a lock
     script = out / f"{stem}_{target}.ys"
     log = out / f"{stem}_{target}.log"
@@ -463,6 +464,7 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     verilog_path = Path(verilog_path)
     out = verilog_path.parent
     stem = stem or verilog_path.stem
+    verilog_path = device_verilog(verilog_path, "ecp5")
     version = yosys_version()
     base = f"{stem}_ecp5_timing"
     (out / f"{base}.ys").write_text(f"read_verilog {verilog_path.name}\n"
@@ -576,8 +578,27 @@ def _run_all(jobs_list, jobs, *, return_errors=False):
     return [f.result() for f in futures]
 
 
+def device_verilog(verilog_path, target):
+    """The Verilog to synthesize for ``target``: ``<stem>.<target>.v`` beside the portable
+    ``verilog_path`` where the target's Verilog differs (:data:`DEVICE_TARGETS`: its DSP blocks
+    instantiated with their registers) and was written, else ``verilog_path`` itself."""
+    verilog_path = Path(verilog_path)
+    device = verilog_path.with_name(f"{verilog_path.stem}.{target}.v")
+    return device if target in DEVICE_TARGETS and device.is_file() else verilog_path
+
+
+def write_verilogs(config, top, out_dir, *, name=None):
+    """The portable Verilog (:func:`bpsa.platform.verilog.write_verilog`) and beside it the
+    Verilog of every :data:`DEVICE_TARGETS` target, which :func:`synthesize` and
+    :func:`ecp5_timing` pick up; returns the portable file's path."""
+    path = write_verilog(config, top, out_dir, name=name)
+    for target in DEVICE_TARGETS:
+        write_verilog(config, top, out_dir, name=name, target=target)
+    return path
+
+
 def _write_one(config, top, out_dir, name):
-    return write_verilog(config, top, out_dir, name=name)
+    return write_verilogs(config, top, out_dir, name=name)
 
 
 def _write_verilogs(specs, jobs, *, return_errors=False):
