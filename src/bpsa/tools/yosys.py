@@ -467,8 +467,11 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     verilog_path = device_verilog(verilog_path, "ecp5")
     version = yosys_version()
     base = f"{stem}_ecp5_timing"
+    # synth_ecp5 in two halves with splitnets before ABC9, as for the area (Yosys #4349)
     (out / f"{base}.ys").write_text(f"read_verilog {verilog_path.name}\n"
-                                    f"synth_ecp5 -top {top}\nwrite_json {base}.json\n")
+                                    f"synth_ecp5 -top {top} -run :map_luts\nsplitnets\n"
+                                    f"synth_ecp5 -top {top} -run map_luts:\n"
+                                    f"write_json {base}.json\n")
     proc = subprocess.run(yosys_command() + ["-q", "-l", f"{base}.yosys.log", "-s",
                                              f"{base}.ys"],
                           cwd=out, capture_output=True, text=True, env=_env())
