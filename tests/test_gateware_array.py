@@ -44,11 +44,12 @@ class _SharedArray(Elaboratable):
 EVENTS = ("drain_valid", "psum_valid", "drain_shift", "busy", "error")
 
 
-def run_program(cfg, prog, shared_owner=None):
+def run_program(cfg, prog, shared_owner=None, timeline=None):
     """Run ``prog`` on the array in the Amaranth simulator; returns (results, counters).
     With ``shared_owner`` (0 or 1) the array is shared by two users and ``prog`` drives user
     ``shared_owner`` while the other user's inputs carry random noise; the other user must see
-    no event."""
+    no event. ``timeline``: a dict that gets, per event output (``drain_shift``,
+    ``drain_valid``, ``psum_valid``), the cycles (indices into ``prog.cycles``) it is high in."""
     if shared_owner is None:
         top = dut = SystolicArray(cfg)
     else:
@@ -56,7 +57,7 @@ def run_program(cfg, prog, shared_owner=None):
         dut, idle = top.users[shared_owner], top.users[1 - shared_owner]
         noise = np.random.default_rng(shared_owner)
     shape = ArrayShape.of(cfg)
-    drains, psums, counters = [], [], {}
+    drains, psums, counters, seen = [], [], {}, []
 
     async def tb(ctx):
         if shared_owner is not None:
@@ -79,6 +80,12 @@ def run_program(cfg, prog, shared_owner=None):
                         ctx.set(sig, int.from_bytes(noise.bytes(len(sig) // 8 + 1), "little")
                                 % (1 << len(sig)))
             await ctx.tick()
+            if timeline is not None:
+                # after the edge that ends cycle k: the registered outputs of cycle k + 1
+                for name in ("drain_shift", "drain_valid", "psum_valid"):
+                    if hasattr(dut, name) and ctx.get(getattr(dut, name)):
+                        timeline.setdefault(name, []).append(len(seen) + 1)
+            seen.append(cycle)
             if shared_owner is not None:
                 for name in EVENTS:
                     if hasattr(idle, name):
@@ -156,6 +163,51 @@ def test_interleaved_matches_numpy(preset, dims, sgd):
     want = expected("interleaved", shape, sgd_shift=sgd, **ops)
     np.testing.assert_array_equal(got["da_t"], want["da_t"])
     np.testing.assert_array_equal(got["g"], want["g"])
+
+
+LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
+                 for flow in ("os", "ws", "is", "interleaved")]
+
+
+@pytest.mark.parametrize("preset,flow", LATENCY_CASES)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_latency_contract(preset, flow, seed):
+    """The array's documented latency on random problems of several tiles, in every dataflow:
+    each context's drain begins R + LATENCY cycles after its a_last cycle and its first vector
+    leaves C cycles later; each partial-sum vector leaves R + C - 1 + LATENCY cycles after its
+    slot (interleaved: the tag-1 slot); the results equal numpy."""
+    cfg = load_config(preset)
+    R, C, L = cfg.rows, cfg.cols, cfg.mac_latency
+    shape = ArrayShape.of(cfg)
+    rng = np.random.default_rng([seed, len(flow), R, C])
+    if flow == "os":
+        dims = (int(rng.integers(1, 2 * R + 1)), int(rng.integers(1, 3 * R)),
+                int(rng.integers(1, 2 * C + 1)))
+    elif flow == "interleaved":
+        dims = (int(rng.integers(1, 2 * R + 1)), int(rng.integers(1, 2 * R)),
+                int(rng.integers(1, 2 * C + 1)))
+    else:
+        dims = (int(rng.integers(1, 3 * R)), int(rng.integers(1, 2 * R + 1)),
+                int(rng.integers(1, 2 * C + 1)))
+    ops = random_problem(shape, flow, dims, rng)
+    prog = program(flow, shape, sgd_shift=1 if flow == "interleaved" else None, **ops)
+    timeline = {}
+    got, _ = run_program(cfg, prog, timeline=timeline)
+    for name, mat in expected(flow, shape, sgd_shift=1 if flow == "interleaved" else None,
+                              **ops).items():
+        np.testing.assert_array_equal(got[name], mat, err_msg=f"{flow} {dims}: {name}")
+
+    def starts(cycles):
+        return [t for t in cycles if t - 1 not in cycles]
+
+    ends = [t for t, c in enumerate(prog.cycles)
+            if c.get("a_valid") and c.get("a_last") and c.get("b_tag", 1)]
+    slots = [t for t, c in enumerate(prog.cycles) if c.get("b_valid") and c.get("b_tag", 1)]
+    if flow in ("os", "interleaved"):
+        assert starts(timeline["drain_shift"]) == [t + R + L for t in ends]
+        assert starts(timeline["drain_valid"]) == [t + R + L + C for t in ends]
+    if flow != "os":
+        assert timeline["psum_valid"] == [t + R + C - 1 + L for t in slots]
 
 
 @pytest.mark.parametrize("preset", ["small", "nonsquare"])
