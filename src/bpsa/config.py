@@ -33,11 +33,13 @@ FORWARD_FRONTENDS = ("feeder", "channel_first")
 ARITHMETICS = ("int",)
 
 #: Cycles the PE's pipelined multiply-accumulate adds to the systolic timing, by arithmetic: a
-#: slot's operands are registered into the multiplier, its product is registered, and the
-#: accumulator (or the partial sum) adds the registered product two cycles after the operands
-#: met in the PE. The array's latency contract (``bpsa.gateware.array``) and the cycle model
-#: (``bpsa.models.perf``) are written against this number.
-MAC_LATENCY = {"int": 2}
+#: slot's operands are registered into the multiplier, its product is registered (the DSP
+#: block's output register) and registered again next to the adders, and the accumulator (or
+#: the partial sum) adds it; the result of a context end is in the reserve register three
+#: cycles after the plain systolic timing. The array's latency contract
+#: (``bpsa.gateware.array``) and the cycle model (``bpsa.models.perf``) are written against
+#: this number.
+MAC_LATENCY = {"int": 3}
 
 #: Presets shipped inside the package (``bpsa/presets/*.toml``), an
 #: :mod:`importlib.resources` traversable.

@@ -36,12 +36,13 @@ class IntArith:
         """The exact product of two operands."""
         return a * b
 
-    def multiplier(self, m, a, b, fire, *, platform=None):
+    def multiplier(self, m, a, b, fire, *, latency=2, platform=None):
         """The PE's pipelined multiplier, built into ``m``: the operands ``a`` and ``b`` are
         taken into operand registers at the end of a cycle in which ``fire`` is high (they keep
         their values otherwise), and their product is registered one cycle later, zero when the
-        slot did not fire. Returns ``(product, (mul_a, mul_b))``: the product register (valid
-        two cycles after the operands were presented) and the operand registers, or ``None``
+        slot did not fire, then delayed by ``latency - 2`` more registers in the fabric.
+        Returns ``(product, (mul_a, mul_b))``: the last product register (the product of the
+        operands presented ``latency`` cycles before) and the operand registers, or ``None``
         where they are inside a DSP block.
 
         On an ECP5 (``platform.family == "ecp5"``, as Amaranth's ``LatticePlatform`` and the
@@ -51,6 +52,9 @@ class IntArith:
         ``MULT18X18D`` without its registers, so the block is instantiated. Elsewhere the
         registers are fabric flip-flops around an inferred multiply (iCE40: Yosys's
         ``ice40_dsp`` packs them into the ``SB_MAC16``)."""
+        if latency < 2:
+            raise ValueError(f"latency must be at least 2 (operand and product registers), "
+                             f"not {latency}")
         width = self.operand_shape.width
         fire1 = Signal()
         m.d.sync += fire1.eq(fire)
@@ -78,12 +82,18 @@ class IntArith:
                 i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
                 **ports)
             m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
-            return product, None
-        mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
-        with m.If(fire):
-            m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
-        m.d.sync += product.eq(Mux(fire1, self.mul(mul_a, mul_b), 0))
-        return product, (mul_a, mul_b)
+            operands = None
+        else:
+            mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
+            with m.If(fire):
+                m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+            m.d.sync += product.eq(Mux(fire1, self.mul(mul_a, mul_b), 0))
+            operands = (mul_a, mul_b)
+        for k in range(latency - 2):
+            later = Signal.like(product, name=f"product_d{k + 1}")
+            m.d.sync += later.eq(product)
+            product = later
+        return product, operands
 
     def add(self, acc, x):
         """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""

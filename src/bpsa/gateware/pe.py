@@ -46,14 +46,17 @@ class PEMode(enum.Enum, shape=2):
 class PE(wiring.Component):
     """One processing element of the systolic array.
 
-    **Pipeline** (``config.mac_latency``, 2 for integers). A *slot* is the set of inputs presented in one cycle ``t``
-    (stage 0). The multiplier's operands are registered at the end of ``t`` (``mul_a``,
-    ``mul_b``), the product at the end of ``t + 1``, and the product is added at the end of
-    ``t + 2`` (stage 2): into the accumulator, or into the partial sum ``p_in`` presented in
-    cycle ``t + 2``, giving ``p_out`` in cycle ``t + 3``. Everything else the PE passes on
-    (``h_out``, ``v_out``, valid, last and tag bits) is a one-cycle registered copy of its input,
-    as in a plain systolic array, so the operand channels keep one cycle a hop and the partial
-    sums of a column arrive at every PE exactly when its product is ready.
+    **Pipeline** (``L = config.mac_latency``, 3 for integers). A *slot* is the set of inputs
+    presented in one cycle ``t`` (stage 0). The multiplier's operands are registered at the end
+    of ``t`` (``mul_a``, ``mul_b``), the product at the end of ``t + 1`` and again, in the
+    fabric next to the adders, at the end of ``t + 2`` (a DSP block's output is far from the
+    logic: the second register takes the route off the adder's path), and the product is added
+    at the end of ``t + L`` (stage L, "the add stage"): into the accumulator, or into the
+    partial sum ``p_in`` presented in cycle ``t + L``, giving ``p_out`` in cycle ``t + L + 1``.
+    Everything else the PE passes on (``h_out``, ``v_out``, valid, last and tag bits)
+    is a one-cycle registered copy of its input, as in a plain systolic array, so the operand
+    channels keep one cycle a hop and the partial sums of a column, entering ``L`` cycles
+    behind their slots, arrive at every PE exactly when its product is ready.
 
     A slot is *active* when ``h_valid_in & v_valid_in``. With zero gating, an active slot with a
     zero operand is *gated*: the multiplier's operand registers keep their previous values and
@@ -62,7 +65,7 @@ class PE(wiring.Component):
     was presented.
 
     Context ends (a slot with ``h_valid_in & h_last_in``):
-        * OS: in stage 2 (cycle ``t + 2``), after the slot's product is added, the accumulator
+        * OS: in the add stage, after the slot's product is added, the accumulator
           and the reserve register swap: the result goes to the reserve register, the preload
           that was shifted into the reserve register becomes the new accumulator.
         * HOLD: in stage 0 (cycle ``t``), after the slot's operands are taken, the held operand
@@ -70,13 +73,13 @@ class PE(wiring.Component):
           in while this tile computed).
         * INTERLEAVED (a tag-1 slot): in stage 0 the held operand takes the next weights from the
           reserve register and the context's weights go to the weight chain register
-          (``wchain``); in stage 2 the accumulator (the gradient G, the slot's product added)
+          (``wchain``); in the add stage the accumulator (the gradient G)
           goes to the reserve register and clears. The weights and G leave on their two chains
           side by side; the array computes the SGD update ``w - (G >> sgd_shift)`` once per
           column as they leave, not in every PE.
-    A stage-2 action and a stage-0 action of different slots may fall in the same cycle: both
-    apply. ``shift`` moves ``chain_in`` into the reserve register, except in a cycle in which a
-    stage-2 context end writes it, and ``wchain_in`` into the weight chain register, except in
+    An add-stage action and a stage-0 action of different slots may fall in the same cycle: both
+    apply. ``shift`` moves ``chain_in`` into the reserve register, except in a cycle in which an
+    add-stage context end writes it, and ``wchain_in`` into the weight chain register, except in
     an interleaved end slot; ``load`` copies the reserve register into the held operand (as a
     held-operand end slot does).
 
@@ -87,7 +90,8 @@ class PE(wiring.Component):
     Members
     -------
     mode : In(PEMode)
-        Static while a tile runs. Only the modes of the configured dataflows are decoded.
+        Static while a tile runs. Only the modes of the configured dataflows are decoded; with
+        one generated, the input is ignored.
     h_in, h_valid_in, h_last_in : In
         Horizontal operand from the left neighbour, its valid bit and end-of-context flag.
     h_out, h_valid_out, h_last_out : Out
@@ -98,8 +102,9 @@ class PE(wiring.Component):
     v_valid_out[, v_out][, v_tag_out] : Out
         The same, registered, to the lower neighbour.
     p_in : In, p_out : Out
-        (held-operand dataflows) Partial sums, accumulator wide, two cycles behind the slot
-        channel: ``p_out`` is ``p_in`` plus the product of the slot presented two cycles before.
+        (held-operand dataflows) Partial sums, accumulator wide, ``L`` cycles behind the slot
+        channel: ``p_out`` is ``p_in`` plus the product of the slot presented ``L`` cycles
+        before.
     chain_in : In, chain_out : Out, shift : In
         The reserve-register shift chain.
     wchain_in : In, wchain_out : Out
@@ -112,9 +117,9 @@ class PE(wiring.Component):
     """
 
     def __init__(self, config):
-        if config.mac_latency != 2:
-            raise ValueError(f"the integer PE's pipeline has 2 stages, not "
-                             f"mac_latency = {config.mac_latency}")
+        if config.mac_latency < 3:
+            raise ValueError(f"the PE's pipeline needs mac_latency >= 3, not "
+                             f"{config.mac_latency}")
         self.config = config
         self.arith = arith_for(config)
         op = self.arith.operand_shape
@@ -146,11 +151,18 @@ class PE(wiring.Component):
         cfg, ar = self.config, self.arith
         m = Module()
 
-        # Stage 0: which behaviour this slot has; modes that are not generated are constant 0.
-        is_os = (self.mode == PEMode.OS) if cfg.has("os") else 0
-        is_hold = (self.mode == PEMode.HOLD) if (cfg.has("ws") or cfg.has("is")) else 0
+        # Stage 0: which behaviour this slot has; modes that are not generated are constant 0,
+        # and with one mode generated it is constant 1 (the mode input is not decoded).
+        generated = {PEMode.OS: cfg.has("os"), PEMode.HOLD: cfg.has("ws") or cfg.has("is"),
+                     PEMode.INTERLEAVED: cfg.has("interleaved")}
+
+        def decode(mode):
+            if not generated[mode]:
+                return 0
+            return 1 if sum(generated.values()) == 1 else self.mode == mode
+        is_os, is_hold = decode(PEMode.OS), decode(PEMode.HOLD)
         if cfg.has("interleaved"):
-            is_il = self.mode == PEMode.INTERLEAVED
+            is_il = decode(PEMode.INTERLEAVED)
             il_os = is_il & ~self.v_tag_in
             il_hold = is_il & self.v_tag_in
         else:
@@ -177,16 +189,19 @@ class PE(wiring.Component):
         m.d.sync += self.fired.eq(fire)
 
         # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation);
-        # stage 1 -> 2: the product register, zero for a slot that did not fire.
-        product, operands = ar.multiplier(m, a, b, fire, platform=platform)
+        # then the product registers, zero for a slot that did not fire.
+        product, operands = ar.multiplier(m, a, b, fire, latency=cfg.mac_latency,
+                                          platform=platform)
         if operands is not None:
             m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
 
-        def stage2(value, name):
-            s1 = Signal(name=f"{name}_s1")
-            s2 = Signal(name=f"{name}_s2")
-            m.d.sync += [s1.eq(value), s2.eq(s1)]
-            return s2
+        def add_stage(value, name):
+            """``value`` of a slot, delayed to the slot's add stage (L registers)."""
+            for k in range(1, cfg.mac_latency + 1):
+                nxt = Signal(name=f"{name}_s{k}")
+                m.d.sync += nxt.eq(value)
+                value = nxt
+            return value
 
         # Systolic pass-through (one cycle a hop).
         m.d.sync += [
@@ -199,15 +214,19 @@ class PE(wiring.Component):
             m.d.sync += self.v_out.eq(self.v_in)
         if cfg.has("interleaved"):
             m.d.sync += self.v_tag_out.eq(self.v_tag_in)
-        # Stage 2: the partial sum adds the registered product (zero unless the slot fired).
+        # Add stage: the partial sum adds the registered product (zero unless the slot fired).
         if w is not None:
             m.d.sync += self.p_out.eq(ar.add(self.p_in, product))
 
-        # Stage 2: the accumulator's update.
+        # Add stage: the accumulator's update (clock-enabled: no multiplexer after the adder's
+        # carry chain when only the accumulating dataflow is generated).
         if acc is not None:
-            acc_en = stage2(accumulate, "acc_en")
+            acc_en = add_stage(accumulate, "acc_en") if not isinstance(accumulate, int) \
+                else accumulate
+            acc_sum = Signal(ar.acc_shape)
             acc_next = Signal(ar.acc_shape)
-            m.d.comb += acc_next.eq(Mux(acc_en, ar.add(acc, product), acc))
+            m.d.comb += [acc_sum.eq(ar.add(acc, product)),
+                         acc_next.eq(Mux(acc_en, acc_sum, acc))]
 
         if not cfg.reserve_registers:
             # Plain OS PE: the accumulator is the chain register.
@@ -221,17 +240,18 @@ class PE(wiring.Component):
         m.d.comb += self.chain_out.eq(res)
         end = self.h_valid_in & self.h_last_in
         if acc is not None:
-            m.d.sync += acc.eq(acc_next)
+            with m.If(acc_en):
+                m.d.sync += acc.eq(acc_sum)
 
-        # Context ends. Stage 2 (OS, interleaved): the result goes to the reserve register; the
+        # Context ends. Add stage (OS, interleaved): the result goes to the reserve register; the
         # accumulator takes the preload (OS) or clears (interleaved). Stage 0 (held operand,
         # interleaved): the held operand takes the next operand from the reserve register; an
         # interleaved context's weights go to the weight chain.
         late = []
         if cfg.has("os"):
-            late.append((stage2(end & is_os, "os_end"), res))
+            late.append((add_stage(end & is_os, "os_end"), res))
         if cfg.has("interleaved"):
-            late.append((stage2(end & il_hold, "il_end"), 0))
+            late.append((add_stage(end & il_hold, "il_end"), 0))
         for i, (cond, start) in enumerate(late):
             with (m.If if i == 0 else m.Elif)(cond):
                 m.d.sync += [res.eq(acc_next), acc.eq(start)]

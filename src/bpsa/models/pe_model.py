@@ -62,23 +62,25 @@ class PEParams:
 
 
 class PEModel:
-    """The PE's registers and its two-stage multiply-accumulate pipeline (the contract in
+    """The PE's registers and its pipelined multiply-accumulate (the contract in
     ``bpsa.gateware.pe.PE``): a slot's operands are taken in stage 0, its product is added in
-    stage 2, ``mac_latency`` cycles later."""
+    the add stage, ``L = mac_latency`` cycles later."""
 
     def __init__(self, cfg):
         self.p = PEParams.of(cfg)
-        if self.p.mac_latency != 2:
-            raise ValueError(f"the PE model has 2 stages, not {self.p.mac_latency}")
+        L = self.p.mac_latency
+        if L < 2:
+            raise ValueError(f"the PE model needs mac_latency >= 2, not {L}")
         self.acc = 0
         self.res = 0
         self.w = 0
         self.wchain = 0
         self.mul = (0, 0)       # the multiplier's operand registers
         self.fire1 = False      # the slot in stage 1 fired
-        self.product = 0        # the product register (0 unless its slot fired)
-        # per stage 1 and stage 2: (accumulate, OS end, interleaved end) of the slot there
-        self.flags = [(False, False, False), (False, False, False)]
+        # the product registers, the last first (0 where the slot did not fire)
+        self.products = [0] * (L - 1)
+        # per stage 1 .. L, the last first: (accumulate, OS end, interleaved end) of the slot
+        self.flags = [(False, False, False)] * L
         self.out = {k: 0 for k in OUTPUTS}
 
     def _op(self, x):
@@ -92,9 +94,11 @@ class PEModel:
         g = lambda k: i.get(k, 0)
         mode = g("mode")
         has = lambda d: d in p.dataflows
-        is_os = has("os") and mode == MODES["os"]
-        is_hold = (has("ws") or has("is")) and mode == MODES["hold"]
-        is_il = has("interleaved") and mode == MODES["interleaved"]
+        generated = {"os": has("os"), "hold": has("ws") or has("is"),
+                     "interleaved": has("interleaved")}
+        only = sum(generated.values()) == 1      # then the mode input is not decoded
+        is_os, is_hold, is_il = (generated[k] and (only or mode == MODES[k])
+                                 for k in ("os", "hold", "interleaved"))
         il_hold = is_il and g("v_tag") == 1
         il_os = is_il and not il_hold
         use_w = is_hold or il_hold
@@ -108,9 +112,9 @@ class PEModel:
         end = bool(g("h_valid") and g("h_last"))
         flags0 = (is_os or il_os, end and is_os, end and il_hold)
 
-        # Stage 2: the slot presented two cycles ago, its product in the product register.
-        accumulate2, os_end2, il_end2 = self.flags[1]
-        product = self.product
+        # The add stage: the slot presented L cycles ago, its product in the last register.
+        accumulate2, os_end2, il_end2 = self.flags[0]
+        product = self.products[0]
 
         out = dict(self.out)
         out["h_out"], out["h_valid_out"], out["h_last_out"] = a, g("h_valid"), g("h_last")
@@ -124,11 +128,11 @@ class PEModel:
         acc_next = wrap(self.acc + product, p.acc_width) if accumulate2 else self.acc
 
         # The pipeline registers.
-        self.product = self.mul[0] * self.mul[1] if self.fire1 else 0
+        self.products = self.products[1:] + [self.mul[0] * self.mul[1] if self.fire1 else 0]
         if fire:
             self.mul = (a, b)
         self.fire1 = fire
-        self.flags = [flags0, self.flags[0]]
+        self.flags = self.flags[1:] + [flags0]
 
         if not p.reserve_registers:
             self.acc = g("chain_in") if g("shift") else acc_next
