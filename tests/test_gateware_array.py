@@ -7,7 +7,7 @@ from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
-from bpsa.config import Config, load_config
+from bpsa.config import DRAIN_REGISTERS, Config, load_config
 from bpsa.gateware.array import SystolicArray, array_signature, share_array
 from bpsa.sim.gemm import (
     ArrayShape,
@@ -174,7 +174,7 @@ LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
 def test_latency_contract(preset, flow, seed):
     """The array's documented latency on random problems of several tiles, in every dataflow:
     each context's drain begins R + LATENCY cycles after its a_last cycle and its first vector
-    leaves C cycles later; each partial-sum vector leaves R + C - 1 + LATENCY cycles after its
+    leaves C + DRAIN_REGISTERS - 1 cycles later; each partial-sum vector leaves R + C - 1 + LATENCY cycles after its
     slot (interleaved: the tag-1 slot); the results equal numpy."""
     cfg = load_config(preset)
     R, C, L = cfg.rows, cfg.cols, cfg.mac_latency
@@ -205,15 +205,16 @@ def test_latency_contract(preset, flow, seed):
     slots = [t for t, c in enumerate(prog.cycles) if c.get("b_valid") and c.get("b_tag", 1)]
     if flow in ("os", "interleaved"):
         assert starts(timeline["drain_shift"]) == [t + R + L for t in ends]
-        assert starts(timeline["drain_valid"]) == [t + R + L + C for t in ends]
+        assert starts(timeline["drain_valid"]) == [t + R + L + C + DRAIN_REGISTERS - 1
+                                                   for t in ends]
     if flow != "os":
         assert timeline["psum_valid"] == [t + R + C - 1 + L for t in slots]
 
 
 @pytest.mark.parametrize("preset", ["small", "nonsquare"])
 def test_os_back_to_back_tiles_do_not_stall(preset):
-    """N tiles of depth K >= 2R take R (chain priming) + N*K + 2R + C - 1 + LATENCY busy
-    cycles: the drain of every tile overlaps the next tile."""
+    """N tiles of depth K >= 2R take R (chain priming) + N*K + 2R + C - 1 + LATENCY +
+    DRAIN_REGISTERS - 1 busy cycles: the drain of every tile overlaps the next tile."""
     cfg = load_config(preset)
     shape = ArrayShape.of(cfg)
     R, C = cfg.rows, cfg.cols
@@ -225,7 +226,8 @@ def test_os_back_to_back_tiles_do_not_stall(preset):
         got, counters = run_program(cfg, prog)
         np.testing.assert_array_equal(got["c"], expected("os", shape, **ops)["c"])
         n = m_tiles * n_tiles
-        assert counters["cycles"] == R + n * K + 2 * R + C - 1 + cfg.mac_latency
+        assert counters["cycles"] == (R + n * K + 2 * R + C - 1 + cfg.mac_latency
+                                      + DRAIN_REGISTERS - 1)
         assert counters["drained"] == n * R
         assert counters["fired"] + counters["gated"] == n * K * R * C
 
@@ -328,4 +330,5 @@ def test_array_verilator(preset, flow, dims, sgd):
         # No stall between tiles: chain priming + tiles * K + one fill/drain.
         R, C = cfg.rows, cfg.cols
         tiles = -(-dims[0] // R) * -(-dims[2] // C)
-        assert result["cycles"] == R + tiles * dims[1] + 2 * R + C - 1 + cfg.mac_latency
+        assert result["cycles"] == (R + tiles * dims[1] + 2 * R + C - 1 + cfg.mac_latency
+                                    + DRAIN_REGISTERS - 1)

@@ -7,7 +7,8 @@ from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.pe import PE
-from bpsa.models.pe_model import OUTPUTS, PORTS, PEModel, random_stimulus
+from bpsa.models.pe_model import (OUTPUTS, PORTS, PEModel, PEParams, random_stimulus,
+                                  with_zero_flags)
 from bpsa.verify.pe_streams import directed_stream
 
 CONFIGS = {
@@ -112,7 +113,8 @@ def test_zero_gating_freezes_multiplier_inputs():
 
     async def tb(ctx):
         for a, b, valid in [(3, 5, 1), (0, 7, 1), (9, 0, 1), (4, 4, 0), (0, 0, 1), (2, -2, 1)]:
-            drive(ctx, dut, {"h": a, "h_valid": valid, "v": b, "v_valid": 1})
+            drive(ctx, dut, with_zero_flags(PEParams.of(cfg),
+                                            {"h": a, "h_valid": valid, "v": b, "v_valid": 1}))
             seen.append((ctx.get(dut.mul_a), ctx.get(dut.mul_b), ctx.get(dut.gated)))
             await ctx.tick()
         seen.append((ctx.get(dut.mul_a), ctx.get(dut.mul_b), ctx.get(dut.gated)))

@@ -179,7 +179,7 @@ def _cf(config, layer, **kw):
 def test_channel_first_layer_by_hand():
     """small (4x4, int8, 64-bit bus), C = 4, 8 x 8, K = 4, 3 x 3 pad 1: one run (one channel
     block, one output-channel block, no band). The engine: no multi-tile (2 C > rows), 9
-    tiles of P = 64 pixels, the drain 3 cycles behind the pipelined PEs; the X bank words: 4 channels x 22 kernel-row hits x 22
+    tiles of P = 64 pixels, the drain 4 cycles behind the pipelined PEs; the X bank words: 4 channels x 22 kernel-row hits x 22
     kernel-column hits (the taps' pixels inside the image). Every other figure is a count of
     the controller's states (the walker's programs, the DMA's segments and hand-offs)."""
     from bpsa.models import perf
@@ -189,7 +189,7 @@ def test_channel_first_layer_by_hand():
     lat = SMALL_CF.mac_latency       # the array's drain, behind the PEs' pipeline
     engine = (R + T["cf_setup"] + R + T["cf_preload"] + 9 * max(64, 2 * R) + R + C + lat
               + T["cf_drain"])
-    assert engine == (R + 7) + R + 2 + 9 * 64 + (R + C + 3 + 1) == 605
+    assert engine == (R + 7) + R + 2 + 9 * 64 + (R + C + 4 + 1) == 606
     # the walker from FCF_INIT to the X load: INIT, IMAGE, KBLK (two sets, x C, x C R S C =
     # 144, x C, x 1 block), BAND, BANDP (x L, x OW, x C, x 1 block, a set), GROUP (a set,
     # x L, x channels, x C); a product b_len(b) + 2 cycles

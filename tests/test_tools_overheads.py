@@ -32,12 +32,12 @@ def test_pe_overheads(small, tmp_path):
     assert ffs == sorted(set(ffs))
     assert ffs == [summary(key, "ice40")["ffs"] for key in variants]
     # The plain PE: accumulator, h and v output registers, the multiplier's operand
-    # registers, its product registers (mac_latency - 1 of them, 2w + 1 bits, of which Yosys
-    # may merge the sign bit's copy), and up to five 1-bit flags (h valid and last, v valid,
-    # fired, the fired slot in stage 1).
-    w, products = small.operand_width, small.mac_latency - 1
-    assert (small.acc_width + 4 * w + products * 2 * w <= ffs[0]
-            <= small.acc_width + 4 * w + products * (2 * w + 1) + 5)
+    # registers in the fabric and its input registers, its product registers (mac_latency - 2
+    # of them, 2w + 1 bits, of which Yosys may merge the sign bit's copy), and up to six 1-bit
+    # flags (h valid and last, v valid, fired, the fired slot in stages 1 and 2).
+    w, products = small.operand_width, small.mac_latency - 2
+    assert (small.acc_width + 6 * w + products * 2 * w <= ffs[0]
+            <= small.acc_width + 6 * w + products * (2 * w + 1) + 6)
 
     overheads = report.data["overheads"]
     assert overheads["ice40"]["plain"] == {"luts": 0.0, "ffs": 0.0, "dsps": 0.0}

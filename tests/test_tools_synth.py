@@ -68,7 +68,7 @@ def test_fpga_counts(small_report):
     assert ice40["luts"] > 0 and ecp5["lut4"] > 0
     assert ecp5["luts"] == ecp5["lut4"] + 2 * ecp5["ccu2c"]
     assert ice40["brams"] == ecp5["brams"] == 0
-    # The same registers on iCE40 and generic gates; on the ECP5 the multiplier's operand
+    # The same registers on iCE40 and generic gates; on the ECP5 the multiplier's input
     # registers (2 x 8 bits) and first product register (up to 17 bits, some of which Yosys
     # merges elsewhere as copies of the sign) are the MULT18X18D's own.
     assert ice40["ffs"] == targets["generic"]["summary"]["ff_bits"]

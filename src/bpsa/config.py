@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "FORWARD_FRONTENDS", "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
+__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "DRAIN_REGISTERS", "FORWARD_FRONTENDS", "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
            "require_config"]
 
 #: Dataflows the array can be generated with.
@@ -33,13 +33,19 @@ FORWARD_FRONTENDS = ("feeder", "channel_first")
 ARITHMETICS = ("int",)
 
 #: Cycles the PE's pipelined multiply-accumulate adds to the systolic timing, by arithmetic: a
-#: slot's operands are registered into the multiplier, its product is registered (the DSP
-#: block's output register) and registered again next to the adders, and the accumulator (or
-#: the partial sum) adds it; the result of a context end is in the reserve register three
-#: cycles after the plain systolic timing. The array's latency contract
-#: (``bpsa.gateware.array``) and the cycle model (``bpsa.models.perf``) are written against
-#: this number.
-MAC_LATENCY = {"int": 3}
+#: slot's operands are registered in the fabric, then in the multiplier's input registers, its
+#: product is registered (the DSP block's output register) and registered again next to the
+#: adders, and the accumulator (or the partial sum) adds it; the result of a context end is in
+#: the reserve register four cycles after the plain systolic timing. The array's latency
+#: contract (``bpsa.gateware.array``) and the cycle model (``bpsa.models.perf``) are written
+#: against this number.
+MAC_LATENCY = {"int": 4}
+
+#: Registers between the bottom of a reserve chain and the array's drain outputs (the
+#: deskew's first stage included): the chain's value, then the drained result (with the
+#: interleave, the SGD step ``w - (G >> shift)`` computed between them). A drained vector
+#: leaves ``cols + DRAIN_REGISTERS - 1`` cycles after its chain shift.
+DRAIN_REGISTERS = 2
 
 #: Presets shipped inside the package (``bpsa/presets/*.toml``), an
 #: :mod:`importlib.resources` traversable.

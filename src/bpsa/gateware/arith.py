@@ -36,34 +36,39 @@ class IntArith:
         """The exact product of two operands."""
         return a * b
 
-    def multiplier(self, m, a, b, fire, *, latency=2, platform=None):
-        """The PE's pipelined multiplier, built into ``m``: the operands ``a`` and ``b`` are
-        taken into operand registers at the end of a cycle in which ``fire`` is high (they keep
-        their values otherwise), and their product is registered one cycle later, zero when the
-        slot did not fire, then delayed by ``latency - 2`` more registers in the fabric.
-        Returns ``(product, (mul_a, mul_b))``: the last product register (the product of the
-        operands presented ``latency`` cycles before) and the operand registers, or ``None``
-        where they are inside a DSP block.
+    def multiplier(self, m, a, b, fire, *, latency=4, platform=None):
+        """The PE's pipelined multiplier, built into ``m``. The operands ``a`` and ``b`` are
+        taken into fabric registers at the end of a cycle in which ``fire`` is high (they keep
+        their values otherwise: operand isolation), one cycle later into the multiplier's
+        input registers, and their product is registered one cycle after that, zero when the
+        slot did not fire, then delayed by ``latency - 3`` more registers in the fabric (the
+        fabric registers on both sides of the DSP block take the long routes to and from it
+        off the logic's paths). Returns ``(product, (mul_a, mul_b))``: the last product
+        register (the product of the operands presented ``latency`` cycles before) and the
+        operands' fabric registers.
 
         On an ECP5 (``platform.family == "ecp5"``, as Amaranth's ``LatticePlatform`` and the
-        synthesis flow's target say) with operands of at most 18 bits, the registers are the
-        ``MULT18X18D``'s own: its input registers clock-enabled by ``fire``, its output register
-        reset synchronously when the slot did not fire. Yosys maps an inferred multiply to a
-        ``MULT18X18D`` without its registers, so the block is instantiated. Elsewhere the
-        registers are fabric flip-flops around an inferred multiply (iCE40: Yosys's
-        ``ice40_dsp`` packs them into the ``SB_MAC16``)."""
-        if latency < 2:
-            raise ValueError(f"latency must be at least 2 (operand and product registers), "
-                             f"not {latency}")
+        synthesis flow's target say) with operands of at most 18 bits, the input and product
+        registers are the ``MULT18X18D``'s own: its input registers clock-enabled by the
+        slot's fire bit, its output register reset synchronously when the slot did not fire.
+        Yosys maps an inferred multiply to a ``MULT18X18D`` without its registers, so the
+        block is instantiated. Elsewhere all registers are flip-flops around an inferred
+        multiply."""
+        if latency < 3:
+            raise ValueError(f"latency must be at least 3 (operand, input and product "
+                             f"registers), not {latency}")
         width = self.operand_shape.width
-        fire1 = Signal()
-        m.d.sync += fire1.eq(fire)
+        mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
+        fire0, fire1 = Signal(), Signal()
+        with m.If(fire):
+            m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+        m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
         product = Signal(signed(2 * width + 1))
         fits = width <= 17 or (self.operand_shape.signed and width <= 18)
         if getattr(platform, "family", None) == "ecp5" and fits:
             a18, b18 = Signal(signed(18)), Signal(signed(18))
             p36 = Signal(36)
-            m.d.comb += [a18.eq(a), b18.eq(b)]
+            m.d.comb += [a18.eq(mul_a), b18.eq(mul_b)]
             ports = {f"i_A{k}": a18[k] for k in range(18)}
             ports.update({f"i_B{k}": b18[k] for k in range(18)})
             ports.update({f"i_C{k}": 0 for k in range(18)})
@@ -77,23 +82,21 @@ class IntArith:
                 p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
                 p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
                 i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
-                i_CE0=fire, i_CE1=1, i_CE2=0, i_CE3=0,
+                i_CE0=fire0, i_CE1=1, i_CE2=0, i_CE3=0,
                 i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~fire1, i_RST2=0, i_RST3=0,
                 i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
                 **ports)
             m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
-            operands = None
         else:
-            mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
-            with m.If(fire):
-                m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
-            m.d.sync += product.eq(Mux(fire1, self.mul(mul_a, mul_b), 0))
-            operands = (mul_a, mul_b)
-        for k in range(latency - 2):
+            in_a, in_b = Signal(self.operand_shape), Signal(self.operand_shape)
+            with m.If(fire0):
+                m.d.sync += [in_a.eq(mul_a), in_b.eq(mul_b)]
+            m.d.sync += product.eq(Mux(fire1, self.mul(in_a, in_b), 0))
+        for k in range(latency - 3):
             later = Signal.like(product, name=f"product_d{k + 1}")
             m.d.sync += later.eq(product)
             product = later
-        return product, operands
+        return product, (mul_a, mul_b)
 
     def add(self, acc, x):
         """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""
@@ -109,17 +112,28 @@ class IntArith:
                   else (0, (1 << w) - 1))
         return Mux(q > hi, hi, Mux(q < lo, lo, q))[:w]
 
-    def update(self, w, g, shift):
-        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand shape.
-        Only the operand's width of the shifted gradient matters (the result wraps), so the
-        shifter is built that wide: a multiplexer per result bit, not a barrel shifter."""
+    def scaled_gradient(self, g, shift):
+        """The low operand-width bits of ``g >> shift`` (arithmetic), the part of the scaled
+        gradient an SGD step uses (its result wraps to the operand width), built that wide: a
+        logarithmic shifter that keeps only the bits later stages can reach, not a barrel
+        shifter of the accumulator's width."""
         width = self.operand_shape.width
         x = g.as_signed()
         for k in reversed(range(len(shift))):
             # after this stage at most 2**k - 1 more bits shift in: keep what they can reach
             keep = min(len(x), width + (1 << k) - 1)
             x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
-        return (w - x[:width])[:width]
+        return x[:width]
+
+    def step(self, w, scaled):
+        """``w - scaled`` wrapped to the operand shape (``scaled`` from
+        :meth:`scaled_gradient`)."""
+        return (w - scaled)[:self.operand_shape.width]
+
+    def update(self, w, g, shift):
+        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand
+        shape."""
+        return self.step(w, self.scaled_gradient(g, shift))
 
 
 def arith_for(config):

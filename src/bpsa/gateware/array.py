@@ -11,7 +11,8 @@ valid bits travel with the data, and whoever feeds the array stalls instead.
 3 for integers) is the number of cycles the PEs' pipelined multiply-accumulate adds to the plain systolic timing: a slot's product
 is added ``LATENCY`` cycles after its operands meet in a PE. So the automatic drain of a context
 begins ``R + LATENCY`` cycles after its ``a_last`` cycle (the first ``drain_shift``; the first
-``drain_valid`` ``C`` cycles later), and the partial sums of a vector presented in cycle ``t``
+``drain_valid`` ``C + 1`` cycles later: :data:`bpsa.config.DRAIN_REGISTERS` = 2 registers at
+the bottom of each column, the second holding the SGD step's result), and the partial sums of a vector presented in cycle ``t``
 leave (deskewed) in cycle ``t + R + C - 1 + LATENCY``. ``busy`` stays high until the last
 slot has left every pipeline. Front ends wait for ``drain_valid`` / ``psum_valid`` / ``busy``;
 the cycle model (:mod:`bpsa.models.perf`) adds ``LATENCY`` to every drain.
@@ -78,13 +79,15 @@ clear : In
     Clears ``error`` and the counters.
 cycles, a_words, b_words, drained, psums, fired, gated : Out
     Counters since ``clear``: busy cycles, valid left-edge vectors, valid top-edge vectors, drain
-    vectors, psum vectors, MACs performed, MACs gated by zero operands.
+    vectors, psum vectors, MACs performed, MACs gated by zero operands (these two trail the
+    MACs by three cycles, still inside ``busy``; ``cycles`` trails ``busy`` by one).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from bpsa.config import DRAIN_REGISTERS
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.pe import PE, PEMode, vertical_shape
 
@@ -225,11 +228,11 @@ class SystolicArray(wiring.Component):
         # come after the previous drain: they are 2R + LATENCY apart, OS contexts 2R.
         gap = 2 * R + (L if cfg.has("interleaved") else 0)
         since = Signal(range(gap + 1), init=gap)
-        auto_shift = (cnt >= 2) & (cnt <= R + 1)
-        with m.If(ctx_swap):
-            m.d.sync += cnt.eq(2 * R)
-        with m.Elif(cnt != 0):
-            m.d.sync += cnt.eq(cnt - 1)
+        # auto_shift is a register: high while cnt is in 2 .. R + 1, set from cnt's next value
+        cnt_next = Signal.like(cnt)
+        auto_shift = Signal()
+        m.d.comb += cnt_next.eq(Mux(ctx_swap, 2 * R, Mux(cnt != 0, cnt - 1, 0)))
+        m.d.sync += [cnt.eq(cnt_next), auto_shift.eq((cnt_next >= 2) & (cnt_next <= R + 1))]
         with m.If(ctx_end):
             m.d.sync += since.eq(1)
         with m.Elif(since != gap):
@@ -250,6 +253,9 @@ class SystolicArray(wiring.Component):
         # Left edge: row i delayed by i.
         for i in range(R):
             pe = pes[i][0]
+            if cfg.zero_gating:
+                m.d.comb += pe.h_zero_in.eq(_delay(m, self.arith.zero(self.a_data[i]), i,
+                                                   f"az{i}"))
             m.d.comb += [
                 pe.h_in.eq(_delay(m, self.a_data[i], i, f"a{i}")),
                 pe.h_valid_in.eq(_delay(m, self.a_valid, i, f"av{i}")),
@@ -265,6 +271,9 @@ class SystolicArray(wiring.Component):
             ]
             if cfg.has_accumulator:
                 m.d.comb += pe.v_in.eq(self.arith.as_operand(b_col))
+                if cfg.zero_gating:
+                    b_zero = self.arith.zero(self.arith.as_operand(self.b_data[j]))
+                    m.d.comb += pe.v_zero_in.eq(_delay(m, b_zero, j, f"bz{j}"))
             if cfg.has_held_operand:
                 # Partial sums enter LATENCY cycles behind their slots, when the products are.
                 m.d.comb += pe.p_in.eq(_delay(m, b_col, L, f"p{j}"))
@@ -288,12 +297,16 @@ class SystolicArray(wiring.Component):
                     right = pes[i][j + 1]
                     m.d.comb += [right.h_in.eq(pe.h_out), right.h_valid_in.eq(pe.h_valid_out),
                                  right.h_last_in.eq(pe.h_last_out)]
+                    if cfg.zero_gating:
+                        m.d.comb += right.h_zero_in.eq(pe.h_zero_out)
                 if i + 1 < R:
                     down = pes[i + 1][j]
                     m.d.comb += [down.v_valid_in.eq(pe.v_valid_out),
                                  down.chain_in.eq(pe.chain_out)]
                     if cfg.has_accumulator:
                         m.d.comb += down.v_in.eq(pe.v_out)
+                        if cfg.zero_gating:
+                            m.d.comb += down.v_zero_in.eq(pe.v_zero_out)
                     if cfg.has_held_operand:
                         m.d.comb += down.p_in.eq(pe.p_out)
                     if cfg.has("interleaved"):
@@ -306,20 +319,35 @@ class SystolicArray(wiring.Component):
         m.d.comb += drain_valid_col0.eq(auto_shift)
         m.d.comb += drain_row_col0.eq(cnt - 2)     # R-1 on the first shift, 0 on the last
         for j in range(C):
-            out = Signal(self.arith.acc_shape, name=f"drain{j}")
+            # Two registers at the bottom of each column: the chain's value (and, with the
+            # interleave, the weight and the scaled gradient), then the result (G, or the
+            # updated weight: the SGD step once per column as G and the weights leave).
+            ar = self.arith
             bottom = pes[R - 1][j]
+            g1 = Signal(ar.acc_shape, name=f"drain_g{j}")
+            out = Signal(ar.acc_shape, name=f"drain{j}")
+            m.d.sync += g1.eq(bottom.chain_out)
             if cfg.has("interleaved"):
-                # The SGD update, once per column as G and the weights leave the chains.
-                w_new = Signal(self.arith.operand_shape, name=f"w_new{j}")
-                m.d.comb += w_new.eq(self.arith.update(bottom.wchain_out, bottom.chain_out,
-                                                       self.sgd_shift))
-                m.d.sync += out.eq(Mux(is_il & self.sgd_en, w_new, bottom.chain_out))
+                w1 = Signal(ar.operand_shape, name=f"drain_w{j}")
+                scaled = Signal(ar.operand_shape.width, name=f"drain_scaled{j}")
+                w_new = Signal(ar.operand_shape, name=f"w_new{j}")
+                m.d.sync += [w1.eq(bottom.wchain_out),
+                             scaled.eq(ar.scaled_gradient(bottom.chain_out, self.sgd_shift))]
+                m.d.comb += w_new.eq(ar.step(w1, scaled))
+                m.d.sync += out.eq(Mux(is_il & self.sgd_en, w_new, g1))
             else:
-                m.d.sync += out.eq(bottom.chain_out)
+                m.d.sync += out.eq(g1)
             m.d.comb += self.drain_data[j].eq(_delay(m, out, C - 1 - j, f"dd{j}"))
+        # drain_valid, and every stage of its delay line (a drained vector in flight keeps the
+        # array busy until it leaves)
+        dv_stages = [drain_valid_col0]
+        for k in range(C + DRAIN_REGISTERS - 1):
+            nxt = Signal(name=f"dv_d{k + 1}")
+            m.d.sync += nxt.eq(dv_stages[-1])
+            dv_stages.append(nxt)
         m.d.comb += [
-            self.drain_valid.eq(_delay(m, drain_valid_col0, C, "dv")),
-            self.drain_row.eq(_delay(m, drain_row_col0, C, "dr")),
+            self.drain_valid.eq(dv_stages[-1]),
+            self.drain_row.eq(_delay(m, drain_row_col0, C + DRAIN_REGISTERS - 1, "dr")),
         ]
 
         # Partial-sum output: bottom of column j at edge time + R + j; deskew by C-1-j.
@@ -342,19 +370,33 @@ class SystolicArray(wiring.Component):
         m.d.comb += inside_any.eq(_popcount_any(inside))
         in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, L + 1)]
         busy = Signal()
-        m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | self.drain_valid
+        m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | _popcount_any(dv_stages)
                             | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
         m.d.comb += self.busy.eq(busy)
 
-        # Counters.
+        # Counters. The MAC counts add R x C flags: a row's sum, then the rows' sum, each
+        # registered (the counts trail the flags by two cycles, inside the busy time).
+        def mac_count(flag, name):
+            rows = []
+            for i in range(R):
+                row = Signal(range(C + 1), name=f"{name}_row{i}")
+                m.d.sync += row.eq(Mux(self.clear, 0, _popcount([getattr(pes[i][j], flag)
+                                                                 for j in range(C)])))
+                rows.append(row)
+            total = Signal(range(R * C + 1), name=f"{name}_sum")
+            m.d.sync += total.eq(Mux(self.clear, 0, _popcount(rows)))
+            return total
+
+        busy_r = Signal()         # the busy OR spans every PE: counted a cycle later
+        m.d.sync += busy_r.eq(busy & ~self.clear)
         counts = {
-            "cycles": busy,
+            "cycles": busy_r,
             "a_words": self.a_valid,
             "b_words": self.b_valid,
             "drained": self.drain_valid,
             "psums": self.psum_valid if cfg.has_held_operand else Const(0),
-            "fired": _popcount([pes[i][j].fired for i in range(R) for j in range(C)]),
-            "gated": _popcount([pes[i][j].gated for i in range(R) for j in range(C)]),
+            "fired": mac_count("fired", "fired"),
+            "gated": mac_count("gated", "gated"),
         }
         for name, inc in counts.items():
             counter = getattr(self, name)

@@ -46,13 +46,14 @@ class PEMode(enum.Enum, shape=2):
 class PE(wiring.Component):
     """One processing element of the systolic array.
 
-    **Pipeline** (``L = config.mac_latency``, 3 for integers). A *slot* is the set of inputs
-    presented in one cycle ``t`` (stage 0). The multiplier's operands are registered at the end
-    of ``t`` (``mul_a``, ``mul_b``), the product at the end of ``t + 1`` and again, in the
-    fabric next to the adders, at the end of ``t + 2`` (a DSP block's output is far from the
-    logic: the second register takes the route off the adder's path), and the product is added
-    at the end of ``t + L`` (stage L, "the add stage"): into the accumulator, or into the
-    partial sum ``p_in`` presented in cycle ``t + L``, giving ``p_out`` in cycle ``t + L + 1``.
+    **Pipeline** (``L = config.mac_latency``, 4 for integers). A *slot* is the set of inputs
+    presented in one cycle ``t`` (stage 0). The multiplier's operands are registered in the
+    fabric at the end of ``t`` (``mul_a``, ``mul_b``), in the multiplier's input registers at
+    the end of ``t + 1``, the product at the end of ``t + 2`` and again, in the fabric next to
+    the adders, at the end of ``t + 3`` (a DSP block is far from the logic: the registers on
+    both sides take the long routes off the logic's paths), and the product is added at the
+    end of ``t + L`` (stage L, "the add stage"): into the accumulator, or into the partial sum
+    ``p_in`` presented in cycle ``t + L``, giving ``p_out`` in cycle ``t + L + 1``.
     Everything else the PE passes on (``h_out``, ``v_out``, valid, last and tag bits)
     is a one-cycle registered copy of its input, as in a plain systolic array, so the operand
     channels keep one cycle a hop and the partial sums of a column, entering ``L`` cycles
@@ -96,6 +97,9 @@ class PE(wiring.Component):
         Horizontal operand from the left neighbour, its valid bit and end-of-context flag.
     h_out, h_valid_out, h_last_out : Out
         The same, registered, to the right neighbour.
+    h_zero_in, h_zero_out, v_zero_in, v_zero_out
+        (zero gating) 1 when the operand on ``h_in`` / ``v_in`` is zero, presented with it (the
+        PE computes its outputs' flags, registered with them).
     v_valid_in[, v_in][, v_tag_in] : In
         Vertical slot channel from the upper neighbour: its valid bit, the operand (OS and
         interleaved dataflows) and the tag (interleaved).
@@ -117,8 +121,8 @@ class PE(wiring.Component):
     """
 
     def __init__(self, config):
-        if config.mac_latency < 3:
-            raise ValueError(f"the PE's pipeline needs mac_latency >= 3, not "
+        if config.mac_latency < 4:
+            raise ValueError(f"the PE's pipeline needs mac_latency >= 4, not "
                              f"{config.mac_latency}")
         self.config = config
         self.arith = arith_for(config)
@@ -134,6 +138,10 @@ class PE(wiring.Component):
         }
         if config.has_accumulator:
             members.update({"v_in": In(op), "v_out": Out(op)})
+        if config.zero_gating:
+            members.update({"h_zero_in": In(1), "h_zero_out": Out(1)})
+            if config.has_accumulator:
+                members.update({"v_zero_in": In(1), "v_zero_out": Out(1)})
         if config.has_held_operand:
             members.update({"p_in": In(acc), "p_out": Out(acc), "load": In(1)})
         if config.has("interleaved"):
@@ -142,8 +150,8 @@ class PE(wiring.Component):
                 "wchain_in": In(op), "wchain_out": Out(op),
             })
         super().__init__(members)
-        #: The multiplier's operand registers (internal; observable in simulation; zero where
-        #: they are a DSP block's own registers).
+        #: The multiplier's operand registers in the fabric (internal; observable in
+        #: simulation).
         self.mul_a = Signal(op)
         self.mul_b = Signal(op)
 
@@ -181,7 +189,19 @@ class PE(wiring.Component):
             b = w if w is not None else self.v_in
         active = self.h_valid_in & self.v_valid_in
         if cfg.zero_gating:
-            zero = ar.zero(a) | ar.zero(b)
+            # The operands' zero flags travel with them, computed a cycle ahead (the
+            # neighbours', the held operand's when it is written): no zero test on this path.
+            m.d.sync += self.h_zero_out.eq(ar.zero(self.h_in))
+            if acc is not None:
+                m.d.sync += self.v_zero_out.eq(ar.zero(self.v_in))
+            if w is not None:
+                w_zero = Signal(init=1)
+                m.d.sync += w_zero.eq(w_zero)
+            if w is not None and acc is not None:
+                b_zero = Mux(use_w, w_zero, self.v_zero_in)
+            else:
+                b_zero = w_zero if w is not None else self.v_zero_in
+            zero = self.h_zero_in | b_zero
             fire = active & ~zero
             m.d.sync += self.gated.eq(active & zero)
         else:
@@ -192,8 +212,7 @@ class PE(wiring.Component):
         # then the product registers, zero for a slot that did not fire.
         product, operands = ar.multiplier(m, a, b, fire, latency=cfg.mac_latency,
                                           platform=platform)
-        if operands is not None:
-            m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
+        m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
 
         def add_stage(value, name):
             """``value`` of a slot, delayed to the slot's add stage (L registers)."""
@@ -266,6 +285,8 @@ class PE(wiring.Component):
             early = end & use_w
             with m.If(early | self.load):
                 m.d.sync += w.eq(ar.as_operand(res))
+                if cfg.zero_gating:
+                    m.d.sync += w_zero.eq(ar.zero(ar.as_operand(res)))
         if cfg.has("interleaved"):
             wchain = Signal(ar.operand_shape)
             m.d.comb += self.wchain_out.eq(wchain)

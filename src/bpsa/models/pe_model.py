@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from bpsa.config import MAC_LATENCY
 from bpsa.spec.numeric import wrap
 
-__all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "random_stimulus", "wrap"]
+__all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "random_stimulus",
+           "with_zero_flags", "wrap"]
 
 #: PE mode encodings (the RTL's ``PEMode``).
 MODES = {"os": 0, "hold": 1, "interleaved": 2}
@@ -18,11 +19,22 @@ MODES = {"os": 0, "hold": 1, "interleaved": 2}
 #: Model input name -> PE port name.
 PORTS = {"mode": "mode", "h": "h_in", "h_valid": "h_valid_in", "h_last": "h_last_in",
          "v": "v_in", "v_valid": "v_valid_in", "v_tag": "v_tag_in", "p": "p_in",
+         "h_zero": "h_zero_in", "v_zero": "v_zero_in",
          "chain_in": "chain_in", "wchain": "wchain_in", "shift": "shift", "load": "load"}
 
 #: PE output ports compared every cycle.
 OUTPUTS = ("h_out", "h_valid_out", "h_last_out", "v_out", "v_valid_out", "v_tag_out",
-           "p_out", "chain_out", "wchain_out", "fired", "gated")
+           "h_zero_out", "v_zero_out", "p_out", "chain_out", "wchain_out", "fired", "gated")
+
+
+def with_zero_flags(p, c):
+    """The inputs ``c`` of a cycle with the operands' zero flags a zero-gating PE takes beside
+    them (``h_zero``, ``v_zero``: 1 when ``h`` / ``v`` is 0)."""
+    if p.zero_gating:
+        c["h_zero"] = int(c.get("h", 0) == 0)
+        if "os" in p.dataflows or "interleaved" in p.dataflows:
+            c["v_zero"] = int(c.get("v", 0) == 0)
+    return c
 
 
 @dataclass(frozen=True)
@@ -75,10 +87,9 @@ class PEModel:
         self.res = 0
         self.w = 0
         self.wchain = 0
-        self.mul = (0, 0)       # the multiplier's operand registers
-        self.fire1 = False      # the slot in stage 1 fired
-        # the product registers, the last first (0 where the slot did not fire)
-        self.products = [0] * (L - 1)
+        # the products of the slots in stages 0 .. L - 1 on their way to the add stage, the
+        # oldest first (0 where the slot did not fire)
+        self.products = [0] * L
         # per stage 1 .. L, the last first: (accumulate, OS end, interleaved end) of the slot
         self.flags = [(False, False, False)] * L
         self.out = {k: 0 for k in OUTPUTS}
@@ -121,6 +132,8 @@ class PEModel:
         out["v_valid_out"] = g("v_valid")
         out["v_out"] = self._op(g("v")) if (has("os") or has("interleaved")) else 0
         out["v_tag_out"] = g("v_tag") if has("interleaved") else 0
+        out["h_zero_out"] = int(a == 0) if p.zero_gating else 0
+        out["v_zero_out"] = int(self._op(g("v")) == 0) if p.zero_gating else 0
         out["p_out"] = wrap(g("p") + product, p.acc_width) if p.held else 0
         out["fired"] = int(fire)
         out["gated"] = int(active and zero)
@@ -128,10 +141,7 @@ class PEModel:
         acc_next = wrap(self.acc + product, p.acc_width) if accumulate2 else self.acc
 
         # The pipeline registers.
-        self.products = self.products[1:] + [self.mul[0] * self.mul[1] if self.fire1 else 0]
-        if fire:
-            self.mul = (a, b)
-        self.fire1 = fire
+        self.products = self.products[1:] + [a * b if fire else 0]
         self.flags = self.flags[1:] + [flags0]
 
         if not p.reserve_registers:
@@ -193,5 +203,5 @@ def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
             c["load"] = int(rng.random() < 0.1)
         if mode == "interleaved":
             tag ^= 1
-        cycles.append(c)
+        cycles.append(with_zero_flags(p, c))
     return cycles

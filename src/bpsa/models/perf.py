@@ -39,6 +39,7 @@ single-buffered): within 0.15 %, 22 of them to the cycle.
 from dataclasses import dataclass
 from math import gcd
 
+from bpsa.config import DRAIN_REGISTERS
 from bpsa.plan import capability, grammar, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
@@ -170,7 +171,8 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     groups = -(-channels // R)
     d = obh * ow
     ctx = groups * r * s
-    return ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1 + config.mac_latency
+    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1 + config.mac_latency
+            + DRAIN_REGISTERS - 1)
 
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
@@ -197,7 +199,7 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
             last = taps[-1][0] * s + taps[-1][1]
             per_tile = max(len(taps) * blocks, 2 * R) + (last + 1 - len(taps))
             total += tiles * per_tile
-    return total + 3 * R + C + 4 + config.mac_latency
+    return total + 3 * R + C + 4 + config.mac_latency + DRAIN_REGISTERS - 1
 
 
 def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
@@ -252,7 +254,7 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
                     if 0 <= y < in_rows:
                         read += reads[goff]
             total += max(depth, 2 * R, words)
-    cycles = total + TIMING["forward_run"] + R + s + config.mac_latency
+    cycles = total + TIMING["forward_run"] + R + s + config.mac_latency + DRAIN_REGISTERS - 1
     cache[key] = cycles, read
     return cycles, read
 

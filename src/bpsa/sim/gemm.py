@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bpsa.config import DRAIN_REGISTERS
 from bpsa.models.pe_model import PEParams
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
 from bpsa.sim.lanes import pack, unpack
@@ -143,7 +144,7 @@ def _os(A, B, s):
             cycles.extend({} for _ in range(2 * R - K))
             prog.drain_targets.append(("c", m0, n0))
             prog.tiles += 1
-    cycles.extend({} for _ in range(2 * R + C + 2))
+    cycles.extend({} for _ in range(2 * R + C + 2 + s.mac_latency + DRAIN_REGISTERS))
     prog.useful_macs = M * K * N
     return prog
 
@@ -188,7 +189,7 @@ def _hold(A, B, s, flow, result="c", transpose=False):
             for r, row in enumerate(reversed(tile_rows(t + 1))):
                 cycles[start + R - 1 + r].update({"chain_shift": 1, "preload": row})
         prog.tiles += 1
-    cycles.extend({} for _ in range(R + C + 2))
+    cycles.extend({} for _ in range(R + C + 2 + s.mac_latency + DRAIN_REGISTERS))
     prog.useful_macs = M * K * N
     if transpose:
         # psums are rows of C^T: (row m of A-side) -> column block n0 of the result.
@@ -239,7 +240,7 @@ def _interleaved(W, delta, act, s, sgd_shift=None):
         ends.append(len(cycles) - 1)
         prog.drain_targets.append(("g", o0, i0))
         prog.tiles += 1
-    cycles.extend({} for _ in range(2 * R + C + 2))
+    cycles.extend({} for _ in range(2 * R + C + 2 + s.mac_latency + DRAIN_REGISTERS))
     # During the drain after context t (it starts R + LATENCY cycles after the context's end),
     # the chains take the weights of tile t + 2.
     for t, e in enumerate(ends):

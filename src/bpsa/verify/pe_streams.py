@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpsa.models.pe_model import MODES, PEParams
+from bpsa.models.pe_model import MODES, PEParams, with_zero_flags
 from bpsa.spec.numeric import wrap
 
 __all__ = ["DirectedStream", "directed_stream"]
@@ -50,7 +50,7 @@ def directed_stream(cfg, mode, n, rng, *, held=None, preload=None, zero_prob=0.2
     def push(**kw):
         c = dict(base)
         c.update(kw)
-        cycles.append(c)
+        cycles.append(with_zero_flags(p, c))
         return len(cycles) - 1
 
     if mode == "os":
