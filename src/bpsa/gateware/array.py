@@ -8,7 +8,7 @@ same way, so one result vector (all columns) appears per cycle. There is no back
 valid bits travel with the data, and whoever feeds the array stalls instead.
 
 **Latency contract.** ``LATENCY`` (``config.mac_latency``, :data:`bpsa.config.MAC_LATENCY`:
-3 for integers) is the number of cycles the PEs' pipelined multiply-accumulate adds to the plain systolic timing: a slot's product
+4 for integers) is the number of cycles the PEs' pipelined multiply-accumulate adds to the plain systolic timing: a slot's product
 is added ``LATENCY`` cycles after its operands meet in a PE. So the automatic drain of a context
 begins ``R + LATENCY`` cycles after its ``a_last`` cycle (the first ``drain_shift``; the first
 ``drain_valid`` ``C + 1`` cycles later: :data:`bpsa.config.DRAIN_REGISTERS` = 2 registers at
