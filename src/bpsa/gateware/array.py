@@ -374,8 +374,15 @@ class SystolicArray(wiring.Component):
                             | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
         m.d.comb += self.busy.eq(busy)
 
-        # Counters. The MAC counts add R x C flags: a row's sum, then the rows' sum, each
-        # registered (the counts trail the flags by two cycles, inside the busy time).
+        self._counters(m, pes, busy)
+        return m
+
+    def _counters(self, m, pes, busy):
+        """The counters since ``clear``. The MAC counts add R x C flags: a row's sum, then the
+        rows' sum, each registered (the counts trail the flags by two cycles, inside the busy
+        time); ``cycles`` counts ``busy`` a cycle later (its OR spans every PE)."""
+        R, C = self.config.rows, self.config.cols
+
         def mac_count(flag, name):
             rows = []
             for i in range(R):
@@ -387,14 +394,14 @@ class SystolicArray(wiring.Component):
             m.d.sync += total.eq(Mux(self.clear, 0, _popcount(rows)))
             return total
 
-        busy_r = Signal()         # the busy OR spans every PE: counted a cycle later
+        busy_r = Signal()
         m.d.sync += busy_r.eq(busy & ~self.clear)
         counts = {
             "cycles": busy_r,
             "a_words": self.a_valid,
             "b_words": self.b_valid,
             "drained": self.drain_valid,
-            "psums": self.psum_valid if cfg.has_held_operand else Const(0),
+            "psums": self.psum_valid if self.config.has_held_operand else Const(0),
             "fired": mac_count("fired", "fired"),
             "gated": mac_count("gated", "gated"),
         }
@@ -404,7 +411,6 @@ class SystolicArray(wiring.Component):
                 m.d.sync += counter.eq(0)
             with m.Else():
                 m.d.sync += counter.eq(counter + inc)
-        return m
 
 
 def _popcount_any(bits):
