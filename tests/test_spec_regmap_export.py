@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from bpsa.config import load_config
-from bpsa.spec import errors, regmap
+from bpsa.spec import errors, isa, regmap
 from bpsa.spec.regmap_export import FORMATS, export, to_c_header, to_json, to_markdown
 
 CONFIGS = [load_config("small"), load_config("paper16")]
@@ -60,14 +60,34 @@ def test_c_header_compiles_to_the_same_values(config, tmp_path):
 
 def test_markdown_has_a_row_per_register():
     config = CONFIGS[0]
-    text = to_markdown(config)
+    text, isa_text = to_markdown(config).split("## Instructions")
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(rows) == len(regmap.REGISTERS)
     for line in rows:                    # six cells: no unescaped "|" in a description
         assert len(line.replace("\\|", "").split("|")) == 8, line
     for r in regmap.REGISTERS:
         assert f"| `{r.name}` | 0x{r.offset:03X} |" in text
+    # the instruction set: a row per opcode and per field, in index order
+    fields = isa.fields(config)
+    rows = [line for line in isa_text.splitlines() if line.startswith("| `")]
+    assert rows == [f"| `{f.key}` | {i} | {f.bits} | {f.doc} |" for i, f in enumerate(fields)]
+    for op in isa.Opcode:
+        assert f"| {op.name} | {int(op)} |" in isa_text
 
+
+def test_c_header_and_json_carry_the_instruction_set():
+    config = CONFIGS[0]
+    header = to_c_header(config)
+    for i, f in enumerate(isa.fields(config)):
+        name = f"BPSA_FIELD_{f.struct.upper()}_{f.name.upper()}"
+        assert f"#define {name} {i}u" in header and f"#define {name}_BITS {f.bits}u" in header
+    assert f"#define BPSA_OP_END {int(isa.Opcode.END)}u" in header
+    assert f"#define BPSA_INSN_OPCODE_SHIFT {isa.OPCODE_LSB}u" in header
+    assert f"#define BPSA_ERROR_PROGRAM 0x{errors.ERROR_PROGRAM:02X}u" in header
+    data = json.loads(to_json(config))["instructions"]
+    assert data["opcodes"]["SET"] == isa.Opcode.SET
+    assert [(f["struct"], f["name"], f["bits"]) for f in data["fields"]] == [
+        (f.struct, f.name, f.bits) for f in isa.fields(config)]
 
 def test_export_refuses_unknown_formats():
     assert set(FORMATS) == {"json", "c", "md"}

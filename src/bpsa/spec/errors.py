@@ -4,17 +4,21 @@ A layer the controller refuses before any bus traffic ends with one :class:`Acce
 Failures after the layer started carry a class in the high nibble and the detail in the low
 bits: ``ERROR_DMA_BUS | DmaError`` (a bus error response or a DMA refusal) and
 ``ERROR_ENGINE | code`` (an engine refused a tile: the backward engine's :class:`BPError`, 0
-for the forward engine).
+for the forward engine) and ``ERROR_PROGRAM | ProgramError`` (a malformed instruction or
+program, :mod:`bpsa.spec.isa`).
 """
 
 import enum
 
-__all__ = ["AccelError", "BPError", "DmaError", "ERROR_DMA_BUS", "ERROR_ENGINE", "error_name"]
+__all__ = ["AccelError", "BPError", "DmaError", "ERROR_DMA_BUS", "ERROR_ENGINE", "ERROR_PROGRAM",
+           "ProgramError", "error_name"]
 
 #: High nibble of STATUS.ERROR for a DMA failure after the layer started.
 ERROR_DMA_BUS = 0x10
 #: High nibble of STATUS.ERROR for an engine's refusal of a tile.
 ERROR_ENGINE = 0x20
+#: High nibble of STATUS.ERROR for a malformed instruction or program.
+ERROR_PROGRAM = 0x30
 
 
 class AccelError(enum.IntEnum):
@@ -68,9 +72,20 @@ class BPError(enum.IntEnum):
     NOT_GENERATED = 7
 
 
+class ProgramError(enum.IntEnum):
+    """Why the instruction dispatcher stopped a program (:mod:`bpsa.spec.isa`)."""
+    NONE = 0
+    OPCODE = 1      #: not an opcode of :class:`bpsa.spec.isa.Opcode`
+    RESERVED = 2    #: reserved bits set (a field or value where the opcode takes none)
+    FIELD = 3       #: SET of a field index past the table
+    RANGE = 4       #: SET of a value wider than its field
+    ORDER = 5       #: SAVE, SAVE2 or END with no RUN since the last STEP; RUN before any STEP
+    END = 6         #: the program's words ran out before END
+
+
 def error_name(code):
     """A readable name of a STATUS.ERROR value (``"TOO_LARGE"``, ``"DMA_BUS:WINDOW"``,
-    ``"ENGINE:3"``: the engine's code, 0 for the forward engine)."""
+    ``"ENGINE:3"``: the engine's code, 0 for the forward engine; ``"PROGRAM:RANGE"``)."""
     if 0 < code < 0x10 and code in AccelError._value2member_map_:
         return AccelError(code).name
     if code & 0xF0 == ERROR_DMA_BUS:
@@ -78,4 +93,8 @@ def error_name(code):
         return f"DMA_BUS:{DmaError(low).name if low in DmaError._value2member_map_ else low}"
     if code & 0xF0 == ERROR_ENGINE:
         return f"ENGINE:{code & 0xF}"
+    if code & 0xF0 == ERROR_PROGRAM:
+        low = code & 0xF
+        return (f"PROGRAM:"
+                f"{ProgramError(low).name if low in ProgramError._value2member_map_ else low}")
     return f"UNKNOWN:{code:#x}"

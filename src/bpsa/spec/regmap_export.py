@@ -1,15 +1,16 @@
-"""The register map of :mod:`bpsa.spec.regmap` in the formats integrators use: JSON for tools,
-a C header for firmware, Markdown for documents (``bpsa regmap --format json|c|md``).
+"""The register map of :mod:`bpsa.spec.regmap` and the instruction set of :mod:`bpsa.spec.isa`
+in the formats integrators use: JSON for tools, a C header for firmware, Markdown for documents
+(``bpsa regmap --format json|c|md``).
 
 All three are generated from :func:`bpsa.spec.regmap.register_map` (the one definition the
-register file and the host driver read) and :mod:`bpsa.spec.errors`; nothing here restates a
-fact of the map. They name the configuration they were made for: the constant registers
+register file and the host driver read), :func:`bpsa.spec.isa.isa_map` and
+:mod:`bpsa.spec.errors`; nothing here restates a fact of the map or of the instruction set. They name the configuration they were made for: the constant registers
 (``CFG_*``) and the descriptor field widths depend on it.
 """
 
 import json
 
-from bpsa.spec import errors, regmap
+from bpsa.spec import errors, isa, regmap
 
 __all__ = ["FORMATS", "export", "to_c_header", "to_json", "to_markdown"]
 
@@ -18,6 +19,8 @@ def _error_codes():
     codes = {f"ERROR_{e.name}": e.value for e in errors.AccelError}
     codes["ERROR_DMA_BUS"] = errors.ERROR_DMA_BUS
     codes["ERROR_ENGINE"] = errors.ERROR_ENGINE
+    codes["ERROR_PROGRAM"] = errors.ERROR_PROGRAM
+    codes.update({f"PROGRAM_ERROR_{e.name}": e.value for e in errors.ProgramError})
     codes.update({f"DMA_ERROR_{e.name}": e.value for e in errors.DmaError})
     return codes
 
@@ -35,7 +38,7 @@ def to_json(config):
     name, the generator version and the error codes."""
     data = regmap.register_map(config)
     data.update(config=config.name, generator_version=_generator_version(),
-                error_codes=_error_codes())
+                error_codes=_error_codes(), instructions=isa.isa_map(config))
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -76,6 +79,7 @@ def to_c_header(config):
     out += ["", f"/* constant registers of configuration '{config.name}' */"]
     for name in regmap.config_words(config):
         out.append(f"#define BPSA_{name}_VALUE 0x{m['registers'][name]['reset']:08X}u")
+    out += _isa_c(config)
     out += ["", f"#endif /* {guard} */", ""]
     return "\n".join(out)
 
@@ -101,7 +105,41 @@ def to_markdown(config):
     out += [f"| {k} | {v} |" for k, v in m["modes"].items()]
     out += ["", "| STATUS.ERROR | code |", "|---|---:|"]
     out += [f"| {k} | 0x{v:02X} |" for k, v in _error_codes().items()]
+    out += _isa_markdown(config)
     return "\n".join(out) + "\n"
+
+
+def _isa_c(config):
+    """The instruction set's part of the C header."""
+    m = isa.isa_map(config)
+    out = ["", f"/* instructions ({m['insn_bits']} bits): opcode, SET's field index and value */"]
+    for part in ("opcode", "field", "value"):
+        out.append(f"#define BPSA_INSN_{part.upper()}_SHIFT {m[part]['lsb']}u")
+        out.append(f"#define BPSA_INSN_{part.upper()}_BITS {m[part]['bits']}u")
+    out.append(f"#define BPSA_INSN_SAVE_FINAL {m['save_final']}u")
+    out += [f"#define BPSA_OP_{k} {v}u" for k, v in m["opcodes"].items()]
+    out += ["", f"/* SET fields of configuration '{config.name}': index and bits */"]
+    for f in m["fields"]:
+        name = f"BPSA_FIELD_{f['struct'].upper()}_{f['name'].upper()}"
+        out.append(f"#define {name} {f['index']}u  /* {f['doc'].replace('*/', '* /')} */")
+        out.append(f"#define {name}_BITS {f['bits']}u")
+    return out
+
+
+def _isa_markdown(config):
+    """The instruction set's part of the Markdown document."""
+    m = isa.isa_map(config)
+    out = ["", f"## Instructions ({m['insn_bits']} bits, `bpsa.spec.isa`)", "",
+           "| part | bits |", "|---|---|"]
+    for part in ("opcode", "field", "value"):
+        lsb, bits = m[part]["lsb"], m[part]["bits"]
+        out.append(f"| {part} | [{lsb + bits - 1}:{lsb}] |")
+    out += ["", "| opcode | value |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in m["opcodes"].items()]
+    out += ["", "| SET field | index | bits | contents |", "|---|---:|---:|---|"]
+    out += [f"| `{f['struct']}.{f['name']}` | {f['index']} | {f['bits']} | "
+            f"{f['doc'].replace('|', chr(92) + '|')} |" for f in m["fields"]]
+    return out
 
 
 #: ``--format`` name -> (exporter, file suffix).
