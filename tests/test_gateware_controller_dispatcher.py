@@ -117,7 +117,7 @@ def run_programs(programs, *, seed, dma_error_at=None, hit_rate=0.3):
                     trace.append((OP.STEP, {}, 0))
                 if ctx.get(dut.save):
                     trace.append((OP.SAVE, _snapshot(ctx, dut, SEEN[OP.SAVE]),
-                                  ctx.get(dut.final)))
+                                  ctx.get(dut.final_step)))
                 if ctx.get(dut.save2):
                     trace.append((OP.SAVE2, _snapshot(ctx, dut, SEEN[OP.SAVE2]), 0))
                 if ctx.get(dut.done):
@@ -220,3 +220,13 @@ def test_assemble_writes_only_changed_fields_and_checks_ranges():
         isa.assemble(CFG, [(OP.RUN, {"run.channels": 1 << CFG.dim_width}, 0)])
     with pytest.raises(ValueError, match="no instruction field"):
         isa.assemble(CFG, [(OP.RUN, {"run.nothing": 1}, 0)])
+
+
+@pytest.mark.cocotb
+def test_dispatcher_verilator():
+    """The generated Verilog under Verilator (bpsa.verify.tb_dispatcher)."""
+    from bpsa.config import load_config
+    from bpsa.sim.runner import run_cocotb
+    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_dispatcher",
+                                 top="dispatcher")
+    assert tests == 1 and failures == 0

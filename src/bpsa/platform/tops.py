@@ -20,4 +20,5 @@ TOPS = {
     "dma": "bpsa.gateware.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
     "setup_alu": "bpsa.gateware.seq_arith:setup_alu",
+    "dispatcher": "bpsa.gateware.controller.dispatcher:Dispatcher",
 }

@@ -7,7 +7,7 @@ SET writes a staging register (one per field of :func:`bpsa.spec.isa.fields`, al
 ``load`` stream's payload), which the top connects by field name. LOAD hands the load unit
 the ``load`` fields and waits until the tile is in its bank (at once when the load unit
 already holds the slice); STEP pulses ``new_step``; RUN asks the step scheduler for a run and
-goes on when it has started; SAVE and SAVE2 pulse ``save`` (with ``final``) and ``save2``;
+goes on when it has started; SAVE and SAVE2 pulse ``save`` (with ``final_step``: the layer's last step) and ``save2``;
 END asserts ``last`` until the scheduler has stored the last step, then pulses ``done``.
 Nothing is computed here: the host's planner (:mod:`bpsa.plan.program`) did the arithmetic,
 so there is no multiplier, divider or loop counter.
@@ -55,7 +55,7 @@ class Dispatcher(wiring.Component):
     load : Out(stream.Signature(struct_layout(config, "load"))), load_hit, load_done : In(1),
     load_error : In(DmaError)
         The load unit.
-    new_step, save, final, save2 : Out(1), run_req, last : Out(1); started, finished,
+    new_step, save, final_step, save2 : Out(1), run_req, last : Out(1); started, finished,
     sched_fail : In(1), sched_code : In(8)
         The step scheduler.
     layer, run, zrun, prun, geometry, save_step, save2_step : Out(struct_layout(...))
@@ -74,7 +74,7 @@ class Dispatcher(wiring.Component):
                    "insn_end": In(1),
                    "load": Out(stream.Signature(struct_layout(config, "load"))),
                    "load_hit": In(1), "load_done": In(1), "load_error": In(DmaError),
-                   "new_step": Out(1), "save": Out(1), "final": Out(1), "save2": Out(1),
+                   "new_step": Out(1), "save": Out(1), "final_step": Out(1), "save2": Out(1),
                    "run_req": Out(1), "last": Out(1), "started": In(1), "finished": In(1),
                    "sched_fail": In(1), "sched_code": In(8),
                    "busy": Out(1), "fail": Out(1), "fail_code": Out(8), "done": Out(1)}
@@ -162,7 +162,7 @@ class Dispatcher(wiring.Component):
                                 m.next = "RUN"
                             with m.Case(isa.Opcode.SAVE):
                                 m.d.comb += [self.save.eq(1),
-                                             self.final.eq(value[0])]
+                                             self.final_step.eq(value[0])]
                             with m.Case(isa.Opcode.SAVE2):
                                 m.d.comb += self.save2.eq(1)
                             with m.Case(isa.Opcode.END):
