@@ -1,0 +1,154 @@
+"""The instruction fetch unit: a layer's program from external memory to the dispatcher.
+
+At ``start`` it takes the program's byte address and length in instructions
+(:mod:`bpsa.spec.isa`: 64-bit words, little endian, one after the other). It keeps a ring of
+:data:`FETCH_DEPTH` instructions in a small memory and refills it half a ring at a time
+through the DMA (one load command of at most ``FETCH_DEPTH / 2`` instructions, each in one
+buffer word: ``64 / b`` elements of ``b`` bits, ``b`` the operand or accumulator element width
+that is a whole number of bytes), as soon as half of it has been read; the dispatcher takes
+the words in order from ``insn``. ``insn_end`` rises when every word of the program has been
+taken. A DMA error while fetching (a program outside the DMA window, a bus error) is
+``error`` with the DMA's code; nothing more is handed on.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from bpsa.config import Config
+from bpsa.gateware.controller.load_unit import dma_command_layout
+from bpsa.gateware.dma import DmaError, Direction, ElementKind, default_geometry
+from bpsa.spec import isa
+
+__all__ = ["FETCH_DEPTH", "Fetch", "fetch_element"]
+
+#: Instructions the fetch unit holds (two halves, refilled one at a time).
+FETCH_DEPTH = 16
+
+
+def fetch_element(config):
+    """``(ElementKind, bits)`` of the DMA elements an instruction is fetched as: the operand's
+    when it is a whole number of bytes, else the accumulator's; :exc:`ValueError` when
+    neither is, or when a buffer word is narrower than an instruction."""
+    word, _ = default_geometry(config)
+    for kind, bits in ((ElementKind.OPERAND, config.operand_width),
+                       (ElementKind.ACCUMULATOR, config.acc_width)):
+        if bits in (8, 16, 32, 64):
+            break
+    else:
+        raise ValueError(f"instructions are fetched as whole-byte elements: operand_width "
+                         f"{config.operand_width} or acc_width {config.acc_width} must be 8, "
+                         f"16, 32 or 64")
+    if word < isa.INSN_BITS:
+        raise ValueError(f"the DMA's buffer word ({word} bits) must hold an instruction "
+                         f"({isa.INSN_BITS} bits)")
+    return kind, bits
+
+
+class Fetch(wiring.Component):
+    """See the module docstring.
+
+    Members
+    -------
+    start : In(1), prog_addr : In(32), prog_words : In(32)
+        A layer starts: its program's byte address and length (instructions).
+    dma : Out(stream.Signature(dma_command_layout(config))), dma_done : In(1),
+    dma_error : In(DmaError)
+        The DMA engine's command port (the top shares it with the load unit and the stores).
+    write_addr, write_data, write_en : In
+        The DMA's buffer writes while ``fetching``.
+    fetching : Out(1)
+        A fetch command is in flight: the DMA's buffer writes are this unit's.
+    insn : Out(stream.Signature(64)), insn_end : Out(1)
+        The program's words; all taken.
+    error : Out(1), error_code : Out(DmaError)
+        Pulse: a fetch failed.
+    stop : In(1)
+        The layer has ended (failed): fetch nothing more (a command in flight still ends).
+    busy : Out(1)
+        A fetch command is offered or in flight (START must wait).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {config!r}")
+        self.config = config
+        self.kind, self.element_bits = fetch_element(config)
+        cmd = dma_command_layout(config)
+        word, depth = default_geometry(config)
+        super().__init__({
+            "start": In(1), "prog_addr": In(32), "prog_words": In(32),
+            "dma": Out(stream.Signature(cmd)), "dma_done": In(1), "dma_error": In(DmaError),
+            "write_addr": In(cmd["buf_addr"].shape), "write_data": In(word),
+            "write_en": In(1), "fetching": Out(1),
+            "insn": Out(stream.Signature(isa.INSN_BITS)), "insn_end": Out(1),
+            "error": Out(1), "error_code": Out(DmaError), "stop": In(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth, half = FETCH_DEPTH, FETCH_DEPTH // 2
+        lanes = isa.INSN_BITS // self.element_bits
+        mem = m.submodules.ring = Memory(shape=isa.INSN_BITS, depth=depth, init=[])
+        wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+
+        addr, words = Signal(32), Signal(32)       # the program
+        issued = Signal(32)       # words in the ring (a multiple of half but the last)
+        read = Signal(32)         # words read out of the ring
+        chunk = Signal(range(half + 1))
+        out_valid = Signal()
+        m.d.comb += [wp.addr.eq(self.write_addr), wp.data.eq(self.write_data[:isa.INSN_BITS]),
+                     wp.en.eq(self.write_en & self.fetching)]
+
+        # read side: a word a cycle into the output, which holds it until taken
+        advance = Signal()
+        m.d.comb += [advance.eq((issued != read) & (~out_valid | self.insn.ready)),
+                     rp.addr.eq(read), rp.en.eq(advance),
+                     self.insn.valid.eq(out_valid), self.insn.payload.eq(rp.data)]
+        with m.If(advance):
+            m.d.sync += [read.eq(read + 1), out_valid.eq(1)]
+        with m.Elif(self.insn.ready):
+            m.d.sync += out_valid.eq(0)
+        m.d.comb += self.insn_end.eq((read == words) & ~out_valid)
+
+        # fill side: half a ring once it has been read (and the first two halves at once)
+        left = Signal(32)
+        m.d.comb += left.eq(words - issued)
+        cmd = self.dma.payload
+        reset = [addr.eq(self.prog_addr), words.eq(self.prog_words), issued.eq(0),
+                 read.eq(0), out_valid.eq(0)]
+        with m.FSM(name="fetch") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += reset
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(self.start):
+                    m.d.sync += reset
+                with m.Elif(self.stop):
+                    m.next = "IDLE"
+                with m.Elif((left != 0) & (issued - read <= half)):
+                    m.d.sync += chunk.eq(Mux(left >= half, half, left))
+                    m.next = "ASK"
+            with m.State("ASK"):
+                m.d.comb += [self.dma.valid.eq(~self.stop), cmd.direction.eq(Direction.LOAD),
+                             cmd.kind.eq(self.kind), cmd.addr.eq(addr + (issued << 3)),
+                             cmd.buf_addr.eq(issued[:(depth - 1).bit_length()]),
+                             cmd.length.eq(chunk * lanes), cmd.lanes.eq(lanes)]
+                with m.If(self.stop):
+                    m.next = "IDLE"
+                with m.Elif(self.dma.ready):
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += self.fetching.eq(1)
+                with m.If(self.dma_done):
+                    with m.If(self.dma_error != DmaError.NONE):
+                        m.d.comb += [self.error.eq(1), self.error_code.eq(self.dma_error)]
+                        m.d.sync += [issued.eq(read), out_valid.eq(0)]   # hand on no more
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += issued.eq(issued + chunk)
+                        m.next = "WAIT"
+        m.d.comb += self.busy.eq(fsm.ongoing("ASK") | fsm.ongoing("FETCH"))
+        return m
