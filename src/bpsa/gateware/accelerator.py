@@ -163,19 +163,13 @@ from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.requantizer import Requantizer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults, ZeroFreeResults)
+from bpsa.gateware.controller.dispatcher import Dispatcher
+from bpsa.gateware.controller.fetch import Fetch
 from bpsa.gateware.controller.step_scheduler import StepScheduler
-from bpsa.gateware.controller.walker import LoopWalker
-from bpsa.gateware.controller.setup_sequencer import SetupSequencer
-from bpsa.gateware.seq_arith import SETUP_WIDTH, SeqMulDiv
-from bpsa.plan.setup import generated_phases
 from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
 
 __all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
-
-#: Bits of the set-up arithmetic (sizes in elements and bytes).
-_W = SETUP_WIDTH
-
 
 
 
@@ -224,7 +218,14 @@ class Accelerator(CheckedComponent):
         wiring.connect(m, dma.axi, wiring.flipped(self.mem))
         m.d.comb += [dma.window_lo.eq(rf.window_lo), dma.window_hi.eq(rf.window_hi),
                      dma.clear_counters.eq(rf.clear)]
-        d = rf.desc
+        # the layer's program: fetched by DMA, dispatched to the load unit, the step scheduler
+        # and the engines (bpsa.spec.isa); ``d`` holds the layer's constants
+        fetch = m.submodules.fetch = Fetch(cfg)
+        ctrl = m.submodules.dispatch = Dispatcher(cfg)
+        wiring.connect(m, fetch.insn, ctrl.insn)
+        m.d.comb += [ctrl.insn_end.eq(fetch.insn_end), fetch.prog_addr.eq(rf.prog_addr),
+                     fetch.prog_words.eq(rf.prog_words)]
+        d = plan = ctrl.layer
 
         fwd = bwd = None
         if self.has_forward:
@@ -248,15 +249,13 @@ class Accelerator(CheckedComponent):
             pool = m.submodules.pool = PoolEngine(cfg)
 
         # --- P buffer, fed by the engines' results; counters ---------------------------------
-        phases = generated_phases(cfg)
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
         sched = m.submodules.steps = StepScheduler(cfg)
-        walker = m.submodules.walker = LoopWalker(cfg, phases)
-        geo = walker.geometry
+        geo = ctrl.geometry
         p_row, row_base, kt_rows = geo.p_row, geo.row_base, geo.kt_rows
         fc_o0, fc_dw_p0 = geo.fc_o0, geo.fc_dw_p0
-        bank = sched.bank             # buffer half of the next load and run
-        ow_reg = Signal(dim)
+        bank = sched.bank             # buffer half of the next run
+        run = ctrl.run
         results = []
         if fwd is not None:
             fres = m.submodules.forward_results = ForwardResults(cfg)
@@ -265,7 +264,7 @@ class Accelerator(CheckedComponent):
             else:                 # one forward front end runs at a time
                 m.d.comb += [fres.y.valid.eq(fwd.y.valid | cf.y.valid),
                              fres.y.payload.eq(Mux(cf.y.valid, cf.y.payload, fwd.y.payload))]
-            m.d.comb += [fres.ow.eq(ow_reg), fres.row_base.eq(row_base), fres.p_row.eq(p_row)]
+            m.d.comb += [fres.ow.eq(plan.ow), fres.row_base.eq(row_base), fres.p_row.eq(p_row)]
             results.append(fres.acc)
         if self.has_zf:
             zres = m.submodules.zf_gradient_results = ZeroFreeResults(cfg)
@@ -320,36 +319,45 @@ class Accelerator(CheckedComponent):
 
         # --- DMA: loads (the load unit) and stores, buffer ports -------------------------------
         load = m.submodules.load = LoadUnit(cfg)
-        target = load.target
         m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
                      load.dma.ready.eq(dma.cmd.ready)]
+        # the DMA's commands: the load unit's first, then the scheduler's stores, then fetches
         with m.If(load.dma.valid):
             m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(load.dma.payload)]
+        with m.Elif(sched.dma_valid):
+            m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(sched.dma_cmd)]
         with m.Else():
-            m.d.comb += [dma.cmd.valid.eq(sched.dma_valid), dma.cmd.payload.eq(sched.dma_cmd)]
-        # the load unit first: the scheduler's store waits while a load is offered
+            m.d.comb += [dma.cmd.valid.eq(fetch.dma.valid),
+                         dma.cmd.payload.eq(fetch.dma.payload)]
         m.d.comb += [sched.dma_ready.eq(dma.cmd.ready & ~load.dma.valid),
                      sched.dma_done.eq(dma.done),
-                     sched.dma_error.eq(dma.error)]
+                     sched.dma_error.eq(dma.error),
+                     fetch.dma.ready.eq(dma.cmd.ready & ~load.dma.valid & ~sched.dma_valid),
+                     fetch.dma_done.eq(dma.done), fetch.dma_error.eq(dma.error)]
         bw = dma.buf_write
+        m.d.comb += [fetch.write_addr.eq(bw.addr), fetch.write_data.eq(bw.data),
+                     fetch.write_en.eq(bw.en)]
+        target = load.target
+        buf_en = Signal()                # a buffer write of a load (not of a fetch)
+        m.d.comb += buf_en.eq(bw.en & ~fetch.fetching)
         if fwd is not None:
             m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
-                         fwd.x_write.en.eq(bw.en & (target == Target.FWD_X)),
+                         fwd.x_write.en.eq(buf_en & (target == Target.FWD_X)),
                          fwd.w_write.addr.eq(bw.addr), fwd.w_write.data.eq(bw.data),
-                         fwd.w_write.en.eq(bw.en & (target == Target.FWD_W))]
+                         fwd.w_write.en.eq(buf_en & (target == Target.FWD_W))]
         if bwd is not None:
             m.d.comb += [bwd.a_write.addr.eq(bw.addr), bwd.a_write.data.eq(bw.data),
-                         bwd.a_write.en.eq(bw.en & (target == Target.BWD_A)),
+                         bwd.a_write.en.eq(buf_en & (target == Target.BWD_A)),
                          bwd.b_write.addr.eq(bw.addr), bwd.b_write.data.eq(bw.data),
-                         bwd.b_write.en.eq(bw.en & (target == Target.BWD_B))]
+                         bwd.b_write.en.eq(buf_en & (target == Target.BWD_B))]
         if cf is not None:
             m.d.comb += [cf.x_write.addr.eq(bw.addr),
                          cf.x_write.data.eq(bw.data[:cfg.rows * cfg.operand_width]),
-                         cf.x_write.en.eq(bw.en & (target == Target.CF_X))]
+                         cf.x_write.en.eq(buf_en & (target == Target.CF_X))]
         if pool is not None:
             m.d.comb += [pool.write.addr.eq(bw.addr),
                          pool.write.data.eq(bw.data[:cfg.operand_width]),
-                         pool.write.en.eq(bw.en & (target == Target.POOL))]
+                         pool.write.en.eq(buf_en & (target == Target.POOL))]
         # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
         requant = m.submodules.requantizer = Requantizer(cfg)
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
@@ -358,38 +366,30 @@ class Accelerator(CheckedComponent):
                 | (target == Target.CF_X))
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
-                     counters.a_write.eq(bw.en & to_a), counters.b_write.eq(bw.en & ~to_a),
+                     counters.a_write.eq(buf_en & to_a), counters.b_write.eq(buf_en & ~to_a),
                      counters.p_read.eq(pbuf.read_event), counters.p_write.eq(pbuf.write_event),
                      pbuf.read_addr.eq(dma.buf_read.addr),
                      pbuf.read_en.eq(dma.buf_read.en & sched.storing),
                      dma.buf_read.data.eq(requant.out),
                      dma.buf_read_ready.eq(pbuf.read_ready)]
 
-        # --- the controller: set-up sequencer, loop walker, load unit, step scheduler --------
-        seq = m.submodules.setup = SetupSequencer(cfg, phases)
-        alu = m.submodules.setup_alu = SeqMulDiv(_W)
-        plan = seq.plan.payload
-        m.d.comb += [seq.desc.valid.eq(rf.start), seq.desc.payload.eq(rf.desc),
-                     seq.window_lo.eq(rf.window_lo), seq.window_hi.eq(rf.window_hi),
-                     seq.plan.ready.eq(1), walker.desc.eq(rf.desc), walker.plan.eq(plan),
-                     walker.bank.eq(bank)]
-        # the unit serves the sequencer, then the walker
-        m.d.comb += alu.start.eq(seq.alu.start | walker.alu.start)
-        for name in ("op", "a", "b"):
-            m.d.comb += getattr(alu, name).eq(Mux(seq.busy, getattr(seq.alu, name),
-                                                  getattr(walker.alu, name)))
-        for name in ("busy", "done", "result", "overflow"):
-            m.d.comb += [getattr(seq.alu, name).eq(getattr(alu, name)),
-                         getattr(walker.alu, name).eq(getattr(alu, name))]
-        wiring.connect(m, walker.load, load.load)
-        m.d.comb += [walker.load_hit.eq(load.hit), walker.load_done.eq(load.done),
-                     walker.load_error.eq(load.error)]
-        for name in ("last", "new_step", "final", "save", "save_step", "save2", "save2_step"):
-            m.d.comb += getattr(sched, name).eq(getattr(walker, name))
-        m.d.comb += [sched.run.eq(walker.run_req), walker.started.eq(sched.started),
-                     walker.finished.eq(sched.finished), walker.sched_fail.eq(sched.fail),
-                     walker.sched_code.eq(sched.fail_code)]
-        run = walker.run
+        # --- the controller: the dispatcher, the load unit and the step scheduler -------------
+        lp = load.load.payload
+        m.d.comb += [load.load.valid.eq(ctrl.load.valid), ctrl.load.ready.eq(load.load.ready)]
+        for name in lp.shape().members:
+            m.d.comb += getattr(lp, name).eq(getattr(ctrl.load.payload, name))
+        m.d.comb += [ctrl.load_hit.eq(load.hit), ctrl.load_done.eq(load.done),
+                     ctrl.load_error.eq(load.error)]
+        for name in ("last", "new_step", "save", "save2"):
+            m.d.comb += getattr(sched, name).eq(getattr(ctrl, name))
+        m.d.comb += sched.final.eq(ctrl.final_step)
+        for step, staged in ((sched.save_step, ctrl.save_step),
+                             (sched.save2_step, ctrl.save2_step)):
+            for name in step.shape().members:
+                m.d.comb += getattr(step, name).eq(getattr(staged, name))
+        m.d.comb += [sched.run.eq(ctrl.run_req), ctrl.started.eq(sched.started),
+                     ctrl.finished.eq(sched.finished), ctrl.sched_fail.eq(sched.fail),
+                     ctrl.sched_code.eq(sched.fail_code)]
 
         phase = d.phase
         is_fwd = Signal()
@@ -405,11 +405,11 @@ class Accelerator(CheckedComponent):
         if pool is not None:
             m.d.comb += is_pool.eq((phase == Phase.POOL_FORWARD)
                                    | (phase == Phase.POOL_BACKWARD))
-            pl, pw_ = pool.layer, walker.prun
+            pl, pw_ = pool.layer, ctrl.prun
             half = cfg.buf_pool_depth // 2
             m.d.comb += [pl.backward.eq(phase == Phase.POOL_BACKWARD),
                          pl.avg.eq(d.pool_kind == regmap.PoolKind.AVG), pl.relu.eq(d.relu),
-                         pl.planes.eq(walker.run.channels), pl.h.eq(d.h), pl.w.eq(d.w),
+                         pl.planes.eq(run.channels), pl.h.eq(d.h), pl.w.eq(d.w),
                          pl.r.eq(d.r), pl.s.eq(d.s), pl.stride_h.eq(d.stride_h),
                          pl.stride_w.eq(d.stride_w), pl.pad_h.eq(d.pad_h),
                          pl.pad_w.eq(d.pad_w), pl.oh.eq(plan.oh), pl.ow.eq(plan.ow),
@@ -434,13 +434,13 @@ class Accelerator(CheckedComponent):
             m.d.comb += is_cf.eq(is_fwd & (d.mode == regmap.Mode.CHANNEL_FIRST))
             cr = cf.run
             m.d.comb += [cr.channels.eq(run.channels), cr.layer_channels.eq(d.c),
-                         cr.height.eq(run.height), cr.out_rows.eq(walker.prun.rows),
+                         cr.height.eq(run.height), cr.out_rows.eq(ctrl.prun.rows),
                          cr.width.eq(d.w), cr.out_width.eq(plan.ow), cr.kernel_h.eq(d.r),
                          cr.kernel_w.eq(d.s), cr.stride_h.eq(d.stride_h),
                          cr.stride_w.eq(d.stride_w), cr.dil_h.eq(d.dil_h),
                          cr.dil_w.eq(d.dil_w), cr.pad_top.eq(run.pad_top),
                          cr.pad_w.eq(d.pad_w),
-                         cr.x_base.eq(walker.xbank * (cfg.buf_cf_depth // 2)),
+                         cr.x_base.eq(run.xbank * (cfg.buf_cf_depth // 2)),
                          cr.w_base.eq(bank * (cfg.buf_b_depth // 2)),
                          cf.start.eq(sched.eng_start & is_cf),
                          fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),
@@ -455,7 +455,7 @@ class Accelerator(CheckedComponent):
                          lay.pad_h.eq(run.pad_top), lay.pad_bottom.eq(run.pad_bottom),
                          lay.pad_w.eq(d.pad_w), lay.dil_h.eq(d.dil_h),
                          lay.dil_w.eq(d.dil_w), lay.out_channels.eq(run.out_channels),
-                         lay.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2 * B)),
+                         lay.x_base.eq(run.xbank * (cfg.buf_a_depth // 2 * B)),
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
             bl = bwd.layer
@@ -481,16 +481,16 @@ class Accelerator(CheckedComponent):
                          zl.stride_h.eq(d.stride_h), zl.stride_w.eq(d.stride_w),
                          zl.dil_h.eq(d.dil_h), zl.dil_w.eq(d.dil_w),
                          zl.pad_top.eq(run.pad_top), zl.pad_w.eq(d.pad_w),
-                         zl.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2)),
+                         zl.x_base.eq(run.xbank * (cfg.buf_a_depth // 2)),
                          zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zg_start.eq(sched.eng_start & is_zg)]
-            ll, zr = fwd.zl_layer, walker.zrun
+            ll, zr = fwd.zl_layer, ctrl.zrun
             m.d.comb += [ll.height.eq(run.height), ll.width.eq(d.w),
                          ll.out_height.eq(run.out_height), ll.out_width.eq(plan.ow),
                          ll.kernel_h.eq(d.r), ll.kernel_w.eq(d.s),
                          ll.stride_h.eq(d.stride_h), ll.stride_w.eq(d.stride_w),
                          ll.pad_top.eq(run.pad_top), ll.pad_w.eq(d.pad_w),
-                         ll.x_base.eq(walker.xbank * (cfg.buf_a_depth // 2)),
+                         ll.x_base.eq(run.xbank * (cfg.buf_a_depth // 2)),
                          ll.w_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zl_start.eq(sched.eng_start & is_zl)]
             for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r",
@@ -512,7 +512,7 @@ class Accelerator(CheckedComponent):
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
         m.d.comb += [sched.double.eq(is_zg | is_zl | is_pool | (is_fwd & plan.dbl)),
-                     sched.abort.eq(walker.fail),
+                     sched.abort.eq(ctrl.fail | fetch.error),
                      pbuf.clear_base.eq(sched.p_base),
                      pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
                      sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),
@@ -558,24 +558,20 @@ class Accelerator(CheckedComponent):
             with m.State("IDLE"):
                 with m.If(rf.start):
                     m.d.sync += err.eq(0)
-                    m.d.comb += [load.invalidate.eq(1), sched.layer_start.eq(1)]
-                    m.next = "SETUP"
-            with m.State("SETUP"):           # the checks, geometry and tiling (bpsa.plan)
-                with m.If(seq.plan.valid):
-                    m.d.sync += ow_reg.eq(plan.ow)
-                    with m.If(plan.error != AccelError.NONE):
-                        fail(plan.error)
-                    with m.Else():
-                        m.d.comb += walker.go.eq(1)
-                        m.next = "WALK"
-            with m.State("WALK"):            # the walker's loops, until the last store
-                with m.If(walker.fail):
-                    fail(walker.fail_code)
-                with m.Elif(walker.done):
+                    m.d.comb += [load.invalidate.eq(1), sched.layer_start.eq(1),
+                                 fetch.start.eq(1), ctrl.start.eq(1)]
+                    m.next = "RUN"
+            with m.State("RUN"):             # the program, until END's store is done
+                with m.If(ctrl.fail):
+                    fail(ctrl.fail_code)
+                with m.Elif(fetch.error):
+                    fail(ERROR_DMA_BUS | fetch.error_code.as_value())
+                with m.Elif(ctrl.done):
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.sync += done.eq(1)
                 m.next = "IDLE"
-        m.d.comb += busy.eq(~fsm.ongoing("IDLE"))
+        m.d.comb += fetch.stop.eq(fsm.ongoing("IDLE"))
+        m.d.comb += busy.eq(~fsm.ongoing("IDLE") | fetch.busy)
         return m
 

@@ -125,6 +125,8 @@ class RegisterFile(wiring.Component):
         Performance counter values.
     window_lo, window_hi : Out(32)
         The WINDOW_LO / WINDOW_HI registers (for the DMA engine's address window).
+    prog_addr, prog_words : Out(32)
+        The PROG_ADDR / PROG_WORDS registers (the layer's program, taken at START).
     """
 
     def __init__(self, config):
@@ -138,8 +140,8 @@ class RegisterFile(wiring.Component):
             "done": In(1),
             "error": In(8),
             "counters": In(counter_layout()),
-            "window_lo": Out(32),
-            "window_hi": Out(32),
+            **{r.field: Out(field_bits(config, r.width)) for r in REGISTERS
+               if r.kind == "setting"},
         })
 
     def elaborate(self, platform):

@@ -26,11 +26,14 @@ do). Values out of the operand range are refused with :exc:`ValueError` before a
 import numpy as np
 
 from bpsa.plan import capability, tiling
+from bpsa.plan.grammar import Refusal
+from bpsa.spec import isa
 from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer, out_size, pair
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
     CONTROL_BITS,
+    DESCRIPTOR_FIELDS,
     COUNTERS,
     ID_VALUE,
     MAP_VERSION,
@@ -199,6 +202,8 @@ class Driver:
         self.max_polls = max_polls
         self.plan = None
         self.mode = None
+        self._tensor_end = mem_base           # end of the last call's tensors
+        self.program = []                     # the last layer's instruction words
 
     # --- registers ----------------------------------------------------------------------------
     async def open(self):
@@ -232,16 +237,35 @@ class Driver:
         return out
 
     async def start(self, desc, budget=None):
-        """Clear DONE, ERROR and the counters, write the descriptor fields of ``desc``
-        (register name -> value), START, wait for DONE. Returns STATUS.ERROR (0: success);
-        the counters then describe this layer alone. ``budget``: the cycles to wait at most
-        (:func:`cycle_budget`; on a transport that counts cycles), else ``max_polls`` STATUS
-        reads; then :exc:`TimeoutError` with STATUS and the BUSY_CYCLES counter."""
-        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        """Plan the layer ``desc`` (descriptor register name -> value) into its program
+        (:func:`bpsa.plan.program.program_words`), write it to the top of the memory region
+        (above the tensors), clear DONE, ERROR and the counters, START, wait for DONE. Returns
+        STATUS.ERROR (0: success), or the planner's refusal code without touching the
+        hardware; the counters then describe this layer alone. ``budget``: the cycles to wait
+        at most (:func:`cycle_budget`; on a transport that counts cycles), else ``max_polls``
+        STATUS reads; then :exc:`TimeoutError` with STATUS and the BUSY_CYCLES counter."""
+        from bpsa.plan.instructions import program_words
         # a field a descriptor leaves out must not keep an earlier layer's value
-        desc = {"REQUANT": 0, "OUT_SHIFT": 0, "RELU": 0, "POOL_KIND": 0, **desc}
-        for name, value in desc.items():
-            await self.t.write32(REGISTER_MAP[name], int(value) & 0xFFFF_FFFF)
+        desc = {"REQUANT": 0, "OUT_SHIFT": 0, "RELU": 0, "POOL_KIND": 0, "MODE": 0, **desc}
+        fields = {reg: field for field, reg, *_ in DESCRIPTOR_FIELDS}
+        layer = {fields[name]: int(value) for name, value in desc.items()}
+        layer.update(window_lo=self.mem_base, window_hi=self.mem_base + self.mem_size - 1)
+        try:
+            words = program_words(self.config, layer)
+        except Refusal as e:
+            self.program = []
+            return int(e.code)
+        self.program = words
+        nbytes = len(words) * isa.INSN_BYTES
+        addr = (self.mem_base + self.mem_size - nbytes) // 64 * 64
+        if addr < self._tensor_end:
+            raise ValueError(f"the layer's tensors and its program ({len(words)} instructions) "
+                             f"need {self._tensor_end - self.mem_base + nbytes} bytes, the "
+                             f"memory region has {self.mem_size}")
+        await self.t.write_mem(addr, b"".join(w.to_bytes(8, "little") for w in words))
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        await self.t.write32(REGISTER_MAP["PROG_ADDR"], addr)
+        await self.t.write32(REGISTER_MAP["PROG_WORDS"], len(words))
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
         cycled = hasattr(self.t, "idle")
         polls = self.max_polls
@@ -288,6 +312,7 @@ class Driver:
         if at > self.mem_base + self.mem_size:
             raise ValueError(f"tensors need {at - self.mem_base} bytes, the memory region has "
                              f"{self.mem_size}")
+        self._tensor_end = at
         return addrs
 
     def blocked_w(self, w):

@@ -24,6 +24,8 @@ CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
 STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
 WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (reset 0)
 WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF)
+PROG_ADDR      0x030   RW      byte address of the layer's program (map version 2.0)
+PROG_WORDS     0x034   RW      its length in instructions (:mod:`bpsa.spec.isa`)
 PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
 ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
 MODE           0x088   RW      how the phase runs (:class:`Mode`): loss / gradient 0 BP-im2col,
@@ -79,7 +81,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (1, 6)
+MAP_VERSION = (2, 0)
 
 
 class Phase(enum.IntEnum):
@@ -230,7 +232,7 @@ def _build_registers():
                  "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16], "
                  "log2(dma_data_width / 64) [25:24], log2 buf_pool_depth [31:27]"),
         Register("CONTROL", 0x020, "wo", "control",
-                 "START [0]: run the descriptor (ignored while busy); CLEAR [1]: clear DONE, "
+                 "START [0]: run the program at PROG_ADDR (ignored while busy); CLEAR [1]: clear DONE, "
                  "ERROR and the counters"),
         Register("STATUS", 0x024, "ro", "status", "BUSY [0], DONE [1] (sticky), ERROR [15:8]"),
         Register("WINDOW_LO", 0x028, "rw", "setting",
@@ -239,6 +241,12 @@ def _build_registers():
         Register("WINDOW_HI", 0x02C, "rw", "setting",
                  "highest external byte address the DMA may touch (inclusive)",
                  field="window_hi", width="addr", reset=0xFFFF_FFFF),
+        Register("PROG_ADDR", 0x030, "rw", "setting",
+                 "byte address of the layer's program (bpsa.spec.isa; a multiple of 8)",
+                 field="prog_addr", width="addr", reset=0),
+        Register("PROG_WORDS", 0x034, "rw", "setting",
+                 "instructions in the layer's program", field="prog_words", width="addr",
+                 reset=0),
     ]
     for i, (field, name, width, reset, doc) in enumerate(DESCRIPTOR_FIELDS):
         regs.append(Register(name, _DESC_BASE + 4 * i, "rw", "desc", doc, field=field,
