@@ -44,16 +44,16 @@ def test_load_enums_match_the_load_unit():
     assert program.CACHE == {c.name: c.value for c in Cache}
 
 
-def random_desc(rng, cfg, key, big):
+def random_desc(rng, cfg, key, big, scale=1):
     """A descriptor of program ``key`` (any; it may be refused); ``big``: large planes (row
-    bands in ``CFG``)."""
+    bands in ``CFG``; ``scale`` times larger)."""
     base = dict(mode=0, requant=0, relu=0, pool_kind=0, dil_h=1, dil_w=1, **ADDR)
     if key == "fc":
         return dict(base, phase=Phase.FC_BACKWARD, n=rng.randint(1, 9), c=rng.randint(1, 40),
                     h=1, w=1, k=rng.randint(1, 20), r=1, s=1, stride_h=1, stride_w=1,
                     pad_h=0, pad_w=0)
     r, s = rng.randint(1, 3), rng.randint(1, 3)
-    lo, hi = (8, 24) if big else (1, 8)
+    lo, hi = (8 * scale, 24 * scale) if big else (1, 8)
     if key.startswith("pool"):
         return dict(base, phase=Phase.POOL_FORWARD if key == "pool_forward"
                     else Phase.POOL_BACKWARD, n=rng.randint(1, 2), c=rng.randint(1, 4),
@@ -70,7 +70,7 @@ def random_desc(rng, cfg, key, big):
              "zf_gradient": Phase.GRADIENT}[key]
     mode = (Mode.CHANNEL_FIRST if key == "cf_forward" else
             Mode.ZERO_FREE if key.startswith("zf") else 0)
-    lo, hi = (10, 28) if big else (1, 7)
+    lo, hi = (10 * scale, 28 * scale) if big else (1, 7)
     return dict(base, phase=phase, mode=int(mode), n=rng.randint(1, 3), c=rng.randint(1, 6),
                 h=rng.randint(max(drh + 1, lo), hi), w=rng.randint(max(drw + 1, lo), hi),
                 k=rng.randint(1, 7), r=r, s=s, dil_h=dil[0], dil_w=dil[1],
@@ -80,14 +80,14 @@ def random_desc(rng, cfg, key, big):
                 relu=int(key in ("forward", "cf_forward") and rng.random() < 0.3))
 
 
-def random_layers(rng, cfg, keys, per_key, max_runs=MAX_RUNS):
+def random_layers(rng, cfg, keys, per_key, max_runs=MAX_RUNS, scale=1):
     """``per_key`` descriptors of each program in ``keys`` that the set-up accepts and that
-    have at most ``max_runs`` runs; every other one with large planes."""
+    have at most ``max_runs`` runs; every other one with large planes (:func:`random_desc`)."""
     out = []
     for i in range(per_key):
         for key in keys:
             while True:
-                desc = random_desc(rng, cfg, key, big=i % 2 == 1)
+                desc = random_desc(rng, cfg, key, big=i % 2 == 1, scale=scale)
                 try:
                     events = layer_program(cfg, desc)
                 except Refusal:
@@ -196,6 +196,7 @@ def walker_traces(cfg, layers, seed, hit_rate=0.3):
                 elif final:
                     events.append("final without save")
                 if ctx.get(walker.save2):
+                    assert save, "save2 without save"
                     s2 = walker.save2_step
                     events.append(Save2(rows=ctx.get(s2.rows), p0=ctx.get(s2.p0),
                                         addr=ctx.get(s2.addr)))
@@ -265,14 +266,26 @@ def test_hits_do_not_change_the_trace():
     never = walker_traces(CFG, layers, seed=1, hit_rate=0.0)
     always = walker_traces(CFG, layers, seed=1, hit_rate=1.0)
     assert [t[1] for t in never] == [t[1] for t in always]
-    assert sum(t[3] for t in always) > 0 == sum(t[3] for t in never)
+    assert sum(t[3] for t in always) > 0 and sum(t[3] for t in never) == 0
 
 
 def test_program_equals_the_walker_in_a_larger_config():
-    cfg = load_config("small_cf")
+    cfg = load_config("small_cf")              # 4 x 4, 1,024-word buffers, both front ends
     rng = random.Random(2)
-    layers = random_layers(rng, cfg, program.PHASES, 1, max_runs=12)
+    layers = random_layers(rng, cfg, program.PHASES, 2, max_runs=16, scale=2)
     _check(cfg, layers, walker_traces(cfg, layers, seed=4))
+    assert {program_key(d) for d in layers} == set(program.PHASES)
+    assert sum(setup.run(cfg, d)["banded"] for d in layers
+               if d["phase"] != Phase.FC_BACKWARD) >= 4
+
+
+def test_walker_arithmetic_overflow_is_a_refusal():
+    walk = program._Walk(CFG, {"phase": Phase.FORWARD, "requant": 0}, {}, 0)
+    assert walk.mul(1 << 24, (1 << 24) - 1) == (1 << 48) - (1 << 24)
+    with pytest.raises(Refusal):
+        walk.mul(1 << 24, 1 << 24)
+    with pytest.raises(Refusal):
+        walk.div(5, 0)
 
 
 @pytest.mark.parametrize("desc", [

@@ -317,7 +317,7 @@ class _Walk:
         self.g["xbank"] = xbank
         self.obs = element_bytes(config.operand_width).bit_length() - 1
         self.abs_ = element_bytes(config.acc_width).bit_length() - 1
-        self.oes = (element_bytes(config.operand_width) if desc.get("requant", 0)
+        self.oes = (element_bytes(config.operand_width) if desc["requant"]
                     else element_bytes(config.acc_width)).bit_length() - 1
         self.key = program_key(desc)
         self.events = []
@@ -895,7 +895,7 @@ class _Walk:
                                         self.div)
         obs, oes, C = self.obs, self.oes, self.cfg.cols
         bwd = d["phase"] == Phase.POOL_BACKWARD
-        xskip = bwd and d.get("pool_kind", 0) == PoolKind.AVG and not d.get("relu", 0)
+        xskip = bwd and d["pool_kind"] == PoolKind.AVG and not d["relu"]
         out_rows = d["h"] if bwd else r["oh"]
         out_w = d["w"] if bwd else r["ow"]
         out_plane = r["hw"] if bwd else r["ohow"]
@@ -960,6 +960,9 @@ def layer_program_state(config, desc, *, xbank=0):
     """``(events, xbank)``: :func:`layer_program`'s events, and the walker's X bank register
     at the layer's end (the next layer starts from it)."""
     plan = setup.run(config, desc)
+    # the fields setup.run defaults (addresses, MODE, REQUANT, RELU, POOL_KIND)
+    desc = {"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0, "requant": 0,
+            "relu": 0, "pool_kind": 0, **desc}
     walk = _Walk(config, desc, plan, xbank)
     key = walk.key
     if key in ("forward", "cf_forward"):
