@@ -16,7 +16,9 @@ from bpsa.models import golden
 from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
-from bpsa.spec.regmap import CONTROL_BITS, ID_VALUE, MAP_VERSION, REGISTER_MAP
+from bpsa.spec import isa
+from bpsa.spec.regmap import (CONTROL_BITS, DESCRIPTOR_FIELDS, ID_VALUE, MAP_VERSION,
+                              REGISTER_MAP)
 
 TINY = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128,
                                     name="small_tinybuf")
@@ -25,7 +27,8 @@ NAMES = {offset: name for name, offset in REGISTER_MAP.items()}
 
 class GoldenTransport:
     """A stand-in accelerator behind the driver's four transport coroutines: memory is a
-    bytearray, START decodes the descriptor's tensors, computes the phase with bpsa.models.golden
+    bytearray, START reads the program's descriptor (its ``layer.*`` SETs, :mod:`bpsa.spec.isa`),
+    decodes the descriptor's tensors, computes the phase with bpsa.models.golden
     and writes the result in the hardware's layout; a layer the controller's plan refuses is
     answered with TOO_LARGE (6). Counts the descriptors it ran in ``runs``."""
 
@@ -50,9 +53,20 @@ class GoldenTransport:
     async def write32(self, offset, value):
         name = NAMES[offset]
         if name == "CONTROL" and value >> CONTROL_BITS["START"] & 1:
+            self.regs.update(self._descriptor())
             self.regs["STATUS"] = 2 | self._run() << 8
         elif name != "CONTROL":
             self.regs[name] = value
+
+    def _descriptor(self):
+        """The descriptor registers' values, from the program at PROG_ADDR."""
+        at, count = self.regs["PROG_ADDR"], self.regs["PROG_WORDS"]
+        words = [int.from_bytes(self.mem[at + 8 * i:at + 8 * i + 8], "little")
+                 for i in range(count)]
+        trace, code = isa.execute(self.cfg, words)
+        assert code == 0, code
+        state = trace[0][1]
+        return {reg: state[f"layer.{field}"] for field, reg, *_ in DESCRIPTOR_FIELDS}
 
     async def read_mem(self, addr, nbytes):
         return bytes(self.mem[addr:addr + nbytes])

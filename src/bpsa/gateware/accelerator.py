@@ -304,7 +304,9 @@ class Accelerator(CheckedComponent):
             m.d.comb += getattr(rf.counters, name).eq(getattr(counters.counts, name))
         m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
                      rf.counters.dma_write_bytes.eq(dma.write_bytes),
-                     rf.counters.dma_busy_cycles.eq(dma.busy_cycles)]
+                     rf.counters.dma_busy_cycles.eq(dma.busy_cycles),
+                     rf.counters.prog_read_bytes.eq(fetch.fetched << 3),
+                     dma.uncounted.eq(fetch.fetching)]
 
         busy = Signal()
         done = Signal()

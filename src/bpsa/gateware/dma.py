@@ -206,6 +206,9 @@ class DmaEngine(wiring.Component):
         Cycles with ``busy`` high.
     clear_counters : In(1)
         Zero the three counters.
+    uncounted : In(1)
+        The bytes read now are not added to ``read_bytes`` (the accelerator's instruction
+        fetches, counted apart).
     """
 
     def __init__(self, config, *, word_width=None, depth=None, max_burst=16):
@@ -248,6 +251,7 @@ class DmaEngine(wiring.Component):
             "write_bytes": Out(64),
             "busy_cycles": Out(64),
             "clear_counters": In(1),
+            "uncounted": In(1),
         })
 
     @property
@@ -446,7 +450,8 @@ class DmaEngine(wiring.Component):
         m.d.comb += axi.rready.eq(take)
         with m.If(step):
             m.d.sync += [s.ld_left.eq(s.ld_left - k), s.rb_slot.eq(s.rb_slot + k),
-                         self.read_bytes.eq(self.read_bytes + (k << s.size))]
+                         self.read_bytes.eq(self.read_bytes + Mux(self.uncounted, 0,
+                                                                   k << s.size))]
             with m.If(beat_end):
                 m.d.sync += s.rb_valid.eq(0)
         with m.If(axi.rvalid & take):

@@ -100,8 +100,7 @@ class Field:
 
 #: The staging registers' structures, in field-index order, and who reads them.
 STRUCTS = {
-    "layer": "the layer's constants: the descriptor's shape fields, and what the engines read "
-             "of the plan",
+    "layer": "the layer's constants: its descriptor, and what the engines read of the plan",
     "load": "the next LOAD (the load unit)",
     "run": "the next RUN: the group's sizes and band, which half of buffer A holds X",
     "zrun": "the next RUN of a zero-free loss: its stride-class quotients and blocks",
@@ -133,11 +132,10 @@ def fields(config):
         for name, bits, doc in specs:
             out.append(Field(struct, name, bits, doc))
 
-    # the descriptor's fields the engines read (not N and the addresses: the program
-    # carries those in its loads and stores)
+    # the descriptor: the engines read its shape fields; N and the addresses (which the loads
+    # and stores carry) make the program self-describing
     add("layer", [(name, regmap.field_bits(config, width), doc)
-                  for name, _, width, _, doc in regmap.DESCRIPTOR_FIELDS
-                  if name != "n" and not name.startswith("addr_")])
+                  for name, _, width, _, doc in regmap.DESCRIPTOR_FIELDS])
     add("layer", [
         ("oh", dim, "output height of the layer"), ("ow", dim, "output width of the layer"),
         ("dbl", 1, "P is double-buffered: a step's store overlaps the next step"),

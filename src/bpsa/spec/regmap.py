@@ -56,7 +56,7 @@ ReLU's backward when X is the ReLU's output), and stores the rest unchanged.
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
-OVERLAP_CYCLES (0x178; map version 1.1).
+OVERLAP_CYCLES (0x178; map version 1.1), PROG_READ_BYTES (0x180; map version 2.0; from START).
 
 Descriptor registers hold only their field's bits (``dim_width`` bits for shapes, 4 for
 PHASE, 2 for MODE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
@@ -191,6 +191,7 @@ COUNTERS = (
     ("buf_p_reads", "buffer P words read"),
     ("buf_p_writes", "buffer P words written"),
     ("overlap_cycles", "cycles the DMA had a command in flight while an engine computed"),
+    ("prog_read_bytes", "bytes of the layer's program the DMA fetched (not in DMA_READ_BYTES)"),
 )
 
 _DESC_BASE = 0x040

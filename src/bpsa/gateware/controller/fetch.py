@@ -68,6 +68,8 @@ class Fetch(wiring.Component):
         The layer has ended (failed): fetch nothing more (a command in flight still ends).
     busy : Out(1)
         A fetch command is offered or in flight (START must wait).
+    fetched : Out(32)
+        Instructions fetched since ``start``.
     """
 
     def __init__(self, config):
@@ -84,6 +86,7 @@ class Fetch(wiring.Component):
             "write_en": In(1), "fetching": Out(1),
             "insn": Out(stream.Signature(isa.INSN_BITS)), "insn_end": Out(1),
             "error": Out(1), "error_code": Out(DmaError), "stop": In(1), "busy": Out(1),
+            "fetched": Out(32),
         })
 
     def elaborate(self, platform):
@@ -150,5 +153,6 @@ class Fetch(wiring.Component):
                     with m.Else():
                         m.d.sync += issued.eq(issued + chunk)
                         m.next = "WAIT"
-        m.d.comb += self.busy.eq(fsm.ongoing("ASK") | fsm.ongoing("FETCH"))
+        m.d.comb += [self.busy.eq(fsm.ongoing("ASK") | fsm.ongoing("FETCH")),
+                     self.fetched.eq(issued)]
         return m
