@@ -62,22 +62,20 @@ def test_execute_follows_order_and_end():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
 def test_fields_fit_what_reads_them(config):
-    """No field is wider than the hardware input it drives (a SET would be cut short)."""
+    """No load, store or descriptor field is wider than the hardware input it drives (a SET
+    would be cut short): the load unit's loads, the step scheduler's stores, the register
+    file's descriptor."""
     from bpsa.gateware.axi_lite import descriptor_layout
     from bpsa.gateware.controller.load_unit import load_layout
-    from bpsa.gateware.controller.setup_sequencer import plan_layout
     from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
-    from bpsa.gateware.controller.walker import (engine_run_layout, pool_walk_layout,
-                                                 run_geometry_layout, zero_free_run_layout)
-    readers = {"load": [load_layout(config)], "save": [store_layout()],
-               "save2": [store2_layout()], "zrun": [zero_free_run_layout(config)],
-               "prun": [pool_walk_layout(config)], "geometry": [run_geometry_layout(config)],
-               "run": [engine_run_layout(config)],
-               "layer": [descriptor_layout(config), plan_layout(config)]}
+    readers = {"load": load_layout(config), "save": store_layout(),
+               "save2": store2_layout(), "layer": descriptor_layout(config)}
+    checked = 0
     for f in isa.fields(config):
-        if f.key == "run.xbank":
-            continue                       # the walker's own output, one bit
-        widths = [Shape.cast(layout[f.name].shape).width for layout in readers[f.struct]
-                  if f.name in layout.members]
-        assert widths, f"{f.key}: nothing reads it"
-        assert f.bits <= min(widths), (f.key, f.bits, widths)
+        layout = readers.get(f.struct)
+        if layout is None or f.name not in layout.members:
+            assert f.struct != "load" and f.struct != "save" and f.struct != "save2", f.key
+            continue
+        assert f.bits <= Shape.cast(layout[f.name].shape).width, f.key
+        checked += 1
+    assert checked >= 40

@@ -245,6 +245,8 @@ class Driver:
         at most (:func:`cycle_budget`; on a transport that counts cycles), else ``max_polls``
         STATUS reads; then :exc:`TimeoutError` with STATUS and the BUSY_CYCLES counter."""
         from bpsa.plan.instructions import program_words
+        # the counters describe this layer alone (nothing, when it is refused)
+        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
         # a field a descriptor leaves out must not keep an earlier layer's value
         desc = {"REQUANT": 0, "OUT_SHIFT": 0, "RELU": 0, "POOL_KIND": 0, "MODE": 0, **desc}
         fields = {reg: field for field, reg, *_ in DESCRIPTOR_FIELDS}
@@ -263,7 +265,6 @@ class Driver:
                              f"need {self._tensor_end - self.mem_base + nbytes} bytes, the "
                              f"memory region has {self.mem_size}")
         await self.t.write_mem(addr, b"".join(w.to_bytes(8, "little") for w in words))
-        await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
         await self.t.write32(REGISTER_MAP["PROG_ADDR"], addr)
         await self.t.write32(REGISTER_MAP["PROG_WORDS"], len(words))
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])

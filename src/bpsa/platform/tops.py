@@ -19,6 +19,5 @@ TOPS = {
     "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
     "dma": "bpsa.gateware.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
-    "setup_alu": "bpsa.gateware.seq_arith:setup_alu",
     "dispatcher": "bpsa.gateware.controller.dispatcher:Dispatcher",
 }

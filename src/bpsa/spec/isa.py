@@ -152,7 +152,8 @@ def fields(config):
         ("bank", 1, "bank of the buffer"), ("offset", buf, "first buffer word in the bank"),
         ("addr", addr, "external byte address"), ("length", mem, "elements in all"),
         ("lanes", lanes, "elements a buffer word"), ("count", mem, "runs"),
-        ("run_len", mem, "elements a run"), ("run_words", buf, "buffer words a run"),
+        ("run_len", mem, "elements a run"),
+        ("run_words", mem, "buffer words from one run to the next (count > 1)"),
         ("stride", mem, "bytes between runs in memory")])
     add("run", [
         ("batch", dim, "FC backward: batch rows"), ("channels", dim, "input channels"),
