@@ -1,7 +1,7 @@
 """Cycle model of the accelerator's forward pass and zero-free loss and gradient (``bpsa perf``).
 
-It walks a layer the way the controller does (:mod:`bpsa.plan.setup`'s tiling, the loop order of
-:mod:`bpsa.gateware.controller.walker`) and adds up, per engine run, the cycles of the engine
+It walks a layer the way its program does (:mod:`bpsa.plan.setup`'s tiling, the loop order of
+:mod:`bpsa.plan.program`) and adds up, per engine run, the cycles of the engine
 on the array (the forward: per context the slower of the array and the data feeder's SRAM
 words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.engines.zf_gradient` and
 :mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
@@ -10,8 +10,11 @@ with the previous run, skipped when the bank holds the slice), the P clears and 
 forward's is when the set-up program's ``dbl`` says so). P is two memories, one a half, so a
 double-buffered step's store reads its half while the next step accumulates in the other:
 a store is never slowed by the engine's result vectors, only by the loads that take the DMA
-first. From the layer and the configuration alone: no RTL, whole networks in
-seconds.
+first. The controller's own time is read from the layer's program, the instruction words the
+RTL runs (:func:`bpsa.plan.instructions.program_words`; :func:`_dispatch`): the dispatcher
+takes a word a cycle, and the fetch unit brings the words half a ring at a time through the
+DMA, sharing it with the loads and stores (:func:`_timeline`). From the layer and the
+configuration alone: no RTL, whole networks in seconds.
 
 Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
 counters on random layers (``tests/test_models_perf.py`` states the error it allows).
@@ -23,24 +26,19 @@ traditional flow.
 Two forward front ends (``layer_cycles(..., frontend=...)``): the data feeder on the
 output-stationary array (the default), and the channel-first implicit im2col on the
 weight-stationary array (:mod:`bpsa.gateware.engines.channel_first`; the set-up program of
-MODE 2, X channel-blocked HWC). The channel-first model counts the hardware state by state
-instead of fitting (:data:`_COUNTED`): the engine's run is a closed form of its FSM (local
-banks, the array never waits inside a run), the set-up sequencer's and the walker's programs
-are counted step by step on the layer (a multiplication takes ``bit_length(b) + 2`` cycles on
-the shared sequential unit, a division ``UNIT_WIDTH + 2``), a DMA command its data segments
-plus ``cf_dma_command``, a store command its beats plus ``cf_dma_command`` and the store
-machine's hand-off (:func:`_counted_store_row`; the zero-free loss's stores are counted the
-same way). ``setup_channel_first`` is what the set-up costs beyond its counted programs:
-measured 0 on single-run layers, where the model equals the RTL's BUSY_CYCLES to the cycle.
-Checked on 30 layers of ``small`` (``tests/test_models_perf.py``; 6 of them with P
-single-buffered): within 0.15 %, 22 of them to the cycle.
+MODE 2, X channel-blocked HWC). The channel-first model counts the engine state by state
+instead of fitting (:data:`_COUNTED`): its run is a closed form of its FSM (local banks, the
+array never waits inside a run), a DMA command its data segments plus ``cf_dma_command``, a
+store command its beats plus ``cf_dma_command`` and the store machine's hand-off
+(:func:`_counted_store_row`; the zero-free loss's stores are counted the same way). Checked on
+9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 0.8 %.
 """
 
 from dataclasses import dataclass
 from math import gcd
 
 from bpsa.config import DRAIN_REGISTERS
-from bpsa.plan import capability, grammar, setup, tiling
+from bpsa.plan import capability, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import ConvLayer, out_size
@@ -52,24 +50,17 @@ __all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "phase_table",
 
 #: Fitted constants (cycles).
 TIMING = {
-    "setup_gradient": 430,  # the set-up sequencer's and the walker's first programs
-    "setup_loss": 680,
-    "setup_pool_forward": 580,   # the pooling set-up (with its reciprocal's division) and
-    "setup_pool_backward": 540,  # the first band program
-    "run_pool_forward": 100,      # a pooling run's band program and loads' set-up
-    "run_pool_backward": 260,
+    # the instruction dispatcher (bpsa.gateware.controller.dispatcher): the program's first
+    # words fetched after START; then a word a cycle (the fetch unit keeps ahead)
+    "fetch": 2,            # START to the first fetch
+    "fetch_chunk": 16,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
     "dma_command": 12,     # a DMA command's latency beyond its beats
-    "run_program": 60,     # the walker's per-run program before its loads
+    "pool_dma_command": 7,  # the same, fitted on pooling layers (a plane a command)
     "step_flush": 6,       # a new step: the accumulations land
-    "setup_forward": 430,
     "forward_run": 40,     # a forward run's set-up, chain priming, feeder start and drain
-    # channel-first forward (MODE 2): the set-up sequencer's and the walker's programs are
-    # counted state by state (perf._cf_setup_cycles, the walker's per run); the constant is
-    # the rest of the set-up, measured
-    "setup_channel_first": 0,
-    # a run of the engine: (rows + cf_setup) + (rows + cf_preload) + tiles max(P, 2 rows) +
-    # (rows + cols + mac_latency + cf_drain) busy cycles, from its FSM (SETUP, PRE, PRE_END + LOAD, STREAM,
-    # DRAIN; its start cycle in IDLE is not busy)
+    # a run of the channel-first engine: (rows + cf_setup) + (rows + cf_preload) + tiles
+    # max(P, 2 rows) + (rows + cols + mac_latency + cf_drain) busy cycles, from its FSM (SETUP,
+    # PRE, PRE_END + LOAD, STREAM, DRAIN; its start cycle in IDLE is not busy)
     "cf_setup": 7,         # SETUP beyond its rows steps: the run constants' products
     "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
     "cf_drain": 1,         # DRAIN beyond the array's rows + cols: the done cycle
@@ -97,7 +88,7 @@ class LayerCycles:
     a run loads into a bank of A (channel-first: of the X banks, one pixel a word) and of B;
     ``p_words``: the most P words a step clears. ``load_wait_cycles``: the cycles the array
     waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
-    walker's hand-offs; the first run's loads included).
+    dispatcher's hand-offs; the first run's loads included).
 
     Forward only: ``frontend`` (``feeder`` or ``channel_first``); ``x_sram_words``: the X
     buffer words the front end reads, of ``x_word_operands`` operands each (feeder: words of
@@ -131,11 +122,12 @@ class LayerCycles:
         return dict(self.__dict__)
 
 
-def _dma(nbytes, commands, rate):
-    """Cycles of ``commands`` DMA commands moving ``nbytes`` at ``rate`` bytes a cycle."""
+def _dma(nbytes, commands, rate, command="dma_command"):
+    """Cycles of ``commands`` DMA commands moving ``nbytes`` at ``rate`` bytes a cycle, each
+    :data:`TIMING` ``[command]`` more."""
     if nbytes <= 0:
         return 0
-    return -(-nbytes // rate) + TIMING["dma_command"] * commands
+    return -(-nbytes // rate) + TIMING[command] * commands
 
 
 def _rate(config, lanes, nbytes):
@@ -144,10 +136,10 @@ def _rate(config, lanes, nbytes):
     return min(config.dma_data_width // 8, lanes * nbytes)
 
 
-def _store_row(elements, nbytes, cols, rate):
+def _store_row(elements, nbytes, cols, rate, command="dma_command"):
     """The DMA commands of one stored row: chunks of ``STORE_CHUNK`` P words."""
     per = STORE_CHUNK * cols
-    return [_dma(min(per, elements - off) * nbytes, 1, rate)
+    return [_dma(min(per, elements - off) * nbytes, 1, rate, command)
             for off in range(0, elements, per)]
 
 
@@ -291,56 +283,29 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
     return cycles, channels * rows_in * cols_in, tiles
 
 
-def _mul(b):
-    """Cycles of a program step on the shared sequential multiplier, ``b`` the multiplier: its
-    start, one a bit of ``b`` (at least one), the ``done`` cycle
-    (:class:`bpsa.gateware.seq_arith.SeqMulDiv`)."""
-    return max(1, int(b).bit_length()) + 2
-
-
-def _program_cycles(steps, env, widths):
-    """Cycles of the set-up sequencer running ``steps`` on ``env`` (updated as
-    :func:`bpsa.plan.grammar.evaluate` does): a state a step, a multiplication
-    :func:`_mul`, a division ``UNIT_WIDTH + 2`` (restoring, a bit a cycle), anything else one
-    cycle (:func:`bpsa.gateware.controller.setup_sequencer.compile_steps`)."""
-    mask = (1 << setup.UNIT_WIDTH) - 1
-    cycles, i = 0, 0
-    while i < len(steps):
-        step = steps[i]
-        if isinstance(step, grammar.Skip):
-            cycles += 1
-            if grammar.value(step.cond, env):
-                i += step.count
-        else:
-            if isinstance(step, grammar.Mul):
-                cycles += _mul(grammar.value(step.b, env) & mask)
-            elif isinstance(step, grammar.Div):
-                cycles += setup.UNIT_WIDTH + 2
-            else:
-                cycles += 1
-            grammar.evaluate([step], env, widths, unit_width=setup.UNIT_WIDTH,
-                             overflow_code=0)
-        i += 1
-    return cycles
-
-
-def _cf_setup_cycles(config, desc, requant):
-    """The channel-first set-up: the sequencer's checks and geometry, its PHASE_SETUP state,
-    then MODE 2's tiling and address programs (:mod:`bpsa.plan.setup`), counted state by
-    state on the descriptor, plus ``setup_channel_first`` (measured: the hand-offs around
-    them)."""
-    env = {name: 0 for name in setup.PLAN_REGISTERS}
-    env.update({"addr_x": 0, "addr_w": 0, "addr_dy": 0, "addr_out": 0, "mode": 0,
-                "requant": int(requant), "relu": 0, "pool_kind": 0, "window_lo": 0,
-                "window_hi": (1 << 32) - 1, **desc})
-    widths = setup.register_widths(config)
-    phases = setup.generated_phases(config)
-    cycles = _program_cycles(setup.checks(config, phases) + setup.geometry(config), env,
-                             widths)
-    cycles += 1 + _program_cycles(setup.tiling_program(config, setup.CF_FORWARD)
-                                  + setup.address_program(config, setup.CF_FORWARD), env,
-                                  widths)
-    return cycles + TIMING["setup_channel_first"]
+def _dispatch(config, desc):
+    """The dispatcher's cycles of the layer ``desc`` from its program (:func:`bpsa.plan.
+    instructions.program_words`, the words the RTL runs): its set-up (the first fetch,
+    ``TIMING["fetch"]``) and, per run, the words before its RUN that are not loads (the SETs,
+    STEP, SAVE, SAVE2) and the RUN itself, a cycle each, all its words since the last RUN and
+    those up to its first LOAD (the fetch unit's share of the DMA, :func:`_timeline`)."""
+    from bpsa.plan.instructions import program_words
+    from bpsa.spec import isa
+    desc = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
+            "addr_out": 0x4000_0000, "window_lo": 0, "window_hi": (1 << 32) - 1, **desc}
+    gaps, count, words, pre = [], 0, 0, None
+    for word in program_words(config, desc):
+        opcode = isa.decode(word)[0]
+        words += 1
+        if opcode == isa.Opcode.RUN:
+            gaps.append((count + 1, words, words if pre is None else pre))
+            count = words = 0
+            pre = None
+        elif opcode != isa.Opcode.LOAD:
+            count += 1
+        elif pre is None:
+            pre = words
+    return TIMING["fetch"], gaps
 
 
 def _dma_segments(elements, lanes, per_beat, slot):
@@ -393,17 +358,22 @@ _COUNTED = _Boundary(flush="cf_flush", flush_state=1, store_idle=1, store_at_cle
                      done=2)
 
 
-def _fitted_load(rate):
+def _fitted_load(rate, command="dma_command"):
     """A load's cycles under the fitted DMA (``load_cycles`` of :func:`_timeline`): its bytes at
-    ``rate`` bytes a cycle plus ``dma_command`` a command (:func:`_dma`)."""
-    return lambda key, nbytes, commands: _dma(nbytes, commands, rate)
+    ``rate`` bytes a cycle plus :data:`TIMING` ``[command]`` a command (:func:`_dma`)."""
+    return lambda key, nbytes, commands: _dma(nbytes, commands, rate, command)
+
+
+#: Instructions a refill of the fetch unit's ring brings (:data:`bpsa.gateware.controller.
+#: fetch.FETCH_DEPTH` / 2).
+_HALF = 8
 
 
 def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cycles, *,
               double, boundary):
     """Cycles of a sequence of runs. ``runs`` is a list of ``(loads, compute, new_step,
     program)``: ``loads`` ``[(cache, key, nbytes, commands[, bank])]`` (the bank the run's by
-    default), ``program`` the walker's cycles before the run's first load;
+    default), ``program`` the dispatcher's cycles before the run's first load (:func:`_dispatch`);
     ``load_cycles[cache](key, nbytes, commands)``: a load's cycles from its command to its
     ``done``. ``steps_store[i]``: the DMA commands (cycles each) of the store of the step that
     run ``i`` starts after, ``store_final``: the last step's, ``clear_words[i]``: P words
@@ -438,8 +408,24 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
             dma_free = store_free = max(dma_free, ready) + dur
             dma_busy += dur
 
-    for i, (loads, cycles, new_step, program) in enumerate(runs):
+    landed, needed, chunk, lands = 0, 0, TIMING["fetch_chunk"], []
+
+    def fetch(upto, after):
+        """The fetch unit refills the ring half a ring at a time through the DMA, after
+        ``after`` (the first two halves at once), until word ``upto`` has landed."""
+        nonlocal landed, dma_free, dma_busy
+        while landed < upto:
+            stores_until(after)
+            start = max(setup_cycles if landed < 2 * _HALF else after, dma_free)
+            dma_free = start + chunk
+            dma_busy += chunk
+            lands.append(dma_free)
+            landed += _HALF
+
+    for i, (loads, cycles, new_step, (program, words, pre)) in enumerate(runs):
         t = t_walk + program
+        fetch(needed + pre, t_walk)         # the words up to the run's first load
+        needed += words
         ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
         for cache, key, nbytes, commands, *fixed in loads:
             b = fixed[0] if fixed else bank
@@ -454,7 +440,8 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
             loaded += nbytes
             held[(cache, b)] = key
             t = dma_free + 2
-        start = max(t, end_prev + 2)
+        fetch(needed, t_walk)               # the rest, up to its RUN
+        start = max(t, end_prev + 2, lands[(needed - 1) // _HALF] + 2)
         load_wait += start - ready
         if new_step:                    # the flush: P's accumulations, the store before
             start = max(start + boundary.flush_state, end_prev + flush)
@@ -518,8 +505,10 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     mode = Mode.ZERO_FREE if phase != "forward" else (
         Mode.CHANNEL_FIRST if cf else Mode.BP_IM2COL)
     desc = tiling.setup_descriptor(phase_value[phase], layer, mode)
+    desc["requant"] = int(requant)
     try:
         e = setup.run(config, desc, addresses=False)
+        setup_cycles, gaps = _dispatch(config, desc)
     except Refusal as err:
         raise ValueError(str(err)) from None
     R, C, B = config.rows, config.cols, config.feeder_bus_width
@@ -560,23 +549,14 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
-        # the walker's programs (LoopWalker._forward(cf=True)), a state a step
-        # from FCF_INIT or FCF_NEXT to the run's first load, the loops' programs on the way
-        band_program = 1 + (2 * _mul(sh) + 2 + 2 * _mul(w) if e["banded"] else 0)
-        program = 1                     # FCF_INIT
         for ni in range(n):
-            program += 1                # FCF_IMAGE
             for kb0 in range(0, kt, kb):
                 kend = min(kb0 + kb, kt)
-                program += 2 + 2 * _mul(C) + _mul(e["crs"] * C) + _mul(kend - kb0)   # KBLK
                 for bd in bands:
-                    first = True        # FCF_BAND (its band program), FCF_BANDP
-                    program += band_program + _mul(cg) + _mul(ow) + _mul(C) + _mul(
-                        kend - kb0) + 1
+                    first = True
                     for c0 in range(0, c, cg):
                         cgv = min(cg, c - c0)
                         xbank ^= 1
-                        program += 1 + _mul(cg) + _mul(cgv) + _mul(C)
                         key = (cgv, bd.in_rows, bd.out_rows, bd.pad_top)
                         if key not in cache:
                             cache[key] = _cf_compute(
@@ -585,7 +565,6 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
                         comp, words, run_tiles = cache[key]
                         for t in range(kb0, kend):
-                            program += t > kb0  # FCF_BLOCK, before the next block's W
                             loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             if t == kb0:        # the block's band: L lanes a pixel
                                 loads.insert(0, ("cf", ("x", ni, c0, bd.in0),
@@ -593,11 +572,10 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                             slots += run_tiles * bd.out_rows * ow * R * C
                             x_words += words
                             tiles += run_tiles
-                            runs.append((loads, comp, first, program))
+                            runs.append((loads, comp, first, gaps[len(runs)]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
-                            program = 1         # FCF_NEXT
                     store_step = _counted_store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
                         kend - kb0)
         clear, store_final = clears, store_step
@@ -626,7 +604,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                                  cgv * bd.in_rows * w * ob, 1, xbank))
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
                             x_words += words
-                            runs.append((loads, comp, first, TIMING["run_program"]))
+                            runs.append((loads, comp, first, gaps[len(runs)]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
                             first = False
@@ -654,7 +632,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                             comp = _zf_gradient_compute(config, channels=cgv, obh=bd.out_rows,
                                                         ow=ow, r=r, s=s)
                             slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
-                            runs.append((loads, comp, first, TIMING["run_program"]))
+                            runs.append((loads, comp, first, gaps[len(runs)]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             first = False
                 store_step = step_store
@@ -690,7 +668,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                     loads.insert(0, ("a", ("dy", ni, k0, bd.in0),
                                                      blocks * bd.in_rows * ow * C * ob, blocks,
                                                      xbank))
-                                runs.append((loads, comp, first, TIMING["run_program"]))
+                                runs.append((loads, comp, first, gaps[len(runs)]))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
@@ -700,8 +678,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         zng * (cbe - cb0))
         clear = clears
         store_final = store_step
-    setup_cycles = (_cf_setup_cycles(config, desc, requant) if cf
-                    else TIMING[f"setup_{phase}"])
+    if len(runs) != len(gaps):
+        raise AssertionError(f"the model's loops ran {len(runs)} runs, the program "
+                             f"{len(gaps)}")
     clears = clear if isinstance(clear, list) else [clear] * len(runs)
     total, compute, dma_busy, reads, p_wait, load_wait = _timeline(
         runs, stores, store_final or [], clears, setup_cycles, rates,
@@ -709,7 +688,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     util = macs / (R * C * total)
     # what bounds it: the part busy longest of the array computing, the DMA moving, P being
     # cleared or waited for (its store), and the set-up and per-run programs
-    setup_time = setup_cycles + sum(run[3] for run in runs)
+    setup_time = setup_cycles + sum(run[3][0] for run in runs)
     bound = max([("array", compute), ("dma", dma_busy), ("P", p_wait),
                  ("set-up", setup_time)], key=lambda b: b[1])[0]
     words = {"a": 0, "b": 0}
@@ -827,7 +806,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                 relu=False, requant=True):
     """The model's :class:`LayerCycles` of a pooling layer (``phase``: ``"pool_forward"`` or
     ``"pool_backward"``; ``kind``: ``max``, ``avg`` or ``global_avg``) on ``config``: the
-    walker's runs (:func:`bpsa.plan.tiling.pool_plan`), the pooling unit's cycles of each,
+    program's runs (:func:`bpsa.plan.tiling.pool_plan`), the pooling unit's cycles of each,
     the loads into its buffer's two banks overlapped with the run before, and the stores
     (P is double-buffered). ``macs`` is 0 (no MAC), ``utilization`` 0; ``bound`` names
     ``pool`` for the unit. ``requant``: the output leaves as operands (the driver's pooling
@@ -841,12 +820,18 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
     C = config.cols
     ob = element_bytes(config.operand_width)
     ab = ob if requant else element_bytes(config.acc_width)
-    rates = {"x": _fitted_load(_rate(config, 1, ob)), "d": _fitted_load(_rate(config, 1, ob))}
+    rates = {"x": _fitted_load(_rate(config, 1, ob), "pool_dma_command"),
+             "d": _fitted_load(_rate(config, 1, ob), "pool_dma_command")}
     out_w = w if bwd else e["ow"]
     runs, stores, clears = [], [], []
     reads = 0
     store = []
-    program = TIMING[f"run_{phase}"]
+    pdesc = {"phase": Phase.POOL_BACKWARD if bwd else Phase.POOL_FORWARD, "n": n, "c": c,
+             "h": h, "w": w, "k": c, "r": r, "s": s, "stride_h": stride[0],
+             "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1], "dil_h": 1, "dil_w": 1,
+             "mode": 0, "requant": int(requant), "relu": int(relu),
+             "pool_kind": int(kind == "avg")}
+    setup_cycles, gaps = _dispatch(config, pdesc)
     for i, run in enumerate(e["runs"]):
         loads = []
         if run["x_plane"]:
@@ -859,16 +844,17 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                                  rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w,
                                  oh=e["oh"], ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
                                  ph=pad[0], pw=pad[1])
-        runs.append((loads, comp, True, program))
+        runs.append((loads, comp, True, gaps[i]))
         stores.append(store if i else [])
         clears.append(run["planes"] * run["p_row"])
-        store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab)) * run["planes"]
+        store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab),
+                           "pool_dma_command") * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
     total, compute, dma_busy, loaded, p_wait, load_wait = _timeline(
-        runs, stores, store, clears, TIMING[f"setup_{phase}"], rates, double=True,
+        runs, stores, store, clears, setup_cycles, rates, double=True,
         boundary=_FITTED)
     outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
-    setup_time = TIMING[f"setup_{phase}"] + len(runs) * program
+    setup_time = setup_cycles + sum(g[0] for g in gaps)
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
                 key=lambda b: b[1])[0]
     moved = loaded + outs * ab
