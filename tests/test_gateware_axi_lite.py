@@ -164,7 +164,7 @@ def test_registers(name, delay):
         expect = {r.name: consts.get(r.name, r.reset) for r in REGISTERS}
         for r in REGISTERS:
             assert await bus.read(r.offset) == (expect[r.name], AxiResp.OKAY), r.name
-        for off in (0x014, 0x030, 0x0FC, 0x180, 0xFFC):
+        for off in (0x014, 0x038, 0x0FC, 0x188, 0xFFC):
             assert await bus.read(off) == (0, AxiResp.SLVERR)
             assert await bus.write(off, 0x12345678) == AxiResp.SLVERR
         rng = random.Random(5)

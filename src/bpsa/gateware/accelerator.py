@@ -2,8 +2,11 @@
 the layer controller.
 
 Blocks
-    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: descriptor, START,
-    STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4 master ``mem``);
+    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: PROG_ADDR /
+    PROG_WORDS, START, STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4
+    master ``mem``); the fetch unit and the dispatcher
+    (:mod:`bpsa.gateware.controller.fetch`, :mod:`bpsa.gateware.controller.dispatcher`: the
+    layer's program, :mod:`bpsa.spec.isa`);
     **one** :class:`bpsa.gateware.array.SystolicArray` with every generated dataflow, driven by
     the front end of the running phase (:func:`bpsa.gateware.array.share_array`): the
     channel-first front end :class:`bpsa.gateware.engines.channel_first.ChannelFirst`
@@ -17,8 +20,8 @@ Blocks
     input-stationary, and the interleaved FC backward; generated with the ``bp_im2col``
     backward mode, which needs ``is``) for the rest; the P buffer (``buf_p_depth`` words of
     ``cols`` accumulators, read-add-write accumulation of every result vector, a clear pass, DMA
-    stores); and the controller below. The address generation stays in the engines: the controller
-    only cuts a layer into tiles that fit the buffers and moves them.
+    stores); and the load unit and step scheduler. The address generation stays in the engines:
+    the program only cuts a layer into tiles that fit the buffers and moves them.
 
 External memory layout (element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width``
 for operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
@@ -52,7 +55,8 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`bpsa.host.driver` lays tensors out this way and back.
 
-Tiling and double buffering (all loops in hardware; a *group* is one engine run; the group,
+Tiling and double buffering (all loops in the layer's program, :mod:`bpsa.plan.program`, which
+the fetch unit and the dispatcher run; a *group* is one engine run; the group,
 block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.plan.bands`')
     Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
     half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
@@ -128,20 +132,16 @@ Row bands (spatial tiling)
     is refused with TOO_LARGE, and so is a forward / gradient layer that needs bands and pads
     more rows than its dilated kernel reaches (``pad_h > d(R-1)``).
 
-Refusals (``STATUS.ERROR`` with DONE, busy falls, nothing is read or written)
-    Checked before any bus traffic, in this order: :class:`AccelError` ``PHASE`` (unknown, or
-    a phase whose engine or dataflow is not generated), ``MODE`` (a loss or gradient in a MODE
-    the configuration's ``backward_modes`` do not generate for it), ``ZERO_SIZE``, ``ZERO_STEP``,
-    ``SHAPE`` (FC backward with H, W, R or S not 1, or padding),
-    ``KERNEL_TOO_LARGE`` (``dil (R-1) + 1`` larger than the padded input), ``DIM`` (OH or OW
-    wider than ``dim_width``), ``TOO_LARGE`` (not even one row band fits, or a band would need a
-    padding beyond the kernel's reach; see above), ``ALIGN`` (an address not a
-    multiple of its element size), ``WINDOW`` (a tensor of the phase, input or output, not
-    inside ``[WINDOW_LO, WINDOW_HI]`` or past 4 GiB). Later failures stop the layer at once:
-    ``DMA_BUS | code`` (a bus error response; :class:`bpsa.gateware.dma.DmaError` in the low bits)
-    and ``ENGINE | code`` (an engine refused a tile: the low bits are the backward engine's
-    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine; e.g. a dilated kernel wider
-    than ``feeder_pattern_width``).
+Refusals
+    The host's planner refuses a layer the configuration cannot run before the hardware sees it
+    (:class:`AccelError` codes: ``PHASE``, ``MODE``, ``ZERO_SIZE``, ``ZERO_STEP``, ``SHAPE``,
+    ``KERNEL_TOO_LARGE``, ``DIM``, ``TOO_LARGE``, ``ALIGN``, ``WINDOW``, ...; the driver
+    raises them). The hardware ends a layer with ``STATUS.ERROR`` and DONE on a malformed
+    program (``ERROR_PROGRAM | ProgramError``: :mod:`bpsa.spec.isa`), a DMA refusal or bus
+    error (``DMA_BUS | code``, :class:`bpsa.gateware.dma.DmaError`: a load, store or fetch
+    outside the DMA window or misaligned is refused before any bus traffic) and an engine's
+    refusal of a run (``ENGINE | code``: the backward engine's
+    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
