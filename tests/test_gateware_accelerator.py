@@ -617,3 +617,60 @@ def test_channel_first_forward_verilator():
     cases[:] = cases[:4] + cases[-1:]
     stalled = True
     assert run_with_driver(SMALL_CF, body, stall=0.3)
+
+
+@pytest.mark.verilator
+def test_programs_through_the_accelerator():
+    """The driver's program runs as written and its fetches are counted apart
+    (PROG_READ_BYTES, not in DMA_READ_BYTES); a malformed program (each kind of bad word, an
+    order that cannot complete, a program that ends without END, one outside the DMA window)
+    ends with its STATUS.ERROR code, nothing written to memory, and the next good layer
+    still runs."""
+    from bpsa.sim.native import run_with_driver
+    from bpsa.spec import isa
+    from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_PROGRAM, DmaError, ProgramError
+    from bpsa.spec.regmap import CONTROL_BITS, REGISTER_MAP
+
+    rng = np.random.default_rng(3)
+    x, w = rng.integers(-9, 9, (1, 3, 6, 6)), rng.integers(-9, 9, (5, 3, 3, 3))
+    want = golden.conv2d(x, w, 1, 1)
+    table = isa.fields(TINY)
+    narrow = next(i for i, f in enumerate(table) if f.bits < isa.VALUE_BITS)
+    step, run, end = (isa.encode(op) for op in (isa.Opcode.STEP, isa.Opcode.RUN,
+                                                isa.Opcode.END))
+    bad = [([0], ProgramError.OPCODE), ([step | 1 << 50], ProgramError.RESERVED),
+           ([isa.encode(isa.Opcode.SET, len(table), 1)], ProgramError.FIELD),
+           ([isa.encode(isa.Opcode.SET, narrow, 1 << table[narrow].bits)], ProgramError.RANGE),
+           ([run], ProgramError.ORDER), ([step, end], ProgramError.ORDER),
+           ([step, run], ProgramError.END)]
+
+    async def start(drv, t, words, addr, count=None):
+        await t.write_mem(addr, b"".join(v.to_bytes(8, "little") for v in words))
+        await t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
+        await t.write32(REGISTER_MAP["PROG_ADDR"], addr)
+        await t.write32(REGISTER_MAP["PROG_WORDS"], len(words) if count is None else count)
+        await t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["START"])
+        for _ in range(200):
+            status = await t.read32(REGISTER_MAP["STATUS"])
+            if status & 2:
+                return status >> 8 & 0xFF, await drv.read_counters()
+            await t.idle(64)
+        raise AssertionError(f"no DONE for {words}")
+
+    async def body(drv, t):
+        np.testing.assert_array_equal(await drv.forward(x, w, 1, 1), want)
+        assert drv.counters["prog_read_bytes"] == 8 * len(drv.program) > 0
+        top = drv.mem_base + drv.mem_size
+        for words, code in bad:
+            got, counters = await start(drv, t, words, top - 4096)
+            assert got == ERROR_PROGRAM | code, (words, got)
+            assert counters["dma_write_bytes"] == 0 and counters["dma_read_bytes"] == 0
+        # a program outside the DMA window: the fetch's DMA command is refused
+        await drv.set_window(0, top - 8192 - 1)
+        got, counters = await start(drv, t, drv.program, top - 4096)
+        assert got == ERROR_DMA_BUS | DmaError.WINDOW and counters["dma_write_bytes"] == 0
+        await drv.set_window(drv.mem_base, top - 1)
+        np.testing.assert_array_equal(await drv.forward(x, w, 1, 1), want)
+        return True
+
+    assert run_with_driver(TINY, body)

@@ -15,19 +15,20 @@ from bpsa.gateware.dma import DmaError, ElementKind
 CFG = load_config("small")
 
 
-def run(programs, *, seed, error_at=None):
+def run(programs, *, seed, error_at=None, config=CFG):
     """Each ``(base, words)`` of ``programs`` through the unit: the words taken, whether
     ``insn_end`` rose after them, and the error code seen (None)."""
-    dut = Fetch(CFG)
+    dut = Fetch(config)
     rng = random.Random(seed)
-    kind, bits = fetch_element(CFG)
-    lanes = 64 // bits
+    kind, bits, parts = fetch_element(config)
+    lanes = 64 // bits // parts
+    part = 64 // parts
     results = []
 
     async def bench(ctx):
         commands = 0
         for base, words in programs:
-            memory = {base + 8 * i: w for i, w in enumerate(words)}
+            memory = b"".join(w.to_bytes(8, "little") for w in words)
             ctx.set(dut.prog_addr, base)
             ctx.set(dut.prog_words, len(words))
             ctx.set(dut.start, 1)
@@ -57,8 +58,10 @@ def run(programs, *, seed, error_at=None):
                     elif n:
                         ctx.set(dut.write_en, 1)
                         ctx.set(dut.write_addr, buf)
-                        ctx.set(dut.write_data, memory[addr])
-                        pending[:3] = [addr + 8, buf + 1, n - 1]
+                        at = addr - base
+                        ctx.set(dut.write_data, int.from_bytes(memory[at:at + part // 8],
+                                                               "little"))
+                        pending[:3] = [addr + part // 8, buf + 1, n - 1]
                     else:
                         ctx.set(dut.dma_done, 1)
                         if commands == error_at:
@@ -86,13 +89,15 @@ def run(programs, *, seed, error_at=None):
     return results
 
 
-def test_programs_of_every_length_arrive_in_order():
+@pytest.mark.parametrize("config", [CFG, load_config("ice40")], ids=["word", "halves"])
+def test_programs_of_every_length_arrive_in_order(config):
     rng = random.Random(1)
     lengths = [1, 2, FETCH_DEPTH // 2 - 1, FETCH_DEPTH // 2, FETCH_DEPTH // 2 + 1, FETCH_DEPTH,
                FETCH_DEPTH + 3, 3 * FETCH_DEPTH + 5]
     programs = [(0x1000 + 8 * rng.randint(0, 64), [rng.getrandbits(64) for _ in range(n)])
                 for n in lengths]
-    for (_, words), (taken, end, error) in zip(programs, run(programs, seed=2)):
+    assert fetch_element(config)[2] == (1 if config is CFG else 2)
+    for (_, words), (taken, end, error) in zip(programs, run(programs, seed=2, config=config)):
         assert taken == words and end and error is None
 
 
@@ -111,7 +116,7 @@ def test_a_dma_error_stops_the_fetch():
 def test_fetch_element_needs_whole_bytes():
     assert fetch_element(CFG)[0] == ElementKind.OPERAND
     odd = Config(name="odd", operand_width=12, acc_width=32)
-    assert fetch_element(odd) == (ElementKind.ACCUMULATOR, 32)
+    assert fetch_element(odd) == (ElementKind.ACCUMULATOR, 32, 1)
     with pytest.raises(ValueError, match="operand_width 12 or acc_width 30"):
         fetch_element(Config(name="odd2", operand_width=12, acc_width=30))
 

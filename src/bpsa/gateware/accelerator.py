@@ -144,6 +144,8 @@ Refusals
     :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -209,8 +211,6 @@ class Accelerator(CheckedComponent):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        B = cfg.feeder_bus_width
-        dim = cfg.dim_width
 
         rf = m.submodules.regs = RegisterFile(cfg)
         wiring.connect(m, wiring.flipped(self.axil), rf.axil)
@@ -233,12 +233,11 @@ class Accelerator(CheckedComponent):
             fwd = m.submodules.forward = ConvForward(cfg, shared_array=True)
         if self.has_backward:
             from bpsa.gateware.engines.conv_backward import ConvBackward
-            from bpsa.gateware.engines.conv_backward import Phase as BwdPhase
             bwd = m.submodules.backward = ConvBackward(cfg, shared_array=True)
         # the one array: the engines are front ends that take turns driving it
+        array = None
         if fwd is not None or bwd is not None:
             array = m.submodules.array = SystolicArray(cfg)
-        has_fc = bwd is not None and cfg.has("interleaved")
         cf = None
         if cfg.has_frontend("channel_first") and fwd is not None:
             from bpsa.gateware.engines.channel_first import ChannelFirst
@@ -248,14 +247,37 @@ class Accelerator(CheckedComponent):
             from bpsa.gateware.engines.pool import PoolEngine
             pool = m.submodules.pool = PoolEngine(cfg)
 
-        # --- P buffer, fed by the engines' results; counters ---------------------------------
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
         sched = m.submodules.steps = StepScheduler(cfg)
-        geo = ctrl.geometry
+        load = m.submodules.load = LoadUnit(cfg)
+        counters = m.submodules.counters = Counters()
+        # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
+        requant = m.submodules.requantizer = Requantizer(cfg)
+        busy, done, err = Signal(), Signal(), Signal(8)
+        # the parts, for the methods that connect them (``bank``: the buffer half of the next
+        # run, the step scheduler's)
+        h = SimpleNamespace(m=m, cfg=cfg, rf=rf, dma=dma, fetch=fetch, ctrl=ctrl, d=d,
+                            plan=plan, fwd=fwd, bwd=bwd, cf=cf, pool=pool, array=array,
+                            pbuf=pbuf, sched=sched, load=load, counters=counters,
+                            requant=requant, run=ctrl.run, geo=ctrl.geometry, bank=sched.bank,
+                            busy=busy, done=done, err=err)
+        fres = self._results(h)
+        self._status(h)
+        self._buffers(h)
+        self._controller(h)
+        phases = self._phases(h, fres)
+        self._engine_layers(h, phases)
+        self._engines(h, phases)
+        self._control(h)
+        return m
+
+    def _results(self, h):
+        """The engines' result addressing, into P (in the step's half)."""
+        m, cfg, d, plan, fwd, bwd, cf, pool, pbuf, sched, geo = h.m, h.cfg, h.d, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.geo
+        fres = None
+        has_fc = bwd is not None and cfg.has("interleaved")
         p_row, row_base, kt_rows = geo.p_row, geo.row_base, geo.kt_rows
         fc_o0, fc_dw_p0 = geo.fc_o0, geo.fc_dw_p0
-        bank = sched.bank             # buffer half of the next run
-        run = ctrl.run
         results = []
         if fwd is not None:
             fres = m.submodules.forward_results = ForwardResults(cfg)
@@ -299,7 +321,11 @@ class Accelerator(CheckedComponent):
                          fcres.p_row.eq(p_row), fcres.dw_p0.eq(fc_dw_p0), fcres.k.eq(d.k)]
             wiring.connect(m, fcres.fill, pbuf.fill)
 
-        counters = m.submodules.counters = Counters()
+        return fres
+
+    def _status(self, h):
+        """The counters, STATUS and the interrupt."""
+        m, rf, dma, fetch, counters, busy, done, err = h.m, h.rf, h.dma, h.fetch, h.counters, h.busy, h.done, h.err
         for name in COUNTED:
             m.d.comb += getattr(rf.counters, name).eq(getattr(counters.counts, name))
         m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
@@ -308,9 +334,6 @@ class Accelerator(CheckedComponent):
                      rf.counters.prog_read_bytes.eq(fetch.fetched << 3),
                      dma.uncounted.eq(fetch.fetching)]
 
-        busy = Signal()
-        done = Signal()
-        err = Signal(8)
         m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err)]
         # irq follows STATUS.DONE: set at the end of a layer, cleared by CLEAR or START
         with m.If(done):
@@ -319,8 +342,12 @@ class Accelerator(CheckedComponent):
             m.d.sync += self.irq.eq(0)
         m.d.sync += done.eq(0)
 
+
+    def _buffers(self, h):
+        """The DMA's commands (loads, stores, fetches) and its buffer ports."""
+        m, cfg, rf, dma, fetch, d, fwd, bwd, cf, pool, pbuf, sched, load, counters, requant, busy = h.m, h.cfg, h.rf, h.dma, h.fetch, h.d, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.load, h.counters, h.requant, h.busy
+        B = cfg.feeder_bus_width
         # --- DMA: loads (the load unit) and stores, buffer ports -------------------------------
-        load = m.submodules.load = LoadUnit(cfg)
         m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
                      load.dma.ready.eq(dma.cmd.ready)]
         # the DMA's commands: the load unit's first, then the scheduler's stores, then fetches
@@ -360,8 +387,6 @@ class Accelerator(CheckedComponent):
             m.d.comb += [pool.write.addr.eq(bw.addr),
                          pool.write.data.eq(bw.data[:cfg.operand_width]),
                          pool.write.en.eq(buf_en & (target == Target.POOL))]
-        # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
-        requant = m.submodules.requantizer = Requantizer(cfg)
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
                      requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]
         to_a = ((target == Target.FWD_X) | (target == Target.BWD_A) | (target == Target.POOL)
@@ -375,6 +400,10 @@ class Accelerator(CheckedComponent):
                      dma.buf_read.data.eq(requant.out),
                      dma.buf_read_ready.eq(pbuf.read_ready)]
 
+
+    def _controller(self, h):
+        """The dispatcher's loads, runs and stores to the load unit and the step scheduler."""
+        m, ctrl, sched, load = h.m, h.ctrl, h.sched, h.load
         # --- the controller: the dispatcher, the load unit and the step scheduler -------------
         lp = load.load.payload
         m.d.comb += [load.load.valid.eq(ctrl.load.valid), ctrl.load.ready.eq(load.load.ready)]
@@ -393,7 +422,12 @@ class Accelerator(CheckedComponent):
                      ctrl.finished.eq(sched.finished), ctrl.sched_fail.eq(sched.fail),
                      ctrl.sched_code.eq(sched.fail_code)]
 
+
+    def _phases(self, h, fres):
+        """Which engine runs the layer's phase; the pooling unit's and the channel-first front end's runs."""
+        m, cfg, ctrl, d, plan, fwd, cf, pool, array, sched, requant, run, geo, bank = h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.cf, h.pool, h.array, h.sched, h.requant, h.run, h.geo, h.bank
         phase = d.phase
+        p_row = geo.p_row
         is_fwd = Signal()
         is_grad = Signal()
         is_fc = Signal()
@@ -448,6 +482,14 @@ class Accelerator(CheckedComponent):
                          fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),
                          fwd.cfw_en.eq(cf.w_en), cf.w_data.eq(fwd.cfw_data)]
 
+        return SimpleNamespace(is_fwd=is_fwd, is_grad=is_grad, is_fc=is_fc, is_zg=is_zg, is_zl=is_zl,
+                               is_pool=is_pool, is_cf=is_cf)
+
+    def _engine_layers(self, h, f):
+        """The engines' run descriptors, from the staging registers."""
+        m, cfg, ctrl, d, plan, fwd, bwd, sched, run, bank = h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.bwd, h.sched, h.run, h.bank
+        B = cfg.feeder_bus_width
+        is_fc, is_grad, is_zg, is_zl = f.is_fc, f.is_grad, f.is_zg, f.is_zl
         # engine descriptors (held while a run is in flight)
         if fwd is not None:
             lay = fwd.layer
@@ -460,6 +502,7 @@ class Accelerator(CheckedComponent):
                          lay.x_base.eq(run.xbank * (cfg.buf_a_depth // 2 * B)),
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
+            from bpsa.gateware.engines.conv_backward import Phase as BwdPhase
             bl = bwd.layer
             m.d.comb += [bl.phase.eq(Mux(is_fc, BwdPhase.FC,
                                          Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS))),
@@ -499,6 +542,11 @@ class Accelerator(CheckedComponent):
                          "kblocks", "kvalid", "plane"):
                 m.d.comb += getattr(ll, name).eq(getattr(zr, name))
 
+
+    def _engines(self, h, f):
+        """The phase's engine drives the array and runs the scheduler's runs; their statistics."""
+        m, fetch, ctrl, plan, fwd, bwd, cf, pool, array, pbuf, sched, counters, run, geo = h.m, h.fetch, h.ctrl, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.array, h.pbuf, h.sched, h.counters, h.run, h.geo
+        is_fwd, is_cf, is_zg, is_zl, is_pool = f.is_fwd, f.is_cf, f.is_zg, f.is_zl, f.is_pool
         # the phase's engine runs the scheduler's runs
         on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
         engines = [(eng, on_fwd if eng is fwd else (is_cf if eng is cf else
@@ -552,6 +600,10 @@ class Accelerator(CheckedComponent):
                 m.d.comb += [counters.run_done.eq(1),
                              counters.run_stats.a_words.eq(pool.words_read)]
 
+
+    def _control(self, h):
+        """The layer: START, the program, DONE or the first failure."""
+        m, rf, fetch, ctrl, sched, load, busy, done, err = h.m, h.rf, h.fetch, h.ctrl, h.sched, h.load, h.busy, h.done, h.err
         with m.FSM(name="ctrl") as fsm:
             def fail(code):
                 m.d.sync += [err.eq(code), done.eq(1)]
@@ -575,5 +627,4 @@ class Accelerator(CheckedComponent):
                 m.next = "IDLE"
         m.d.comb += fetch.stop.eq(fsm.ongoing("IDLE"))
         m.d.comb += busy.eq(~fsm.ongoing("IDLE") | fetch.busy)
-        return m
 

@@ -5,13 +5,14 @@ At ``start`` it takes the program's byte address and length in instructions
 :data:`FETCH_DEPTH` instructions in a small memory and refills it half a ring at a time
 through the DMA (one load command of at most ``FETCH_DEPTH / 2`` instructions, each in one
 buffer word: ``64 / b`` elements of ``b`` bits, ``b`` the operand or accumulator element width
-that is a whole number of bytes), as soon as half of it has been read; the dispatcher takes
+that is a whole number of bytes; or in two buffer words, a half each, when a buffer word is
+narrower than an instruction), as soon as half of it has been read; the dispatcher takes
 the words in order from ``insn``. ``insn_end`` rises when every word of the program has been
 taken. A DMA error while fetching (a program outside the DMA window, a bus error) is
 ``error`` with the DMA's code; nothing more is handed on.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -28,9 +29,11 @@ FETCH_DEPTH = 16
 
 
 def fetch_element(config):
-    """``(ElementKind, bits)`` of the DMA elements an instruction is fetched as: the operand's
-    when it is a whole number of bytes, else the accumulator's; :exc:`ValueError` when
-    neither is, or when a buffer word is narrower than an instruction."""
+    """``(ElementKind, bits, parts)`` of the DMA elements an instruction is fetched as: the
+    operand's when it is a whole number of bytes, else the accumulator's; ``parts``: buffer
+    words an instruction takes (1, or 2 halves when a buffer word is narrower than an
+    instruction). :exc:`ValueError` when neither width is a whole number of bytes, or a
+    buffer word is narrower than half an instruction."""
     word, _ = default_geometry(config)
     for kind, bits in ((ElementKind.OPERAND, config.operand_width),
                        (ElementKind.ACCUMULATOR, config.acc_width)):
@@ -40,10 +43,11 @@ def fetch_element(config):
         raise ValueError(f"instructions are fetched as whole-byte elements: operand_width "
                          f"{config.operand_width} or acc_width {config.acc_width} must be 8, "
                          f"16, 32 or 64")
-    if word < isa.INSN_BITS:
-        raise ValueError(f"the DMA's buffer word ({word} bits) must hold an instruction "
-                         f"({isa.INSN_BITS} bits)")
-    return kind, bits
+    parts = 1 if word >= isa.INSN_BITS else 2
+    if word * parts < isa.INSN_BITS or bits > isa.INSN_BITS // parts:
+        raise ValueError(f"the DMA's buffer word ({word} bits) must hold half an instruction "
+                         f"({isa.INSN_BITS // 2} bits)")
+    return kind, bits, parts
 
 
 class Fetch(wiring.Component):
@@ -76,7 +80,7 @@ class Fetch(wiring.Component):
         if not isinstance(config, Config):
             raise TypeError(f"config must be a Config, not {config!r}")
         self.config = config
-        self.kind, self.element_bits = fetch_element(config)
+        self.kind, self.element_bits, self.parts = fetch_element(config)
         cmd = dma_command_layout(config)
         word, depth = default_geometry(config)
         super().__init__({
@@ -92,17 +96,27 @@ class Fetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth, half = FETCH_DEPTH, FETCH_DEPTH // 2
-        lanes = isa.INSN_BITS // self.element_bits
+        parts = self.parts                  # buffer words an instruction
+        part = isa.INSN_BITS // parts
+        lanes = part // self.element_bits   # elements a buffer word
         mem = m.submodules.ring = Memory(shape=isa.INSN_BITS, depth=depth, init=[])
-        wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+        wp = mem.write_port(granularity=part)
+        rp = mem.read_port(transparent_for=())
 
         addr, words = Signal(32), Signal(32)       # the program
         issued = Signal(32)       # words in the ring (a multiple of half but the last)
         read = Signal(32)         # words read out of the ring
         chunk = Signal(range(half + 1))
         out_valid = Signal()
-        m.d.comb += [wp.addr.eq(self.write_addr), wp.data.eq(self.write_data[:isa.INSN_BITS]),
-                     wp.en.eq(self.write_en & self.fetching)]
+        written = Signal()
+        m.d.comb += written.eq(self.write_en & self.fetching)
+        if parts == 1:
+            m.d.comb += [wp.addr.eq(self.write_addr), wp.data.eq(self.write_data[:part]),
+                         wp.en.eq(written)]
+        else:                               # the halves of an instruction, low half first
+            m.d.comb += [wp.addr.eq(self.write_addr[1:]),
+                         wp.data.eq(Cat(self.write_data[:part], self.write_data[:part])),
+                         wp.en.eq(Mux(written, Mux(self.write_addr[0], 0b10, 0b01), 0))]
 
         # read side: a word a cycle into the output, which holds it until taken
         advance = Signal()
@@ -137,8 +151,8 @@ class Fetch(wiring.Component):
             with m.State("ASK"):
                 m.d.comb += [self.dma.valid.eq(~self.stop), cmd.direction.eq(Direction.LOAD),
                              cmd.kind.eq(self.kind), cmd.addr.eq(addr + (issued << 3)),
-                             cmd.buf_addr.eq(issued[:(depth - 1).bit_length()]),
-                             cmd.length.eq(chunk * lanes), cmd.lanes.eq(lanes)]
+                             cmd.buf_addr.eq(issued[:(depth - 1).bit_length()] * parts),
+                             cmd.length.eq(chunk * (lanes * parts)), cmd.lanes.eq(lanes)]
                 with m.If(self.stop):
                     m.next = "IDLE"
                 with m.Elif(self.dma.ready):
