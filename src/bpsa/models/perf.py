@@ -284,19 +284,20 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
 
 
 def _dispatch(config, desc):
-    """The dispatcher's cycles of the layer ``desc`` from its program (:func:`bpsa.plan.
-    instructions.program_words`, the words the RTL runs): its set-up (the first fetch,
+    """The dispatcher's cycles of the layer ``desc`` from its program (the words the RTL runs:
+    :func:`bpsa.plan.instructions.layer_ops` as :func:`bpsa.spec.isa.assemble` writes them,
+    counted by :func:`bpsa.spec.isa.set_counts`): its set-up (the first fetch,
     ``TIMING["fetch"]``) and, per run, the words before its RUN that are not loads (the SETs,
     STEP, SAVE, SAVE2) and the RUN itself, a cycle each, all its words since the last RUN and
     those up to its first LOAD (the fetch unit's share of the DMA, :func:`_timeline`)."""
-    from bpsa.plan.instructions import program_words
+    from bpsa.plan.instructions import layer_ops
     from bpsa.spec import isa
     desc = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
             "addr_out": 0x4000_0000, "window_lo": 0, "window_hi": (1 << 32) - 1, **desc}
     gaps, count, words, pre = [], 0, 0, None
-    for word in program_words(config, desc):
-        opcode = isa.decode(word)[0]
-        words += 1
+    for opcode, sets in isa.set_counts(config, layer_ops(config, desc)):
+        words += sets + 1
+        count += sets
         if opcode == isa.Opcode.RUN:
             gaps.append((count + 1, words, words if pre is None else pre))
             count = words = 0

@@ -5,13 +5,12 @@ The layer's constants come first (SETs of ``layer.*``: the descriptor's fields t
 read and the plan registers they read, from :func:`bpsa.plan.setup.run`), attached to the first
 instruction; then one instruction an event, each after the SETs of the fields it needs that
 changed: :class:`~bpsa.plan.program.Step` is STEP, :class:`~bpsa.plan.program.Load` LOAD
-(``load.*``), :class:`~bpsa.plan.program.Run` RUN (the fields its phase's consumers read,
+(``load.*``; of a single run, not ``run_words`` and ``stride``, which the load unit reads only
+between runs), :class:`~bpsa.plan.program.Run` RUN (the fields its phase's consumers read,
 :data:`bpsa.plan.program.RUN_FIELDS`), :class:`~bpsa.plan.program.Save` SAVE (``save.*``,
 FINAL), :class:`~bpsa.plan.program.Save2` SAVE2 and :class:`~bpsa.plan.program.Last` END.
 The driver, the RTL (through the dispatcher) and the cycle model read these words.
 """
-
-from dataclasses import asdict
 
 from bpsa.plan import program, setup
 from bpsa.spec import isa
@@ -35,6 +34,12 @@ RUN_STRUCT = {
 }
 
 
+_RUN_KEYS = {name: f"{struct}.{name}" for name, struct in RUN_STRUCT.items()}
+_LOAD_KEYS = {name: f"load.{name}" for name in (
+    "target", "cache", "bank", "offset", "addr", "length", "lanes", "count", "run_len",
+    "run_words", "stride")}
+
+
 def layer_ops(config, desc):
     """``(opcode, fields, flags)`` of the layer ``desc`` (the descriptor dict of
     :func:`bpsa.plan.setup.run`), for :func:`bpsa.spec.isa.assemble`; a refused layer raises
@@ -49,19 +54,20 @@ def layer_ops(config, desc):
         if kind is program.Step:
             ops.append((isa.Opcode.STEP, {}, 0))
         elif kind is program.Load:
-            ops.append((isa.Opcode.LOAD, {f"load.{k}": int(v) for k, v in asdict(ev).items()},
-                        0))
+            # a load of one run: its run_words and stride are never read (left as they are)
+            skip = ("run_words", "stride") if ev.count == 1 else ()
+            ops.append((isa.Opcode.LOAD, {_LOAD_KEYS[k]: v for k, v in vars(ev).items()
+                                          if k not in skip}, 0))
         elif kind is program.Run:
-            ops.append((isa.Opcode.RUN, {f"{RUN_STRUCT[k]}.{k}": int(v)
-                                         for k, v in asdict(ev).items() if v is not None}, 0))
+            ops.append((isa.Opcode.RUN, {_RUN_KEYS[k]: v for k, v in vars(ev).items()
+                                         if v is not None}, 0))
         elif kind is program.Save:
-            values = asdict(ev)
+            values = dict(vars(ev))
             final = values.pop("final")
-            ops.append((isa.Opcode.SAVE, {f"save.{k}": int(v) for k, v in values.items()},
+            ops.append((isa.Opcode.SAVE, {f"save.{k}": v for k, v in values.items()},
                         isa.SAVE_FINAL if final else 0))
         elif kind is program.Save2:
-            ops.append((isa.Opcode.SAVE2, {f"save2.{k}": int(v)
-                                           for k, v in asdict(ev).items()}, 0))
+            ops.append((isa.Opcode.SAVE2, {f"save2.{k}": v for k, v in vars(ev).items()}, 0))
         elif kind is program.Last:
             ops.append((isa.Opcode.END, {}, 0))
         else:

@@ -56,7 +56,7 @@ from bpsa.spec import regmap
 
 __all__ = ["FIELD_BITS", "FIELD_LSB", "INSN_BITS", "INSN_BYTES", "OPCODE_BITS", "OPCODE_LSB",
            "SAVE_FINAL", "STRUCTS", "VALUE_BITS", "Field", "Opcode", "assemble", "check",
-           "decode", "encode", "execute", "field_index", "fields", "isa_map"]
+           "decode", "encode", "execute", "field_index", "fields", "isa_map", "set_counts"]
 
 #: Bits of an instruction.
 INSN_BITS = 64
@@ -246,29 +246,45 @@ def isa_map(config):
     }
 
 
+def _changes(config, ops):
+    """Per op of ``ops`` (see :func:`assemble`): ``(opcode, flags, [(index, value)])``, the
+    fields it SETs (those whose value differs from what the staging registers hold)."""
+    table = fields(config)
+    index = {f.key: (i, 1 << f.bits) for i, f in enumerate(table)}
+    state = {}
+    for opcode, values, flags in ops:
+        sets = []
+        for key, v in values.items():
+            if key not in index:
+                raise ValueError(f"no instruction field {key!r}")
+            i, limit = index[key]
+            if not 0 <= v < limit:
+                raise ValueError(f"{key} = {v} does not fit its {table[i].bits} bits "
+                                 f"(configuration {config.name!r})")
+            if state.get(i, 0) != v:
+                sets.append((i, int(v)))
+                state[i] = v
+        yield opcode, flags, sets
+
+
 def assemble(config, ops):
     """The words of a program: ``ops`` is a sequence of ``(opcode, fields, flags)`` (``fields``:
     ``{"struct.name": value}`` the instruction needs, ``flags``: SAVE's value); each becomes
     the SETs of the fields whose value differs from what the staging registers hold (0 at
     START), then the instruction. :exc:`ValueError` names a field that does not exist or a
     value that does not fit it."""
-    table = fields(config)
-    index = {f.key: i for i, f in enumerate(table)}
-    state = [0] * len(table)
     words = []
-    for opcode, values, flags in ops:
-        for key, v in values.items():
-            if key not in index:
-                raise ValueError(f"no instruction field {key!r}")
-            i = index[key]
-            if not 0 <= v < 1 << table[i].bits:
-                raise ValueError(f"{key} = {v} does not fit its {table[i].bits} bits "
-                                 f"(configuration {config.name!r})")
-            if state[i] != v:
-                words.append(encode(Opcode.SET, i, v))
-                state[i] = v
+    head = int(Opcode.SET) << OPCODE_LSB
+    for opcode, flags, sets in _changes(config, ops):
+        words += [head | (i << FIELD_LSB) | v for i, v in sets]
         words.append(encode(opcode, 0, flags))
     return words
+
+
+def set_counts(config, ops):
+    """``(opcode, SET words before it)`` of every op of ``ops``, as :func:`assemble` writes
+    them (without building the words)."""
+    return [(Opcode(opcode), len(sets)) for opcode, _, sets in _changes(config, ops)]
 
 
 def execute(config, words, *, end=None):

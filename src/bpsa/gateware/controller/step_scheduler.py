@@ -2,13 +2,13 @@
 clear, in the order results need.
 
 A layer is a sequence of *steps*; a step is one or more engine runs (groups) whose results add
-up in P. The loop walker of the phase loads a group's operands, then asks for a run (``run``);
+up in P. The dispatcher (the layer's program) loads a group's operands, then asks for a run (``run``);
 when the group starts a new step (``new_step``), the scheduler first waits for the previous
 run's accumulations to land (FLUSH), stores the finished step's P rows through the DMA when
 one is pending (a store machine beside the step machine), clears P for the new step (CLEAR),
 then starts the engine (RUN) and toggles the bank. With ``double`` (the zero-free phases) the
 steps alternate between the two halves of P and the store runs while the next step computes;
-otherwise the step waits for its store. The walker tells it what a step's store needs as
+otherwise the step waits for its store. The program tells it what a step's store needs as
 soon as the step's last group has started (``save``), so the next step's first loads overlap
 that run; ``last`` (the layer's last step) waits for the last run and stores it. A row is
 stored in commands of at most ``STORE_CHUNK`` P words.
@@ -54,10 +54,10 @@ class StepScheduler(wiring.Component):
     layer_start : In(1)
         A layer starts: bank 0, nothing pending.
     run : In(1)
-        The walker waits for its loaded group to run; ``started`` pulses when the engine
+        The dispatcher waits for its loaded group to run; ``started`` pulses when the engine
         starts it.
     last : In(1)
-        The walker's layer is done: wait for the last run and store the last step;
+        The program is done (END): wait for the last run and store the last step;
         ``finished`` pulses when the store is done.
     new_step, final : In(1)
         Pulses: the next run starts a new step; the step now saved is the layer's last.
@@ -165,7 +165,7 @@ class StepScheduler(wiring.Component):
         with m.FSM(name="store"):
             with m.State("S_IDLE"):
                 m.d.comb += store_idle.eq(1)
-                with m.If(kick):                  # its own copy: the walker saves the next
+                with m.If(kick):                  # its own copy: the program saves the next
                     base = Mux(self.double & p_half, half, 0)              # step meanwhile
                     m.d.sync += [row.eq(0), cur.eq(st), cur2.eq(st2),
                                  cur2_pend.eq(st2_pend), st2_pend.eq(0),
@@ -225,15 +225,18 @@ class StepScheduler(wiring.Component):
                         m.next = "S_STORE"
                     with m.Else():
                         m.next = "S_IDLE"
+        # the engine's error is this layer's only once this layer has started a run (a failed
+        # layer may leave its engine flagging the run it started last)
+        ran = Signal()
         with m.If(self.layer_start):
-            m.d.sync += store_fail.eq(0)
+            m.d.sync += [store_fail.eq(0), ran.eq(0)]
 
         with m.FSM(name="step"):
             with m.State("IDLE"):                # the engine's previous run has ended?
                 with m.If(store_fail):
                     fail(fail_code)
                 with m.Elif((self.run | self.last) & ~self.eng_busy):
-                    with m.If(self.eng_error):
+                    with m.If(self.eng_error & ran):
                         fail(ERROR_ENGINE | self.eng_code)
                     with m.Elif(self.last | new_step):
                         m.next = "FLUSH"
@@ -262,7 +265,7 @@ class StepScheduler(wiring.Component):
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += [self.eng_start.eq(1), self.started.eq(1)]
-                m.d.sync += [bank.eq(~bank), new_step.eq(0)]
+                m.d.sync += [bank.eq(~bank), new_step.eq(0), ran.eq(1)]
                 m.next = "IDLE"
             with m.State("DRAIN"):               # the layer's last store
                 with m.If(store_fail):
