@@ -31,7 +31,7 @@ instead of fitting (:data:`_COUNTED`): its run is a closed form of its FSM (loca
 array never waits inside a run), a DMA command its data segments plus ``cf_dma_command``, a
 store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 (:func:`_counted_store_row`; the zero-free loss's stores are counted the same way). Checked on
-9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 0.8 %.
+9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 0.9 %.
 """
 
 from dataclasses import dataclass
@@ -53,7 +53,7 @@ TIMING = {
     # the instruction dispatcher (bpsa.gateware.controller.dispatcher): the program's first
     # words fetched after START; then a word a cycle (the fetch unit keeps ahead)
     "fetch": 2,            # START to the first fetch
-    "fetch_chunk": 16,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
+    "fetch_chunk": 15,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "pool_dma_command": 7,  # the same, fitted on pooling layers (a plane a command)
     "step_flush": 6,       # a new step: the accumulations land
