@@ -20,4 +20,5 @@ TOPS = {
     "dma": "bpsa.gateware.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
     "dispatcher": "bpsa.gateware.controller.dispatcher:Dispatcher",
+    "fetch": "bpsa.gateware.controller.fetch:Fetch",
 }

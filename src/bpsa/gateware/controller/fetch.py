@@ -103,9 +103,12 @@ class Fetch(wiring.Component):
         wp = mem.write_port(granularity=part)
         rp = mem.read_port(transparent_for=())
 
-        addr, words = Signal(32), Signal(32)       # the program
-        issued = Signal(32)       # words in the ring (a multiple of half but the last)
-        read = Signal(32)         # words read out of the ring
+        slot = (depth - 1).bit_length()
+        addr = Signal(32)                   # the next fetch's byte address
+        left = Signal(32)                   # words not yet fetched
+        fetched = Signal(32)                # words fetched since start
+        held = Signal(range(depth + 1))     # words in the ring not yet read
+        wr_slot, rd_slot = Signal(slot), Signal(slot)
         chunk = Signal(range(half + 1))
         out_valid = Signal()
         written = Signal()
@@ -119,22 +122,22 @@ class Fetch(wiring.Component):
                          wp.en.eq(Mux(written, Mux(self.write_addr[0], 0b10, 0b01), 0))]
 
         # read side: a word a cycle into the output, which holds it until taken
-        advance = Signal()
-        m.d.comb += [advance.eq((issued != read) & (~out_valid | self.insn.ready)),
-                     rp.addr.eq(read), rp.en.eq(advance),
+        advance, landed = Signal(), Signal()
+        m.d.comb += [advance.eq((held != 0) & (~out_valid | self.insn.ready)),
+                     rp.addr.eq(rd_slot), rp.en.eq(advance),
                      self.insn.valid.eq(out_valid), self.insn.payload.eq(rp.data)]
         with m.If(advance):
-            m.d.sync += [read.eq(read + 1), out_valid.eq(1)]
+            m.d.sync += [rd_slot.eq(rd_slot + 1), out_valid.eq(1)]
         with m.Elif(self.insn.ready):
             m.d.sync += out_valid.eq(0)
-        m.d.comb += self.insn_end.eq((read == words) & ~out_valid)
+        m.d.sync += held.eq(held + Mux(landed, chunk, 0) - advance)
+        m.d.comb += self.insn_end.eq((left == 0) & (held == 0) & ~out_valid)
 
-        # fill side: half a ring once it has been read (and the first two halves at once)
-        left = Signal(32)
-        m.d.comb += left.eq(words - issued)
+        # fill side: half a ring once it has been read (and the first two halves at once);
+        # counters, no wide comparison
         cmd = self.dma.payload
-        reset = [addr.eq(self.prog_addr), words.eq(self.prog_words), issued.eq(0),
-                 read.eq(0), out_valid.eq(0)]
+        reset = [addr.eq(self.prog_addr), left.eq(self.prog_words), fetched.eq(0), held.eq(0),
+                 wr_slot.eq(0), rd_slot.eq(0), out_valid.eq(0)]
         with m.FSM(name="fetch") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -145,13 +148,13 @@ class Fetch(wiring.Component):
                     m.d.sync += reset
                 with m.Elif(self.stop):
                     m.next = "IDLE"
-                with m.Elif((left != 0) & (issued - read <= half)):
-                    m.d.sync += chunk.eq(Mux(left >= half, half, left))
+                with m.Elif((left != 0) & (held <= half)):
+                    m.d.sync += chunk.eq(Mux(left[(half - 1).bit_length():] != 0, half, left))
                     m.next = "ASK"
             with m.State("ASK"):
                 m.d.comb += [self.dma.valid.eq(~self.stop), cmd.direction.eq(Direction.LOAD),
-                             cmd.kind.eq(self.kind), cmd.addr.eq(addr + (issued << 3)),
-                             cmd.buf_addr.eq(issued[:(depth - 1).bit_length()] * parts),
+                             cmd.kind.eq(self.kind), cmd.addr.eq(addr),
+                             cmd.buf_addr.eq(wr_slot * parts),
                              cmd.length.eq(chunk * (lanes * parts)), cmd.lanes.eq(lanes)]
                 with m.If(self.stop):
                     m.next = "IDLE"
@@ -162,11 +165,13 @@ class Fetch(wiring.Component):
                 with m.If(self.dma_done):
                     with m.If(self.dma_error != DmaError.NONE):
                         m.d.comb += [self.error.eq(1), self.error_code.eq(self.dma_error)]
-                        m.d.sync += [issued.eq(read), out_valid.eq(0)]   # hand on no more
+                        m.d.sync += [left.eq(0), held.eq(0), out_valid.eq(0)]  # no more
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += issued.eq(issued + chunk)
+                        m.d.comb += landed.eq(1)
+                        m.d.sync += [addr.eq(addr + (chunk << 3)), left.eq(left - chunk),
+                                     fetched.eq(fetched + chunk), wr_slot.eq(wr_slot + chunk)]
                         m.next = "WAIT"
         m.d.comb += [self.busy.eq(fsm.ongoing("ASK") | fsm.ongoing("FETCH")),
-                     self.fetched.eq(issued)]
+                     self.fetched.eq(fetched)]
         return m
