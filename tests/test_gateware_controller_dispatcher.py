@@ -39,7 +39,8 @@ def random_program(rng, groups):
         if g == 0 or rng.random() < 0.4:
             ops.append((OP.STEP, {}, 0))
         for _ in range(rng.randint(0, 2)):
-            ops.append((OP.LOAD, fields("load"), 0))
+            slot = rng.randint(0, 1)
+            ops.append((OP.LOAD, fields(("load", "load1")[slot]), slot))
         ops.append((OP.RUN, fields("layer", "run", "zrun", "prun", "geometry"), 0))
         if rng.random() < 0.5:
             ops.append((OP.SAVE, fields("save"), rng.randint(0, 1)))
@@ -142,9 +143,18 @@ def run_programs(programs, *, seed, dma_error_at=None, hit_rate=0.3):
     return results
 
 
+def _seen(op, state, flags):
+    """What the dispatcher hands on for an instruction: its structs' fields (a LOAD: its slot's
+    fields, as the ``load`` payload)."""
+    if op == OP.LOAD:
+        slot = "load1." if flags & isa.LOAD_SLOT else "load."
+        return {"load." + k[len(slot):]: v for k, v in state.items() if k.startswith(slot)}
+    return {k: v for k, v in state.items() if k.split(".")[0] in SEEN[op]}
+
+
 def _expected(words, end):
     trace, code = isa.execute(CFG, words, end=end)
-    return [(op, {k: v for k, v in state.items() if k.split(".")[0] in SEEN[op]}, flags)
+    return [(op, _seen(op, state, flags), 0 if op == OP.LOAD else flags)
             for op, state, flags in trace], code
 
 
@@ -175,6 +185,7 @@ def _bad_programs():
         ("STEP with a field", [isa.encode(OP.STEP, 3)], ProgramError.RESERVED),
         ("SAVE flag past FINAL", [isa.encode(OP.STEP), isa.encode(OP.RUN),
                                   isa.encode(OP.SAVE, 0, 2)], ProgramError.RESERVED),
+        ("LOAD flag past the slot", [isa.encode(OP.LOAD, 0, 2)], ProgramError.RESERVED),
         ("field past the table", [isa.encode(OP.SET, len(TABLE), 1)], ProgramError.FIELD),
         ("value too wide", [isa.encode(OP.SET, narrow, 1 << TABLE[narrow].bits)],
          ProgramError.RANGE),
@@ -201,7 +212,7 @@ def test_malformed_programs_are_refused(name, words, end, code):
 def test_a_load_error_ends_the_layer():
     rng = random.Random(7)
     ops = [(OP.STEP, {}, 0), (OP.LOAD, {"load.addr": 64, "load.length": 8}, 0),
-           (OP.LOAD, {"load.addr": 128}, 0), (OP.RUN, {}, 0), (OP.SAVE, {}, 1),
+           (OP.LOAD, {"load1.addr": 128}, 1), (OP.RUN, {}, 0), (OP.SAVE, {}, 1),
            (OP.END, {}, 0)]
     words = isa.assemble(CFG, ops)
     for at in (1, 2):

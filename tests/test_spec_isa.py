@@ -39,6 +39,11 @@ def test_check_flags_each_malformed_word(config):
     assert isa.check(config, isa.encode(OP.RUN, 0, 1)) == ProgramError.RESERVED
     assert isa.check(config, isa.encode(OP.SAVE, 0, 1)) == 0
     assert isa.check(config, isa.encode(OP.SAVE, 0, 3)) == ProgramError.RESERVED
+    assert isa.check(config, isa.encode(OP.LOAD, 0, isa.LOAD_SLOT)) == 0
+    assert isa.check(config, isa.encode(OP.LOAD, 0, 2)) == ProgramError.RESERVED
+    # the two load slots hold the same fields
+    loads = [[(f.name, f.bits) for f in table if f.struct == s] for s in ("load", "load1")]
+    assert loads[0] == loads[1] and loads[0]
     assert isa.check(config, isa.encode(OP.END, 1)) == ProgramError.RESERVED
     # keys are unique and every struct is documented
     assert len({f.key for f in table}) == len(table) <= 1 << isa.FIELD_BITS
@@ -68,13 +73,13 @@ def test_fields_fit_what_reads_them(config):
     from bpsa.gateware.axi_lite import descriptor_layout
     from bpsa.gateware.controller.load_unit import load_layout
     from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
-    readers = {"load": load_layout(config), "save": store_layout(),
+    readers = {"load": load_layout(config), "load1": load_layout(config), "save": store_layout(),
                "save2": store2_layout(), "layer": descriptor_layout(config)}
     checked = 0
     for f in isa.fields(config):
         layout = readers.get(f.struct)
         if layout is None or f.name not in layout.members:
-            assert f.struct != "load" and f.struct != "save" and f.struct != "save2", f.key
+            assert f.struct not in ("load", "load1", "save", "save2"), f.key
             continue
         assert f.bits <= Shape.cast(layout[f.name].shape).width, f.key
         checked += 1

@@ -273,7 +273,9 @@ class Accelerator(CheckedComponent):
 
     def _results(self, h):
         """The engines' result addressing, into P (in the step's half)."""
-        m, cfg, d, plan, fwd, bwd, cf, pool, pbuf, sched, geo = h.m, h.cfg, h.d, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.geo
+        (m, cfg, d, plan, fwd, bwd, cf, pool, pbuf, sched, geo) = (
+            h.m, h.cfg, h.d, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.geo
+        )
         fres = None
         has_fc = bwd is not None and cfg.has("interleaved")
         p_row, row_base, kt_rows = geo.p_row, geo.row_base, geo.kt_rows
@@ -325,7 +327,9 @@ class Accelerator(CheckedComponent):
 
     def _status(self, h):
         """The counters, STATUS and the interrupt."""
-        m, rf, dma, fetch, counters, busy, done, err = h.m, h.rf, h.dma, h.fetch, h.counters, h.busy, h.done, h.err
+        (m, rf, dma, fetch, counters, busy, done, err) = (
+            h.m, h.rf, h.dma, h.fetch, h.counters, h.busy, h.done, h.err
+        )
         for name in COUNTED:
             m.d.comb += getattr(rf.counters, name).eq(getattr(counters.counts, name))
         m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
@@ -345,7 +349,11 @@ class Accelerator(CheckedComponent):
 
     def _buffers(self, h):
         """The DMA's commands (loads, stores, fetches) and its buffer ports."""
-        m, cfg, rf, dma, fetch, d, fwd, bwd, cf, pool, pbuf, sched, load, counters, requant, busy = h.m, h.cfg, h.rf, h.dma, h.fetch, h.d, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.load, h.counters, h.requant, h.busy
+        (m, cfg, rf, dma, fetch, d, fwd, bwd, cf, pool, pbuf, sched, load, counters, requant,
+         busy) = (
+            h.m, h.cfg, h.rf, h.dma, h.fetch, h.d, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched,
+            h.load, h.counters, h.requant, h.busy
+        )
         B = cfg.feeder_bus_width
         # --- DMA: loads (the load unit) and stores, buffer ports -------------------------------
         m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
@@ -424,8 +432,12 @@ class Accelerator(CheckedComponent):
 
 
     def _phases(self, h, fres):
-        """Which engine runs the layer's phase; the pooling unit's and the channel-first front end's runs."""
-        m, cfg, ctrl, d, plan, fwd, cf, pool, array, sched, requant, run, geo, bank = h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.cf, h.pool, h.array, h.sched, h.requant, h.run, h.geo, h.bank
+        """Which engine runs the layer's phase; the pooling unit's and the channel-first front
+        end's runs."""
+        (m, cfg, ctrl, d, plan, fwd, cf, pool, array, sched, requant, run, geo, bank) = (
+            h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.cf, h.pool, h.array, h.sched, h.requant,
+            h.run, h.geo, h.bank
+        )
         phase = d.phase
         p_row = geo.p_row
         is_fwd = Signal()
@@ -482,12 +494,15 @@ class Accelerator(CheckedComponent):
                          fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),
                          fwd.cfw_en.eq(cf.w_en), cf.w_data.eq(fwd.cfw_data)]
 
-        return SimpleNamespace(is_fwd=is_fwd, is_grad=is_grad, is_fc=is_fc, is_zg=is_zg, is_zl=is_zl,
+        return SimpleNamespace(is_fwd=is_fwd, is_grad=is_grad, is_fc=is_fc, is_zg=is_zg,
+                               is_zl=is_zl,
                                is_pool=is_pool, is_cf=is_cf)
 
     def _engine_layers(self, h, f):
         """The engines' run descriptors, from the staging registers."""
-        m, cfg, ctrl, d, plan, fwd, bwd, sched, run, bank = h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.bwd, h.sched, h.run, h.bank
+        (m, cfg, ctrl, d, plan, fwd, bwd, sched, run, bank) = (
+            h.m, h.cfg, h.ctrl, h.d, h.plan, h.fwd, h.bwd, h.sched, h.run, h.bank
+        )
         B = cfg.feeder_bus_width
         is_fc, is_grad, is_zg, is_zl = f.is_fc, f.is_grad, f.is_zg, f.is_zl
         # engine descriptors (held while a run is in flight)
@@ -545,7 +560,10 @@ class Accelerator(CheckedComponent):
 
     def _engines(self, h, f):
         """The phase's engine drives the array and runs the scheduler's runs; their statistics."""
-        m, fetch, ctrl, plan, fwd, bwd, cf, pool, array, pbuf, sched, counters, run, geo = h.m, h.fetch, h.ctrl, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.array, h.pbuf, h.sched, h.counters, h.run, h.geo
+        (m, fetch, ctrl, plan, fwd, bwd, cf, pool, array, pbuf, sched, counters, run, geo) = (
+            h.m, h.fetch, h.ctrl, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.array, h.pbuf, h.sched,
+            h.counters, h.run, h.geo
+        )
         is_fwd, is_cf, is_zg, is_zl, is_pool = f.is_fwd, f.is_cf, f.is_zg, f.is_zl, f.is_pool
         # the phase's engine runs the scheduler's runs
         on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
@@ -603,7 +621,9 @@ class Accelerator(CheckedComponent):
 
     def _control(self, h):
         """The layer: START, the program, DONE or the first failure."""
-        m, rf, fetch, ctrl, sched, load, busy, done, err = h.m, h.rf, h.fetch, h.ctrl, h.sched, h.load, h.busy, h.done, h.err
+        (m, rf, fetch, ctrl, sched, load, busy, done, err) = (
+            h.m, h.rf, h.fetch, h.ctrl, h.sched, h.load, h.busy, h.done, h.err
+        )
         with m.FSM(name="ctrl") as fsm:
             def fail(code):
                 m.d.sync += [err.eq(code), done.eq(1)]

@@ -5,7 +5,7 @@ The layer's constants come first (SETs of ``layer.*``: the descriptor's fields t
 read and the plan registers they read, from :func:`bpsa.plan.setup.run`), attached to the first
 instruction; then one instruction an event, each after the SETs of the fields it needs that
 changed: :class:`~bpsa.plan.program.Step` is STEP, :class:`~bpsa.plan.program.Load` LOAD
-(``load.*``; of a single run, not ``run_words`` and ``stride``, which the load unit reads only
+(``load.*`` or ``load1.*``, the slot of :func:`_slot`; of a single run, not ``run_words`` and ``stride``, which the load unit reads only
 between runs), :class:`~bpsa.plan.program.Run` RUN (the fields its phase's consumers read,
 :data:`bpsa.plan.program.RUN_FIELDS`), :class:`~bpsa.plan.program.Save` SAVE (``save.*``,
 FINAL), :class:`~bpsa.plan.program.Save2` SAVE2 and :class:`~bpsa.plan.program.Last` END.
@@ -35,9 +35,19 @@ RUN_STRUCT = {
 
 
 _RUN_KEYS = {name: f"{struct}.{name}" for name, struct in RUN_STRUCT.items()}
-_LOAD_KEYS = {name: f"load.{name}" for name in (
+_LOAD_KEYS = [{name: f"{struct}.{name}" for name in (
     "target", "cache", "bank", "offset", "addr", "length", "lanes", "count", "run_len",
-    "run_words", "stride")}
+    "run_words", "stride")} for struct in ("load", "load1")]
+
+
+def _slot(load):
+    """The load slot of a :class:`~bpsa.plan.program.Load`: 1 for the second operand of a group
+    (the forward's W, buffer B, the pooling backward's dY), 0 for the first (X, buffer A, the
+    FC weights): a group's loads then keep their fields, and only their addresses move."""
+    target, cache = program.TARGET, program.CACHE
+    second = ((load.target in (target["FWD_W"], target["BWD_B"]) and load.cache != cache["W"])
+              or load.cache == cache["POOL_DY"])
+    return int(second)
 
 
 def layer_ops(config, desc):
@@ -56,8 +66,10 @@ def layer_ops(config, desc):
         elif kind is program.Load:
             # a load of one run: its run_words and stride are never read (left as they are)
             skip = ("run_words", "stride") if ev.count == 1 else ()
-            ops.append((isa.Opcode.LOAD, {_LOAD_KEYS[k]: v for k, v in vars(ev).items()
-                                          if k not in skip}, 0))
+            slot = _slot(ev)
+            keys = _LOAD_KEYS[slot]
+            ops.append((isa.Opcode.LOAD, {keys[k]: v for k, v in vars(ev).items()
+                                          if k not in skip}, isa.LOAD_SLOT if slot else 0))
         elif kind is program.Run:
             ops.append((isa.Opcode.RUN, {_RUN_KEYS[k]: v for k, v in vars(ev).items()
                                          if v is not None}, 0))

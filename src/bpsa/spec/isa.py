@@ -14,15 +14,17 @@ address; at the default 64-bit bus one instruction a beat)
     [59:52]     field   SET: the index of the field written (:func:`fields`); 0 otherwise
     [51:48]     -       reserved, 0
     [47:0]      value   SET: the field's value (zero-extended); SAVE: bit 0 is FINAL;
-                        0 otherwise
+                        LOAD: bit 0 is the slot; 0 otherwise
     ==========  ======  ==============================================================
 
 Opcodes
     ``SET``: write one field of the staging registers (every field is 0 at START, and keeps
     its value until the next SET of it: a program writes only the fields that change).
-    ``LOAD``: hand the ``load.*`` fields to the load unit (one tile of an operand into a bank
-    of a buffer, a DMA read; the load unit skips it when the bank holds that slice already)
-    and wait until it is in the bank. ``STEP``: the next run starts a new step (its results
+    ``LOAD``: hand the ``load.*`` fields (slot 0) or the ``load1.*`` fields (slot 1, value bit
+    0) to the load unit (one tile of an operand into a bank of a buffer, a DMA read; the load
+    unit skips it when the bank holds that slice already) and wait until it is in the bank.
+    Two slots let a group's two loads (X and W, dY and X, ...) keep their fields, so a program
+    SETs only the addresses that move. ``STEP``: the next run starts a new step (its results
     are added up in a cleared P). ``RUN``: the engine of ``layer.phase`` / ``layer.mode`` runs
     the group just loaded, with the ``run.*`` fields (plus ``zrun.*`` for the zero-free loss,
     ``prun.*`` for pooling and ``geometry.*``: where its results go in P); dispatch goes on
@@ -55,8 +57,9 @@ from dataclasses import dataclass
 from bpsa.spec import regmap
 
 __all__ = ["FIELD_BITS", "FIELD_LSB", "INSN_BITS", "INSN_BYTES", "OPCODE_BITS", "OPCODE_LSB",
-           "SAVE_FINAL", "STRUCTS", "VALUE_BITS", "Field", "Opcode", "assemble", "check",
-           "decode", "encode", "execute", "field_index", "fields", "isa_map", "set_counts"]
+           "LOAD_SLOT", "SAVE_FINAL", "STRUCTS", "VALUE_BITS", "Field", "Opcode", "assemble",
+           "check", "decode", "encode", "execute", "field_index", "fields", "isa_map",
+           "set_counts"]
 
 #: Bits of an instruction.
 INSN_BITS = 64
@@ -83,6 +86,8 @@ class Opcode(enum.IntEnum):
 
 #: SAVE's value bit: the layer's last step.
 SAVE_FINAL = 1
+#: LOAD's value bit: the slot whose fields the load unit gets (``load1.*``, else ``load.*``).
+LOAD_SLOT = 1
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,9 @@ class Field:
 #: The staging registers' structures, in field-index order, and who reads them.
 STRUCTS = {
     "layer": "the layer's constants: its descriptor, and what the engines read of the plan",
-    "load": "the next LOAD (the load unit)",
+    "load": "the next LOAD of slot 0 (the load unit)",
+    "load1": "the next LOAD of slot 1 (LOAD's value bit 0 picks the slot: a group's two loads "
+             "keep their fields apart)",
     "run": "the next RUN: the group's sizes and band, which half of buffer A holds X",
     "zrun": "the next RUN of a zero-free loss: its stride-class quotients and blocks",
     "prun": "the next RUN of a pooling phase: its band",
@@ -144,7 +151,7 @@ def fields(config):
         ("qw0", dim2, "pooling: the first window column's quotient"),
         ("rw0", dim2, "pooling: the first window column's remainder"),
         ("recip", unit, "average pooling: the reciprocal of the window, fixed point")])
-    add("load", [
+    load = [
         ("target", 3, "buffer written (0 forward X, 1 forward W, 2 backward A, 3 backward B, "
                       "4 pooling, 5 channel-first X)"),
         ("cache", 3, "slice record checked (0 A, 1 B, 2 FC W, 3 pooling X, 4 pooling dY, "
@@ -154,7 +161,9 @@ def fields(config):
         ("lanes", lanes, "elements a buffer word"), ("count", mem, "runs"),
         ("run_len", mem, "elements a run"),
         ("run_words", mem, "buffer words from one run to the next (count > 1)"),
-        ("stride", mem, "bytes between runs in memory")])
+        ("stride", mem, "bytes between runs in memory")]
+    add("load", load)
+    add("load1", load)
     add("run", [
         ("batch", dim, "FC backward: batch rows"), ("channels", dim, "input channels"),
         ("out_channels", dim, "output channels"), ("height", dim2, "the band's input rows"),
@@ -218,7 +227,8 @@ def check(config, word):
     opcode, field, value, reserved = decode(word)
     if opcode not in Opcode._value2member_map_:
         return ProgramError.OPCODE
-    allowed = {Opcode.SET: None, Opcode.SAVE: SAVE_FINAL}.get(Opcode(opcode), 0)
+    allowed = {Opcode.SET: None, Opcode.SAVE: SAVE_FINAL,
+               Opcode.LOAD: LOAD_SLOT}.get(Opcode(opcode), 0)
     if reserved or (allowed is not None and (value & ~allowed or field)):
         return ProgramError.RESERVED
     if opcode == Opcode.SET:
@@ -239,6 +249,7 @@ def isa_map(config):
         "field": {"lsb": FIELD_LSB, "bits": FIELD_BITS},
         "value": {"lsb": 0, "bits": VALUE_BITS},
         "save_final": SAVE_FINAL,
+        "load_slot": LOAD_SLOT,
         "opcodes": {op.name: int(op) for op in Opcode},
         "structs": dict(STRUCTS),
         "fields": [{"index": i, "struct": f.struct, "name": f.name, "bits": f.bits,

@@ -117,6 +117,7 @@ def _isa_c(config):
         out.append(f"#define BPSA_INSN_{part.upper()}_SHIFT {m[part]['lsb']}u")
         out.append(f"#define BPSA_INSN_{part.upper()}_BITS {m[part]['bits']}u")
     out.append(f"#define BPSA_INSN_SAVE_FINAL {m['save_final']}u")
+    out.append(f"#define BPSA_INSN_LOAD_SLOT {m['load_slot']}u")
     out += [f"#define BPSA_OP_{k} {v}u" for k, v in m["opcodes"].items()]
     out += ["", f"/* SET fields of configuration '{config.name}': index and bits */"]
     for f in m["fields"]:

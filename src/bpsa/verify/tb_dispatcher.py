@@ -31,7 +31,9 @@ def random_ops(rng, table, groups):
     for g in range(groups):
         if g == 0 or rng.random() < 0.4:
             ops.append((OP.STEP, {}, 0))
-        ops += [(OP.LOAD, values("load"), 0) for _ in range(rng.randint(0, 2))]
+        for _ in range(rng.randint(0, 2)):
+            slot = rng.randint(0, 1)
+            ops.append((OP.LOAD, values(("load", "load1")[slot]), slot))
         ops.append((OP.RUN, values("layer", "run", "zrun", "prun", "geometry"), 0))
         if rng.random() < 0.5:
             ops.append((OP.SAVE, values("save"), rng.randint(0, 1)))
@@ -122,9 +124,18 @@ async def run_program(dut, table, words, rng):
     raise AssertionError("the dispatcher neither finished nor failed")
 
 
+def seen(op, state, flags):
+    """What the dispatcher hands on for an instruction (a LOAD: its slot's fields, as the
+    ``load`` payload)."""
+    if op == OP.LOAD:
+        slot = "load1." if flags & isa.LOAD_SLOT else "load."
+        return {"load." + k[len(slot):]: v for k, v in state.items() if k.startswith(slot)}
+    return {k: v for k, v in state.items() if k.split(".")[0] in SEEN[op]}
+
+
 def expected(cfg, words):
     trace, code = isa.execute(cfg, words)
-    return [(op, {k: v for k, v in state.items() if k.split(".")[0] in SEEN[op]}, flags)
+    return [(op, seen(op, state, flags), 0 if op == OP.LOAD else flags)
             for op, state, flags in trace], code
 
 

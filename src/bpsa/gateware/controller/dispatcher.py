@@ -3,11 +3,12 @@ time, to the load unit, the step scheduler and the engines.
 
 SET writes a staging register (one per field of :func:`bpsa.spec.isa.fields`, all cleared at
 ``start``); the registers of each struct are this component's outputs of the same name
-(``layer``, ``run``, ``zrun``, ``prun``, ``geometry``, ``save_step``, ``save2_step``, and the
-``load`` stream's payload), which the top connects by field name. LOAD hands the load unit
-the ``load`` fields and waits until the tile is in its bank (at once when the load unit
-already holds the slice); STEP pulses ``new_step``; RUN asks the step scheduler for a run and
-goes on when it has started; SAVE and SAVE2 pulse ``save`` (with ``final_step``: the layer's last step) and ``save2``;
+(``layer``, ``run``, ``zrun``, ``prun``, ``geometry``, ``save_step``, ``save2_step``; the
+``load`` stream's payload is the ``load`` or the ``load1`` struct, the slot the LOAD names),
+which the top connects by field name. LOAD hands the load unit its slot's fields and waits
+until the tile is in its bank (at once when the load unit already holds the slice); STEP
+pulses ``new_step``; RUN asks the step scheduler for a run and goes on when it has started;
+SAVE and SAVE2 pulse ``save`` (with ``final_step``: the layer's last step) and ``save2``;
 END asserts ``last`` until the scheduler has stored the last step, then pulses ``done``.
 Nothing is computed here: the host's planner (:mod:`bpsa.plan.program`) did the arithmetic,
 so there is no multiplier, divider or loop counter.
@@ -18,7 +19,7 @@ Errors end the layer with ``fail`` and ``fail_code``: a malformed instruction or
 DmaError``), and the scheduler's failures (its ``sched_code``).
 """
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -103,7 +104,7 @@ class Dispatcher(wiring.Component):
         stepped, ran = Signal(), Signal()   # a STEP since start; a RUN since the last STEP
         code = Signal(4)                    # ProgramError
         mask = (1 << isa.VALUE_BITS) - 1
-        flags = {isa.Opcode.SAVE: isa.SAVE_FINAL}
+        flags = {isa.Opcode.SAVE: isa.SAVE_FINAL, isa.Opcode.LOAD: isa.LOAD_SLOT}
         with m.Switch(opcode):
             for op in isa.Opcode:
                 with m.Case(op):
@@ -128,9 +129,14 @@ class Dispatcher(wiring.Component):
                 m.d.comb += code.eq(ProgramError.OPCODE)
 
 
-        # the staging registers: written by SET, cleared at start
+        # the staging registers: written by SET, cleared at start; LOAD hands on the fields of
+        # the slot it names
+        slots = {s: Signal(struct_layout(self.config, "load"), name=f"{s}_slot")
+                 for s in ("load", "load1")}
+        slot = Signal()
+        m.d.comb += self.load.payload.eq(Mux(slot, slots["load1"], slots["load"]))
         for i, f in enumerate(table):
-            reg = getattr(self.load.payload if f.struct == "load"
+            reg = getattr(slots[f.struct] if f.struct in slots
                           else getattr(self, _MEMBERS[f.struct]), f.name)
             with m.If(self.start):
                 m.d.sync += reg.eq(0)
@@ -154,6 +160,7 @@ class Dispatcher(wiring.Component):
                     with m.Else():
                         with m.Switch(opcode):
                             with m.Case(isa.Opcode.LOAD):
+                                m.d.sync += slot.eq(value[0])
                                 m.next = "LOAD"
                             with m.Case(isa.Opcode.STEP):
                                 m.d.comb += self.new_step.eq(1)
