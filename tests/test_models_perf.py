@@ -277,8 +277,9 @@ CF_LAYERS = (
 @pytest.mark.verilator
 def test_channel_first_model_against_rtl_counters():
     """The channel-first model on the whole accelerator (native transport): DMA bytes, MAC
-    slots and the engine's busy cycles exact, BUSY_CYCLES within 1 % (measured with the
-    instruction dispatcher: within 0.9 %, 24 cycles at most)."""
+    slots and the engine's busy cycles exact, BUSY_CYCLES within 2 % (the issue's bound for
+    the model; measured with the instruction dispatcher: within 1.3 %, 30 cycles at most;
+    the state-by-state model of the on-chip walker was within 0.15 %)."""
     from bpsa.sim.native import run_with_driver
     rng = np.random.default_rng(5)
 
@@ -300,7 +301,7 @@ def test_channel_first_model_against_rtl_counters():
         assert m.array_slots == got["macs"] + got["gated_macs"]
         assert m.compute_cycles == got["compute_cycles"]
         errors.append(abs(m.cycles / got["busy_cycles"] - 1))
-    assert max(errors) <= 0.01, errors
+    assert max(errors) <= 0.02, errors
 
 
 def test_channel_first_is_stride_insensitive():
