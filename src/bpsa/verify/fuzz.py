@@ -247,8 +247,10 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
         out["cycles"] = int(t.cycles)
         out["seconds"] = time.perf_counter() - t0
 
-    from bpsa.sim.native import JOB_MEMORY
-    run_with_driver(config, body, mem_bytes=JOB_MEMORY, seed=seed, opt=opt, threads=threads)
+    # memory for the largest layer's tensors (a 16 x 16 configuration's layers outgrow 1 MiB)
+    from bpsa.sim.native import job_memory
+    run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed, opt=opt,
+                    threads=threads)
     out["layers_per_second"] = out["jobs"] / max(out["seconds"], 1e-9)
     out["cycles_per_second"] = out["cycles"] / max(out["seconds"], 1e-9)
     return out
