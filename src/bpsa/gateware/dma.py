@@ -449,9 +449,9 @@ class DmaEngine(wiring.Component):
         take = ~s.rb_valid | beat_end
         m.d.comb += axi.rready.eq(take)
         with m.If(step):
-            m.d.sync += [s.ld_left.eq(s.ld_left - k), s.rb_slot.eq(s.rb_slot + k),
-                         self.read_bytes.eq(self.read_bytes + Mux(self.uncounted, 0,
-                                                                   k << s.size))]
+            m.d.sync += [s.ld_left.eq(s.ld_left - k), s.rb_slot.eq(s.rb_slot + k)]
+            with m.If(~self.uncounted):
+                m.d.sync += self.read_bytes.eq(self.read_bytes + (k << s.size))
             with m.If(beat_end):
                 m.d.sync += s.rb_valid.eq(0)
         with m.If(axi.rvalid & take):
