@@ -13,41 +13,17 @@ from bpsa.config import Config
 from bpsa.gateware.controller.dispatcher import Dispatcher
 from bpsa.spec import isa
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_PROGRAM, ProgramError
+from bpsa.verify.tb_dispatcher import SEEN, random_ops, seen
 
 CFG = Config(name="disp", rows=2, cols=3, buf_a_depth=128, buf_b_depth=128, buf_p_depth=64,
              feeder_bus_width=4, dim_width=8, pool_kinds=("max", "avg"), buf_pool_depth=128)
 OP = isa.Opcode
-#: The structs each instruction hands on.
-SEEN = {OP.LOAD: ("load",), OP.RUN: ("layer", "run", "zrun", "prun", "geometry"),
-        OP.SAVE: ("save",), OP.SAVE2: ("save2",), OP.STEP: (), OP.END: ()}
 TABLE = isa.fields(CFG)
 
 
-def _value(rng, bits):
-    return rng.choice([0, 1, (1 << bits) - 1, rng.getrandbits(bits)])
-
-
 def random_program(rng, groups):
-    """Ops of a random well-formed program: steps of groups (loads, a run), a save a step."""
-    ops = []
-
-    def fields(*structs):
-        return {f.key: _value(rng, f.bits) for f in TABLE if f.struct in structs
-                and rng.random() < 0.5}
-
-    for g in range(groups):
-        if g == 0 or rng.random() < 0.4:
-            ops.append((OP.STEP, {}, 0))
-        for _ in range(rng.randint(0, 2)):
-            slot = rng.randint(0, 1)
-            ops.append((OP.LOAD, fields(("load", "load1")[slot]), slot))
-        ops.append((OP.RUN, fields("layer", "run", "zrun", "prun", "geometry"), 0))
-        if rng.random() < 0.5:
-            ops.append((OP.SAVE, fields("save"), rng.randint(0, 1)))
-            if rng.random() < 0.3:
-                ops.append((OP.SAVE2, fields("save2"), 0))
-    ops.append((OP.END, {}, 0))
-    return ops
+    """Ops of a random well-formed program (the testbench's generator)."""
+    return random_ops(rng, TABLE, groups)
 
 
 def _snapshot(ctx, dut, structs):
@@ -143,18 +119,9 @@ def run_programs(programs, *, seed, dma_error_at=None, hit_rate=0.3):
     return results
 
 
-def _seen(op, state, flags):
-    """What the dispatcher hands on for an instruction: its structs' fields (a LOAD: its slot's
-    fields, as the ``load`` payload)."""
-    if op == OP.LOAD:
-        slot = "load1." if flags & isa.LOAD_SLOT else "load."
-        return {"load." + k[len(slot):]: v for k, v in state.items() if k.startswith(slot)}
-    return {k: v for k, v in state.items() if k.split(".")[0] in SEEN[op]}
-
-
 def _expected(words, end):
     trace, code = isa.execute(CFG, words, end=end)
-    return [(op, _seen(op, state, flags), 0 if op == OP.LOAD else flags)
+    return [(op, seen(op, state, flags), 0 if op == OP.LOAD else flags)
             for op, state, flags in trace], code
 
 
