@@ -421,7 +421,7 @@ class Accelerator(CheckedComponent):
                      ctrl.load_error.eq(load.error)]
         for name in ("last", "new_step", "save", "save2"):
             m.d.comb += getattr(sched, name).eq(getattr(ctrl, name))
-        m.d.comb += sched.final.eq(ctrl.final_step)
+        m.d.comb += sched.final_save.eq(ctrl.final_step)
         for step, staged in ((sched.save_step, ctrl.save_step),
                              (sched.save2_step, ctrl.save2_step)):
             for name in step.shape().members:

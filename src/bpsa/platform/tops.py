@@ -21,4 +21,10 @@ TOPS = {
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
     "dispatcher": "bpsa.gateware.controller.dispatcher:Dispatcher",
     "fetch": "bpsa.gateware.controller.fetch:Fetch",
+    "load_unit": "bpsa.gateware.controller.load_unit:LoadUnit",
+    "step_scheduler": "bpsa.gateware.controller.step_scheduler:StepScheduler",
+    "requantizer": "bpsa.gateware.controller.requantizer:Requantizer",
+    "psum_buffer": "bpsa.gateware.controller.psum_buffer:PsumBuffer",
+    "zf_loss": "bpsa.gateware.engines.zf_loss:ZeroFreeLossWalker",
+    "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
 }

@@ -59,7 +59,7 @@ class StepScheduler(wiring.Component):
     last : In(1)
         The program is done (END): wait for the last run and store the last step;
         ``finished`` pulses when the store is done.
-    new_step, final : In(1)
+    new_step, final_save : In(1)
         Pulses: the next run starts a new step; the step now saved is the layer's last.
     save : In(1), save_step : In(store_layout())
         Pulse: the step whose last group just started, for its store.
@@ -102,7 +102,7 @@ class StepScheduler(wiring.Component):
         self.config = config
         super().__init__({
             "layer_start": In(1), "run": In(1), "last": In(1), "new_step": In(1),
-            "final": In(1), "save": In(1), "save_step": In(store_layout()),
+            "final_save": In(1), "save": In(1), "save_step": In(store_layout()),
             "save2": In(1), "save2_step": In(store2_layout()), "clear_words": In(_W),
             "started": Out(1), "finished": Out(1), "fail": Out(1), "fail_code": Out(8),
             "bank": Out(1),
@@ -120,7 +120,7 @@ class StepScheduler(wiring.Component):
         cfg = self.config
         half = cfg.buf_p_depth // 2
         new_step, pend_store, final, st2_pend, bank = (Signal(name=n) for n in (
-            "new_step", "pend_store", "final", "st2_pend", "bank"))
+            "new_step", "pend_store", "final_pend", "st2_pend", "bank"))
         st = Signal(store_layout())
         st2 = Signal(store2_layout())
         row, pword = Signal(_W), Signal(_W)
@@ -130,7 +130,7 @@ class StepScheduler(wiring.Component):
 
         with m.If(self.new_step):
             m.d.sync += new_step.eq(1)
-        with m.If(self.final):
+        with m.If(self.final_save):
             m.d.sync += final.eq(1)
         with m.If(self.save):
             m.d.sync += [pend_store.eq(1), st.eq(self.save_step)]
