@@ -47,15 +47,15 @@ Errors (``error`` with the ``done`` pulse; a command is answered exactly once)
     ``BUFFER``: ``lanes`` larger than a word holds, or the words run past the buffer's end.
     These are found before any bus traffic, ``ALIGN`` in CHECK, ``WINDOW`` and ``BUFFER`` in the
     first cycle of RUN (``done`` two cycles later than for ``ALIGN``); the command then ends
-    without touching memory or buffer. ``SLVERR`` / ``DECERR``: a read beat or write response carried that
-    response; the command still runs to its end on the bus (every beat and response is taken,
-    so nothing hangs) and the buffer contents it wrote are unspecified. ``length = 0`` ends at
+    without touching memory or buffer. ``SLVERR`` / ``DECERR``: a read beat or write response
+    carried that response; the command still runs to its end on the bus (every beat and
+    response is taken, so nothing hangs) and the buffer contents it wrote are unspecified. ``length = 0`` ends at
     once without error.
 """
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -350,6 +350,7 @@ class DmaEngine(wiring.Component):
         s.ok = Signal()                         # ... did not fail (from the second cycle)
         s.go = Signal()                         # ... does not fail (from the first)
         s.lanes_r = Signal.like(s.lanes)
+        s.lanes_mask = Signal(self._lanes_max)  # lanes below lanes_r
         s.last_end_r = Signal.like(s.last_end)
         init = [
             s.ax_beat.eq(s.first_beat), s.ax_left.eq(s.total_beats),
@@ -357,6 +358,7 @@ class DmaEngine(wiring.Component):
             s.bursts_sent.eq(0), s.bursts_acked.eq(0), s.first.eq(1),
             s.refuse_r.eq(DmaError.NONE),
             s.end_r.eq(end), s.before_r.eq(before), s.lanes_r.eq(s.lanes),
+            s.lanes_mask.eq(Cat(j < s.lanes for j in range(self._lanes_max))),
         ]
         init2 = [s.first.eq(0), s.last_end_r.eq(s.last_end)]
         # the counts of bytes moved, added to the counters a cycle later
@@ -490,10 +492,11 @@ class DmaEngine(wiring.Component):
         s.pk_word = Signal(self.word_width)      # the buffer word being packed
         s.pk_fresh = Signal()                    # ... is a new word: lanes not written are 0
         s.pk_lane = Signal(range(lmax))
+        s.pk_from = Signal(lmax)                 # lanes from pk_lane on
         s.pk_addr = Signal.like(s.c.buf_addr)
         one = s.r_beats == 1
         return ([s.rb_valid.eq(0), s.r_beats.eq(s.total_beats), s.r_slot.eq(s.first_slot),
-                 s.pk_fresh.eq(1), s.pk_lane.eq(0), s.pk_addr.eq(s.c.buf_addr)],
+                 s.pk_fresh.eq(1), s.pk_from.eq(~0), s.pk_lane.eq(0), s.pk_addr.eq(s.c.buf_addr)],
                 [s.r_last.eq(one), s.r_n.eq(Mux(one, s.last_end, s.per_beat) - s.first_slot)])
 
     def _load(self, m, s):
@@ -501,8 +504,10 @@ class DmaEngine(wiring.Component):
         # Each step (a beat held) moves the beat's elements into the word being packed up to
         # the beat's or the word's end, whichever is first.
         en = Signal(self._lanes_max)             # the lanes written this step
+        below_hi = Signal(self._lanes_max)       # lanes below rb_hi
         for j in range(self._lanes_max):
-            m.d.comb += en[j].eq((s.pk_lane <= j) & (j < lanes) & (j < s.rb_hi))
+            m.d.comb += below_hi[j].eq(j < s.rb_hi)
+        m.d.comb += en.eq(s.pk_from & s.lanes_mask & below_hi)
         word_next = Signal.like(s.pk_word)
         m.d.comb += word_next.eq(Mux(s.pk_fresh, 0, s.pk_word))
         with m.Switch(c.kind):
@@ -524,7 +529,8 @@ class DmaEngine(wiring.Component):
                      self.buf_write.addr.eq(s.pk_addr), self.buf_write.data.eq(word_next),
                      self.buf_write.en.eq(step & full)]
         with m.If(step):
-            m.d.sync += [s.pk_word.eq(word_next), s.pk_fresh.eq(full), s.pk_lane.eq(lane_next)]
+            m.d.sync += [s.pk_word.eq(word_next), s.pk_fresh.eq(full), s.pk_lane.eq(lane_next),
+                         s.pk_from.eq(Mux(full, ~0, ~below_hi))]
             with m.If(full):
                 m.d.sync += s.pk_addr.eq(s.pk_addr + 1)
             with m.If(beat_end):
