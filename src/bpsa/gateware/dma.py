@@ -7,7 +7,8 @@ External memory
     beat-aligned addresses, at most ``max_burst`` beats (16 by
     default, up to 256) and never across a 4 KiB boundary. Writes mark the bytes outside the
     command's range with ``wstrb`` = 0. AW / AR run ahead of the data channels (all bursts of a
-    command may be outstanding); ``bready`` is always high.
+    command may be outstanding, a burst issued at most every other cycle); ``bready`` is
+    always high.
     Tensors are dense arrays of *elements* of a power of two of bytes, little endian:
     ``element_bytes(bits)`` = 1, 2, 4 or 8 for operands (``operand_width`` bits) and
     accumulators (``acc_width`` bits). A command moves ``length`` consecutive elements from
@@ -33,21 +34,28 @@ Throughput
     ``lanes`` is at least the elements per beat and the address is beat-aligned; splits at word and beat boundaries
     otherwise (at least one element per cycle).
 
+Latency
+    A command is taken in IDLE and checked in CHECK and the first cycle of RUN; the first
+    burst's address goes out in the second cycle of RUN (its length is worked out in the
+    first). A load's ``done`` pulses the cycle after its last buffer write; a store's the cycle
+    after its last write response.
+
 Errors (``error`` with the ``done`` pulse; a command is answered exactly once)
     Checked in this order, the first that applies is reported:
     ``ALIGN``: ``addr`` not a multiple of the element size.
     ``WINDOW``: any byte of the command outside ``[window_lo, window_hi]`` (inclusive).
     ``BUFFER``: ``lanes`` larger than a word holds, or the words run past the buffer's end.
-    These are found before any bus traffic; the command then ends at once without touching
-    memory or buffer. ``SLVERR`` / ``DECERR``: a read beat or write response carried that
-    response; the command still runs to its end on the bus (every beat and response is taken,
-    so nothing hangs) and the buffer contents it wrote are unspecified. ``length = 0`` ends at
+    These are found before any bus traffic, ``ALIGN`` in CHECK, ``WINDOW`` and ``BUFFER`` in the
+    first cycle of RUN (``done`` two cycles later than for ``ALIGN``); the command then ends
+    without touching memory or buffer. ``SLVERR`` / ``DECERR``: a read beat or write response
+    carried that response; the command still runs to its end on the bus (every beat and
+    response is taken, so nothing hangs) and the buffer contents it wrote are unspecified. ``length = 0`` ends at
     once without error.
 """
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -201,7 +209,9 @@ class DmaEngine(wiring.Component):
     buf_write : In(WritePort.Signature(addr_width=log2(depth), shape=word_width))
         Connect ``Memory.write_port()``.
     read_bytes, write_bytes : Out(64)
-        Element bytes moved from / to external memory (the payload, not whole beats).
+        Element bytes moved from / to external memory (the payload, not whole beats): read
+        bytes counted as their beat arrives, written bytes as they are placed into a beat,
+        each added the cycle after (a command's bytes are all counted when ``done`` pulses).
     busy_cycles : Out(64)
         Cycles with ``busy`` high.
     clear_counters : In(1)
@@ -255,10 +265,14 @@ class DmaEngine(wiring.Component):
         })
 
     @property
-    def _vec_width(self):
-        """Bits of the elements one load step moves, in buffer-lane format."""
-        return max(min(self.beat_bytes // nb, lanes) * bits
-                   for _, bits, nb, _, lanes in self.kinds()) or 1
+    def _per_beat_max(self):
+        """Elements of the narrowest kind in a beat (a power of two)."""
+        return max(self.beat_bytes // nb for _, _, nb, _, _ in self.kinds())
+
+    @property
+    def _lanes_max(self):
+        """Lanes of the narrowest kind in a word (at least 1)."""
+        return max(lanes for _, _, _, _, lanes in self.kinds())
 
     def kinds(self):
         """:func:`element_kinds` of this engine."""
@@ -279,25 +293,33 @@ class DmaEngine(wiring.Component):
         s.lanes = Signal.like(c.lanes)          # effective lanes per word
         s.nbytes = Signal(4)                    # bytes per element in memory
         s.first_slot = Signal(self.beat_shift + 1)  # element slot of the first element in its beat
+        s.per_beat = Signal(self.beat_shift + 1)    # elements in a beat
+        s.last_end = Signal(self.beat_shift + 1)    # the slot past the last element in its beat
         max_lanes = Signal.like(c.lanes)
         s.size = size = Signal(2)               # log2 of nbytes
         with m.Switch(c.kind):
             for kind, _, nb, _, ml in self.kinds():
                 with m.Case(kind):
-                    m.d.comb += [size.eq(exact_log2(nb)), s.nbytes.eq(nb), max_lanes.eq(ml)]
+                    m.d.comb += [size.eq(exact_log2(nb)), s.nbytes.eq(nb), max_lanes.eq(ml),
+                                 s.per_beat.eq(self.beat_bytes // nb)]
+        # CHECK registers the command's last byte and the elements the words before
+        # ``buf_addr`` hold; the first cycle of RUN compares them with the window and the
+        # buffer's elements.
         end = Signal(ADDR_WIDTH + 2)            # the command's last byte
-        room = Signal(range(self.depth + 1))
-        capacity = Signal(room.shape().width + len(c.lanes))
+        before = Signal(len(c.buf_addr) + len(c.lanes))
+        s.end_r = Signal.like(end)
+        s.before_r = Signal.like(before)
         s.first_beat = Signal(beat_w)
         s.total_beats = Signal(beats_w)
         m.d.comb += [
             s.lanes.eq(Mux(c.lanes == 0, max_lanes, c.lanes)),
             end.eq(c.addr + (c.length << size) - 1),
-            room.eq(self.depth - c.buf_addr),
-            capacity.eq(room * s.lanes),
+            before.eq(c.buf_addr * s.lanes),
             s.first_beat.eq(c.addr[self.beat_shift:]),
-            s.total_beats.eq(end[self.beat_shift:] - s.first_beat + 1),
+            s.total_beats.eq((c.addr[:self.beat_shift] + (self.beat_bytes - 1)
+                              + (c.length << size)) >> self.beat_shift),
             s.first_slot.eq(c.addr[:self.beat_shift] >> size),
+            s.last_end.eq((s.end_r[:self.beat_shift] >> size) + 1),
         ]
         s.is_store = c.direction == Direction.STORE
 
@@ -307,6 +329,8 @@ class DmaEngine(wiring.Component):
         s.ax_len = Signal(8)
         s.ax_beat = Signal(beat_w)
         s.ax_left = Signal(beats_w)
+        s.ax_n = Signal(9)                      # beats of the next burst
+        s.ax_n_ok = Signal()                    # ... worked out for ax_beat and ax_left
         s.bursts_sent = Signal(beats_w)
         s.bursts_acked = Signal(beats_w)
         for p, active in (("aw", s.is_store), ("ar", ~s.is_store)):
@@ -319,18 +343,36 @@ class DmaEngine(wiring.Component):
                 getattr(axi, f"{p}cache").eq(0b0011),     # normal, bufferable
                 getattr(axi, f"{p}valid").eq(s.ax_valid & active),
             ]
+        # Registers set in CHECK (``init``; harmless when the command is refused) and in the
+        # first cycle of RUN (``init2``, from those), before any beat can come or go.
+        s.first = Signal()                      # the first cycle of RUN
+        s.refuse_r = Signal(DmaError)           # the window or buffer check failed
+        s.ok = Signal()                         # ... did not fail (from the second cycle)
+        s.go = Signal()                         # ... does not fail (from the first)
+        s.lanes_r = Signal.like(s.lanes)
+        s.lanes_mask = Signal(self._lanes_max)  # lanes below lanes_r
+        s.last_end_r = Signal.like(s.last_end)
         init = [
             s.ax_beat.eq(s.first_beat), s.ax_left.eq(s.total_beats),
-            s.bursts_sent.eq(0), s.bursts_acked.eq(0),
+            s.ax_n_ok.eq(0),
+            s.bursts_sent.eq(0), s.bursts_acked.eq(0), s.first.eq(1),
+            s.refuse_r.eq(DmaError.NONE),
+            s.end_r.eq(end), s.before_r.eq(before), s.lanes_r.eq(s.lanes),
+            s.lanes_mask.eq(Cat(j < s.lanes for j in range(self._lanes_max))),
         ]
-        init += self._declare_load(s, len_w)
-        init += self._declare_store(s, len_w, beat_w, beats_w)
+        init2 = [s.first.eq(0), s.last_end_r.eq(s.last_end)]
+        # the counts of bytes moved, added to the counters a cycle later
+        s.read_inc = Signal(self.beat_shift + 1)
+        s.write_inc = Signal(self.beat_shift + 1)
+        for part in (self._declare_load(s, beats_w), self._declare_store(s, beats_w)):
+            init += part[0]
+            init2 += part[1]
         m.d.comb += [axi.wvalid.eq(s.w_valid), axi.wdata.eq(s.w_data), axi.wstrb.eq(s.w_strb),
                      axi.wlast.eq(s.w_last), axi.bready.eq(1)]
 
         done = Signal()
         m.d.comb += [self.done.eq(done), self.error.eq(err)]
-        m.d.sync += done.eq(0)
+        m.d.sync += [done.eq(0), s.read_inc.eq(0), s.write_inc.eq(0)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -341,44 +383,57 @@ class DmaEngine(wiring.Component):
 
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
+                m.d.sync += init
                 with m.If(c.length == 0):
                     m.d.sync += done.eq(1)
                     m.next = "IDLE"
                 with m.Elif((c.addr & (s.nbytes - 1)) != 0):
                     m.d.sync += [err.eq(DmaError.ALIGN), done.eq(1)]
                     m.next = "IDLE"
-                with m.Elif((c.addr < self.window_lo) | (end > self.window_hi)):
-                    m.d.sync += [err.eq(DmaError.WINDOW), done.eq(1)]
-                    m.next = "IDLE"
-                with m.Elif((max_lanes == 0) | (s.lanes > max_lanes) | (c.length > capacity)):
-                    m.d.sync += [err.eq(DmaError.BUFFER), done.eq(1)]
-                    m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += init
                     m.next = "RUN"
 
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
+                # The window and buffer checks, worked out in the first cycle of RUN and acted
+                # on in the second: a refused command issues no address (a burst goes out in the
+                # second cycle at the earliest, ``ok``) and reads no buffer word (``go``).
+                refuse = Signal(DmaError)
+                with m.If(s.first):
+                    m.d.sync += init2 + [s.refuse_r.eq(refuse)]
+                    with m.If((c.addr < self.window_lo) | (s.end_r > self.window_hi)):
+                        m.d.comb += refuse.eq(DmaError.WINDOW)
+                    with m.Elif((max_lanes == 0) | (s.lanes_r > max_lanes)
+                                | (c.length + s.before_r > s.lanes_r * self.depth)):
+                        m.d.comb += refuse.eq(DmaError.BUFFER)
+                m.d.comb += [s.ok.eq(s.refuse_r == DmaError.NONE),
+                             s.go.eq(s.ok & (refuse == DmaError.NONE))]
+                with m.If(~s.ok):
+                    m.d.sync += [err.eq(s.refuse_r), done.eq(1)]
+                    m.next = "IDLE"
                 self._address_channel(m, s)
                 with m.If(~s.is_store):
                     self._load(m, s)
-                    with m.If(s.ld_left == 0):
+                    with m.If(s.ld_fin):
                         m.d.sync += done.eq(1)
                         m.next = "IDLE"
                 with m.Else():
                     self._store(m, s)
                     acked = s.bursts_acked + axi.bvalid
-                    with m.If((s.st_left == 0) & ~s.w_valid & (s.ax_left == 0) & ~s.ax_valid
+                    with m.If(s.st_done & ~s.w_valid & (s.ax_left == 0) & ~s.ax_valid
                               & (acked == s.bursts_sent)):
                         m.d.sync += done.eq(1)
                         m.next = "IDLE"
 
-        # Counters (a clear wins over a count in the same cycle).
+        # Counters (a clear wins over a count in the same cycle; the bytes moved are added a
+        # cycle after they are counted, before ``done``).
+        m.d.sync += [self.read_bytes.eq(self.read_bytes + s.read_inc),
+                     self.write_bytes.eq(self.write_bytes + s.write_inc)]
         with m.If(self.busy):
             m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
         with m.If(self.clear_counters):
             m.d.sync += [self.read_bytes.eq(0), self.write_bytes.eq(0),
-                         self.busy_cycles.eq(0)]
+                         self.busy_cycles.eq(0), s.read_inc.eq(0), s.write_inc.eq(0)]
         return m
 
     def _burst_len(self, beat, left):
@@ -397,103 +452,139 @@ class DmaEngine(wiring.Component):
                 m.d.sync += s.err.eq(DmaError.DECERR)
 
     def _address_channel(self, m, s):
-        """Issue the bursts of the command, one address beat at a time."""
+        """Issue the bursts of the command, one address beat at a time. The length of the next
+        burst (``ax_n``) is worked out the cycle before it is issued (the first in the first
+        cycle of RUN, while the command is checked), so a burst goes out at most every other
+        cycle."""
         ready = Mux(s.is_store, self.axi.awready, self.axi.arready)
         with m.If(s.ax_valid & ready):
             m.d.sync += s.ax_valid.eq(0)
-        with m.If((~s.ax_valid | ready) & (s.ax_left != 0)):
-            n = Signal(9)
-            m.d.comb += n.eq(self._burst_len(s.ax_beat, s.ax_left))
+        with m.If(s.ax_n_ok & (~s.ax_valid | ready) & (s.ax_left != 0) & s.ok):
             m.d.sync += [
-                s.ax_valid.eq(1), s.ax_addr.eq(s.ax_beat << self.beat_shift), s.ax_len.eq(n - 1),
-                s.ax_beat.eq(s.ax_beat + n), s.ax_left.eq(s.ax_left - n),
-                s.bursts_sent.eq(s.bursts_sent + 1),
+                s.ax_valid.eq(1), s.ax_addr.eq(s.ax_beat << self.beat_shift),
+                s.ax_len.eq(s.ax_n - 1), s.ax_beat.eq(s.ax_beat + s.ax_n),
+                s.ax_left.eq(s.ax_left - s.ax_n), s.bursts_sent.eq(s.bursts_sent + 1),
+                s.ax_n_ok.eq(0),
             ]
+        with m.Else():
+            m.d.sync += [s.ax_n.eq(self._burst_len(s.ax_beat, s.ax_left)), s.ax_n_ok.eq(1)]
 
     # --- load: R beats -> elements -> buffer words ------------------------------------------
+    #
+    # Positions are kept so that a step's choices are a few comparisons of small registers:
+    # ``rb_hi`` is the lane of the word being packed just past the held beat's last element of
+    # the command (``pk_lane`` + the elements left in the beat), so a step writes the lanes
+    # ``[pk_lane, min(rb_hi, lanes))``, lane ``j`` taking beat slot ``(j + rb_off) %
+    # per_beat``; no element count is compared with a command-long counter.
 
-    def _declare_load(self, s, len_w):
+    def _declare_load(self, s, beats_w):
+        pmax, lmax = self._per_beat_max, self._lanes_max
         s.rb_valid = Signal()                    # a beat is held in rb_data
         s.rb_data = Signal(self.data_width)
-        s.rb_slot = Signal(self.beat_shift + 1)      # element slot of the next element in it
-        s.rb_first = Signal()                    # no beat taken yet
-        s.ld_left = Signal(len_w)                # elements still to unpack
+        s.rb_last = Signal()                     # it is the command's last beat
+        s.rb_hi = Signal(range(lmax + pmax + 1))
+        s.rb_off = Signal(exact_log2(pmax))
+        s.r_beats = Signal(beats_w)              # R beats still to come
+        s.r_last = Signal()                      # the next R beat is the command's last
+        s.r_slot = Signal(range(pmax))           # its slot of the command's first element
+        s.r_n = Signal(range(pmax + 1))          # its elements of the command
+        s.ld_fin = Signal()                      # the command's last element is packed now
         s.pk_word = Signal(self.word_width)      # the buffer word being packed
-        s.pk_lane = Signal.like(s.lanes)
+        s.pk_fresh = Signal()                    # ... is a new word: lanes not written are 0
+        s.pk_lane = Signal(range(lmax))
+        s.pk_from = Signal(lmax)                 # lanes from pk_lane on
         s.pk_addr = Signal.like(s.c.buf_addr)
-        return [s.rb_valid.eq(0), s.rb_first.eq(1), s.ld_left.eq(s.c.length),
-                s.pk_word.eq(0), s.pk_lane.eq(0), s.pk_addr.eq(s.c.buf_addr)]
+        one = s.r_beats == 1
+        return ([s.rb_valid.eq(0), s.r_beats.eq(s.total_beats), s.r_slot.eq(s.first_slot),
+                 s.pk_fresh.eq(1), s.pk_from.eq(~0), s.pk_lane.eq(0), s.pk_addr.eq(s.c.buf_addr)],
+                [s.r_last.eq(one), s.r_n.eq(Mux(one, s.last_end, s.per_beat) - s.first_slot)])
 
     def _load(self, m, s):
-        axi, c = self.axi, s.c
-        # Each cycle moves k >= 1 elements from the held beat into the word being packed: as
-        # many as are left in the beat, in the word and in the command.
-        k = Signal(range(self.beat_bytes + 1))
-        vec = Signal(self._vec_width)            # the k elements in buffer-lane format
-        lane_shift = Signal(range(self.word_width))
-        beat_end = Signal()
+        axi, c, lanes = self.axi, s.c, s.lanes_r
+        # Each step (a beat held) moves the beat's elements into the word being packed up to
+        # the beat's or the word's end, whichever is first.
+        en = Signal(self._lanes_max)             # the lanes written this step
+        below_hi = Signal(self._lanes_max)       # lanes below rb_hi
+        for j in range(self._lanes_max):
+            m.d.comb += below_hi[j].eq(j < s.rb_hi)
+        m.d.comb += en.eq(s.pk_from & s.lanes_mask & below_hi)
+        word_next = Signal.like(s.pk_word)
+        m.d.comb += word_next.eq(Mux(s.pk_fresh, 0, s.pk_word))
         with m.Switch(c.kind):
             for kind, bits, nb, _, max_lanes in self.kinds():
                 per_beat = self.beat_bytes // nb
+                elems = [s.rb_data[8 * nb * e:8 * nb * e + bits] for e in range(per_beat)]
                 with m.Case(kind):
-                    m.d.comb += k.eq(_min(_min(per_beat - s.rb_slot, s.lanes - s.pk_lane),
-                                          s.ld_left))
-                    beat = s.rb_data >> (s.rb_slot << exact_log2(8 * nb))
-                    for e in range(min(per_beat, max_lanes)):
-                        with m.If(e < k):
-                            m.d.comb += vec[e * bits:(e + 1) * bits].eq(
-                                beat[8 * nb * e:8 * nb * e + bits])
-                    m.d.comb += [lane_shift.eq(s.pk_lane * bits),
-                                 beat_end.eq((s.rb_slot + k == per_beat) | (k == s.ld_left))]
+                    for j in range(max_lanes):
+                        with m.If(en[j]):
+                            m.d.comb += word_next[j * bits:(j + 1) * bits].eq(
+                                _pick(elems, s.rb_off + j))
         step = s.rb_valid
+        full = (s.rb_hi >= lanes) | s.rb_last       # the word is written this step
+        beat_end = s.rb_hi <= lanes                 # the beat is used up this step
         take = ~s.rb_valid | beat_end
-        m.d.comb += axi.rready.eq(take)
-        with m.If(step):
-            m.d.sync += [s.ld_left.eq(s.ld_left - k), s.rb_slot.eq(s.rb_slot + k)]
-            with m.If(~self.uncounted):
-                m.d.sync += self.read_bytes.eq(self.read_bytes + (k << s.size))
-            with m.If(beat_end):
-                m.d.sync += s.rb_valid.eq(0)
-        with m.If(axi.rvalid & take):
-            m.d.sync += [s.rb_valid.eq(1), s.rb_data.eq(axi.rdata), s.rb_first.eq(0),
-                         s.rb_slot.eq(Mux(s.rb_first, s.first_slot, 0))]
-            self._record(m, s, axi.rresp)
-
-        word_next = Signal.like(s.pk_word)
-        m.d.comb += word_next.eq(s.pk_word | (vec << lane_shift))
-        full = (s.pk_lane + k == s.lanes) | (k == s.ld_left)
-        m.d.comb += [self.buf_write.addr.eq(s.pk_addr), self.buf_write.data.eq(word_next),
+        lane_next = Signal.like(s.pk_lane)          # pk_lane after this cycle
+        m.d.comb += [axi.rready.eq(take),
+                     lane_next.eq(Mux(step & full, 0, Mux(step, s.rb_hi, s.pk_lane))),
+                     self.buf_write.addr.eq(s.pk_addr), self.buf_write.data.eq(word_next),
                      self.buf_write.en.eq(step & full)]
         with m.If(step):
+            m.d.sync += [s.pk_word.eq(word_next), s.pk_fresh.eq(full), s.pk_lane.eq(lane_next),
+                         s.pk_from.eq(Mux(full, ~0, ~below_hi))]
             with m.If(full):
-                m.d.sync += [s.pk_word.eq(0), s.pk_lane.eq(0), s.pk_addr.eq(s.pk_addr + 1)]
-            with m.Else():
-                m.d.sync += [s.pk_word.eq(word_next), s.pk_lane.eq(s.pk_lane + k)]
+                m.d.sync += s.pk_addr.eq(s.pk_addr + 1)
+            with m.If(beat_end):
+                m.d.sync += s.rb_valid.eq(0)
+                m.d.comb += s.ld_fin.eq(s.rb_last)
+            with m.Else():      # the word is full, the beat goes on into the next word
+                m.d.sync += [s.rb_hi.eq(s.rb_hi - lanes), s.rb_off.eq(s.rb_off + lanes)]
+        with m.If(axi.rvalid & take):
+            last_next = s.r_beats == 2
+            m.d.sync += [
+                s.rb_valid.eq(1), s.rb_data.eq(axi.rdata), s.rb_last.eq(s.r_last),
+                s.rb_hi.eq(lane_next + s.r_n), s.rb_off.eq(s.r_slot - lane_next),
+                s.r_beats.eq(s.r_beats - 1), s.r_last.eq(last_next), s.r_slot.eq(0),
+                s.r_n.eq(Mux(last_next, s.last_end_r, s.per_beat)),
+            ]
+            with m.If(~self.uncounted):
+                m.d.sync += s.read_inc.eq(s.r_n << s.size)
+            self._record(m, s, axi.rresp)
 
     # --- store: buffer words -> elements -> W beats -----------------------------------------
+    #
+    # ``sh_hi`` is the slot of the beat being assembled just past the unpacked word's last
+    # element (``wa_slot`` + the elements left in the word): a step fills the slots
+    # ``[wa_slot, min(sh_hi, wa_end))``, slot ``i`` taking the word's lane ``i - wa_slot``.
 
-    def _declare_store(self, s, len_w, beat_w, beats_w):
-        s.fetch_left = Signal(len_w)             # elements not yet covered by a word read
+    def _declare_store(self, s, beats_w):
+        pmax, lmax = self._per_beat_max, self._lanes_max
+        s.fetch_left = Signal.like(s.c.length)   # elements not yet covered by a word read
         s.rd_addr = Signal.like(s.c.buf_addr)
         s.rd_pending = Signal()                  # buf_read.data holds a word not yet taken
         s.rd_count = Signal.like(s.lanes)        # its number of elements
-        s.sh = Signal(self.word_width)           # the word being unpacked, low lane first
-        s.sh_left = Signal.like(s.lanes)
-        s.st_left = Signal(len_w)                # elements still to place into beats
-        s.wa_data = Signal(self.data_width)           # the beat being assembled
+        s.sh = Signal(self.word_width)           # the word being unpacked, next element in lane 0
+        s.sh_valid = Signal()
+        s.sh_hi = Signal(range(pmax + lmax + 1))
+        s.wa_data = Signal(self.data_width)      # the beat being assembled
         s.wa_strb = Signal(self.beat_bytes)
-        s.wa_slot = Signal(self.beat_shift + 1)
+        s.wa_fresh = Signal()                    # ... is a new beat: slots not filled are 0
+        s.wa_slot = Signal(range(pmax + 1))
+        s.wa_end = Signal(range(pmax + 1))       # the slot past its last element of the command
+        s.wa_last = Signal()                     # it is the command's last beat
+        s.wa_beats = Signal(beats_w)             # beats still to assemble
+        s.wa_4k = Signal(exact_log2(self.beats_4k))  # its beat address in its 4 KiB page
+        s.wb_count = Signal(range(self.max_burst))   # its beat number in its W burst
+        s.st_done = Signal()                     # the command's last beat is assembled
         s.w_valid = Signal()                     # the W output register
         s.w_data = Signal(self.data_width)
         s.w_strb = Signal(self.beat_bytes)
         s.w_last = Signal()
-        s.wb_left = Signal(9)                    # beats left in the current W burst
-        s.wsp_beat = Signal(beat_w)              # the W side's copy of the burst split
-        s.wsp_left = Signal(beats_w)
-        return [s.fetch_left.eq(s.c.length), s.rd_addr.eq(s.c.buf_addr), s.rd_pending.eq(0),
-                s.sh_left.eq(0), s.st_left.eq(s.c.length),
-                s.wa_data.eq(0), s.wa_strb.eq(0), s.wa_slot.eq(s.first_slot),
-                s.wb_left.eq(0), s.wsp_beat.eq(s.first_beat), s.wsp_left.eq(s.total_beats)]
+        one = s.wa_beats == 1
+        return ([s.fetch_left.eq(s.c.length), s.rd_addr.eq(s.c.buf_addr), s.rd_pending.eq(0),
+                 s.sh_valid.eq(0), s.wa_fresh.eq(1), s.wa_slot.eq(s.first_slot),
+                 s.wa_beats.eq(s.total_beats), s.wa_4k.eq(s.first_beat), s.wb_count.eq(0),
+                 s.st_done.eq(0)],
+                [s.wa_end.eq(Mux(one, s.last_end, s.per_beat)), s.wa_last.eq(one)])
 
     def _store(self, m, s):
         axi, c = self.axi, s.c
@@ -503,75 +594,87 @@ class DmaEngine(wiring.Component):
             m.d.sync += s.bursts_acked.eq(s.bursts_acked + 1)
             self._record(m, s, axi.bresp)
 
-        # Each cycle moves k >= 1 elements from the low lanes of the unpacking register into
-        # the beat being assembled: as many as are left in the word and in the beat.
-        step = (s.sh_left != 0) & (~s.w_valid | axi.wready)
-        k = Signal(range(self.beat_bytes + 1))
-        vec = Signal(self.data_width)                 # the k elements, widened, from byte 0
-        vec_strb = Signal(self.beat_bytes)
-        sh_next = Signal.like(s.sh)
-        beat_end = Signal()
+        # Each step (a word held, the W register free) moves the word's elements into the
+        # beat being assembled up to the word's or the beat's end, whichever is first.
+        step = s.sh_valid & (~s.w_valid | axi.wready)
+        beat_end = s.sh_hi >= s.wa_end           # the beat is finished this step
+        word_end = s.sh_hi <= s.wa_end           # the word is used up this step
+        en = Signal(self._per_beat_max)          # the slots filled this step
+        for i in range(self._per_beat_max):
+            m.d.comb += en[i].eq((s.wa_slot <= i) & (i < s.sh_hi) & (i < s.wa_end))
+        data_next = Signal.like(s.wa_data)
+        strb_next = Signal.like(s.wa_strb)
+        sh_next = Signal.like(s.sh)              # the word with its lanes this step took dropped
+        m.d.comb += [data_next.eq(Mux(s.wa_fresh, 0, s.wa_data)),
+                     strb_next.eq(Mux(s.wa_fresh, 0, s.wa_strb))]
         with m.Switch(c.kind):
             for kind, bits, nb, is_signed, max_lanes in self.kinds():
                 per_beat = self.beat_bytes // nb
+                lane = [s.sh[j * bits:(j + 1) * bits] for j in range(max_lanes)]
                 with m.Case(kind):
-                    m.d.comb += k.eq(_min(per_beat - s.wa_slot, s.sh_left))
-                    for e in range(min(per_beat, max_lanes)):
-                        elem = s.sh[e * bits:(e + 1) * bits]
-                        with m.If(e < k):
+                    for i in range(per_beat if max_lanes else 0):
+                        # slot i takes lane i - wa_slot
+                        elem = _pick([lane[i - w] if i - w < max_lanes else lane[0]
+                                      for w in range(i + 1)], s.wa_slot)
+                        with m.If(en[i]):
                             m.d.comb += [
-                                vec[8 * nb * e:8 * nb * (e + 1)].eq(
+                                data_next[8 * nb * i:8 * nb * (i + 1)].eq(
                                     elem.as_signed() if is_signed else elem),
-                                vec_strb[nb * e:nb * (e + 1)].eq((1 << nb) - 1),
+                                strb_next[nb * i:nb * (i + 1)].eq((1 << nb) - 1),
                             ]
-                    m.d.comb += [sh_next.eq(s.sh >> (k * bits)),
-                                 beat_end.eq((s.wa_slot + k == per_beat) | (k == s.st_left))]
+                    m.d.comb += sh_next.eq(_pick([s.sh >> ((per_beat - w) * bits)
+                                                  for w in range(per_beat)], s.wa_slot))
 
         # Buffer words, read one ahead, into the unpacking register.
-        absorb = s.rd_pending & ((s.sh_left == 0) | (step & (k == s.sh_left)))
+        slot_next = Signal.like(s.wa_slot)       # wa_slot after this cycle
+        m.d.comb += slot_next.eq(Mux(step & beat_end, 0, Mux(step, s.sh_hi, s.wa_slot)))
+        absorb = s.rd_pending & (~s.sh_valid | (step & word_end))
         fetch = (s.fetch_left != 0) & (~s.rd_pending | absorb) & self.buf_read_ready
-        n = _min(s.fetch_left, s.lanes)
-        m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch)]
+        n = _min(s.fetch_left, s.lanes_r)
+        # (a refused command reads no word: ``go`` masks only the port's enable, the registers
+        # are set up anew for the next command)
+        m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch & s.go)]
         with m.If(fetch):
             m.d.sync += [s.rd_addr.eq(s.rd_addr + 1), s.rd_pending.eq(1), s.rd_count.eq(n),
                          s.fetch_left.eq(s.fetch_left - n)]
         with m.Elif(absorb):
             m.d.sync += s.rd_pending.eq(0)
         with m.If(absorb):
-            m.d.sync += [s.sh.eq(self.buf_read.data), s.sh_left.eq(s.rd_count)]
-        with m.Elif(step):
-            m.d.sync += [s.sh.eq(sh_next), s.sh_left.eq(s.sh_left - k)]
+            m.d.sync += [s.sh.eq(self.buf_read.data), s.sh_valid.eq(1),
+                         s.sh_hi.eq(slot_next + s.rd_count)]
+        with m.Elif(step & word_end):
+            m.d.sync += s.sh_valid.eq(0)
+        with m.Elif(step):      # the beat is finished, the word goes on into the next beat
+            m.d.sync += [s.sh.eq(sh_next), s.sh_hi.eq(s.sh_hi - s.wa_end)]
 
-        # The elements into their bytes of the beat; a finished beat into the W register.
-        byte = Signal(range(self.beat_bytes))
-        data_next = Signal.like(s.wa_data)
-        strb_next = Signal.like(s.wa_strb)
-        m.d.comb += [
-            byte.eq(s.wa_slot << s.size),
-            data_next.eq(s.wa_data | (vec << (byte << 3))),
-            strb_next.eq(s.wa_strb | (vec_strb << byte)),
-        ]
+        # A finished beat into the W register; WLAST where the AW side ends a burst (4 KiB,
+        # ``max_burst`` beats, the command's last beat).
+        burst_end = s.wa_last | (s.wa_4k == self.beats_4k - 1) | (s.wb_count == self.max_burst - 1)
         with m.If(step):
-            m.d.sync += [s.st_left.eq(s.st_left - k),
-                         self.write_bytes.eq(self.write_bytes + (k << s.size))]
+            m.d.sync += [s.wa_data.eq(data_next), s.wa_strb.eq(strb_next),
+                         s.wa_fresh.eq(beat_end), s.wa_slot.eq(slot_next),
+                         s.write_inc.eq((_min(s.sh_hi, s.wa_end) - s.wa_slot) << s.size)]
             with m.If(beat_end):
-                m.d.sync += [s.wa_data.eq(0), s.wa_strb.eq(0), s.wa_slot.eq(0),
-                             s.w_valid.eq(1), s.w_data.eq(data_next), s.w_strb.eq(strb_next)]
-                with m.If(s.wb_left == 0):
-                    n_burst = Signal(9)
-                    m.d.comb += n_burst.eq(self._burst_len(s.wsp_beat, s.wsp_left))
-                    m.d.sync += [s.w_last.eq(n_burst == 1), s.wb_left.eq(n_burst - 1),
-                                 s.wsp_beat.eq(s.wsp_beat + n_burst),
-                                 s.wsp_left.eq(s.wsp_left - n_burst)]
-                with m.Else():
-                    m.d.sync += [s.w_last.eq(s.wb_left == 1), s.wb_left.eq(s.wb_left - 1)]
-            with m.Else():
-                m.d.sync += [s.wa_data.eq(data_next), s.wa_strb.eq(strb_next),
-                             s.wa_slot.eq(s.wa_slot + k)]
+                last_next = s.wa_beats == 2
+                m.d.sync += [s.w_valid.eq(1), s.w_data.eq(data_next), s.w_strb.eq(strb_next),
+                             s.w_last.eq(burst_end), s.st_done.eq(s.wa_last),
+                             s.wa_end.eq(Mux(last_next, s.last_end_r, s.per_beat)),
+                             s.wa_last.eq(last_next), s.wa_beats.eq(s.wa_beats - 1),
+                             s.wa_4k.eq(s.wa_4k + 1),
+                             s.wb_count.eq(Mux(burst_end, 0, s.wb_count + 1))]
 
 
 def _min(a, b):
     return Mux(a < b, a, b)
+
+
+def _pick(options, index):
+    """``options[index]``, ``index`` taken modulo the next power of two of ``len(options)``
+    (past the options: the last one); one option needs no multiplexer."""
+    if len(options) == 1:
+        return options[0]
+    bits = ceil_log2(len(options))
+    return Array(options + options[-1:] * (2 ** bits - len(options)))[index[:bits]]
 
 
 def reference(config, word_width, depth, cmd, memory, buffer,
