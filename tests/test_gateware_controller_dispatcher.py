@@ -49,31 +49,32 @@ def run_programs(programs, *, seed, dma_error_at=None, hit_rate=0.3):
             ctx.set(dut.start, 0)
             trace, code, pos, loads = [], None, 0, 0
             load_wait = run_wait = None
+            hit = False
             for _ in range(20000):
                 # the fetch unit: words with gaps, insn_end when all are taken
                 give = pos < end and rng.random() < 0.7
                 ctx.set(dut.insn.valid, give)
                 ctx.set(dut.insn.payload, words[pos] if give else 0)
                 ctx.set(dut.insn_end, pos >= end)
-                for sig in (dut.load.ready, dut.load_hit, dut.load_done, dut.started,
+                for sig in (dut.load.ready, dut.load_done, dut.started,
                             dut.finished):
                     ctx.set(sig, 0)
                 ctx.set(dut.load_error, 0)
-                # the load unit: takes a load after a delay, answers with a hit or a done
+                # the load unit: takes a load after a delay, answers it with a done: a hit
+                # the next cycle, a DMA load (which may fail) after a while
                 if ctx.get(dut.load.valid) and load_wait is None:
                     if rng.random() < 0.5:
                         ctx.set(dut.load.ready, 1)
                         trace.append((OP.LOAD, _snapshot(ctx, dut, SEEN[OP.LOAD]), 0))
-                        if rng.random() < hit_rate:
-                            ctx.set(dut.load_hit, 1)
-                        else:
-                            load_wait = rng.randint(0, 3)
+                        hit = rng.random() < hit_rate
+                        load_wait = 0 if hit else rng.randint(0, 3)
                 elif load_wait is not None:
                     if load_wait == 0:
                         ctx.set(dut.load_done, 1)
-                        loads += 1
-                        if dma_error_at == loads:
-                            ctx.set(dut.load_error, 3)
+                        if not hit:
+                            loads += 1
+                            if dma_error_at == loads:
+                                ctx.set(dut.load_error, 3)
                         load_wait = None
                     else:
                         load_wait -= 1

@@ -201,10 +201,11 @@ def test_channel_first_layer_by_hand():
     before, after = -(-pre // 8), -(-words // 8) - -(-pre // 8)
     fetched = setup + before * T["fetch_chunk"]
     # X: 64 pixels of 4 lanes, a word a cycle (two a beat); W: 4 channels x 9 taps, 4 lanes;
-    # each load its segments + cf_dma_command to its done, the next state 2 cycles on; then
-    # the program's words after the loads, up to RUN
+    # each load taken and checked by the load unit, its first command 2 cycles after the
+    # load was offered (or when the DMA is free), its segments + cf_dma_command to its
+    # done, the next state 2 cycles on; then the program's words after the loads, up to RUN
     x_load, w_load = 64 + T["cf_dma_command"], 36 + T["cf_dma_command"]
-    loaded = max(setup + program, fetched) + x_load + 2 + w_load + 2
+    loaded = max(setup + program + 2, fetched) + x_load + 2 + (2 + w_load) + 2
     ready = max(loaded, loaded - 2 + after * T["fetch_chunk"] + 2)
     # a new step: FLUSH, then P's 64 words cleared; the store (64 words x 4 int32 = 128
     # beats, one chunk) is kicked cf_flush cycles after the run, its machine idle after its
@@ -214,7 +215,7 @@ def test_channel_first_layer_by_hand():
     assert m.frontend == "channel_first" and m.runs == 1 and m.tiles == 9
     assert m.compute_cycles == engine
     assert m.cycles == start + engine + T["cf_flush"] + store + 2
-    assert m.load_wait_cycles == ready - (setup + program + 2 * 2)  # beyond the hand-offs
+    assert m.load_wait_cycles == ready - (setup + program + 2 * 3)  # beyond the hand-offs
     assert m.dma_read_bytes == 256 + 144 and m.dma_write_bytes == 4 * 64 * 4
     assert m.dma_busy_cycles == (x_load + w_load + store
                                  + (before + after) * T["fetch_chunk"])

@@ -417,7 +417,7 @@ class Accelerator(CheckedComponent):
         m.d.comb += [load.load.valid.eq(ctrl.load.valid), ctrl.load.ready.eq(load.load.ready)]
         for name in lp.shape().members:
             m.d.comb += getattr(lp, name).eq(getattr(ctrl.load.payload, name))
-        m.d.comb += [ctrl.load_hit.eq(load.hit), ctrl.load_done.eq(load.done),
+        m.d.comb += [ctrl.load_done.eq(load.done),
                      ctrl.load_error.eq(load.error)]
         for name in ("last", "new_step", "save", "save2"):
             m.d.comb += getattr(sched, name).eq(getattr(ctrl, name))

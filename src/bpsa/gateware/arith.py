@@ -5,7 +5,7 @@ needs (product, accumulate, zero test, scaled update). Integer formats exist now
 floating-point format is a second class with the same methods.
 """
 
-from amaranth.hdl import ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
     unsigned
 
 __all__ = ["IntArith", "arith_for"]
@@ -104,13 +104,37 @@ class IntArith:
 
     def requantize(self, acc, shift):
         """An accumulator to an operand: ``acc`` shifted right by ``shift`` (arithmetic),
-        rounded half up, saturated to the operand range (``bpsa.models.golden.requantize``)."""
-        half = (Const(1, self.acc_shape.width + 1) << shift)[1:]   # 2 ** (shift - 1) or 0
-        q = ((acc.as_signed() + half).as_signed() >> shift)
-        w = self.operand_shape.width
-        lo, hi = ((-(1 << (w - 1)), (1 << (w - 1)) - 1) if self.operand_shape.signed
-                  else (0, (1 << w) - 1))
-        return Mux(q > hi, hi, Mux(q < lo, lo, q))[:w]
+        rounded half up, saturated to the operand range (``bpsa.models.golden.requantize``).
+
+        Built that narrow: ``acc`` plus half an output step, then a logarithmic shifter that
+        keeps only the ``operand_width`` bits the result can take, and the saturation from a
+        thermometer mask of ``shift``: the result fits when the sum's bits from ``shift +
+        operand_width - 1`` up all equal its sign bit (unsigned operands: the sum is not
+        negative and its bits from ``shift + operand_width`` up are 0). No comparison of the
+        shifted value, no shifter of the accumulator's width.
+        """
+        aw, w = self.acc_shape.width, self.operand_shape.width
+        signed_op = self.operand_shape.signed
+        half = (Const(1, aw + 1) << shift)[1:]                  # 2 ** (shift - 1) or 0
+        total = acc.as_signed() + half
+        x = total.as_signed()
+        for k in reversed(range(len(shift))):
+            keep = min(aw + 1, w + (1 << k) - 1)
+            x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
+        low = x[:w]
+        # the bits that must equal the sign (unsigned operands: be 0): from shift + (w - 1
+        # if signed else w) up
+        first = shift + (w - 1 if signed_op else w)
+        above = Cat(*[(Const(j, len(first) + 1) >= first) for j in range(aw + 1)])
+        sign = total.as_signed()[aw]
+        bits = total.as_unsigned()[:aw + 1]
+        if signed_op:
+            out = (bits ^ sign.replicate(aw + 1)) & above
+            lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
+            return Mux(out.any(), Mux(sign, Const(lo, signed(w)), Const(hi, signed(w))),
+                       low)[:w]
+        # unsigned operands: a negative result is 0, any bit above the range saturates
+        return Mux(sign, 0, Mux((bits & above).any(), (1 << w) - 1, low))[:w]
 
     def scaled_gradient(self, g, shift):
         """The low operand-width bits of ``g >> shift`` (arithmetic), the part of the scaled

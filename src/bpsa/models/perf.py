@@ -381,7 +381,8 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     cleared before run ``i`` when it starts a step; ``boundary`` (:class:`_Boundary`): how a
     step boundary and the end are timed.
 
-    One DMA: a load is offered 2 cycles after the previous one's ``done`` (or 2 after the hit),
+    One DMA: a load is offered 2 cycles after the previous one's ``done`` (or 3 after the
+    previous one was offered, when that one hit), its first command 2 cycles later,
     the run starts 2 cycles after the last (the scheduler's IDLE, RUN), or 2 after the previous
     run's end; a load is skipped when its bank holds its key. A new step's flush waits for the
     previous run's accumulations and the store before, then clears P and hands the finished
@@ -427,14 +428,14 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
         t = t_walk + program
         fetch(needed + pre, t_walk)         # the words up to the run's first load
         needed += words
-        ready = max(t + 2 * len(loads), end_prev + 2)   # with every load a hit
+        ready = max(t + 3 * len(loads), end_prev + 2)   # with every load a hit
         for cache, key, nbytes, commands, *fixed in loads:
             b = fixed[0] if fixed else bank
             if held.get((cache, b)) == key:
-                t += 2
+                t += 3
                 continue
-            stores_until(t)
-            start = max(t, dma_free)
+            stores_until(t + 2)
+            start = max(t + 2, dma_free)       # the load unit takes it, checks it, runs it
             dur = load_cycles[cache](key, nbytes, commands)
             dma_free = start + dur
             dma_busy += dur

@@ -66,7 +66,7 @@ async def run_program(dut, table, words, rng):
         dut.insn__valid.value = int(give)
         dut.insn__payload.value = words[pos] if give else 0
         dut.insn_end.value = int(pos >= len(words))
-        for name in ("load__ready", "load_hit", "load_done", "started", "finished",
+        for name in ("load__ready", "load_done", "started", "finished",
                      "load_error", "sched_fail", "sched_code"):
             getattr(dut, name).value = 0
         await ReadOnly()
@@ -95,10 +95,8 @@ async def run_program(dut, table, words, rng):
         if load_valid and load_wait is None and rng.random() < 0.5:
             answers["load__ready"] = 1
             trace.append((OP.LOAD, load_snap, 0))
-            if rng.random() < 0.3:
-                answers["load_hit"] = 1
-            else:
-                load_wait = rng.randint(1, 3)
+            # a hit answers the next cycle, a DMA load after a while
+            load_wait = 1 if rng.random() < 0.3 else rng.randint(1, 3)
         elif load_wait is not None:
             load_wait -= 1
             if load_wait == 0:

@@ -53,9 +53,9 @@ class Dispatcher(wiring.Component):
         The program's instruction words, in order (the fetch unit).
     insn_end : In(1)
         No instruction will come any more (the program's words are all fetched and taken).
-    load : Out(stream.Signature(struct_layout(config, "load"))), load_hit, load_done : In(1),
+    load : Out(stream.Signature(struct_layout(config, "load"))), load_done : In(1),
     load_error : In(DmaError)
-        The load unit.
+        The load unit (it answers every load it took with ``load_done``, a hit too).
     new_step, save, final_step, save2 : Out(1), run_req, last : Out(1); started, finished,
     sched_fail : In(1), sched_code : In(8)
         The step scheduler.
@@ -74,7 +74,7 @@ class Dispatcher(wiring.Component):
         members = {"start": In(1), "insn": In(stream.Signature(isa.INSN_BITS)),
                    "insn_end": In(1),
                    "load": Out(stream.Signature(struct_layout(config, "load"))),
-                   "load_hit": In(1), "load_done": In(1), "load_error": In(DmaError),
+                   "load_done": In(1), "load_error": In(DmaError),
                    "new_step": Out(1), "save": Out(1), "final_step": Out(1), "save2": Out(1),
                    "run_req": Out(1), "last": Out(1), "started": In(1), "finished": In(1),
                    "sched_fail": In(1), "sched_code": In(8),
@@ -178,9 +178,7 @@ class Dispatcher(wiring.Component):
                     fail(ERROR_PROGRAM | ProgramError.END)
             with m.State("LOAD"):
                 m.d.comb += self.load.valid.eq(1)
-                with m.If(self.load.ready & self.load_hit):
-                    m.next = "EXEC"
-                with m.Elif(self.load.ready):
+                with m.If(self.load.ready):
                     m.next = "LOAD_WAIT"
             with m.State("LOAD_WAIT"):
                 with m.If(self.load_done):

@@ -7,12 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.config import Config
 from bpsa.gateware.dma import DmaError, Direction, ElementKind, command_layout, default_geometry
+from bpsa.spec import isa
 
 __all__ = ["Cache", "LoadUnit", "Target", "load_layout"]
-
-#: Width of lengths, counts and strides.
-_W = 48
-
 
 class Target(enum.Enum, shape=3):
     """Which buffer a load writes."""
@@ -43,27 +40,26 @@ def dma_command_layout(config):
 
 
 def load_layout(config):
-    """One load: ``count`` runs of ``run_len`` elements, ``stride`` bytes apart from ``addr``,
+    """One load (the instruction set's ``load`` fields, :mod:`bpsa.spec.isa`, with their
+    widths): ``count`` runs of ``run_len`` elements, ``stride`` bytes apart from ``addr``,
     packed one after the other into bank ``bank`` of the ``cache``'s buffer from word
     ``offset``, a run every ``run_words`` words; ``length`` (their total) and ``addr`` name the
     slice; ``lanes`` elements a buffer word; ``target`` says which buffer the words go to."""
-    cmd = dma_command_layout(config)
-    return data.StructLayout({
-        "target": Target, "cache": Cache, "bank": 1, "offset": unsigned(_W),
-        "addr": unsigned(33), "length": unsigned(_W), "lanes": cmd["lanes"].shape,
-        "count": unsigned(_W), "run_len": unsigned(_W), "run_words": unsigned(_W),
-        "stride": unsigned(_W),
-    })
+    bits = {f.name: f.bits for f in isa.fields(config) if f.struct == "load"}
+    types = {"target": Target, "cache": Cache}
+    return data.StructLayout({name: types.get(name, unsigned(b)) for name, b in bits.items()})
 
 
 class LoadUnit(wiring.Component):
     """Runs one load at a time (see :func:`load_layout`).
 
-    A load is taken (``load.ready``) either at once, when its bank already holds the slice
-    (same address and length since ``invalidate``; ``hit`` is high with ``ready``), or when
-    the DMA takes its first command; ``done`` pulses in the cycle the DMA finishes its last
+    A load is taken (``load.ready``) whenever the unit is idle and kept in a register with
+    whether its bank holds its slice (same address and length since ``invalidate``): the
+    next cycle a hit ends the load (``done`` with ``hit``), else the DMA gets its runs one
+    command at a time. ``done`` pulses in the cycle the DMA finishes the last
     run, with ``error`` (:class:`bpsa.gateware.dma.DmaError`) set when a run failed (the rest
-    is not loaded).
+    is not loaded). Every decision but the slice comparison reads registers only: the
+    load's fields, the comparison's result, the run counters.
 
     Members
     -------
@@ -94,7 +90,7 @@ class LoadUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        p = self.load.payload
+        q = Signal(load_layout(cfg))             # the load being checked and run
         halves = {Cache.A: cfg.buf_a_depth // 2, Cache.B: cfg.buf_b_depth // 2,
                   Cache.W: cfg.buf_b_depth // 2}
         if cfg.has_pool():
@@ -104,31 +100,32 @@ class LoadUnit(wiring.Component):
             halves[Cache.CF] = cfg.buf_cf_depth // 2
         # the slice each bank of each buffer holds: (address, length, valid); the pooling
         # buffer's dY also its offset (it follows X, whose length varies)
-        slices = {(c, b): (Signal(33, name=f"cache_{c.name.lower()}{b}_addr"),
-                           Signal(_W, name=f"cache_{c.name.lower()}{b}_len"),
+        lw = q.length.shape().width
+        slices = {(c, b): (Signal(q.addr.shape(), name=f"cache_{c.name.lower()}{b}_addr"),
+                           Signal(lw, name=f"cache_{c.name.lower()}{b}_len"),
                            Signal(name=f"cache_{c.name.lower()}{b}_valid"))
                   for c in halves for b in (0, 1)}
-        dy_offset = {b: Signal(_W, name=f"cache_pool_dy{b}_offset") for b in (0, 1)}
-        hit = Signal()
-        first = Signal(_W)
+        dy_offset = {b: Signal.like(q.offset, name=f"cache_pool_dy{b}_offset") for b in (0, 1)}
+        # the offered load against its bank's slice, registered with the load
+        p = self.load.payload
+        hit, hit_now = Signal(), Signal()
+        first = Signal(q.offset.shape().width + 1)   # the load's first buffer word
         for c in halves:
             with m.If(p.cache == c):
-                m.d.comb += first.eq(p.bank * halves[c] + p.offset)
                 for b in (0, 1):
                     addr, length, valid = slices[c, b]
                     same = valid & (addr == p.addr) & (length == p.length)
                     if c == Cache.POOL_DY:
                         same = same & (dy_offset[b] == p.offset)
                     with m.If(p.bank == b):
-                        m.d.comb += hit.eq(same)
-        ld_ptr, ld_buf, ld_left = Signal(33), Signal(_W), Signal(_W)
-        run_len, run_words, stride = Signal(_W), Signal(_W), Signal(_W)
-        lanes = Signal.like(p.lanes)
-        ld_cache, ld_bank = Signal(Cache), Signal()
+                        m.d.comb += hit_now.eq(same)
+            with m.If(q.cache == c):
+                m.d.comb += first.eq(q.bank * halves[c] + q.offset)
+        ld_ptr, ld_buf, ld_left = Signal.like(q.addr), Signal.like(first), Signal.like(q.count)
         cmd = self.dma.payload
-        m.d.comb += [cmd.direction.eq(Direction.LOAD), cmd.kind.eq(ElementKind.OPERAND)]
-        target = Signal(Target)
-        m.d.comb += self.target.eq(target)
+        m.d.comb += [cmd.direction.eq(Direction.LOAD), cmd.kind.eq(ElementKind.OPERAND),
+                     cmd.addr.eq(ld_ptr), cmd.buf_addr.eq(ld_buf), cmd.length.eq(q.run_len),
+                     cmd.lanes.eq(q.lanes), self.target.eq(q.target)]
 
         with m.If(self.invalidate):
             for _, _, valid in slices.values():
@@ -136,34 +133,26 @@ class LoadUnit(wiring.Component):
 
         with m.FSM(name="load"):
             with m.State("IDLE"):
+                m.d.comb += self.load.ready.eq(1)
                 with m.If(self.load.valid):
-                    with m.If(hit):
-                        m.d.comb += [self.load.ready.eq(1), self.hit.eq(1)]
-                    with m.Else():
-                        m.d.comb += [self.dma.valid.eq(1), cmd.addr.eq(p.addr),
-                                     cmd.buf_addr.eq(first), cmd.length.eq(p.run_len),
-                                     cmd.lanes.eq(p.lanes)]
-                        m.d.sync += target.eq(p.target)
-                        with m.If(self.dma.ready):
-                            m.d.comb += self.load.ready.eq(1)
-                            for (c, b), (addr, length, valid) in slices.items():
-                                with m.If((p.cache == c) & (p.bank == b)):
-                                    m.d.sync += [valid.eq(0), addr.eq(p.addr),
-                                                 length.eq(p.length)]
-                                    if c == Cache.POOL_DY:
-                                        m.d.sync += dy_offset[b].eq(p.offset)
-                            m.d.sync += [ld_ptr.eq(p.addr + p.stride),
-                                         ld_buf.eq(first + p.run_words),
-                                         ld_left.eq(p.count - 1), run_len.eq(p.run_len),
-                                         run_words.eq(p.run_words), stride.eq(p.stride),
-                                         lanes.eq(p.lanes), ld_cache.eq(p.cache),
-                                         ld_bank.eq(p.bank)]
-                            m.next = "WAIT"
-            with m.State("MORE"):
-                m.d.comb += [self.dma.valid.eq(1), cmd.addr.eq(ld_ptr), cmd.buf_addr.eq(ld_buf),
-                             cmd.length.eq(run_len), cmd.lanes.eq(lanes)]
+                    m.d.sync += [q.eq(p), hit.eq(hit_now & ~self.invalidate)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(hit):
+                    m.d.comb += [self.done.eq(1), self.hit.eq(1)]
+                    m.next = "IDLE"
+                with m.Else():
+                    for (c, b), (addr, length, valid) in slices.items():
+                        with m.If((q.cache == c) & (q.bank == b)):
+                            m.d.sync += [valid.eq(0), addr.eq(q.addr), length.eq(q.length)]
+                            if c == Cache.POOL_DY:
+                                m.d.sync += dy_offset[b].eq(q.offset)
+                    m.d.sync += [ld_ptr.eq(q.addr), ld_buf.eq(first), ld_left.eq(q.count)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.dma.valid.eq(1)
                 with m.If(self.dma.ready):
-                    m.d.sync += [ld_ptr.eq(ld_ptr + stride), ld_buf.eq(ld_buf + run_words),
+                    m.d.sync += [ld_ptr.eq(ld_ptr + q.stride), ld_buf.eq(ld_buf + q.run_words),
                                  ld_left.eq(ld_left - 1)]
                     m.next = "WAIT"
             with m.State("WAIT"):
@@ -172,10 +161,10 @@ class LoadUnit(wiring.Component):
                         m.d.comb += [self.done.eq(1), self.error.eq(self.dma_error)]
                         m.next = "IDLE"
                     with m.Elif(ld_left != 0):
-                        m.next = "MORE"
+                        m.next = "RUN"
                     with m.Else():
                         for (c, b), (_, _, valid) in slices.items():
-                            with m.If((ld_cache == c) & (ld_bank == b)):
+                            with m.If((q.cache == c) & (q.bank == b)):
                                 m.d.sync += valid.eq(1)
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"

@@ -23,8 +23,10 @@ class PsumBuffer(wiring.Component):
     """``buf_p_depth`` words of ``cols`` accumulators (``acc_width`` bits, wrapping).
 
     A vector taken from ``acc`` (or, in a cycle without one, from ``fill``) is added into its
-    word in three stages (address, read, add and write); a later vector for the same word
-    sees the earlier one's sum (the read port is transparent to the write port). P is two
+    word in three stages (address, read, add and write; the word read is registered before
+    the adder); a later vector for the same word sees the earlier one's sum (one cycle
+    behind, forwarded from the adder; two behind, the read port is transparent to the write
+    port). P is two
     memories, one a half (the top address bit), so that the DMA reads a finished step's half
     while result vectors accumulate in the other.
 
@@ -81,23 +83,31 @@ class PsumBuffer(wiring.Component):
         def half(addr):
             return addr[aw - 1]
 
-        # stage 1 (address), stage 2 (read), stage 3 (add, write)
-        v1, v2 = Signal(), Signal()
-        a1, a2 = Signal(aw), Signal(aw)
+        # stage 1 (address), stage 2 (read: the memories' words into registers, one a bank,
+        # so nothing but a register follows a block RAM's slow output), stage 3 (add, write)
+        v1, v2, v3 = Signal(), Signal(), Signal()
+        a1, a2, a3 = Signal(aw), Signal(aw), Signal(aw)
         x1 = Signal(shape)
-        x2 = Signal.like(x1)
-        m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1)]
+        x2, x3 = Signal.like(x1), Signal.like(x1)
+        m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1), v3.eq(v2), a3.eq(a2),
+                     x3.eq(x2)]
         m.d.comb += [self.acc.ready.eq(1), self.fill.ready.eq(~self.acc.valid)]
         with m.If(self.acc.valid):
             m.d.sync += [v1.eq(1), a1.eq(self.acc.payload.addr), x1.eq(self.acc.payload.data)]
         with m.Elif(self.fill.valid):
             m.d.sync += [v1.eq(1), a1.eq(self.fill.payload.addr),
                          x1.eq(self.fill.payload.data)]
-        sums = Signal.like(x1)
+        words = [Signal(shape, name=f"word{b}") for b in range(2)]
+        m.d.sync += [words[b].eq(banks[b][1].data) for b in range(2)]
+        # a vector one behind another for the same word read it before that one's write
+        # (two behind, the read port's transparency gives it the sum): it takes the sum
+        sums, prev = Signal.like(x1), Signal.like(x1)
+        forward = Signal()
+        m.d.sync += [prev.eq(sums), forward.eq(v2 & v3 & (a2 == a3))]
         acc_data = Signal(shape)
-        m.d.comb += acc_data.eq(Mux(half(a2), banks[1][1].data, banks[0][1].data))
+        m.d.comb += acc_data.eq(Mux(forward, prev, Mux(half(a3), words[1], words[0])))
         for j in range(cfg.cols):
-            m.d.comb += sums[j].eq(acc_data[j] + x2[j])
+            m.d.comb += sums[j].eq(acc_data[j] + x3[j])
 
         clr_addr = Signal(aw + 1)
         clr_at = Signal(aw)
@@ -119,9 +129,9 @@ class PsumBuffer(wiring.Component):
             with m.Else():
                 m.d.comb += [rp.addr.eq(self.read_addr[:aw - 1]),
                              rp.en.eq(self.read_en & (half(self.read_addr) == b))]
-            with m.If(v2 & (half(a2) == b)):
-                m.d.comb += [wp.addr.eq(a2[:aw - 1]), wp.data.eq(sums), wp.en.eq(1)]
-            with m.Elif(self.clear & ~v2 & (half(clr_at) == b)):
+            with m.If(v3 & (half(a3) == b)):
+                m.d.comb += [wp.addr.eq(a3[:aw - 1]), wp.data.eq(sums), wp.en.eq(1)]
+            with m.Elif(self.clear & ~v3 & (half(clr_at) == b)):
                 m.d.comb += [wp.addr.eq(clr_at[:aw - 1]), wp.data.eq(0), wp.en.eq(1)]
             events_r.append(rp.en)
             events_w.append(wp.en)
@@ -135,7 +145,7 @@ class PsumBuffer(wiring.Component):
             m.d.sync += held.eq(fresh)
         m.d.comb += [self.read_data.eq(Mux(dma_read, fresh, held)),
                      self.read_ready.eq(read_ok),
-                     self.busy.eq(v1 | v2 | self.fill.valid),
+                     self.busy.eq(v1 | v2 | v3 | self.fill.valid),
                      self.read_event.eq(events_r[0] + events_r[1]),
                      self.write_event.eq(events_w[0] + events_w[1])]
         return m
