@@ -67,6 +67,7 @@ def test_loads_skips_and_errors():
             for name, v in load.items():              # the unit keeps its own copy
                 ctx.set(getattr(dut.load.payload, name), 0)
             assert ctx.get(dut.done) == hit and ctx.get(dut.hit) == hit
+            assert ctx.get(dut.claim) == (not hit)    # a miss: the DMA is wanted next cycle
             assert not ctx.get(dut.dma.valid)
             if hit:
                 stats["hits"] += 1

@@ -6,7 +6,7 @@ import random
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
-from bpsa.gateware.controller.psum_buffer import PsumBuffer
+from bpsa.gateware.controller.psum_buffer import READ_LATENCY, PsumBuffer
 from bpsa.spec.numeric import wrap
 
 CFG = Config(name="pbuf", rows=2, cols=3, acc_width=16, buf_p_depth=16)
@@ -29,6 +29,7 @@ def test_accumulate_clear_and_read():
             ctx.set(dut.read_en, 1)
             await ctx.tick()
             ctx.set(dut.read_en, 0)
+            await ctx.tick().repeat(READ_LATENCY - 1)      # the word, registered
             out[a] = [ctx.get(dut.read_data[j]) for j in range(CFG.cols)]
         return out
 
@@ -114,6 +115,7 @@ def test_store_reads_one_half_while_the_other_accumulates():
             await ctx.tick()
             served.append(ctx.get(dut.read_ready))
         assert all(served[1:])                     # from the first accumulation in flight on
+        assert READ_LATENCY == 2                   # the word of the read before the last
         assert [ctx.get(dut.read_data[j]) for j in range(CFG.cols)] == [7, 8, 9]
         ctx.set(dut.read_addr, half)               # the half in use: not served
         await ctx.tick()

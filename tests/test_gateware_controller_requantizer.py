@@ -10,7 +10,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
-from bpsa.gateware.controller.requantizer import Requantizer
+from bpsa.gateware.controller.requantizer import LATENCY, Requantizer
 from bpsa.models.golden import requantize
 
 
@@ -45,12 +45,12 @@ def test_requantize_matches_golden(signed):
                 for j, v in enumerate(word):
                     ctx.set(dut.word[j], v)
                 ctx.set(dut.enable, 0)
-                await ctx.delay(1e-6)
+                await ctx.tick().repeat(LATENCY)
                 raw = ctx.get(dut.out)
                 assert [(raw >> (14 * j)) & 0x3FFF for j in range(3)] == [v & 0x3FFF
                                                                          for v in word]
                 ctx.set(dut.enable, 1)
-                await ctx.delay(1e-6)
+                await ctx.tick().repeat(LATENCY)
                 raw = ctx.get(dut.out)
                 want = requantize(np.array(word), shift, 6, signed)
                 got = [(raw >> (6 * j)) & 0x3F for j in range(3)]
@@ -59,12 +59,12 @@ def test_requantize_matches_golden(signed):
                 # the store path's ReLU: max(0, v) after the requantization, and of the
                 # accumulators without it
                 ctx.set(dut.relu, 1)
-                await ctx.delay(1e-6)
+                await ctx.tick().repeat(LATENCY)
                 raw = ctx.get(dut.out)
                 got = [(raw >> (6 * j)) & 0x3F for j in range(3)]
                 assert got == [int(max(v, 0)) & 0x3F for v in want], (shift, word, got)
                 ctx.set(dut.enable, 0)
-                await ctx.delay(1e-6)
+                await ctx.tick().repeat(LATENCY)
                 raw = ctx.get(dut.out)
                 assert [(raw >> (14 * j)) & 0x3FFF for j in range(3)] == [max(v, 0) & 0x3FFF
                                                                          for v in word]
@@ -73,6 +73,7 @@ def test_requantize_matches_golden(signed):
                 saturated += sum(int(v) in (-32, 31, 0, 63) for v in want)
 
     sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
     assert checked > 600 and saturated > 50

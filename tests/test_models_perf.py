@@ -211,7 +211,7 @@ def test_channel_first_layer_by_hand():
     # beats, one chunk) is kicked cf_flush cycles after the run, its machine idle after its
     # done and S_STEP, then DRAIN ends and DONE
     start = ready + 1 + 64
-    store = 128 + T["cf_dma_command"] + 2
+    store = 128 + T["cf_dma_command"] + T["store_read"] + 2
     assert m.frontend == "channel_first" and m.runs == 1 and m.tiles == 9
     assert m.compute_cycles == engine
     assert m.cycles == start + engine + T["cf_flush"] + store + 2

@@ -161,6 +161,7 @@ from bpsa.gateware.dma import (
 from bpsa.gateware.controller.counters import COUNTED, Counters
 from bpsa.gateware.controller.interfaces import AccelError
 from bpsa.gateware.controller.load_unit import LoadUnit, Target
+from bpsa.gateware.controller import psum_buffer, requantizer
 from bpsa.gateware.controller.psum_buffer import PsumBuffer
 from bpsa.gateware.controller.requantizer import Requantizer
 from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
@@ -214,7 +215,9 @@ class Accelerator(CheckedComponent):
 
         rf = m.submodules.regs = RegisterFile(cfg)
         wiring.connect(m, wiring.flipped(self.axil), rf.axil)
-        dma = m.submodules.dma = DmaEngine(cfg)
+        # the store path reads P through its registered read and the registered requantizer
+        dma = m.submodules.dma = DmaEngine(
+            cfg, read_latency=psum_buffer.READ_LATENCY + requantizer.LATENCY)
         wiring.connect(m, dma.axi, wiring.flipped(self.mem))
         m.d.comb += [dma.window_lo.eq(rf.window_lo), dma.window_hi.eq(rf.window_hi),
                      dma.clear_counters.eq(rf.clear)]
@@ -359,17 +362,19 @@ class Accelerator(CheckedComponent):
         m.d.comb += [load.dma_done.eq(dma.done), load.dma_error.eq(dma.error),
                      load.dma.ready.eq(dma.cmd.ready)]
         # the DMA's commands: the load unit's first, then the scheduler's stores, then fetches
+        # (not while the load unit is about to offer a load's first command)
         with m.If(load.dma.valid):
             m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(load.dma.payload)]
         with m.Elif(sched.dma_valid):
             m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.eq(sched.dma_cmd)]
-        with m.Else():
+        with m.Elif(~load.claim):
             m.d.comb += [dma.cmd.valid.eq(fetch.dma.valid),
                          dma.cmd.payload.eq(fetch.dma.payload)]
         m.d.comb += [sched.dma_ready.eq(dma.cmd.ready & ~load.dma.valid),
                      sched.dma_done.eq(dma.done),
                      sched.dma_error.eq(dma.error),
-                     fetch.dma.ready.eq(dma.cmd.ready & ~load.dma.valid & ~sched.dma_valid),
+                     fetch.dma.ready.eq(dma.cmd.ready & ~load.dma.valid & ~sched.dma_valid
+                                        & ~load.claim),
                      fetch.dma_done.eq(dma.done), fetch.dma_error.eq(dma.error)]
         bw = dma.buf_write
         m.d.comb += [fetch.write_addr.eq(bw.addr), fetch.write_data.eq(bw.data),

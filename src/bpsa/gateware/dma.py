@@ -16,8 +16,9 @@ External memory
 
 Buffer
     Words of ``word_width`` bits, ``depth`` deep, accessed through a synchronous read port
-    (data one cycle after ``en``; the engine relies on ``data`` holding while ``en`` is low,
-    as ``amaranth.lib.memory`` read ports do) and a write port. A command packs ``lanes``
+    (data ``read_latency`` cycles after ``en``: 1 for an ``amaranth.lib.memory`` read port,
+    more behind registers; the engine keeps the words it has asked for in a small queue, so
+    ``data`` need not hold) and a write port. A command packs ``lanes``
     elements into a word, lane ``j`` at bits ``[j*b, (j+1)*b)`` for element width ``b``
     (``operand_width`` or ``acc_width``): element ``i`` is lane ``i % lanes`` of word
     ``buf_addr + i // lanes``. ``lanes = 0`` means as many as fit (``word_width // b``).
@@ -57,6 +58,7 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -183,6 +185,10 @@ class DmaEngine(wiring.Component):
         Buffer words (default: the deepest of ``buf_a/b/p_depth``).
     max_burst : int
         Beats per burst, a power of two in [1, 256].
+    read_latency : int
+        Cycles from a buffer read's ``en`` to its ``data``, 1 to 4 (a store keeps up to
+        ``read_latency + 2`` words asked for and not yet unpacked, so a word a cycle still
+        streams).
 
     Members
     -------
@@ -204,8 +210,7 @@ class DmaEngine(wiring.Component):
     buf_read : In(ReadPort.Signature(addr_width=log2(depth), shape=word_width))
         Connect a synchronous ``Memory.read_port()``.
     buf_read_ready : In(1, init=1)
-        The read port serves the engine this cycle (a store reads a word only then; the
-        port's ``data`` must hold from the cycle after a read until the next read).
+        The read port serves the engine this cycle (a store reads a word only then).
     buf_write : In(WritePort.Signature(addr_width=log2(depth), shape=word_width))
         Connect ``Memory.write_port()``.
     read_bytes, write_bytes : Out(64)
@@ -221,7 +226,7 @@ class DmaEngine(wiring.Component):
         fetches, counted apart).
     """
 
-    def __init__(self, config, *, word_width=None, depth=None, max_burst=16):
+    def __init__(self, config, *, word_width=None, depth=None, max_burst=16, read_latency=1):
         if not isinstance(config, Config):
             raise TypeError(f"config must be a Config, not {config!r}")
         default_width, default_depth = default_geometry(config)
@@ -235,6 +240,9 @@ class DmaEngine(wiring.Component):
         if not isinstance(max_burst, int) or not 1 <= max_burst <= 256 \
                 or max_burst & (max_burst - 1):
             raise ValueError(f"max_burst must be a power of two in [1, 256], not {max_burst!r}")
+        if not isinstance(read_latency, int) or not 1 <= read_latency <= 4:
+            raise ValueError(f"read_latency must be an integer in [1, 4], not {read_latency!r}")
+        self.read_latency = read_latency
         self.config = config
         self.data_width = config.dma_data_width
         self.beat_bytes = self.data_width // 8
@@ -290,18 +298,23 @@ class DmaEngine(wiring.Component):
         # --- the command, its derived values and checks ---------------------------------------
         s.c = c = Signal(lay)
         s.err = err = Signal(DmaError)
-        s.lanes = Signal.like(c.lanes)          # effective lanes per word
+        s.lanes = Signal.like(c.lanes)          # effective lanes per word (taken with the command)
         s.nbytes = Signal(4)                    # bytes per element in memory
         s.first_slot = Signal(self.beat_shift + 1)  # element slot of the first element in its beat
         s.per_beat = Signal(self.beat_shift + 1)    # elements in a beat
         s.last_end = Signal(self.beat_shift + 1)    # the slot past the last element in its beat
         max_lanes = Signal.like(c.lanes)
         s.size = size = Signal(2)               # log2 of nbytes
+        lanes_in = Signal.like(c.lanes)         # the offered command's most lanes
         with m.Switch(c.kind):
             for kind, _, nb, _, ml in self.kinds():
                 with m.Case(kind):
                     m.d.comb += [size.eq(exact_log2(nb)), s.nbytes.eq(nb), max_lanes.eq(ml),
                                  s.per_beat.eq(self.beat_bytes // nb)]
+        with m.Switch(self.cmd.payload.kind):
+            for kind, _, _, _, ml in self.kinds():
+                with m.Case(kind):
+                    m.d.comb += lanes_in.eq(ml)
         # CHECK registers the command's last byte and the elements the words before
         # ``buf_addr`` hold; the first cycle of RUN compares them with the window and the
         # buffer's elements.
@@ -312,7 +325,6 @@ class DmaEngine(wiring.Component):
         s.first_beat = Signal(beat_w)
         s.total_beats = Signal(beats_w)
         m.d.comb += [
-            s.lanes.eq(Mux(c.lanes == 0, max_lanes, c.lanes)),
             end.eq(c.addr + (c.length << size) - 1),
             before.eq(c.buf_addr * s.lanes),
             s.first_beat.eq(c.addr[self.beat_shift:]),
@@ -378,7 +390,9 @@ class DmaEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [c.eq(self.cmd.payload), err.eq(DmaError.NONE)]
+                    m.d.sync += [c.eq(self.cmd.payload), err.eq(DmaError.NONE),
+                                 s.lanes.eq(Mux(self.cmd.payload.lanes == 0, lanes_in,
+                                                self.cmd.payload.lanes))]
                     m.next = "CHECK"
 
             with m.State("CHECK"):
@@ -560,8 +574,7 @@ class DmaEngine(wiring.Component):
         pmax, lmax = self._per_beat_max, self._lanes_max
         s.fetch_left = Signal.like(s.c.length)   # elements not yet covered by a word read
         s.rd_addr = Signal.like(s.c.buf_addr)
-        s.rd_pending = Signal()                  # buf_read.data holds a word not yet taken
-        s.rd_count = Signal.like(s.lanes)        # its number of elements
+        s.rd_out = Signal(range(self.read_latency + 3))   # words asked for, not yet unpacked
         s.sh = Signal(self.word_width)           # the word being unpacked, next element in lane 0
         s.sh_valid = Signal()
         s.sh_hi = Signal(range(pmax + lmax + 1))
@@ -580,7 +593,7 @@ class DmaEngine(wiring.Component):
         s.w_strb = Signal(self.beat_bytes)
         s.w_last = Signal()
         one = s.wa_beats == 1
-        return ([s.fetch_left.eq(s.c.length), s.rd_addr.eq(s.c.buf_addr), s.rd_pending.eq(0),
+        return ([s.fetch_left.eq(s.c.length), s.rd_addr.eq(s.c.buf_addr), s.rd_out.eq(0),
                  s.sh_valid.eq(0), s.wa_fresh.eq(1), s.wa_slot.eq(s.first_slot),
                  s.wa_beats.eq(s.total_beats), s.wa_4k.eq(s.first_beat), s.wb_count.eq(0),
                  s.st_done.eq(0)],
@@ -625,23 +638,35 @@ class DmaEngine(wiring.Component):
                     m.d.comb += sh_next.eq(_pick([s.sh >> ((per_beat - w) * bits)
                                                   for w in range(per_beat)], s.wa_slot))
 
-        # Buffer words, read one ahead, into the unpacking register.
+        # Buffer words, read up to read_latency + 2 ahead (a word a cycle: a read's credit
+        # returns the cycle after the unpacking register took its word): each lands
+        # read_latency cycles after its read in a queue (with its element count), the
+        # unpacking register takes them from there. The reads in flight and the queue never
+        # hold more than that.
         slot_next = Signal.like(s.wa_slot)       # wa_slot after this cycle
         m.d.comb += slot_next.eq(Mux(step & beat_end, 0, Mux(step, s.sh_hi, s.wa_slot)))
-        absorb = s.rd_pending & (~s.sh_valid | (step & word_end))
-        fetch = (s.fetch_left != 0) & (~s.rd_pending | absorb) & self.buf_read_ready
+        queue = m.submodules.read_queue = SyncFIFO(
+            width=self.word_width + len(s.lanes), depth=self.read_latency + 2)
+        absorb = queue.r_rdy & (~s.sh_valid | (step & word_end))
+        fetch = ((s.fetch_left != 0) & (s.rd_out != self.read_latency + 2)
+                 & self.buf_read_ready)
         n = _min(s.fetch_left, s.lanes_r)
         # (a refused command reads no word: ``go`` masks only the port's enable, the registers
         # are set up anew for the next command)
         m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch & s.go)]
+        flight = Signal(self.read_latency)       # a read's data lands when its bit leaves
+        counts = [Signal.like(s.lanes, name=f"rd_count{i}") for i in range(self.read_latency)]
+        m.d.sync += [flight.eq(Cat(fetch & s.go, flight[:-1])), counts[0].eq(n)]
+        m.d.sync += [counts[i].eq(counts[i - 1]) for i in range(1, self.read_latency)]
+        m.d.comb += [queue.w_en.eq(flight[-1]),
+                     queue.w_data.eq(Cat(self.buf_read.data, counts[-1])),
+                     queue.r_en.eq(absorb)]
         with m.If(fetch):
-            m.d.sync += [s.rd_addr.eq(s.rd_addr + 1), s.rd_pending.eq(1), s.rd_count.eq(n),
-                         s.fetch_left.eq(s.fetch_left - n)]
-        with m.Elif(absorb):
-            m.d.sync += s.rd_pending.eq(0)
+            m.d.sync += [s.rd_addr.eq(s.rd_addr + 1), s.fetch_left.eq(s.fetch_left - n)]
+        m.d.sync += s.rd_out.eq(s.rd_out + (fetch & s.go) - absorb)
         with m.If(absorb):
-            m.d.sync += [s.sh.eq(self.buf_read.data), s.sh_valid.eq(1),
-                         s.sh_hi.eq(slot_next + s.rd_count)]
+            m.d.sync += [s.sh.eq(queue.r_data[:self.word_width]), s.sh_valid.eq(1),
+                         s.sh_hi.eq(slot_next + queue.r_data[self.word_width:])]
         with m.Elif(step & word_end):
             m.d.sync += s.sh_valid.eq(0)
         with m.Elif(step):      # the beat is finished, the word goes on into the next beat

@@ -69,6 +69,8 @@ TIMING = {
                            # also the zero-free loss's stores, _counted_store_row)
     "cf_flush": 3,         # a run's end to its step's P clear (IDLE, FLUSH: the last
                            # accumulation lands)
+    "store_read": 3,       # a store command's first P word: P's registered read, the
+                           # registered requantizer, the DMA's read queue (counted stores)
 }
 
 
@@ -146,11 +148,12 @@ def _store_row(elements, nbytes, cols, rate, command="dma_command"):
 def _counted_store_row(elements, nbytes, cols, rate):
     """The DMA commands of one stored row, counted (channel-first forward, zero-free loss):
     chunks of ``STORE_CHUNK`` P words, each its data at ``rate`` bytes a cycle (a beat, or a P
-    word if that is less: the store unpacks one word a cycle) plus ``cf_dma_command`` and
-    the store machine's hand-off to the next chunk (S_WAIT to S_STORE), a row one more
+    word if that is less: the store unpacks one word a cycle) plus ``cf_dma_command``,
+    ``store_read`` (its first P word's way to the DMA) and the store machine's hand-off to the next chunk (S_WAIT to S_STORE), a row one more
     (S_STEP). P never slows a store: a double-buffered step's store reads its own half of P."""
     per = STORE_CHUNK * cols
     out = [-(-min(per, elements - off) * nbytes // rate) + TIMING["cf_dma_command"] + 1
+           + TIMING["store_read"]
            for off in range(0, elements, per)]
     out[-1] += 1
     return out

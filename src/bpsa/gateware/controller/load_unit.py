@@ -66,6 +66,9 @@ class LoadUnit(wiring.Component):
     load : In(stream.Signature(load_layout(config)))
     hit, done : Out(1)
     error : Out(DmaError)
+    claim : Out(1)
+        A load that missed is being checked: its first DMA command comes the next cycle
+        (the accelerator keeps the instruction fetch off the DMA meanwhile).
     invalidate : In(1)
         Forget every slice (a new layer).
     target : Out(Target)
@@ -81,7 +84,7 @@ class LoadUnit(wiring.Component):
         self.config = config
         super().__init__({
             "load": In(stream.Signature(load_layout(config))),
-            "hit": Out(1), "done": Out(1), "error": Out(DmaError),
+            "hit": Out(1), "done": Out(1), "error": Out(DmaError), "claim": Out(1),
             "invalidate": In(1), "target": Out(Target),
             "dma": Out(stream.Signature(dma_command_layout(config))),
             "dma_done": In(1), "dma_error": In(DmaError),
@@ -142,6 +145,7 @@ class LoadUnit(wiring.Component):
                     m.d.comb += [self.done.eq(1), self.hit.eq(1)]
                     m.next = "IDLE"
                 with m.Else():
+                    m.d.comb += self.claim.eq(1)
                     for (c, b), (addr, length, valid) in slices.items():
                         with m.If((q.cache == c) & (q.bank == b)):
                             m.d.sync += [valid.eq(0), addr.eq(q.addr), length.eq(q.length)]

@@ -1,6 +1,6 @@
 """The partial-sum buffer P: result vectors added into it, a clear pass, and the DMA's reads."""
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -8,7 +8,10 @@ from amaranth.utils import exact_log2
 
 from bpsa.config import Config
 
-__all__ = ["PsumBuffer", "accumulate_layout"]
+__all__ = ["PsumBuffer", "READ_LATENCY", "accumulate_layout"]
+
+#: Cycles from a DMA read (``read_en``) to its ``read_data``.
+READ_LATENCY = 2
 
 
 def accumulate_layout(config):
@@ -43,8 +46,8 @@ class PsumBuffer(wiring.Component):
         (the count then restarts).
     read_addr, read_en : In, read_data : Out
         A read port for the DMA's stores, used in cycles without an accumulation read in the
-        same half (``read_ready``; a read in another cycle is not served); data in the next
-        cycle, held until the next read even while accumulations use the memory.
+        same half (``read_ready``; a read in another cycle is not served); data two cycles
+        after the read (:data:`READ_LATENCY`), for that cycle only.
     busy : Out(1)
         An accumulation is in flight or waiting in ``fill``.
     read_event, write_event : Out(2)
@@ -135,15 +138,11 @@ class PsumBuffer(wiring.Component):
                 m.d.comb += [wp.addr.eq(clr_at[:aw - 1]), wp.data.eq(0), wp.en.eq(1)]
             events_r.append(rp.en)
             events_w.append(wp.en)
-        # the DMA's word: fresh the cycle after its read, then held (accumulations reuse rp)
-        dma_read, dma_half = Signal(), Signal()
-        held = Signal.like(self.read_data)
-        m.d.sync += [dma_read.eq(read_ok & self.read_en), dma_half.eq(half(self.read_addr))]
-        fresh = Signal(shape)
-        m.d.comb += fresh.eq(Mux(dma_half, banks[1][1].data, banks[0][1].data))
-        with m.If(dma_read):
-            m.d.sync += held.eq(fresh)
-        m.d.comb += [self.read_data.eq(Mux(dma_read, fresh, held)),
+        # the DMA's word: the bank's word register (nothing but a register after the block
+        # RAM), so it is there two cycles after the read, for one cycle
+        dma_half = Signal(2)
+        m.d.sync += dma_half.eq(Cat(half(self.read_addr), dma_half[0]))
+        m.d.comb += [self.read_data.eq(Mux(dma_half[1], words[1], words[0])),
                      self.read_ready.eq(read_ok),
                      self.busy.eq(v1 | v2 | v3 | self.fill.valid),
                      self.read_event.eq(events_r[0] + events_r[1]),

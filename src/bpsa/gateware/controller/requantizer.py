@@ -5,7 +5,9 @@ becomes an ``operand_width``-bit operand (:meth:`bpsa.gateware.arith.IntArith.re
 shifted right by ``shift``, rounded half up, saturated) packed from bit 0, lane ``j`` at bits
 ``[j operand_width, (j + 1) operand_width)``, as the DMA reads operands from a buffer word;
 without it, the word passes unchanged. With ``relu`` (the descriptor's RELU on a forward
-phase) every element that leaves is ``max(0, v)`` (after the requantization). Combinational.
+phase) every element that leaves is ``max(0, v)`` (after the requantization). The word
+leaves registered, one cycle after it came (:data:`LATENCY`): on the store path between the
+P buffer's registered read and the DMA.
 """
 
 from amaranth.hdl import Cat, Module, Mux
@@ -15,7 +17,10 @@ from amaranth.lib.wiring import In, Out
 from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 
-__all__ = ["Requantizer"]
+__all__ = ["LATENCY", "Requantizer"]
+
+#: Cycles from ``word`` to ``out``.
+LATENCY = 1
 
 
 class Requantizer(wiring.Component):
@@ -52,5 +57,5 @@ class Requantizer(wiring.Component):
             lanes_q.append(q)
             a = self.word[j]
             lanes_a.append(Mux(self.relu & (a < 0), 0, a))
-        m.d.comb += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
         return m
