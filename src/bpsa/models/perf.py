@@ -163,7 +163,9 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     groups = -(-channels // R)
     d = obh * ow
     ctx = groups * r * s
-    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1 + config.mac_latency
+    # + 2 beyond the fit: the walker's second set-up cycle (its products registered) and its
+    # item register (the memories' addresses from registers)
+    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 3 + config.mac_latency
             + DRAIN_REGISTERS - 1)
 
 
