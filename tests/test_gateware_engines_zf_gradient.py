@@ -20,6 +20,9 @@ from bpsa.gateware.engines.zf_gradient import (
     cursor_layout,
     cursor_origin,
     cursor_step,
+    ends_layout,
+    ends_next,
+    ends_of,
     step_layout,
     step_values,
     zf_gradient_layout,
@@ -272,7 +275,8 @@ class _CursorProof(wiring.Component):
         steps = Signal(step_layout(CFG_F))
         m.d.comb += step_values(lay, steps)
         nxt = Signal(cursor_layout(CFG_F))
-        wrapped = cursor_step(m, lay, steps, state_of(c.r, c.q, c.oh, c.ow, "cur"), nxt)
+        cur = state_of(c.r, c.q, c.oh, c.ow, "cur")
+        wrapped = cursor_step(m, lay, steps, cur, nxt)
         # the successor in mixed radix (r, q, oh, ow), ow fastest
         coords = [c.r, c.q, c.oh, c.ow]
         limits = [lay.kernel_h, lay.kernel_w, lay.out_height, lay.out_width]
@@ -281,8 +285,13 @@ class _CursorProof(wiring.Component):
             wrap = carry & (x + 1 == lim)
             succ.insert(0, Mux(wrap, 0, x + carry))
             carry = wrap
+        succ_st = state_of(*succ, "succ")
+        # the walker's registered ends (which indices are last) step with the cursor
+        ends = Signal(ends_layout())
+        m.d.comb += ends.eq(ends_of(steps, cur))
         m.d.comb += [Assert(wrapped == carry, "wrapped at the last position"),
-                     Assert(nxt.as_value() == state_of(*succ, "succ").as_value(), "step")]
+                     Assert(nxt.as_value() == succ_st.as_value(), "step"),
+                     Assert(ends_next(steps, cur, ends) == ends_of(steps, succ_st), "ends")]
         return m
 
 
@@ -290,6 +299,7 @@ class _CursorProof(wiring.Component):
 @pytest.mark.parametrize("prop", ["origin", "step"])
 def test_cursor_formally_equals_its_definition(prop, tmp_path):
     """Every run with fields below 2**FORMAL_DW, every position: the cursor's origin and its
-    step equal the index map by multiplication (see above)."""
+    step equal the index map by multiplication (see above), and the registered ends the
+    walker decides the step with follow the step."""
     passed, log = prove(_CursorProof(prop), f"zf_gradient_{prop}", tmp_path)
     assert passed, log

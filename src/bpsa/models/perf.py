@@ -166,16 +166,18 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     groups = -(-channels // R)
     d = obh * ow
     ctx = groups * r * s
-    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 1 + config.mac_latency
+    # + 2 beyond the fit: the walker's second set-up cycle (its products registered) and its
+    # item register (the memories' addresses from registers)
+    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 3 + config.mac_latency
             + DRAIN_REGISTERS - 1)
 
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
                      dh, dw, k):
-    """Busy cycles of one zero-free loss run: per class, a tap scan, then per tile of ``rows``
-    pixels and per tap and block of ``cols`` output channels a transposer block
-    (``max(rows, channels of the block)`` cycles), the taps the class skips before its last
-    one a cycle each."""
+    """Busy cycles of one zero-free loss run: per class, its set-up cycle and a tap scan, then
+    per tile of ``rows`` pixels and per tap and block of ``cols`` output channels a transposer
+    block (``max(rows, channels of the block)`` cycles), the taps the class skips before its
+    last one a cycle each, and a cycle that finds the class's pixels done."""
     R, C = config.rows, config.cols
     kblocks = -(-k // C)
     kvalid = k - (kblocks - 1) * C
@@ -184,9 +186,10 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
         for b in range(sw):
             taps = [(ri, qi) for ri in range(r) for qi in range(s)
                     if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0]
-            total += r * s + 1                          # the tap scan
+            total += r * s + 2                          # the class's set-up, the tap scan
             if not taps or a >= height or b >= width:
                 continue
+            total += 1                                  # the check past its last tile
             pixels = len(range(a, height, sh)) * len(range(b, width, sw))
             tiles = -(-pixels // R)
             blocks = sum(max(R, C) for _ in range(kblocks - 1)) + max(R, kvalid)
@@ -194,7 +197,8 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
             last = taps[-1][0] * s + taps[-1][1]
             per_tile = max(len(taps) * blocks, 2 * R) + (last + 1 - len(taps))
             total += tiles * per_tile
-    return total + 3 * R + C + 4 + config.mac_latency + DRAIN_REGISTERS - 1
+    # the run's set-up and the loader's item register: + 1 beyond the fit before them
+    return total + 3 * R + C + 5 + config.mac_latency + DRAIN_REGISTERS - 1
 
 
 def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
