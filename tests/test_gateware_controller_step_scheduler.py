@@ -164,7 +164,7 @@ def test_steps_in_order(double):
                             for k, v in step["store2"].items():
                                 ctx.set(getattr(dut.save2_step, k), v)
                         last = s == len(steps) - 1
-                        await cycle(final=int(last))
+                        await cycle(final_save=int(last))
                         ctx.set(dut.save, 0)
                         ctx.set(dut.save2, 0)
             if not failed:
