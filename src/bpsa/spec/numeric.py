@@ -76,7 +76,7 @@ def pool_divide_widths(config):
 def pool_divide_cycles(config):
     """Cycles of the pooling unit's division (:mod:`bpsa.gateware.engines.pool`): the
     numerator, the pieces' products (:data:`POOL_DIVIDE_CHUNK` bits each operand), their sum
-    in pairs (one level of the tree a cycle, the last level also negating)."""
+    and the negative quotient's ``-1`` term in pairs (one level of the tree a cycle)."""
     a, b = pool_divide_widths(config)
-    terms = -(-a // POOL_DIVIDE_CHUNK) * -(-b // POOL_DIVIDE_CHUNK)
+    terms = -(-a // POOL_DIVIDE_CHUNK) * -(-b // POOL_DIVIDE_CHUNK) + 1
     return 2 + max(1, (terms - 1).bit_length())

@@ -34,6 +34,17 @@ plane from buffer word ``x_base + i x_plane``, dY rows ``[dlo, ...)`` from ``d_b
 d_plane``; the band's first output (forward) or dX (backward) row ``y0`` and its ``rows``;
 ``drows`` dY rows loaded; ``q0 = (y0 + pad_h) // stride_h``, ``rem0`` its remainder, ``qw0``, ``remw0`` the same of
 ``pad_w`` by ``stride_w`` (backward). The run's layer is latched at ``start``.
+
+Timing (every path from a register to a register short; the cycles are
+:func:`bpsa.models.perf.pool_cycles`'s): the buffer's read data is registered, so a read's
+data is used two cycles after its address (a window's scan ends two cycles after its last
+tap; an average's dY is added at the CAND_COL after its CAND_D; the element's X for the
+``relu`` mask is read as the element starts). The run's set-up products (the band's first
+window row and buffer words, the strides' rows) are made on one multiplier, registered on
+both sides, one a cycle (eleven cycles a run). The loops' tests (last column, last row, a
+row or column inside the plane) are registered with the values they test. The division
+takes :func:`bpsa.spec.numeric.pool_divide_cycles` cycles (five with 16-bit operands): the
+products of 17-bit pieces, then their sum, a level of pairs a cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
@@ -127,7 +138,8 @@ class PoolEngine(CheckedComponent):
 
         # loop registers
         pl = Signal(32)
-        xpb, dpb = Signal(ad), Signal(ad)          # this plane's X and dY buffer words
+        more = Signal()                            # a plane after this one (pl + 1 < planes)
+        xpb, dpb = Signal(ad, name="xpb"), Signal(ad, name="dpb")  # the plane's X, dY words
         ppb = Signal(_W)                           # this plane's first P word
         word, lane = Signal(_W), Signal(range(cfg.cols))
         oy = Signal(co)                            # row in the band
@@ -139,8 +151,18 @@ class PoolEngine(CheckedComponent):
         xrow0, drow0, remhw0 = (Signal(ad, name=n) for n in ("xrow0", "drow0", "remhw0"))
         xrow, drow, remhw = (Signal(ad, name=n) for n in ("xrow", "drow", "remhw"))
         qh, remh, qw, remw = (Signal(co, name=n) for n in ("qh", "remh", "qw", "remw"))
-        offh, ohc, dro, offw, owc = (Signal(ad, name=n) for n in (
-            "offh", "ohc", "dro", "offw", "owc"))
+        offh, ohc, offw, owc = (Signal(co, name=n) for n in ("offh", "ohc", "offw", "owc"))
+        dro = Signal(ad)
+        # the candidate loops' tests, registered with the values they test: the row loop ends
+        # (offh >= R or ohc < 0), the row is below dY (ohc >= OH), the same across
+        rend, rout, cend, cout = (Signal(name=n) for n in ("rend", "rout", "cend", "cout"))
+        # the plane's constants: R - stride_h, S - stride_w, the loops' last indices less one
+        # (``rm2``: R - 2), the limits less one, whether a loop has a single pass
+        rmsh, smsw, rm2, sm2, xm2, hm1, wm1, shm1, swm1 = (Signal(co, name=n) for n in (
+            "rmsh", "smsw", "rm2", "sm2", "xm2", "hm1", "wm1", "shm1", "swm1"))
+        rone, sone, xone = Signal(), Signal(), Signal()
+        xlast = Signal()                           # ox is the row's last column
+        ymore, ym1 = Signal(), Signal(co)          # oy is a row of the band; its limit less one
         dsave = Signal(op)
         acc = Signal(signed(acc_w))                # the element's sum (backward)
         apend = Signal()                           # a dY read two cycles before: add it to acc
@@ -150,7 +172,8 @@ class PoolEngine(CheckedComponent):
         # left column, whether the row is inside the plane
         crow, ccol, sleft = Signal(co), Signal(co), Signal(co)
         taddr, rstart = Signal(ad), Signal(ad)
-        rowok = Signal()
+        rowok, colok, lok = Signal(), Signal(), Signal()   # the tap's row, column; the left
+        qlast, rlast = Signal(), Signal()          # the window's last column, row
         tr, tq = Signal(co), Signal(co)
         pend1, pend2 = Signal(), Signal()          # a tap read one, two cycles before
         paddr1, paddr2 = Signal(ad), Signal(ad)    # and its word
@@ -173,6 +196,8 @@ class PoolEngine(CheckedComponent):
 
         def start_scan(top, lft, row_addr):
             return [crow.eq(top), ccol.eq(lft), sleft.eq(lft), rowok.eq(row_of(top)),
+                    colok.eq(col_of(lft)), lok.eq(col_of(lft)), qlast.eq(sone),
+                    rlast.eq(rone),
                     taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
                     first.eq(1), total.eq(0)]
 
@@ -234,6 +259,14 @@ class PoolEngine(CheckedComponent):
                     m.next = "PLANE"
             with m.State("PLANE"):
                 m.d.sync += plane_start()
+                xlim = Mux(L.backward & L.avg, L.w, L.ow)   # the columns ox counts
+                ylim = Mux(L.backward & ~L.avg, L.drows, L.rows)  # the rows oy counts
+                m.d.sync += [ymore.eq(ylim > 0), ym1.eq(ylim - 1)]
+                m.d.sync += [rmsh.eq(L.r - L.stride_h), smsw.eq(L.s - L.stride_w),
+                             rm2.eq(L.r - 2), sm2.eq(L.s - 2), xm2.eq(xlim - 2),
+                             hm1.eq(L.h - 1), wm1.eq(L.w - 1), shm1.eq(L.stride_h - 1),
+                             swm1.eq(L.stride_w - 1), rone.eq(L.r <= 1), sone.eq(L.s <= 1),
+                             xone.eq(xlim <= 1), more.eq(pl + 1 < L.planes)]
                 m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
                              qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
                              drow.eq(dpb + drow0), remhw.eq(remhw0),
@@ -246,13 +279,14 @@ class PoolEngine(CheckedComponent):
                 with m.Else():
                     m.next = "ROW"
             with m.State("ROW"):
-                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed()), qw.eq(L.qw0),
-                             remw.eq(L.remw0)]
+                m.d.sync += [ox.eq(0), xlast.eq(xone), left.eq(-L.pad_w.as_signed()),
+                             qw.eq(L.qw0), remw.eq(L.remw0)]
                 m.next = "PIXEL"
             with m.State("PIXEL"):
                 m.d.sync += mask.eq(0)
                 with m.If(L.backward):
-                    m.d.sync += [acc.eq(0), offh.eq(remh), ohc.eq(qh), dro.eq(drow)]
+                    m.d.sync += [acc.eq(0), offh.eq(remh), ohc.eq(qh), dro.eq(drow),
+                                 rend.eq((remh >= L.r) | (qh < 0)), rout.eq(qh >= L.oh)]
                     with m.If(L.relu):       # the element's X, for the mask at PIXEL_END
                         m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
                         m.d.sync += [reads.eq(reads + 1), xget.eq(1)]
@@ -262,30 +296,39 @@ class PoolEngine(CheckedComponent):
                     m.next = "SCAN"
 
             # --- backward: the windows covering (y, x) ----------------------------------------
+            def next_row():
+                """The next window up: its row's tests from the values before the step."""
+                m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1), dro.eq(dro - L.ow),
+                             rend.eq((offh >= rmsh) | (ohc <= 0)), rout.eq(ohc > L.oh)]
+
+            def next_col():
+                m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
+                             cend.eq((offw >= smsw) | (owc <= 0)), cout.eq(owc > L.ow)]
+
             with m.State("CAND_ROW"):
-                with m.If((offh >= L.r) | (ohc < 0)):
+                with m.If(rend):
                     m.next = "PIXEL_END"
-                with m.Elif(ohc >= L.oh):
-                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
-                                 dro.eq(dro - L.ow)]
+                with m.Elif(rout):
+                    next_row()
                 with m.Else():
-                    m.d.sync += [offw.eq(remw), owc.eq(qw)]
+                    m.d.sync += [offw.eq(remw), owc.eq(qw),
+                                 cend.eq((remw >= L.s) | (qw < 0)), cout.eq(qw >= L.ow)]
                     m.next = "CAND_COL"
             with m.State("CAND_COL"):
                 with m.If(apend):            # the dY read two cycles before
                     m.d.sync += acc.eq(acc + rdata)
-                with m.If((offw >= L.s) | (owc < 0)):
-                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
-                                 dro.eq(dro - L.ow)]
+                with m.If(cend):
+                    next_row()
                     m.next = "CAND_ROW"
-                with m.Elif(owc >= L.ow):
-                    m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1)]
+                with m.Elif(cout):
+                    next_col()
                 with m.Else():
                     m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
                     m.d.sync += reads.eq(reads + 1)
                     m.next = "CAND_D"
             with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
-                m.d.sync += [apend.eq(1), offw.eq(offw + L.stride_w), owc.eq(owc - 1)]
+                m.d.sync += apend.eq(1)
+                next_col()
                 m.next = "CAND_COL"
 
             # --- backward, max: the windows of the band's dY rows, scattered -----------------
@@ -310,19 +353,21 @@ class PoolEngine(CheckedComponent):
                     m.d.sync += [first.eq(0), total.eq(total + rdata)]
 
             with m.State("SCAN"):
-                ok = rowok & col_of(ccol)
+                ok = rowok & colok
                 m.d.comb += [rp.addr.eq(taddr), rp.en.eq(ok)]
                 m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
                 with m.If(ok):
                     m.d.sync += reads.eq(reads + 1)
                 take()
-                with m.If(tq + 1 < L.s):
-                    m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1)]
+                with m.If(~qlast):           # the next column: its tests from the values before
+                    m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
+                                 colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
                 with m.Else():
                     m.d.sync += [tq.eq(0), tr.eq(tr + 1), ccol.eq(sleft), crow.eq(crow + 1),
-                                 rowok.eq(row_of(crow + 1)), taddr.eq(rstart + L.w),
-                                 rstart.eq(rstart + L.w)]
-                    with m.If(tr + 1 >= L.r):
+                                 colok.eq(lok), qlast.eq(sone),
+                                 rowok.eq((crow >= -1) & (crow < hm1)), rlast.eq(tr >= rm2),
+                                 taddr.eq(rstart + L.w), rstart.eq(rstart + L.w)]
+                    with m.If(rlast):
                         m.next = "SCAN_END"
             with m.State("SCAN_END"):
                 take()
@@ -348,33 +393,35 @@ class PoolEngine(CheckedComponent):
             with m.State("EMIT"):
                 emit(Mux(mask, 0, value))
                 with m.If(L.backward):       # the next element of the dX band
-                    with m.If(ox + 1 < L.w):
-                        m.d.sync += ox.eq(ox + 1)
-                        with m.If(remw + 1 == L.stride_w):
+                    with m.If(~xlast):
+                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2)]
+                        with m.If(remw == swm1):
                             m.d.sync += [remw.eq(0), qw.eq(qw + 1)]
                         with m.Else():
                             m.d.sync += remw.eq(remw + 1)
                         m.next = "PIXEL"
                     with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), xrow.eq(xrow + L.w)]
-                        with m.If(remh + 1 == L.stride_h):
+                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1), xrow.eq(xrow + L.w)]
+                        with m.If(remh == shm1):
                             m.d.sync += [remh.eq(0), qh.eq(qh + 1), drow.eq(drow + L.ow),
                                          remhw.eq(0)]
                         with m.Else():
                             m.d.sync += [remh.eq(remh + 1), remhw.eq(remhw + L.w)]
                         m.next = "NEXT_ROW"
                 with m.Else():               # the next output of the band
-                    with m.If(ox + 1 < L.ow):
-                        m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+                    with m.If(~xlast):
+                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2),
+                                     left.eq(left + L.stride_w)]
                         m.next = "PIXEL"
                     with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1),
+                                     wtop.eq(wtop + L.stride_h),
                                      wrow.eq(wrow + shw)]
                         m.next = "NEXT_ROW"
             with m.State("NEXT_ROW"):
-                with m.If(oy < L.rows):
+                with m.If(ymore):
                     m.next = "ROW"
-                with m.Elif(pl + 1 < L.planes):
+                with m.Elif(more):
                     m.d.sync += [pl.eq(pl + 1), xpb.eq(xpb + L.x_plane),
                                  dpb.eq(dpb + L.d_plane), ppb.eq(ppb + L.p_row)]
                     m.next = "PLANE"
@@ -388,7 +435,9 @@ class PoolEngine(CheckedComponent):
         the module docstring), then EMIT; :func:`bpsa.spec.numeric.pool_divide_cycles` cycles.
         DIV0 makes the numerator positive; DIV1 multiplies the pieces of its magnitude and of
         the reciprocal (one hardware multiplier a pair); each state on adds the products in
-        pairs, the last also shifting and negating."""
+        pairs, the last also shifting. A negative numerator's quotient ``q`` becomes ``-q =
+        ~(q - 1)``: one more term, ``-2**POOL_RECIP_SHIFT`` (all ones from that bit, modulo
+        the quotient's bits), and the last state's complement."""
         cfg = self.config
         acc_w = cfg.acc_width + 2
         mag_w, rec_w = pool_divide_widths(cfg)
@@ -396,9 +445,10 @@ class PoolEngine(CheckedComponent):
         neg = Signal()
         mag = Signal(unsigned(mag_w))
         with m.State("DIV0"):
-            num = Signal(signed(acc_w + 1))
-            m.d.comb += num.eq((value << 1) + L.rs)
-            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, -num + (L.rs << 1) - 1, num))]
+            num, alt = Signal(signed(acc_w + 1)), Signal(signed(acc_w + 2))
+            # a negative numerator's magnitude less one, + 2 R S: -num + 2 R S - 1 = ~2 v + R S
+            m.d.comb += [num.eq((value << 1) + L.rs), alt.eq(~(value << 1) + L.rs)]
+            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, alt, num))]
             m.next = "DIV1"
         # terms (shift, register), the products first
         terms = []
@@ -409,6 +459,10 @@ class PoolEngine(CheckedComponent):
                     t = Signal(unsigned(len(a) + len(b)), name=f"pp_{i // c}_{j // c}")
                     m.d.sync += t.eq(a * b)
                     terms.append((i + j, t))
+            qw = cfg.operand_width + 2           # the quotient's bits (|average| bound)
+            t = Signal(unsigned(qw), name="pp_neg")
+            m.d.sync += t.eq(Mux(neg, (1 << qw) - 1, 0))
+            terms.append((POOL_RECIP_SHIFT, t))
             m.next = "DIV2"
         level = 2
         while True:
@@ -426,9 +480,9 @@ class PoolEngine(CheckedComponent):
                     else:
                         e = t0
                     if last:
-                        quo = Signal(unsigned(cfg.operand_width + 2))   # |average| bound
+                        quo = Signal(unsigned(qw))
                         m.d.comb += quo.eq(Cat(Const(0, s0), e)[POOL_RECIP_SHIFT:])
-                        m.d.sync += value.eq(Mux(neg, -quo.as_signed(), quo.as_signed()))
+                        m.d.sync += value.eq(Mux(neg, ~quo, quo).as_signed())
                     else:
                         t = Signal(unsigned(len(e)), name=f"ps{level}_{k // 2}")
                         m.d.sync += t.eq(e)
@@ -461,8 +515,8 @@ class PoolEngine(CheckedComponent):
         inside = (amaddr >= xband) & (amaddr < v["xbend"])
         positive = (best > 0) if op.signed else (best != 0)
         with m.State("SROW"):
-            with m.If(oy >= L.drows):        # the plane's windows are done
-                with m.If(v["pl"] + 1 < L.planes):
+            with m.If(~v["ymore"]):          # the plane's windows are done
+                with m.If(v["more"]):
                     m.d.sync += [v["pl"].eq(v["pl"] + 1), v["xpb"].eq(v["xpb"] + L.x_plane),
                                  v["dpb"].eq(v["dpb"] + L.d_plane),
                                  v["ppb"].eq(v["ppb"] + L.p_row)]
@@ -470,7 +524,7 @@ class PoolEngine(CheckedComponent):
                 with m.Else():
                     m.next = "IDLE"
             with m.Else():
-                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed())]
+                m.d.sync += [ox.eq(0), v["xlast"].eq(v["xone"]), left.eq(-L.pad_w.as_signed())]
                 m.next = "SPIX"
         with m.State("SPIX"):
             m.d.comb += [rp.addr.eq(dro + ox), rp.en.eq(1)]
@@ -482,10 +536,12 @@ class PoolEngine(CheckedComponent):
         with m.State("SCATTER"):
             with m.If(inside & (~L.relu | positive)):
                 v["put"](dsave, wq, ln)
-            with m.If(ox + 1 < L.ow):
-                m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+            with m.If(~v["xlast"]):
+                m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
+                             left.eq(left + L.stride_w)]
                 m.next = "SPIX"
             with m.Else():
-                m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                m.d.sync += [oy.eq(oy + 1), v["ymore"].eq(oy < v["ym1"]),
+                             wtop.eq(wtop + L.stride_h),
                              wrow.eq(wrow + v["shw"]), dro.eq(dro + L.ow)]
                 m.next = "SROW"
