@@ -47,7 +47,7 @@ takes :func:`bpsa.spec.numeric.pool_divide_cycles` cycles (five with 16-bit oper
 products of 17-bit pieces, then their sum, a level of pairs a cycle.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
@@ -88,6 +88,7 @@ class PoolEngine(CheckedComponent):
     write : Out(WritePort.Signature): the DMA's writes into the buffer (one operand a word,
         in the low bits of ``data``).
     layer : In(pool_run_layout(config)), start : In(1)
+        (Not seen in the unit's first cycle after configuration, while it resets itself.)
     busy : Out(1)
         From the cycle after ``start`` until the run's last result left.
     error : Out(1)
@@ -128,7 +129,7 @@ class PoolEngine(CheckedComponent):
         m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
                      wp.data.eq(self.write.data)]
         rp = mem.read_port()
-        rdata = Signal(op)                         # the read's data, registered: a read's
+        rdata = Signal(op, reset_less=True)        # the read's data, registered: a read's
         m.d.sync += rdata.eq(rp.data)              # data two cycles after its address
 
         L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
@@ -163,10 +164,11 @@ class PoolEngine(CheckedComponent):
         rone, sone, xone = Signal(), Signal(), Signal()
         xlast = Signal()                           # ox is the row's last column
         ymore, ym1 = Signal(), Signal(co)          # oy is a row of the band; its limit less one
-        dsave = Signal(op)
+        dsave = Signal(op, reset_less=True)
         acc = Signal(signed(acc_w))                # the element's sum (backward)
         apend = Signal()                           # a dY read two cycles before: add it to acc
-        xget, xval = Signal(), Signal(op)          # the element's X (relu), read in PIXEL
+        xget = Signal()                            # the element's X (relu), read in PIXEL
+        xval = Signal(op, reset_less=True)
         mask = Signal()
         # the window scan: the tap's row and column, its word, the row's word at the window's
         # left column, whether the row is inside the plane
@@ -238,6 +240,10 @@ class PoolEngine(CheckedComponent):
                      apend.eq(0)]
         with m.If(xget):
             m.d.sync += xval.eq(rp.data)
+        with m.If(pend2):                         # the data of a tap read two cycles before
+            with m.If(first | (rdata > best)):
+                m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
+            m.d.sync += [first.eq(0), total.eq(total + rdata)]
 
         with m.FSM(name="pool") as fsm:
             with m.State("IDLE"):
@@ -344,21 +350,14 @@ class PoolEngine(CheckedComponent):
                     with m.If(L.avg):
                         m.next = "DIV0"
 
-            # --- the window scan: one tap a cycle, the read's data two cycles on ------------
-            def take():
-                """The data of a tap read two cycles before."""
-                with m.If(pend2):
-                    with m.If(first | (rdata > best)):
-                        m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
-                    m.d.sync += [first.eq(0), total.eq(total + rdata)]
-
+            # --- the window scan: one tap a cycle, the read's data two cycles on (taken in
+            # SCAN, SCAN_END and SCAN_END2, outside the states: only SCAN reads taps) ---------
             with m.State("SCAN"):
                 ok = rowok & colok
                 m.d.comb += [rp.addr.eq(taddr), rp.en.eq(ok)]
                 m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
                 with m.If(ok):
                     m.d.sync += reads.eq(reads + 1)
-                take()
                 with m.If(~qlast):           # the next column: its tests from the values before
                     m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
                                  colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
@@ -370,10 +369,8 @@ class PoolEngine(CheckedComponent):
                     with m.If(rlast):
                         m.next = "SCAN_END"
             with m.State("SCAN_END"):
-                take()
                 m.next = "SCAN_END2"
             with m.State("SCAN_END2"):
-                take()
                 with m.If(L.backward):
                     m.next = "SCATTER"
                 with m.Else():
@@ -428,7 +425,20 @@ class PoolEngine(CheckedComponent):
                 with m.Else():
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        return m
+        # One-hot states in synthesis: a state's test is one flip-flop, not a decoder in front
+        # of every enable (Yosys's FSM pass leaves Amaranth's binary state register alone
+        # unless told; Amaranth 0.5 has no public name for that register, hence _data). Yosys
+        # ignores the register's initial value then, so the unit resets itself in its first
+        # cycle after configuration (``alive`` 0: its initial value), also in a domain
+        # without a reset; a ``start`` in that cycle is not seen.
+        state = getattr(fsm, "_data", {}).get("signal")
+        if state is not None:
+            state.attrs["fsm_encoding"] = "one-hot"
+        top = Module()
+        alive = Signal(reset_less=True)           # 0 in the unit's first cycle only
+        top.d.sync += alive.eq(1)
+        top.submodules.core = ResetInserter({"sync": ~alive})(m)
+        return top
 
     def _divide(self, m, L, value):
         """States DIV0, DIV1, ...: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
