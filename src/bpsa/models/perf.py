@@ -42,7 +42,7 @@ from bpsa.plan import capability, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import ConvLayer, out_size
-from bpsa.spec.numeric import element_bytes
+from bpsa.spec.numeric import element_bytes, pool_divide_cycles
 from bpsa.spec.regmap import Mode, Phase
 
 __all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "phase_table",
@@ -771,19 +771,20 @@ def min_bytes(config, phase, layer, *, requant=False):
 
 
 def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,
-                      ph, pw):
+                      ph, pw, div):
     """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.engines.pool`), from
-    its state sequence. Forward, an output: its window's ``R S`` taps one a cycle and four
-    cycles around them (three more to divide). Backward, max: a window of the band's ``drows``
-    dY rows, its dY read, its taps scanned and its scatter (``R S + 4``). Backward, avg, a dX
-    element: the covering windows' candidate rows (one cycle each), for each row inside dY
-    the candidate columns (one cycle each, a window inside dY one more)."""
-    div = 3 if avg else 0
+    its state sequence: eleven set-up cycles (the products one a cycle). Forward, an output:
+    its window's ``R S`` taps one a cycle and five cycles around them (``div`` more to
+    divide). Backward, max: a window of the band's ``drows`` dY rows, its dY read, its taps
+    scanned and its scatter (``R S + 5``). Backward, avg, a dX element: the covering windows'
+    candidate rows (one cycle each), for each row inside dY the candidate columns (one cycle
+    each, a window inside dY one more)."""
+    div = div if avg else 0
     if not bwd:
-        per_row = 2 + ow * (r * s + 4 + div)
-        return 3 + planes * (1 + rows * per_row)
+        per_row = 2 + ow * (r * s + 5 + div)
+        return 12 + planes * (1 + rows * per_row)
     if not avg:
-        return 3 + planes * (2 + drows * (1 + ow * (r * s + 4)))
+        return 12 + planes * (2 + drows * (1 + ow * (r * s + 5)))
 
     def walk(first, count, stride, pad, kernel, outs):
         """Per coordinate: (cycles of its candidate loop, windows inside the output)."""
@@ -806,9 +807,9 @@ def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, 
     rv, rin = walk(y0, rows, sh, ph, r, oh)
     cv, cin = walk(0, w, sw, pw, s, ow)
     col_cost = sum(cv) + sum(cin)                   # a valid row's column loops, all x
-    per_elem = 1 + 1 + (1 if relu else 0) + 1 + div + 1      # PIXEL, END, RELU, VAL, EMIT
+    per_elem = 1 + 1 + 1 + div + 1                 # PIXEL, END, VAL, EMIT
     plane = rows * (2 + w * per_elem) + w * sum(rv) + sum(rin) * col_cost
-    return 3 + planes * (1 + plane)
+    return 12 + planes * (1 + plane)
 
 
 def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="max",
@@ -852,7 +853,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         comp = _pool_unit_cycles(bwd=bwd, avg=kind == "avg", relu=relu, planes=run["planes"],
                                  rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w,
                                  oh=e["oh"], ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
-                                 ph=pad[0], pw=pad[1])
+                                 ph=pad[0], pw=pad[1], div=pool_divide_cycles(config))
         runs.append((loads, comp, True, gaps[i]))
         stores.append(store if i else [])
         clears.append(run["planes"] * run["p_row"])

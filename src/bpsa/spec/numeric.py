@@ -3,8 +3,8 @@ accumulators' wrap-around. Pure Python and numpy; no Amaranth."""
 
 import numpy as np
 
-__all__ = ["POOL_RECIP_SHIFT", "element_bytes", "operand_range", "pool_window_limit", "wrap",
-           "wrap_array"]
+__all__ = ["POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
+           "pool_divide_cycles", "pool_divide_widths", "pool_window_limit", "wrap", "wrap_array"]
 
 
 def element_bytes(bits):
@@ -57,3 +57,26 @@ def pool_window_limit(config):
     import math
     bound = (1 << POOL_RECIP_SHIFT) - 1
     return math.isqrt(bound // (2 * ((1 << (config.operand_width + 1)) + 3)))
+
+
+#: Bits of a piece of the pooling unit's division product's operands: one piece of each
+#: makes one hardware multiplier's product (an ECP5 MULT18X18D holds 17 x 17 unsigned).
+POOL_DIVIDE_CHUNK = 17
+
+
+def pool_divide_widths(config):
+    """``(magnitude bits, reciprocal bits)`` of the pooling unit's division product: the
+    numerator made positive is below ``R S (2**(operand_width + 1) + 3)`` with ``R S <=``
+    :func:`pool_window_limit` (and fits ``acc_width + 3`` bits, the unit's numerator's); the
+    reciprocal ``floor(2**POOL_RECIP_SHIFT / (2 R S)) + 1`` fits ``POOL_RECIP_SHIFT`` bits."""
+    mag = pool_window_limit(config) * ((1 << (config.operand_width + 1)) + 3) - 1
+    return min(config.acc_width + 3, mag.bit_length()), POOL_RECIP_SHIFT
+
+
+def pool_divide_cycles(config):
+    """Cycles of the pooling unit's division (:mod:`bpsa.gateware.engines.pool`): the
+    numerator, the pieces' products (:data:`POOL_DIVIDE_CHUNK` bits each operand), their sum
+    and the negative quotient's ``-1`` term in pairs (one level of the tree a cycle)."""
+    a, b = pool_divide_widths(config)
+    terms = -(-a // POOL_DIVIDE_CHUNK) * -(-b // POOL_DIVIDE_CHUNK) + 1
+    return 2 + max(1, (terms - 1).bit_length())

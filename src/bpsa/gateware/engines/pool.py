@@ -34,9 +34,20 @@ plane from buffer word ``x_base + i x_plane``, dY rows ``[dlo, ...)`` from ``d_b
 d_plane``; the band's first output (forward) or dX (backward) row ``y0`` and its ``rows``;
 ``drows`` dY rows loaded; ``q0 = (y0 + pad_h) // stride_h``, ``rem0`` its remainder, ``qw0``, ``remw0`` the same of
 ``pad_w`` by ``stride_w`` (backward). The run's layer is latched at ``start``.
+
+Timing (every path from a register to a register short; the cycles are
+:func:`bpsa.models.perf.pool_cycles`'s): the buffer's read data is registered, so a read's
+data is used two cycles after its address (a window's scan ends two cycles after its last
+tap; an average's dY is added at the CAND_COL after its CAND_D; the element's X for the
+``relu`` mask is read as the element starts). The run's set-up products (the band's first
+window row and buffer words, the strides' rows) are made on one multiplier, registered on
+both sides, one a cycle (eleven cycles a run). The loops' tests (last column, last row, a
+row or column inside the plane) are registered with the values they test. The division
+takes :func:`bpsa.spec.numeric.pool_divide_cycles` cycles (five with 16-bit operands): the
+products of 17-bit pieces, then their sum, a level of pairs a cycle.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
@@ -46,7 +57,7 @@ from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.controller.psum_buffer import accumulate_layout
-from bpsa.spec.numeric import POOL_RECIP_SHIFT
+from bpsa.spec.numeric import POOL_DIVIDE_CHUNK, POOL_RECIP_SHIFT, pool_divide_widths
 
 __all__ = ["PoolEngine", "pool_run_layout"]
 
@@ -77,6 +88,7 @@ class PoolEngine(CheckedComponent):
     write : Out(WritePort.Signature): the DMA's writes into the buffer (one operand a word,
         in the low bits of ``data``).
     layer : In(pool_run_layout(config)), start : In(1)
+        (Not seen in the unit's first cycle after configuration, while it resets itself.)
     busy : Out(1)
         From the cycle after ``start`` until the run's last result left.
     error : Out(1)
@@ -117,8 +129,8 @@ class PoolEngine(CheckedComponent):
         m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
                      wp.data.eq(self.write.data)]
         rp = mem.read_port()
-        rdata = Signal(op)
-        m.d.comb += rdata.eq(rp.data)
+        rdata = Signal(op, reset_less=True)        # the read's data, registered: a read's
+        m.d.sync += rdata.eq(rp.data)              # data two cycles after its address
 
         L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
         co = signed(cfg.dim_width + 4)             # coordinates (padding makes them negative)
@@ -127,7 +139,8 @@ class PoolEngine(CheckedComponent):
 
         # loop registers
         pl = Signal(32)
-        xpb, dpb = Signal(ad), Signal(ad)          # this plane's X and dY buffer words
+        more = Signal()                            # a plane after this one (pl + 1 < planes)
+        xpb, dpb = Signal(ad, name="xpb"), Signal(ad, name="dpb")  # the plane's X, dY words
         ppb = Signal(_W)                           # this plane's first P word
         word, lane = Signal(_W), Signal(range(cfg.cols))
         oy = Signal(co)                            # row in the band
@@ -139,21 +152,38 @@ class PoolEngine(CheckedComponent):
         xrow0, drow0, remhw0 = (Signal(ad, name=n) for n in ("xrow0", "drow0", "remhw0"))
         xrow, drow, remhw = (Signal(ad, name=n) for n in ("xrow", "drow", "remhw"))
         qh, remh, qw, remw = (Signal(co, name=n) for n in ("qh", "remh", "qw", "remw"))
-        offh, ohc, dro, wtb, wrb, offw, owc, lfb = (Signal(ad, name=n) for n in (
-            "offh", "ohc", "dro", "wtb", "wrb", "offw", "owc", "lfb"))
-        dsave = Signal(op)
+        offh, ohc, offw, owc = (Signal(co, name=n) for n in ("offh", "ohc", "offw", "owc"))
+        dro = Signal(ad)
+        # the candidate loops' tests, registered with the values they test: the row loop ends
+        # (offh >= R or ohc < 0), the row is below dY (ohc >= OH), the same across
+        rend, rout, cend, cout = (Signal(name=n) for n in ("rend", "rout", "cend", "cout"))
+        # the plane's constants: R - stride_h, S - stride_w, the loops' last indices less one
+        # (``rm2``: R - 2), the limits less one, whether a loop has a single pass
+        rmsh, smsw, rm2, sm2, xm2, hm1, wm1, shm1, swm1 = (Signal(co, name=n) for n in (
+            "rmsh", "smsw", "rm2", "sm2", "xm2", "hm1", "wm1", "shm1", "swm1"))
+        rone, sone, xone = Signal(), Signal(), Signal()
+        xlast = Signal()                           # ox is the row's last column
+        ymore, ym1 = Signal(), Signal(co)          # oy is a row of the band; its limit less one
+        dsave = Signal(op, reset_less=True)
         acc = Signal(signed(acc_w))                # the element's sum (backward)
+        apend = Signal()                           # a dY read two cycles before: add it to acc
+        xget = Signal()                            # the element's X (relu), read in PIXEL
+        xval = Signal(op, reset_less=True)
         mask = Signal()
-        # the window scan
-        stop, sleft, srow = Signal(ad), Signal(ad), Signal(ad)    # top row, left column, row word
+        # the window scan: the tap's row and column, its word, the row's word at the window's
+        # left column, whether the row is inside the plane
+        crow, ccol, sleft = Signal(co), Signal(co), Signal(co)
+        taddr, rstart = Signal(ad), Signal(ad)
+        rowok, colok, lok = Signal(), Signal(), Signal()   # the tap's row, column; the left
+        qlast, rlast = Signal(), Signal()          # the window's last column, row
         tr, tq = Signal(co), Signal(co)
-        pend, ptr_, ptq = Signal(), Signal(co), Signal(co)
+        pend1, pend2 = Signal(), Signal()          # a tap read one, two cycles before
+        paddr1, paddr2 = Signal(ad), Signal(ad)    # and its word
         best = Signal(op)
         first = Signal()
-        amr, amq = Signal(co), Signal(co)          # where the first largest tap is
-        amaddr = Signal(ad)                        # and its buffer word
-        paddr = Signal(ad)                         # the word of the tap read the cycle before
+        amaddr = Signal(ad)                        # the first largest tap's buffer word
         dtop0, dwrow0, xband = Signal(ad), Signal(ad), Signal(ad)
+        xbend0, xbend = Signal(ad), Signal(ad)     # the band's end word (plane 0, this plane)
         total = Signal(signed(acc_w))              # the window's sum (forward avg)
         # the result and the division
         value = Signal(signed(acc_w))
@@ -167,8 +197,11 @@ class PoolEngine(CheckedComponent):
             return (ccol >= 0) & (ccol < L.w)
 
         def start_scan(top, lft, row_addr):
-            return [stop.eq(top), sleft.eq(lft), srow.eq(row_addr), tr.eq(0), tq.eq(0),
-                    pend.eq(0), first.eq(1), total.eq(0)]
+            return [crow.eq(top), ccol.eq(lft), sleft.eq(lft), rowok.eq(row_of(top)),
+                    colok.eq(col_of(lft)), lok.eq(col_of(lft)), qlast.eq(sone),
+                    rlast.eq(rone),
+                    taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
+                    first.eq(1), total.eq(0)]
 
         def put(v, at_word, at_lane):
             m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
@@ -185,29 +218,65 @@ class PoolEngine(CheckedComponent):
         def plane_start():
             return [word.eq(0), lane.eq(0), oy.eq(0)]
 
+        # the set-up's products on one multiplier, registered on both sides: (a, b, the
+        # register that gets a b + add); an operand may be an earlier product (two cycles on)
+        mw = cfg.dim_width + 4
+        mk = Signal(range(16))
+        ma, mb = Signal(signed(mw)), Signal(signed(mw))
+        mp = Signal(signed(2 * mw))
+        m.d.sync += mp.eq(ma * mb)
+        products = [
+            (L.y0, L.stride_h, top0, -L.pad_h.as_signed()),
+            (L.dlo, L.stride_h, dtop0, -L.pad_h.as_signed()),
+            (L.stride_h, L.w, shw, 0),
+            (top0 - L.xlo, L.w, wrow0, 0),
+            (dtop0 - L.xlo, L.w, dwrow0, 0),
+            (L.rem0, L.w, remhw0, 0),
+            (L.y0.as_signed() - L.xlo, L.w, xrow0, 0),
+            (L.q0.as_signed() - L.dlo, L.ow, drow0, 0),
+            (L.rows, L.w, xbend0, xrow0),
+        ]
+        m.d.sync += [pend2.eq(pend1), paddr2.eq(paddr1), pend1.eq(0), xget.eq(0),
+                     apend.eq(0)]
+        with m.If(xget):
+            m.d.sync += xval.eq(rp.data)
+        with m.If(pend2):                         # the data of a tap read two cycles before
+            with m.If(first | (rdata > best)):
+                m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
+            m.d.sync += [first.eq(0), total.eq(total + rdata)]
+
         with m.FSM(name="pool") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [L.eq(self.layer), reads.eq(0)]
+                    m.d.sync += [L.eq(self.layer), reads.eq(0), mk.eq(0)]
                     m.next = "SETUP"
-            with m.State("SETUP"):           # the run's constant products
-                top = (L.y0 * L.stride_h).as_signed() - L.pad_h
-                m.d.sync += [top0.eq(top), shw.eq(L.stride_h * L.w),
-                             remhw0.eq(L.rem0 * L.w),
-                             xrow0.eq((L.y0.as_signed() - L.xlo) * L.w),
-                             drow0.eq((L.q0.as_signed() - L.dlo) * L.ow),
-                             dtop0.eq((L.dlo * L.stride_h).as_signed() - L.pad_h),
-                             pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
-                m.next = "SETUP2"
-            with m.State("SETUP2"):
-                m.d.sync += [wrow0.eq((top0 - L.xlo) * L.w), dwrow0.eq((dtop0 - L.xlo) * L.w)]
-                m.next = "PLANE"
+            with m.State("SETUP"):           # the run's constant products, one a cycle
+                m.d.sync += mk.eq(mk + 1)
+                with m.Switch(mk):
+                    for i, (a, b, _, _) in enumerate(products):
+                        with m.Case(i):
+                            m.d.sync += [ma.eq(a), mb.eq(b)]
+                with m.Switch(mk):
+                    for i, (_, _, dest, add) in enumerate(products):
+                        with m.Case(i + 2):
+                            m.d.sync += dest.eq(mp + add)
+                with m.If(mk == len(products) + 1):
+                    m.d.sync += [pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
+                    m.next = "PLANE"
             with m.State("PLANE"):
                 m.d.sync += plane_start()
+                xlim = Mux(L.backward & L.avg, L.w, L.ow)   # the columns ox counts
+                ylim = Mux(L.backward & ~L.avg, L.drows, L.rows)  # the rows oy counts
+                m.d.sync += [ymore.eq(ylim > 0), ym1.eq(ylim - 1)]
+                m.d.sync += [rmsh.eq(L.r - L.stride_h), smsw.eq(L.s - L.stride_w),
+                             rm2.eq(L.r - 2), sm2.eq(L.s - 2), xm2.eq(xlim - 2),
+                             hm1.eq(L.h - 1), wm1.eq(L.w - 1), shm1.eq(L.stride_h - 1),
+                             swm1.eq(L.stride_w - 1), rone.eq(L.r <= 1), sone.eq(L.s <= 1),
+                             xone.eq(xlim <= 1), more.eq(pl + 1 < L.planes)]
                 m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
                              qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
                              drow.eq(dpb + drow0), remhw.eq(remhw0),
-                             xband.eq(xpb + xrow0)]
+                             xband.eq(xpb + xrow0), xbend.eq(xpb + xbend0)]
                 with m.If(L.planes == 0):
                     m.next = "IDLE"
                 with m.Elif(L.backward & ~L.avg):
@@ -216,62 +285,64 @@ class PoolEngine(CheckedComponent):
                 with m.Else():
                     m.next = "ROW"
             with m.State("ROW"):
-                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed()), qw.eq(L.qw0),
-                             remw.eq(L.remw0)]
+                m.d.sync += [ox.eq(0), xlast.eq(xone), left.eq(-L.pad_w.as_signed()),
+                             qw.eq(L.qw0), remw.eq(L.remw0)]
                 m.next = "PIXEL"
             with m.State("PIXEL"):
                 m.d.sync += mask.eq(0)
                 with m.If(L.backward):
                     m.d.sync += [acc.eq(0), offh.eq(remh), ohc.eq(qh), dro.eq(drow),
-                                 wtb.eq((L.y0 + oy).as_signed() - remh), wrb.eq(xrow - remhw)]
+                                 rend.eq((remh >= L.r) | (qh < 0)), rout.eq(qh >= L.oh)]
+                    with m.If(L.relu):       # the element's X, for the mask at PIXEL_END
+                        m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
+                        m.d.sync += [reads.eq(reads + 1), xget.eq(1)]
                     m.next = "CAND_ROW"
                 with m.Else():
                     m.d.sync += start_scan(wtop, left, wrow)
                     m.next = "SCAN"
 
             # --- backward: the windows covering (y, x) ----------------------------------------
+            def next_row():
+                """The next window up: its row's tests from the values before the step."""
+                m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1), dro.eq(dro - L.ow),
+                             rend.eq((offh >= rmsh) | (ohc <= 0)), rout.eq(ohc > L.oh)]
+
+            def next_col():
+                m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
+                             cend.eq((offw >= smsw) | (owc <= 0)), cout.eq(owc > L.ow)]
+
             with m.State("CAND_ROW"):
-                with m.If((offh >= L.r) | (ohc < 0)):
+                with m.If(rend):
                     m.next = "PIXEL_END"
-                with m.Elif(ohc >= L.oh):
-                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
-                                 dro.eq(dro - L.ow), wtb.eq(wtb - L.stride_h),
-                                 wrb.eq(wrb - shw)]
+                with m.Elif(rout):
+                    next_row()
                 with m.Else():
-                    m.d.sync += [offw.eq(remw), owc.eq(qw), lfb.eq(ox - remw)]
+                    m.d.sync += [offw.eq(remw), owc.eq(qw),
+                                 cend.eq((remw >= L.s) | (qw < 0)), cout.eq(qw >= L.ow)]
                     m.next = "CAND_COL"
             with m.State("CAND_COL"):
-                with m.If((offw >= L.s) | (owc < 0)):
-                    m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1),
-                                 dro.eq(dro - L.ow), wtb.eq(wtb - L.stride_h),
-                                 wrb.eq(wrb - shw)]
+                with m.If(apend):            # the dY read two cycles before
+                    m.d.sync += acc.eq(acc + rdata)
+                with m.If(cend):
+                    next_row()
                     m.next = "CAND_ROW"
-                with m.Elif(owc >= L.ow):
-                    m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
-                                 lfb.eq(lfb - L.stride_w)]
+                with m.Elif(cout):
+                    next_col()
                 with m.Else():
                     m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
                     m.d.sync += reads.eq(reads + 1)
                     m.next = "CAND_D"
-            with m.State("CAND_D"):          # avg: sum the covering windows' dY
-                m.d.sync += [acc.eq(acc + rdata), offw.eq(offw + L.stride_w),
-                             owc.eq(owc - 1), lfb.eq(lfb - L.stride_w)]
+            with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
+                m.d.sync += apend.eq(1)
+                next_col()
                 m.next = "CAND_COL"
 
             # --- backward, max: the windows of the band's dY rows, scattered -----------------
             if has_max:
                 self._scatter(m, L, locals())
             with m.State("PIXEL_END"):
-                with m.If(L.relu):
-                    m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
-                    m.d.sync += reads.eq(reads + 1)
-                    m.next = "RELU"
-                with m.Else():
-                    m.d.sync += value.eq(acc)
-                    m.next = "PIXEL_VAL"
-            with m.State("RELU"):
-                positive = (rdata > 0) if op.signed else (rdata != 0)
-                m.d.sync += [mask.eq(~positive), value.eq(acc)]
+                positive = (xval > 0) if op.signed else (xval != 0)
+                m.d.sync += [mask.eq(L.relu & ~positive), value.eq(acc)]
                 m.next = "PIXEL_VAL"
             with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
                 m.next = "EMIT"
@@ -279,32 +350,27 @@ class PoolEngine(CheckedComponent):
                     with m.If(L.avg):
                         m.next = "DIV0"
 
-            # --- the window scan: one tap a cycle, the read's data the next cycle -------------
-            def take(v, rr, qq):
-                """The data of a tap read the cycle before."""
-                with m.If(first | (v > best)):
-                    m.d.sync += [best.eq(v), amr.eq(rr), amq.eq(qq), amaddr.eq(paddr)]
-                m.d.sync += [first.eq(0), total.eq(total + v)]
-
+            # --- the window scan: one tap a cycle, the read's data two cycles on (taken in
+            # SCAN, SCAN_END and SCAN_END2, outside the states: only SCAN reads taps) ---------
             with m.State("SCAN"):
-                row, col = stop + tr, sleft + tq
-                ok = row_of(row) & col_of(col)
-                m.d.comb += [rp.addr.eq(srow + col), rp.en.eq(ok)]
-                m.d.sync += [pend.eq(ok), ptr_.eq(tr), ptq.eq(tq), paddr.eq(srow + col)]
+                ok = rowok & colok
+                m.d.comb += [rp.addr.eq(taddr), rp.en.eq(ok)]
+                m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
                 with m.If(ok):
                     m.d.sync += reads.eq(reads + 1)
-                with m.If(pend):
-                    take(rdata, ptr_, ptq)
-                with m.If(tq + 1 < L.s):
-                    m.d.sync += tq.eq(tq + 1)
+                with m.If(~qlast):           # the next column: its tests from the values before
+                    m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
+                                 colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
                 with m.Else():
-                    m.d.sync += [tq.eq(0), tr.eq(tr + 1), srow.eq(srow + L.w)]
-                    with m.If(tr + 1 >= L.r):
+                    m.d.sync += [tq.eq(0), tr.eq(tr + 1), ccol.eq(sleft), crow.eq(crow + 1),
+                                 colok.eq(lok), qlast.eq(sone),
+                                 rowok.eq((crow >= -1) & (crow < hm1)), rlast.eq(tr >= rm2),
+                                 taddr.eq(rstart + L.w), rstart.eq(rstart + L.w)]
+                    with m.If(rlast):
                         m.next = "SCAN_END"
             with m.State("SCAN_END"):
-                with m.If(pend):
-                    take(rdata, ptr_, ptq)
-                m.d.sync += pend.eq(0)
+                m.next = "SCAN_END2"
+            with m.State("SCAN_END2"):
                 with m.If(L.backward):
                     m.next = "SCATTER"
                 with m.Else():
@@ -319,71 +385,129 @@ class PoolEngine(CheckedComponent):
 
             # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)) -----------------
             if has_avg:
-                self._divide(m, L, value, acc_w)
+                self._divide(m, L, value)
 
             with m.State("EMIT"):
                 emit(Mux(mask, 0, value))
                 with m.If(L.backward):       # the next element of the dX band
-                    with m.If(ox + 1 < L.w):
-                        m.d.sync += ox.eq(ox + 1)
-                        with m.If(remw + 1 == L.stride_w):
+                    with m.If(~xlast):
+                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2)]
+                        with m.If(remw == swm1):
                             m.d.sync += [remw.eq(0), qw.eq(qw + 1)]
                         with m.Else():
                             m.d.sync += remw.eq(remw + 1)
                         m.next = "PIXEL"
                     with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), xrow.eq(xrow + L.w)]
-                        with m.If(remh + 1 == L.stride_h):
+                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1), xrow.eq(xrow + L.w)]
+                        with m.If(remh == shm1):
                             m.d.sync += [remh.eq(0), qh.eq(qh + 1), drow.eq(drow + L.ow),
                                          remhw.eq(0)]
                         with m.Else():
                             m.d.sync += [remh.eq(remh + 1), remhw.eq(remhw + L.w)]
                         m.next = "NEXT_ROW"
                 with m.Else():               # the next output of the band
-                    with m.If(ox + 1 < L.ow):
-                        m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+                    with m.If(~xlast):
+                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2),
+                                     left.eq(left + L.stride_w)]
                         m.next = "PIXEL"
                     with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1),
+                                     wtop.eq(wtop + L.stride_h),
                                      wrow.eq(wrow + shw)]
                         m.next = "NEXT_ROW"
             with m.State("NEXT_ROW"):
-                with m.If(oy < L.rows):
+                with m.If(ymore):
                     m.next = "ROW"
-                with m.Elif(pl + 1 < L.planes):
+                with m.Elif(more):
                     m.d.sync += [pl.eq(pl + 1), xpb.eq(xpb + L.x_plane),
                                  dpb.eq(dpb + L.d_plane), ppb.eq(ppb + L.p_row)]
                     m.next = "PLANE"
                 with m.Else():
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        return m
+        # One-hot states in synthesis: a state's test is one flip-flop, not a decoder in front
+        # of every enable (Yosys's FSM pass leaves Amaranth's binary state register alone
+        # unless told; Amaranth 0.5 has no public name for that register, hence _data). Yosys
+        # ignores the register's initial value then, so the unit resets itself in its first
+        # cycle after configuration (``alive`` 0: its initial value), also in a domain
+        # without a reset; a ``start`` in that cycle is not seen.
+        state = getattr(fsm, "_data", {}).get("signal")
+        if state is not None:
+            state.attrs["fsm_encoding"] = "one-hot"
+        top = Module()
+        alive = Signal(reset_less=True)           # 0 in the unit's first cycle only
+        top.d.sync += alive.eq(1)
+        top.submodules.core = ResetInserter({"sync": ~alive})(m)
+        return top
 
-    @staticmethod
-    def _divide(m, L, value, acc_w):
-        """States DIV0..DIV2: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
-        the module docstring), then EMIT."""
+    def _divide(self, m, L, value):
+        """States DIV0, DIV1, ...: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
+        the module docstring), then EMIT; :func:`bpsa.spec.numeric.pool_divide_cycles` cycles.
+        DIV0 makes the numerator positive; DIV1 multiplies the pieces of its magnitude and of
+        the reciprocal (one hardware multiplier a pair); each state on adds the products in
+        pairs, the last also shifting. A negative numerator's quotient ``q`` becomes ``-q =
+        ~(q - 1)``: one more term, ``-2**POOL_RECIP_SHIFT`` (all ones from that bit, modulo
+        the quotient's bits), and the last state's complement."""
+        cfg = self.config
+        acc_w = cfg.acc_width + 2
+        mag_w, rec_w = pool_divide_widths(cfg)
+        c = POOL_DIVIDE_CHUNK
         neg = Signal()
-        mag = Signal(unsigned(acc_w + 1))
-        prod = Signal(unsigned(acc_w + 1 + _W))
+        mag = Signal(unsigned(mag_w))
         with m.State("DIV0"):
-            num = Signal(signed(acc_w + 1))
-            m.d.comb += num.eq((value << 1) + L.rs)
-            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, -num + (L.rs << 1) - 1, num))]
+            num, alt = Signal(signed(acc_w + 1)), Signal(signed(acc_w + 2))
+            # a negative numerator's magnitude less one, + 2 R S: -num + 2 R S - 1 = ~2 v + R S
+            m.d.comb += [num.eq((value << 1) + L.rs), alt.eq(~(value << 1) + L.rs)]
+            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, alt, num))]
             m.next = "DIV1"
+        # terms (shift, register), the products first
+        terms = []
         with m.State("DIV1"):
-            m.d.sync += prod.eq(mag * L.recip)
+            for i in range(0, mag_w, c):
+                for j in range(0, rec_w, c):
+                    a, b = mag[i:min(i + c, mag_w)], L.recip[j:min(j + c, rec_w)]
+                    t = Signal(unsigned(len(a) + len(b)), name=f"pp_{i // c}_{j // c}")
+                    m.d.sync += t.eq(a * b)
+                    terms.append((i + j, t))
+            qw = cfg.operand_width + 2           # the quotient's bits (|average| bound)
+            t = Signal(unsigned(qw), name="pp_neg")
+            m.d.sync += t.eq(Mux(neg, (1 << qw) - 1, 0))
+            terms.append((POOL_RECIP_SHIFT, t))
             m.next = "DIV2"
-        with m.State("DIV2"):
-            quo = prod[POOL_RECIP_SHIFT:]
-            m.d.sync += value.eq(Mux(neg, -quo.as_signed(), quo.as_signed()))
-            m.next = "EMIT"
+        level = 2
+        while True:
+            terms.sort(key=lambda st: st[0])
+            last = len(terms) <= 2
+            sums = []
+            with m.State(f"DIV{level}"):
+                for k in range(0, len(terms), 2):
+                    (s0, t0), rest = terms[k], terms[k + 1:k + 2]
+                    if rest:                 # t0 + t1 << d: t0's low d bits stand alone
+                        s1, t1 = rest[0]
+                        d = s1 - s0
+                        e = (Cat(t0[:d], t0[d:] + t1) if d < len(t0) else
+                             Cat(t0, Const(0, d - len(t0)), t1))
+                    else:
+                        e = t0
+                    if last:
+                        quo = Signal(unsigned(qw))
+                        m.d.comb += quo.eq(Cat(Const(0, s0), e)[POOL_RECIP_SHIFT:])
+                        m.d.sync += value.eq(Mux(neg, ~quo, quo).as_signed())
+                    else:
+                        t = Signal(unsigned(len(e)), name=f"ps{level}_{k // 2}")
+                        m.d.sync += t.eq(e)
+                        sums.append((s0, t))
+                m.next = "EMIT" if last else f"DIV{level + 1}"
+            if last:
+                break
+            terms = sums
+            level += 1
 
     def _scatter(self, m, L, v):
         """Backward, max: states SROW (a row of windows), SPIX (read its dY), SPIX_D (scan the
         window), SCATTER (add dY at the maximum when it lies in the band), SNEXT."""
         cfg = self.config
-        rp, rdata = v["rp"], v["rdata"]
+        rp = v["rp"]
         wtop, wrow, dro, left, oy, ox = (v[n] for n in ("wtop", "wrow", "dro", "left", "oy",
                                                          "ox"))
         dsave, best, amaddr, xband = v["dsave"], v["best"], v["amaddr"], v["xband"]
@@ -398,11 +522,11 @@ class PoolEngine(CheckedComponent):
         m.d.comb += [e.eq(amaddr - xband), wq.eq((e * M) >> K)]
         ln = Signal(range(cfg.cols))
         m.d.comb += ln.eq(e - wq * cfg.cols)
-        inside = (amaddr >= xband) & (amaddr < xband + L.rows * L.w)
+        inside = (amaddr >= xband) & (amaddr < v["xbend"])
         positive = (best > 0) if op.signed else (best != 0)
         with m.State("SROW"):
-            with m.If(oy >= L.drows):        # the plane's windows are done
-                with m.If(v["pl"] + 1 < L.planes):
+            with m.If(~v["ymore"]):          # the plane's windows are done
+                with m.If(v["more"]):
                     m.d.sync += [v["pl"].eq(v["pl"] + 1), v["xpb"].eq(v["xpb"] + L.x_plane),
                                  v["dpb"].eq(v["dpb"] + L.d_plane),
                                  v["ppb"].eq(v["ppb"] + L.p_row)]
@@ -410,22 +534,24 @@ class PoolEngine(CheckedComponent):
                 with m.Else():
                     m.next = "IDLE"
             with m.Else():
-                m.d.sync += [ox.eq(0), left.eq(-L.pad_w.as_signed())]
+                m.d.sync += [ox.eq(0), v["xlast"].eq(v["xone"]), left.eq(-L.pad_w.as_signed())]
                 m.next = "SPIX"
         with m.State("SPIX"):
             m.d.comb += [rp.addr.eq(dro + ox), rp.en.eq(1)]
             m.d.sync += v["reads"].eq(v["reads"] + 1)
             m.next = "SPIX_D"
         with m.State("SPIX_D"):
-            m.d.sync += [dsave.eq(rdata), *v["start_scan"](wtop, left, wrow)]
+            m.d.sync += [dsave.eq(rp.data), *v["start_scan"](wtop, left, wrow)]
             m.next = "SCAN"
         with m.State("SCATTER"):
             with m.If(inside & (~L.relu | positive)):
                 v["put"](dsave, wq, ln)
-            with m.If(ox + 1 < L.ow):
-                m.d.sync += [ox.eq(ox + 1), left.eq(left + L.stride_w)]
+            with m.If(~v["xlast"]):
+                m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
+                             left.eq(left + L.stride_w)]
                 m.next = "SPIX"
             with m.Else():
-                m.d.sync += [oy.eq(oy + 1), wtop.eq(wtop + L.stride_h),
+                m.d.sync += [oy.eq(oy + 1), v["ymore"].eq(oy < v["ym1"]),
+                             wtop.eq(wtop + L.stride_h),
                              wrow.eq(wrow + v["shw"]), dro.eq(dro + L.ow)]
                 m.next = "SROW"
