@@ -163,7 +163,7 @@ def _step_fields(cfg, st):
 @pytest.mark.parametrize("cfg", [CFG, CFG_NARROW], ids=lambda c: c.name)
 def test_index_counter_sequence_whole_layers(cfg):
     """For whole layers and partial runs (start position, context count), with random holds,
-    the counters present exactly the model's sequence of steps from 8 cycles after start, with
+    the counters present exactly the model's sequence of steps from 6 cycles after start, with
     no gap, then stop (``busy`` falls with the last step)."""
     dut = IndexCounters(cfg)
     rng = np.random.default_rng(len(cfg.name))
@@ -175,7 +175,7 @@ def test_index_counter_sequence_whole_layers(cfg):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            for _ in range(8 - 1):          # the first step 8 cycles after start
+            for _ in range(6 - 1):          # the first step 6 cycles after start
                 assert not ctx.get(dut.valid) and ctx.get(dut.busy)
                 await ctx.tick()
             got = []

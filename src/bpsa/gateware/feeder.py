@@ -15,17 +15,22 @@ Mapping onto the array (``R = rows`` feed lanes, lane ``i`` feeds array row ``i`
     :func:`bpsa.models.golden.lower_forward`), ``C*R*S`` elements.
 
 Pieces (each a small component)
-    :class:`StepCounter` one counter with a coordinate and a pointer step and a limit;
-    :class:`IndexCounters` six of them: the paper's five (x, y, channel over the interest
+    :class:`StepCounter` one counter with a coordinate and a pointer step and a limit (the
+    plain form of the counters);
+    :class:`IndexCounters` six counters: the paper's five (x, y, channel over the interest
     region; x, y moving the region) and an image counter after the region's y (the batch), the
-    pointer split into SRAM word address and global word offset;
+    pointer split into SRAM word address and global word offset; pipelined for one word a
+    cycle (registered ``last`` flags, a pointer register per level, rows through pipeline
+    registers to the word counter), steps presented from registers;
     :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset;
     :class:`FeedLane` selection into M intermediate registers, pushed as one FIFO entry when
     full or when they hold the context's last element (entries never straddle contexts, so the
     entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
-    kM+M-1`` in every lane);
-    :class:`DataFeeder` setup of a layer descriptor, the two-stage pipeline (counters and SRAM
-    address; data word and lanes), lane FIFOs and the lane-aligned output stream.
+    kM+M-1`` in every lane); made of :class:`LaneSelect` (the pattern's shift),
+    :class:`LaneRanks` (the selected positions and their ranks) and :class:`LaneRegisters`;
+    :class:`DataFeeder` setup of a layer descriptor, the pipeline (counters; stage 0: step,
+    lane shifts, SRAM address; stage 1: data word, lane selections and the lanes), lane FIFOs
+    and the lane-aligned output stream.
 
 Differences from the paper
     The feed registers do not skew the rows: the output is lane-aligned (the array skews
@@ -35,7 +40,7 @@ Differences from the paper
     masked at the output.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import ReadPort
@@ -47,8 +52,9 @@ from bpsa.gateware.arith import arith_for
 
 __all__ = [
     "LAYER_FIELDS", "layer_layout", "entry_layout", "feed_layout", "counter_setup_layout",
-    "step_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
-    "StepCounter", "IndexCounters", "KernelPatternShifter", "FeedLane", "DataFeeder",
+    "step_layout", "rank_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
+    "StepCounter", "IndexCounters", "KernelPatternShifter", "LaneSelect", "LaneRanks",
+    "LaneRegisters", "FeedLane", "DataFeeder",
 ]
 
 #: Fields of the layer descriptor (:func:`layer_layout`), also the attribute names that
@@ -311,6 +317,15 @@ class StepCounter(wiring.Component):
         return m
 
 
+def _one_hot(choices):
+    """The value of the one true condition of ``(condition, value)`` pairs (an AND-OR, 0 when
+    none is true)."""
+    out = 0
+    for cond, value in choices:
+        out = out | Mux(cond, value, 0)
+    return out
+
+
 class IndexCounters(wiring.Component):
     """The index counters: the sequence of SRAM words of a run, one :func:`step_layout` step
     per advance, presented from registers.
@@ -327,22 +342,23 @@ class IndexCounters(wiring.Component):
     pointer where the level's counter last moved): a row's pointer is the level's pointer plus
     its step, the level the registered flags select, never a sum of six terms. A row then goes
     through three pipeline registers (word address, global word offset and word count; the
-    lane mask and the real-data window) to the word counter (``x``), which presents its words
-    through an output register with a skid register (``en`` reaches nothing else).
+    lane mask and the real-data window) to the word counter (``x``), which writes its words
+    into two output registers in turn while they are not both full; ``en`` moves only their
+    read pointer and count.
 
-    Latency: the first step is presented 8 cycles after ``start``; then one a cycle while
+    Latency: the first step is presented 6 cycles after ``start``; then one a cycle while
     ``en`` is high (a step taken in every cycle keeps ``valid`` high to the run's last step).
 
     Members
     -------
     setup : In(counter_setup_layout)
-        Static from the cycle before ``start`` to the end of the run.
+        Static from ``start`` to the end of the run.
     start : In(1)
         Load the first context (``*_init``) and start presenting steps (clears the pipeline).
     valid : Out(1)
         A step is presented.
     step : Out(step_layout)
-        From registers.
+        From registers (one of the two output registers).
     en : In(1)
         Take the presented step (only with ``valid``); after the ``last`` step ``valid`` falls.
     busy : Out(1)
@@ -365,7 +381,7 @@ class IndexCounters(wiring.Component):
         sc = signed(cw + 2)
 
         # --- per-layer constants derived from the setup (registered; valid from the cycle
-        # after start, the setup being static from the cycle before) ---------------------------
+        # after start, the setup being static from the start cycle on) -------------------------
         sa_m1 = Signal(cw)          # span_all - 1
         levels = {                  # name: (step, limit)
             "y": (su.y_step, su.y_limit), "c": (Const(1, 1), su.c_limit),
@@ -395,7 +411,6 @@ class IndexCounters(wiring.Component):
         ctx_one = Signal()
         limited = Signal()
         running = Signal()
-        prime = Signal(2)           # the cycles after start that finish the first context
 
         # The level a step moves (one-hot over y, c, cx, cy, n; the others wrap to 0).
         moves = [~last["y"],
@@ -409,34 +424,33 @@ class IndexCounters(wiring.Component):
         # Row pipeline: state -> A -> B -> C -> word counter; all move together.
         a_valid, b_valid, c_valid = Signal(), Signal(), Signal()
         w_valid, w_last = Signal(), Signal()
-        o_valid, s_valid = Signal(), Signal()
+        full = Signal()
         word_adv = Signal()
         row_adv = Signal()
         m.d.comb += [
-            word_adv.eq(~s_valid),
+            word_adv.eq(~full),
             row_adv.eq((word_adv & (~w_valid | w_last)) | ~c_valid),
         ]
 
         with m.If(self.start):
+            # the first context's row: sums of at most two levels of adders
+            init = {"y": 0, "c": 0, "cx": su.cx_init, "cy": su.cy_init, "n": su.n_init}
+            p_n = su.ptr0 + su.n_pinit
+            p_cy = p_n + su.cy_pinit
+            first = p_n + (su.cy_pinit + su.cx_init)
             m.d.sync += [
-                running.eq(0), prime.eq(1),
-                room["y"].eq(su.y_limit), room["c"].eq(su.c_limit),
-                room["cx"].eq(su.cx_limit - su.cx_init), room["cy"].eq(su.cy_limit - su.cy_init),
-                room["n"].eq(su.n_limit - su.n_init),
+                running.eq(1),
                 x0.eq(su.cx_init - su.pad_w),
                 ybase.eq(su.cy_init - su.pad_h), yrow.eq(su.cy_init - su.pad_h),
-                ptr["n"].eq(su.ptr0 + su.n_pinit),
+                ptr["n"].eq(p_n), ptr["cy"].eq(p_cy),
+                ptr["cx"].eq(first), ptr["c"].eq(first), ptr["row"].eq(first),
                 ctx_left.eq(su.ctx_count), limited.eq(su.ctx_count != 0),
+                ctx_one.eq(su.ctx_count == 1),
             ]
-        with m.Elif(prime == 1):
-            m.d.sync += [ptr["cy"].eq(ptr["n"] + su.cy_pinit), ctx_one.eq(ctx_left == 1),
-                         prime.eq(2)]
-            for k, (step, _) in levels.items():
-                m.d.sync += last[k].eq(room[k] < step)
-        with m.Elif(prime == 2):
-            first = ptr["cy"] + su.cx_init
-            m.d.sync += [ptr["cx"].eq(first), ptr["c"].eq(first), ptr["row"].eq(first),
-                         prime.eq(0), running.eq(1)]
+            for k, (step, limit) in levels.items():
+                r0 = Signal(cw, name=f"{k}_room_init")
+                m.d.comb += r0.eq(limit - init[k])
+                m.d.sync += [room[k].eq(r0), last[k].eq(r0 < step)]
         with m.Elif(row_adv & running):
             with m.If(run_end):
                 m.d.sync += running.eq(0)
@@ -451,25 +465,26 @@ class IndexCounters(wiring.Component):
                                      last[k].eq(room[k] < (step << 1))]
                 inner = inner & last[k]
             # pointers: the moving level's pointer plus its step, copied to all inner levels
+            # (one-hot selections of sums computed apart: no adder after a selection)
             order = ("row", "c", "cx", "cy", "n")
             for lvl, k in enumerate(order):
-                for sel in range(lvl, len(order)):
-                    with m.If(moves[sel]):
-                        m.d.sync += ptr[k].eq(psum[order[sel]])
+                m.d.sync += ptr[k].eq(_one_hot(
+                    (moves[sel], ptr[k] if sel < lvl else psum[order[sel]])
+                    for sel in range(len(order))))
             with m.If(ctx_end):
                 m.d.sync += [ctx_left.eq(ctx_left - 1), ctx_one.eq(ctx_left == 2)]
                 with m.If(last["cx"]):
                     m.d.sync += x0.eq(-su.pad_w)
                 with m.Else():
                     m.d.sync += x0.eq(x0 + su.cx_step)
-            with m.If(moves[0]):
-                m.d.sync += yrow.eq(yrow + su.y_step)
-            with m.If(moves[1] | moves[2]):
-                m.d.sync += yrow.eq(ybase)
-            with m.If(moves[3]):
-                m.d.sync += [ybase.eq(ybase + su.cy_step), yrow.eq(ybase + su.cy_step)]
-            with m.If(moves[4]):
-                m.d.sync += [ybase.eq(-su.pad_h), yrow.eq(-su.pad_h)]
+            y_next, ybase_next = Signal(sc), Signal(sc)
+            m.d.comb += [y_next.eq(yrow + su.y_step), ybase_next.eq(ybase + su.cy_step)]
+            m.d.sync += [
+                yrow.eq(_one_hot([(moves[0], y_next), (moves[1] | moves[2], ybase),
+                                  (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+                ybase.eq(_one_hot([(moves[0] | moves[1] | moves[2], ybase),
+                                   (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+            ]
 
         # --- A: word address, global word offset, words - 1, lane mask, window ends --------
         a_addr, a_goff = Signal(addr_width(cfg)), Signal(lb)
@@ -552,29 +567,50 @@ class IndexCounters(wiring.Component):
             wstep.active.eq(w_active),
         ]
 
-        # --- output register and skid register --------------------------------------------
-        skid = Signal(step_layout(cfg))
-        take = o_valid & self.en
-        with m.If(~o_valid | take):
-            with m.If(s_valid):
-                m.d.sync += [self.step.eq(skid), o_valid.eq(1), s_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [self.step.eq(wstep), o_valid.eq(w_valid)]
-        with m.Elif(w_valid & ~s_valid):
-            m.d.sync += [skid.eq(wstep), s_valid.eq(1)]
+        # --- output: two entries written in turn while not both full, read in turn --------
+        # (``en`` moves only the read pointer and the count)
+        entries = [Signal(step_layout(cfg), name=f"out{e}") for e in range(2)]
+        wp, rp = Signal(), Signal()
+        count = Signal(range(3))
+        write = Signal()
+        read = Signal()
+        m.d.comb += [write.eq(word_adv & w_valid), read.eq(self.en & (count != 0))]
+        for e in range(2):
+            with m.If(write & (wp == e)):
+                m.d.sync += entries[e].eq(wstep)
+        with m.If(write):
+            m.d.sync += wp.eq(~wp)
+        with m.If(read):
+            m.d.sync += rp.eq(~rp)
+        m.d.sync += [count.eq(count + write - read), full.eq(count + write - read == 2)]
 
         with m.If(self.start):
             m.d.sync += [a_valid.eq(0), b_valid.eq(0), c_valid.eq(0), w_valid.eq(0),
-                         o_valid.eq(0), s_valid.eq(0)]
+                         wp.eq(0), rp.eq(0), count.eq(0), full.eq(0)]
         m.d.comb += [
-            self.valid.eq(o_valid),
-            self.busy.eq(running | prime.any() | a_valid | b_valid | c_valid | w_valid
-                         | o_valid | s_valid),
+            self.valid.eq(count != 0),
+            self.step.eq(Mux(rp, entries[1], entries[0])),
+            self.busy.eq(running | a_valid | b_valid | c_valid | w_valid | (count != 0)),
         ]
         return m
 
 
 # --- feed lanes ----------------------------------------------------------------------------
+
+def _shift_amount(m, offset, bw, pw):
+    """The pattern's shift for a word offset: ``u = B - offset`` clamped to ``[0, B + PW]`` (bit
+    ``j`` of the selection is bit ``u + j`` of the pattern with B zeros at both ends; both ends of
+    the clamp select only zeros)."""
+    u = Signal(range(bw + pw + 1))
+    v = Signal(signed(len(offset) + 2))
+    m.d.comb += [v.eq(bw - offset), u.eq(Mux(v < 0, 0, Mux(v > bw + pw, bw + pw, v)))]
+    return u
+
+
+def _window(pattern, u, bw):
+    """The ``bw`` pattern bits that :func:`_shift_amount`'s ``u`` selects."""
+    return (Cat(Const(0, bw), pattern, Const(0, bw)) >> u)[:bw]
+
 
 class KernelPatternShifter(wiring.Component):
     """The kernel pattern aligned with the data word (combinational).
@@ -605,29 +641,26 @@ class KernelPatternShifter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bw, pw = self.config.feeder_bus_width, self.config.feeder_pattern_width
-        ext = Cat(Const(0, bw), self.pattern, Const(0, bw))
-        # Bit j of sel is ext[u + j] with u = B - offset, clamped to [0, B + PW]: both ends of
-        # the clamp select only zeros of ext.
-        u = Signal(range(bw + pw + 1))
-        v = Signal(signed(len(self.offset) + 2))
-        m.d.comb += v.eq(bw - self.offset)
-        m.d.comb += u.eq(Mux(v < 0, 0, Mux(v > bw + pw, bw + pw, v)))
-        m.d.comb += self.sel.eq((ext >> u)[:bw])
+        u = _shift_amount(m, self.offset, bw, pw)
+        m.d.comb += self.sel.eq(_window(self.pattern, u, bw))
         return m
 
 
 class LaneSelect(wiring.Component):
-    """What a lane takes of a word (combinational): the positions of its interest elements and
-    whether its last tap of the kernel row is among them.
+    """A lane's word offset turned into what the lane takes of the word (combinational), in two
+    steps that the :class:`DataFeeder` registers apart: the offset to the pattern's shift
+    (``shift``, ``tap_last``), the shift to the selected positions and their ranks
+    (:class:`LaneRanks`).
 
     Members
     -------
     offset : In(signed(offset_width))
         The lane's word offset (global word offset + local offset - bus widths already read).
-    pattern : In(feeder_pattern_width), last_tap : In
-        Kernel pattern and the position of its last bit, ``(S-1)*d``.
-    sel : Out(feeder_bus_width)
-        The pattern shifted by ``offset`` (:class:`KernelPatternShifter`).
+    last_tap : In
+        The position of the pattern's last bit, ``(S-1)*d``.
+    shift : Out
+        The pattern's shift, ``B - offset`` clamped to ``[0, B + feeder_pattern_width]``
+        (:class:`KernelPatternShifter`'s).
     tap_last : Out(1)
         Word position ``offset + last_tap`` is in the word.
     """
@@ -638,35 +671,85 @@ class LaneSelect(wiring.Component):
                             f"{offset_width!r}")
         self.config = require_config(config)
         self.offset_width = offset_width
-        pw = config.feeder_pattern_width
+        bw, pw = config.feeder_bus_width, config.feeder_pattern_width
         super().__init__({
-            "offset": In(signed(offset_width)), "pattern": In(pw), "last_tap": In(range(pw)),
-            "sel": Out(config.feeder_bus_width), "tap_last": Out(1),
+            "offset": In(signed(offset_width)), "last_tap": In(range(pw)),
+            "shift": Out(range(bw + pw + 1)), "tap_last": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        bw = self.config.feeder_bus_width
-        shifter = m.submodules.shifter = KernelPatternShifter(
-            self.config, offset_width=self.offset_width)
-        m.d.comb += [shifter.pattern.eq(self.pattern), shifter.offset.eq(self.offset),
-                     self.sel.eq(shifter.sel)]
+        bw, pw = self.config.feeder_bus_width, self.config.feeder_pattern_width
+        m.d.comb += self.shift.eq(_shift_amount(m, self.offset, bw, pw))
         tap = Signal(signed(self.offset_width + 1))
         m.d.comb += [tap.eq(self.offset + self.last_tap),
                      self.tap_last.eq((tap >= 0) & (tap < bw))]
         return m
 
 
+def rank_layout(config):
+    """Ranks of a lane's selection: element ``j`` counts the selected positions before ``j``,
+    element ``B`` all of them."""
+    bw = config.feeder_bus_width
+    return data.ArrayLayout(unsigned(ceil_log2(bw + 1)), bw + 1)
+
+
+class LaneRanks(wiring.Component):
+    """The pattern shifted by ``shift`` (the selected word positions) and their ranks
+    (combinational; the ranks by a log-depth prefix count).
+
+    Members
+    -------
+    pattern : In(feeder_pattern_width)
+    shift : In
+        :class:`LaneSelect`'s.
+    sel : Out(feeder_bus_width)
+    rank : Out(rank_layout)
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        bw, pw = config.feeder_bus_width, config.feeder_pattern_width
+        super().__init__({
+            "pattern": In(pw), "shift": In(range(bw + pw + 1)),
+            "sel": Out(bw), "rank": Out(rank_layout(config)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bw = self.config.feeder_bus_width
+        rw = ceil_log2(bw + 1)
+        m.d.comb += self.sel.eq(_window(self.pattern, self.shift, bw))
+        # Inclusive prefix counts, doubling the span each level.
+        level = [self.sel[j] for j in range(bw)]
+        span = 1
+        while span < bw:
+            nxt = []
+            for j in range(bw):
+                v = Signal(rw, name=f"count{span}_{j}")
+                m.d.comb += v.eq(level[j] + level[j - span] if j >= span else level[j])
+                nxt.append(v)
+            level, span = nxt, span * 2
+        m.d.comb += self.rank[0].eq(0)
+        for j in range(bw):
+            m.d.comb += self.rank[j + 1].eq(level[j])
+        return m
+
+
 class LaneRegisters(wiring.Component):
     """A lane's M intermediate registers: places the word's selected elements and pushes them,
-    M at a time, as FIFO entries (the part of :class:`FeedLane` after :class:`LaneSelect`).
+    M at a time, as FIFO entries (the part of :class:`FeedLane` after :class:`LaneRanks`).
+
+    The elements of the word placed so far are the first ``t`` selected ones (a register);
+    ``done`` (``rank[B] - t`` at most the free registers) comes from registers and the FIFO's
+    ``ready``, which only selects among precomputed cases.
 
     Members
     -------
     word, word_valid, active, next, done, blocked, empty, entries
         As :class:`FeedLane`'s.
-    sel : In(feeder_bus_width)
-        The word positions holding the lane's interest elements.
+    sel : In(feeder_bus_width), rank : In(rank_layout)
+        The word positions holding the lane's interest elements, and their ranks.
     closes : In(1)
         The word holds the lane's last element of the context (the context's last row and
         :class:`LaneSelect`'s ``tap_last``).
@@ -677,8 +760,8 @@ class LaneRegisters(wiring.Component):
         op = arith_for(config).operand_shape
         super().__init__({
             "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
-            "sel": In(config.feeder_bus_width), "closes": In(1), "active": In(1),
-            "next": In(1),
+            "sel": In(config.feeder_bus_width), "rank": In(rank_layout(config)),
+            "closes": In(1), "active": In(1), "next": In(1),
             "done": Out(1), "blocked": Out(1), "empty": Out(1),
             "entries": Out(stream.Signature(entry_layout(config))),
         })
@@ -687,10 +770,6 @@ class LaneRegisters(wiring.Component):
         cfg = self.config
         m = Module()
         bw, mr = cfg.feeder_bus_width, cfg.feeder_lane_regs
-
-        taken = Signal(bw)
-        rem = Signal(bw)
-        m.d.comb += rem.eq(Mux(self.word_valid, self.sel & ~taken, 0))
 
         regs = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, mr))
         fill = Signal(range(mr + 1))
@@ -705,40 +784,53 @@ class LaneRegisters(wiring.Component):
             self.empty.eq((fill == 0) & ~close),
         ]
 
-        # Fill level the new elements start from: offered registers free up only when pushed.
+        # Fill level the new elements start from: offered registers take elements only in the
+        # cycle they are pushed (then all are free).
+        accept = Signal()
         base = Signal(range(mr + 1))
-        m.d.comb += base.eq(Mux(push, 0, Mux(out.valid, mr, fill)))
         free = Signal(range(mr + 1))
-        m.d.comb += free.eq(mr - base)
+        m.d.comb += [accept.eq(~out.valid | out.ready), base.eq(Mux(out.valid, 0, fill)),
+                     free.eq(Mux(accept, mr - base, 0))]
 
-        rank = [Const(0, range(bw + 1))]
-        for j in range(bw):
-            r = Signal(range(bw + 1), name=f"rank{j + 1}")
-            m.d.comb += r.eq(rank[-1] + rem[j])
-            rank.append(r)
-        cnt = rank[bw]
-        place = Signal(bw)
-        for j in range(bw):
-            m.d.comb += place[j].eq(rem[j] & (rank[j] < free))
+        # The first t selected elements of the word are placed; register k >= base takes the
+        # selected element of rank t + k - base, if there is one (both cases of base computed
+        # apart, the registers' state selecting last).
+        t = Signal(range(bw + 1))
+        cnt = Signal(range(bw + 1))         # selected elements left
+        m.d.comb += cnt.eq(Mux(self.word_valid, self.rank[bw] - t, 0))
         placed = Signal(range(mr + 1))
         m.d.comb += placed.eq(Mux(cnt < free, cnt, free))
-        for j in range(bw):
-            for k in range(mr):
-                with m.If(place[j] & (base + rank[j] == k)):
-                    m.d.sync += regs[k].eq(self.word[j])
+        for k in range(mr):
+            takes, srcs = [], []
+            for case, b in (("pushed", 0), ("open", fill)):
+                q = Signal(range(-mr, bw + mr + 1), name=f"rank_for{k}_{case}")
+                m.d.comb += q.eq(t + k - b)
+                src = 0
+                for j in range(bw):
+                    src = src | Mux(self.sel[j] & (self.rank[j] == q),
+                                    Value.cast(self.word[j]), 0)
+                takes.append((k >= b) & (q < self.rank[bw]))
+                srcs.append(src)
+            with m.If(self.word_valid & Mux(out.valid, out.ready & takes[0], takes[1])):
+                m.d.sync += regs[k].eq(Mux(out.valid, srcs[0], srcs[1]))
 
+        # done is cnt <= free, with the cases of the registers' state compared apart and
+        # selected last (the FIFO's ready arrives late)
+        left = Signal(range(bw + 1))
+        m.d.comb += left.eq(self.rank[bw] - t)
         m.d.comb += [
-            self.done.eq(cnt <= free),
+            self.done.eq(~self.word_valid | Mux(out.valid, Mux(out.ready, left <= mr, left == 0),
+                                                left <= mr - fill)),
             self.blocked.eq((cnt != 0) & out.valid & ~out.ready),
         ]
-        with m.If(~out.valid | push):
+        with m.If(accept):
             m.d.sync += fill.eq(base + placed)
         with m.If(placed != 0):
             m.d.sync += act.eq(self.active)
         with m.If(self.next):
-            m.d.sync += taken.eq(0)
+            m.d.sync += t.eq(0)
         with m.Else():
-            m.d.sync += taken.eq(taken | place)
+            m.d.sync += t.eq(t + placed)
 
         # The lane's last element of the context is in this word when its last tap is.
         closes = self.closes & (cnt != 0) & self.done
@@ -748,8 +840,9 @@ class LaneRegisters(wiring.Component):
 
 class FeedLane(wiring.Component):
     """One feed lane: selects its interest elements from the data words into M intermediate
-    registers and pushes them, M at a time, as FIFO entries (a :class:`LaneSelect` and its
-    :class:`LaneRegisters`; the :class:`DataFeeder` registers the selection between them).
+    registers and pushes them, M at a time, as FIFO entries (:class:`LaneSelect`,
+    :class:`LaneRanks` and :class:`LaneRegisters`; the :class:`DataFeeder` puts a register
+    after each of the first two).
 
     Per cycle the lane places, in word order, as many of the word's not yet taken interest
     elements as it has free registers. Registers that are full, or that hold the context's
@@ -803,11 +896,13 @@ class FeedLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         sel = m.submodules.select = LaneSelect(self.config, offset_width=self.offset_width)
+        ranks = m.submodules.ranks = LaneRanks(self.config)
         regs = m.submodules.regs = LaneRegisters(self.config)
         m.d.comb += [
-            sel.offset.eq(self.offset), sel.pattern.eq(self.pattern),
-            sel.last_tap.eq(self.last_tap),
-            regs.word.eq(self.word), regs.word_valid.eq(self.word_valid), regs.sel.eq(sel.sel),
+            sel.offset.eq(self.offset), sel.last_tap.eq(self.last_tap),
+            ranks.pattern.eq(self.pattern), ranks.shift.eq(sel.shift),
+            regs.word.eq(self.word), regs.word_valid.eq(self.word_valid),
+            regs.sel.eq(ranks.sel), regs.rank.eq(ranks.rank),
             regs.closes.eq(self.ctx_end & sel.tap_last), regs.active.eq(self.active),
             regs.next.eq(self.next),
             self.done.eq(regs.done), self.blocked.eq(regs.blocked), self.empty.eq(regs.empty),
@@ -831,7 +926,9 @@ class DataFeeder(wiring.Component):
     """The data feeder for the output-stationary forward convolution.
 
     Accepts a layer descriptor with ``start`` when idle; derives the index-counter values and
-    the kernel pattern (``SETUP``, ``CHECK``, ``PATTERN``: ``14 + kernel_w`` cycles), then
+    the kernel pattern (``SETUP``: ``max(15, 6 + rows)`` cycles, ``CHECK``: 1, ``PATTERN``:
+    ``kernel_w``; the index counters start in ``CHECK`` and present their first step 6 cycles
+    later, so the first SRAM read comes ``max(7, kernel_w + 2)`` cycles after ``CHECK``), then
     reads every SRAM word of each context's interest region once, in the order of
     ``bpsa.models.feeder_model.index_steps``, and produces the lane streams on ``feed`` (see the
     module docstring for the pixel mapping and element order). ``busy`` stays high until the last
@@ -844,10 +941,13 @@ class DataFeeder(wiring.Component):
     which the fields cannot hold) raise ``error`` after ``CHECK``: the feeder returns to idle
     without reading or producing anything. ``error`` holds until the next ``start``.
 
-    Pipeline: the index counters address the SRAM (``sram.en`` with the word's address); the
-    word arrives the next cycle (synchronous read port; ``data`` holds while ``en`` is low),
-    padding positions are zeroed, and every lane selects from it. The word is held (a *stall*)
-    until all lanes have placed their interest elements.
+    Pipeline: the index counters' step (registered) goes to stage 0 with every lane's pattern
+    shift; stage 0 addresses the SRAM (``sram.en`` with the word's address) and moves to stage
+    1 with every lane's selection and ranks; the word arrives there (synchronous read port;
+    ``data`` holds while ``en`` is low), padding positions are zeroed, and every lane places
+    its elements. Both stages move together; the word is held (a *stall*) until all lanes have
+    placed their interest elements. Every cycle's logic starts at registers: one word a cycle
+    in steady state.
 
     Members
     -------
@@ -863,7 +963,8 @@ class DataFeeder(wiring.Component):
     words_read, stall_cycles, fifo_stall_cycles, busy_cycles : Out(32)
         Counters of the current (or last) run, cleared by ``start``: SRAM words read; cycles a
         word is held because a lane has not placed all its interest elements; of those, cycles
-        in which a lane waits for FIFO space (backpressure); cycles busy.
+        in which a lane waits for FIFO space (backpressure); cycles busy. The first three
+        count an event the cycle after it (all have landed when ``busy`` falls).
     """
 
     def __init__(self, config):
@@ -902,7 +1003,6 @@ class DataFeeder(wiring.Component):
         pad_row = Signal(2 * dim)
         cx0 = Signal(2 * dim)
         cy0 = Signal(2 * dim)
-        rs = Signal(2 * dim + 8)
         dil_row = Signal(2 * dim)
         stride_row = Signal(2 * dim)
         cy0p = Signal(ptrw)
@@ -918,7 +1018,6 @@ class DataFeeder(wiring.Component):
             (n0p, lay.ctx_n, chw),
             (dil_row, lay.dil_h, lay.width),
             (pad_row, lay.pad_h, lay.width),
-            (rs, r_n, lay.stride_w),
             (cx0, lay.ctx_ow, lay.stride_w),
             (cy0, lay.ctx_oh, lay.stride_h),
         ]
@@ -926,7 +1025,8 @@ class DataFeeder(wiring.Component):
         mul_b = Signal(3 * dim)
         mul_p = Signal(4 * dim + 8)
         # SETUP's cycles: the products' and the lane ends' (span_w - 1 lands in cycle 5), and
-        # one more for the counters' setup registered from them
+        # one more for the counters' setup registered from them (values derived from the
+        # products land two cycles after them: none of those products comes last)
         setup_cycles = max(len(products) + 3, 6 + r_n)
         setup_idx = Signal(range(setup_cycles))
         m.d.sync += mul_p.eq(mul_a * mul_b)
@@ -936,8 +1036,9 @@ class DataFeeder(wiring.Component):
             with m.If((state == FeederState.SETUP) & (setup_idx == i + 2)):
                 m.d.sync += dest.eq(mul_p)
 
-        # Lane offsets i*s_w and ends i*s_w + span_w: each register adds s_w to its neighbour's
-        # every cycle, right r_n - 1 cycles after its first term.
+        # Lane offsets i*s_w, ends i*s_w + span_w and rows*s_w: each register adds s_w to its
+        # neighbour's every cycle, right r_n cycles after its first term.
+        rs = Signal(cw)
         lane_off = [Const(0, cw)]
         lane_end = [Signal(cw, name="lane_end0")]
         m.d.comb += lane_end[0].eq(span_w_m1 + 1)
@@ -947,17 +1048,21 @@ class DataFeeder(wiring.Component):
             m.d.sync += [o.eq(lane_off[-1] + lay.stride_w), e.eq(lane_end[-1] + lay.stride_w)]
             lane_off.append(o)
             lane_end.append(e)
+        m.d.sync += rs.eq(lane_off[-1] + lay.stride_w)
 
-        # Derived values (from registers), registered into the counters' setup in every cycle
-        # of SETUP: final in CHECK, where the counters start.
+        # Derived values, registered in every cycle (final two cycles after their products),
+        # and registered into the counters' setup in every cycle of SETUP: final in CHECK,
+        # where the counters start.
         span_w = Signal(2 * dim + 1)
         span_h = Signal(2 * dim + 1)
-        m.d.comb += [span_w.eq(span_w_m1 + 1), span_h.eq(span_h_m1 + 1)]
         lim_x = Signal(signed(2 * dim + 3))
         lim_y = Signal(signed(2 * dim + 3))
-        m.d.comb += [
+        x_end = Signal(4 * dim + 2)         # base + N*C*H*W
+        m.d.sync += [
+            span_w.eq(span_w_m1 + 1), span_h.eq(span_h_m1 + 1),
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
             lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
+            x_end.eq(lay.base + total),
         ]
         with m.If(state == FeederState.SETUP):
             m.d.sync += [
@@ -988,7 +1093,7 @@ class DataFeeder(wiring.Component):
                 zero
                 | (span_w > pwid)
                 | (lim_x < 0) | (lim_y < 0)
-                | (lay.base + total > cfg.buf_a_depth * bw)
+                | (x_end > cfg.buf_a_depth * bw)
                 | (lay.ctx_n >= lay.batch) | (cy0 > lim_y) | (cx0 > lim_x))
 
         # Kernel pattern: S times pattern = (pattern << d_w) | 1.
@@ -998,13 +1103,14 @@ class DataFeeder(wiring.Component):
         m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
 
         # --- pipeline -----------------------------------------------------------------------
-        # Stage 0: the counters' step and every lane's word offset; it addresses the SRAM.
+        # Stage 0: the counters' step and every lane's pattern shift; it addresses the SRAM.
         # Stage 1: the word (read), what each lane takes of it and its real-data positions.
         # Both move together, when stage 1 is free or all lanes are done with its word.
         fifos = []
         s0_valid = Signal()
         s0 = Signal(step_layout(cfg))
-        s0_off = Signal(data.ArrayLayout(signed(cw + 1), r_n))
+        s0_shift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        s0_tap = Signal(r_n)
         s1_valid = Signal()
         s1 = Signal(step_layout(cfg))
         all_done = Signal()
@@ -1018,23 +1124,26 @@ class DataFeeder(wiring.Component):
             self.sram.en.eq(adv & s0_valid & s0.read),
         ]
         s1_sel = Signal(data.ArrayLayout(bw, r_n))
+        s1_rank = Signal(data.ArrayLayout(rank_layout(cfg), r_n))
         s1_closes = Signal(r_n)
         s1_keep = Signal(bw)
         with m.If(adv):
             m.d.sync += [s0_valid.eq(ic.valid), s0.eq(ic.step),
                          s1_valid.eq(s0_valid), s1.eq(s0)]
-            for i in range(r_n):
-                m.d.sync += s0_off[i].eq(ic.step.offset + su.lane_off[i])
             for j in range(bw):
                 m.d.sync += s1_keep[j].eq((s0.lo <= j) & (j < s0.hi))
         for i in range(r_n):
             select = LaneSelect(cfg, offset_width=cw + 1)
             m.submodules[f"select{i}"] = select
-            m.d.comb += [select.offset.eq(s0_off[i]),
-                         select.pattern.eq(pattern), select.last_tap.eq(span_w_m1)]
+            ranks = LaneRanks(cfg)
+            m.submodules[f"ranks{i}"] = ranks
+            m.d.comb += [select.offset.eq(ic.step.offset + su.lane_off[i]),
+                         select.last_tap.eq(span_w_m1),
+                         ranks.pattern.eq(pattern), ranks.shift.eq(s0_shift[i])]
             with m.If(adv):
-                m.d.sync += [s1_sel[i].eq(select.sel),
-                             s1_closes[i].eq(s0.ctx_last_row & select.tap_last)]
+                m.d.sync += [s0_shift[i].eq(select.shift), s0_tap[i].eq(select.tap_last),
+                             s1_sel[i].eq(ranks.sel), s1_rank[i].eq(ranks.rank),
+                             s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
 
         word = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, bw))
         for j in range(bw):
@@ -1048,7 +1157,7 @@ class DataFeeder(wiring.Component):
             m.submodules[f"fifo{i}"] = fifo
             m.d.comb += [
                 lane.word.eq(word), lane.word_valid.eq(s1_valid),
-                lane.sel.eq(s1_sel[i]), lane.closes.eq(s1_closes[i]),
+                lane.sel.eq(s1_sel[i]), lane.rank.eq(s1_rank[i]), lane.closes.eq(s1_closes[i]),
                 lane.active.eq(s1.active[i]),
                 lane.next.eq(adv),
                 fifo.w_data.eq(lane.entries.payload), fifo.w_en.eq(lane.entries.valid),
