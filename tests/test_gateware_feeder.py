@@ -163,7 +163,8 @@ def _step_fields(cfg, st):
 @pytest.mark.parametrize("cfg", [CFG, CFG_NARROW], ids=lambda c: c.name)
 def test_index_counter_sequence_whole_layers(cfg):
     """For whole layers and partial runs (start position, context count), with random holds,
-    the counters present exactly the model's sequence of steps, then stop."""
+    the counters present exactly the model's sequence of steps from 6 cycles after start, with
+    no gap, then stop (``busy`` falls with the last step)."""
     dut = IndexCounters(cfg)
     rng = np.random.default_rng(len(cfg.name))
 
@@ -174,6 +175,9 @@ def test_index_counter_sequence_whole_layers(cfg):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
+            for _ in range(6 - 1):          # the first step 6 cycles after start
+                assert not ctx.get(dut.valid) and ctx.get(dut.busy)
+                await ctx.tick()
             got = []
             while ctx.get(dut.valid):
                 en = rng.random() < 0.8
@@ -186,6 +190,7 @@ def test_index_counter_sequence_whole_layers(cfg):
                 await ctx.tick()
                 assert len(got) <= len(expected), f"{layer}: more steps than the model"
             ctx.set(dut.en, 0)
+            assert not ctx.get(dut.busy)
             assert len(got) == len(expected), f"{layer}: {len(got)} of {len(expected)} steps"
             for i, (g, e) in enumerate(zip(got, expected)):
                 assert g == {k: int(v) if v is not None else None for k, v in e.items()}, \

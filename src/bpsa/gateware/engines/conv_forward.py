@@ -282,7 +282,8 @@ class ConvForward(wiring.Component):
     Accepts a descriptor with ``start`` when idle. Setup (``SETUP``, ``CHECK``: 6 cycles)
     derives ``CRS``, the number of output-channel tiles and the W footprint and checks the W
     buffer; the reserve chains are then zeroed (``rows`` cycles) while the feeder sets up
-    (``14 + kernel_w`` cycles, again for every output-channel tile), and the layer runs.
+    (``max(15, 6 + rows) + max(7, kernel_w + 2)`` cycles to its first X read, again for every
+    output-channel tile), and the layer runs.
     ``busy`` stays high until the last Y row has left on ``y``; ``done`` then rises and holds
     until the next ``start``.
 
