@@ -31,7 +31,7 @@ Refusals
     zero sizes, strides or dilations).
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -419,17 +419,17 @@ class ConvForward(wiring.Component):
             m.d.comb += getattr(feeder.layer, name).eq(getattr(lay, name))
         m.d.comb += feeder.layer.base.eq(lay.x_base)
 
-        # --- setup: products on one shared multiplier, one per cycle -----------------------
+        # --- setup: products on one shared multiplier, two cycles each (operands registered,
+        # then the product), saturated at ``pw`` bits: W words past the buffer are refused
+        # anyway, and the spans of a layer the feeder accepts fit its padded input
         ktiles = Signal(dim + 1)
         if C & (C - 1) == 0:
-            m.d.comb += ktiles.eq((lay.out_channels + (C - 1)) >> ceil_log2(C))
+            m.d.sync += ktiles.eq((lay.out_channels + (C - 1)) >> ceil_log2(C))
         else:
-            m.d.comb += ktiles.eq((lay.out_channels + (C - 1)) // C)
-        rs_k = Signal(2 * dim)
-        crs = Signal(3 * dim)
-        wwords = Signal(4 * dim + 1)
-        span_w_m1 = Signal(2 * dim)
-        span_h_m1 = Signal(2 * dim)
+            m.d.sync += ktiles.eq((lay.out_channels + (C - 1)) // C)
+        pw = max(cfg.buf_b_depth.bit_length() + 1, dim + 2)
+        rs_k, crs, wwords, span_w_m1, span_h_m1 = (
+            Signal(pw, name=n) for n in ("rs_k", "crs", "wwords", "span_w_m1", "span_h_m1"))
         products = [
             (rs_k, lay.kernel_h, lay.kernel_w),
             (crs, lay.channels, rs_k),
@@ -437,29 +437,39 @@ class ConvForward(wiring.Component):
             (span_w_m1, lay.kernel_w - 1, lay.dil_w),
             (span_h_m1, lay.kernel_h - 1, lay.dil_h),
         ]
-        mul_a = Signal(dim + 1)
-        mul_b = Signal(3 * dim)
-        mul_p = Signal(4 * dim + 1)
+        mul_a, mul_b = Signal(dim + 1), Signal(pw)
+        mul_p = Signal(dim + 1 + pw)
         m.d.comb += mul_p.eq(mul_a * mul_b)
+        saturated = Mux(mul_p[pw:].any(), (1 << pw) - 1, mul_p[:pw])
         setup_idx = Signal(range(len(products)))
+        setup_mul = Signal()                  # the second cycle of a product
         for i, (dest, a, b) in enumerate(products):
             with m.If((state == ConvState.SETUP) & (setup_idx == i)):
-                m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
-                m.d.sync += dest.eq(mul_p)
+                with m.If(setup_mul):
+                    m.d.sync += dest.eq(saturated)
+                with m.Else():
+                    m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
 
-        w_end = Signal(4 * dim + 2)
+        w_end = Signal(pw + 1)
         m.d.comb += w_end.eq(lay.w_base + wwords)
         refused = Signal()
         m.d.comb += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
 
         # Geometry of the drain side (valid once the feeder has accepted the layer).
+        # Registered from the layer and the spans (set up before CHECK, used from the drain on).
         sc = signed(cw + 2)
         rs = Signal(cw)                       # rows * s_w: x step between contexts
         lim_x, lim_y = Signal(sc), Signal(sc)  # last output pixel's x / y in padded coordinates
-        m.d.comb += [
+        # ... and the drain's end-of-row / column / image / block tests as compares of registers
+        rs_m_s, lim_xm, lim_ym = Signal(sc), Signal(sc), Signal(sc)
+        batch_m1, k_last = Signal(dim), Signal(signed(dim + 2))
+        m.d.sync += [
             rs.eq(lay.stride_w * R),
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w_m1 - 1),
             lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h_m1 - 1),
+            rs_m_s.eq(rs - lay.stride_w), lim_xm.eq(lim_x - lay.stride_w),
+            lim_ym.eq(lim_y - lay.stride_h), batch_m1.eq(lay.batch - 1),
+            k_last.eq(lay.out_channels - C),
         ]
 
         # --- issue: feeder vector e + W word e -> array edge (registered) ------------------
@@ -508,12 +518,13 @@ class ConvForward(wiring.Component):
 
         # --- drain: position of every drained row ------------------------------------------
         dk0, dn, doh, dow0 = (Signal(dim, name=f"drain_{k}") for k in ("k0", "n", "oh", "ow0"))
-        dcx, dcy = Signal(cw), Signal(cw)     # context x (ow0 * s_w), output row y (oh * s_h)
-        xrow = Signal(sc)
+        dcy = Signal(cw)                      # output row y (oh * s_h)
+        xfirst = Signal(sc)                   # x of the context's first drained row: ow0 s_w +
+        xrow = Signal(sc)                     # (R - 1) s_w
         xr = Signal(sc)                       # x of the drained row's pixel
         drained_all = Signal()
         first = arr.drain_row == R - 1
-        m.d.comb += xr.eq(Mux(first, dcx + rs - lay.stride_w, xrow))
+        m.d.comb += xr.eq(Mux(first, xfirst, xrow))
         with m.If(arr.drain_valid):
             m.d.sync += xrow.eq(xr - lay.stride_w)
         y = self.y
@@ -523,43 +534,50 @@ class ConvForward(wiring.Component):
             y.payload.oh.eq(doh), y.payload.ow0.eq(dow0), y.payload.row.eq(arr.drain_row),
         ]
         with m.If(arr.drain_valid & (arr.drain_row == 0)):
-            with m.If(dcx + rs > lim_x):
-                m.d.sync += [dcx.eq(0), dow0.eq(0)]
-                with m.If(dcy + lay.stride_h > lim_y):
+            with m.If(xfirst > lim_xm):          # the next context's x, xfirst + s_w, is past
+                m.d.sync += [xfirst.eq(rs_m_s), dow0.eq(0)]
+                with m.If(dcy > lim_ym):
                     m.d.sync += [dcy.eq(0), doh.eq(0)]
-                    with m.If(dn + 1 >= lay.batch):
+                    with m.If(dn >= batch_m1):
                         m.d.sync += [dn.eq(0), dk0.eq(dk0 + C)]
-                        with m.If(dk0 + C >= lay.out_channels):
+                        with m.If(dk0 >= k_last):
                             m.d.sync += drained_all.eq(1)
                     with m.Else():
                         m.d.sync += dn.eq(dn + 1)
                 with m.Else():
                     m.d.sync += [dcy.eq(dcy + lay.stride_h), doh.eq(doh + 1)]
             with m.Else():
-                m.d.sync += [dcx.eq(dcx + rs), dow0.eq(dow0 + R)]
+                m.d.sync += [xfirst.eq(xfirst + rs), dow0.eq(dow0 + R)]
 
         # --- zero-free gradient drain: P offset of every drained row --------------------------
         if self.has_zf:
+            # The drained row ``row`` of channel group ``dg`` and tap ``dtap`` goes to P word
+            # (dg + row) R S + dtap = ``tbase`` + ``rowoff[row]``: by additions, no product
+            # on the drain (``rowoff[i]`` = i R S builds up by one addition a cycle after the
+            # run's start, long before its first drain).
             zl = Signal(zf_gradient_layout(cfg))
-            zrs = Signal(2 * (dim + 2))       # R S of the run
-            dg = Signal(dim + 2)              # first channel of the draining row group
-            dtap = Signal(2 * (dim + 2))
+            zw = 2 * (dim + 2)
+            zrs = Signal(zw)                  # R S of the run (registered from zl)
+            dtap = Signal(zw)
+            tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # dg R S + dtap; dg R S
+            crem = Signal(signed(dim + 3))    # channels - dg: the group's rows with a channel
+            rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
+                Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
+            m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
+            m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
             zdrained_all = Signal()
-            zch = Signal(dim + 3)
-            m.d.comb += zch.eq(dg + arr.drain_row)
             zg = self.zg
-            m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (zch < zl.channels)),
+            m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (crem > arr.drain_row)),
                          zg.payload.data.eq(arr.drain_data),
-                         zg.payload.addr.eq(zch * zrs + dtap)]
+                         zg.payload.addr.eq(tbase + Array(rowoff[:R])[arr.drain_row])]
             with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
                 with m.If(dtap + 1 == zrs):
-                    m.d.sync += dtap.eq(0)
-                    with m.If(dg + R >= zl.channels):
+                    m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]),
+                                 gbase.eq(gbase + rowoff[R]), crem.eq(crem - R)]
+                    with m.If(crem <= R):
                         m.d.sync += zdrained_all.eq(1)
-                    with m.Else():
-                        m.d.sync += dg.eq(dg + R)
                 with m.Else():
-                    m.d.sync += dtap.eq(dtap + 1)
+                    m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
 
             # zero-free loss: the walker's tags give each drained row's P offset
             lctx = Signal(range(TAG_SLOTS))   # tag slot of the draining context
@@ -625,7 +643,8 @@ class ConvForward(wiring.Component):
         with m.Switch(state):
             with m.Case(ConvState.IDLE):
                 with m.If(self.start):
-                    m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), err.eq(0), done.eq(0),
+                    m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), setup_mul.eq(0),
+                                 err.eq(0), done.eq(0),
                                  fused.eq(0), zmode.eq(0), lmode.eq(0),
                                  state.eq(ConvState.SETUP)]
                     m.d.sync += [cnt[name].eq(0) for name in incs]
@@ -634,8 +653,8 @@ class ConvForward(wiring.Component):
                     with m.Elif(self.zg_start):
                         zlay = self.zg_layer
                         m.d.comb += [zf.start.eq(1), zf.layer.eq(zlay), arr.clear.eq(1)]
-                        m.d.sync += [zl.eq(zlay), zrs.eq(zlay.kernel_h * zlay.kernel_w),
-                                     dg.eq(0), dtap.eq(0), zdrained_all.eq(0),
+                        m.d.sync += [zl.eq(zlay), dtap.eq(0), tbase.eq(0), gbase.eq(0),
+                                     crem.eq(zlay.channels), zdrained_all.eq(0),
                                      err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
                                      lmode.eq(0),
                                      prime.eq(0), gap.eq(2 * R), state.eq(ConvState.PRIME)]
@@ -651,9 +670,11 @@ class ConvForward(wiring.Component):
                         m.d.sync += [cnt[name].eq(0) for name in incs]
                         m.d.sync += [fbase[name].eq(0) for name in folded]
             with m.Case(ConvState.SETUP):
-                m.d.sync += setup_idx.eq(setup_idx + 1)
-                with m.If(setup_idx == len(products) - 1):
-                    m.d.sync += state.eq(ConvState.CHECK)
+                m.d.sync += setup_mul.eq(~setup_mul)
+                with m.If(setup_mul):
+                    m.d.sync += setup_idx.eq(setup_idx + 1)
+                    with m.If(setup_idx == len(products) - 1):
+                        m.d.sync += state.eq(ConvState.CHECK)
             with m.Case(ConvState.CHECK):
                 with m.If(refused):
                     m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
@@ -662,7 +683,8 @@ class ConvForward(wiring.Component):
                     m.d.comb += arr.clear.eq(1)
                     m.d.sync += [
                         k0.eq(0), tile_base.eq(lay.w_base), prime.eq(0), gap.eq(2 * R),
-                        dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), dcx.eq(0), dcy.eq(0),
+                        dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
+                        dcy.eq(0),
                         drained_all.eq(0), state.eq(ConvState.PRIME),
                     ]
             with m.Case(ConvState.PRIME):
