@@ -22,7 +22,8 @@ Pieces (each a small component)
     pointer split into SRAM word address and global word offset; pipelined for one word a
     cycle (registered ``last`` flags, a pointer register per level, rows through pipeline
     registers to the word counter), steps presented from registers;
-    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset;
+    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset (the
+    counters present every lane's shift amount with each step);
     :class:`FeedLane` selection into M intermediate registers, pushed as one FIFO entry when
     full or when they hold the context's last element (entries never straddle contexts, so the
     entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
@@ -363,6 +364,10 @@ class IndexCounters(wiring.Component):
         Take the presented step (only with ``valid``); after the ``last`` step ``valid`` falls.
     busy : Out(1)
         From ``start`` until the run's last step is taken.
+    lane_shift, lane_tap : Out
+        With ``step``, from registers: every lane's :class:`LaneSelect` ``shift`` and
+        ``tap_last`` for the lane's word offset ``step.offset + i*s_w`` (and ``last_tap =
+        span_w - 1``), computed in the word counter's stage from per-lane constants.
     """
 
     def __init__(self, config):
