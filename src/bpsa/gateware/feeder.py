@@ -22,7 +22,8 @@ Pieces (each a small component)
     pointer split into SRAM word address and global word offset; pipelined for one word a
     cycle (registered ``last`` flags, a pointer register per level, rows through pipeline
     registers to the word counter), steps presented from registers;
-    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset;
+    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset (the
+    counters present every lane's shift amount with each step);
     :class:`FeedLane` selection into M intermediate registers, pushed as one FIFO entry when
     full or when they hold the context's last element (entries never straddle contexts, so the
     entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
@@ -363,6 +364,10 @@ class IndexCounters(wiring.Component):
         Take the presented step (only with ``valid``); after the ``last`` step ``valid`` falls.
     busy : Out(1)
         From ``start`` until the run's last step is taken.
+    lane_shift, lane_tap : Out
+        With ``step``, from registers: every lane's :class:`LaneSelect` ``shift`` and
+        ``tap_last`` for the lane's word offset ``step.offset + i*s_w`` (and ``last_tap =
+        span_w - 1``), computed in the word counter's stage from per-lane constants.
     """
 
     def __init__(self, config):
@@ -370,6 +375,9 @@ class IndexCounters(wiring.Component):
         super().__init__({
             "setup": In(counter_setup_layout(config)), "start": In(1), "en": In(1),
             "valid": Out(1), "step": Out(step_layout(config)), "busy": Out(1),
+            "lane_shift": Out(data.ArrayLayout(
+                range(config.feeder_bus_width + config.feeder_pattern_width + 1), config.rows)),
+            "lane_tap": Out(config.rows),
         })
 
     def elaborate(self, platform):
@@ -567,9 +575,28 @@ class IndexCounters(wiring.Component):
             wstep.active.eq(w_active),
         ]
 
+        # every lane's pattern shift (:class:`LaneSelect`'s, for the offset ``w_off + i*s_w``)
+        # from per-lane constants: one subtraction and the clamp
+        pwid = cfg.feeder_pattern_width
+        kshape = signed(cw + 3)
+        lshift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        ltap = Signal(r_n)
+        for i in range(r_n):
+            kb = Signal(kshape, name=f"lane{i}_kb")     # B - i*s_w
+            kt = Signal(kshape, name=f"lane{i}_kt")     # i*s_w + span_w - 1
+            m.d.sync += [kb.eq(bw - su.lane_off[i]), kt.eq(su.lane_off[i] + su.span_w - 1)]
+            v, tap = Signal(kshape, name=f"lane{i}_v"), Signal(kshape, name=f"lane{i}_tap")
+            m.d.comb += [
+                v.eq(kb - w_off), tap.eq(w_off + kt),
+                lshift[i].eq(Mux(v < 0, 0, Mux(v > bw + pwid, bw + pwid, v))),
+                ltap[i].eq((tap >= 0) & (tap < bw)),
+            ]
+
         # --- output: two entries written in turn while not both full, read in turn --------
         # (``en`` moves only the read pointer and the count)
         entries = [Signal(step_layout(cfg), name=f"out{e}") for e in range(2)]
+        e_shift = [Signal.like(lshift, name=f"out{e}_shift") for e in range(2)]
+        e_tap = [Signal(r_n, name=f"out{e}_tap") for e in range(2)]
         wp, rp = Signal(), Signal()
         count = Signal(range(3))
         write = Signal()
@@ -577,7 +604,7 @@ class IndexCounters(wiring.Component):
         m.d.comb += [write.eq(word_adv & w_valid), read.eq(self.en & (count != 0))]
         for e in range(2):
             with m.If(write & (wp == e)):
-                m.d.sync += entries[e].eq(wstep)
+                m.d.sync += [entries[e].eq(wstep), e_shift[e].eq(lshift), e_tap[e].eq(ltap)]
         with m.If(write):
             m.d.sync += wp.eq(~wp)
         with m.If(read):
@@ -590,6 +617,8 @@ class IndexCounters(wiring.Component):
         m.d.comb += [
             self.valid.eq(count != 0),
             self.step.eq(Mux(rp, entries[1], entries[0])),
+            self.lane_shift.eq(Mux(rp, e_shift[1], e_shift[0])),
+            self.lane_tap.eq(Mux(rp, e_tap[1], e_tap[0])),
             self.busy.eq(running | a_valid | b_valid | c_valid | w_valid | (count != 0)),
         ]
         return m
@@ -814,23 +843,28 @@ class LaneRegisters(wiring.Component):
             with m.If(self.word_valid & Mux(out.valid, out.ready & takes[0], takes[1])):
                 m.d.sync += regs[k].eq(Mux(out.valid, srcs[0], srcs[1]))
 
-        # done is cnt <= free, with the cases of the registers' state compared apart and
-        # selected last (the FIFO's ready arrives late)
-        left = Signal(range(bw + 1))
-        m.d.comb += left.eq(self.rank[bw] - t)
+        # done is cnt <= free, i.e. rank[B] <= t + free: the bounds t + M and t + M - fill are
+        # kept in registers (no subtraction before the comparisons), the cases of the
+        # registers' state compared apart and selected last (the FIFO's ready arrives late)
+        t_mr = Signal(range(bw + mr + 1), init=mr)          # t + M
+        t_room = Signal(range(bw + mr + 1), init=mr)        # t + M - fill
+        total = self.rank[bw]
         m.d.comb += [
-            self.done.eq(~self.word_valid | Mux(out.valid, Mux(out.ready, left <= mr, left == 0),
-                                                left <= mr - fill)),
-            self.blocked.eq((cnt != 0) & out.valid & ~out.ready),
+            self.done.eq(~self.word_valid | Mux(out.valid,
+                                                Mux(out.ready, total <= t_mr, total == t),
+                                                total <= t_room)),
+            self.blocked.eq(self.word_valid & (total != t) & out.valid & ~out.ready),
         ]
         with m.If(accept):
             m.d.sync += fill.eq(base + placed)
         with m.If(placed != 0):
             m.d.sync += act.eq(self.active)
         with m.If(self.next):
-            m.d.sync += t.eq(0)
+            m.d.sync += [t.eq(0), t_mr.eq(mr),
+                         t_room.eq(Mux(accept, mr - base - placed, mr - fill))]
         with m.Else():
-            m.d.sync += t.eq(t + placed)
+            m.d.sync += [t.eq(t + placed), t_mr.eq(t_mr + placed),
+                         t_room.eq(Mux(accept, t_mr - base, t_room))]
 
         # The lane's last element of the context is in this word when its last tap is.
         closes = self.closes & (cnt != 0) & self.done
@@ -1133,15 +1167,11 @@ class DataFeeder(wiring.Component):
             for j in range(bw):
                 m.d.sync += s1_keep[j].eq((s0.lo <= j) & (j < s0.hi))
         for i in range(r_n):
-            select = LaneSelect(cfg, offset_width=cw + 1)
-            m.submodules[f"select{i}"] = select
             ranks = LaneRanks(cfg)
             m.submodules[f"ranks{i}"] = ranks
-            m.d.comb += [select.offset.eq(ic.step.offset + su.lane_off[i]),
-                         select.last_tap.eq(span_w_m1),
-                         ranks.pattern.eq(pattern), ranks.shift.eq(s0_shift[i])]
+            m.d.comb += [ranks.pattern.eq(pattern), ranks.shift.eq(s0_shift[i])]
             with m.If(adv):
-                m.d.sync += [s0_shift[i].eq(select.shift), s0_tap[i].eq(select.tap_last),
+                m.d.sync += [s0_shift[i].eq(ic.lane_shift[i]), s0_tap[i].eq(ic.lane_tap[i]),
                              s1_sel[i].eq(ranks.sel), s1_rank[i].eq(ranks.rank),
                              s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
 
