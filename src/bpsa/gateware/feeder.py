@@ -641,6 +641,12 @@ def _window(pattern, u, bw):
     return (Cat(Const(0, bw), pattern, Const(0, bw)) >> u)[:bw]
 
 
+def _check_offset_width(offset_width):
+    if not isinstance(offset_width, int) or offset_width < 2:
+        raise TypeError(f"offset_width must be an integer of at least 2, not "
+                        f"{offset_width!r}")
+
+
 class KernelPatternShifter(wiring.Component):
     """The kernel pattern aligned with the data word (combinational).
 
@@ -658,9 +664,7 @@ class KernelPatternShifter(wiring.Component):
     """
 
     def __init__(self, config, *, offset_width):
-        if not isinstance(offset_width, int) or offset_width < 2:
-            raise TypeError(f"offset_width must be an integer of at least 2, not "
-                            f"{offset_width!r}")
+        _check_offset_width(offset_width)
         self.config = require_config(config)
         super().__init__({
             "pattern": In(config.feeder_pattern_width), "offset": In(signed(offset_width)),
@@ -695,9 +699,7 @@ class LaneSelect(wiring.Component):
     """
 
     def __init__(self, config, *, offset_width):
-        if not isinstance(offset_width, int) or offset_width < 2:
-            raise TypeError(f"offset_width must be an integer of at least 2, not "
-                            f"{offset_width!r}")
+        _check_offset_width(offset_width)
         self.config = require_config(config)
         self.offset_width = offset_width
         bw, pw = config.feeder_bus_width, config.feeder_pattern_width
@@ -912,9 +914,7 @@ class FeedLane(wiring.Component):
     """
 
     def __init__(self, config, *, offset_width):
-        if not isinstance(offset_width, int) or offset_width < 2:
-            raise TypeError(f"offset_width must be an integer of at least 2, not "
-                            f"{offset_width!r}")
+        _check_offset_width(offset_width)
         self.config = require_config(config)
         self.offset_width = offset_width
         op = arith_for(config).operand_shape
