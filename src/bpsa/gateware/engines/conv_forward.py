@@ -606,10 +606,14 @@ class ConvForward(wiring.Component):
                         "drained": arr.drained}
         for name, value in array_counts.items():
             m.d.comb += cnt[name].eq(value)
+        # the buffers' read enables end long paths (the fetcher's start, the walkers'
+        # addresses): counted a cycle late, from registers (the reads end before the drain)
+        ev_x, ev_w = Signal(), Signal()
+        m.d.sync += [ev_x.eq(x_rp.en), ev_w.eq(w_rp.en)]
         incs = {
             "cycles": self.busy,
-            "words_read": x_rp.en,
-            "w_words_read": w_rp.en,
+            "words_read": ev_x,
+            "w_words_read": ev_w,
             "vectors": take,
             "gap_cycles": (state == ConvState.RUN) & src_valid & ~allow,
             "y_vectors": y.valid,
@@ -628,8 +632,12 @@ class ConvForward(wiring.Component):
                                            + Mux(fused, getattr(feeder, name), 0))
 
         # --- control ------------------------------------------------------------------------
-        k0 = Signal(dim + 1)
-        tile_base = Signal(_waddr_width(cfg) + 1)
+        # the next tile's first channel and W base, and whether it exists, kept in registers
+        # a tile ahead (the feeder's set-up leaves many cycles between a start and the next)
+        k_next = Signal(dim + 2)
+        base_next = Signal(_waddr_width(cfg) + 1)
+        more = Signal()
+        m.d.sync += more.eq(k_next < lay.out_channels)
         prime = Signal(range(R))
         err = Signal()
         done = Signal()
@@ -682,7 +690,8 @@ class ConvForward(wiring.Component):
                     start_feeder(lay.w_base)
                     m.d.comb += arr.clear.eq(1)
                     m.d.sync += [
-                        k0.eq(0), tile_base.eq(lay.w_base), prime.eq(0), gap.eq(2 * R),
+                        prime.eq(0), gap.eq(2 * R),
+                        k_next.eq(C), base_next.eq(lay.w_base + crs),
                         dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
                         dcy.eq(0),
                         drained_all.eq(0), state.eq(ConvState.PRIME),
@@ -698,9 +707,9 @@ class ConvForward(wiring.Component):
                 with m.If(~feeder.busy & ~walker_mode):
                     with m.If(feeder.error):
                         m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
-                    with m.Elif(k0 + C < lay.out_channels):
-                        start_feeder(tile_base + crs)
-                        m.d.sync += [k0.eq(k0 + C), tile_base.eq(tile_base + crs)]
+                    with m.Elif(more):
+                        start_feeder(base_next)
+                        m.d.sync += [k_next.eq(k_next + C), base_next.eq(base_next + crs)]
                     with m.Else():
                         m.d.sync += state.eq(ConvState.DRAIN)
             with m.Case(ConvState.DRAIN):
