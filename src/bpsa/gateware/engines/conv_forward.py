@@ -44,6 +44,7 @@ from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
 from bpsa.gateware.engines.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
 from bpsa.gateware.engines.zf_loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
+from bpsa.gateware.skid import SkidBuffer
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "y_layout", "weight_layout",
@@ -487,7 +488,13 @@ class ConvForward(wiring.Component):
         m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
                      src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
         if self.has_zf:
-            zfeed, lfeed = zf.feed, zlw.feed
+            # the walkers' feeds through register slices: their pipelines advance on a ready
+            # from a register, not on this engine's issue logic
+            zskid = m.submodules.zf_gradient_skid = SkidBuffer(zf.feed.payload.shape())
+            lskid = m.submodules.zf_loss_skid = SkidBuffer(zlw.feed.payload.shape())
+            wiring.connect(m, zf.feed, zskid.i)
+            wiring.connect(m, zlw.feed, lskid.i)
+            zfeed, lfeed = zskid.o, lskid.o
             with m.If(zmode):
                 m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
                              src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
@@ -702,7 +709,8 @@ class ConvForward(wiring.Component):
                     m.d.sync += state.eq(ConvState.RUN)
             with m.Case(ConvState.RUN):
                 if self.has_zf:
-                    with m.If(zmode & ~zf.busy | lmode & ~zlw.busy):
+                    with m.If(zmode & ~zf.busy & ~zfeed.valid
+                              | lmode & ~zlw.busy & ~lfeed.valid):
                         m.d.sync += state.eq(ConvState.DRAIN)
                 with m.If(~feeder.busy & ~walker_mode):
                     with m.If(feeder.error):
