@@ -453,8 +453,8 @@ class ConvForward(wiring.Component):
 
         w_end = Signal(pw + 1)
         m.d.comb += w_end.eq(lay.w_base + wwords)
-        refused = Signal()
-        m.d.comb += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
+        refused = Signal()          # registered: wwords is set up four cycles before CHECK
+        m.d.sync += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
 
         # Geometry of the drain side (valid once the feeder has accepted the layer).
         # Registered from the layer and the spans (set up before CHECK, used from the drain on).
