@@ -474,7 +474,11 @@ class ConvForward(wiring.Component):
         ]
 
         # --- issue: feeder vector e + W word e -> array edge (registered) ------------------
-        fv, bv = feeder.feed, fetch.b
+        # the feeder's vectors through a register slice: its FIFOs advance on a registered
+        # ready (the W words stay direct: a tile's start drops the fetcher's word ahead)
+        fskid = m.submodules.feeder_skid = SkidBuffer(feeder.feed.payload.shape())
+        wiring.connect(m, feeder.feed, fskid.i)
+        fv, bv = fskid.o, fetch.b
         a_r = Signal(data.ArrayLayout(op, R))
         b_r = Signal(data.ArrayLayout(op, C))
         iv = Signal()
@@ -712,7 +716,7 @@ class ConvForward(wiring.Component):
                     with m.If(zmode & ~zf.busy & ~zfeed.valid
                               | lmode & ~zlw.busy & ~lfeed.valid):
                         m.d.sync += state.eq(ConvState.DRAIN)
-                with m.If(~feeder.busy & ~walker_mode):
+                with m.If(~feeder.busy & ~fv.valid & ~walker_mode):
                     with m.If(feeder.error):
                         m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
                     with m.Elif(more):
