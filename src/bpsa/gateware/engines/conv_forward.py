@@ -44,6 +44,7 @@ from bpsa.gateware.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.feeder import check_layer as feeder_check_layer
 from bpsa.gateware.engines.zf_gradient import ZeroFreeGradientWalker, zf_gradient_layout
 from bpsa.gateware.engines.zf_loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
+from bpsa.gateware.skid import SkidBuffer
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "y_layout", "weight_layout",
@@ -452,8 +453,8 @@ class ConvForward(wiring.Component):
 
         w_end = Signal(pw + 1)
         m.d.comb += w_end.eq(lay.w_base + wwords)
-        refused = Signal()
-        m.d.comb += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
+        refused = Signal()          # registered: wwords is set up four cycles before CHECK
+        m.d.sync += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
 
         # Geometry of the drain side (valid once the feeder has accepted the layer).
         # Registered from the layer and the spans (set up before CHECK, used from the drain on).
@@ -473,7 +474,11 @@ class ConvForward(wiring.Component):
         ]
 
         # --- issue: feeder vector e + W word e -> array edge (registered) ------------------
-        fv, bv = feeder.feed, fetch.b
+        # the feeder's vectors through a register slice: its FIFOs advance on a registered
+        # ready (the W words stay direct: a tile's start drops the fetcher's word ahead)
+        fskid = m.submodules.feeder_skid = SkidBuffer(feeder.feed.payload.shape())
+        wiring.connect(m, feeder.feed, fskid.i)
+        fv, bv = fskid.o, fetch.b
         a_r = Signal(data.ArrayLayout(op, R))
         b_r = Signal(data.ArrayLayout(op, C))
         iv = Signal()
@@ -487,7 +492,13 @@ class ConvForward(wiring.Component):
         m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
                      src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
         if self.has_zf:
-            zfeed, lfeed = zf.feed, zlw.feed
+            # the walkers' feeds through register slices: their pipelines advance on a ready
+            # from a register, not on this engine's issue logic
+            zskid = m.submodules.zf_gradient_skid = SkidBuffer(zf.feed.payload.shape())
+            lskid = m.submodules.zf_loss_skid = SkidBuffer(zlw.feed.payload.shape())
+            wiring.connect(m, zf.feed, zskid.i)
+            wiring.connect(m, zlw.feed, lskid.i)
+            zfeed, lfeed = zskid.o, lskid.o
             with m.If(zmode):
                 m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
                              src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
@@ -606,10 +617,14 @@ class ConvForward(wiring.Component):
                         "drained": arr.drained}
         for name, value in array_counts.items():
             m.d.comb += cnt[name].eq(value)
+        # the buffers' read enables end long paths (the fetcher's start, the walkers'
+        # addresses): counted a cycle late, from registers (the reads end before the drain)
+        ev_x, ev_w = Signal(), Signal()
+        m.d.sync += [ev_x.eq(x_rp.en), ev_w.eq(w_rp.en)]
         incs = {
             "cycles": self.busy,
-            "words_read": x_rp.en,
-            "w_words_read": w_rp.en,
+            "words_read": ev_x,
+            "w_words_read": ev_w,
             "vectors": take,
             "gap_cycles": (state == ConvState.RUN) & src_valid & ~allow,
             "y_vectors": y.valid,
@@ -628,8 +643,12 @@ class ConvForward(wiring.Component):
                                            + Mux(fused, getattr(feeder, name), 0))
 
         # --- control ------------------------------------------------------------------------
-        k0 = Signal(dim + 1)
-        tile_base = Signal(_waddr_width(cfg) + 1)
+        # the next tile's first channel and W base, and whether it exists, kept in registers
+        # a tile ahead (the feeder's set-up leaves many cycles between a start and the next)
+        k_next = Signal(dim + 2)
+        base_next = Signal(_waddr_width(cfg) + 1)
+        more = Signal()
+        m.d.sync += more.eq(k_next < lay.out_channels)
         prime = Signal(range(R))
         err = Signal()
         done = Signal()
@@ -682,7 +701,8 @@ class ConvForward(wiring.Component):
                     start_feeder(lay.w_base)
                     m.d.comb += arr.clear.eq(1)
                     m.d.sync += [
-                        k0.eq(0), tile_base.eq(lay.w_base), prime.eq(0), gap.eq(2 * R),
+                        prime.eq(0), gap.eq(2 * R),
+                        k_next.eq(C), base_next.eq(lay.w_base + crs),
                         dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
                         dcy.eq(0),
                         drained_all.eq(0), state.eq(ConvState.PRIME),
@@ -693,14 +713,15 @@ class ConvForward(wiring.Component):
                     m.d.sync += state.eq(ConvState.RUN)
             with m.Case(ConvState.RUN):
                 if self.has_zf:
-                    with m.If(zmode & ~zf.busy | lmode & ~zlw.busy):
+                    with m.If(zmode & ~zf.busy & ~zfeed.valid
+                              | lmode & ~zlw.busy & ~lfeed.valid):
                         m.d.sync += state.eq(ConvState.DRAIN)
-                with m.If(~feeder.busy & ~walker_mode):
+                with m.If(~feeder.busy & ~fv.valid & ~walker_mode):
                     with m.If(feeder.error):
                         m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
-                    with m.Elif(k0 + C < lay.out_channels):
-                        start_feeder(tile_base + crs)
-                        m.d.sync += [k0.eq(k0 + C), tile_base.eq(tile_base + crs)]
+                    with m.Elif(more):
+                        start_feeder(base_next)
+                        m.d.sync += [k_next.eq(k_next + C), base_next.eq(base_next + crs)]
                     with m.Else():
                         m.d.sync += state.eq(ConvState.DRAIN)
             with m.Case(ConvState.DRAIN):
