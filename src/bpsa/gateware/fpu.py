@@ -4,7 +4,7 @@ of two operands and its addition into an fp32 sum, rounded once.
 :class:`FloatMultiplier` decodes two operands (``bf16``, ``fp16`` or ``fp32``) and registers
 their exact product as a :func:`product_layout` (sign, the exponent of its leading bit, the
 significand with its leading bit set, a kind). :class:`FloatAdder` adds such a product to an
-fp32 encoding in three pipeline stages (align, add, normalize and round) and is the MAC's
+fp32 encoding in five pipeline stages (order, align, add, normalize, round) and is the MAC's
 adder: a product of kind ``ZERO`` passes the sum through unchanged (the contract's skip).
 """
 
@@ -127,17 +127,18 @@ def _leading_zeros(m, x, name):
 
 
 class FloatAdder(wiring.Component):
-    """``sum + product`` rounded once (``docs/floating_point.md``), in ``LATENCY`` = 3 pipeline
-    stages: ``result`` is the sum of the ``acc`` and ``product`` presented three cycles before.
+    """``sum + product`` rounded once (``docs/floating_point.md``), in ``LATENCY`` = 5 pipeline
+    stages: ``result`` is the sum of the ``acc`` and ``product`` presented five cycles before.
 
-    Stage 1 orders the two by magnitude and aligns the smaller to the larger (a right shift
-    that keeps a sticky bit); stage 2 adds or subtracts and counts the leading zeros; stage 3
-    normalizes, rounds to nearest even at 24 bits, flushes below ``2**-126``, saturates to
-    infinity above the largest finite number, and applies the special cases (skip, NaN,
-    infinities) worked out in stage 1.
+    Stage 1 orders the two by magnitude and works out the special cases; stage 2 aligns the
+    smaller to the larger (a right shift that keeps a sticky bit); stage 3 adds or subtracts
+    and counts the leading zeros; stage 4 normalizes and checks the exponent's range for both
+    outcomes of the rounding; stage 5 rounds to nearest even at 24 bits, flushes below
+    ``2**-126``, saturates to infinity above the largest finite number, and applies the special
+    cases (skip, NaN, infinities).
     """
 
-    LATENCY = 3
+    LATENCY = 5
 
     def __init__(self, fmt):
         self.fmt = _fmt(fmt)
@@ -151,7 +152,7 @@ class FloatAdder(wiring.Component):
         fw = q + 3                               # and guard, round, sticky below
         prod = self.product
 
-        # --- stage 1: decode, special cases, order, align --------------------------------------
+        # --- stage 1: decode, special cases, order by magnitude ---------------------------------
         ka, sa, ea, ma = _decode(m, self.acc, F32, "acc")
         a_val = Signal(q)
         b_val = Signal(q)
@@ -164,24 +165,22 @@ class FloatAdder(wiring.Component):
         big, small = Signal(q), Signal(q)
         s_big, s_small = Signal(), Signal()
         e_big = Signal(EXP_SHAPE)
-        dist = Signal(signed(EXP_SHAPE.width + 1))
+        # the shift, clamped to cap: both differences and their comparisons with cap side by
+        # side (four short carry chains), chosen by a_big last
+        cap = fw + 1                 # a shift this far leaves only the sticky bit
+        w = EXP_SHAPE.width + 1
+        ndiff = Signal(signed(w))
+        far, nfar = Signal(), Signal()
+        m.d.comb += [ndiff.eq(prod.exp - ea), far.eq(diff > cap), nfar.eq(ndiff > cap)]
+        amount = Signal(range(cap + 1))
         m.d.comb += [
             big.eq(Mux(a_big, a_val, b_val)),
             small.eq(Mux(a_big, b_val, Mux(a_zero, 0, a_val))),
             s_big.eq(Mux(a_big, sa, prod.sign)), s_small.eq(Mux(a_big, prod.sign, sa)),
             e_big.eq(Mux(a_big, ea, prod.exp)),
-            dist.eq(Mux(a_big, diff, -diff)),
+            amount.eq(Mux(a_big, Mux(far, cap, diff), Mux(nfar, cap, ndiff))),
         ]
-        # the smaller one shifted right by dist inside fw bits; what falls off is the sticky
-        cap = fw + 1
-        amount = Signal(range(cap + 1))
-        m.d.comb += amount.eq(Mux(dist > cap, cap, dist))
-        wide = Signal(fw + cap)
-        m.d.comb += wide.eq(Cat(Const(0, cap), Const(0, 3), small) >> amount)
-        aligned = Signal(fw)
-        m.d.comb += aligned.eq(wide[cap:] | wide[:cap].any())
-
-        # special cases, decided here, applied in stage 3
+        # special cases, decided here, applied in stage 5
         special = Signal(2)         # 0 none, 1 pass acc, 2 NaN, 3 infinity of inf_sign
         inf_sign = Signal()
         with m.If(prod.kind == FloatKind.ZERO):
@@ -194,16 +193,31 @@ class FloatAdder(wiring.Component):
         with m.Elif(ka == FloatKind.INF):
             m.d.comb += special.eq(1)
 
+        o_big, o_small = Signal(q), Signal(q)
+        o_amount = Signal(range(cap + 1))
+        o_sub, o_sign, o_exp = Signal(), Signal(), Signal(EXP_SHAPE)
+        o_special, o_inf_sign, o_acc = Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            o_big.eq(big), o_small.eq(small), o_amount.eq(amount),
+            o_sub.eq(s_big ^ s_small), o_sign.eq(s_big), o_exp.eq(e_big),
+            o_special.eq(special), o_inf_sign.eq(inf_sign), o_acc.eq(self.acc),
+        ]
+
+        # --- stage 2: align the smaller one; what falls off is the sticky bit ------------------
+        wide = Signal(fw + cap)
+        m.d.comb += wide.eq(Cat(Const(0, cap), Const(0, 3), o_small) >> o_amount)
+        aligned = Signal(fw)
+        m.d.comb += aligned.eq(wide[cap:] | wide[:cap].any())
         s1_big, s1_small = Signal(fw), Signal(fw)
         s1_sub, s1_sign, s1_exp = Signal(), Signal(), Signal(EXP_SHAPE)
         s1_special, s1_inf_sign, s1_acc = Signal(2), Signal(), Signal(32)
         m.d.sync += [
-            s1_big.eq(Cat(Const(0, 3), big)), s1_small.eq(aligned),
-            s1_sub.eq(s_big ^ s_small), s1_sign.eq(s_big), s1_exp.eq(e_big),
-            s1_special.eq(special), s1_inf_sign.eq(inf_sign), s1_acc.eq(self.acc),
+            s1_big.eq(Cat(Const(0, 3), o_big)), s1_small.eq(aligned),
+            s1_sub.eq(o_sub), s1_sign.eq(o_sign), s1_exp.eq(o_exp),
+            s1_special.eq(o_special), s1_inf_sign.eq(o_inf_sign), s1_acc.eq(o_acc),
         ]
 
-        # --- stage 2: add or subtract, count leading zeros ------------------------------------
+        # --- stage 3: add or subtract, count leading zeros ------------------------------------
         total = Signal(fw + 1)
         m.d.comb += total.eq(Mux(s1_sub, s1_big - s1_small, s1_big + s1_small))
         lz = _leading_zeros(m, total, "lz")
@@ -215,33 +229,46 @@ class FloatAdder(wiring.Component):
             s2_special.eq(s1_special), s2_inf_sign.eq(s1_inf_sign), s2_acc.eq(s1_acc),
         ]
 
-        # --- stage 3: normalize, round, pack ---------------------------------------------------
+        # --- stage 4: normalize; the exponent and its range checks for both roundings ----------
         norm = Signal(fw + 1)
         m.d.comb += norm.eq(s2_total << s2_lz)          # leading one at bit fw
-        keep = norm[fw + 1 - 24:]
-        guard = norm[fw - 24]
-        sticky = norm[:fw - 24].any()
-        rounded = Signal(25)
-        m.d.comb += rounded.eq(keep + (guard & (sticky | keep[0])))
-        # the value is norm * 2**(s2_exp - (fw - 1) - ... ): bit fw of total has weight
-        # 2**(e_big + 1), so the leading bit's exponent is e_big + 1 - lz, +1 on a carry out
+        # bit fw of total weighs 2**(e_big + 1): the leading bit's exponent is e_big + 1 - lz,
+        # one more when the rounding carries out
         exp = Signal(signed(EXP_SHAPE.width + 2))
-        m.d.comb += exp.eq(s2_exp + 1 - s2_lz + rounded[24])
-        frac = Mux(rounded[24], rounded[1:24], rounded[:23])
+        m.d.comb += exp.eq(s2_exp + 1 - s2_lz)
+        n_keep, n_guard, n_sticky = Signal(24), Signal(), Signal()
+        n_exp = Signal(8)
+        n_tiny, n_tiny_up, n_huge, n_huge_up, n_zero = (Signal(name=f"n_{k}") for k in (
+            "tiny", "tiny_up", "huge", "huge_up", "zero"))
+        n_sign, n_special, n_inf_sign, n_acc = Signal(), Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            n_keep.eq(norm[fw + 1 - 24:]), n_guard.eq(norm[fw - 24]),
+            n_sticky.eq(norm[:fw - 24].any()), n_exp.eq((exp + F32.bias)[:8]),
+            n_tiny.eq(exp < F32.emin), n_tiny_up.eq(exp + 1 < F32.emin),
+            n_huge.eq(exp > F32.emax), n_huge_up.eq(exp + 1 > F32.emax),
+            n_zero.eq(s2_total == 0), n_sign.eq(s2_sign), n_special.eq(s2_special),
+            n_inf_sign.eq(s2_inf_sign), n_acc.eq(s2_acc),
+        ]
+
+        # --- stage 5: round to nearest even, pack --------------------------------------------
+        rounded = Signal(25)
+        m.d.comb += rounded.eq(n_keep + (n_guard & (n_sticky | n_keep[0])))
+        carry = rounded[24]
+        frac = Mux(carry, rounded[1:24], rounded[:23])
         res = Signal(32)
-        with m.If(s2_special == 1):
-            m.d.comb += res.eq(s2_acc)
-        with m.Elif(s2_special == 2):
+        with m.If(n_special == 1):
+            m.d.comb += res.eq(n_acc)
+        with m.Elif(n_special == 2):
             m.d.comb += res.eq(F32.nan)
-        with m.Elif(s2_special == 3):
-            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), s2_inf_sign))
-        with m.Elif(s2_total == 0):
+        with m.Elif(n_special == 3):
+            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), n_inf_sign))
+        with m.Elif(n_zero):
             m.d.comb += res.eq(0)
-        with m.Elif(exp < F32.emin):
-            m.d.comb += res.eq(Cat(Const(0, 31), s2_sign))
-        with m.Elif(exp > F32.emax):
-            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), s2_sign))
+        with m.Elif(Mux(carry, n_tiny_up, n_tiny)):
+            m.d.comb += res.eq(Cat(Const(0, 31), n_sign))
+        with m.Elif(Mux(carry, n_huge_up, n_huge)):
+            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), n_sign))
         with m.Else():
-            m.d.comb += res.eq(Cat(frac, (exp + F32.bias)[:8], s2_sign))
+            m.d.comb += res.eq(Cat(frac, (n_exp + carry)[:8], n_sign))
         m.d.sync += self.result.eq(res)
         return m
