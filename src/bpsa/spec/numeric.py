@@ -1,9 +1,11 @@
 """Numbers at the hardware/host boundary: element sizes in memory, operand ranges and the
 accumulators' wrap-around. Pure Python and numpy; no Amaranth."""
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
+__all__ = ["FLOAT_FORMATS", "FloatFormat", "POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
            "pool_divide_cycles", "pool_divide_widths", "pool_window_limit", "wrap", "wrap_array"]
 
 
@@ -80,3 +82,47 @@ def pool_divide_cycles(config):
     a, b = pool_divide_widths(config)
     terms = -(-a // POOL_DIVIDE_CHUNK) * -(-b // POOL_DIVIDE_CHUNK) + 1
     return 2 + max(1, (terms - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format of the numeric contract (``docs/floating_point.md``):
+    ``exp_bits`` exponent bits, ``man_bits`` stored significand bits (IEEE 754 layout: sign,
+    biased exponent, fraction). Zeros and subnormal encodings read as zero; a NaN result is
+    always :attr:`nan`, the canonical quiet NaN."""
+    name: str
+    exp_bits: int
+    man_bits: int
+
+    @property
+    def bits(self):
+        return 1 + self.exp_bits + self.man_bits
+
+    @property
+    def bias(self):
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def emin(self):
+        """The smallest normal number's exponent: ``2**emin``."""
+        return 1 - self.bias
+
+    @property
+    def emax(self):
+        return self.bias
+
+    @property
+    def inf(self):
+        """The encoding of +infinity (``| 1 << (bits - 1)`` for -infinity)."""
+        return ((1 << self.exp_bits) - 1) << self.man_bits
+
+    @property
+    def nan(self):
+        """The canonical NaN: positive, quiet, only the fraction's top bit set."""
+        return self.inf | (1 << (self.man_bits - 1))
+
+
+#: The floating-point formats by name: operands ``bf16``, ``fp16`` (and ``fp32``), the
+#: accumulators and the P buffer always ``fp32``.
+FLOAT_FORMATS = {f.name: f for f in (FloatFormat("bf16", 8, 7), FloatFormat("fp16", 5, 10),
+                                     FloatFormat("fp32", 8, 23))}

@@ -1,0 +1,274 @@
+"""Floating-point units of the numeric contract (``docs/floating_point.md``): the exact product
+of two operands and its addition into an fp32 sum, rounded once.
+
+:class:`FloatMultiplier` decodes two operands (``bf16``, ``fp16`` or ``fp32``) and registers
+their exact product as a :func:`product_layout` (sign, the exponent of its leading bit, the
+significand with its leading bit set, a kind). :class:`FloatAdder` adds such a product to an
+fp32 encoding in five pipeline stages (order, align, add, normalize, round) and is the MAC's
+adder: a product of kind ``ZERO`` passes the sum through unchanged (the contract's skip).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from bpsa.spec.numeric import FLOAT_FORMATS
+
+__all__ = ["FloatKind", "product_layout", "FloatMultiplier", "FloatAdder", "EXP_SHAPE"]
+
+#: Exponents inside the units: a product's leading bit lies in ``[2**-252, 2**256)``.
+EXP_SHAPE = signed(11)
+
+F32 = FLOAT_FORMATS["fp32"]
+
+
+class FloatKind(enum.Enum, shape=2):
+    ZERO = 0        # zero or subnormal: the MAC is skipped
+    NORMAL = 1
+    INF = 2
+    NAN = 3
+
+
+def _fmt(fmt):
+    try:
+        return FLOAT_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    except KeyError:
+        raise ValueError(f"fmt must be one of {list(FLOAT_FORMATS)}, not {fmt!r}") from None
+
+
+def product_layout(fmt):
+    """An exact product of two ``fmt`` operands: ``sig * 2**(exp - (width - 1))`` with the
+    significand's leading bit (bit ``width - 1``, ``width = 2 (man_bits + 1)``) set."""
+    f = _fmt(fmt)
+    return data.StructLayout({"kind": FloatKind, "sign": 1, "exp": EXP_SHAPE,
+                              "sig": 2 * (f.man_bits + 1)})
+
+
+def _decode(m, bits, f, name):
+    """(kind, sign, unbiased exponent, significand with the hidden bit) of an operand."""
+    e = bits[f.man_bits:f.man_bits + f.exp_bits]
+    frac = bits[:f.man_bits]
+    kind = Signal(FloatKind, name=f"{name}_kind")
+    with m.If(e == 0):
+        m.d.comb += kind.eq(FloatKind.ZERO)
+    with m.Elif(e == (1 << f.exp_bits) - 1):
+        m.d.comb += kind.eq(Mux(frac.any(), FloatKind.NAN, FloatKind.INF))
+    with m.Else():
+        m.d.comb += kind.eq(FloatKind.NORMAL)
+    exp = Signal(EXP_SHAPE, name=f"{name}_exp")
+    m.d.comb += exp.eq(e - f.bias)
+    return kind, bits[f.bits - 1], exp, Cat(frac, Const(1, 1))
+
+
+class FloatMultiplier(wiring.Component):
+    """The exact product of ``a`` and ``b`` (``fmt`` encodings), registered: ``product`` holds
+    the product of the operands presented in the cycle before (two registers: the
+    significands' product, then its one-bit normalization and the kind)."""
+
+    LATENCY = 2
+
+    def __init__(self, fmt):
+        self.fmt = _fmt(fmt)
+        f = self.fmt
+        super().__init__({"a": In(f.bits), "b": In(f.bits),
+                          "product": Out(product_layout(f))})
+
+    def elaborate(self, platform):
+        m = Module()
+        f = self.fmt
+        p = f.man_bits + 1
+        ka, sa, ea, ma = _decode(m, self.a, f, "a")
+        kb, sb, eb, mb = _decode(m, self.b, f, "b")
+        # stage 1: the significands' product, the exponents' sum, the kind
+        sig = Signal(2 * p)
+        exp = Signal(EXP_SHAPE)
+        sign = Signal()
+        kind = Signal(FloatKind)
+        m.d.sync += [sig.eq(ma * mb), exp.eq(ea + eb), sign.eq(sa ^ sb)]
+        with m.If((ka == FloatKind.ZERO) | (kb == FloatKind.ZERO)):
+            m.d.sync += kind.eq(FloatKind.ZERO)
+        with m.Elif((ka == FloatKind.NAN) | (kb == FloatKind.NAN)):
+            m.d.sync += kind.eq(FloatKind.NAN)
+        with m.Elif((ka == FloatKind.INF) | (kb == FloatKind.INF)):
+            m.d.sync += kind.eq(FloatKind.INF)
+        with m.Else():
+            m.d.sync += kind.eq(FloatKind.NORMAL)
+        # stage 2: the leading bit to the top (the product of two [1, 2) values is in [1, 4))
+        top = sig[2 * p - 1]
+        m.d.sync += [
+            self.product.kind.eq(kind), self.product.sign.eq(sign),
+            self.product.exp.eq(exp + top),
+            self.product.sig.eq(Mux(top, sig, sig << 1)),
+        ]
+        return m
+
+
+def _leading_zeros(m, x, name):
+    """The number of leading zeros of ``x`` (``len(x)`` when it is zero): a tree of halves,
+    each level choosing between its upper half's count and half plus its lower half's."""
+    n = len(x)
+    size = 1 << max(0, (n - 1).bit_length())
+    padded = Cat(Const(0, size - n), x) if size > n else x      # zeros below the LSB
+
+    def tree(v):
+        """(all zero, leading zeros) of v, a power-of-two width."""
+        w = len(v)
+        if w == 1:
+            return ~v[0], Const(0, 0)
+        zl, cl = tree(v[:w // 2])
+        zh, ch = tree(v[w // 2:])
+        return zl & zh, Mux(zh, Cat(cl, Const(1, 1)), Cat(ch, Const(0, 1)))
+
+    zero, count = tree(padded)
+    out = Signal(range(n + 1), name=name)
+    # the padding zeros sit below the LSB: they count only when x is zero
+    m.d.comb += out.eq(Mux(zero, n, count))
+    return out
+
+
+class FloatAdder(wiring.Component):
+    """``sum + product`` rounded once (``docs/floating_point.md``), in ``LATENCY`` = 5 pipeline
+    stages: ``result`` is the sum of the ``acc`` and ``product`` presented five cycles before.
+
+    Stage 1 orders the two by magnitude and works out the special cases; stage 2 aligns the
+    smaller to the larger (a right shift that keeps a sticky bit); stage 3 adds or subtracts
+    and counts the leading zeros; stage 4 normalizes and checks the exponent's range for both
+    outcomes of the rounding; stage 5 rounds to nearest even at 24 bits, flushes below
+    ``2**-126``, saturates to infinity above the largest finite number, and applies the special
+    cases (skip, NaN, infinities).
+    """
+
+    LATENCY = 5
+
+    def __init__(self, fmt):
+        self.fmt = _fmt(fmt)
+        super().__init__({"acc": In(32), "product": In(product_layout(self.fmt)),
+                          "result": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        pw = 2 * (self.fmt.man_bits + 1)        # the product's significand
+        q = max(24, pw)                          # both left-aligned in q bits
+        fw = q + 3                               # and guard, round, sticky below
+        prod = self.product
+
+        # --- stage 1: decode, special cases, order by magnitude ---------------------------------
+        ka, sa, ea, ma = _decode(m, self.acc, F32, "acc")
+        a_val = Signal(q)
+        b_val = Signal(q)
+        m.d.comb += [a_val.eq(ma << (q - 24)), b_val.eq(prod.sig << (q - pw))]
+        a_zero = ka == FloatKind.ZERO
+        diff = Signal(signed(EXP_SHAPE.width + 1))
+        m.d.comb += diff.eq(ea - prod.exp)
+        a_big = Signal()
+        m.d.comb += a_big.eq(~a_zero & ((diff > 0) | ((diff == 0) & (a_val >= b_val))))
+        big, small = Signal(q), Signal(q)
+        s_big, s_small = Signal(), Signal()
+        e_big = Signal(EXP_SHAPE)
+        # the shift, clamped to cap: both differences and their comparisons with cap side by
+        # side (four short carry chains), chosen by a_big last
+        cap = fw + 1                 # a shift this far leaves only the sticky bit
+        w = EXP_SHAPE.width + 1
+        ndiff = Signal(signed(w))
+        far, nfar = Signal(), Signal()
+        m.d.comb += [ndiff.eq(prod.exp - ea), far.eq(diff > cap), nfar.eq(ndiff > cap)]
+        amount = Signal(range(cap + 1))
+        m.d.comb += [
+            big.eq(Mux(a_big, a_val, b_val)),
+            small.eq(Mux(a_big, b_val, Mux(a_zero, 0, a_val))),
+            s_big.eq(Mux(a_big, sa, prod.sign)), s_small.eq(Mux(a_big, prod.sign, sa)),
+            e_big.eq(Mux(a_big, ea, prod.exp)),
+            amount.eq(Mux(a_big, Mux(far, cap, diff), Mux(nfar, cap, ndiff))),
+        ]
+        # special cases, decided here, applied in stage 5
+        special = Signal(2)         # 0 none, 1 pass acc, 2 NaN, 3 infinity of inf_sign
+        inf_sign = Signal()
+        with m.If(prod.kind == FloatKind.ZERO):
+            m.d.comb += special.eq(1)
+        with m.Elif((prod.kind == FloatKind.NAN) | (ka == FloatKind.NAN)):
+            m.d.comb += special.eq(2)
+        with m.Elif(prod.kind == FloatKind.INF):
+            m.d.comb += [special.eq(Mux((ka == FloatKind.INF) & (sa != prod.sign), 2, 3)),
+                         inf_sign.eq(prod.sign)]
+        with m.Elif(ka == FloatKind.INF):
+            m.d.comb += special.eq(1)
+
+        o_big, o_small = Signal(q), Signal(q)
+        o_amount = Signal(range(cap + 1))
+        o_sub, o_sign, o_exp = Signal(), Signal(), Signal(EXP_SHAPE)
+        o_special, o_inf_sign, o_acc = Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            o_big.eq(big), o_small.eq(small), o_amount.eq(amount),
+            o_sub.eq(s_big ^ s_small), o_sign.eq(s_big), o_exp.eq(e_big),
+            o_special.eq(special), o_inf_sign.eq(inf_sign), o_acc.eq(self.acc),
+        ]
+
+        # --- stage 2: align the smaller one; what falls off is the sticky bit ------------------
+        wide = Signal(fw + cap)
+        m.d.comb += wide.eq(Cat(Const(0, cap), Const(0, 3), o_small) >> o_amount)
+        aligned = Signal(fw)
+        m.d.comb += aligned.eq(wide[cap:] | wide[:cap].any())
+        s1_big, s1_small = Signal(fw), Signal(fw)
+        s1_sub, s1_sign, s1_exp = Signal(), Signal(), Signal(EXP_SHAPE)
+        s1_special, s1_inf_sign, s1_acc = Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            s1_big.eq(Cat(Const(0, 3), o_big)), s1_small.eq(aligned),
+            s1_sub.eq(o_sub), s1_sign.eq(o_sign), s1_exp.eq(o_exp),
+            s1_special.eq(o_special), s1_inf_sign.eq(o_inf_sign), s1_acc.eq(o_acc),
+        ]
+
+        # --- stage 3: add or subtract, count leading zeros ------------------------------------
+        total = Signal(fw + 1)
+        m.d.comb += total.eq(Mux(s1_sub, s1_big - s1_small, s1_big + s1_small))
+        lz = _leading_zeros(m, total, "lz")
+        s2_total, s2_lz = Signal(fw + 1), Signal(range(fw + 2))
+        s2_sign, s2_exp = Signal(), Signal(EXP_SHAPE)
+        s2_special, s2_inf_sign, s2_acc = Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            s2_total.eq(total), s2_lz.eq(lz), s2_sign.eq(s1_sign), s2_exp.eq(s1_exp),
+            s2_special.eq(s1_special), s2_inf_sign.eq(s1_inf_sign), s2_acc.eq(s1_acc),
+        ]
+
+        # --- stage 4: normalize; the exponent and its range checks for both roundings ----------
+        norm = Signal(fw + 1)
+        m.d.comb += norm.eq(s2_total << s2_lz)          # leading one at bit fw
+        # bit fw of total weighs 2**(e_big + 1): the leading bit's exponent is e_big + 1 - lz,
+        # one more when the rounding carries out
+        exp = Signal(signed(EXP_SHAPE.width + 2))
+        m.d.comb += exp.eq(s2_exp + 1 - s2_lz)
+        n_keep, n_guard, n_sticky = Signal(24), Signal(), Signal()
+        n_exp = Signal(8)
+        n_tiny, n_tiny_up, n_huge, n_huge_up, n_zero = (Signal(name=f"n_{k}") for k in (
+            "tiny", "tiny_up", "huge", "huge_up", "zero"))
+        n_sign, n_special, n_inf_sign, n_acc = Signal(), Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            n_keep.eq(norm[fw + 1 - 24:]), n_guard.eq(norm[fw - 24]),
+            n_sticky.eq(norm[:fw - 24].any()), n_exp.eq((exp + F32.bias)[:8]),
+            n_tiny.eq(exp < F32.emin), n_tiny_up.eq(exp + 1 < F32.emin),
+            n_huge.eq(exp > F32.emax), n_huge_up.eq(exp + 1 > F32.emax),
+            n_zero.eq(s2_total == 0), n_sign.eq(s2_sign), n_special.eq(s2_special),
+            n_inf_sign.eq(s2_inf_sign), n_acc.eq(s2_acc),
+        ]
+
+        # --- stage 5: round to nearest even, pack --------------------------------------------
+        rounded = Signal(25)
+        m.d.comb += rounded.eq(n_keep + (n_guard & (n_sticky | n_keep[0])))
+        carry = rounded[24]
+        frac = Mux(carry, rounded[1:24], rounded[:23])
+        res = Signal(32)
+        with m.If(n_special == 1):
+            m.d.comb += res.eq(n_acc)
+        with m.Elif(n_special == 2):
+            m.d.comb += res.eq(F32.nan)
+        with m.Elif(n_special == 3):
+            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), n_inf_sign))
+        with m.Elif(n_zero):
+            m.d.comb += res.eq(0)
+        with m.Elif(Mux(carry, n_tiny_up, n_tiny)):
+            m.d.comb += res.eq(Cat(Const(0, 31), n_sign))
+        with m.Elif(Mux(carry, n_huge_up, n_huge)):
+            m.d.comb += res.eq(Cat(Const(0, 23), Const(0xFF, 8), n_sign))
+        with m.Else():
+            m.d.comb += res.eq(Cat(frac, (n_exp + carry)[:8], n_sign))
+        m.d.sync += self.result.eq(res)
+        return m

@@ -1,0 +1,237 @@
+"""Golden model of the floating-point arithmetic (``docs/floating_point.md``): numbers as
+encodings (``uint16`` / ``uint32`` arrays), arithmetic in Python integers.
+
+Every value is decoded into a sign, an integer significand and a power of two, summed
+exactly, and rounded once, to nearest even, by :func:`round_to`. No floating-point arithmetic
+is used here; :func:`mac_fast` (float64 arithmetic rounded once) is the quick path for whole
+layers, equal to :func:`mac` wherever the tests compare them (random and corner-case
+operands, every format).
+
+The contract in short (the document has the reasons):
+
+- operands ``bf16`` / ``fp16`` / ``fp32``, accumulators ``fp32``;
+- an operand whose encoding is zero or subnormal is zero, and a multiply-accumulate with a
+  zero operand is skipped: the accumulator keeps its encoding, whatever the other operand is
+  (``0 x inf`` and ``0 x NaN`` add nothing, as in the zero-gated and zero-free hardware);
+- otherwise the exact product is added to the accumulator and the exact sum rounded once:
+  RNE to the format's significand with an unbounded exponent; a rounded magnitude below the
+  smallest normal becomes a zero of the sum's sign, one above the largest finite an infinity;
+  an exact zero sum is ``+0``;
+- NaN operands, ``inf - inf``: the canonical NaN (:attr:`FloatFormat.nan`);
+- conversions (the driver's rounding of float32 inputs, the store's rounding of fp32 sums to
+  the operand format) round the same way (:func:`convert`).
+"""
+
+import numpy as np
+
+from bpsa.spec.numeric import FLOAT_FORMATS, FloatFormat
+
+__all__ = ["ZERO", "NORMAL", "INF", "NAN", "decode", "round_to", "convert", "mac", "mac_fast",
+           "dot", "relu", "from_float32", "to_float32", "storage_dtype", "fmt_of"]
+
+ZERO, NORMAL, INF, NAN = "zero", "normal", "inf", "nan"
+
+
+def fmt_of(fmt):
+    """A :class:`FloatFormat` from itself or its name."""
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    try:
+        return FLOAT_FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"floating-point format must be one of {list(FLOAT_FORMATS)}, "
+                         f"not {fmt!r}") from None
+
+
+def storage_dtype(fmt):
+    """The unsigned numpy dtype holding ``fmt``'s encodings."""
+    return np.uint16 if fmt_of(fmt).bits == 16 else np.uint32
+
+
+def decode(bits, fmt, *, subnormals=False):
+    """``(kind, sign, significand, exponent)`` of one encoding: the value is ``(-1)**sign *
+    significand * 2**exponent`` for ``NORMAL``; subnormal encodings are ``ZERO`` (operands)
+    unless ``subnormals`` (the exact value, for conversions from float32)."""
+    f = fmt_of(fmt)
+    bits = int(bits)
+    sign = bits >> (f.bits - 1)
+    e = (bits >> f.man_bits) & ((1 << f.exp_bits) - 1)
+    frac = bits & ((1 << f.man_bits) - 1)
+    if e == (1 << f.exp_bits) - 1:
+        return (NAN if frac else INF), sign, 0, 0
+    if e == 0:
+        if frac == 0 or not subnormals:
+            return ZERO, sign, 0, 0
+        return NORMAL, sign, frac, f.emin - f.man_bits
+    return NORMAL, sign, frac | (1 << f.man_bits), e - f.bias - f.man_bits
+
+
+def _pack(f, sign, e_field, frac):
+    return (sign << (f.bits - 1)) | (e_field << f.man_bits) | frac
+
+
+def round_to(sign, significand, exponent, fmt):
+    """The encoding of ``(-1)**sign * significand * 2**exponent`` (``significand`` a
+    non-negative Python int) in ``fmt``: rounded to nearest even at ``man_bits + 1``
+    significant bits with an unbounded exponent, then a magnitude below ``2**emin`` is a zero
+    of ``sign`` and one above the largest finite number an infinity of ``sign``."""
+    f = fmt_of(fmt)
+    p = f.man_bits + 1
+    if significand == 0:
+        return _pack(f, sign, 0, 0)
+    r = significand.bit_length() - p
+    if r > 0:
+        q, rem, half = significand >> r, significand & ((1 << r) - 1), 1 << (r - 1)
+        if rem > half or (rem == half and q & 1):
+            q += 1
+            if q >> p:
+                q >>= 1
+                r += 1
+    else:
+        q = significand << -r
+    e = exponent + r + p - 1             # q * 2**(exponent + r), q in [2**(p-1), 2**p)
+    if e < f.emin:
+        return _pack(f, sign, 0, 0)
+    if e > f.emax:
+        return _pack(f, sign, (1 << f.exp_bits) - 1, 0)
+    return _pack(f, sign, e + f.bias, q - (1 << (p - 1)))
+
+
+def convert(bits, src, dst):
+    """One encoding of ``src`` rounded to ``dst`` (:func:`round_to`; ``src`` subnormals read
+    exactly, NaN to ``dst``'s canonical NaN)."""
+    s, d = fmt_of(src), fmt_of(dst)
+    kind, sign, m, e = decode(bits, s, subnormals=True)
+    if kind == NAN:
+        return d.nan
+    if kind == INF:
+        return _pack(d, sign, (1 << d.exp_bits) - 1, 0)
+    return round_to(sign, m, e, d)
+
+
+def mac(acc, a, b, fmt):
+    """One multiply-accumulate of the contract: the fp32 encoding ``acc`` plus the product of
+    the ``fmt`` encodings ``a`` and ``b``, rounded once; skipped (``acc`` returned) when ``a``
+    or ``b`` is zero or subnormal."""
+    f, f32 = fmt_of(fmt), FLOAT_FORMATS["fp32"]
+    ka, sa, ma, ea = decode(a, f)
+    kb, sb, mb, eb = decode(b, f)
+    if ZERO in (ka, kb):
+        return int(acc)
+    kc, sc, mc, ec = decode(acc, f32)
+    sp = sa ^ sb
+    if NAN in (ka, kb, kc):
+        return f32.nan
+    if INF in (ka, kb):
+        if kc == INF and sc != sp:
+            return f32.nan
+        return _pack(f32, sp, (1 << f32.exp_bits) - 1, 0)
+    if kc == INF:
+        return int(acc)
+    mp, ep = ma * mb, ea + eb
+    if kc == ZERO:
+        return round_to(sp, mp, ep, f32)
+    e0 = min(ec, ep)
+    total = (-1) ** sc * (mc << (ec - e0)) + (-1) ** sp * (mp << (ep - e0))
+    if total == 0:
+        return 0
+    return round_to(int(total < 0), abs(total), e0, f32)
+
+
+def dot(acc, a, b, fmt):
+    """``acc`` (fp32 encoding) folded with the products of the sequences ``a`` and ``b``, in
+    their order: one :func:`mac` each."""
+    for x, y in zip(a, b):
+        acc = mac(acc, x, y, fmt)
+    return acc
+
+
+def relu(bits, fmt):
+    """ReLU of one encoding: a negative number or ``-0`` is ``+0``; a NaN stays the canonical
+    NaN."""
+    f = fmt_of(fmt)
+    kind, sign, _, _ = decode(bits, f, subnormals=True)
+    if kind == NAN:
+        return f.nan
+    return 0 if sign else int(bits)
+
+
+# --- arrays ---------------------------------------------------------------------------------
+
+def from_float32(x, fmt):
+    """A float32 array (float64 is cast to float32 first) as ``fmt`` encodings
+    (:func:`convert`)."""
+    f = fmt_of(fmt)
+    x32 = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    raw = x32.view(np.uint32)
+    if f.name == "fp32":
+        out = np.frompyfunc(lambda v: convert(v, "fp32", "fp32"), 1, 1)(raw)
+    else:
+        out = np.frompyfunc(lambda v: convert(v, "fp32", f), 1, 1)(raw)
+    return np.asarray(out, dtype=np.uint64).astype(storage_dtype(f)).reshape(x32.shape)
+
+
+def to_float32(bits, fmt):
+    """``fmt`` encodings as float32 values (exact: every format here fits float32)."""
+    f = fmt_of(fmt)
+    bits = np.asarray(bits)
+    conv = np.frompyfunc(lambda v: convert(v, f, "fp32"), 1, 1)
+    raw = np.asarray(conv(bits), dtype=np.uint64).astype(np.uint32)
+    return raw.view(np.float32).reshape(bits.shape)
+
+
+def mac_fast(acc, a, b, fmt):
+    """:func:`mac` on arrays (broadcast), in float64 arithmetic: the product of two operands
+    of at most 24 significant bits is exact in float64, and the float64 sum of it and an fp32
+    accumulator rounded to float32 is the sum rounded once (float64 has more than ``2 p + 2``
+    bits for ``p = 24``), so only the flush, the skip and the NaN rules are added here."""
+    f = fmt_of(fmt)
+    acc = np.asarray(acc, dtype=np.uint32)
+    a_bits, b_bits = np.asarray(a), np.asarray(b)
+    av, bv = _operand_values(a_bits, f), _operand_values(b_bits, f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cv = acc.view(np.float32).astype(np.float64)
+        cv = np.where((acc & 0x7F800000) == 0, 0.0, cv)    # a subnormal accumulator reads 0
+        s64 = cv + av * bv
+        s32 = s64.astype(np.float32)
+    out = s32.view(np.uint32).copy()
+    # a rounded result below the smallest normal: a zero of the sum's sign; the unbounded-
+    # exponent rounding can also round up to 2**-126 from below where the float32 cast gave
+    # a subnormal, and down where it gave 2**-126
+    tiny = 2.0 ** -126
+    near = np.abs(s64) < tiny
+    if near.any():
+        r = _round24(np.abs(s64[near]))
+        keep = r >= tiny
+        fixed = np.where(keep, np.float32(tiny), np.float32(0)).view(np.uint32)
+        out[near] = fixed | (np.signbit(s64[near]).astype(np.uint32) << 31)
+    out = np.where(s64 == 0, np.uint32(0), out)
+    out = np.where(np.isnan(s64), np.uint32(FLOAT_FORMATS["fp32"].nan), out)
+    skip = (_is_zero(a_bits, f) | _is_zero(b_bits, f))
+    return np.where(skip, acc, out).astype(np.uint32)
+
+
+def _round24(x):
+    """Positive float64 values below ``2**-126`` rounded to 24 significant bits (RNE), in
+    float64 (exact: float64 has the range)."""
+    m, e = np.frexp(x)                  # x = m * 2**e, m in [0.5, 1)
+    return np.ldexp(np.rint(np.ldexp(m, 24)), e - 24)
+
+
+def _is_zero(bits, f):
+    return ((bits.astype(np.uint32) >> f.man_bits) & ((1 << f.exp_bits) - 1)) == 0
+
+
+def _operand_values(bits, f):
+    """float64 values of operand encodings, zero and subnormal encodings as zero, NaN and
+    infinity kept."""
+    b = bits.astype(np.uint64)
+    sign = (b >> (f.bits - 1)) & 1
+    e = ((b >> f.man_bits) & ((1 << f.exp_bits) - 1)).astype(np.int64)
+    frac = (b & ((1 << f.man_bits) - 1)).astype(np.float64)
+    special = e == (1 << f.exp_bits) - 1
+    with np.errstate(over="ignore"):
+        mag = np.ldexp(1.0 + frac / (1 << f.man_bits), e - f.bias)
+    mag = np.where(special, np.where(frac == 0, np.inf, np.nan), mag)
+    mag = np.where(e == 0, 0.0, mag)
+    return np.where(sign == 1, -mag, mag)
