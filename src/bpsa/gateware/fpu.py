@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.spec.numeric import FLOAT_FORMATS
 
-__all__ = ["FloatKind", "product_layout", "FloatMultiplier", "FloatAdder", "EXP_SHAPE"]
+__all__ = ["FloatKind", "product_layout", "FloatMultiplier", "FloatAdder", "FloatMac", "EXP_SHAPE"]
 
 #: Exponents inside the units: a product's leading bit lies in ``[2**-252, 2**256)``.
 EXP_SHAPE = signed(11)
@@ -271,4 +271,30 @@ class FloatAdder(wiring.Component):
         with m.Else():
             m.d.comb += res.eq(Cat(frac, (n_exp + carry)[:8], n_sign))
         m.d.sync += self.result.eq(res)
+        return m
+
+
+class FloatMac(wiring.Component):
+    """A multiply-add of the contract: :class:`FloatMultiplier` feeding :class:`FloatAdder`,
+    the sum delayed to meet the product. ``result`` is ``acc + a * b`` of the inputs presented
+    :attr:`LATENCY` cycles before."""
+
+    LATENCY = FloatMultiplier.LATENCY + FloatAdder.LATENCY
+
+    def __init__(self, fmt):
+        self.fmt = _fmt(fmt)
+        super().__init__({"a": In(self.fmt.bits), "b": In(self.fmt.bits), "acc": In(32),
+                          "result": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        mul = m.submodules.mul = FloatMultiplier(self.fmt)
+        add = m.submodules.add = FloatAdder(self.fmt)
+        acc = self.acc
+        for k in range(FloatMultiplier.LATENCY):
+            later = Signal(32, name=f"acc_d{k + 1}")
+            m.d.sync += later.eq(acc)
+            acc = later
+        m.d.comb += [mul.a.eq(self.a), mul.b.eq(self.b), add.acc.eq(acc),
+                     add.product.eq(mul.product), self.result.eq(add.result)]
         return m
