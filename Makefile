@@ -37,7 +37,7 @@ help:
 	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
 	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
-	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train8 (8x8) at 31.25 MHz; over 1 h)"
+	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train (4x4) at 50 MHz; about 30 min)"
 	@echo "make figures   utilization, time per layer and roofline of NETWORK=$(NETWORK) on PERF_CONFIG=$(PERF_CONFIG), PNG and SVG into docs/figures/"
 	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
 	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~25 min)"
