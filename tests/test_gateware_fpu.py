@@ -60,6 +60,6 @@ def test_unknown_format_is_refused():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)
         for unit in (FloatAdder, FloatMultiplier, FloatMac):
-            with pytest.raises(ValueError, match="fmt must be one of"):
+            with pytest.raises(ValueError, match="floating-point format must be one of"):
                 unit("fp8")
         gc.collect()

@@ -16,6 +16,6 @@ def test_wrapper_registers_the_inputs():
 
 
 def test_unknown_format_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="fmt must be one of"):
+    with pytest.raises(ValueError, match="floating-point format must be one of"):
         fpu_timing.measure("fp8", tmp_path)
     assert not any(tmp_path.iterdir())

@@ -12,7 +12,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.spec.numeric import FLOAT_FORMATS
+from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["FloatKind", "product_layout", "FloatMultiplier", "FloatAdder", "FloatMac", "EXP_SHAPE"]
 
@@ -29,17 +29,10 @@ class FloatKind(enum.Enum, shape=2):
     NAN = 3
 
 
-def _fmt(fmt):
-    try:
-        return FLOAT_FORMATS[fmt] if isinstance(fmt, str) else fmt
-    except KeyError:
-        raise ValueError(f"fmt must be one of {list(FLOAT_FORMATS)}, not {fmt!r}") from None
-
-
 def product_layout(fmt):
     """An exact product of two ``fmt`` operands: ``sig * 2**(exp - (width - 1))`` with the
     significand's leading bit (bit ``width - 1``, ``width = 2 (man_bits + 1)``) set."""
-    f = _fmt(fmt)
+    f = float_format(fmt)
     return data.StructLayout({"kind": FloatKind, "sign": 1, "exp": EXP_SHAPE,
                               "sig": 2 * (f.man_bits + 1)})
 
@@ -68,7 +61,7 @@ class FloatMultiplier(wiring.Component):
     LATENCY = 2
 
     def __init__(self, fmt):
-        self.fmt = _fmt(fmt)
+        self.fmt = float_format(fmt)
         f = self.fmt
         super().__init__({"a": In(f.bits), "b": In(f.bits),
                           "product": Out(product_layout(f))})
@@ -141,7 +134,7 @@ class FloatAdder(wiring.Component):
     LATENCY = 5
 
     def __init__(self, fmt):
-        self.fmt = _fmt(fmt)
+        self.fmt = float_format(fmt)
         super().__init__({"acc": In(32), "product": In(product_layout(self.fmt)),
                           "result": Out(32)})
 
@@ -282,7 +275,7 @@ class FloatMac(wiring.Component):
     LATENCY = FloatMultiplier.LATENCY + FloatAdder.LATENCY
 
     def __init__(self, fmt):
-        self.fmt = _fmt(fmt)
+        self.fmt = float_format(fmt)
         super().__init__({"a": In(self.fmt.bits), "b": In(self.fmt.bits), "acc": In(32),
                           "result": Out(32)})
 

@@ -24,35 +24,24 @@ The contract in short (the document has the reasons):
 
 import numpy as np
 
-from bpsa.spec.numeric import FLOAT_FORMATS, FloatFormat
+from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["ZERO", "NORMAL", "INF", "NAN", "decode", "round_to", "convert", "mac", "mac_fast",
-           "dot", "relu", "from_float32", "to_float32", "storage_dtype", "fmt_of"]
+           "dot", "relu", "from_float32", "to_float32", "storage_dtype"]
 
 ZERO, NORMAL, INF, NAN = "zero", "normal", "inf", "nan"
 
 
-def fmt_of(fmt):
-    """A :class:`FloatFormat` from itself or its name."""
-    if isinstance(fmt, FloatFormat):
-        return fmt
-    try:
-        return FLOAT_FORMATS[fmt]
-    except (KeyError, TypeError):
-        raise ValueError(f"floating-point format must be one of {list(FLOAT_FORMATS)}, "
-                         f"not {fmt!r}") from None
-
-
 def storage_dtype(fmt):
     """The unsigned numpy dtype holding ``fmt``'s encodings."""
-    return np.uint16 if fmt_of(fmt).bits == 16 else np.uint32
+    return np.uint16 if float_format(fmt).bits == 16 else np.uint32
 
 
 def decode(bits, fmt, *, subnormals=False):
     """``(kind, sign, significand, exponent)`` of one encoding: the value is ``(-1)**sign *
     significand * 2**exponent`` for ``NORMAL``; subnormal encodings are ``ZERO`` (operands)
     unless ``subnormals`` (the exact value, for conversions from float32)."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     bits = int(bits)
     sign = bits >> (f.bits - 1)
     e = (bits >> f.man_bits) & ((1 << f.exp_bits) - 1)
@@ -75,7 +64,7 @@ def round_to(sign, significand, exponent, fmt):
     non-negative Python int) in ``fmt``: rounded to nearest even at ``man_bits + 1``
     significant bits with an unbounded exponent, then a magnitude below ``2**emin`` is a zero
     of ``sign`` and one above the largest finite number an infinity of ``sign``."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     p = f.man_bits + 1
     if significand == 0:
         return _pack(f, sign, 0, 0)
@@ -100,7 +89,7 @@ def round_to(sign, significand, exponent, fmt):
 def convert(bits, src, dst):
     """One encoding of ``src`` rounded to ``dst`` (:func:`round_to`; ``src`` subnormals read
     exactly, NaN to ``dst``'s canonical NaN)."""
-    s, d = fmt_of(src), fmt_of(dst)
+    s, d = float_format(src), float_format(dst)
     kind, sign, m, e = decode(bits, s, subnormals=True)
     if kind == NAN:
         return d.nan
@@ -113,7 +102,7 @@ def mac(acc, a, b, fmt):
     """One multiply-accumulate of the contract: the fp32 encoding ``acc`` plus the product of
     the ``fmt`` encodings ``a`` and ``b``, rounded once; skipped (``acc`` returned) when ``a``
     or ``b`` is zero or subnormal."""
-    f, f32 = fmt_of(fmt), FLOAT_FORMATS["fp32"]
+    f, f32 = float_format(fmt), FLOAT_FORMATS["fp32"]
     ka, sa, ma, ea = decode(a, f)
     kb, sb, mb, eb = decode(b, f)
     if ZERO in (ka, kb):
@@ -149,7 +138,7 @@ def dot(acc, a, b, fmt):
 def relu(bits, fmt):
     """ReLU of one encoding: a negative number or ``-0`` is ``+0``; a NaN stays the canonical
     NaN."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     kind, sign, _, _ = decode(bits, f, subnormals=True)
     if kind == NAN:
         return f.nan
@@ -161,7 +150,7 @@ def relu(bits, fmt):
 def from_float32(x, fmt):
     """A float32 array (float64 is cast to float32 first) as ``fmt`` encodings
     (:func:`convert`)."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     x32 = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     raw = x32.view(np.uint32)
     if f.name == "fp32":
@@ -173,7 +162,7 @@ def from_float32(x, fmt):
 
 def to_float32(bits, fmt):
     """``fmt`` encodings as float32 values (exact: every format here fits float32)."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     bits = np.asarray(bits)
     conv = np.frompyfunc(lambda v: convert(v, f, "fp32"), 1, 1)
     raw = np.asarray(conv(bits), dtype=np.uint64).astype(np.uint32)
@@ -185,7 +174,7 @@ def mac_fast(acc, a, b, fmt):
     of at most 24 significant bits is exact in float64, and the float64 sum of it and an fp32
     accumulator rounded to float32 is the sum rounded once (float64 has more than ``2 p + 2``
     bits for ``p = 24``), so only the flush, the skip and the NaN rules are added here."""
-    f = fmt_of(fmt)
+    f = float_format(fmt)
     acc = np.asarray(acc, dtype=np.uint32)
     a_bits, b_bits = np.asarray(a), np.asarray(b)
     av, bv = _operand_values(a_bits, f), _operand_values(b_bits, f)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FLOAT_FORMATS", "FloatFormat", "POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
+__all__ = ["FLOAT_FORMATS", "FloatFormat", "float_format", "POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
            "pool_divide_cycles", "pool_divide_widths", "pool_window_limit", "wrap", "wrap_array"]
 
 
@@ -126,3 +126,15 @@ class FloatFormat:
 #: accumulators and the P buffer always ``fp32``.
 FLOAT_FORMATS = {f.name: f for f in (FloatFormat("bf16", 8, 7), FloatFormat("fp16", 5, 10),
                                      FloatFormat("fp32", 8, 23))}
+
+
+def float_format(fmt):
+    """The :class:`FloatFormat` ``fmt`` (itself, or its name in :data:`FLOAT_FORMATS`);
+    anything else is refused with the names allowed."""
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    try:
+        return FLOAT_FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"floating-point format must be one of {list(FLOAT_FORMATS)}, "
+                         f"not {fmt!r}") from None

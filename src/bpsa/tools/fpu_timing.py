@@ -18,7 +18,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.gateware.fpu import FloatMac
-from bpsa.spec.numeric import FLOAT_FORMATS
+from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 from bpsa.tools.yosys import ecp5_timing
 
 __all__ = ["main", "measure"]
@@ -44,8 +44,7 @@ class _Registered(wiring.Component):
 def measure(fmt, out):
     """``{"luts", "ffs", "dsps", "fmax_mhz", "latency"}`` of the ``fmt`` multiply-add; the
     Verilog, netlist and reports go to ``out``."""
-    if fmt not in FLOAT_FORMATS:
-        raise ValueError(f"fmt must be one of {list(FLOAT_FORMATS)}, not {fmt!r}")
+    fmt = float_format(fmt).name
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     top = f"fp_mac_{fmt}"
