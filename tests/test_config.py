@@ -1,8 +1,11 @@
 """The generator configuration: validation, TOML presets, JSON."""
 
+import gc
 import json
+import warnings
 
 import pytest
+from amaranth.hdl import UnusedElaboratable
 
 from bpsa.config import DATAFLOWS, Config, ConfigError, load_config, preset_names
 
@@ -25,7 +28,7 @@ def test_defaults_are_valid():
     ("dataflows", [], r"dataflows must be a non-empty list"),
     ("dataflows", ["os", "xs"], r"dataflows must be .*not \['os', 'xs'\]"),
     ("dataflows", ["os", "os"], r"dataflows must be .*distinct"),
-    ("arithmetic", "fp8", r"arithmetic must be one of \['int'\], not 'fp8'"),
+    ("arithmetic", "fp8", r"arithmetic must be one of \['int', 'bf16', 'fp16'\], not 'fp8'"),
     ("zero_gating", "yes", r"zero_gating must be true or false"),
     ("feeder_bus_width", 12, r"feeder_bus_width must be a power of two in \[1, 64\], not 12"),
     ("feeder_lane_regs", 0, r"feeder_lane_regs must be in \[1, 16\], not 0"),
@@ -51,6 +54,46 @@ def test_reserve_registers_only_removable_for_os_only():
     Config(dataflows=["os"], reserve_registers=False)
     with pytest.raises(ConfigError, match=r"reserve_registers may only be false"):
         Config(dataflows=["os", "ws"], reserve_registers=False)
+
+
+FP = {"arithmetic": "bf16", "operand_width": 16, "acc_width": 32, "dataflows": ["os"]}
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"operand_width": 8}, r"operand_width must be 16 with arithmetic 'bf16' \(the format's "
+                           r"width\), not 8"),
+    ({"acc_width": 48}, r"acc_width must be 32 with arithmetic 'bf16' \(fp32 accumulators\), "
+                        r"not 48"),
+    ({"dataflows": ["os", "ws"]}, r"dataflows must be \['os'\] with arithmetic 'bf16' \(the "
+                                  r"ws, is and interleaved dataflows are not built in floating "
+                                  r"point yet\), not \['os', 'ws'\]"),
+    ({"reserve_registers": False}, r"reserve_registers must be true with arithmetic 'bf16'"),
+    ({"pool_kinds": ["max"]}, r"pool_kinds must be \[\] with arithmetic 'bf16' \(the pooling "
+                              r"unit is not built in floating point yet\), not \['max'\]"),
+])
+def test_floating_point_fixes_widths_and_refuses_what_is_not_built(change, match):
+    c = Config(**FP)
+    assert c.is_float and c.os_partials == 5 and c.mac_latency == 8
+    assert c.context_gap == 2 * c.rows + 5
+    with pytest.raises(ConfigError, match=match):
+        Config(**{**FP, **change})
+
+
+def test_integer_blocks_refuse_a_floating_point_configuration():
+    from bpsa.platform.verilog import elaborate_top
+    c = Config(**FP)
+    assert not Config().is_float and Config().os_partials == 1
+    assert Config(rows=5).context_gap == 10
+    with pytest.raises(ConfigError, match=r"arithmetic 'bf16': the accelerator top is built "
+                                          r"for integer arithmetic only so far; floating "
+                                          r"point builds the PE and the array"):
+        elaborate_top(c, "accelerator")
+    # built, never elaborated: collect them while that is expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        assert type(elaborate_top(c, "pe")).__name__ == "FloatPE"
+        assert type(elaborate_top(Config(), "pe")).__name__ == "PE"
+        gc.collect()
 
 
 def test_acc_width_range_follows_operand_width():

@@ -7,7 +7,7 @@ from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 
-from bpsa.config import DRAIN_REGISTERS, Config, load_config
+from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY, Config, load_config
 from bpsa.gateware.array import SystolicArray, array_signature, share_array
 from bpsa.sim.gemm import (
     ArrayShape,
@@ -116,6 +116,9 @@ CASES = [
     ("small", "is", (4, 4, 8)), ("small", "is", (6, 9, 5)),
     ("nonsquare", "os", (7, 11, 12)), ("nonsquare", "ws", (10, 7, 11)),
     ("nonsquare", "is", (5, 8, 13)),
+    # floating point: contexts shorter and longer than the context gap, K below five
+    ("small_bf16", "os", (7, 23, 9)), ("small_bf16", "os", (4, 3, 4)),
+    ("small_fp16", "os", (5, 40, 6)), ("small_fp16", "os", (1, 1, 1)),
 ]
 
 
@@ -131,6 +134,24 @@ def test_gemm_matches_numpy(preset, flow, dims):
     for name, mat in want.items():
         np.testing.assert_array_equal(got[name], mat, err_msg=f"{flow} {dims}: {name}")
     assert counters["fired"] + counters["gated"] >= 1
+
+
+@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16", "small_fp16"])
+def test_os_results_do_not_depend_on_bubbles(preset):
+    """A feeder that stalls: random idle cycles between the slots of every context change
+    when the PEs add, never what (integers trivially; floating point because a slot's
+    partial is its count in the context, not its cycle)."""
+    cfg = load_config(preset)
+    shape = ArrayShape.of(cfg)
+    rng = np.random.default_rng(len(preset))
+    dims = (cfg.rows + 1, 3 * cfg.rows + 2, cfg.cols + 2)
+    ops = random_problem(shape, "os", dims, rng)
+    want = expected("os", shape, **ops)
+    for p in (0.3, 0.7):
+        prog = program("os", shape, stalls=(p, rng), **ops)
+        got, counters = run_program(cfg, prog)
+        np.testing.assert_array_equal(got["c"], want["c"], err_msg=f"stall probability {p}")
+        assert counters["fired"] + counters["gated"] == prog.tiles * dims[1] * cfg.rows * cfg.cols
 
 
 @pytest.mark.parametrize("owner", [0, 1])
@@ -166,7 +187,7 @@ def test_interleaved_matches_numpy(preset, dims, sgd):
 
 
 LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
-                 for flow in ("os", "ws", "is", "interleaved")]
+                 for flow in ("os", "ws", "is", "interleaved")] + [("small_bf16", "os")]
 
 
 @pytest.mark.parametrize("preset,flow", LATENCY_CASES)
@@ -174,7 +195,7 @@ LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
 def test_latency_contract(preset, flow, seed):
     """The array's documented latency on random problems of several tiles, in every dataflow:
     each context's drain begins R + LATENCY cycles after its a_last cycle and its first vector
-    leaves C + DRAIN_REGISTERS - 1 cycles later; each partial-sum vector leaves R + C - 1 + LATENCY cycles after its
+    leaves C + DRAIN_REGISTERS - 1 cycles later (floating point: FLOAT_REDUCE_LATENCY + C); each partial-sum vector leaves R + C - 1 + LATENCY cycles after its
     slot (interleaved: the tag-1 slot); the results equal numpy."""
     cfg = load_config(preset)
     R, C, L = cfg.rows, cfg.cols, cfg.mac_latency
@@ -203,22 +224,28 @@ def test_latency_contract(preset, flow, seed):
     ends = [t for t, c in enumerate(prog.cycles)
             if c.get("a_valid") and c.get("a_last") and c.get("b_tag", 1)]
     slots = [t for t, c in enumerate(prog.cycles) if c.get("b_valid") and c.get("b_tag", 1)]
+    out = FLOAT_REDUCE_LATENCY + C if cfg.is_float else C + DRAIN_REGISTERS - 1
     if flow in ("os", "interleaved"):
         assert starts(timeline["drain_shift"]) == [t + R + L for t in ends]
-        assert starts(timeline["drain_valid"]) == [t + R + L + C + DRAIN_REGISTERS - 1
-                                                   for t in ends]
+        assert starts(timeline["drain_valid"]) == [t + R + L + out for t in ends]
+        assert len(timeline["drain_shift"]) == len(timeline["drain_valid"]) == len(ends) * R
     if flow != "os":
         assert timeline["psum_valid"] == [t + R + C - 1 + L for t in slots]
 
 
-@pytest.mark.parametrize("preset", ["small", "nonsquare"])
+@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16"])
 def test_os_back_to_back_tiles_do_not_stall(preset):
-    """N tiles of depth K >= 2R take R (chain priming) + N*K + 2R + C - 1 + LATENCY +
-    DRAIN_REGISTERS - 1 busy cycles: the drain of every tile overlaps the next tile."""
+    """N tiles of depth K >= the context gap (2R for integers) take R (chain priming) + N K +
+    the last drain busy cycles: the drain of every tile overlaps the next tile. The last
+    drain: its first shift R + LATENCY cycles after the last a_last, R shifts, and the last
+    vector out C + DRAIN_REGISTERS - 1 cycles after its shift (floating point:
+    FLOAT_REDUCE_LATENCY + C)."""
     cfg = load_config(preset)
     shape = ArrayShape.of(cfg)
     R, C = cfg.rows, cfg.cols
-    K = 2 * R + 3
+    K = cfg.context_gap + 3
+    out = FLOAT_REDUCE_LATENCY + C if cfg.is_float else C + DRAIN_REGISTERS - 1
+    last = R + cfg.mac_latency + R - 1 + out
     for m_tiles, n_tiles in [(1, 1), (2, 3)]:
         ops = random_problem(shape, "os", (m_tiles * R, K, n_tiles * C),
                              np.random.default_rng(5))
@@ -226,8 +253,7 @@ def test_os_back_to_back_tiles_do_not_stall(preset):
         got, counters = run_program(cfg, prog)
         np.testing.assert_array_equal(got["c"], expected("os", shape, **ops)["c"])
         n = m_tiles * n_tiles
-        assert counters["cycles"] == (R + n * K + 2 * R + C - 1 + cfg.mac_latency
-                                      + DRAIN_REGISTERS - 1)
+        assert counters["cycles"] == R + n * K + last
         assert counters["drained"] == n * R
         assert counters["fired"] + counters["gated"] == n * K * R * C
 
@@ -247,14 +273,15 @@ def test_hold_back_to_back_tiles_do_not_stall():
     assert cycles[3 * cfg.rows] - cycles[cfg.rows] == 2 * M
 
 
-def test_contexts_too_close_set_error_and_clear_resets_it():
-    cfg = load_config("small")
+@pytest.mark.parametrize("preset", ["small", "small_bf16"])
+def test_contexts_too_close_set_error_and_clear_resets_it(preset):
+    cfg = load_config(preset)
     dut = SystolicArray(cfg)
     seen = {}
 
     async def tb(ctx):
         ctx.set(dut.dataflow, 0)
-        for gap in (3, 2 * cfg.rows):
+        for gap in (3, cfg.context_gap):
             ctx.set(dut.clear, 1)
             await ctx.tick()
             ctx.set(dut.clear, 0)
@@ -266,7 +293,7 @@ def test_contexts_too_close_set_error_and_clear_resets_it():
             ctx.set(dut.a_valid, 0)
             ctx.set(dut.b_valid, 0)
             ctx.set(dut.a_last, 0)
-            for _ in range(4 * cfg.rows):
+            for _ in range(2 * cfg.context_gap):
                 await ctx.tick()
             seen[gap] = ctx.get(dut.error)
         # A chain command during an automatic drain is refused too.
@@ -290,7 +317,7 @@ def test_contexts_too_close_set_error_and_clear_resets_it():
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
-    assert seen == {3: 1, 2 * cfg.rows: 0, "collision": 1}
+    assert seen == {3: 1, cfg.context_gap: 0, "collision": 1}
 
 
 def test_program_refuses_bad_problems():
@@ -308,6 +335,7 @@ VERILATOR_CASES = [
     ("small", "is", (9, 13, 7), None), ("small", "interleaved", (6, 9, 5), 2),
     ("nonsquare", "os", (7, 10, 11), None), ("nonsquare", "ws", (4, 6, 12), None),
     ("nonsquare", "is", (8, 5, 9), None), ("nonsquare", "interleaved", (7, 4, 8), None),
+    ("small_bf16", "os", (9, 31, 7), None), ("small_fp16", "os", (6, 3, 5), None),
     # the 16x16 builds take one to three minutes each: make test-long
     pytest.param("paper16", "os", (20, 40, 33), None, marks=pytest.mark.long),
     pytest.param("paper16", "ws", (40, 20, 17), None, marks=pytest.mark.long),
@@ -326,7 +354,7 @@ def test_array_verilator(preset, flow, dims, sgd):
     result = run_gemm(cfg, flow, dims, seed=3, sgd_shift=sgd)
     assert result["match"] is True
     assert result["useful_macs"] == (2 if flow == "interleaved" else 1) * np.prod(dims)
-    if flow == "os" and dims[1] >= 2 * cfg.rows:
+    if flow == "os" and dims[1] >= 2 * cfg.rows and not cfg.is_float:
         # No stall between tiles: chain priming + tiles * K + one fill/drain.
         R, C = cfg.rows, cfg.cols
         tiles = -(-dims[0] // R) * -(-dims[2] // C)

@@ -193,3 +193,63 @@ def test_relu_and_float32_round_trips():
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="floating-point format must be one of"):
         fl.mac(0, 0, 0, "fp8")
+
+
+# --- the output-stationary order: five partials, reduced ((p0 + p1) + (p2 + p3)) + p4 --------
+
+def reference_add(x, y):
+    """fp32 ``x + y`` by SoftFloat (``f32_add``) with the contract's rules: a zero or
+    subnormal ``y`` leaves ``x``; a subnormal ``x`` reads as zero."""
+    if _kind(y, "fp32") == "zero":
+        return int(x)
+    if _kind(x, "fp32") == "zero":
+        x = int(x) & 0x80000000
+    sf.set_tininess_mode(sf.TininessMode.AFTER_ROUNDING)
+    sf.set_exception_flags(0)
+    return _flushed(sf.f32_add(_sf(x, "fp32"), _sf(y, "fp32")), "fp32")
+
+
+def test_add_matches_softfloat():
+    rng = np.random.default_rng(12)
+    xs = corner_accumulators() + [int(v) for v in rng.integers(0, 1 << 32, 3000)]
+    ys = corner_accumulators()[::-1] + [int(v) for v in rng.integers(0, 1 << 32, 3000)]
+    # and sums that cancel: y near -x
+    xs += xs[:500]
+    ys += [(x ^ 0x80000000) + int(d) & 0xFFFFFFFF
+           for x, d in zip(xs[:500], rng.integers(-64, 64, 500))]
+    bad = [(hex(x), hex(y)) for x, y in zip(xs, ys) if fl.add(x, y) != reference_add(x, y)]
+    assert not bad, bad[:5]
+    got = fl.add_fast(np.array(xs, np.uint32), np.array(ys, np.uint32))
+    assert [int(v) for v in got] == [fl.add(x, y) for x, y in zip(xs, ys)]
+
+
+def test_os_output_folds_slot_k_into_partial_k_mod_5_then_reduces_in_order():
+    f = FLOAT_FORMATS["bf16"]
+    one = f.bias << f.man_bits
+    rng = np.random.default_rng(13)
+    a = random_operands(rng, "bf16", 23)
+    b = random_operands(rng, "bf16", 23)
+    start = [int(v) for v in rng.integers(0, 1 << 31, 5)]
+    parts = fl.os_partials(a, b, "bf16", start)
+    for k in range(5):        # partial k: its own slots, in slot order, from start[k]
+        assert parts[k] == fl.dot(start[k], a[k::5], b[k::5], "bf16")
+    r = [reference_add(x, y) for x, y in ((parts[0], parts[1]), (parts[2], parts[3]))]
+    assert fl.os_output(a, b, "bf16", start) == reference_add(reference_add(*r), parts[4])
+    # the order is visible: 2**24, 1, 1, -2**24 in partials 0 to 3: (2**24 + 1) rounds to
+    # 2**24 and (1 - 2**24) is exact, so the sum is 1; folded left to right it is 0
+    big = (f.bias + 12) << f.man_bits                       # 2**12
+    a = [big, one, one, big | 0x8000]
+    b = [big, one, one, big]
+    assert fl.os_output(a, b, "bf16") == 0x3F800000
+    assert fl.dot(0, a, b, "bf16") == 0
+
+
+@pytest.mark.parametrize("name", ("bf16", "fp16"))
+def test_gemm_fast_path_equals_the_integer_model(name):
+    from bpsa.sim.gemm import random_float_operands
+    rng = np.random.default_rng(14)
+    for m, k, n in ((3, 1, 2), (4, 7, 5), (2, 23, 3)):
+        a = random_float_operands(name, (m, k), rng, special_prob=0.05)
+        b = random_float_operands(name, (k, n), rng, special_prob=0.05)
+        np.testing.assert_array_equal(fl.gemm_os(a, b, name),
+                                      fl.gemm_os(a, b, name, fast=False))

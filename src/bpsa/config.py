@@ -11,8 +11,10 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS", "DRAIN_REGISTERS", "FORWARD_FRONTENDS", "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "load_config", "preset_names",
-           "require_config"]
+__all__ = ["ARITHMETICS", "BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS",
+           "DRAIN_REGISTERS", "FLOAT_PARTIALS", "FLOAT_REDUCE_LATENCY", "FLOAT_WIDTHS", "FORWARD_FRONTENDS",
+           "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "context_gap", "load_config",
+           "os_partials", "preset_names", "require_config"]
 
 #: Dataflows the array can be generated with.
 DATAFLOWS = ("os", "ws", "is", "interleaved")
@@ -29,8 +31,23 @@ POOL_KINDS = ("max", "avg")
 #: al.'s channel-first implicit im2col (HWC input, weight-stationary array).
 FORWARD_FRONTENDS = ("feeder", "channel_first")
 
-#: Arithmetic formats. Floating-point formats are added here later.
-ARITHMETICS = ("int",)
+#: Arithmetic formats: two's-complement integers, or floating-point operands (``bf16``,
+#: ``fp16``) with fp32 accumulators under the numeric contract of ``docs/floating_point.md``.
+ARITHMETICS = ("int", "bf16", "fp16")
+
+#: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
+FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
+
+#: Partial sums an output-stationary floating-point PE keeps per output: its fp32 adder is
+#: ``FLOAT_PARTIALS`` stages deep, so the product of a context's slot ``k`` goes into partial
+#: ``k mod FLOAT_PARTIALS`` (every partial is read again only after its last sum has left the
+#: adder); they drain side by side and the array adds them (``bpsa.gateware.float_reduce``).
+FLOAT_PARTIALS = 5
+
+#: Cycles from an output's partials at the bottom of its column to their sum
+#: (``bpsa.gateware.float_reduce.PartialReducer``, three levels of 5-stage adders): a
+#: floating-point drain vector leaves ``FLOAT_REDUCE_LATENCY + cols`` cycles after its shift.
+FLOAT_REDUCE_LATENCY = 15
 
 #: Cycles the PE's pipelined multiply-accumulate adds to the systolic timing, by arithmetic: a
 #: slot's operands are registered in the fabric, then in the multiplier's input registers, its
@@ -39,7 +56,10 @@ ARITHMETICS = ("int",)
 #: the reserve register four cycles after the plain systolic timing. The array's latency
 #: contract (``bpsa.gateware.array``) and the cycle model (``bpsa.models.perf``) are written
 #: against this number.
-MAC_LATENCY = {"int": 4}
+#: Floating point: the operands registered, the multiplier's two stages (``FloatMultiplier``),
+#: the adder's five (``FloatAdder``): the sum of a context's last slot is in the reserve
+#: registers eight cycles after the plain systolic timing.
+MAC_LATENCY = {"int": 4, "bf16": 8, "fp16": 8}
 
 #: Registers between the bottom of a reserve chain and the array's drain outputs (the
 #: deskew's first stage included): the chain's value, then the drained result (with the
@@ -75,6 +95,22 @@ def _check_bool(name, value):
         raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
+def os_partials(arithmetic):
+    """Partial sums an output-stationary PE keeps per output: 1 for integers,
+    :data:`FLOAT_PARTIALS` for floating point (the reserve chain carries them side by
+    side)."""
+    return FLOAT_PARTIALS if arithmetic in FLOAT_WIDTHS else 1
+
+
+def context_gap(rows, arithmetic):
+    """The fewest cycles between two output-stationary context ends (``a_last`` to
+    ``a_last``) in an array of ``rows`` rows: the wait for the last row and the drain's
+    ``rows`` shifts; in floating point :data:`FLOAT_PARTIALS` more: the next context's first
+    five slots read their starting partials from the reserve registers up to five cycles
+    before the swap (``bpsa.gateware.pe_float``), after the previous drain."""
+    return 2 * rows + (FLOAT_PARTIALS if arithmetic in FLOAT_WIDTHS else 0)
+
+
 @dataclass(frozen=True)
 class Config:
     """Parameters of one generated accelerator.
@@ -82,9 +118,12 @@ class Config:
     Array
         ``rows``, ``cols``: array size, 1..64 each.
     Arithmetic
-        ``arithmetic``: number format (``"int"``); ``operand_width`` 2..32 bits,
-        ``operand_signed``; ``acc_width``: accumulator bits, from ``2 * operand_width`` to 64
-        (accumulation wraps modulo ``2**acc_width``, two's complement).
+        ``arithmetic``: number format, ``"int"``, ``"bf16"`` or ``"fp16"``. Integers:
+        ``operand_width`` 2..32 bits, ``operand_signed``; ``acc_width``: accumulator bits,
+        from ``2 * operand_width`` to 64 (accumulation wraps modulo ``2**acc_width``, two's
+        complement). Floating point (``docs/floating_point.md``): ``operand_width`` 16 and
+        ``acc_width`` 32 (fp32 accumulators); built so far for the ``os`` dataflow with
+        reserve registers only, the PE and the array (the front ends are integer only).
     Dataflows and PE features
         ``dataflows``: a non-empty subset of ``os``, ``ws``, ``is``, ``interleaved``.
         ``zero_gating``: skip (and count) MACs with a zero operand.
@@ -185,6 +224,8 @@ class Config:
         _check_int("operand_width", self.operand_width, 2, 32)
         _check_bool("operand_signed", self.operand_signed)
         _check_int("acc_width", self.acc_width, 2 * self.operand_width, 64)
+        if self.is_float:
+            self._validate_float()
         if not self.dataflows or any(d not in DATAFLOWS for d in self.dataflows) \
                 or len(set(self.dataflows)) != len(self.dataflows):
             raise ConfigError(f"dataflows must be a non-empty list of distinct values from "
@@ -234,7 +275,54 @@ class Config:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
 
+    def _validate_float(self):
+        """The fields a floating-point arithmetic fixes or does not build yet."""
+        op, acc = FLOAT_WIDTHS[self.arithmetic]
+        a = self.arithmetic
+        if self.operand_width != op:
+            raise ConfigError(f"operand_width must be {op} with arithmetic {a!r} (the "
+                              f"format's width), not {self.operand_width!r}")
+        if self.acc_width != acc:
+            raise ConfigError(f"acc_width must be {acc} with arithmetic {a!r} (fp32 "
+                              f"accumulators), not {self.acc_width!r}")
+        if self.dataflows != ("os",):
+            raise ConfigError(f"dataflows must be ['os'] with arithmetic {a!r} (the ws, is "
+                              f"and interleaved dataflows are not built in floating point "
+                              f"yet), not {list(self.dataflows)!r}")
+        if not self.reserve_registers:
+            raise ConfigError(f"reserve_registers must be true with arithmetic {a!r} (the "
+                              f"partial sums drain through the reserve chains)")
+        if self.pool_kinds:
+            raise ConfigError(f"pool_kinds must be [] with arithmetic {a!r} (the pooling "
+                              f"unit is not built in floating point yet), not "
+                              f"{list(self.pool_kinds)!r}")
+
     # Derived values -----------------------------------------------------------------------
+
+    @property
+    def is_float(self):
+        """Whether the arithmetic is a floating-point format."""
+        return self.arithmetic in FLOAT_WIDTHS
+
+    def require_int(self, block):
+        """Refuse to build ``block`` (a name) in a floating-point configuration: raises
+        :class:`ConfigError` naming what is built in floating point so far."""
+        if self.is_float:
+            raise ConfigError(f"arithmetic {self.arithmetic!r}: the {block} is built for "
+                              f"integer arithmetic only so far; floating point builds the PE "
+                              f"and the array (--top pe, --top array, bpsa sim --gemm)")
+
+    @property
+    def os_partials(self):
+        """Partial sums an output-stationary PE keeps per output (:func:`os_partials`)."""
+        return os_partials(self.arithmetic)
+
+    @property
+    def context_gap(self):
+        """The fewest cycles between two output-stationary context ends
+        (:func:`context_gap`)."""
+        return context_gap(self.rows, self.arithmetic)
+
 
     def has(self, dataflow):
         """Whether ``dataflow`` (one of :data:`DATAFLOWS`) is generated."""

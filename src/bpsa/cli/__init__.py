@@ -5,6 +5,7 @@ import sys
 from bpsa.cli import (bitstream, fuzz, perf, regmap, sim, sweep, synth, train, verilog,
                       zeros)
 from bpsa.cli.args import Parser, UserError, version
+from bpsa.config import ConfigError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -30,12 +31,15 @@ def build_parser():
 
 def main(argv=None):
     """Run the command of ``argv`` (default ``sys.argv[1:]``). Returns the exit status: 0, or
-    2 after printing a :class:`~bpsa.cli.args.UserError` as one line; argparse's errors and
+    2 after printing a :class:`~bpsa.cli.args.UserError` or a
+    :class:`~bpsa.config.ConfigError` as one line; argparse's errors and
     the commands' failures (status 1) exit through :exc:`SystemExit`."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except UserError as e:
+    except (UserError, ConfigError) as e:
+        # ConfigError: a configuration a block refuses when it is built (e.g. a top not built
+        # in the configuration's arithmetic)
         print(f"bpsa: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:             # the reader (head, less) stopped reading

@@ -7,9 +7,10 @@ and does its work in ``run(args)``; it raises :class:`UserError` for a bad input
 """
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from bpsa.config import ConfigError, load_config
+from bpsa.config import ARITHMETICS, FLOAT_WIDTHS, ConfigError, load_config
 
 __all__ = ["PLOT_SUFFIXES", "Parser", "UserError", "add_config", "bounded", "config_of",
            "float_above", "int_at_least", "network_names", "out_dir", "parent_dir",
@@ -70,11 +71,15 @@ def preset_list():
 
 
 def add_config(sp):
-    """Add ``--config`` (a preset or a TOML file, default ``small``) to the sub-parser
-    ``sp``."""
+    """Add ``--config`` (a preset or a TOML file, default ``small``) and ``--arithmetic`` (its
+    number format replaced) to the sub-parser ``sp``."""
     sp.add_argument("--config", default="small",
                     help=f"preset name ({preset_list()}) or path to a TOML file "
                          "(default: small)")
+    sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
+                    help="the configuration's number format replaced: int, or bf16 / fp16 "
+                         "operands with fp32 accumulators (operand_width 16, acc_width 32; "
+                         "docs/floating_point.md). Default: the configuration's own")
 
 
 def out_dir(path):
@@ -120,6 +125,18 @@ def config_of(args):
     """The configuration of ``args.config`` (:func:`bpsa.config.load_config`), or
     :class:`UserError` ``invalid configuration: ...``."""
     try:
-        return load_config(args.config)
+        config = load_config(args.config)
     except ConfigError as e:
         raise UserError(f"invalid configuration: {e}") from None
+    arithmetic = getattr(args, "arithmetic", None)
+    if arithmetic is None or arithmetic == config.arithmetic:
+        return config
+    widths = {}
+    if arithmetic in FLOAT_WIDTHS:
+        widths = dict(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
+    elif config.is_float:
+        widths = {"operand_width": 16, "acc_width": 32}
+    try:
+        return dataclasses.replace(config, arithmetic=arithmetic, **widths)
+    except ConfigError as e:
+        raise UserError(f"--arithmetic {arithmetic} with --config {args.config}: {e}") from None

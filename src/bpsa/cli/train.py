@@ -45,6 +45,7 @@ def run(args):
     from bpsa.host import digits
     from bpsa.tools.perf_plots import plot_training
     config = config_of(args)
+    config.require_int("accelerator (bpsa train runs the digits CNN through it)")
     try:
         digits.ModelOps(config)
     except ValueError as e:

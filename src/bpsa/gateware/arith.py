@@ -8,7 +8,9 @@ floating-point format is a second class with the same methods.
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
     unsigned
 
-__all__ = ["IntArith", "arith_for"]
+from bpsa.spec.numeric import float_format
+
+__all__ = ["FloatArith", "IntArith", "arith_for"]
 
 
 class IntArith:
@@ -160,10 +162,31 @@ class IntArith:
         return self.step(w, self.scaled_gradient(g, shift))
 
 
+class FloatArith:
+    """Floating-point operands (``bf16``, ``fp16``) with fp32 accumulators, as encodings
+    (``docs/floating_point.md``): operands and accumulators are unsigned bit patterns; the
+    arithmetic itself is :mod:`bpsa.gateware.fpu`'s."""
+
+    def __init__(self, fmt):
+        self.fmt = float_format(fmt)
+        self.operand_shape = unsigned(self.fmt.bits)
+        self.acc_shape = unsigned(32)
+
+    def zero(self, x):
+        """1 when the operand ``x`` reads as zero: a zero of either sign or a subnormal (its
+        exponent field is 0)."""
+        f = self.fmt
+        return x[f.man_bits:f.man_bits + f.exp_bits] == 0
+
+    def as_operand(self, x):
+        """The low bits of a wider value as an operand encoding."""
+        return x.as_unsigned()[:self.operand_shape.width]
+
+
 def arith_for(config):
     """The arithmetic object for a :class:`~bpsa.config.Config`."""
     if config.arithmetic == "int":
         return IntArith(operand_width=config.operand_width,
                         operand_signed=config.operand_signed,
                         acc_width=config.acc_width)
-    raise ValueError(f"arithmetic {config.arithmetic!r} is not implemented")
+    return FloatArith(config.arithmetic)

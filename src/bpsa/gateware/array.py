@@ -89,7 +89,9 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.config import DRAIN_REGISTERS
 from bpsa.gateware.arith import arith_for
+from bpsa.gateware.float_reduce import PartialReducer
 from bpsa.gateware.pe import PE, PEMode, vertical_shape
+from bpsa.gateware.pe_float import FloatPE
 
 __all__ = ["Dataflow", "SystolicArray", "COUNTER_WIDTH", "array_signature",
            "share_array"]
@@ -201,7 +203,8 @@ class SystolicArray(wiring.Component):
         L = cfg.mac_latency
         m = Module()
 
-        pes = [[PE(cfg) for _ in range(C)] for _ in range(R)]
+        pe_class = FloatPE if cfg.is_float else PE
+        pes = [[pe_class(cfg) for _ in range(C)] for _ in range(R)]
         for i in range(R):
             for j in range(C):
                 m.submodules[f"pe_{i}_{j}"] = pes[i][j]
@@ -223,10 +226,13 @@ class SystolicArray(wiring.Component):
         ctx_end = self.a_valid & self.a_last & drains & Mux(is_il, tag, 1)
         # The PEs swap LATENCY cycles after the slot that ends a context: so does the drain.
         ctx_swap = _delay(m, ctx_end, L, "ctx_end")
+        # A drain shifts the chains once a row (a floating-point PE's partials side by side),
+        # starting R cycles after the swap (when the last row has swapped).
         cnt = Signal(range(2 * R + 1))
         # Interleaved contexts swap weights in their first PE at the end slot itself, which must
-        # come after the previous drain: they are 2R + LATENCY apart, OS contexts 2R.
-        gap = 2 * R + (L if cfg.has("interleaved") else 0)
+        # come after the previous drain: they are 2R + LATENCY apart, OS contexts
+        # config.context_gap (2R for integers).
+        gap = max(cfg.context_gap, 2 * R + (L if cfg.has("interleaved") else 0))
         since = Signal(range(gap + 1), init=gap)
         # auto_shift is a register: high while cnt is in 2 .. R + 1, set from cnt's next value
         cnt_next = Signal.like(cnt)
@@ -240,7 +246,8 @@ class SystolicArray(wiring.Component):
         m.d.comb += self.drain_shift.eq(auto_shift)
 
         load = self.chain_load if cfg.has_held_operand else Const(0)
-        min_gap = Mux(is_il, gap, 2 * R) if cfg.has("interleaved") else 2 * R
+        min_gap = Mux(is_il, gap, cfg.context_gap) if cfg.has("interleaved") \
+            else cfg.context_gap
         collide = (ctx_end & (since < min_gap)) | \
             (auto_shift & (self.chain_shift | load))
         with m.If(self.clear):
@@ -267,7 +274,9 @@ class SystolicArray(wiring.Component):
             b_col = _delay(m, self.b_data[j], j, f"b{j}")
             m.d.comb += [
                 pe.v_valid_in.eq(_delay(m, self.b_valid, j, f"bv{j}")),
-                pe.chain_in.eq(_delay(m, self.preload[j], j, f"pl{j}")),
+                # floating point: the preload is partial 0's start, the others start at +0
+                (pe.chain_in[0] if cfg.is_float else pe.chain_in).eq(
+                    _delay(m, self.preload[j], j, f"pl{j}")),
             ]
             if cfg.has_accumulator:
                 m.d.comb += pe.v_in.eq(self.arith.as_operand(b_col))
@@ -314,6 +323,43 @@ class SystolicArray(wiring.Component):
                                      down.wchain_in.eq(pe.wchain_out)]
 
         # Drain output: column j shifts at edge time + j; deskew by C-1-j.
+        if cfg.is_float:
+            dv_stages = self._float_drain(m, pes, auto_shift)
+        else:
+            dv_stages = self._drain(m, pes, auto_shift, cnt, is_il)
+
+        # Partial-sum output: bottom of column j at edge time + R + j; deskew by C-1-j.
+        if cfg.has_held_operand:
+            holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
+            for j in range(C):
+                bottom = pes[R - 1][j]
+                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.p_out, C - 1 - j, f"pd{j}"))
+            bottom = pes[R - 1][C - 1]
+            tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
+            slot_out = Signal()
+            m.d.comb += slot_out.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
+            m.d.comb += self.psum_valid.eq(_delay(m, slot_out, L, "psv"))
+
+        # Busy: anything valid inside, an edge input, or a drain pending.
+        inside = [pes[i][j].h_valid_out | pes[i][j].v_valid_out
+                  for i in range(R) for j in range(C)]
+        # A slot stays in a PE's pipeline LATENCY cycles after it has moved on.
+        inside_any = Signal()
+        m.d.comb += inside_any.eq(_popcount_any(inside))
+        in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, L + 1)]
+        busy = Signal()
+        m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | _popcount_any(dv_stages)
+                            | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
+        m.d.comb += self.busy.eq(busy)
+
+        self._counters(m, pes, busy)
+        return m
+
+    def _drain(self, m, pes, auto_shift, cnt, is_il):
+        """The integer drain: each column's chain word, (interleaved) the SGD step, deskewed.
+        Returns the stages of ``drain_valid``'s delay line (a vector in flight is busy)."""
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
         drain_valid_col0 = Signal()
         drain_row_col0 = Signal(range(R))
         m.d.comb += drain_valid_col0.eq(auto_shift)
@@ -350,32 +396,42 @@ class SystolicArray(wiring.Component):
             self.drain_row.eq(_delay(m, drain_row_col0, C + DRAIN_REGISTERS - 1, "dr")),
         ]
 
-        # Partial-sum output: bottom of column j at edge time + R + j; deskew by C-1-j.
-        if cfg.has_held_operand:
-            holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
-            for j in range(C):
-                bottom = pes[R - 1][j]
-                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.p_out, C - 1 - j, f"pd{j}"))
-            bottom = pes[R - 1][C - 1]
-            tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
-            slot_out = Signal()
-            m.d.comb += slot_out.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
-            m.d.comb += self.psum_valid.eq(_delay(m, slot_out, L, "psv"))
+        return dv_stages
 
-        # Busy: anything valid inside, an edge input, or a drain pending.
-        inside = [pes[i][j].h_valid_out | pes[i][j].v_valid_out
-                  for i in range(R) for j in range(C)]
-        # A slot stays in a PE's pipeline LATENCY cycles after it has moved on.
-        inside_any = Signal()
-        m.d.comb += inside_any.eq(_popcount_any(inside))
-        in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, L + 1)]
-        busy = Signal()
-        m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | _popcount_any(dv_stages)
-                            | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
-        m.d.comb += self.busy.eq(busy)
-
-        self._counters(m, pes, busy)
-        return m
+    def _float_drain(self, m, pes, auto_shift):
+        """The floating-point drain: each column's five partials a row through a
+        :class:`~bpsa.gateware.float_reduce.PartialReducer`, its sums registered and deskewed.
+        A vector leaves ``FLOAT_REDUCE_LATENCY + C`` cycles after its shift (column 0).
+        Returns the stages of the busy terms."""
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
+        col_auto = auto_shift
+        busy = []
+        for j in range(C):
+            red = m.submodules[f"reduce{j}"] = PartialReducer()
+            m.d.comb += [red.partials.eq(pes[R - 1][j].chain_out), red.valid.eq(col_auto)]
+            out = Signal(32, name=f"drain{j}")
+            m.d.sync += out.eq(red.result)
+            m.d.comb += self.drain_data[j].eq(_delay(m, out, C - 1 - j, f"dd{j}"))
+            busy.append(red.busy)
+            if j == 0:
+                done = red.result_valid
+            if j + 1 < C:
+                nxt = Signal(name=f"auto_col{j + 1}")
+                m.d.sync += nxt.eq(col_auto)
+                col_auto = nxt
+        # rows R-1 .. 0 of a drain, one a cycle
+        row = Signal(range(R), init=R - 1)
+        with m.If(done):
+            m.d.sync += row.eq(Mux(row == 0, R - 1, row - 1))
+        dv_stages = [done]
+        for k in range(C):
+            nxt = Signal(name=f"dv_d{k + 1}")
+            m.d.sync += nxt.eq(dv_stages[-1])
+            dv_stages.append(nxt)
+        m.d.comb += [self.drain_valid.eq(dv_stages[-1]),
+                     self.drain_row.eq(_delay(m, row, C, "dr"))]
+        return dv_stages + busy
 
     def _counters(self, m, pes, busy):
         """The counters since ``clear``. The MAC counts add R x C flags: a row's sum, then the

@@ -14,7 +14,8 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
-__all__ = ["FloatKind", "product_layout", "FloatMultiplier", "FloatAdder", "FloatMac", "EXP_SHAPE"]
+__all__ = ["EXP_SHAPE", "FloatAdder", "FloatKind", "FloatMac", "FloatMultiplier", "addend_layout",
+           "fp32_addend", "product_layout"]
 
 #: Exponents inside the units: a product's leading bit lies in ``[2**-252, 2**256)``.
 EXP_SHAPE = signed(11)
@@ -29,12 +30,25 @@ class FloatKind(enum.Enum, shape=2):
     NAN = 3
 
 
+def addend_layout(width):
+    """What :class:`FloatAdder` adds to an fp32 sum: ``sig * 2**(exp - (width - 1))`` with the
+    significand's leading bit (bit ``width - 1``) set, and a kind."""
+    return data.StructLayout({"kind": FloatKind, "sign": 1, "exp": EXP_SHAPE, "sig": width})
+
+
 def product_layout(fmt):
-    """An exact product of two ``fmt`` operands: ``sig * 2**(exp - (width - 1))`` with the
-    significand's leading bit (bit ``width - 1``, ``width = 2 (man_bits + 1)``) set."""
-    f = float_format(fmt)
-    return data.StructLayout({"kind": FloatKind, "sign": 1, "exp": EXP_SHAPE,
-                              "sig": 2 * (f.man_bits + 1)})
+    """An exact product of two ``fmt`` operands (:func:`addend_layout` of ``2 (man_bits +
+    1)`` bits)."""
+    return addend_layout(2 * (float_format(fmt).man_bits + 1))
+
+
+def fp32_addend(m, bits, name):
+    """An fp32 encoding ``bits`` as an :func:`addend_layout` of 24 bits (a zero or subnormal
+    is of kind ``ZERO``: added, it leaves the sum unchanged, as a skipped product does)."""
+    kind, sign, exp, sig = _decode(m, bits, F32, name)
+    out = Signal(addend_layout(24), name=name)
+    m.d.comb += [out.kind.eq(kind), out.sign.eq(sign), out.exp.eq(exp), out.sig.eq(sig)]
+    return out
 
 
 def _decode(m, bits, f, name):
@@ -133,14 +147,18 @@ class FloatAdder(wiring.Component):
 
     LATENCY = 5
 
-    def __init__(self, fmt):
-        self.fmt = float_format(fmt)
-        super().__init__({"acc": In(32), "product": In(product_layout(self.fmt)),
+    def __init__(self, fmt=None, *, addend_width=None):
+        """``fmt``: the operands' format, the addend a product of two (:func:`product_layout`);
+        or ``addend_width`` bits of significand (24: an fp32 number, :func:`fp32_addend`)."""
+        if (fmt is None) == (addend_width is None):
+            raise ValueError("FloatAdder takes a format or an addend_width, one of them")
+        self.width = addend_width if fmt is None else 2 * (float_format(fmt).man_bits + 1)
+        super().__init__({"acc": In(32), "product": In(addend_layout(self.width)),
                           "result": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
-        pw = 2 * (self.fmt.man_bits + 1)        # the product's significand
+        pw = self.width                          # the addend's significand
         q = max(24, pw)                          # both left-aligned in q bits
         fw = q + 3                               # and guard, round, sticky below
         prod = self.product

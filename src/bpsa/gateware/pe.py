@@ -121,6 +121,9 @@ class PE(wiring.Component):
     """
 
     def __init__(self, config):
+        if config.is_float:
+            raise ValueError(f"PE is the integer PE; arithmetic {config.arithmetic!r} builds "
+                             f"bpsa.gateware.pe_float.FloatPE")
         if config.mac_latency < 4:
             raise ValueError(f"the PE's pipeline needs mac_latency >= 4, not "
                              f"{config.mac_latency}")

@@ -26,8 +26,10 @@ import numpy as np
 
 from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
-__all__ = ["ZERO", "NORMAL", "INF", "NAN", "decode", "round_to", "convert", "mac", "mac_fast",
-           "dot", "relu", "from_float32", "to_float32", "storage_dtype"]
+__all__ = ["ZERO", "NORMAL", "INF", "NAN", "PARTIALS", "add", "add_fast", "convert", "decode",
+           "dot", "from_float32", "gemm_os", "mac", "mac_fast", "os_output", "os_partials", "reduce_partials",
+           "reduce_partials_fast", "relu", "round_to", "storage_dtype", "to_float32",
+           "float_format"]
 
 ZERO, NORMAL, INF, NAN = "zero", "normal", "inf", "nan"
 
@@ -135,6 +137,44 @@ def dot(acc, a, b, fmt):
     return acc
 
 
+#: Partial sums of an output-stationary PE: the product of a context's slot ``k`` is added to
+#: partial ``k mod PARTIALS`` (the PE's fp32 adder is five stages deep).
+PARTIALS = 5
+
+#: fp32 one: ``mac(x, y, ONE, "fp32")`` is ``x + y`` under the contract.
+_ONE32 = 0x3F800000
+
+
+def add(x, y):
+    """``x + y`` of two fp32 encodings under the contract: the sum rounded once; a zero or
+    subnormal ``y`` leaves ``x`` unchanged (as a skipped product does)."""
+    return mac(x, y, _ONE32, "fp32")
+
+
+def reduce_partials(p):
+    """The sum of an output's five partials, in the contract's order
+    ``((p0 + p1) + (p2 + p3)) + p4``."""
+    if len(p) != PARTIALS:
+        raise ValueError(f"an output has {PARTIALS} partials, not {len(p)}")
+    return add(add(add(p[0], p[1]), add(p[2], p[3])), p[4])
+
+
+def os_partials(a, b, fmt, start=None):
+    """The five partials of one output of an output-stationary context: the products of the
+    sequences ``a`` and ``b`` (``fmt`` encodings, slot order), slot ``k`` folded into partial
+    ``k mod 5`` by :func:`mac`, each partial starting from ``start[k]`` (default ``+0``)."""
+    p = [int(x) for x in start] if start is not None else [0] * PARTIALS
+    for k, (x, y) in enumerate(zip(a, b)):
+        p[k % PARTIALS] = mac(p[k % PARTIALS], x, y, fmt)
+    return p
+
+
+def os_output(a, b, fmt, start=None):
+    """One output of an output-stationary context: :func:`os_partials`, then
+    :func:`reduce_partials`."""
+    return reduce_partials(os_partials(a, b, fmt, start))
+
+
 def relu(bits, fmt):
     """ReLU of one encoding: a negative number or ``-0`` is ``+0``; a NaN stays the canonical
     NaN."""
@@ -198,6 +238,36 @@ def mac_fast(acc, a, b, fmt):
     out = np.where(np.isnan(s64), np.uint32(FLOAT_FORMATS["fp32"].nan), out)
     skip = (_is_zero(a_bits, f) | _is_zero(b_bits, f))
     return np.where(skip, acc, out).astype(np.uint32)
+
+
+def add_fast(x, y):
+    """:func:`add` on arrays (:func:`mac_fast` with an fp32 one)."""
+    return mac_fast(x, y, np.uint32(_ONE32), "fp32")
+
+
+def reduce_partials_fast(p):
+    """:func:`reduce_partials` on arrays: ``p`` has the five partials on its first axis."""
+    return add_fast(add_fast(add_fast(p[0], p[1]), add_fast(p[2], p[3])), p[4])
+
+
+def gemm_os(a, b, fmt, *, fast=True):
+    """``a @ b`` (``fmt`` encodings, M x K and K x N) as the output-stationary floating-point
+    array computes it: every output one context over ``k = 0 .. K-1`` in order
+    (:func:`os_output`). ``fast``: the float64 path (:func:`mac_fast`), else the integer
+    model, one output at a time."""
+    a, b = np.asarray(a), np.asarray(b)
+    M, K = a.shape
+    N = b.shape[1]
+    if not fast:
+        out = np.zeros((M, N), dtype=np.uint32)
+        for i in range(M):
+            for j in range(N):
+                out[i, j] = os_output(a[i], b[:, j], fmt)
+        return out
+    p = np.zeros((PARTIALS, M, N), dtype=np.uint32)
+    for k in range(K):
+        p[k % PARTIALS] = mac_fast(p[k % PARTIALS], a[:, k, None], b[None, k, :], fmt)
+    return reduce_partials_fast(p)
 
 
 def _round24(x):

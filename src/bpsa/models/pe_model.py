@@ -7,7 +7,7 @@ the RTL and this model with the same stimulus and compare every output every cyc
 
 from dataclasses import dataclass
 
-from bpsa.config import MAC_LATENCY
+from bpsa.config import FLOAT_WIDTHS, MAC_LATENCY, context_gap, os_partials
 from bpsa.spec.numeric import wrap
 
 __all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "random_stimulus",
@@ -61,6 +61,15 @@ class PEParams:
         return MAC_LATENCY[self.arithmetic]
 
     @property
+    def is_float(self):
+        return self.arithmetic in FLOAT_WIDTHS
+
+    @property
+    def os_partials(self):
+        """Words an output-stationary PE drains (``bpsa.config.os_partials``)."""
+        return os_partials(self.arithmetic)
+
+    @property
     def held(self):
         return any(d in self.dataflows for d in ("ws", "is", "interleaved"))
 
@@ -71,6 +80,11 @@ class PEParams:
     @property
     def vertical_signed(self):
         return True if self.held else self.operand_signed
+
+    @property
+    def acc_signed(self):
+        """Accumulators read as signed integers, or (floating point) unsigned encodings."""
+        return not self.is_float
 
 
 class PEModel:

@@ -37,7 +37,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 from dataclasses import dataclass
 from math import gcd
 
-from bpsa.config import DRAIN_REGISTERS
+from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.plan import capability, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
@@ -159,6 +159,16 @@ def _counted_store_row(elements, nbytes, cols, rate):
     return out
 
 
+def _float_drain(config):
+    """The cycles a floating-point array's drain vector takes beyond an integer one's
+    (``bpsa.gateware.array``): the partials' reduction, ``FLOAT_REDUCE_LATENCY`` instead of
+    ``DRAIN_REGISTERS - 1``; 0 for integers. The floating-point front ends are not built:
+    with it and ``config.context_gap`` the engines' fitted timing is a projection."""
+    if not config.is_float:
+        return 0
+    return FLOAT_REDUCE_LATENCY - (DRAIN_REGISTERS - 1)
+
+
 def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     """Busy cycles of one zero-free gradient run (fitted: the walker's contexts, a context at
     least ``2 rows`` cycles apart, plus fill and drain)."""
@@ -168,8 +178,9 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
     ctx = groups * r * s
     # + 2 beyond the fit: the walker's second set-up cycle (its products registered) and its
     # item register (the memories' addresses from registers)
-    return (ctx * max(d, 2 * R) - max(0, 2 * R - d) + 3 * R + C + 3 + config.mac_latency
-            + DRAIN_REGISTERS - 1)
+    g = config.context_gap
+    return (ctx * max(d, g) - max(0, g - d) + 3 * R + C + 3 + config.mac_latency
+            + DRAIN_REGISTERS - 1 + _float_drain(config))
 
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
@@ -195,10 +206,11 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
             blocks = sum(max(R, C) for _ in range(kblocks - 1)) + max(R, kvalid)
             # the loader walks the taps up to the class's last one, a cycle per skipped tap
             last = taps[-1][0] * s + taps[-1][1]
-            per_tile = max(len(taps) * blocks, 2 * R) + (last + 1 - len(taps))
+            per_tile = max(len(taps) * blocks, config.context_gap) + (last + 1 - len(taps))
             total += tiles * per_tile
     # the run's set-up and the loader's item register: + 1 beyond the fit before them
-    return total + 3 * R + C + 5 + config.mac_latency + DRAIN_REGISTERS - 1
+    return total + 3 * R + C + 5 + config.mac_latency + DRAIN_REGISTERS - 1 \
+        + _float_drain(config)
 
 
 def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
@@ -252,8 +264,9 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
                     words += row_cycles[goff]
                     if 0 <= y < in_rows:
                         read += reads[goff]
-            total += max(depth, 2 * R, words)
-    cycles = total + TIMING["forward_run"] + R + s + config.mac_latency + DRAIN_REGISTERS - 1
+            total += max(depth, config.context_gap, words)
+    cycles = total + TIMING["forward_run"] + R + s + config.mac_latency + DRAIN_REGISTERS - 1 \
+        + _float_drain(config)
     cache[key] = cycles, read
     return cycles, read
 

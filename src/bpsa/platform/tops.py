@@ -1,7 +1,7 @@
 """The tops ``bpsa verilog``, ``bpsa synth`` and the Verilator builds generate (no Amaranth
 import here, so the command line lists them at once)."""
 
-__all__ = ["TOPS"]
+__all__ = ["FLOAT_TOPS", "TOPS"]
 
 #: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
 #: lazily, so a block's module is loaded only when that block is generated.
@@ -27,4 +27,11 @@ TOPS = {
     "psum_buffer": "bpsa.gateware.controller.psum_buffer:PsumBuffer",
     "zf_loss": "bpsa.gateware.engines.zf_loss:ZeroFreeLossWalker",
     "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
+}
+
+#: The tops built in floating point (``Config.is_float``), with the class for it; every other
+#: top is integer only so far and refuses such a configuration.
+FLOAT_TOPS = {
+    "pe": "bpsa.gateware.pe_float:FloatPE",
+    "array": "bpsa.gateware.array:SystolicArray",
 }

@@ -8,16 +8,20 @@ from pathlib import Path
 from amaranth.back import verilog
 
 from bpsa.config import Config
-from bpsa.platform.tops import TOPS
+from bpsa.platform.tops import FLOAT_TOPS, TOPS
 
 __all__ = ["DEVICE_TARGETS", "TOPS", "TRIGGER", "describe", "elaborate_top", "executable_constants",
            "generate_verilog", "verilog_ports", "write_verilog"]
 
 def elaborate_top(config, top):
-    """The component for ``top`` (a key of :data:`TOPS`) built for ``config``."""
+    """The component for ``top`` (a key of :data:`TOPS`) built for ``config``; a
+    floating-point configuration builds only the :data:`FLOAT_TOPS` (others raise
+    :class:`~bpsa.config.ConfigError`)."""
     if top not in TOPS:
         raise ValueError(f"top must be one of {sorted(TOPS)}, not {top!r}")
-    module, cls = TOPS[top].split(":")
+    if config.is_float and top not in FLOAT_TOPS:
+        config.require_int(f"{top} top")
+    module, cls = (FLOAT_TOPS if config.is_float else TOPS)[top].split(":")
     return getattr(importlib.import_module(module), cls)(config)
 
 

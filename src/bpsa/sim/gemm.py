@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpsa.config import DRAIN_REGISTERS
+from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY, context_gap
+from bpsa.models import floating
 from bpsa.models.pe_model import PEParams
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
 from bpsa.sim.lanes import pack, unpack
@@ -50,6 +51,12 @@ class ArrayShape(PEParams):
     def of(cls, cfg):
         get = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
         return cls(**vars(PEParams.of(cfg)), rows=get("rows"), cols=get("cols"))
+
+    @property
+    def context_gap(self):
+        """The fewest cycles between output-stationary context ends
+        (:func:`bpsa.config.context_gap`)."""
+        return context_gap(self.rows, self.arithmetic)
 
 
 
@@ -125,28 +132,40 @@ def _lanes(vec, n):
     return v + [0] * (n - len(v))
 
 
-def _os(A, B, s):
+def _os(A, B, s, stalls=None):
     R, C = s.rows, s.cols
     M, K = A.shape
     N = B.shape[1]
     cycles = [{"chain_shift": 1} for _ in range(R)]      # zero the reserve chains
     prog = Program("os", s, cycles, {"dataflow": DATAFLOW_CODES["os"]})
     prog.results = {"c": np.zeros((M, N), dtype=np.int64)}
+    last_end = -s.context_gap
     for m0 in range(0, M, R):
         for n0 in range(0, N, C):
             for k in range(K):
+                while stalls is not None and stalls[1].random() < stalls[0]:
+                    cycles.append({})
+                if k == K - 1:      # context ends at least context_gap cycles apart
+                    cycles.extend({} for _ in range(last_end + s.context_gap - len(cycles)))
+                    last_end = len(cycles)
                 cycles.append({"a": _lanes(A[m0:m0 + R, k], R), "a_valid": 1,
                                "a_last": int(k == K - 1),
                                "b": _lanes(B[k, n0:n0 + C], C), "b_valid": 1})
             prog.read("a", K * min(R, M - m0))
             prog.read("b", K * min(C, N - n0))
             prog.writes += min(R, M - m0) * min(C, N - n0)
-            cycles.extend({} for _ in range(2 * R - K))
             prog.drain_targets.append(("c", m0, n0))
             prog.tiles += 1
-    cycles.extend({} for _ in range(2 * R + C + 2 + s.mac_latency + DRAIN_REGISTERS))
+    cycles.extend({} for _ in range(_tail(s)))
     prog.useful_macs = M * K * N
     return prog
+
+
+def _tail(s):
+    """Idle cycles after the last context: its drain (and in floating point the partials'
+    reduction) leaves the array."""
+    extra = FLOAT_REDUCE_LATENCY if s.is_float else 0
+    return s.context_gap + s.cols + 2 + s.mac_latency + DRAIN_REGISTERS + extra
 
 
 def _hold(A, B, s, flow, result="c", transpose=False):
@@ -254,13 +273,17 @@ def _interleaved(W, delta, act, s, sgd_shift=None):
     return prog
 
 
-def program(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_shift=None):
+def program(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_shift=None,
+            stalls=None):
     """The program of one problem.
 
     ``os``/``ws``/``is``: ``a`` (M x K), ``b`` (K x N) -> result ``c``.
     ``interleaved``: ``w`` (O x I), ``delta`` (O x Bt), ``act`` (I x Bt) -> results ``da_t``
     (= (W^T delta)^T, Bt x I) and ``g`` (O x I, or the updated weights when ``sgd_shift`` is
     given).
+
+    ``stalls`` (``os`` only): ``(probability, rng)``: before each slot, idle cycles (a feeder
+    that stalls), each with that probability, so the stream has bubbles.
     """
     s = shape if isinstance(shape, ArrayShape) else ArrayShape.of(shape)
     if flow not in DATAFLOW_CODES:
@@ -279,7 +302,9 @@ def program(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_sh
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or 0 in a.shape + b.shape:
         raise ValueError(f"GEMM shapes do not chain: A {a.shape}, B {b.shape}")
     if flow == "os":
-        return _os(a, b, s)
+        return _os(a, b, s, stalls)
+    if stalls is not None:
+        raise ValueError("stalls are generated for the os dataflow only")
     if flow == "is":
         return _hold(a, b, s, "is")
     # ws: hold A^T (the weights), stream B^T: C^T = B^T @ A^T.
@@ -292,7 +317,8 @@ def collect_outputs(shape, values):
     s = shape
     drain = psum = None
     if values.get("drain_valid"):
-        drain = (values["drain_row"], unpack(values["drain_data"], s.acc_width, s.cols))
+        drain = (values["drain_row"], unpack(values["drain_data"], s.acc_width, s.cols,
+                                             s.acc_signed))
     if values.get("psum_valid"):
         psum = unpack(values["psum_data"], s.vertical_width, s.cols, s.vertical_signed)
     return drain, psum
@@ -301,6 +327,10 @@ def collect_outputs(shape, values):
 def expected(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_shift=None):
     """What numpy says the program's results are (wrapped to the accumulator width)."""
     s = shape if isinstance(shape, ArrayShape) else ArrayShape.of(shape)
+    if s.is_float:
+        if flow != "os":
+            raise ValueError(f"dataflow {flow!r} is not built in floating point")
+        return {"c": floating.gemm_os(a, b, s.arithmetic).astype(np.int64)}
 
     def wr(t):
         return wrap_array(t, s.acc_width)
@@ -323,18 +353,41 @@ def random_problem(shape, flow, dims, rng, zero_prob=0.2):
     """Random operands (a fraction ``zero_prob`` of zeros) for ``program``: ``dims`` is
     (M, K, N) for os/ws/is and (O, Bt, I) for interleaved."""
     s = shape if isinstance(shape, ArrayShape) else ArrayShape.of(shape)
-    lo, hi = operand_range(s)
+    if s.is_float:
+        def mat(r, c):
+            return random_float_operands(s.arithmetic, (r, c), rng, zero_prob)
+    else:
+        lo, hi = operand_range(s)
 
-    def mat(r, c):
-        x = rng.integers(lo, hi + 1, (r, c))
-        x[rng.random((r, c)) < zero_prob] = 0
-        return x
+        def mat(r, c):
+            x = rng.integers(lo, hi + 1, (r, c))
+            x[rng.random((r, c)) < zero_prob] = 0
+            return x
 
     if flow == "interleaved":
         o, bt, i = dims
         return {"w": mat(o, i), "delta": mat(o, bt), "act": mat(i, bt)}
     m, k, n = dims
     return {"a": mat(m, k), "b": mat(k, n)}
+
+
+def random_float_operands(fmt, shape, rng, zero_prob=0.2, special_prob=0.01):
+    """Random ``fmt`` encodings (int64 array of ``shape``): normal numbers of both signs with
+    exponents within 4 of the bias (sums of them cancel and round), a fraction ``zero_prob`` of
+    zeros of either sign or subnormals (skipped MACs) and ``special_prob`` of infinities and
+    NaNs."""
+    f = floating.float_format(fmt)
+    n = int(np.prod(shape))
+    sign = rng.integers(0, 2, n) << (f.bits - 1)
+    exp = (f.bias + rng.integers(-4, 5, n)) << f.man_bits
+    x = sign | exp | rng.integers(0, 1 << f.man_bits, n)
+    u = rng.random(n)
+    zero = u < zero_prob
+    x[zero] = sign[zero] | np.where(rng.random(int(zero.sum())) < 0.5, 0,
+                                    rng.integers(1, 1 << f.man_bits, int(zero.sum())))
+    special = (u >= zero_prob) & (u < zero_prob + special_prob)
+    x[special] = sign[special] | f.inf | np.where(rng.random(int(special.sum())) < 0.5, 0, 1)
+    return x.reshape(shape).astype(np.int64)
 
 
 def summary(prog, got, want, counters):

@@ -178,6 +178,7 @@ class ChannelFirst(wiring.Component):
     """
 
     def __init__(self, config):
+        config.require_int("channel-first engine")
         self.config = check_config(config)
         op = arith_for(config).operand_shape
         members = {

@@ -193,6 +193,7 @@ class ConvBackward(CheckedComponent):
             raise ValueError(f"config {config.name!r} does not generate the 'is' dataflow")
 
     def __init__(self, config, *, shared_array=False):
+        config.require_int("backward engine")
         self.config = config
         self.shared_array = shared_array
         op = arith_for(config).operand_shape

@@ -340,6 +340,7 @@ class ConvForward(wiring.Component):
     """
 
     def __init__(self, config, *, shared_array=False):
+        config.require_int("forward engine")
         self.config = check_config(config)
         self.shared_array = shared_array
         op = arith_for(config).operand_shape

@@ -106,6 +106,7 @@ class PoolEngine(CheckedComponent):
                              f"none)")
 
     def __init__(self, config):
+        config.require_int("pooling unit")
         self.config = config
         aw = exact_log2(config.buf_pool_depth)
         super().__init__({
