@@ -345,6 +345,18 @@ VERILATOR_CASES = [
 
 
 @pytest.mark.cocotb
+@pytest.mark.parametrize("preset", ["small_bf16", "small_fp16"])
+def test_float_array_verilator_under_stalls(preset):
+    """The floating-point array as Verilog under Verilator, a feeder that stalls (an idle
+    cycle before a slot with probability 0.4), zeros, infinities and NaNs among the operands:
+    every result equal to the golden model's."""
+    from bpsa.sim.simcmd import run_gemm
+    result = run_gemm(load_config(preset), "os", (11, 37, 6), seed=5, stall=0.4)
+    assert result["match"] is True
+    assert result["fired"] + result["gated"] == 3 * 2 * 37 * 16
+
+
+@pytest.mark.cocotb
 @pytest.mark.parametrize("preset,flow,dims,sgd", VERILATOR_CASES)
 def test_array_verilator(preset, flow, dims, sgd):
     """The generated Verilog under Verilator: random problems of shapes that do and do not fit

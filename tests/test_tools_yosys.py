@@ -48,7 +48,8 @@ def test_scripts():
     """The FPGA flows run in two halves around the steps before ABC9."""
     from bpsa.tools.yosys import _script
     assert _script("a.v", "a", "ice40", "a").splitlines()[1:] == [
-        "synth_ice40 -dsp -top a", "tee -q -o a_ice40.stat.json stat -json"]
+        "synth_ice40 -dsp -top a -run :map_luts", "splitnets",
+        "synth_ice40 -dsp -top a -run map_luts:", "tee -q -o a_ice40.stat.json stat -json"]
     assert _script("a.v", "a", "ecp5", "a", flatten=False, merged={"m": ["n"]},
                    balance=True).splitlines()[1:] == [
         "chtype -map n m", "synth_ecp5 -noflatten -top a -run :map_luts", "splitnets",

@@ -4,6 +4,7 @@ numpy: a GEMM on the array (:func:`bpsa.sim.simcmd.run_gemm`), a layer on an eng
 :mod:`bpsa.sim.pool_run`). Prints the summary; exit status 1 when a result differs (or the
 accelerator hung)."""
 
+import argparse
 import json
 import sys
 from contextlib import contextmanager
@@ -28,6 +29,9 @@ def register(sub):
                     help="GEMM shape; for --dataflow interleaved: O,Bt,I (W is O x I, "
                          "batch Bt)")
     sp.add_argument("--dataflow", default="os", choices=["os", "ws", "is", "interleaved"])
+    sp.add_argument("--stall", type=_probability, default=0.0, metavar="P",
+                    help="--gemm in --dataflow os: an idle cycle before each slot with "
+                         "probability P (a feeder that stalls; default 0)")
     sp.add_argument("--harness", choices=("native", "cocotb"), default="native",
                     help="--phase through the whole accelerator: the compiled Verilator "
                          "transport (native, fast; default) or cocotb with cocotbext-axi's bus "
@@ -93,6 +97,17 @@ def register(sub):
     sp.add_argument("--trace-window", metavar="FIRST:LAST",
                     help="with --trace: only cycles FIRST to LAST (counted from reset)")
     sp.set_defaults(func=run)
+
+
+def _probability(text):
+    """An argparse ``type``: a number in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{value:g} is not in [0, 1)")
+    return value
 
 
 def run(args):
@@ -171,8 +186,10 @@ def _gemm(args, config):
                         f"{config.name!r} (dataflows {list(config.dataflows)})")
     if args.sgd_shift is not None and args.dataflow != "interleaved":
         raise UserError("--sgd-shift applies only to --dataflow interleaved")
+    if args.stall and args.dataflow != "os":
+        raise UserError("--stall applies only to --gemm in --dataflow os")
     return run_gemm(config, args.dataflow, dims, seed=args.seed, sgd_shift=args.sgd_shift,
-                    progress=_progress(args))
+                    stall=args.stall, progress=_progress(args))
 
 
 @dataclass(frozen=True)

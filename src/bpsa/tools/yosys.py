@@ -27,10 +27,10 @@ Counts per target
     ``$scopeinfo`` cells (names of flattened instances, no hardware) are not counted.
 
 ECP5 workaround
-    ``synth_ecp5`` runs in two halves with ``splitnets`` before its ``map_luts`` step: ABC9's
-    reintegration otherwise fails on the array's Amaranth netlist with ``Assert
-    `count_id(wire->name) == 0' failed`` (Yosys issues #4349 and #4451, where ``splitnets`` is
-    the proposed fix). Splitting nets does not change the netlist; the PE gives the same cells
+    ``synth_ecp5`` (and ``synth_ice40``) runs in two halves with ``splitnets`` before its
+    ``map_luts`` step: ABC9's reintegration otherwise fails on the array's Amaranth netlist
+    (on the iCE40: the floating-point PE's) with ``Assert `count_id(wire->name) == 0'
+    failed`` (Yosys issues #4349 and #4451, where ``splitnets`` is the proposed fix). Splitting nets does not change the netlist; the PE gives the same cells
     with and without it. ABC9 maps for delay, not area: ECP5 LUT counts of nearly the same
     logic can differ by up to 2x (a 4x4 array's inner PE with reserve registers: 296 LUT4; in
     the last row, without the unread vertical output register: 159), so compare ECP5 LUTs
@@ -261,7 +261,7 @@ def _script(verilog_name, top, target, stem, flatten=True, merged=None, balance=
         lines += [f"chtype -map {dup} {rep}" for dup in dups]
     # Before ABC9 (see the module docstring): splitnets works around Yosys issue #4349,
     # extract_reduce + simplemap turn gate chains into balanced trees.
-    before_abc9 = (["splitnets"] if target == "ecp5" else []) + \
+    before_abc9 = (["splitnets"] if target in ("ecp5", "ice40") else []) + \
         (["extract_reduce", "simplemap"] if balance else [])
     if target == "generic":
         # Stop after the coarse-grained passes to count multipliers, then finish; the two halves

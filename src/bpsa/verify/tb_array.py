@@ -1,9 +1,11 @@
 """cocotb testbench of the systolic array (generated Verilog under Verilator).
 
 Runs one random problem per test through :mod:`bpsa.sim.gemm` and compares every result with
-numpy. Parameters come from the environment: ``BPSA_FLOW`` (os, ws, is, interleaved), ``BPSA_DIMS``
-("M,K,N" or "O,Bt,I"), ``BPSA_SEED``, ``BPSA_SGD`` (shift, interleaved only), and
-``BPSA_SUMMARY`` (a path: write the run's JSON summary there).
+numpy (floating point: the golden model, :func:`bpsa.models.floating.gemm_os`). Parameters come
+from the environment: ``BPSA_FLOW`` (os, ws, is, interleaved), ``BPSA_DIMS`` ("M,K,N" or
+"O,Bt,I"), ``BPSA_SEED``, ``BPSA_SGD`` (shift, interleaved only), ``BPSA_STALL`` (os only: the
+probability of an idle cycle before each slot) and ``BPSA_SUMMARY`` (a path: write the run's
+JSON summary there).
 """
 
 import json
@@ -83,9 +85,11 @@ async def gemm_matches_numpy(dut):
     seed = int(os.environ.get("BPSA_SEED", "1"))
     sgd = os.environ.get("BPSA_SGD")
     sgd = int(sgd) if sgd not in (None, "") else None
-    ops = random_problem(shape, flow, dims, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    ops = random_problem(shape, flow, dims, rng)
     kw = {"sgd_shift": sgd} if flow == "interleaved" else {}
-    prog = program(flow, shape, **kw, **ops)
+    stall = float(os.environ.get("BPSA_STALL") or 0)
+    prog = program(flow, shape, **kw, **ops, **({"stalls": (stall, rng)} if stall else {}))
     got, counters = await run_program(dut, prog)
     want = expected(flow, shape, **kw, **ops)
     result = summary(prog, got, want, counters)
