@@ -84,9 +84,9 @@ def test_integer_blocks_refuse_a_floating_point_configuration():
     c = Config(**FP)
     assert not Config().is_float and Config().os_partials == 1
     assert Config(rows=5).context_gap == 10
-    with pytest.raises(ConfigError, match=r"arithmetic 'bf16': the accelerator top is built "
-                                          r"for integer arithmetic only so far; floating "
-                                          r"point builds the PE and the array"):
+    with pytest.raises(ConfigError, match=r"arithmetic 'bf16' is not built in the accelerator "
+                                          r"top yet \(integer only\); floating point builds "
+                                          r"the tops pe, array, conv_forward"):
         elaborate_top(c, "accelerator")
     # built, never elaborated: collect them while that is expected
     with warnings.catch_warnings():

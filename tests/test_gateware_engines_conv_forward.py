@@ -41,6 +41,16 @@ CFG_COL = Config(name="cf_r4_c1_b8", rows=4, cols=1, feeder_bus_width=8, operand
                  buf_b_depth=128)
 
 
+#: CFG_TINY in floating point: bf16 operands, fp32 accumulators, contexts 2R + 5 apart.
+CFG_TINY_BF16 = Config(name="cf_r2_c3_b4_bf16", rows=2, cols=3, feeder_bus_width=4,
+                       feeder_lane_regs=2, feeder_pattern_width=12, dim_width=6,
+                       buf_a_depth=64, buf_b_depth=64, dataflows=["os"], arithmetic="bf16",
+                       operand_width=16, acc_width=32)
+CFG_COL_FP16 = Config(name="cf_r4_c1_b8_fp16", rows=4, cols=1, feeder_bus_width=8,
+                      arithmetic="fp16", operand_width=16, acc_width=32, dim_width=6,
+                      buf_a_depth=32, buf_b_depth=128, dataflows=["os"])
+
+
 def simulate(cfg, runs, max_cycles=20000):
     """Run ``runs`` (a list of ``(layer, x, w, x_base, w_base)``, or of raw descriptor dicts
     for refused layers) back to back on one ConvForward in the Amaranth simulator. Returns, per
@@ -125,6 +135,11 @@ SIM_LAYERS = [
     (load_config("nonsquare"), ConvLayer.conv(1, 2, 4, 7, 6, 3, 3, 1, 1)),  # a preset
     (CFG_TINY, ConvLayer.conv(1, 2, 6, 5, 3, 3, 3, 2, 1, pad_bottom=0)),    # bottom pad 0
     (CFG_TINY, ConvLayer.conv(2, 1, 4, 5, 2, 3, 2, 1, 0, pad_bottom=2)),    # bottom pad only
+    # floating point: each output's slots in (c, r, q) order, padding taps zero slots
+    (CFG_TINY_BF16, ConvLayer.conv(1, 2, 4, 5, 4, 3, 3, pad=1)),            # K > cols, CRS 18
+    (CFG_TINY_BF16, ConvLayer.conv(1, 1, 3, 5, 2, 1, 1)),                   # CRS = 1
+    (CFG_TINY_BF16, ConvLayer.conv(2, 3, 5, 6, 7, 2, 3, (2, 1), (1, 0), (1, 2))),  # batch 2
+    (CFG_COL_FP16, ConvLayer.conv(1, 3, 5, 9, 2, 2, 4, 1, (0, 2), (1, 2))),  # cols = 1
 ]
 
 
@@ -365,6 +380,12 @@ def test_cli_refuses_bad_layers(capsys):
 # --- generated Verilog under Verilator -----------------------------------------------------
 
 VERILATOR_LAYERS = {
+    "small_bf16": [
+        ConvLayer.conv(1, 3, 13, 15, 6, 7, 7, 2, 3),               # 7x7 stride 2, padding 3
+        ConvLayer.conv(2, 9, 6, 7, 4, 3, 3, 1, 1),                 # C = 9 on an 8 bus, batch 2
+        ConvLayer.conv(1, 3, 5, 6, 4, 1, 1),                       # 1x1, CRS 3 < the gap
+        ConvLayer.conv(2, 5, 7, 11, 9, 2, 5, (1, 2), (0, 2), (2, 1)),  # non-square, 3 tiles
+    ],
     "small": [
         ConvLayer.conv(1, 3, 19, 21, 5, 11, 11, 4, 2),             # 11x11 stride 4, K > cols
         ConvLayer.conv(1, 3, 13, 15, 6, 7, 7, 2, 3),               # 7x7 stride 2, padding 3

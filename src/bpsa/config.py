@@ -308,9 +308,11 @@ class Config:
         """Refuse to build ``block`` (a name) in a floating-point configuration: raises
         :class:`ConfigError` naming what is built in floating point so far."""
         if self.is_float:
-            raise ConfigError(f"arithmetic {self.arithmetic!r}: the {block} is built for "
-                              f"integer arithmetic only so far; floating point builds the PE "
-                              f"and the array (--top pe, --top array, bpsa sim --gemm)")
+            from bpsa.platform.tops import FLOAT_TOPS
+            raise ConfigError(f"arithmetic {self.arithmetic!r} is not built in the {block} "
+                              f"yet (integer only); floating point builds the tops "
+                              f"{', '.join(FLOAT_TOPS)} (bpsa sim --gemm, bpsa sim --engine "
+                              f"--phase forward)")
 
     @property
     def os_partials(self):

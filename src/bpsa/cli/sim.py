@@ -133,8 +133,8 @@ def run(args):
     if args.simulator != "verilator" and (args.engine or args.phase is None):
         raise UserError("--simulator applies only to --phase through the accelerator with "
                         "--harness cocotb")
-    if args.phase is not None:
-        config.require_int("accelerator (--phase)")
+    if args.phase is not None and not (args.engine and args.phase == "forward"):
+        config.require_int("accelerator and the backward engines (--phase)")
     if args.phase is None:
         result = _gemm(args, config)
     elif args.engine:

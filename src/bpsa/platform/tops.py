@@ -34,4 +34,5 @@ TOPS = {
 FLOAT_TOPS = {
     "pe": "bpsa.gateware.pe_float:FloatPE",
     "array": "bpsa.gateware.array:SystolicArray",
+    "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
 }

@@ -41,7 +41,12 @@ def descriptor(config, layer, x_base=0, w_base=0):
 
 
 def random_operands(config, layer, rng, zero_prob=0.1):
-    """Random X and W (int64, the operand range, a fraction ``zero_prob`` of zeros)."""
+    """Random X and W (int64, the operand range, a fraction ``zero_prob`` of zeros; floating
+    point: encodings, :func:`bpsa.sim.gemm.random_float_operands`)."""
+    if config.is_float:
+        from bpsa.sim.gemm import random_float_operands
+        return tuple(random_float_operands(config.arithmetic, shape, rng, zero_prob)
+                     for shape in (layer.x_shape, layer.w_shape))
     lo, hi = operand_range(config)
     out = []
     for shape in (layer.x_shape, layer.w_shape):
@@ -74,7 +79,12 @@ def w_image(config, layer, w):
 
 
 def expected_y(config, layer, x, w):
-    """``bpsa.models.golden.conv2d`` wrapped to the accumulator width."""
+    """``bpsa.models.golden.conv2d`` wrapped to the accumulator width (floating point:
+    :func:`bpsa.models.float_layers.conv2d`, the fp32 encodings)."""
+    if config.is_float:
+        from bpsa.models import float_layers
+        return float_layers.conv2d(layer.padded_rows(x), w, config.arithmetic, layer.stride,
+                                   (0, layer.pad_w), layer.dil).astype(np.int64)
     y = golden.conv2d(layer.padded_rows(x), w, layer.stride, (0, layer.pad_w), layer.dil)
     return wrap_array(y, config.acc_width)
 

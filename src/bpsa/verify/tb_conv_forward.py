@@ -60,7 +60,7 @@ async def run_layer(dut, cfg, desc, max_cycles):
     """Start the descriptor ``desc`` and collect the ``y`` rows until ``done``. Returns
     ``(rows, counters, error, cycles)``."""
     ylay = y_layout(cfg)
-    arrays = {"data": (cfg.acc_width, cfg.cols, True)}
+    arrays = {"data": (cfg.acc_width, cfg.cols, not cfg.is_float)}
     await RisingEdge(dut.clk)
     dut.layer.value = pack_struct(conv_layer_layout(cfg), desc)
     dut.start.value = 1

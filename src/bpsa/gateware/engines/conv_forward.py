@@ -340,7 +340,6 @@ class ConvForward(wiring.Component):
     """
 
     def __init__(self, config, *, shared_array=False):
-        config.require_int("forward engine")
         self.config = check_config(config)
         self.shared_array = shared_array
         op = arith_for(config).operand_shape
@@ -484,7 +483,10 @@ class ConvForward(wiring.Component):
         b_r = Signal(data.ArrayLayout(op, C))
         iv = Signal()
         il = Signal()
-        gap = Signal(range(2 * R + 1), init=2 * R)   # cycles since a_last was presented
+        # cycles since a_last was presented, up to the array's context gap (2R; 2R + 5 in
+        # floating point)
+        G = cfg.context_gap
+        gap = Signal(range(G + 1), init=G)
         allow = Signal()
         take = Signal()
         src_valid, src_last = Signal(), Signal()
@@ -508,7 +510,7 @@ class ConvForward(wiring.Component):
                              src_a.eq(lfeed.p.a), src_b.eq(lfeed.p.b)]
         walker_mode = zmode | lmode
         m.d.comb += [
-            allow.eq(~src_last | (~(iv & il) & (gap >= 2 * R - 1))),
+            allow.eq(~src_last | (~(iv & il) & (gap >= G - 1))),
             take.eq((state == ConvState.RUN) & src_valid & allow),
             fv.ready.eq(take & ~walker_mode), bv.ready.eq(take & ~walker_mode),
         ]
@@ -519,7 +521,7 @@ class ConvForward(wiring.Component):
             m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
         with m.If(iv & il):
             m.d.sync += gap.eq(1)
-        with m.Elif(gap != 2 * R):
+        with m.Elif(gap != G):
             m.d.sync += gap.eq(gap + 1)
         m.d.comb += [arr.a_data.eq(a_r), arr.a_valid.eq(iv), arr.a_last.eq(il),
                      arr.b_valid.eq(iv)]
@@ -677,7 +679,7 @@ class ConvForward(wiring.Component):
                                      crem.eq(zlay.channels), zdrained_all.eq(0),
                                      err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
                                      lmode.eq(0),
-                                     prime.eq(0), gap.eq(2 * R), state.eq(ConvState.PRIME)]
+                                     prime.eq(0), gap.eq(G), state.eq(ConvState.PRIME)]
                         m.d.sync += [cnt[name].eq(0) for name in incs]
                         m.d.sync += [fbase[name].eq(0) for name in folded]
                     with m.Elif(self.zl_start):
@@ -685,7 +687,7 @@ class ConvForward(wiring.Component):
                                      arr.clear.eq(1)]
                         m.d.sync += [lctx.eq(0), l_issued.eq(0), l_drained.eq(0),
                                      err.eq(0), done.eq(0), fused.eq(0), zmode.eq(0),
-                                     lmode.eq(1), prime.eq(0), gap.eq(2 * R),
+                                     lmode.eq(1), prime.eq(0), gap.eq(G),
                                      state.eq(ConvState.PRIME)]
                         m.d.sync += [cnt[name].eq(0) for name in incs]
                         m.d.sync += [fbase[name].eq(0) for name in folded]
@@ -702,7 +704,7 @@ class ConvForward(wiring.Component):
                     start_feeder(lay.w_base)
                     m.d.comb += arr.clear.eq(1)
                     m.d.sync += [
-                        prime.eq(0), gap.eq(2 * R),
+                        prime.eq(0), gap.eq(G),
                         k_next.eq(C), base_next.eq(lay.w_base + crs),
                         dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
                         dcy.eq(0),
