@@ -27,7 +27,9 @@ from bpsa.gateware.engines.zf_gradient import (
     step_values,
     zf_gradient_layout,
 )
+from bpsa.models import float_layers
 from bpsa.models.golden import conv2d_weight_grad
+from bpsa.sim.gemm import random_float_operands
 from bpsa.spec.numeric import operand_range, wrap_array
 from bpsa.verify.formal import prove
 
@@ -38,6 +40,12 @@ CFG_A = Config(name="zf_r2_c3_b4", rows=2, cols=3, feeder_bus_width=4, dim_width
 CFG_B = Config(name="zf_r4_c2_b2", rows=4, cols=2, feeder_bus_width=2, dim_width=6,
                operand_width=5, operand_signed=False, acc_width=16,
                buf_a_depth=256, buf_b_depth=128, dataflows=["os", "is"])
+
+
+#: A floating-point configuration (fp16 operands, fp32 sums).
+CFG_FP16 = Config(name="zf_r2_c3_b4_fp16", rows=2, cols=3, feeder_bus_width=4, dim_width=6,
+                  buf_a_depth=256, buf_b_depth=128, dataflows=["os"], arithmetic="fp16",
+                  operand_width=16, acc_width=32)
 
 
 def _layer(rng, cfg):
@@ -59,8 +67,14 @@ def _layer(rng, cfg):
 
 
 def _operands(rng, cfg, lay):
-    lo, hi = operand_range(cfg)
     B, C = cfg.feeder_bus_width, cfg.cols
+    if cfg.is_float:
+        x = random_float_operands(cfg.arithmetic, (lay["height"], lay["width"], B), rng,
+                                  0.1, 0.01)
+        x[:, :, lay["channels"]:] = 0
+        return x, random_float_operands(cfg.arithmetic,
+                                        (lay["out_height"], lay["out_width"], C), rng, 0.1, 0.01)
+    lo, hi = operand_range(cfg)
     x = rng.integers(lo, hi + 1, size=(lay["height"], lay["width"], B))
     x[:, :, lay["channels"]:] = 0
     dy = rng.integers(lo, hi + 1, size=(lay["out_height"], lay["out_width"], C))
@@ -190,10 +204,11 @@ def _zf_run(cfg, lay, x, dy, xb=0, db=0, max_cycles=30000):
     return out, counts
 
 
-@pytest.mark.parametrize("cfg", [CFG_A, CFG_B], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [CFG_A, CFG_B, CFG_FP16], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(4))
 def test_zero_free_run_equals_golden_weight_grad(cfg, seed):
-    """dW of the run's X block and dY block: the band is the whole layer (its own padding)."""
+    """dW of the run's X block and dY block: the band is the whole layer (its own padding);
+    floating point: the walker's order, :func:`bpsa.models.float_layers.conv2d_weight_grad`."""
     rng = np.random.default_rng(100 + seed)
     lay = _layer(rng, cfg)
     x, dy = _operands(rng, cfg, lay)
@@ -207,9 +222,12 @@ def test_zero_free_run_equals_golden_weight_grad(cfg, seed):
     dyt = dy.transpose(2, 0, 1)[None]
     ph, pw = lay["pad_top"], lay["pad_w"]
     xp = np.pad(xt, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    want = conv2d_weight_grad(xp, dyt, (r, s), stride=(lay["stride_h"], lay["stride_w"]),
-                              padding=0, dilation=(lay["dil_h"], lay["dil_w"]))
-    want = wrap_array(want, cfg.acc_width)
+    geometry = dict(stride=(lay["stride_h"], lay["stride_w"]), padding=0,
+                    dilation=(lay["dil_h"], lay["dil_w"]))
+    if cfg.is_float:
+        want = float_layers.conv2d_weight_grad(xp, dyt, (r, s), cfg.arithmetic, **geometry)
+    else:
+        want = wrap_array(conv2d_weight_grad(xp, dyt, (r, s), **geometry), cfg.acc_width)
     assert sorted(out) == list(range(ch * r * s))
     for c in range(ch):
         for t in range(r * s):

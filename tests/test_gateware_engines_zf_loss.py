@@ -22,7 +22,9 @@ from bpsa.gateware.engines.zf_loss import (
     inc_divmod,
     sub_divmod,
 )
+from bpsa.models import float_layers
 from bpsa.models.golden import conv2d_input_grad
+from bpsa.sim.gemm import random_float_operands
 from bpsa.spec.numeric import operand_range, wrap_array
 from bpsa.verify.formal import prove
 
@@ -33,6 +35,12 @@ CFG_A = Config(name="zl_r2_c3_b4", rows=2, cols=3, feeder_bus_width=4, dim_width
 CFG_B = Config(name="zl_r4_c2_b2", rows=4, cols=2, feeder_bus_width=2, dim_width=6,
                operand_width=5, operand_signed=False, acc_width=16,
                buf_a_depth=512, buf_b_depth=256, dataflows=["os", "is"])
+
+
+#: CFG_A in floating point (bf16 operands, fp32 sums).
+CFG_A_BF16 = Config(name="zl_r2_c3_b4_bf16", rows=2, cols=3, feeder_bus_width=4, dim_width=6,
+                    buf_a_depth=512, buf_b_depth=256, dataflows=["os"], arithmetic="bf16",
+                    operand_width=16, acc_width=32)
 
 
 def _layer(rng, cfg):
@@ -58,8 +66,13 @@ def _layer(rng, cfg):
 
 
 def _operands(rng, cfg, lay, k):
-    lo, hi = operand_range(cfg)
     C = cfg.cols
+    if cfg.is_float:
+        return (random_float_operands(cfg.arithmetic, (k, lay["out_height"], lay["out_width"]),
+                                      rng, 0.1, 0.01),
+                random_float_operands(cfg.arithmetic, (k, C, lay["kernel_h"], lay["kernel_w"]),
+                                      rng, 0.1, 0.01))
+    lo, hi = operand_range(cfg)
     dy = rng.integers(lo, hi + 1, size=(k, lay["out_height"], lay["out_width"]))
     w = rng.integers(lo, hi + 1, size=(k, C, lay["kernel_h"], lay["kernel_w"]))
     return dy, w
@@ -223,19 +236,24 @@ def _zl_run(cfg, lay, k, dy, w, max_cycles=60000):
     return out, counts
 
 
-@pytest.mark.parametrize("cfg", [CFG_A, CFG_B], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [CFG_A, CFG_B, CFG_A_BF16], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(5))
 def test_zero_free_loss_run_equals_golden(cfg, seed):
     """dX of the run's channel block: every pixel of the band once, equal to the golden
-    transposed convolution (wrapped to the accumulator)."""
+    transposed convolution (wrapped to the accumulator; floating point: the walker's order,
+    :func:`bpsa.models.float_layers.conv2d_input_grad`)."""
     rng = np.random.default_rng(200 + seed)
     lay, (k, dh, dw) = _layer(rng, cfg)
     dy, w = _operands(rng, cfg, lay, k)
     out, counts = _zl_run(cfg, lay, k, dy, w)
     H, W = lay["height"], lay["width"]
-    want = conv2d_input_grad(dy[None], w, (H, W), stride=(lay["stride_h"], lay["stride_w"]),
-                             padding=(lay["pad_top"], lay["pad_w"]), dilation=(dh, dw))[0]
-    want = wrap_array(want, cfg.acc_width)
+    geometry = dict(stride=(lay["stride_h"], lay["stride_w"]),
+                    padding=(lay["pad_top"], lay["pad_w"]), dilation=(dh, dw))
+    if cfg.is_float:
+        want = float_layers.conv2d_input_grad(dy[None], w, (H, W), cfg.arithmetic,
+                                              **geometry)[0]
+    else:
+        want = wrap_array(conv2d_input_grad(dy[None], w, (H, W), **geometry)[0], cfg.acc_width)
     vectors, contexts = naive(cfg, lay, k, dh, dw, dy, w)
     covered = {addr for ctx in contexts for ok, addr in ctx if ok}
     assert sorted(out) == sorted(covered)

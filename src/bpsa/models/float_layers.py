@@ -12,7 +12,7 @@ import numpy as np
 
 from bpsa.models import floating, golden
 
-__all__ = ["conv2d"]
+__all__ = ["conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
 
 
 def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
@@ -23,3 +23,81 @@ def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
     low = golden.lower_forward(np.asarray(x, dtype=np.int64), np.asarray(w, dtype=np.int64),
                                stride, padding, dilation)
     return low.result(floating.gemm_os(low.a, low.b, fmt)).astype(np.uint32)
+
+
+def _taps(size, kernel, s, d, p):
+    """Per-axis input index ``o s + r d - p`` (out x kernel) and whether it is inside."""
+    out = (size + 2 * p - d * (kernel - 1) - 1) // s + 1
+    idx = np.arange(out)[:, None] * s + np.arange(kernel)[None, :] * d - p
+    return idx, (idx >= 0) & (idx < size)
+
+
+def _pair(v):
+    return (v, v) if np.isscalar(v) else tuple(v)
+
+
+def conv2d_input_grad(dy, w, input_hw, fmt, stride=1, padding=0, dilation=1):
+    """dX (N x C x H x W, fp32 encodings) of ``fmt`` encodings ``dy`` (N x K x OH x OW) and
+    ``w`` (K x C x R x S) as the zero-free loss walker runs it. Input pixel ``(h, x)`` belongs
+    to the stride class ``(h mod s_h, x mod s_w)``; the class's taps are the ``(r, q)``, in
+    raster order, with ``h + p_h - r d_h`` and ``x + p_w - q d_w`` divisible by the strides
+    (the other taps meet only inserted zeros and are never slots). The pixel's context has,
+    for each of its class's taps in order, the output channels ``k = 0 .. K-1`` as slots:
+    ``dY[n, k, (h + p_h - r d_h) / s_h, (x + p_w - q d_w) / s_w]`` (a zero slot where that is
+    outside dY) times ``W[k, c, r, q]``. A pixel whose class has no tap is ``+0``."""
+    dy, w = np.asarray(dy, dtype=np.int64), np.asarray(w, dtype=np.int64)
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    n_n, k_n, oh_n, ow_n = dy.shape
+    _, c_n, r_n, s_n = w.shape
+    h_n, w_n = input_hw
+    out = np.zeros((n_n, c_n, h_n, w_n), dtype=np.uint32)
+    for a in range(min(sh, h_n)):
+        for b in range(min(sw, w_n)):
+            taps = [(r, q) for r in range(r_n) for q in range(s_n)
+                    if (a + ph - r * dh) % sh == 0 and (b + pw - q * dw) % sw == 0]
+            if not taps:
+                continue
+            hs, xs = np.arange(a, h_n, sh), np.arange(b, w_n, sw)
+            # rows: (n, h, x) of the class; columns: (tap, k)
+            rows = []
+            for r, q in taps:
+                oh = (hs + ph - r * dh) // sh
+                ow = (xs + pw - q * dw) // sw
+                ok = ((oh >= 0) & (oh < oh_n))[:, None] & ((ow >= 0) & (ow < ow_n))[None, :]
+                vals = dy[:, :, np.clip(oh, 0, oh_n - 1)][:, :, :, np.clip(ow, 0, ow_n - 1)]
+                rows.append(np.where(ok[None, None], vals, 0))      # n, k, h, x
+            a_mat = np.stack(rows, axis=1)                           # n, tap, k, h, x
+            a_mat = a_mat.transpose(0, 3, 4, 1, 2).reshape(-1, len(taps) * k_n)
+            b_mat = np.stack([w[:, :, r, q] for r, q in taps]).reshape(len(taps) * k_n, c_n)
+            res = floating.gemm_os(a_mat, b_mat, fmt)
+            out[:, :, a::sh, b::sw] = res.reshape(n_n, len(hs), len(xs), c_n) \
+                .transpose(0, 3, 1, 2)
+    return out
+
+
+def conv2d_weight_grad(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1):
+    """dW (K x C x R x S, fp32 encodings) of one image, ``fmt`` encodings ``x`` (1 x C x H x
+    W) and ``dy`` (1 x K x OH x OW), as the zero-free gradient walker runs it: each weight
+    ``(k, c, r, q)`` one context whose slots are dY's pixels ``(oh, ow)`` in raster order,
+    ``X[c, oh s_h + r d_h - p_h, ow s_w + q d_w - p_w]`` (a zero slot in the padding) times
+    ``dY[k, oh, ow]``. A batch's images are added in the P buffer, whose floating-point
+    addition is not built yet: ``N`` must be 1."""
+    x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    if x.shape[0] != 1 or dy.shape[0] != 1:
+        raise ValueError(f"one image (N = 1), not x {x.shape} and dy {dy.shape}")
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    _, c_n, h_n, w_n = x.shape
+    _, k_n, oh_n, ow_n = dy.shape
+    r_n, s_n = kernel_hw
+    ys, y_ok = _taps(h_n, r_n, sh, dh, ph)                   # oh x r
+    xs, x_ok = _taps(w_n, s_n, sw, dw, pw)                   # ow x q
+    if ys.shape[0] != oh_n or xs.shape[0] != ow_n:
+        raise ValueError(f"dy's {oh_n} x {ow_n} is not the output of x {h_n} x {w_n}")
+    # a: rows (c, r, q), columns (oh, ow)
+    vals = x[0][:, np.clip(ys, 0, h_n - 1)][:, :, :, np.clip(xs, 0, w_n - 1)]  # c,oh,r,ow,q
+    ok = y_ok[:, :, None, None] & x_ok[None, None]                             # oh,r,ow,q
+    a_mat = np.where(ok[None], vals, 0).transpose(0, 2, 4, 1, 3).reshape(
+        c_n * r_n * s_n, oh_n * ow_n)
+    b_mat = dy[0].reshape(k_n, oh_n * ow_n).T
+    res = floating.gemm_os(a_mat, b_mat, fmt)                # (c, r, q) x k
+    return res.reshape(c_n, r_n, s_n, k_n).transpose(3, 0, 1, 2)
