@@ -85,3 +85,56 @@ def test_golden_requantize_by_hand():
         3, -2, 3, -3, 4, 127, -128]
     assert requantize(np.array([-1, 300, 255]), 0, 8, signed=False).tolist() == [0, 255, 255]
     assert requantize(np.array([2 ** 40 + 2 ** 39]), 40, 4).tolist() == [2]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_float_store_rounds_to_the_operand_format(fmt):
+    """Floating point: each fp32 sum rounded to the operand format by the contract's conversion
+    (floating.store: floating.convert, checked against SoftFloat, with the sum read as an
+    accumulator, a subnormal as zero), or passed as fp32; the contract's ReLU
+    (floating.relu) on either; corner cases (ties, the smallest normals, overflow, NaN,
+    infinities, zeros, subnormals) and random encodings."""
+    from bpsa.models import floating
+    from bpsa.spec.numeric import FLOAT_FORMATS
+    from bpsa.verify.float_operands import corner_accumulators
+    cfg = Config(rows=2, cols=3, arithmetic=fmt, operand_width=16, acc_width=32,
+                 dataflows=["os"])
+    f = FLOAT_FORMATS[fmt]
+    rng = random.Random(9)
+    # around the format's smallest normal and largest finite, ties at its significand
+    special = [((f.emin + 127) << 23) + d for d in (-2, -1, 0, 1)] + \
+        [((f.emin + 127 - 1) << 23) | (1 << 22) | s for s in (0, 1)] + \
+        [((f.emax + 127) << 23) | (((1 << f.man_bits) - 1) << (23 - f.man_bits)) | t
+         for t in (0, (1 << (22 - f.man_bits)), (1 << (22 - f.man_bits)) - 1)] + \
+        [(127 << 23) | (1 << (22 - f.man_bits)) | (k << (23 - f.man_bits)) for k in (0, 1)]
+    values = corner_accumulators() + special + [v | 0x80000000 for v in special] + \
+        [rng.randrange(1 << 32) for _ in range(600)] + \
+        [((127 + rng.randrange(-40, 41)) << 23) | rng.randrange(1 << 23) for _ in range(300)]
+    values += [0] * (-len(values) % cfg.cols)
+    words = [values[i:i + cfg.cols] for i in range(0, len(values), cfg.cols)]
+    dut = Requantizer(cfg)
+    got = {}
+
+    async def bench(ctx):
+        for enable in (0, 1):
+            for relu in (0, 1):
+                ctx.set(dut.enable, enable)
+                ctx.set(dut.relu, relu)
+                for i, word in enumerate(words):
+                    ctx.set(dut.word, word)
+                    await ctx.tick()
+                    out = ctx.get(dut.out)
+                    w = f.bits if enable else 32
+                    got[enable, relu, i] = [(out >> (j * w)) & ((1 << w) - 1)
+                                            for j in range(cfg.cols)]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for (enable, relu, i), lanes in got.items():
+        for v, g in zip(words[i], lanes):
+            want = floating.store(v, fmt) if enable else v
+            if relu:
+                want = floating.relu(want, fmt if enable else "fp32")
+            assert g == want, (enable, relu, hex(v), hex(g), hex(want))

@@ -171,6 +171,9 @@ class FloatArith:
         self.fmt = float_format(fmt)
         self.operand_shape = unsigned(self.fmt.bits)
         self.acc_shape = unsigned(32)
+        #: the descriptors' shift fields keep their width (an integer's requantization and
+        #: SGD shifts; not used in floating point)
+        self.shift_shape = unsigned(5)
 
     def zero(self, x):
         """1 when the operand ``x`` reads as zero: a zero of either sign or a subnormal (its

@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["EXP_SHAPE", "FloatAdder", "FloatKind", "FloatMac", "FloatMultiplier", "addend_layout",
-           "fp32_addend", "product_layout"]
+           "fp32_addend", "fp32_relu", "fp32_to", "product_layout"]
 
 #: Exponents inside the units: a product's leading bit lies in ``[2**-252, 2**256)``.
 EXP_SHAPE = signed(11)
@@ -309,3 +309,46 @@ class FloatMac(wiring.Component):
         m.d.comb += [mul.a.eq(self.a), mul.b.eq(self.b), add.acc.eq(acc),
                      add.product.eq(mul.product), self.result.eq(add.result)]
         return m
+
+
+def fp32_to(m, bits, fmt, name):
+    """An fp32 encoding ``bits`` rounded to ``fmt`` (combinational): the contract's conversion
+    (``floating.convert``): RNE at ``fmt``'s significand with an unbounded exponent; a rounded
+    magnitude below ``fmt``'s smallest normal a zero of the sign, above its largest finite an
+    infinity; NaN the canonical NaN; a zero or subnormal fp32 a zero of its sign."""
+    f = float_format(fmt)
+    kind, sign, exp, sig = _decode(m, bits, F32, f"{name}_in")
+    out = Signal(f.bits, name=name)
+    drop = 24 - (f.man_bits + 1)                   # fp32 significand bits below fmt's
+    keep = sig[drop:]
+    if drop:
+        guard, sticky = sig[drop - 1], sig[:drop - 1].any() if drop > 1 else 0
+        rounded = Signal(f.man_bits + 2, name=f"{name}_rounded")
+        m.d.comb += rounded.eq(keep + (guard & (sticky | keep[0])))
+    else:
+        rounded = Signal(f.man_bits + 2, name=f"{name}_rounded")
+        m.d.comb += rounded.eq(keep)
+    carry = rounded[f.man_bits + 1]
+    e = Signal(EXP_SHAPE, name=f"{name}_exp")
+    m.d.comb += e.eq(exp + carry)
+    frac = Mux(carry, rounded[1:f.man_bits + 1], rounded[:f.man_bits])
+    with m.If(kind == FloatKind.NAN):
+        m.d.comb += out.eq(f.nan)
+    with m.Elif(kind == FloatKind.INF):
+        m.d.comb += out.eq(Cat(Const(0, f.man_bits), Const(-1, f.exp_bits), sign))
+    with m.Elif((kind == FloatKind.ZERO) | (e < f.emin)):
+        m.d.comb += out.eq(Cat(Const(0, f.bits - 1), sign))
+    with m.Elif(e > f.emax):
+        m.d.comb += out.eq(Cat(Const(0, f.man_bits), Const(-1, f.exp_bits), sign))
+    with m.Else():
+        m.d.comb += out.eq(Cat(frac, (e + f.bias)[:f.exp_bits], sign))
+    return out
+
+
+def fp32_relu(bits, fmt):
+    """ReLU of an encoding of ``fmt`` (the contract's ``floating.relu``): a set sign bit (a
+    negative number or ``-0``) gives ``+0``; a NaN gives the canonical NaN."""
+    f = float_format(fmt)
+    e = bits[f.man_bits:f.man_bits + f.exp_bits]
+    nan = (e == (1 << f.exp_bits) - 1) & bits[:f.man_bits].any()
+    return Mux(nan, f.nan, Mux(bits[f.bits - 1], 0, bits))

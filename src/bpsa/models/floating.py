@@ -28,7 +28,7 @@ from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["ZERO", "NORMAL", "INF", "NAN", "PARTIALS", "add", "add_fast", "convert", "decode",
            "dot", "from_float32", "gemm_os", "mac", "mac_fast", "os_output", "os_partials", "reduce_partials",
-           "reduce_partials_fast", "relu", "round_to", "storage_dtype", "to_float32",
+           "reduce_partials_fast", "relu", "round_to", "storage_dtype", "store", "to_float32",
            "float_format"]
 
 ZERO, NORMAL, INF, NAN = "zero", "normal", "inf", "nan"
@@ -88,11 +88,12 @@ def round_to(sign, significand, exponent, fmt):
     return _pack(f, sign, e + f.bias, q - (1 << (p - 1)))
 
 
-def convert(bits, src, dst):
+def convert(bits, src, dst, *, subnormals=True):
     """One encoding of ``src`` rounded to ``dst`` (:func:`round_to`; ``src`` subnormals read
-    exactly, NaN to ``dst``'s canonical NaN)."""
+    exactly, or as a zero of their sign without ``subnormals``; NaN to ``dst``'s canonical
+    NaN)."""
     s, d = float_format(src), float_format(dst)
-    kind, sign, m, e = decode(bits, s, subnormals=True)
+    kind, sign, m, e = decode(bits, s, subnormals=subnormals)
     if kind == NAN:
         return d.nan
     if kind == INF:
@@ -173,6 +174,13 @@ def os_output(a, b, fmt, start=None):
     """One output of an output-stationary context: :func:`os_partials`, then
     :func:`reduce_partials`."""
     return reduce_partials(os_partials(a, b, fmt, start))
+
+
+def store(bits, fmt):
+    """A store's rounding of an fp32 sum to ``fmt`` (the requantization of floating point):
+    :func:`convert`, the sum read as an accumulator (a subnormal encoding is a zero of its
+    sign, rule 5; the adders never make one)."""
+    return convert(bits, "fp32", fmt, subnormals=False)
 
 
 def relu(bits, fmt):

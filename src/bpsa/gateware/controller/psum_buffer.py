@@ -1,4 +1,10 @@
-"""The partial-sum buffer P: result vectors added into it, a clear pass, and the DMA's reads."""
+"""The partial-sum buffer P: result vectors added into it, a clear pass, and the DMA's reads.
+
+In floating point (``config.is_float``) each lane's addition is the contract's fp32 ``P + y``
+(:class:`bpsa.gateware.fpu.FloatAdder` of an fp32 addend, one rounding, five stages; a zero
+addend leaves the word unchanged), so P holds ``((+0 + y_0) + y_1) + ...`` of the vectors
+for a word in the order they came (``docs/floating_point.md``).
+"""
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -7,11 +13,17 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from bpsa.config import Config
+from bpsa.gateware.fpu import FloatAdder, fp32_addend
 
-__all__ = ["PsumBuffer", "READ_LATENCY", "accumulate_layout"]
+__all__ = ["FLOAT_SPACING", "PsumBuffer", "READ_LATENCY", "accumulate_layout"]
 
 #: Cycles from a DMA read (``read_en``) to its ``read_data``.
 READ_LATENCY = 2
+
+#: Floating point: the fewest cycles between two vectors for the same word (the adder's
+#: stages between the word's read and its write); the array's context gap (``2 rows + 5``)
+#: keeps every engine's vectors for a word further apart.
+FLOAT_SPACING = 2 + FloatAdder.LATENCY
 
 
 def accumulate_layout(config):
@@ -32,6 +44,11 @@ class PsumBuffer(wiring.Component):
     port). P is two
     memories, one a half (the top address bit), so that the DMA reads a finished step's half
     while result vectors accumulate in the other.
+
+    Floating point: the addition is five stages (the write :data:`FLOAT_SPACING` cycles
+    after the read), so a vector must come at least :data:`FLOAT_SPACING` cycles after the
+    previous one for its word (no forwarding); ``fill`` is not taken (the FC phase is not
+    built in floating point).
 
     Members
     -------
@@ -94,10 +111,12 @@ class PsumBuffer(wiring.Component):
         x2, x3 = Signal.like(x1), Signal.like(x1)
         m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1), v3.eq(v2), a3.eq(a2),
                      x3.eq(x2)]
-        m.d.comb += [self.acc.ready.eq(1), self.fill.ready.eq(~self.acc.valid)]
+        m.d.comb += self.acc.ready.eq(1)
+        if not cfg.is_float:
+            m.d.comb += self.fill.ready.eq(~self.acc.valid)
         with m.If(self.acc.valid):
             m.d.sync += [v1.eq(1), a1.eq(self.acc.payload.addr), x1.eq(self.acc.payload.data)]
-        with m.Elif(self.fill.valid):
+        with m.Elif(self.fill.valid & (0 if cfg.is_float else 1)):
             m.d.sync += [v1.eq(1), a1.eq(self.fill.payload.addr),
                          x1.eq(self.fill.payload.data)]
         words = [Signal(shape, name=f"word{b}") for b in range(2)]
@@ -106,11 +125,29 @@ class PsumBuffer(wiring.Component):
         # (two behind, the read port's transparency gives it the sum): it takes the sum
         sums, prev = Signal.like(x1), Signal.like(x1)
         forward = Signal()
-        m.d.sync += [prev.eq(sums), forward.eq(v2 & v3 & (a2 == a3))]
+        if not cfg.is_float:        # floating point: no forwarding (FLOAT_SPACING)
+            m.d.sync += [prev.eq(sums), forward.eq(v2 & v3 & (a2 == a3))]
         acc_data = Signal(shape)
         m.d.comb += acc_data.eq(Mux(forward, prev, Mux(half(a3), words[1], words[0])))
-        for j in range(cfg.cols):
-            m.d.comb += sums[j].eq(acc_data[j] + x3[j])
+        if cfg.is_float:
+            # the fp32 adders: the word is written FloatAdder.LATENCY cycles later
+            m.d.comb += self.fill.ready.eq(0)
+            for j in range(cfg.cols):
+                add = m.submodules[f"add{j}"] = FloatAdder(addend_width=24)
+                m.d.comb += [add.acc.eq(acc_data[j]),
+                             add.product.eq(fp32_addend(m, x3[j], f"y{j}")),
+                             sums[j].eq(add.result)]
+            vw, aw_ = v3, a3
+            stages = []
+            for k in range(FloatAdder.LATENCY):
+                nv, na = Signal(name=f"vw{k}"), Signal(aw, name=f"aw{k}")
+                m.d.sync += [nv.eq(vw), na.eq(aw_)]
+                vw, aw_ = nv, na
+                stages.append(nv)
+        else:
+            for j in range(cfg.cols):
+                m.d.comb += sums[j].eq(acc_data[j] + x3[j])
+            vw, aw_, stages = v3, a3, []
 
         clr_addr = Signal(aw + 1)
         clr_at = Signal(aw)
@@ -132,9 +169,9 @@ class PsumBuffer(wiring.Component):
             with m.Else():
                 m.d.comb += [rp.addr.eq(self.read_addr[:aw - 1]),
                              rp.en.eq(self.read_en & (half(self.read_addr) == b))]
-            with m.If(v3 & (half(a3) == b)):
-                m.d.comb += [wp.addr.eq(a3[:aw - 1]), wp.data.eq(sums), wp.en.eq(1)]
-            with m.Elif(self.clear & ~v3 & (half(clr_at) == b)):
+            with m.If(vw & (half(aw_) == b)):
+                m.d.comb += [wp.addr.eq(aw_[:aw - 1]), wp.data.eq(sums), wp.en.eq(1)]
+            with m.Elif(self.clear & ~vw & (half(clr_at) == b)):
                 m.d.comb += [wp.addr.eq(clr_at[:aw - 1]), wp.data.eq(0), wp.en.eq(1)]
             events_r.append(rp.en)
             events_w.append(wp.en)
@@ -144,7 +181,15 @@ class PsumBuffer(wiring.Component):
         m.d.sync += dma_half.eq(Cat(half(self.read_addr), dma_half[0]))
         m.d.comb += [self.read_data.eq(Mux(dma_half[1], words[1], words[0])),
                      self.read_ready.eq(read_ok),
-                     self.busy.eq(v1 | v2 | v3 | self.fill.valid),
+                     self.busy.eq(v1 | v2 | v3 | _any(stages) | self.fill.valid),
                      self.read_event.eq(events_r[0] + events_r[1]),
                      self.write_event.eq(events_w[0] + events_w[1])]
         return m
+
+
+def _any(bits):
+    """OR of 1-bit values (0 for none)."""
+    out = 0
+    for b in bits:
+        out = out | b
+    return out

@@ -8,6 +8,10 @@ without it, the word passes unchanged. With ``relu`` (the descriptor's RELU on a
 phase) every element that leaves is ``max(0, v)`` (after the requantization). The word
 leaves registered, one cycle after it came (:data:`LATENCY`): on the store path between the
 P buffer's registered read and the DMA.
+
+Floating point: with ``enable`` each fp32 sum is rounded to the operand format
+(:func:`bpsa.gateware.fpu.fp32_to`, the contract's conversion; ``shift`` is not used), and
+``relu`` is the contract's ReLU (a set sign bit gives ``+0``, a NaN stays).
 """
 
 from amaranth.hdl import Cat, Module, Mux
@@ -16,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
+from bpsa.gateware.fpu import fp32_relu, fp32_to
 
 __all__ = ["LATENCY", "Requantizer"]
 
@@ -47,6 +52,8 @@ class Requantizer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self.config.is_float:
+            return self._float(m)
         ar = arith_for(self.config)
         ow = ar.operand_shape.width
         lanes_q, lanes_a = [], []
@@ -57,5 +64,16 @@ class Requantizer(wiring.Component):
             lanes_q.append(q)
             a = self.word[j]
             lanes_a.append(Mux(self.relu & (a < 0), 0, a))
+        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+        return m
+
+    def _float(self, m):
+        """Floating point: fp32 sums, or rounded to the operand format; the contract's ReLU."""
+        fmt = self.config.arithmetic
+        lanes_q, lanes_a = [], []
+        for j in range(self.config.cols):
+            lanes_q.append(Mux(self.relu, fp32_relu(fp32_to(m, self.word[j], fmt, f"q{j}"), fmt),
+                               fp32_to(m, self.word[j], fmt, f"r{j}")))
+            lanes_a.append(Mux(self.relu, fp32_relu(self.word[j], "fp32"), self.word[j]))
         m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
         return m
