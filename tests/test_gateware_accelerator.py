@@ -301,6 +301,43 @@ def test_requantized_outputs():
 
 
 @pytest.mark.verilator
+@pytest.mark.parametrize("preset", ["small_bf16",
+                                    pytest.param("small_fp16", marks=pytest.mark.long)])
+def test_float_forward_verilator(preset):
+    """Floating point through the whole accelerator (driver, program, DMA, forward engine,
+    fp32 P buffer, store): Y equals bpsa.models.float_layers.accelerator_forward, the
+    forward's contexts added into P in channel-group order (``run_jobs`` asserts it): one
+    group and two, output-channel blocks, a batch, rectangular strides, stores as fp32 and
+    rounded to the operand format (REQUANT), under memory back-pressure; the loss and the
+    gradient, and a requantization shift, are refused by name."""
+    from bpsa.plan import capability
+    from bpsa.plan.tiling import plan
+    from bpsa.sim.native import run_jobs
+    cfg = load_config(preset)
+    one = dict(batch=2, channels=3, height=7, width=9, out_channels=6, kernel_h=2, kernel_w=3,
+               stride_h=1, stride_w=2, pad_h=1, pad_w=1)
+    two = dict(batch=1, channels=8, height=24, width=24, out_channels=5, kernel_h=3,
+               kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
+    assert plan(cfg, "forward", ConvLayer.from_dict(two), mode="feeder")["groups"] == 2
+    jobs = [{"phase": "forward", "layer": one, "seed": 50},
+            {"phase": "forward", "layer": one, "seed": 51, "requant": 0, "pauses": True},
+            {"phase": "forward", "layer": two, "seed": 52, "requant": 0}]
+    res = run_jobs(cfg, jobs)
+    assert [r["match"] for r in res] == [True] * 3
+    # Y blocked by cols channels (N KT OH OW cols): fp32, then the operand format
+    assert res[0]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 4
+    assert res[1]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 2
+    for phase in ("loss", "gradient"):
+        with pytest.raises(ValueError, match=f"arithmetic '{cfg.arithmetic}': the zero-free "
+                                             f"{phase} walker runs on the forward engine but "
+                                             f"not yet through the accelerator"):
+            capability.check(cfg, phase)
+    with pytest.raises(ValueError, match=r"requant rounds the fp32 sums to the operand format "
+                                         r"and takes no shift \(give 0\), not 3"):
+        capability.check(cfg, "forward", requant=3)
+
+
+@pytest.mark.verilator
 def test_pauses_change_cycles_not_results():
     """The same layer with and without memory-bus back-pressure (the native transport's
     random stalls): same result (checked by ``run_jobs``), more cycles."""

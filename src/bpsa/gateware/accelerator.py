@@ -197,7 +197,6 @@ class Accelerator(CheckedComponent):
                              f"{list(config.dataflows)!r}")
 
     def __init__(self, config):
-        config.require_int("accelerator")
         self.config = config
         self.has_forward = config.has("os") and config.reserve_registers
         self.has_backward = config.has_mode("bp_im2col")

@@ -25,6 +25,7 @@ do). Values out of the operand range are refused with :exc:`ValueError` before a
 
 import numpy as np
 
+from bpsa.models import floating
 from bpsa.plan import capability, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
@@ -287,6 +288,8 @@ class Driver:
 
     # --- memory ---------------------------------------------------------------------------------
     def _check_operand(self, name, t):
+        if self.config.is_float:
+            return self._float_operand(name, t)
         t = np.asarray(t)
         if t.dtype.kind not in "iu":
             raise ValueError(f"{name} must hold integers, not {t.dtype}")
@@ -295,6 +298,27 @@ class Driver:
         if t.size and (t.min() < lo or t.max() > hi):
             raise ValueError(f"{name} has values outside the {bits}-bit "
                              f"{'signed' if signed else 'unsigned'} operand range [{lo}, {hi}]")
+        return t.astype(np.int64)
+
+    def _float_operand(self, name, t):
+        """A floating-point configuration's operand as ``arithmetic`` encodings (int64):
+        float32 (or float64, cast to float32) values rounded by the contract's conversion
+        (:func:`bpsa.models.floating.from_float32`), ``ml_dtypes`` arrays of the format as
+        they are, or integer arrays taken as encodings."""
+        fmt = self.config.arithmetic
+        t = np.asarray(t)
+        if t.dtype.name in ("bfloat16", "float16") and t.dtype.itemsize == 2:
+            if t.dtype.name != {"bf16": "bfloat16", "fp16": "float16"}[fmt]:
+                raise ValueError(f"{name} holds {t.dtype.name}, the configuration's operands "
+                                 f"are {fmt}")
+            return t.view(np.uint16).astype(np.int64)
+        if t.dtype.kind == "f":
+            return floating.from_float32(t, fmt).astype(np.int64)
+        if t.dtype.kind not in "iu":
+            raise ValueError(f"{name} must hold {fmt} values (float32, ml_dtypes) or "
+                             f"encodings (integers), not {t.dtype}")
+        if t.size and (t.min() < 0 or t.max() >= 1 << 16):
+            raise ValueError(f"{name} holds integers outside the 16-bit {fmt} encodings")
         return t.astype(np.int64)
 
     def _to_bytes(self, t, nbytes):
@@ -392,6 +416,10 @@ class Driver:
                 except ValueError as e:
                     raise ValueError(f"{phase} layer does not fit configuration "
                                      f"{self.config.name!r}: {e}") from None
+            if "strips" in p and self.config.is_float:
+                raise ValueError(f"{phase} layer does not fit configuration "
+                                 f"{self.config.name!r} in one piece, and column strips are "
+                                 f"not built in floating point yet")
             if "strips" in p:
                 return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
                                               relu)
@@ -440,7 +468,8 @@ class Driver:
         raw = await self.t.read_mem(addrs[-1], out_elems * eb)
         if requant is not None:         # operands
             vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
-            conv = wrap_array(vals, self.config.operand_width, self.config.operand_signed)
+            conv = vals.astype(np.int64) if self.config.is_float else \
+                wrap_array(vals, self.config.operand_width, self.config.operand_signed)
         if phase == "forward":
             y = (conv.reshape(n, kt, oh, ow, cols) if requant is not None
                  else self._from_bytes(raw, (n, kt, oh, ow, cols)))
@@ -495,7 +524,10 @@ class Driver:
         return out
 
     def _wrap(self, v):
-        """``v`` as ``acc_width``-bit two's complement values."""
+        """``v`` as ``acc_width``-bit two's complement values (floating point: the fp32
+        encodings, unsigned)."""
+        if self.config.is_float:
+            return np.asarray(v, dtype=np.int64) & 0xFFFFFFFF
         return wrap_array(v, self.config.acc_width)
 
     async def fc_backward(self, x, w, dy, interleaved=None):

@@ -12,7 +12,7 @@ import numpy as np
 
 from bpsa.models import floating, golden
 
-__all__ = ["conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
+__all__ = ["accelerator_forward", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
 
 
 def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
@@ -101,3 +101,24 @@ def conv2d_weight_grad(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1):
     b_mat = dy[0].reshape(k_n, oh_n * ow_n).T
     res = floating.gemm_os(a_mat, b_mat, fmt)                # (c, r, q) x k
     return res.reshape(c_n, r_n, s_n, k_n).transpose(3, 0, 1, 2)
+
+
+def accelerator_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, group, requant=False,
+                        relu=False):
+    """Y as the whole accelerator computes it (fp32 encodings, or ``fmt``'s with
+    ``requant``): the forward engine runs the input channels in groups of ``group`` (the
+    plan's ``group``), each group's partial Y (:func:`conv2d` of its channels) is added into
+    the P buffer, which starts at ``+0``, in group order (``floating.add``); the store rounds
+    P to ``fmt`` with ``requant`` (``floating.store``) and applies the ReLU with ``relu``."""
+    x, w = np.asarray(x, dtype=np.int64), np.asarray(w, dtype=np.int64)
+    c = x.shape[1]
+    p = None
+    for g in range(0, c, group):
+        part = conv2d(x[:, g:g + group], w[:, g:g + group], fmt, stride, padding, dilation)
+        p = floating.add_fast(np.zeros_like(part) if p is None else p, part)
+    out_fmt = fmt if requant else "fp32"
+    if requant:
+        p = np.vectorize(lambda v: floating.store(int(v), fmt), otypes=[np.int64])(p)
+    if relu:
+        p = np.vectorize(lambda v: floating.relu(int(v), out_fmt), otypes=[np.int64])(p)
+    return np.asarray(p, dtype=np.int64)

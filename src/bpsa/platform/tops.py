@@ -35,4 +35,9 @@ FLOAT_TOPS = {
     "pe": "bpsa.gateware.pe_float:FloatPE",
     "array": "bpsa.gateware.array:SystolicArray",
     "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
+    "accelerator": "bpsa.gateware.accelerator:Accelerator",
+    "psum_buffer": "bpsa.gateware.controller.psum_buffer:PsumBuffer",
+    "requantizer": "bpsa.gateware.controller.requantizer:Requantizer",
+    "zf_loss": "bpsa.gateware.engines.zf_loss:ZeroFreeLossWalker",
+    "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
 }

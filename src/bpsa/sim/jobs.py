@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from bpsa.models import golden
+from bpsa.models import float_layers, golden
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
@@ -15,12 +15,17 @@ __all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
 
 def job_tensors(cfg, layer, rng, zero_prob):
     """Random operands of ``layer`` (a :class:`ConvLayer`) from ``rng``: ``x``, ``w`` and
-    ``dy``, a share ``zero_prob`` of each set to zero."""
-    lo, hi = operand_range(cfg)
+    ``dy``, a share ``zero_prob`` of each set to zero (floating point: encodings,
+    :func:`bpsa.sim.gemm.random_float_operands`, with 1 % infinities and NaNs)."""
     oh, ow = golden.output_hw((layer.height, layer.width), (layer.kernel_h, layer.kernel_w),
                               layer.stride, layer.pad, layer.dil)
     shapes = {"x": layer.x_shape, "w": layer.w_shape,
               "dy": (layer.batch, layer.out_channels, oh, ow)}
+    if cfg.is_float:
+        from bpsa.sim.gemm import random_float_operands
+        return {name: random_float_operands(cfg.arithmetic, shape, rng, zero_prob)
+                for name, shape in shapes.items()}
+    lo, hi = operand_range(cfg)
     out = {}
     for name, shape in shapes.items():
         t = rng.integers(lo, hi + 1, shape)
@@ -70,6 +75,12 @@ async def run_job(cfg, drv, job, clock, plan=None):
         dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
         got = np.concatenate([dx.ravel(), dw.ravel()])
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
+    elif phase == "forward" and cfg.is_float:
+        got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
+                                frontend=job.get("mode") or "feeder", plan=plan, **args)
+        want = float_layers.accelerator_forward(
+            t["x"], t["w"], cfg.arithmetic, args["stride"], args["padding"], args["dilation"],
+            group=drv.plan["group"], requant=job.get("requant") is not None)
     elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
@@ -96,8 +107,9 @@ async def run_job(cfg, drv, job, clock, plan=None):
                                          args["stride"], args["padding"], args["dilation"])
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
-    want = wrap_array(want, cfg.acc_width)
-    if job.get("requant") is not None:      # the output leaves as operands
+    if not cfg.is_float:
+        want = wrap_array(want, cfg.acc_width)
+    if job.get("requant") is not None and not cfg.is_float:   # the output leaves as operands
         want = golden.requantize(want, job["requant"], cfg.operand_width, cfg.operand_signed)
     c = dict(drv.counters)
     # every phase does the forward's multiply-accumulates: N K OH OW C R S
