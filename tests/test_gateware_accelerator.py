@@ -303,35 +303,41 @@ def test_requantized_outputs():
 @pytest.mark.verilator
 @pytest.mark.parametrize("preset", ["small_bf16",
                                     pytest.param("small_fp16", marks=pytest.mark.long)])
-def test_float_forward_verilator(preset):
-    """Floating point through the whole accelerator (driver, program, DMA, forward engine,
-    fp32 P buffer, store): Y equals bpsa.models.float_layers.accelerator_forward, the
-    forward's contexts added into P in channel-group order (``run_jobs`` asserts it): one
-    group and two, output-channel blocks, a batch, rectangular strides, stores as fp32 and
-    rounded to the operand format (REQUANT), under memory back-pressure; the loss and the
-    gradient, and a requantization shift, are refused by name."""
+def test_float_training_phases_verilator(preset):
+    """Floating point through the whole accelerator (driver, program, DMA, forward engine
+    and zero-free walkers, fp32 P buffer, store): every phase equals the accelerator's golden
+    model (``bpsa.models.float_layers.accelerator_*``, ``run_jobs`` asserts it), whose runs
+    add into P in the program's order: the forward's input-channel groups (three: the order
+    shows), the loss's output-channel groups (three), the gradient's images and dY row bands
+    (2 x 4); batches, rectangular strides, stores as fp32 and rounded to the operand format
+    (REQUANT), under memory back-pressure; a requantization shift is refused by name."""
     from bpsa.plan import capability
     from bpsa.plan.tiling import plan
     from bpsa.sim.native import run_jobs
     cfg = load_config(preset)
     one = dict(batch=2, channels=3, height=7, width=9, out_channels=6, kernel_h=2, kernel_w=3,
                stride_h=1, stride_w=2, pad_h=1, pad_w=1)
-    two = dict(batch=1, channels=8, height=24, width=24, out_channels=5, kernel_h=3,
-               kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
-    assert plan(cfg, "forward", ConvLayer.from_dict(two), mode="feeder")["groups"] == 2
+    fwd3 = dict(batch=1, channels=24, height=20, width=20, out_channels=4, kernel_h=3,
+                kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
+    loss3 = dict(batch=1, channels=4, height=8, width=8, out_channels=120, kernel_h=3,
+                 kernel_w=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1)
+    grad8 = dict(batch=2, channels=3, height=40, width=40, out_channels=4, kernel_h=3,
+                 kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1)
+    assert plan(cfg, "forward", ConvLayer.from_dict(fwd3), mode="feeder")["groups"] == 3
+    assert plan(cfg, "loss", ConvLayer.from_dict(loss3), mode="zero_free")["groups"] == 3
+    assert plan(cfg, "gradient", ConvLayer.from_dict(grad8), mode="zero_free")["bands"] == 4
     jobs = [{"phase": "forward", "layer": one, "seed": 50},
             {"phase": "forward", "layer": one, "seed": 51, "requant": 0, "pauses": True},
-            {"phase": "forward", "layer": two, "seed": 52, "requant": 0}]
+            {"phase": "loss", "layer": one, "seed": 52, "pauses": True},
+            {"phase": "gradient", "layer": one, "seed": 53},
+            {"phase": "forward", "layer": fwd3, "seed": 54, "requant": 0},
+            {"phase": "loss", "layer": loss3, "seed": 55, "requant": 0},
+            {"phase": "gradient", "layer": grad8, "seed": 56, "pauses": True}]
     res = run_jobs(cfg, jobs)
-    assert [r["match"] for r in res] == [True] * 3
+    assert [r["match"] for r in res] == [True] * len(jobs)
     # Y blocked by cols channels (N KT OH OW cols): fp32, then the operand format
     assert res[0]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 4
     assert res[1]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 2
-    for phase in ("loss", "gradient"):
-        with pytest.raises(ValueError, match=f"arithmetic '{cfg.arithmetic}': the zero-free "
-                                             f"{phase} walker runs on the forward engine but "
-                                             f"not yet through the accelerator"):
-            capability.check(cfg, phase)
     with pytest.raises(ValueError, match=r"requant rounds the fp32 sums to the operand format "
                                          r"and takes no shift \(give 0\), not 3"):
         capability.check(cfg, "forward", requant=3)

@@ -12,7 +12,8 @@ import numpy as np
 
 from bpsa.models import floating, golden
 
-__all__ = ["accelerator_forward", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
+__all__ = ["accelerator_forward", "accelerator_gradient", "accelerator_loss", "conv2d",
+           "conv2d_input_grad", "conv2d_weight_grad"]
 
 
 def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
@@ -75,13 +76,15 @@ def conv2d_input_grad(dy, w, input_hw, fmt, stride=1, padding=0, dilation=1):
     return out
 
 
-def conv2d_weight_grad(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1):
+def conv2d_weight_grad(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1, *,
+                       rows=None):
     """dW (K x C x R x S, fp32 encodings) of one image, ``fmt`` encodings ``x`` (1 x C x H x
     W) and ``dy`` (1 x K x OH x OW), as the zero-free gradient walker runs it: each weight
     ``(k, c, r, q)`` one context whose slots are dY's pixels ``(oh, ow)`` in raster order,
     ``X[c, oh s_h + r d_h - p_h, ow s_w + q d_w - p_w]`` (a zero slot in the padding) times
-    ``dY[k, oh, ow]``. A batch's images are added in the P buffer, whose floating-point
-    addition is not built yet: ``N`` must be 1."""
+    ``dY[k, oh, ow]``; ``rows``: ``(first, end)``, only dY's rows in that range (a band). A
+    batch's images and the bands are added in the P buffer (:func:`accelerator_gradient`):
+    ``N`` must be 1."""
     x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
     if x.shape[0] != 1 or dy.shape[0] != 1:
         raise ValueError(f"one image (N = 1), not x {x.shape} and dy {dy.shape}")
@@ -96,9 +99,10 @@ def conv2d_weight_grad(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1):
     # a: rows (c, r, q), columns (oh, ow)
     vals = x[0][:, np.clip(ys, 0, h_n - 1)][:, :, :, np.clip(xs, 0, w_n - 1)]  # c,oh,r,ow,q
     ok = y_ok[:, :, None, None] & x_ok[None, None]                             # oh,r,ow,q
-    a_mat = np.where(ok[None], vals, 0).transpose(0, 2, 4, 1, 3).reshape(
-        c_n * r_n * s_n, oh_n * ow_n)
-    b_mat = dy[0].reshape(k_n, oh_n * ow_n).T
+    lo, hi = rows if rows is not None else (0, oh_n)
+    a_mat = np.where(ok[None], vals, 0)[:, lo:hi].transpose(0, 2, 4, 1, 3).reshape(
+        c_n * r_n * s_n, (hi - lo) * ow_n)
+    b_mat = dy[0, :, lo:hi].reshape(k_n, (hi - lo) * ow_n).T
     res = floating.gemm_os(a_mat, b_mat, fmt)                # (c, r, q) x k
     return res.reshape(c_n, r_n, s_n, k_n).transpose(3, 0, 1, 2)
 
@@ -111,11 +115,48 @@ def accelerator_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, group, re
     the P buffer, which starts at ``+0``, in group order (``floating.add``); the store rounds
     P to ``fmt`` with ``requant`` (``floating.store``) and applies the ReLU with ``relu``."""
     x, w = np.asarray(x, dtype=np.int64), np.asarray(w, dtype=np.int64)
-    c = x.shape[1]
-    p = None
-    for g in range(0, c, group):
-        part = conv2d(x[:, g:g + group], w[:, g:g + group], fmt, stride, padding, dilation)
-        p = floating.add_fast(np.zeros_like(part) if p is None else p, part)
+    parts = [conv2d(x[:, g:g + group], w[:, g:g + group], fmt, stride, padding, dilation)
+             for g in range(0, x.shape[1], group)]
+    return _stored(_in_p(parts), fmt, requant, relu)
+
+
+def accelerator_loss(dy, w, input_hw, fmt, stride=1, padding=0, dilation=1, *, group,
+                     requant=False):
+    """dX as the whole accelerator computes it with the zero-free loss walker: the output
+    channels in groups of ``group`` (the plan's ``group``), each group's partial dX
+    (:func:`conv2d_input_grad` of its channels) added into P (from ``+0``) in group order;
+    the store's rounding to ``fmt`` with ``requant``."""
+    dy, w = np.asarray(dy, dtype=np.int64), np.asarray(w, dtype=np.int64)
+    parts = [conv2d_input_grad(dy[:, g:g + group], w[g:g + group], input_hw, fmt, stride,
+                               padding, dilation) for g in range(0, w.shape[0], group)]
+    return _stored(_in_p(parts), fmt, requant, False)
+
+
+def accelerator_gradient(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1, *, band):
+    """dW as the whole accelerator computes it with the zero-free gradient walker: for each
+    image in order, for each band of ``band`` dY rows in order (the plan's ``band``), the
+    band's partial dW (:func:`conv2d_weight_grad` of those rows) added into P (from ``+0``);
+    stored as fp32."""
+    x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    oh = dy.shape[2]
+    parts = [conv2d_weight_grad(x[n:n + 1], dy[n:n + 1], kernel_hw, fmt, stride, padding,
+                                dilation, rows=(o0, min(o0 + band, oh)))
+             for n in range(x.shape[0]) for o0 in range(0, oh, band)]
+    return _stored(_in_p(parts), fmt, False, False)
+
+
+def _in_p(parts):
+    """The P buffer's sums of ``parts`` (fp32 encodings, one shape), added in order from
+    ``+0`` (``floating.add``)."""
+    p = np.zeros_like(parts[0], dtype=np.uint32)
+    for part in parts:
+        p = floating.add_fast(p, part)
+    return p
+
+
+def _stored(p, fmt, requant, relu):
+    """What a store writes of P: fp32, or rounded to ``fmt`` with ``requant``
+    (``floating.store``); ReLU'd with ``relu`` (``floating.relu``)."""
     out_fmt = fmt if requant else "fp32"
     if requant:
         p = np.vectorize(lambda v: floating.store(int(v), fmt), otypes=[np.int64])(p)

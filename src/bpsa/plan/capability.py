@@ -70,11 +70,6 @@ def check(config, phase, *, mode=None, requant=None, relu=False):
     :func:`requant_applies`) and ``relu`` (the forward's only); :exc:`ValueError` naming the
     reason when it cannot."""
     mode = resolve_mode(config, phase, mode)
-    if config.is_float and phase != "forward":
-        raise ValueError(f"arithmetic {config.arithmetic!r}: the zero-free {phase} walker "
-                         f"runs on the forward engine but not yet through the accelerator "
-                         f"(the order of its runs' fp32 additions in P is not in the golden "
-                         f"model yet); the forward does")
     if config.is_float and requant not in (None, 0):
         raise ValueError(f"arithmetic {config.arithmetic!r}: requant rounds the fp32 sums to "
                          f"the operand format and takes no shift (give 0), not {requant!r}")

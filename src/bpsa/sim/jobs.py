@@ -85,6 +85,20 @@ async def run_job(cfg, drv, job, clock, plan=None):
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
+    elif phase == "loss" and cfg.is_float:
+        got = await drv.loss(t["dy"], t["w"], (layer.height, layer.width),
+                             mode=job.get("mode"), requant=job.get("requant"), plan=plan,
+                             **args)
+        want = float_layers.accelerator_loss(
+            t["dy"], t["w"], (layer.height, layer.width), cfg.arithmetic, args["stride"],
+            args["padding"], args["dilation"], group=drv.plan["group"],
+            requant=job.get("requant") is not None)
+    elif phase == "gradient" and cfg.is_float:
+        got = await drv.gradient(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
+                                 mode=job.get("mode"), plan=plan, **args)
+        want = float_layers.accelerator_gradient(
+            t["x"], t["dy"], (layer.kernel_h, layer.kernel_w), cfg.arithmetic, args["stride"],
+            args["padding"], args["dilation"], band=drv.plan["band"])
     elif phase == "loss":
         if job.get("baseline"):
             got = await drv.loss_baseline(t["dy"], t["w"], (layer.height, layer.width),
