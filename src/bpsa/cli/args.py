@@ -8,6 +8,7 @@ and does its work in ``run(args)``; it raises :class:`UserError` for a bad input
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 
 from bpsa.config import ARITHMETICS, FLOAT_WIDTHS, ConfigError, load_config
@@ -79,7 +80,9 @@ def add_config(sp):
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced: int, or bf16 / fp16 "
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
-                         "docs/floating_point.md). Default: the configuration's own")
+                         "docs/floating_point.md; the dataflows, pooling and front ends not "
+                         "built in floating point yet are left out, with a note). Default: "
+                         "the configuration's own")
 
 
 def out_dir(path):
@@ -131,12 +134,22 @@ def config_of(args):
     arithmetic = getattr(args, "arithmetic", None)
     if arithmetic is None or arithmetic == config.arithmetic:
         return config
-    widths = {}
+    changes = {"arithmetic": arithmetic, "name": f"{config.name}_{arithmetic}"}
     if arithmetic in FLOAT_WIDTHS:
-        widths = dict(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
+        changes.update(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
+        # what floating point does not build yet is left out, and said so
+        dropped = [d for d in config.dataflows if d != "os"] + \
+            [f"{k} pooling" for k in config.pool_kinds] + \
+            [f for f in config.forward_frontends if f != "feeder"]
+        if dropped:
+            changes.update(dataflows=("os",), pool_kinds=(), forward_frontends=("feeder",),
+                           backward_modes=None)
+            print(f"bpsa: --arithmetic {arithmetic}: {config.name}'s "
+                  f"{', '.join(dropped)} not built in floating point yet; left out",
+                  file=sys.stderr)
     elif config.is_float:
-        widths = {"operand_width": 16, "acc_width": 32}
+        changes.update(operand_width=16, acc_width=32)
     try:
-        return dataclasses.replace(config, arithmetic=arithmetic, **widths)
+        return dataclasses.replace(config, **changes)
     except ConfigError as e:
         raise UserError(f"--arithmetic {arithmetic} with --config {args.config}: {e}") from None

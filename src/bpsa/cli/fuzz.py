@@ -28,7 +28,6 @@ def run(args):
     """Run ``--count`` random layers and print the tally (or one JSON object)."""
     from bpsa.verify.fuzz import fuzz
     config = config_of(args)
-    config.require_int("accelerator (bpsa fuzz runs layers through it)")
     if args.count < 1:
         raise UserError(f"--count {args.count}: give a positive number of layers")
     if not (config.has("os") or config.has("is")):
