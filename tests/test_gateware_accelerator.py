@@ -717,3 +717,51 @@ def test_programs_through_the_accelerator():
         return True
 
     assert run_with_driver(TINY, body)
+
+
+@pytest.mark.verilator
+def test_float_tensors_through_simulate():
+    """``bpsa.simulate`` on a floating-point configuration: float32 (and ml_dtypes bfloat16)
+    tensors in, rounded to bf16 by the contract, float32 out. Bit-exact to the accelerator's
+    golden model, and against PyTorch (float64, on the same bf16-rounded inputs) within the
+    fp32 accumulation's bound ``K 2^-24 sum|a b|`` for every output of each phase."""
+    import ml_dtypes
+    import torch
+
+    import bpsa
+    from bpsa.models import float_layers, floating
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 5, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((2, 6, 5, 5)).astype(np.float32)
+    geo = dict(stride=2, padding=1)
+    with bpsa.simulate("small_bf16", progress=False) as acc:
+        y = acc.forward(x, w, **geo)
+        y16 = acc.forward(x.astype(ml_dtypes.bfloat16), w, requant=0, **geo)
+        dx = acc.loss(dy, w, (9, 9), **geo)
+        dw = acc.gradient(x, dy, (3, 3), **geo)
+        plans = {p: acc.driver.plan for p in ("gradient",)}
+    assert y.dtype == dx.dtype == dw.dtype == y16.dtype == np.float32
+    bits = {name: floating.from_float32(t, "bf16") for name, t in
+            (("x", x), ("w", w), ("dy", dy))}
+    want = float_layers.accelerator_forward(bits["x"], bits["w"], "bf16", group=5, **geo)
+    np.testing.assert_array_equal(y.view(np.uint32), want.astype(np.uint32))
+    want16 = float_layers.accelerator_forward(bits["x"], bits["w"], "bf16", group=5,
+                                              requant=True, **geo)
+    np.testing.assert_array_equal(y16, floating.to_float32(want16, "bf16"))
+    np.testing.assert_array_equal(dw.view(np.uint32), float_layers.accelerator_gradient(
+        bits["x"], bits["dy"], (3, 3), "bf16", band=plans["gradient"]["band"],
+        **geo).astype(np.uint32))
+    t = {k: torch.tensor(floating.to_float32(v, "bf16"), dtype=torch.float64)
+         for k, v in bits.items()}
+    f = torch.nn.functional
+    refs = {"forward": (y, f.conv2d(t["x"], t["w"], **geo),
+                        f.conv2d(t["x"].abs(), t["w"].abs(), **geo), 5 * 9),
+            "loss": (dx, f.conv_transpose2d(t["dy"], t["w"], output_padding=0, **geo),
+                     f.conv_transpose2d(t["dy"].abs(), t["w"].abs(), **geo), 6 * 9),
+            "gradient": (dw, torch.nn.grad.conv2d_weight(t["x"], (6, 5, 3, 3), t["dy"], **geo),
+                         torch.nn.grad.conv2d_weight(t["x"].abs(), (6, 5, 3, 3),
+                                                     t["dy"].abs(), **geo), 2 * 25)}
+    for phase, (got, ref, mag, k) in refs.items():
+        err = np.abs(got.astype(np.float64) - ref.numpy())
+        assert (err <= k * 2.0 ** -24 * mag.numpy()).all(), phase

@@ -426,11 +426,26 @@ class SimulatedAccelerator:
     def counters(self):
         return dict(self.driver.counters)
 
+    def _floats(self, out, requant):
+        """A floating-point configuration's result as float32 values: fp32 sums, or (with
+        ``requant``) the operand format's values, exact in float32; integers as they are."""
+        if not self.config.is_float:
+            return out
+        import numpy as np
+
+        from bpsa.models import floating
+        if requant is not None:
+            return floating.to_float32(np.asarray(out), self.config.arithmetic)
+        return np.asarray(out, dtype=np.int64).astype(np.uint32).view(np.float32)
+
     def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False):
         """Y (N x K x OH x OW) of ``x`` (N x C x H x W) by ``w`` (K x C x R x S); with
         ``requant`` (a shift) as operands, :func:`bpsa.models.golden.requantize` of Y;
-        ``relu``: ``max(0, Y)``."""
-        return self._run(self.driver.forward(x, w, stride, padding, dilation, requant, relu))
+        ``relu``: ``max(0, Y)``. Floating point: float32 (or ml_dtypes) tensors in, rounded
+        to the operand format by the contract; float32 out (with ``requant=0``, values of the
+        operand format)."""
+        return self._floats(self._run(self.driver.forward(x, w, stride, padding, dilation,
+                                                          requant, relu)), requant)
 
     def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
         """Pooling forward (``max``, ``avg``, ``global_avg``) on the pooling unit."""
@@ -444,14 +459,14 @@ class SimulatedAccelerator:
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None, requant=None):
         """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w`` (``requant``: as for
-        :meth:`forward`, zero-free mode)."""
-        return self._run(self.driver.loss(dy, w, input_hw, stride, padding, dilation, mode,
-                                          requant))
+        :meth:`forward`, zero-free mode; floating point as for :meth:`forward`)."""
+        return self._floats(self._run(self.driver.loss(dy, w, input_hw, stride, padding,
+                                                       dilation, mode, requant)), requant)
 
     def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None):
-        """dW (K x C x R x S) of ``x`` and ``dy``."""
-        return self._run(self.driver.gradient(x, dy, kernel_hw, stride, padding, dilation,
-                                              mode))
+        """dW (K x C x R x S) of ``x`` and ``dy`` (floating point: float32)."""
+        return self._floats(self._run(self.driver.gradient(x, dy, kernel_hw, stride, padding,
+                                                           dilation, mode)), None)
 
     def fc_backward(self, x, w, dy):
         """``(dx, dw)`` of a fully connected layer ``y = x w^T``."""
