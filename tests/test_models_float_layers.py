@@ -91,3 +91,39 @@ def test_each_output_is_its_context_written_out(fmt):
 def test_weight_grad_takes_one_image():
     with pytest.raises(ValueError, match=r"one image \(N = 1\)"):
         fls.conv2d_weight_grad(np.zeros((2, 1, 3, 3)), np.zeros((2, 1, 1, 1)), (3, 3), "bf16")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_accelerator_store_rounds_and_relus_as_the_contract(fmt):
+    """The accelerator models' store (fp32 sums rounded to the operand format, the ReLU)
+    equals floating.store and floating.relu one value at a time, NaNs and zeros included."""
+    rng = np.random.default_rng(4)
+    x = random_float_operands(fmt, (1, 3, 5, 5), rng, 0.2, 0.05)
+    w = random_float_operands(fmt, (4, 3, 3, 3), rng, 0.2, 0.05)
+    raw = fls.accelerator_forward(x, w, fmt, 1, 1, group=2)
+    for requant in (False, True):
+        got = fls.accelerator_forward(x, w, fmt, 1, 1, group=2, requant=requant, relu=True)
+        f = fmt if requant else "fp32"
+        want = [floating.relu(floating.store(int(v), fmt) if requant else int(v), f)
+                for v in raw.ravel()]
+        assert [int(v) for v in got.ravel()] == want
+
+
+def test_accelerator_gradient_adds_images_then_bands_in_p():
+    """accelerator_gradient (its bands computed as one batched GEMM) equals the fold, in P's
+    order (images, then bands of dY rows), of each band's conv2d_weight_grad."""
+    rng = np.random.default_rng(6)
+    x = random_float_operands("bf16", (3, 2, 11, 7), rng, 0.2, 0.02)
+    dy = random_float_operands("bf16", (3, 4, 11, 4), rng, 0.2, 0.02)
+    geo = dict(stride=(1, 2), padding=1, dilation=1)
+    for band in (1, 3, 4, 11):
+        p = np.zeros((4, 2, 3, 3), dtype=np.uint32)
+        for n in range(3):
+            for o0 in range(0, 11, band):
+                part = fls.conv2d_weight_grad(x[n:n + 1], dy[n:n + 1], (3, 3), "bf16",
+                                              rows=(o0, min(o0 + band, 11)), **geo)
+                p = np.array([[[[floating.add(int(u), int(v)) for u, v in zip(r1, r2)]
+                                for r1, r2 in zip(q1, q2)] for q1, q2 in zip(o1, o2)]
+                              for o1, o2 in zip(p, part)], dtype=np.uint32)
+        got = fls.accelerator_gradient(x, dy, (3, 3), "bf16", band=band, **geo)
+        np.testing.assert_array_equal(got, p.astype(np.int64), err_msg=f"band {band}")

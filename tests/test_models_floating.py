@@ -253,3 +253,33 @@ def test_gemm_fast_path_equals_the_integer_model(name):
         b = random_float_operands(name, (k, n), rng, special_prob=0.05)
         np.testing.assert_array_equal(fl.gemm_os(a, b, name),
                                       fl.gemm_os(a, b, name, fast=False))
+    # stacks of GEMMs
+    a = random_float_operands(name, (3, 4, 9), rng, special_prob=0.05)
+    b = random_float_operands(name, (3, 9, 2), rng, special_prob=0.05)
+    np.testing.assert_array_equal(fl.gemm_os(a, b, name), fl.gemm_os(a, b, name, fast=False))
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_array_conversions_equal_the_integer_model(name):
+    """from_float32 / store_fast / to_float32 (numpy, the fast paths the driver and the layer
+    models use) equal convert / store one encoding at a time: random encodings, values near
+    the format's smallest normal, its largest finite and its ties, specials, subnormals."""
+    rng = np.random.default_rng(15)
+    f = FLOAT_FORMATS[name]
+    drop = 23 - f.man_bits
+    near = [((e + 127) << 23) | int(m) for e in (f.emin - 1, f.emin, f.emax, f.emax + 1, 0)
+            for m in rng.integers(0, 1 << 23, 300)]
+    ties = [((127 + int(e)) << 23) | (int(m) << drop) | (1 << (drop - 1)) | t
+            for e, m in zip(rng.integers(-20, 20, 300), rng.integers(0, 1 << f.man_bits, 300))
+            for t in (0, 1)]
+    u = np.array(near + ties + corner_accumulators() + list(rng.integers(0, 1 << 32, 20000))
+                 + [1, 5, 0x7FFFFF, 0x80000003], dtype=np.uint32)
+    u = np.concatenate([u, u ^ 0x80000000])
+    got = fl.from_float32(u.view(np.float32), name)
+    assert [int(v) for v in got] == [fl.convert(int(v), "fp32", name) for v in u]
+    assert [int(v) for v in fl.store_fast(u, name)] == [fl.store(int(v), name) for v in u]
+    enc = np.arange(1 << 16)
+    back = fl.to_float32(enc, name).view(np.uint32)
+    assert [int(v) for v in back] == [fl.convert(int(v), name, "fp32") for v in enc]
+    back32 = fl.to_float32(u, "fp32").view(np.uint32)
+    assert [int(v) for v in back32] == [fl.convert(int(v), "fp32", "fp32") for v in u]

@@ -1,21 +1,24 @@
-"""``bpsa train``: the digits CNN in the accelerator's integer arithmetic, on the simulated RTL
-or its numpy model, next to PyTorch (:func:`bpsa.host.digits.training_run`)."""
+"""``bpsa train``: the digits CNN in the accelerator's arithmetic (integers, or with
+``--arithmetic bf16|fp16`` floating point), on the simulated RTL or its numpy model, next to
+PyTorch (:func:`bpsa.host.digits.training_run`, :func:`bpsa.host.digits_float.training_run`)."""
 
 import json
 from pathlib import Path
 
 from bpsa.cli.args import UserError, config_of, int_at_least, parent_dir, plot_path, preset_list
+from bpsa.config import ARITHMETICS
 
 __all__ = ["register", "run"]
 
 
 def register(sub):
     """Add the ``train`` sub-parser to ``sub``."""
-    sp = sub.add_parser("train", help="train the digits CNN in the accelerator's integer "
-                                      "arithmetic, on the simulated RTL or its numpy model, "
-                                      "next to PyTorch",
+    sp = sub.add_parser("train", help="train the digits CNN in the accelerator's arithmetic "
+                                      "(integer, or --arithmetic bf16|fp16), on the simulated "
+                                      "RTL or its numpy model, next to PyTorch",
                         epilog="example: bpsa train --dataset digits --epochs 15 --backend rtl "
-                               "--config ecp5_train")
+                               "--config ecp5_train; bpsa train --dataset digits "
+                               "--arithmetic bf16")
     sp.add_argument("--dataset", choices=["digits"], required=True,
                     help="digits: scikit-learn's 8 x 8 handwritten digits")
     sp.add_argument("--backend", choices=["rtl", "model"], default="model",
@@ -24,6 +27,10 @@ def register(sub):
     sp.add_argument("--config", default="ecp5_train",
                     help=f"preset ({preset_list()}) or TOML file with signed 16-bit operands "
                          "(default: ecp5_train)")
+    sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
+                    help="the configuration's number format replaced (bf16, fp16: floating "
+                         "point, fp32 master weights on the host, pooling on the host; "
+                         "docs/floating_point.md). Default: the configuration's own")
     sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
     sp.add_argument("--batch", type=int_at_least(1), default=32,
                     help="a power of two (default: 32)")
@@ -44,23 +51,27 @@ def run(args):
     JSON object)."""
     from bpsa.host import digits
     from bpsa.tools.perf_plots import plot_training
+    from bpsa.host import digits_float
     config = config_of(args)
-    config.require_int("accelerator (bpsa train runs the digits CNN through it)")
     try:
-        digits.ModelOps(config)
+        (digits_float.FloatModelOps if config.is_float else digits.ModelOps)(config)
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.batch & (args.batch - 1):
         raise UserError(f"--batch {args.batch}: give a power of two")
-    plot = plot_path(str(Path(args.plot or f"build/train/digits_{args.backend}.png")))
+    tag = f"{args.backend}_{config.arithmetic}" if config.is_float else args.backend
+    plot = plot_path(str(Path(args.plot or f"build/train/digits_{tag}.png")))
     parent_dir(plot)
     simulate = None
     if args.backend == "rtl":
         import bpsa
         simulate = bpsa.simulate
-    result = digits.training_run(config, simulate=simulate, epochs=args.epochs,
-                                 batch=args.batch, lr_shift=args.lr_shift, seed=args.seed,
-                                 reference=not args.no_reference, progress=not args.json)
+    kw = dict(simulate=simulate, epochs=args.epochs, batch=args.batch, seed=args.seed,
+              reference=not args.no_reference, progress=not args.json)
+    if config.is_float:
+        result = digits_float.training_run(config, lr=2.0 ** -args.lr_shift, **kw)
+    else:
+        result = digits.training_run(config, lr_shift=args.lr_shift, **kw)
     history, reference = result.history, result.reference
     plot_training(history, reference, plot, args.backend)
     summary = dict(result.summary(), plot=str(plot))
@@ -75,7 +86,9 @@ def run(args):
     why = result.reference_missing or "--no-reference"
     print(f"test accuracy {summary['test_accuracy']:.3f} ({args.backend} backend on "
           f"{config.name})" + (f", PyTorch float32 {summary['reference_accuracy']:.3f}"
-                               if reference else f", no PyTorch reference ({why})"))
+                               if reference else f", no PyTorch reference ({why})")
+          + (f", PyTorch bf16 autocast {summary['reference_bf16_accuracy']:.3f}"
+             if result.reference_bf16 else ""))
     print(f"{summary['cycles_per_step']:,d} accelerator cycles a step of {args.batch}, "
           f"{summary['cycles_per_epoch']:,d} an epoch ({result.cycles_source}); "
           f"curves: {plot}")

@@ -298,6 +298,9 @@ class TrainingRun:
     reference_missing: str | None
     cycles_per_step: float
     cycles_source: str
+    #: floating point: PyTorch under bf16 autocast (:func:`bpsa.host.digits_float.
+    #: torch_reference`), beside the float32 ``reference``
+    reference_bf16: list | None = None
 
     def summary(self):
         """The run as a JSON-ready dict: ``dataset``, ``backend``, ``config``, ``epochs``,
@@ -310,7 +313,9 @@ class TrainingRun:
                 "reference_accuracy": ref[-1]["test_accuracy"] if ref else None,
                 "cycles_per_step": round(self.cycles_per_step),
                 "cycles_per_epoch": round(self.cycles_per_step * self.steps),
-                "cycles_source": self.cycles_source, "history": self.history}
+                "cycles_source": self.cycles_source, "history": self.history,
+                **({"reference_bf16_accuracy": self.reference_bf16[-1]["test_accuracy"]}
+                   if self.reference_bf16 else {})}
 
 
 def training_run(config, *, simulate=None, epochs=15, batch=32, lr_shift=2, seed=0,

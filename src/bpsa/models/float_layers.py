@@ -139,10 +139,38 @@ def accelerator_gradient(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1,
     stored as fp32."""
     x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
     oh = dy.shape[2]
-    parts = [conv2d_weight_grad(x[n:n + 1], dy[n:n + 1], kernel_hw, fmt, stride, padding,
-                                dilation, rows=(o0, min(o0 + band, oh)))
-             for n in range(x.shape[0]) for o0 in range(0, oh, band)]
-    return _stored(_in_p(parts), fmt, False, False)
+    # every image's bands but the last, a band each, as one stack; then the last bands
+    full = [(o0, o0 + band) for o0 in range(0, oh - band + 1, band)]
+    rest = [(o0, oh) for o0 in range(len(full) * band, oh, band)]
+    parts = {}
+    for rows in (full, rest):
+        if rows:
+            stack = _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows)
+            for i, key in enumerate((n, r) for n in range(x.shape[0]) for r in rows):
+                parts[key] = stack[i]
+    order = [(n, r) for n in range(x.shape[0]) for r in full + rest]
+    return _stored(_in_p([parts[key] for key in order]), fmt, False, False)
+
+
+def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows):
+    """:func:`conv2d_weight_grad` of every image and every band of ``rows`` (equal lengths),
+    stacked (image-major), in one batched :func:`bpsa.models.floating.gemm_os`."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    n_n, c_n, h_n, w_n = x.shape
+    k_n, oh_n, ow_n = dy.shape[1:]
+    r_n, s_n = kernel_hw
+    ys, y_ok = _taps(h_n, r_n, sh, dh, ph)
+    xs, x_ok = _taps(w_n, s_n, sw, dw, pw)
+    vals = x[:, :, np.clip(ys, 0, h_n - 1)][:, :, :, :, np.clip(xs, 0, w_n - 1)]
+    a_all = np.where((y_ok[:, :, None, None] & x_ok[None, None])[None, None], vals, 0)
+    a_mats, b_mats = [], []
+    for n in range(n_n):
+        for lo, hi in rows:
+            a_mats.append(a_all[n][:, lo:hi].transpose(0, 2, 4, 1, 3).reshape(
+                c_n * r_n * s_n, (hi - lo) * ow_n))
+            b_mats.append(dy[n, :, lo:hi].reshape(k_n, (hi - lo) * ow_n).T)
+    res = floating.gemm_os(np.stack(a_mats), np.stack(b_mats), fmt)
+    return res.reshape(-1, c_n, r_n, s_n, k_n).transpose(0, 4, 1, 2, 3)
 
 
 def _in_p(parts):
@@ -157,9 +185,10 @@ def _in_p(parts):
 def _stored(p, fmt, requant, relu):
     """What a store writes of P: fp32, or rounded to ``fmt`` with ``requant``
     (``floating.store``); ReLU'd with ``relu`` (``floating.relu``)."""
-    out_fmt = fmt if requant else "fp32"
-    if requant:
-        p = np.vectorize(lambda v: floating.store(int(v), fmt), otypes=[np.int64])(p)
-    if relu:
-        p = np.vectorize(lambda v: floating.relu(int(v), out_fmt), otypes=[np.int64])(p)
-    return np.asarray(p, dtype=np.int64)
+    f = floating.float_format(fmt if requant else "fp32")
+    p = np.asarray(floating.store_fast(p, fmt) if requant else p, dtype=np.int64)
+    if relu:            # floating.relu: a set sign bit gives +0, a NaN the canonical NaN
+        nan = (((p >> f.man_bits) & ((1 << f.exp_bits) - 1)) == (1 << f.exp_bits) - 1) & \
+            ((p & ((1 << f.man_bits) - 1)) != 0)
+        p = np.where(nan, f.nan, np.where((p >> (f.bits - 1)) & 1, 0, p))
+    return p

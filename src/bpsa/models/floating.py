@@ -28,7 +28,8 @@ from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["ZERO", "NORMAL", "INF", "NAN", "PARTIALS", "add", "add_fast", "convert", "decode",
            "dot", "from_float32", "gemm_os", "mac", "mac_fast", "os_output", "os_partials", "reduce_partials",
-           "reduce_partials_fast", "relu", "round_to", "storage_dtype", "store", "to_float32",
+           "reduce_partials_fast", "relu", "round_to", "storage_dtype", "store", "store_fast",
+           "convert_fast", "to_float32",
            "float_format"]
 
 ZERO, NORMAL, INF, NAN = "zero", "normal", "inf", "nan"
@@ -197,24 +198,73 @@ def relu(bits, fmt):
 
 def from_float32(x, fmt):
     """A float32 array (float64 is cast to float32 first) as ``fmt`` encodings
-    (:func:`convert`)."""
-    f = float_format(fmt)
+    (:func:`convert`, float32 subnormals read exactly)."""
     x32 = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
-    raw = x32.view(np.uint32)
-    if f.name == "fp32":
-        out = np.frompyfunc(lambda v: convert(v, "fp32", "fp32"), 1, 1)(raw)
+    return convert_fast(x32.view(np.uint32), fmt, subnormals=True)
+
+
+def store_fast(bits, fmt):
+    """:func:`store` on an array of fp32 encodings."""
+    return convert_fast(bits, fmt, subnormals=False)
+
+
+def convert_fast(bits, fmt, *, subnormals):
+    """:func:`convert` from fp32 on an array of encodings, in numpy integers: the significand
+    rounded to nearest even at ``fmt``'s precision, the exponent checked after the rounding
+    (flush below the smallest normal, infinity above the largest finite); fp32 subnormals, with
+    ``subnormals``, through :func:`convert` one by one (they are rare)."""
+    f = float_format(fmt)
+    u = np.asarray(bits, dtype=np.uint32).astype(np.int64)
+    sign = (u >> 31) & 1
+    e_field = (u >> 23) & 0xFF
+    frac = u & 0x7FFFFF
+    sig = frac | (1 << 23)
+    drop = 23 - f.man_bits
+    if drop:
+        keep = sig >> drop
+        guard = (sig >> (drop - 1)) & 1
+        sticky = (sig & ((1 << (drop - 1)) - 1)) != 0
+        keep = keep + (guard & (sticky | (keep & 1)))
     else:
-        out = np.frompyfunc(lambda v: convert(v, "fp32", f), 1, 1)(raw)
-    return np.asarray(out, dtype=np.uint64).astype(storage_dtype(f)).reshape(x32.shape)
+        keep = sig
+    carry = keep >> (f.man_bits + 1)
+    keep = np.where(carry == 1, keep >> 1, keep)
+    e = e_field - 127 + carry
+    out = (sign << (f.bits - 1)) | ((e + f.bias) << f.man_bits) | (keep & ((1 << f.man_bits) - 1))
+    zero = sign << (f.bits - 1)
+    inf = zero | f.inf
+    out = np.where(e < f.emin, zero, out)
+    out = np.where(e > f.emax, inf, out)
+    out = np.where(e_field == 0, zero, out)
+    out = np.where((e_field == 0xFF) & (frac == 0), inf, out)
+    out = np.where((e_field == 0xFF) & (frac != 0), f.nan, out)
+    out = out.astype(storage_dtype(f))
+    if subnormals:
+        sub = (e_field == 0) & (frac != 0)
+        if sub.any():
+            out[sub] = [convert(int(v), "fp32", f) for v in np.asarray(bits).ravel()[
+                sub.ravel()]] if out.ndim else convert(int(bits), "fp32", f)
+    return out
 
 
 def to_float32(bits, fmt):
-    """``fmt`` encodings as float32 values (exact: every format here fits float32)."""
+    """``fmt`` encodings as float32 values (:func:`convert` to fp32: exact, every format here
+    fits float32; fp32 subnormals flush, NaNs are the canonical NaN)."""
     f = float_format(fmt)
-    bits = np.asarray(bits)
-    conv = np.frompyfunc(lambda v: convert(v, f, "fp32"), 1, 1)
-    raw = np.asarray(conv(bits), dtype=np.uint64).astype(np.uint32)
-    return raw.view(np.float32).reshape(bits.shape)
+    b = np.asarray(bits).astype(np.int64)
+    if f.name == "bf16":
+        raw = b << 16
+    elif f.name == "fp16":
+        raw = b.astype(np.uint16).view(np.float16).astype(np.float32).view(np.uint32) \
+            .astype(np.int64)
+    else:
+        raw = b & 0xFFFFFFFF
+    # below fp32's smallest normal (bf16 and fp32 subnormals): a zero of the sign
+    raw = np.where((raw & 0x7F800000) == 0, raw & 0x80000000, raw)
+    e = (b >> f.man_bits) & ((1 << f.exp_bits) - 1)
+    nan = (e == (1 << f.exp_bits) - 1) & ((b & ((1 << f.man_bits) - 1)) != 0)
+    raw = np.where(nan, FLOAT_FORMATS["fp32"].nan, raw)
+    return raw.astype(np.uint32).view(np.float32).reshape(b.shape)
 
 
 def mac_fast(acc, a, b, fmt):
@@ -223,13 +273,19 @@ def mac_fast(acc, a, b, fmt):
     accumulator rounded to float32 is the sum rounded once (float64 has more than ``2 p + 2``
     bits for ``p = 24``), so only the flush, the skip and the NaN rules are added here."""
     f = float_format(fmt)
-    acc = np.asarray(acc, dtype=np.uint32)
     a_bits, b_bits = np.asarray(a), np.asarray(b)
-    av, bv = _operand_values(a_bits, f), _operand_values(b_bits, f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = _operand_values(a_bits, f) * _operand_values(b_bits, f)
+    return _mac_values(acc, prod, _is_zero(a_bits, f) | _is_zero(b_bits, f))
+
+
+def _mac_values(acc, prod, skip):
+    """:func:`mac_fast` from the float64 products ``prod`` (exact) and the ``skip`` mask."""
+    acc = np.asarray(acc, dtype=np.uint32)
     with np.errstate(over="ignore", invalid="ignore"):
         cv = acc.view(np.float32).astype(np.float64)
         cv = np.where((acc & 0x7F800000) == 0, 0.0, cv)    # a subnormal accumulator reads 0
-        s64 = cv + av * bv
+        s64 = cv + prod
         s32 = s64.astype(np.float32)
     out = s32.view(np.uint32).copy()
     # a rounded result below the smallest normal: a zero of the sum's sign; the unbounded-
@@ -244,7 +300,6 @@ def mac_fast(acc, a, b, fmt):
         out[near] = fixed | (np.signbit(s64[near]).astype(np.uint32) << 31)
     out = np.where(s64 == 0, np.uint32(0), out)
     out = np.where(np.isnan(s64), np.uint32(FLOAT_FORMATS["fp32"].nan), out)
-    skip = (_is_zero(a_bits, f) | _is_zero(b_bits, f))
     return np.where(skip, acc, out).astype(np.uint32)
 
 
@@ -259,22 +314,32 @@ def reduce_partials_fast(p):
 
 
 def gemm_os(a, b, fmt, *, fast=True):
-    """``a @ b`` (``fmt`` encodings, M x K and K x N) as the output-stationary floating-point
-    array computes it: every output one context over ``k = 0 .. K-1`` in order
-    (:func:`os_output`). ``fast``: the float64 path (:func:`mac_fast`), else the integer
-    model, one output at a time."""
+    """``a @ b`` (``fmt`` encodings, M x K and K x N, or stacks of them: ``... x M x K`` and
+    ``... x K x N``) as the output-stationary floating-point array computes it: every output
+    one context over ``k = 0 .. K-1`` in order (:func:`os_output`). ``fast``: the float64
+    path (:func:`mac_fast`'s arithmetic), else the integer model, one output at a time."""
     a, b = np.asarray(a), np.asarray(b)
-    M, K = a.shape
-    N = b.shape[1]
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
     if not fast:
+        if a.ndim != 2:
+            return np.stack([gemm_os(x, y, fmt, fast=False) for x, y in zip(a, b)])
         out = np.zeros((M, N), dtype=np.uint32)
         for i in range(M):
             for j in range(N):
                 out[i, j] = os_output(a[i], b[:, j], fmt)
         return out
-    p = np.zeros((PARTIALS, M, N), dtype=np.uint32)
-    for k in range(K):
-        p[k % PARTIALS] = mac_fast(p[k % PARTIALS], a[:, k, None], b[None, k, :], fmt)
+    f = float_format(fmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        av, bv = _operand_values(a, f), _operand_values(b, f)
+    za, zb = _is_zero(a, f), _is_zero(b, f)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    p = np.zeros((PARTIALS, *batch, M, N), dtype=np.uint32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(K):
+            prod = av[..., :, k, None] * bv[..., None, k, :]
+            skip = za[..., :, k, None] | zb[..., None, k, :]
+            p[k % PARTIALS] = _mac_values(p[k % PARTIALS], prod, skip)
     return reduce_partials_fast(p)
 
 

@@ -1,0 +1,297 @@
+"""Training the digits CNN (:mod:`bpsa.host.digits`: the same network, data, split, initial
+weights and data order) in floating point: bf16 or fp16 operands, fp32 accumulators
+(``docs/floating_point.md``), fp32 master weights on the host.
+
+A step:
+
+- the images ``pixel / 16`` (exact in both formats); each weight operand the master weight
+  rounded to the operand format (the driver's conversion, :func:`bpsa.models.floating.
+  from_float32`);
+- on the accelerator: the three layers' forward (the convolutions' outputs leave rounded to
+  the operand format and through the ReLU, REQUANT 0 and RELU; the FC layer's logits as
+  fp32), the losses (dX rounded to the operand format) and the weight gradients (fp32);
+- on the host, in float32: max pooling 2 x 2 and its backward (the window's first maximum),
+  global average pooling and its backward (the accelerator's pooling unit is integer only so
+  far), the ReLUs' backward masks, the softmax cross-entropy and ``dL/dlogits = (p - onehot)
+  / batch``, and SGD ``master -= lr * dW``.
+
+Two backends compute the accelerator's part: ``model`` (:class:`FloatModelOps`, the golden
+model :mod:`bpsa.models.float_layers` with the plan's groups and bands) and ``rtl``
+(:class:`FloatAcceleratorOps`, :func:`bpsa.simulate`); they give the same bits, so the same
+weights (a test runs a few steps on both).
+"""
+
+import numpy as np
+
+from bpsa.host import digits
+from bpsa.models import float_layers, floating
+from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
+
+__all__ = ["FloatAcceleratorOps", "FloatModelOps", "evaluate", "init_master", "torch_reference",
+           "train", "train_step", "training_run"]
+
+
+class FloatModelOps:
+    """The accelerator's layers in the golden model (bit-exact to the RTL): float32 tensors in
+    (rounded to the operand format), float32 out, as :func:`bpsa.simulate` gives them."""
+
+    name = "model"
+
+    def __init__(self, config):
+        if not config.is_float:
+            raise ValueError(f"configuration {config.name!r} is not floating point "
+                             f"(arithmetic {config.arithmetic!r})")
+        self.config, self.fmt = config, config.arithmetic
+        self.cycles = 0
+
+    def _bits(self, t):
+        return floating.from_float32(t, self.fmt).astype(np.int64)
+
+    def _plan(self, phase, shape):
+        mode = "feeder" if phase == "forward" else "zero_free"
+        return tiling.plan(self.config, phase, ConvLayer.conv(*shape), mode=mode)
+
+    def _out(self, bits, requant):
+        if requant is not None:
+            return floating.to_float32(bits, self.fmt)
+        return np.asarray(bits, dtype=np.int64).astype(np.uint32).view(np.float32)
+
+    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
+        (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
+        group = self._plan("forward", (n, c, h, wd, k, r, s, stride, padding))["group"]
+        return self._out(float_layers.accelerator_forward(
+            self._bits(x), self._bits(w), self.fmt, stride, padding, group=group,
+            requant=requant is not None, relu=relu), requant)
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
+        (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
+        group = self._plan("loss", (n, c, *input_hw, k, r, s, stride, padding))["group"]
+        return self._out(float_layers.accelerator_loss(
+            self._bits(dy), self._bits(w), tuple(input_hw), self.fmt, stride, padding,
+            group=group, requant=requant is not None), requant)
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0):
+        (n, c, h, wd), k = x.shape, dy.shape[1]
+        band = self._plan("gradient", (n, c, h, wd, k, *kernel_hw, stride, padding))["band"]
+        return self._out(float_layers.accelerator_gradient(
+            self._bits(x), self._bits(dy), tuple(kernel_hw), self.fmt, stride, padding,
+            band=band), None)
+
+
+class FloatAcceleratorOps:
+    """The accelerator's layers on a simulated accelerator (``acc``: :func:`bpsa.simulate` of
+    a floating-point configuration); ``cycles`` adds up every run's BUSY_CYCLES."""
+
+    name = "rtl"
+
+    def __init__(self, acc, config):
+        FloatModelOps(config)           # the same configuration check
+        self.config = config
+        self.acc = acc
+        self.cycles = 0
+
+    def _count(self, out):
+        self.cycles += self.acc.counters["busy_cycles"]
+        return out
+
+    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
+        return self._count(self.acc.forward(x, w, stride=stride, padding=padding,
+                                            requant=requant, relu=relu))
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
+        return self._count(self.acc.loss(dy, w, tuple(input_hw), stride=stride,
+                                         padding=padding, requant=requant))
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0):
+        return self._count(self.acc.gradient(x, dy, tuple(kernel_hw), stride=stride,
+                                             padding=padding))
+
+
+def init_master(seed=0):
+    """The integer training's initial weights (:func:`bpsa.host.digits.init_master`) as
+    float32 master weights."""
+    return {k: (v / 2.0 ** digits.MASTER_FRAC).astype(np.float32)
+            for k, v in digits.init_master(seed).items()}
+
+
+def _images(x):
+    """The Q8 images (:func:`bpsa.host.digits.load_digits_split`) as float32 ``pixel / 16``."""
+    return (np.asarray(x) / 256.0).astype(np.float32)
+
+
+def _max_pool(x):
+    """2 x 2 max pooling, and the index of each window's first maximum."""
+    n, c, h, w = x.shape
+    win = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(
+        n, c, h // 2, w // 2, 4)
+    first = win.argmax(axis=-1)
+    return win.max(axis=-1), first
+
+
+def _max_pool_backward(dy, first, shape):
+    n, c, h, w = shape
+    win = np.zeros((n, c, h // 2, w // 2, 4), dtype=np.float32)
+    np.put_along_axis(win, first[..., None], dy[..., None], axis=-1)
+    return win.reshape(n, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(shape)
+
+
+def _forward(ops, x, w):
+    a1 = ops.forward(x, w["conv1"], 1, 1, requant=0, relu=True)
+    p1, first = _max_pool(a1)
+    a2 = ops.forward(p1, w["conv2"], 2, 1, requant=0, relu=True)
+    gp = a2.mean(axis=(2, 3), keepdims=True, dtype=np.float32)
+    logits = ops.forward(gp, w["fc"])[:, :, 0, 0]
+    return {"a1": a1, "p1": p1, "first": first, "a2": a2, "gp": gp}, logits
+
+
+def train_step(ops, master, x, labels, lr):
+    """One SGD step on a batch of float32 images; updates the fp32 ``master`` in place and
+    returns ``(loss, correct)`` of the batch."""
+    batch = len(x)
+    t, logits = _forward(ops, x, master)
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z, dtype=np.float32)
+    p = e / e.sum(axis=1, keepdims=True)
+    onehot = np.zeros_like(p)
+    onehot[np.arange(batch), labels] = 1
+    dz4 = ((p - onehot) / np.float32(batch))[:, :, None, None].astype(np.float32)
+    dw = {"fc": ops.gradient(t["gp"], dz4, (1, 1))}
+    dgp = ops.loss(dz4, master["fc"], (1, 1), requant=0)
+    plane = t["a2"].shape[2] * t["a2"].shape[3]
+    da2 = (np.broadcast_to(dgp / np.float32(plane), t["a2"].shape) * (t["a2"] > 0)) \
+        .astype(np.float32)
+    dw["conv2"] = ops.gradient(t["p1"], da2, (3, 3), 2, 1)
+    dp1 = ops.loss(da2, master["conv2"], t["p1"].shape[2:], 2, 1, requant=0)
+    da1 = _max_pool_backward(dp1, t["first"], t["a1"].shape) * (t["a1"] > 0)
+    dw["conv1"] = ops.gradient(x, da1.astype(np.float32), (3, 3), 1, 1)
+    for name in master:
+        master[name] -= np.float32(lr) * dw[name]
+    picked = np.maximum(p[np.arange(batch), labels], 1e-30)
+    return float(-np.log(picked).mean()), int((logits.argmax(axis=1) == labels).sum())
+
+
+def evaluate(ops, master, x, labels, chunk=360):
+    """Accuracy on the float32 images ``x``."""
+    right = 0
+    for i in range(0, len(x), chunk):
+        _, logits = _forward(ops, x[i:i + chunk], master)
+        right += int((logits.argmax(axis=1) == labels[i:i + chunk]).sum())
+    return right / len(x)
+
+
+def train(ops, *, epochs=15, batch=32, lr=0.25, seed=0, progress=False, eval_ops=None):
+    """Train from :func:`init_master` (``seed``), the integer training's data order; returns
+    ``(master, history)`` as :func:`bpsa.host.digits.train` does."""
+    from tqdm import tqdm
+    xtr, ytr, xte, yte = digits.load_digits_split(seed)
+    xtr, xte = _images(xtr), _images(xte)
+    master = init_master(seed)
+    rng = np.random.default_rng(seed + 2)
+    steps = len(xtr) // batch
+    history = []
+    with tqdm(total=epochs * steps, disable=not progress, unit="step",
+              desc=f"digits {ops.config.arithmetic} ({ops.name})") as bar:
+        for epoch in range(epochs):
+            order = rng.permutation(len(xtr))
+            losses, right, c0 = [], 0, ops.cycles
+            for i in range(steps):
+                b = order[i * batch:(i + 1) * batch]
+                loss, ok = train_step(ops, master, xtr[b], ytr[b], lr)
+                losses.append(loss)
+                right += ok
+                bar.update(1)
+            history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)),
+                            "train_accuracy": right / (steps * batch),
+                            "test_accuracy": evaluate(eval_ops or ops, master, xte, yte),
+                            "cycles": ops.cycles - c0})
+            bar.set_postfix(test=f"{history[-1]['test_accuracy']:.3f}")
+    return master, history
+
+
+def torch_reference(*, epochs=15, batch=32, lr=0.25, seed=0, autocast=None):
+    """The same network, initial weights, data order and schedule in PyTorch float32, or
+    with ``autocast="bf16"`` under ``torch.autocast`` to bfloat16 on the CPU; its test
+    accuracy and loss a epoch. Needs ``torch``."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(seed)
+    xtr, ytr, xte, yte = digits.load_digits_split(seed)
+    xtr_f, xte_f = torch.tensor(_images(xtr)), torch.tensor(_images(xte))
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in init_master(seed).items()}
+    if autocast not in (None, "bf16"):
+        raise ValueError(f"autocast must be None or 'bf16', not {autocast!r}")
+
+    def cast():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if autocast \
+            else contextlib.nullcontext()
+
+    def net(x):
+        with cast():
+            a1 = F.max_pool2d(F.relu(F.conv2d(x, params["conv1"], padding=1)), 2)
+            a2 = F.relu(F.conv2d(a1, params["conv2"], stride=2, padding=1))
+            return F.conv2d(a2.mean(dim=(2, 3), keepdim=True), params["fc"])[:, :, 0, 0] \
+                .float()
+
+    opt = torch.optim.SGD(params.values(), lr=lr)
+    rng = np.random.default_rng(seed + 2)
+    steps = len(xtr) // batch
+    history = []
+    for epoch in range(epochs):
+        order = rng.permutation(len(xtr))
+        losses = []
+        for i in range(steps):
+            b = torch.tensor(order[i * batch:(i + 1) * batch])
+            opt.zero_grad()
+            loss = F.cross_entropy(net(xtr_f[b]), torch.tensor(ytr)[b])
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+        with torch.no_grad():
+            acc = (net(xte_f).argmax(dim=1).numpy() == yte).mean()
+        history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)),
+                        "test_accuracy": float(acc)})
+    return history
+
+
+def training_run(config, *, simulate=None, epochs=15, batch=32, lr=0.25, seed=0,
+                 reference=True, progress=False):
+    """:func:`bpsa.host.digits.training_run` in floating point: :func:`train` on
+    :class:`FloatModelOps` (``simulate`` None) or on the simulated accelerator
+    (:class:`FloatAcceleratorOps`, the test accuracy from the model, the same bits), next to
+    PyTorch float32 and under bf16 autocast (``reference``, when ``torch`` is installed).
+    Returns a :class:`bpsa.host.digits.TrainingRun`; the cycles a step are measured (rtl) or
+    the cycle model's (the pooling layers run on the host: not counted)."""
+    model_ops = FloatModelOps(config)
+    kw = dict(epochs=epochs, batch=batch, lr=lr, seed=seed)
+    if simulate is not None:
+        with simulate(config) as acc:
+            ops = FloatAcceleratorOps(acc, config)
+            _, history = train(ops, progress=progress, eval_ops=model_ops, **kw)
+    else:
+        _, history = train(model_ops, progress=progress, **kw)
+    steps = len(digits.load_digits_split(seed)[0]) // batch
+    if simulate is not None:
+        per_step = history[-1]["cycles"] / steps
+        source = "measured BUSY_CYCLES of every layer run (pooling on the host)"
+    else:
+        from bpsa.models.network_perf import network_step
+        from bpsa.spec.network import load_network
+        per_step = network_step(config, load_network("digits"), batch=batch).totals["cycles"]
+        source = "the cycle model (convolutions and FC; pooling on the host)"
+    ref = ref16 = missing = None
+    if reference:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            missing = "torch is not installed"
+        else:
+            ref = torch_reference(**kw)
+            ref16 = torch_reference(autocast="bf16", **kw)
+    return digits.TrainingRun(config=config.name, backend="model" if simulate is None else "rtl",
+                              epochs=epochs, batch=batch, steps=steps, history=history,
+                              reference=ref, reference_missing=missing,
+                              cycles_per_step=per_step, cycles_source=source,
+                              reference_bf16=ref16)
