@@ -80,6 +80,6 @@ def test_sums_of_five_match_the_golden_model(seed, corner_share):
 
 
 def test_the_order_of_the_additions_is_the_contracts():
-    # 2**24, 1, 1, -2**24, 0: ((2**24 + 1) + (1 - 2**24)) + 0 = 1, left to right 0
-    got, _, _ = run_reducer([[0x4B800000, 0x3F800000, 0x3F800000, 0xCB800000, 0]], [0])
+    # 2**24, 1, 1, -2**24, 0, 0: ((2**24 + 1) + (1 - 2**24)) + (0 + 0) = 1, left to right 0
+    got, _, _ = run_reducer([[0x4B800000, 0x3F800000, 0x3F800000, 0xCB800000, 0, 0]], [0])
     assert got == [0x3F800000]

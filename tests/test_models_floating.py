@@ -223,18 +223,20 @@ def test_add_matches_softfloat():
     assert [int(v) for v in got] == [fl.add(x, y) for x, y in zip(xs, ys)]
 
 
-def test_os_output_folds_slot_k_into_partial_k_mod_5_then_reduces_in_order():
+def test_os_output_folds_slot_k_into_partial_k_mod_6_then_reduces_in_order():
     f = FLOAT_FORMATS["bf16"]
     one = f.bias << f.man_bits
     rng = np.random.default_rng(13)
     a = random_operands(rng, "bf16", 23)
     b = random_operands(rng, "bf16", 23)
-    start = [int(v) for v in rng.integers(0, 1 << 31, 5)]
+    start = [int(v) for v in rng.integers(0, 1 << 31, 6)]
     parts = fl.os_partials(a, b, "bf16", start)
-    for k in range(5):        # partial k: its own slots, in slot order, from start[k]
-        assert parts[k] == fl.dot(start[k], a[k::5], b[k::5], "bf16")
-    r = [reference_add(x, y) for x, y in ((parts[0], parts[1]), (parts[2], parts[3]))]
-    assert fl.os_output(a, b, "bf16", start) == reference_add(reference_add(*r), parts[4])
+    assert fl.PARTIALS == 6
+    for k in range(6):        # partial k: its own slots, in slot order, from start[k]
+        assert parts[k] == fl.dot(start[k], a[k::6], b[k::6], "bf16")
+    r = [reference_add(x, y) for x, y in ((parts[0], parts[1]), (parts[2], parts[3]),
+                                          (parts[4], parts[5]))]
+    assert fl.os_output(a, b, "bf16", start) == reference_add(reference_add(r[0], r[1]), r[2])
     # the order is visible: 2**24, 1, 1, -2**24 in partials 0 to 3: (2**24 + 1) rounds to
     # 2**24 and (1 - 2**24) is exact, so the sum is 1; folded left to right it is 0
     big = (f.bias + 12) << f.man_bits                       # 2**12

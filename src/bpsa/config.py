@@ -39,10 +39,11 @@ ARITHMETICS = ("int", "bf16", "fp16")
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
 
 #: Partial sums an output-stationary floating-point PE keeps per output: its fp32 adder is
-#: ``FLOAT_PARTIALS`` stages deep, so the product of a context's slot ``k`` goes into partial
-#: ``k mod FLOAT_PARTIALS`` (every partial is read again only after its last sum has left the
-#: adder); they drain side by side and the array adds them (``bpsa.gateware.float_reduce``).
-FLOAT_PARTIALS = 5
+#: five stages deep and a partial is read a cycle before its slot enters it, so the product of
+#: a context's slot ``k`` goes into partial ``k mod FLOAT_PARTIALS`` (every partial is read again
+#: only after its last sum has left the adder); they drain side by side and the array adds
+#: them (``bpsa.gateware.float_reduce``).
+FLOAT_PARTIALS = 6
 
 #: Cycles from an output's partials at the bottom of its column to their sum
 #: (``bpsa.gateware.float_reduce.PartialReducer``, three levels of 5-stage adders): a
@@ -105,10 +106,10 @@ def os_partials(arithmetic):
 def context_gap(rows, arithmetic):
     """The fewest cycles between two output-stationary context ends (``a_last`` to
     ``a_last``) in an array of ``rows`` rows: the wait for the last row and the drain's
-    ``rows`` shifts; in floating point :data:`FLOAT_PARTIALS` more: the next context's first
-    five slots read their starting partials from the reserve registers up to five cycles
-    before the swap (``bpsa.gateware.pe_float``), after the previous drain."""
-    return 2 * rows + (FLOAT_PARTIALS if arithmetic in FLOAT_WIDTHS else 0)
+    ``rows`` shifts; in floating point five more: the next context's first slots read their
+    starting partials from the reserve registers up to five cycles before the swap
+    (``bpsa.gateware.pe_float``: ``mac_latency - 3``), after the previous drain."""
+    return 2 * rows + (MAC_LATENCY[arithmetic] - 3 if arithmetic in FLOAT_WIDTHS else 0)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ def run(args):
     else:
         result = digits.training_run(config, lr_shift=args.lr_shift, **kw)
     history, reference = result.history, result.reference
-    plot_training(history, reference, plot, args.backend)
+    plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}",
+                  [("PyTorch bf16 autocast", result.reference_bf16)]
+                  if result.reference_bf16 else ())
     summary = dict(result.summary(), plot=str(plot))
     if args.json:
         print(json.dumps(summary, sort_keys=True))

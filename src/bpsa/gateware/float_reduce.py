@@ -1,18 +1,18 @@
 """The sum of a floating-point PE's partials, as they drain: a tree of fp32 adders at the bottom
 of each column of the array.
 
-An output-stationary floating-point PE keeps :data:`bpsa.config.FLOAT_PARTIALS` (five) partial
+An output-stationary floating-point PE keeps :data:`bpsa.config.FLOAT_PARTIALS` (six) partial
 sums per output (:mod:`bpsa.gateware.pe_float`); its column's reserve chain brings them down
-side by side, one output a cycle. :class:`PartialReducer` adds each output's five in the order
+side by side, one output a cycle. :class:`PartialReducer` adds each output's six in the order
 the numeric contract writes down (``docs/floating_point.md``)::
 
-    ((p0 + p1) + (p2 + p3)) + p4
+    ((p0 + p1) + (p2 + p3)) + (p4 + p5)
 
-with four :class:`~bpsa.gateware.fpu.FloatAdder` of an fp32 addend (a zero or subnormal addend
-leaves the sum unchanged, as a skipped product does) in three levels: ``p0 + p1`` and
-``p2 + p3`` side by side, their sum, then ``+ p4`` (``p4`` delayed to meet it). Fully
-pipelined: an output a cycle, its sum :data:`bpsa.config.FLOAT_REDUCE_LATENCY` (15) cycles
-later.
+with five :class:`~bpsa.gateware.fpu.FloatAdder` of an fp32 addend (a zero or subnormal
+addend leaves the sum unchanged, as a skipped product does) in three levels: ``p0 + p1``,
+``p2 + p3`` and ``p4 + p5`` side by side, the first two's sum, then that plus ``p4 + p5``
+(delayed to meet it). Fully pipelined: an output a cycle, its sum
+:data:`bpsa.config.FLOAT_REDUCE_LATENCY` (15) cycles later.
 """
 
 from amaranth.hdl import Module, Signal
@@ -27,7 +27,7 @@ __all__ = ["PartialReducer"]
 
 
 class PartialReducer(wiring.Component):
-    """Adds the five partials of ``partials`` (with ``valid``) into one: ``result`` with
+    """Adds the six partials of ``partials`` (with ``valid``) into one: ``result`` with
     ``result_valid``, :attr:`LATENCY` cycles later. ``busy``: a sum is in flight."""
 
     #: Cycles from an output's partials to their sum on ``result``.
@@ -40,8 +40,8 @@ class PartialReducer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lat = FloatAdder.LATENCY
-        if FLOAT_PARTIALS != 5 or self.LATENCY != 3 * lat:
-            raise ValueError("PartialReducer is a three-level tree of five partials")
+        if FLOAT_PARTIALS != 6 or self.LATENCY != 3 * lat:
+            raise ValueError("PartialReducer is a three-level tree of six partials")
         p = self.partials
 
         def delayed(value, n, name):
@@ -58,8 +58,9 @@ class PartialReducer(wiring.Component):
 
         s01 = adder("add01", p[0], p[1])
         s23 = adder("add23", p[2], p[3])
+        s45 = adder("add45", p[4], p[5])
         s03 = adder("add03", s01, s23)
-        total = adder("add04", s03, delayed(p[4], 2 * lat, "p4"))
+        total = adder("add05", s03, delayed(s45, lat, "s45"))
         valid = [self.valid]
         for k in range(1, self.LATENCY + 1):
             nxt = Signal(name=f"valid_d{k}")

@@ -4,14 +4,15 @@ numeric contract of ``docs/floating_point.md``.
 An fp32 addition that rounds takes five pipeline stages at the clocks the integer PE reaches
 (:class:`bpsa.gateware.fpu.FloatAdder`); an accumulator that adds into its own result of the
 cycle before closes at 25 MHz on an ECP5. So the PE keeps :data:`bpsa.config.FLOAT_PARTIALS`
-(five) partial sums per output: the product of a context's slot ``k`` (counting the active slots
-of the context from 0, gated ones included) is added to partial ``k mod 5``, which its previous
-product left at least five cycles before, when its sum is out of the adder. The order of the
-additions inside each partial is the slot order, and it does not depend on stalls: bubbles
-between slots change when a partial is read, never which. At the context's end the five
-partials move to five reserve registers and leave down the column's reserve chain, five words
-wide (:func:`chain_layout`); the array adds them as they leave
-(:mod:`bpsa.gateware.float_reduce`).
+(six) partial sums per output: the product of a context's slot ``k`` (counting the active slots
+of the context from 0, gated ones included) is added to partial ``k mod 6``, which its previous
+product left at least six cycles before: its sum is out of the adder by the time the partial
+is read (a cycle before it enters the adder, into a register: the adder's input comes from a
+register alone). The order of the additions inside each partial is the slot order, and it
+does not depend on stalls: bubbles between slots change when a partial is read, never which.
+At the context's end the six partials move to six reserve registers and leave down the
+column's reserve chain, six words wide (:func:`chain_layout`); the array adds them as they
+leave (:mod:`bpsa.gateware.float_reduce`).
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -27,7 +28,7 @@ __all__ = ["FloatPE", "chain_layout"]
 
 
 def chain_layout():
-    """The floating-point reserve chain between PEs: the five partials of an output side by
+    """The floating-point reserve chain between PEs: the six partials of an output side by
     side (element ``k`` is partial ``k``), so a drain shifts once a row, as an integer one."""
     return data.ArrayLayout(unsigned(32), FLOAT_PARTIALS)
 
@@ -42,20 +43,21 @@ class FloatPE(wiring.Component):
     (into a register) at the end of ``t + 2``, and the adder's five stages from ``t + 3``: the
     sum is in the adder's result register during ``t + 8`` and written back to its partial at
     the end of that cycle (of a context's end slot: to the reserve registers, as every other
-    partial). A sum still in flight when its partial is read again is taken from the adder's
-    output (a bypass at the read and at the adder's input), so five slots apart is enough.
+    partial). A partial's next slot comes six or more cycles later and reads it at the end of
+    ``t + 8`` at the earliest: from the adder's output then (a bypass into the read
+    register), from the partial register after.
 
     A slot that is active but gated (a zero operand) or does not fire enters the adder as a
     product of kind ``ZERO``: the partial passes through unchanged (the contract's skip).
 
-    **Context end** (``h_valid_in & h_last_in``): eight cycles after the end slot, the five
-    partials (the end slot's sum included) go to the five reserve registers, and the partials
+    **Context end** (``h_valid_in & h_last_in``): eight cycles after the end slot, the six
+    partials (the end slot's sum included) go to the six reserve registers, and the partials
     take the reserve registers' old values, the *preload* shifted in while the context ran
-    (the array preloads partial 0 and zeros the others). The next context's first five slots
+    (the array preloads partial 0 and zeros the others). The next context's first six slots
     may come before that swap: they read their partial's starting value straight from the
     reserve register (while the swap is pending) or from the partial (after it), so contexts
     must end at least ``2 rows + 5`` cycles apart in an array (``Config.context_gap``).
-    ``shift`` moves ``chain_in`` (five words) into the reserve registers, except in a swap
+    ``shift`` moves ``chain_in`` (six words) into the reserve registers, except in a swap
     cycle; ``chain_out`` is the reserve registers.
 
     Members are :class:`bpsa.gateware.pe.PE`'s for an ``os``-only configuration with reserve
@@ -92,10 +94,10 @@ class FloatPE(wiring.Component):
         m = Module()
         mul = m.submodules.mul = FloatMultiplier(cfg.arithmetic)
         add = m.submodules.add = FloatAdder(cfg.arithmetic)
-        if FloatMultiplier.LATENCY != 2 or FloatAdder.LATENCY != P \
+        if FloatMultiplier.LATENCY != 2 or FloatAdder.LATENCY + 1 != P \
                 or cfg.mac_latency != 1 + FloatMultiplier.LATENCY + FloatAdder.LATENCY:
-            raise ValueError("FloatPE's schedule is written for a 2-cycle multiplier and a "
-                             "5-stage adder (mac_latency 8)")
+            raise ValueError("FloatPE's schedule is written for a 2-cycle multiplier, a "
+                             "5-stage adder and six partials (mac_latency 8)")
 
         # Systolic pass-through (one cycle a hop).
         m.d.sync += [
@@ -160,7 +162,8 @@ class FloatPE(wiring.Component):
         # Cycle t + 2: read the slot's starting value. A first-round slot starts from its
         # reserve register while the previous context's swap is pending (an end slot among the
         # six before it), else from its partial (the swap copied the reserve register there);
-        # a later slot from its partial, or from the adder when its last sum leaves now.
+        # a later slot from its partial, or from the adder when its last sum leaves now (its
+        # previous slot was six or more before: that sum has left the adder by now).
         k2 = idx_l[2]
         pending = Signal()
         m.d.comb += pending.eq(end_l[3] | end_l[4] | end_l[5] | end_l[6] | end_l[7] | end_l[8])
@@ -168,13 +171,8 @@ class FloatPE(wiring.Component):
         from_partial = Mux(out_valid & (out_idx == k2), add.result, select(partial, k2))
         acc_pre = Signal(32)
         m.d.sync += acc_pre.eq(Mux(first_l[2] & pending, from_res, from_partial))
-        # Cycle t + 3: into the adder; the sum leaving now is this partial's when it is.
-        hit = Signal()
-        m.d.sync += hit.eq(~first_l[2] & act_l[7] & (idx_l[7] == k2))
-        m.d.comb += [
-            add.acc.eq(Mux(hit, add.result, acc_pre)),
-            add.product.eq(mul.product),
-        ]
+        # Cycle t + 3: into the adder, straight from registers.
+        m.d.comb += [add.acc.eq(acc_pre), add.product.eq(mul.product)]
         with m.If(~fire_l[3]):
             m.d.comb += add.product.kind.eq(FloatKind.ZERO)
 

@@ -2,8 +2,8 @@
 front ends (``docs/floating_point.md``, "Order").
 
 Every output is one output-stationary context (:func:`bpsa.models.floating.os_output`): its
-slots are the front end's K order, a slot's product folded into partial ``k mod 5``, the five
-partials reduced as ``((p0 + p1) + (p2 + p3)) + p4``. The operand sequences come from the
+slots are the front end's K order, a slot's product folded into partial ``k mod 6``, the six
+partials reduced as ``((p0 + p1) + (p2 + p3)) + (p4 + p5)``. The operand sequences come from the
 explicit lowerings of :mod:`bpsa.models.golden` (index maps only: no arithmetic of the integer
 model is used); the arithmetic is the contract's (:mod:`bpsa.models.floating`).
 """

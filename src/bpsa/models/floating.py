@@ -140,8 +140,8 @@ def dot(acc, a, b, fmt):
 
 
 #: Partial sums of an output-stationary PE: the product of a context's slot ``k`` is added to
-#: partial ``k mod PARTIALS`` (the PE's fp32 adder is five stages deep).
-PARTIALS = 5
+#: partial ``k mod PARTIALS`` (the PE reads a partial a cycle before its five-stage fp32 adder).
+PARTIALS = 6
 
 #: fp32 one: ``mac(x, y, ONE, "fp32")`` is ``x + y`` under the contract.
 _ONE32 = 0x3F800000
@@ -154,17 +154,17 @@ def add(x, y):
 
 
 def reduce_partials(p):
-    """The sum of an output's five partials, in the contract's order
-    ``((p0 + p1) + (p2 + p3)) + p4``."""
+    """The sum of an output's six partials, in the contract's order
+    ``((p0 + p1) + (p2 + p3)) + (p4 + p5)``."""
     if len(p) != PARTIALS:
         raise ValueError(f"an output has {PARTIALS} partials, not {len(p)}")
-    return add(add(add(p[0], p[1]), add(p[2], p[3])), p[4])
+    return add(add(add(p[0], p[1]), add(p[2], p[3])), add(p[4], p[5]))
 
 
 def os_partials(a, b, fmt, start=None):
-    """The five partials of one output of an output-stationary context: the products of the
+    """The six partials of one output of an output-stationary context: the products of the
     sequences ``a`` and ``b`` (``fmt`` encodings, slot order), slot ``k`` folded into partial
-    ``k mod 5`` by :func:`mac`, each partial starting from ``start[k]`` (default ``+0``)."""
+    ``k mod 6`` by :func:`mac`, each partial starting from ``start[k]`` (default ``+0``)."""
     p = [int(x) for x in start] if start is not None else [0] * PARTIALS
     for k, (x, y) in enumerate(zip(a, b)):
         p[k % PARTIALS] = mac(p[k % PARTIALS], x, y, fmt)
@@ -309,8 +309,9 @@ def add_fast(x, y):
 
 
 def reduce_partials_fast(p):
-    """:func:`reduce_partials` on arrays: ``p`` has the five partials on its first axis."""
-    return add_fast(add_fast(add_fast(p[0], p[1]), add_fast(p[2], p[3])), p[4])
+    """:func:`reduce_partials` on arrays: ``p`` has the six partials on its first axis."""
+    return add_fast(add_fast(add_fast(p[0], p[1]), add_fast(p[2], p[3])),
+                    add_fast(p[4], p[5]))
 
 
 def gemm_os(a, b, fmt, *, fast=True):

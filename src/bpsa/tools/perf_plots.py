@@ -138,19 +138,26 @@ def plot_pareto(points, front, path, title):
     plt.close(fig)
 
 
-def plot_training(history, reference, path, backend):
+def plot_training(history, reference, path, backend, others=()):
     """The training curves of :func:`bpsa.host.digits.train`'s ``history`` (the loss; the
     test and train accuracy) next to the PyTorch ``reference``'s test accuracy (None: no
-    reference), into ``path``; ``backend`` names the accelerator's curve."""
+    reference), into ``path``; ``backend`` names the accelerator's curve. ``others``: more
+    ``(label, history)`` curves (their loss where they have one, their test accuracy)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     epochs = [h["epoch"] for h in history]
-    a.plot(epochs, [h["loss"] for h in history], "o-")
+    a.plot(epochs, [h["loss"] for h in history], "o-", label=f"accelerator ({backend})")
     a.set_xlabel("epoch")
-    a.set_ylabel("training loss (integer softmax)")
+    a.set_ylabel("training loss")
     b.plot(epochs, [h["test_accuracy"] for h in history], "o-", label=f"accelerator ({backend})")
     b.plot(epochs, [h["train_accuracy"] for h in history], ".--", label="train (accelerator)")
     if reference:
         b.plot(epochs, [r["test_accuracy"] for r in reference], "s-", label="PyTorch float32")
+    for label, other in others:
+        if all("loss" in h for h in other):
+            a.plot(epochs, [h["loss"] for h in other], "^-", label=label)
+        b.plot(epochs, [h["test_accuracy"] for h in other], "^-", label=label)
+    if others:
+        a.legend(fontsize=7)
     b.set_xlabel("epoch")
     b.set_ylabel("accuracy")
     b.set_ylim(0, 1)
