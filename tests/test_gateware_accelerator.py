@@ -310,7 +310,8 @@ def test_float_training_phases_verilator(preset):
     add into P in the program's order: the forward's input-channel groups (three: the order
     shows), the loss's output-channel groups (three), the gradient's images and dY row bands
     (2 x 4); batches, rectangular strides, stores as fp32 and rounded to the operand format
-    (REQUANT), under memory back-pressure; a requantization shift is refused by name."""
+    (REQUANT), under memory back-pressure; the traditional flow's loss and gradient (the
+    forward of the zero-spaced operands); a requantization shift is refused by name."""
     from bpsa.plan import capability
     from bpsa.plan.tiling import plan
     from bpsa.sim.native import run_jobs
@@ -332,7 +333,10 @@ def test_float_training_phases_verilator(preset):
             {"phase": "gradient", "layer": one, "seed": 53},
             {"phase": "forward", "layer": fwd3, "seed": 54, "requant": 0},
             {"phase": "loss", "layer": loss3, "seed": 55, "requant": 0},
-            {"phase": "gradient", "layer": grad8, "seed": 56, "pauses": True}]
+            {"phase": "gradient", "layer": grad8, "seed": 56, "pauses": True},
+            # the traditional flow: the forward of the zero-spaced operands
+            {"phase": "loss", "layer": one, "seed": 57, "baseline": True},
+            {"phase": "gradient", "layer": one, "seed": 58, "baseline": True}]
     res = run_jobs(cfg, jobs)
     assert [r["match"] for r in res] == [True] * len(jobs)
     # Y blocked by cols channels (N KT OH OW cols): fp32, then the operand format

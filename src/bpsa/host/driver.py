@@ -685,6 +685,7 @@ class Driver:
         and the accelerator runs their stride-1 *forward* convolution. Same result as
         :meth:`loss`; the counters show what the zero-spaces cost. ``plan``: that forward's
         (see :meth:`run`)."""
+        dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
         zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, padding, dilation)
         return await self.forward(zp, wt, 1, 0, d, plan=plan)
 
@@ -694,6 +695,7 @@ class Driver:
         the zero-inserted (dilated) dY on the host; the accelerator runs the forward
         convolution of X (channels as the batch) by dY (the kernel, stride = dilation).
         ``plan``: that forward's (see :meth:`run`)."""
+        x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
         xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, padding, dilation)
         out = await self.forward(xt, dd, d, 0, 1, plan=plan)
         return out.transpose(1, 0, 2, 3)

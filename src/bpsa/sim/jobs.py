@@ -85,6 +85,21 @@ async def run_job(cfg, drv, job, clock, plan=None):
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
         want = golden.conv2d(t["x"], t["w"], args["stride"], args["padding"], args["dilation"])
+    elif phase in ("loss", "gradient") and cfg.is_float and job.get("baseline"):
+        # the traditional flow: the forward convolution of the zero-spaced operands
+        from bpsa.host.driver import baseline_gradient_operands, baseline_loss_operands
+        if phase == "loss":
+            hw = (layer.height, layer.width)
+            got = await drv.loss_baseline(t["dy"], t["w"], hw, plan=plan, **args)
+            zp, wt, d = baseline_loss_operands(t["dy"], t["w"], hw, **args)
+            want = float_layers.accelerator_forward(zp, wt, cfg.arithmetic, 1, 0, d,
+                                                    group=drv.plan["group"])
+        else:
+            kh = (layer.kernel_h, layer.kernel_w)
+            got = await drv.gradient_baseline(t["x"], t["dy"], kh, plan=plan, **args)
+            xt, dd, d = baseline_gradient_operands(t["x"], t["dy"], kh, **args)
+            want = float_layers.accelerator_forward(xt, dd, cfg.arithmetic, d, 0, 1,
+                                                    group=drv.plan["group"]).transpose(1, 0, 2, 3)
     elif phase == "loss" and cfg.is_float:
         got = await drv.loss(t["dy"], t["w"], (layer.height, layer.width),
                              mode=job.get("mode"), requant=job.get("requant"), plan=plan,
