@@ -46,9 +46,10 @@ FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
 FLOAT_PARTIALS = 6
 
 #: Cycles from an output's partials at the bottom of its column to their sum
-#: (``bpsa.gateware.float_reduce.PartialReducer``, three levels of 5-stage adders): a
-#: floating-point drain vector leaves ``FLOAT_REDUCE_LATENCY + cols`` cycles after its shift.
-FLOAT_REDUCE_LATENCY = 15
+#: (``bpsa.gateware.float_reduce.PartialReducer``: a register, then three levels of 5-stage
+#: adders): a floating-point drain vector leaves ``FLOAT_REDUCE_LATENCY + cols`` cycles after
+#: its shift.
+FLOAT_REDUCE_LATENCY = 16
 
 #: Cycles the PE's pipelined multiply-accumulate adds to the systolic timing, by arithmetic: a
 #: slot's operands are registered in the fabric, then in the multiplier's input registers, its

@@ -11,8 +11,9 @@ the numeric contract writes down (``docs/floating_point.md``)::
 with five :class:`~bpsa.gateware.fpu.FloatAdder` of an fp32 addend (a zero or subnormal
 addend leaves the sum unchanged, as a skipped product does) in three levels: ``p0 + p1``,
 ``p2 + p3`` and ``p4 + p5`` side by side, the first two's sum, then that plus ``p4 + p5``
-(delayed to meet it). Fully pipelined: an output a cycle, its sum
-:data:`bpsa.config.FLOAT_REDUCE_LATENCY` (15) cycles later.
+(delayed to meet it). The partials are registered first (the bottom PE's reserve registers are
+far from the adders). Fully pipelined: an output a cycle, its sum
+:data:`bpsa.config.FLOAT_REDUCE_LATENCY` (16) cycles later.
 """
 
 from amaranth.hdl import Module, Signal
@@ -40,9 +41,11 @@ class PartialReducer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lat = FloatAdder.LATENCY
-        if FLOAT_PARTIALS != 6 or self.LATENCY != 3 * lat:
-            raise ValueError("PartialReducer is a three-level tree of six partials")
-        p = self.partials
+        if FLOAT_PARTIALS != 6 or self.LATENCY != 3 * lat + 1:
+            raise ValueError("PartialReducer is a register and a three-level tree of six "
+                             "partials")
+        p = Signal.like(self.partials)
+        m.d.sync += p.eq(self.partials)
 
         def delayed(value, n, name):
             for k in range(1, n + 1):
