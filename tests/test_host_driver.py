@@ -366,3 +366,34 @@ def test_pool_budget_covers_the_model():
                             pad=(pad, pad), kind=kind)
             oh = (20 + 2 * pad - k) // st + 1
             assert expected_pool_cycles(phase, 1, 4, 20, 20, k, k, oh, oh) > m.cycles
+
+
+def test_open_refuses_hardware_of_another_arithmetic():
+    """CFG_FEATURES [26:25] holds the arithmetic: a driver for a bf16 configuration refuses
+    integer hardware of the same widths (and the reverse), before any layer runs."""
+    import asyncio
+
+    from bpsa.config import load_config
+    from bpsa.host.driver import Driver
+    from bpsa.spec.regmap import config_words
+
+    class Regs:
+        def __init__(self, hw):
+            self.words = config_words(hw)
+
+        async def read32(self, offset):
+            name = NAMES[offset]
+            return self.words.get(name, 0)
+
+        async def write32(self, offset, value):
+            pass
+
+    bf16, int16 = load_config("small_bf16"), load_config("small_bf16").__class__(
+        rows=4, cols=4, operand_width=16, acc_width=32, dataflows=["os"])
+    asyncio.run(Driver(Regs(bf16), bf16).open())
+    with pytest.raises(RuntimeError, match="the hardware computes in int, configuration "
+                                           "'small_bf16' in bf16"):
+        asyncio.run(Driver(Regs(int16), bf16).open())
+    with pytest.raises(RuntimeError, match="the hardware computes in bf16, configuration "
+                                           "'custom' in int"):
+        asyncio.run(Driver(Regs(bf16), int16).open())

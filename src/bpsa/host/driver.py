@@ -33,6 +33,8 @@ from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer, out_size, pair
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
+    ARITHMETIC_CODES,
+    ARITHMETIC_SHIFT,
     CONTROL_BITS,
     DESCRIPTOR_FIELDS,
     COUNTERS,
@@ -222,6 +224,12 @@ class Driver:
         if geo != want:
             raise RuntimeError(f"hardware CFG_ARRAY {geo:#010x} is not configuration "
                                f"{cfg.name!r} ({want:#010x})")
+        features = await self.t.read32(REGISTER_MAP["CFG_FEATURES"])
+        code = features >> ARITHMETIC_SHIFT & 3
+        names = {v: k for k, v in ARITHMETIC_CODES.items()}
+        if code != ARITHMETIC_CODES[cfg.arithmetic]:
+            raise RuntimeError(f"the hardware computes in {names.get(code, f'code {code}')}, "
+                               f"configuration {cfg.name!r} in {cfg.arithmetic}")
         await self.set_window(self.mem_base, self.mem_base + self.mem_size - 1)
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
 

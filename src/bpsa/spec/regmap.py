@@ -16,7 +16,8 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                log2(feeder_bus_width) [18:16], backward modes generated:
                                BP-im2col [20], zero-free [21]; pooling kinds: max [22],
                                avg [23] (map version 1.5); channel-first forward
-                               front end [24] (map version 1.6)
+                               front end [24] (map version 1.6); arithmetic [26:25]:
+                               0 int, 1 bf16, 2 fp16 (map version 2.1)
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
                                log2(dma_data_width / 64) [25:24] (map version 1.3);
                                log2(buf_pool_depth) [31:27] (map version 1.5)
@@ -68,7 +69,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
-    "ADDR_WIDTH", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
+    "ADDR_WIDTH", "ARITHMETIC_CODES", "ARITHMETIC_SHIFT", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
     "FORWARD_MODE_NAMES", "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
     "PoolKind", "REGISTERS", "REGISTER_MAP", "Register",
     "STATUS_FIELDS", "config_words", "field_bits", "register_map",
@@ -81,7 +82,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (2, 0)
+MAP_VERSION = (2, 1)
 
 
 class Phase(enum.IntEnum):
@@ -137,6 +138,11 @@ MODE_NAMES = {Mode.BP_IM2COL: "bp_im2col", Mode.ZERO_FREE: "zero_free"}
 
 #: CFG_FEATURES bits [3:0]: one per dataflow, in this order.
 DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
+
+#: CFG_FEATURES bits [26:25]: the number format (``Config.arithmetic``).
+ARITHMETIC_CODES = {"int": 0, "bf16": 1, "fp16": 2}
+#: Where the arithmetic's code sits in CFG_FEATURES.
+ARITHMETIC_SHIFT = 25
 
 
 #: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
@@ -296,7 +302,8 @@ def config_words(config):
         | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes)
         | sum(1 << (22 + k) for k, name in POOL_KIND_NAMES.items()
               if name in config.pool_kinds)
-        | config.has_frontend("channel_first") << 24,
+        | config.has_frontend("channel_first") << 24
+        | ARITHMETIC_CODES[config.arithmetic] << ARITHMETIC_SHIFT,
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
         | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24
         | _log2(config.buf_pool_depth) << 27,
