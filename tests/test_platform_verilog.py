@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bpsa.config import Config, load_config
-from bpsa.platform.tops import TOPS
+from bpsa.platform.tops import FLOAT_TOPS, TOPS
 from bpsa.platform.verilog import generate_verilog, write_verilog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,14 +128,16 @@ def test_constant_blocks_read_the_trigger():
 
 
 @pytest.mark.verilator
-@pytest.mark.parametrize("top", sorted(TOPS))
-def test_every_always_block_executes(top):
+@pytest.mark.parametrize("preset,top", [("small_cf", t) for t in sorted(TOPS)]
+                         + [("small_bf16", t) for t in sorted(FLOAT_TOPS)])
+def test_every_always_block_executes(preset, top):
     """Verilator's ALWNEVER lint (an ``always`` block that never executes in an event-driven
     simulator) is clean on every top of ``small_cf`` (``small`` with both forward front
-    ends); the accelerator's Verilog is the native build's own."""
+    ends) and every top built in floating point (``small_bf16``); the accelerator's Verilog
+    is the native build's own."""
     from bpsa.sim.native import build_native
     from bpsa.sim.runner import verilator_env
-    cfg = load_config("small_cf")
+    cfg = load_config(preset)
     root = verilator_env()
     if top == "accelerator":
         path, module = build_native(cfg, progress=False).parent / "accelerator.v", \
