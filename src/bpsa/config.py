@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 __all__ = ["ARITHMETICS", "BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS",
-           "DRAIN_REGISTERS", "FLOAT_PARTIALS", "FLOAT_REDUCE_LATENCY", "FLOAT_WIDTHS", "FORWARD_FRONTENDS",
+           "DRAIN_REGISTERS", "FLOAT_PARTIALS", "FLOAT_TOP_NAMES", "FLOAT_REDUCE_LATENCY", "FLOAT_WIDTHS", "FORWARD_FRONTENDS",
            "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "context_gap", "load_config",
            "os_partials", "preset_names", "require_config"]
 
@@ -37,6 +37,11 @@ ARITHMETICS = ("int", "bf16", "fp16")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
+
+#: The tops (``bpsa.platform.tops``) built in floating point; every other top is integer only
+#: so far and refuses a floating-point configuration.
+FLOAT_TOP_NAMES = ("pe", "array", "conv_forward", "accelerator", "psum_buffer", "requantizer",
+                   "zf_loss", "zf_gradient")
 
 #: Partial sums an output-stationary floating-point PE keeps per output: its fp32 adder is
 #: five stages deep and a partial is read a cycle before its slot enters it, so the product of
@@ -310,10 +315,9 @@ class Config:
         """Refuse to build ``block`` (a name) in a floating-point configuration: raises
         :class:`ConfigError` naming what is built in floating point so far."""
         if self.is_float:
-            from bpsa.platform.tops import FLOAT_TOPS
             raise ConfigError(f"arithmetic {self.arithmetic!r} is not built in the {block} "
                               f"yet (integer only); floating point builds the tops "
-                              f"{', '.join(FLOAT_TOPS)} (bpsa sim --gemm, bpsa sim --engine "
+                              f"{', '.join(FLOAT_TOP_NAMES)} (bpsa sim --gemm, bpsa sim --engine "
                               f"--phase forward)")
 
     @property

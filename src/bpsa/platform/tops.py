@@ -1,6 +1,8 @@
 """The tops ``bpsa verilog``, ``bpsa synth`` and the Verilator builds generate (no Amaranth
 import here, so the command line lists them at once)."""
 
+from bpsa.config import FLOAT_TOP_NAMES
+
 __all__ = ["FLOAT_TOPS", "TOPS"]
 
 #: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
@@ -29,15 +31,7 @@ TOPS = {
     "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
 }
 
-#: The tops built in floating point (``Config.is_float``), with the class for it; every other
-#: top is integer only so far and refuses such a configuration.
-FLOAT_TOPS = {
-    "pe": "bpsa.gateware.pe_float:FloatPE",
-    "array": "bpsa.gateware.array:SystolicArray",
-    "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
-    "accelerator": "bpsa.gateware.accelerator:Accelerator",
-    "psum_buffer": "bpsa.gateware.controller.psum_buffer:PsumBuffer",
-    "requantizer": "bpsa.gateware.controller.requantizer:Requantizer",
-    "zf_loss": "bpsa.gateware.engines.zf_loss:ZeroFreeLossWalker",
-    "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
-}
+#: The tops built in floating point (``Config.is_float``; ``bpsa.config.FLOAT_TOP_NAMES``), with
+#: the class for it (the PE has its own); every other top refuses such a configuration.
+FLOAT_TOPS = {name: "bpsa.gateware.pe_float:FloatPE" if name == "pe" else TOPS[name]
+              for name in FLOAT_TOP_NAMES}
