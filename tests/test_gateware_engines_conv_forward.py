@@ -411,10 +411,12 @@ VERILATOR_LAYERS = {
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.long)
-                                    if p == "nonsquare" else p
+                                    if p in ("nonsquare", "small_bf16") else p
                                     for p in sorted(VERILATOR_LAYERS)])
 def test_forward_verilator(preset):
-    # the non-square preset's build runs in ``make test-long`` (``make test`` budget)
+    # the non-square and bf16 presets' builds run in ``make test-long`` (``make test``
+    # budget; the bf16 forward engine's Verilog also runs inside the bf16 accelerator's
+    # Verilator tests)
     """The generated Verilog of ConvForward: every layer's Y equals ``bpsa.models.golden.conv2d``
     bit-exactly and the X SRAM words read equal the feeder model's (the testbench asserts
     both), X and W at random buffer offsets; one build and one simulation per preset."""
