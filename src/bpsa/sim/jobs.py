@@ -16,14 +16,16 @@ __all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
 def job_tensors(cfg, layer, rng, zero_prob):
     """Random operands of ``layer`` (a :class:`ConvLayer`) from ``rng``: ``x``, ``w`` and
     ``dy``, a share ``zero_prob`` of each set to zero (floating point: encodings,
-    :func:`bpsa.sim.gemm.random_float_operands`, with 1 % infinities and NaNs)."""
+    :func:`bpsa.sim.gemm.random_float_operands`, at least 10 % zeros and subnormals and 1 %
+    infinities and NaNs)."""
     oh, ow = golden.output_hw((layer.height, layer.width), (layer.kernel_h, layer.kernel_w),
                               layer.stride, layer.pad, layer.dil)
     shapes = {"x": layer.x_shape, "w": layer.w_shape,
               "dy": (layer.batch, layer.out_channels, oh, ow)}
     if cfg.is_float:
+        # floating point: at least 10 % zeros and subnormals, so skipped MACs are everywhere
         from bpsa.sim.gemm import random_float_operands
-        return {name: random_float_operands(cfg.arithmetic, shape, rng, zero_prob)
+        return {name: random_float_operands(cfg.arithmetic, shape, rng, max(zero_prob, 0.1))
                 for name, shape in shapes.items()}
     lo, hi = operand_range(cfg)
     out = {}
