@@ -45,7 +45,7 @@ from bpsa.spec.numeric import wrap_array
 
 __all__ = ["LAYERS", "ModelOps", "AcceleratorOps", "init_master", "load_digits_split",
            "operands", "softmax_grad", "train", "train_step", "evaluate", "torch_reference",
-           "TrainingRun", "training_run"]
+           "TrainingRun", "training_run", "run_epochs", "cycles_per_step"]
 
 W_FRAC, ACT_SHIFT = 12, 12          # weight operands Q12; Q20 / Q22 accumulators -> Q8 / Q10
 MASTER_FRAC = 24
@@ -223,29 +223,56 @@ def train(ops, *, epochs=15, batch=32, lr_shift=2, seed=0, progress=False, eval_
     """Train from :func:`init_master` (``seed``); returns ``(master, history)``, the history
     a dict a epoch: ``epoch``, ``loss``, ``train_accuracy``, ``test_accuracy``,
     ``cycles``. ``eval_ops`` computes the test accuracy (default: ``ops``)."""
-    from tqdm import tqdm
-    xtr, ytr, xte, yte = load_digits_split(seed)
     master = init_master(seed)
+    history = run_epochs(ops, master, load_digits_split(seed),
+                         lambda o, m, x, y: train_step(o, m, x, y, lr_shift), evaluate,
+                         epochs=epochs, batch=batch, seed=seed, progress=progress,
+                         eval_ops=eval_ops, desc=f"digits ({ops.name})")
+    return master, history
+
+
+def run_epochs(ops, master, data, step, test, *, epochs, batch, seed, progress, eval_ops,
+               desc):
+    """The training loop both arithmetics share: ``epochs`` passes over ``data`` (``x_train,
+    y_train, x_test, y_test``) in batches of ``batch``, in the order of a generator seeded
+    with ``seed + 2``, ``step(ops, master, x, y) -> (loss, correct)`` a batch, then
+    ``test(eval_ops or ops, master, x_test, y_test)``; a progress bar (``desc``) with
+    ``progress``. Returns the history (a dict a epoch, :func:`train`)."""
+    from tqdm import tqdm
+    xtr, ytr, xte, yte = data
     rng = np.random.default_rng(seed + 2)
     steps = len(xtr) // batch
     history = []
-    with tqdm(total=epochs * steps, disable=not progress, unit="step",
-              desc=f"digits ({ops.name})") as bar:
+    with tqdm(total=epochs * steps, disable=not progress, unit="step", desc=desc) as bar:
         for epoch in range(epochs):
             order = rng.permutation(len(xtr))
             losses, right, c0 = [], 0, ops.cycles
             for i in range(steps):
                 b = order[i * batch:(i + 1) * batch]
-                loss, ok = train_step(ops, master, xtr[b], ytr[b], lr_shift)
+                loss, ok = step(ops, master, xtr[b], ytr[b])
                 losses.append(loss)
                 right += ok
                 bar.update(1)
             history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)),
                             "train_accuracy": right / (steps * batch),
-                            "test_accuracy": evaluate(eval_ops or ops, master, xte, yte),
+                            "test_accuracy": test(eval_ops or ops, master, xte, yte),
                             "cycles": ops.cycles - c0})
             bar.set_postfix(test=f"{history[-1]['test_accuracy']:.3f}")
-    return master, history
+    return history
+
+
+def cycles_per_step(config, history, *, measured, batch, seed, host):
+    """``(cycles a step, where they come from)``: the last epoch's measured BUSY_CYCLES a
+    step (``measured``: the rtl backend), else the cycle model's step of the ``digits``
+    network (:func:`bpsa.models.network_perf.network_step`); ``host`` names what runs on the
+    host in the source text."""
+    if measured:
+        steps = len(load_digits_split(seed)[0]) // batch
+        return history[-1]["cycles"] / steps, f"measured BUSY_CYCLES of every layer run{host}"
+    from bpsa.models.network_perf import network_step
+    from bpsa.spec.network import load_network
+    return (network_step(config, load_network("digits"), batch=batch).totals["cycles"],
+            f"the cycle model{host}")
 
 
 def torch_reference(*, epochs=15, batch=32, lr_shift=2, seed=0):
@@ -338,14 +365,10 @@ def training_run(config, *, simulate=None, epochs=15, batch=32, lr_shift=2, seed
     else:
         _, history = train(model_ops, progress=progress, **kw)
     steps = len(load_digits_split(seed)[0]) // batch
-    if simulate is not None:
-        per_step = history[-1]["cycles"] / steps
-        source = "measured BUSY_CYCLES of every layer run"
-    else:
-        from bpsa.models.network_perf import network_step
-        from bpsa.spec.network import load_network
-        per_step = network_step(config, load_network("digits"), batch=batch).totals["cycles"]
-        source = "the cycle model (convolutions, FC and pooling)"
+    per_step, source = cycles_per_step(config, history, measured=simulate is not None,
+                                       batch=batch, seed=seed,
+                                       host="" if simulate is not None
+                                       else " (convolutions, FC and pooling)")
     ref, missing = None, None
     if reference:
         try:

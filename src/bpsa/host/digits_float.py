@@ -181,31 +181,16 @@ def evaluate(ops, master, x, labels, chunk=360):
 
 
 def train(ops, *, epochs=15, batch=32, lr=0.25, seed=0, progress=False, eval_ops=None):
-    """Train from :func:`init_master` (``seed``), the integer training's data order; returns
-    ``(master, history)`` as :func:`bpsa.host.digits.train` does."""
-    from tqdm import tqdm
+    """Train from :func:`init_master` (``seed``), the integer training's data order
+    (:func:`bpsa.host.digits.run_epochs`); returns ``(master, history)`` as
+    :func:`bpsa.host.digits.train` does."""
     xtr, ytr, xte, yte = digits.load_digits_split(seed)
-    xtr, xte = _images(xtr), _images(xte)
     master = init_master(seed)
-    rng = np.random.default_rng(seed + 2)
-    steps = len(xtr) // batch
-    history = []
-    with tqdm(total=epochs * steps, disable=not progress, unit="step",
-              desc=f"digits {ops.config.arithmetic} ({ops.name})") as bar:
-        for epoch in range(epochs):
-            order = rng.permutation(len(xtr))
-            losses, right, c0 = [], 0, ops.cycles
-            for i in range(steps):
-                b = order[i * batch:(i + 1) * batch]
-                loss, ok = train_step(ops, master, xtr[b], ytr[b], lr)
-                losses.append(loss)
-                right += ok
-                bar.update(1)
-            history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)),
-                            "train_accuracy": right / (steps * batch),
-                            "test_accuracy": evaluate(eval_ops or ops, master, xte, yte),
-                            "cycles": ops.cycles - c0})
-            bar.set_postfix(test=f"{history[-1]['test_accuracy']:.3f}")
+    history = digits.run_epochs(
+        ops, master, (_images(xtr), ytr, _images(xte), yte),
+        lambda o, m, x, y: train_step(o, m, x, y, lr), evaluate, epochs=epochs, batch=batch,
+        seed=seed, progress=progress, eval_ops=eval_ops,
+        desc=f"digits {ops.config.arithmetic} ({ops.name})")
     return master, history
 
 
@@ -273,14 +258,10 @@ def training_run(config, *, simulate=None, epochs=15, batch=32, lr=0.25, seed=0,
     else:
         _, history = train(model_ops, progress=progress, **kw)
     steps = len(digits.load_digits_split(seed)[0]) // batch
-    if simulate is not None:
-        per_step = history[-1]["cycles"] / steps
-        source = "measured BUSY_CYCLES of every layer run (pooling on the host)"
-    else:
-        from bpsa.models.network_perf import network_step
-        from bpsa.spec.network import load_network
-        per_step = network_step(config, load_network("digits"), batch=batch).totals["cycles"]
-        source = "the cycle model (convolutions and FC; pooling on the host)"
+    per_step, source = digits.cycles_per_step(
+        config, history, measured=simulate is not None, batch=batch, seed=seed,
+        host=" (pooling on the host)" if simulate is not None
+        else " (convolutions and FC; pooling on the host)")
     ref = ref16 = missing = None
     if reference:
         try:
