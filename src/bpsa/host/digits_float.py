@@ -79,33 +79,16 @@ class FloatModelOps:
             band=band), None)
 
 
-class FloatAcceleratorOps:
+class FloatAcceleratorOps(digits.AcceleratorOps):
     """The accelerator's layers on a simulated accelerator (``acc``: :func:`bpsa.simulate` of
-    a floating-point configuration); ``cycles`` adds up every run's BUSY_CYCLES."""
-
-    name = "rtl"
+    a floating-point configuration); ``cycles`` adds up every run's BUSY_CYCLES (the integer
+    training's :class:`bpsa.host.digits.AcceleratorOps`, without its pooling unit)."""
 
     def __init__(self, acc, config):
         FloatModelOps(config)           # the same configuration check
         self.config = config
         self.acc = acc
         self.cycles = 0
-
-    def _count(self, out):
-        self.cycles += self.acc.counters["busy_cycles"]
-        return out
-
-    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
-        return self._count(self.acc.forward(x, w, stride=stride, padding=padding,
-                                            requant=requant, relu=relu))
-
-    def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
-        return self._count(self.acc.loss(dy, w, tuple(input_hw), stride=stride,
-                                         padding=padding, requant=requant))
-
-    def gradient(self, x, dy, kernel_hw, stride=1, padding=0):
-        return self._count(self.acc.gradient(x, dy, tuple(kernel_hw), stride=stride,
-                                             padding=padding))
 
 
 def init_master(seed=0):
