@@ -311,7 +311,8 @@ def test_float_training_phases_verilator(preset):
     shows), the loss's output-channel groups (three), the gradient's images and dY row bands
     (2 x 4); batches, rectangular strides, stores as fp32 and rounded to the operand format
     (REQUANT), under memory back-pressure; the traditional flow's loss and gradient (the
-    forward of the zero-spaced operands); a requantization shift is refused by name."""
+    forward of the zero-spaced operands); layers too wide for a bank in column strips
+    (``float_layers.accelerator_strips``); a requantization shift is refused by name."""
     from bpsa.plan import capability
     from bpsa.plan.tiling import plan
     from bpsa.sim.native import run_jobs
@@ -327,6 +328,14 @@ def test_float_training_phases_verilator(preset):
     assert plan(cfg, "forward", ConvLayer.from_dict(fwd3), mode="feeder")["groups"] == 3
     assert plan(cfg, "loss", ConvLayer.from_dict(loss3), mode="zero_free")["groups"] == 3
     assert plan(cfg, "gradient", ConvLayer.from_dict(grad8), mode="zero_free")["bands"] == 4
+    # rows too wide for a bank: the driver's column strips (gradient: partial dW added on
+    # the host in fp32)
+    wide = {"forward": dict(batch=1, channels=2, height=3, width=550, out_channels=3,
+                            kernel_h=2, kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1),
+            "loss": dict(batch=1, channels=2, height=6, width=500, out_channels=3, kernel_h=3,
+                         kernel_w=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+            "gradient": dict(batch=2, channels=2, height=4, width=200, out_channels=3,
+                             kernel_h=3, kernel_w=3, stride_h=1, stride_w=2, pad_h=1, pad_w=1)}
     jobs = [{"phase": "forward", "layer": one, "seed": 50},
             {"phase": "forward", "layer": one, "seed": 51, "requant": 0, "pauses": True},
             {"phase": "loss", "layer": one, "seed": 52, "pauses": True},
@@ -336,9 +345,13 @@ def test_float_training_phases_verilator(preset):
             {"phase": "gradient", "layer": grad8, "seed": 56, "pauses": True},
             # the traditional flow: the forward of the zero-spaced operands
             {"phase": "loss", "layer": one, "seed": 57, "baseline": True},
-            {"phase": "gradient", "layer": one, "seed": 58, "baseline": True}]
+            {"phase": "gradient", "layer": one, "seed": 58, "baseline": True},
+            {"phase": "forward", "layer": wide["forward"], "seed": 60, "requant": 0},
+            {"phase": "loss", "layer": wide["loss"], "seed": 61, "pauses": True},
+            {"phase": "gradient", "layer": wide["gradient"], "seed": 62, "pauses": True}]
     res = run_jobs(cfg, jobs)
     assert [r["match"] for r in res] == [True] * len(jobs)
+    assert [r["strips"] for r in res[-3:]] == [2, 2, 2]
     # Y blocked by cols channels (N KT OH OW cols): fp32, then the operand format
     assert res[0]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 4
     assert res[1]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 2

@@ -127,3 +127,38 @@ def test_accelerator_gradient_adds_images_then_bands_in_p():
                               for o1, o2 in zip(p, part)], dtype=np.uint32)
         got = fls.accelerator_gradient(x, dy, (3, 3), "bf16", band=band, **geo)
         np.testing.assert_array_equal(got, p.astype(np.int64), err_msg=f"band {band}")
+
+
+@pytest.mark.parametrize("phase", ["forward", "loss", "gradient"])
+def test_column_strips_are_the_whole_layer_where_the_order_is_the_same(phase):
+    """accelerator_strips of a layer cut into column strips (bpsa.plan.tiling.strips, pad_w
+    0, padding columns as zero operands): the forward's and the loss's strips give every
+    output's own context, so they equal the whole layer bit for bit on random encodings
+    (specials and zeros included); the gradient's strips add their partial dW on the host,
+    another order, which equals the whole layer where nothing rounds (small integers)."""
+    from bpsa.plan.tiling import strips
+    rng = np.random.default_rng(12)
+    geo = dict(stride=(2, 4), padding=(1, 2), dilation=(1, 2))     # dX columns no tap reaches
+    n, c, h, w, k, r, s = 2, 3, 7, 23, 4, 3, 2
+    oh, ow = golden.output_hw((h, w), (r, s), *geo.values())
+    x = random_float_operands("bf16", (n, c, h, w), rng, 0.2, 0.02)
+    wt = random_float_operands("bf16", (k, c, r, s), rng, 0.2, 0.02)
+    dy = random_float_operands("bf16", (n, k, oh, ow), rng, 0.2, 0.02)
+    ints = {"x": rng.integers(-3, 4, x.shape), "dy": rng.integers(-3, 4, dy.shape)}
+    if phase == "gradient":
+        x, dy = _enc(ints["x"]), _enc(ints["dy"])
+    for width in (1, 4, 9):
+        cut = strips(phase, w, s, 4, 2, 2, width)
+        plans = [{"group": 2, "band": 3}] * len(cut)
+        hw = {"forward": None, "loss": (h, w), "gradient": (r, s)}[phase]
+        got = fls.accelerator_strips(phase, {"x": x, "w": wt, "dy": dy}, "bf16", **geo, hw=hw,
+                                     cut={"strips": cut, "plans": plans}, requant=False)
+        if phase == "forward":
+            want = fls.accelerator_forward(x, wt, "bf16", **geo, group=2)
+        elif phase == "loss":
+            want = fls.accelerator_loss(dy, wt, hw, "bf16", **geo, group=2)
+        else:
+            want = golden.conv2d_weight_grad(ints["x"], ints["dy"], hw, *geo.values())
+            got = _dec(got)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want),
+                                      err_msg=f"{phase}, strips of {width}")

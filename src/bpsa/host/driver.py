@@ -424,10 +424,6 @@ class Driver:
                 except ValueError as e:
                     raise ValueError(f"{phase} layer does not fit configuration "
                                      f"{self.config.name!r}: {e}") from None
-            if "strips" in p and self.config.is_float:
-                raise ValueError(f"{phase} layer does not fit configuration "
-                                 f"{self.config.name!r} in one piece, and column strips are "
-                                 f"not built in floating point yet")
             if "strips" in p:
                 return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
                                               relu)
@@ -495,8 +491,10 @@ class Driver:
     async def _run_strips(self, phase, cut, x, w, dy, layer, mode, requant, relu=False):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one
         descriptor a strip: gather each strip's operands on the host (padding columns as
-        zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added with
-        ``acc_width``-bit wrap-around, as the hardware's accumulators do). :attr:`counters`
+        zeros, ``pad_w = 0``), put the pieces together (the gradient's partial dW added in
+        strip order with ``acc_width``-bit wrap-around, as the hardware's accumulators do;
+        floating point: from ``+0`` with the contract's fp32 addition,
+        :func:`bpsa.models.floating.add_fast`, as the P buffer adds). :attr:`counters`
         are the sums of every strip's; :attr:`plan` is ``{"strips": [...], "plans": [...]}``.
         ``layer``: the whole layer's :class:`bpsa.spec.layer.ConvLayer`."""
         (n, c, h, wd), (k, _, r, s) = layer.x_shape, layer.w_shape
@@ -525,7 +523,8 @@ class Driver:
                 part = await self.run("gradient", x=xp[..., st.in0 + pw:][..., :st.in_cols],
                                       dy=dy[..., st.out0:st.out0 + st.out_cols],
                                       kernel_hw=(r, s), mode=mode, **sub)
-                out = self._wrap(out + part)
+                out = (floating.add_fast(out, part).astype(np.int64) if self.config.is_float
+                       else self._wrap(out + part))
             total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
         self.counters = total
         self.plan = cut

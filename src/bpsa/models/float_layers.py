@@ -12,8 +12,8 @@ import numpy as np
 
 from bpsa.models import floating, golden
 
-__all__ = ["accelerator_forward", "accelerator_gradient", "accelerator_loss", "conv2d",
-           "conv2d_input_grad", "conv2d_weight_grad"]
+__all__ = ["accelerator_forward", "accelerator_gradient", "accelerator_loss",
+           "accelerator_strips", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
 
 
 def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
@@ -150,6 +150,53 @@ def accelerator_gradient(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1,
                 parts[key] = stack[i]
     order = [(n, r) for n in range(x.shape[0]) for r in full + rest]
     return _stored(_in_p([parts[key] for key in order]), fmt, False, False)
+
+
+def accelerator_strips(phase, ops, fmt, stride=1, padding=0, dilation=1, *, hw, cut,
+                       requant=False, relu=False):
+    """A layer too wide for the controller as the driver runs it, in column strips: ``cut``
+    is the driver's ``{"strips": [...], "plans": [...]}``
+    (:func:`bpsa.plan.tiling.column_strips`), each strip one layer ``engine_w`` wide with
+    ``pad_w = 0`` whose padding columns are zero operands, run by :func:`accelerator_forward`,
+    :func:`accelerator_loss` or :func:`accelerator_gradient` with its own plan's group or band.
+    Forward and loss strips each give their own output columns (a loss strip no dY column
+    reaches gives ``+0``); the gradient's strips' partial dW are added on the host in strip
+    order from ``+0`` (``floating.add``). ``ops``: the phase's operands by name (``x``, ``w``,
+    ``dy``); ``hw``: the loss's input size or the gradient's kernel size."""
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    sub = dict(stride=(sh, sw), padding=(ph, 0), dilation=(dh, dw))
+    if phase != "loss":
+        x = np.asarray(ops["x"], dtype=np.int64)
+        xp = np.pad(x, ((0, 0), (0, 0), (0, 0), (pw, pw)))
+    out = None
+    for st, p in zip(cut["strips"], cut["plans"]):
+        if phase == "forward":
+            part = accelerator_forward(xp[..., st.in0 + pw:st.in0 + pw + st.in_cols],
+                                       ops["w"], fmt, group=p["group"], requant=requant,
+                                       relu=relu, **sub)
+            if out is None:
+                out = np.zeros(part.shape[:3] + (sum(s.out_cols for s in cut["strips"]),),
+                               dtype=np.int64)
+            out[..., st.out0:st.out0 + st.out_cols] = part
+        elif phase == "loss":
+            if out is None:
+                dy = np.asarray(ops["dy"], dtype=np.int64)
+                out = np.zeros((dy.shape[0], np.shape(ops["w"])[1]) + tuple(hw), dtype=np.int64)
+            if st.in_cols == 0:
+                continue
+            part = accelerator_loss(dy[..., st.in0:st.in0 + st.in_cols], ops["w"],
+                                    (hw[0], st.engine_w), fmt, group=p["group"],
+                                    requant=requant, **sub)
+            keep = part[..., st.skip:st.skip + st.out_cols]
+            out[..., st.out0:st.out0 + keep.shape[-1]] = keep
+        else:
+            dy = np.asarray(ops["dy"], dtype=np.int64)
+            if out is None:
+                out = np.zeros((dy.shape[1], x.shape[1]) + tuple(hw), dtype=np.uint32)
+            out = floating.add_fast(out, accelerator_gradient(
+                xp[..., st.in0 + pw:st.in0 + pw + st.in_cols],
+                dy[..., st.out0:st.out0 + st.out_cols], hw, fmt, band=p["band"], **sub))
+    return out
 
 
 def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows):
