@@ -68,8 +68,6 @@ FP = {"arithmetic": "bf16", "operand_width": 16, "acc_width": 32, "dataflows": [
                                   r"ws, is and interleaved dataflows are not built in floating "
                                   r"point yet\), not \['os', 'ws'\]"),
     ({"reserve_registers": False}, r"reserve_registers must be true with arithmetic 'bf16'"),
-    ({"pool_kinds": ["max"]}, r"pool_kinds must be \[\] with arithmetic 'bf16' \(the pooling "
-                              r"unit is not built in floating point yet\), not \['max'\]"),
 ])
 def test_floating_point_fixes_widths_and_refuses_what_is_not_built(change, match):
     c = Config(**FP)

@@ -12,6 +12,7 @@ from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.engines.pool import PoolEngine
+from bpsa.models import float_pool, floating
 from bpsa.models.golden import pool2d, pool2d_backward
 from bpsa.plan.tiling import pool_plan
 
@@ -19,6 +20,9 @@ from bpsa.plan.tiling import pool_plan
 CFG = Config(name="pool_test", rows=2, cols=3, dataflows=["os"], dim_width=8,
              buf_a_depth=64, buf_b_depth=64, buf_p_depth=32, buf_pool_depth=256,
              pool_kinds=("max", "avg"))
+#: bf16 operands, fp32 P.
+CFG_BF16 = CFG.replace(name="pool_test_bf16", arithmetic="bf16", operand_width=16,
+                       acc_width=32)
 #: Unsigned operands, max only.
 CFG_U = CFG.replace(name="pool_test_u", operand_width=6, operand_signed=False, acc_width=16,
                     pool_kinds=("max",))
@@ -49,6 +53,9 @@ def _run_engine(cfg, phase, x, dy, lay, relu):
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     mask = (1 << cfg.operand_width) - 1
+    # P's addition: integers, or the contract's fp32 addition of encodings (P cleared to +0)
+    add = ((lambda a, b: floating.add(a & 0xFFFFFFFF, b & 0xFFFFFFFF)) if cfg.is_float
+           else (lambda a, b: a + b))
 
     async def bench(ctx):
         for run in plan["runs"]:
@@ -88,7 +95,7 @@ def _run_engine(cfg, phase, x, dy, lay, relu):
                     addr = ctx.get(dut.acc.payload.addr)
                     vec = [ctx.get(dut.acc.payload.data[j]) for j in range(cfg.cols)]
                     assert sum(v != 0 for v in vec) <= 1, "one element a vector"
-                    got[addr] = [a + b for a, b in zip(got.get(addr, [0] * cfg.cols), vec)]
+                    got[addr] = [add(a, b) for a, b in zip(got.get(addr, [0] * cfg.cols), vec)]
                 await ctx.tick()
                 if not ctx.get(dut.busy) and not ctx.get(dut.acc.valid):
                     break
@@ -160,3 +167,63 @@ def test_pool_average_rounding_extremes():
         dy = np.full((1, 1, 1, 1), v)
         got, _ = _run_engine(CFG, "pool_backward", x, dy, lay, False)
         np.testing.assert_array_equal(got, pool2d_backward(dy, x, "avg", 2, 2, 0))
+
+
+def _float_operands(rng, fmt, shape):
+    """Encodings from a small set (ties are frequent): both zeros, a subnormal, small
+    integers and halves of both signs, values 2**28 apart (their fp32 sums round, so the
+    order of the additions shows), and now and then an infinity or a NaN."""
+    vals = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, 1.5, -3.0, 2.0 ** 28,
+                     -2.0 ** 28, 3 * 2.0 ** 27], dtype=np.float32)
+    f = floating.float_format(fmt)
+    pool = list(floating.from_float32(vals, fmt)) + [1, (1 << (f.bits - 1)) | 1]  # subnormals
+    t = rng.choice(np.array(pool, dtype=np.int64), shape)
+    specials = np.array([f.inf, f.inf | (1 << (f.bits - 1)), f.nan], dtype=np.int64)
+    odd = rng.random(shape) < 0.03
+    t[odd] = rng.choice(specials, int(odd.sum()))
+    return t
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_float_pool_forward_backward_random(seed):
+    """bf16: the unit's results in P equal bpsa.models.float_pool (max by the FP order, the
+    first largest; the average's fp32 sum in window order times fp32(1 / (R S)), rounded
+    once; max backward's dY added into P at the first largest; avg backward's sums of the
+    covering windows' dY, scaled), zeros of both signs, subnormals, infinities and NaNs
+    included."""
+    rng = np.random.default_rng(100 + seed)
+    lay = _layer(rng, CFG_BF16)
+    x = _float_operands(rng, "bf16", (lay["n"], lay["c"], lay["h"], lay["w"]))
+    args = (lay["kind"], (lay["r"], lay["s"]), lay["stride"], lay["pad"], "bf16")
+    y = float_pool.pool2d(x, *args, requant=False)
+    got, _ = _run_engine(CFG_BF16, "pool_forward", x, None, lay, False)
+    np.testing.assert_array_equal(got & 0xFFFFFFFF, y, err_msg=f"forward {lay}")
+    dy = _float_operands(rng, "bf16", y.shape)
+    relu = bool(rng.integers(0, 2))
+    want = float_pool.pool2d_backward(dy, x, *args, relu=relu)
+    got, _ = _run_engine(CFG_BF16, "pool_backward", x, dy, lay, relu)
+    np.testing.assert_array_equal(got & 0xFFFFFFFF, want, err_msg=f"backward {lay} relu {relu}")
+
+
+def test_float_pool_sums_in_the_documented_order():
+    """The order of the fp32 additions shows where the sums round: a forward average's
+    window ``[2**28, 1, -2**28]`` in row-major order sums to 0 (1 is lost), in any order
+    starting with the two large values to 1; a dX element covered by three windows whose dY
+    are ``[1, 2**28, -2**28]`` (top to bottom) sums bottom window first: 1. Both equal
+    float_pool and differ from the other order."""
+    enc = (lambda v: floating.from_float32(np.asarray(v, np.float32), "bf16")
+           .astype(np.int64))
+    big = 2.0 ** 28
+    lay = dict(n=1, c=1, h=1, w=3, r=1, s=3, stride=(1, 1), pad=(0, 0), kind="avg")
+    x = enc([[[[big, 1.0, -big]]]])
+    got, _ = _run_engine(CFG_BF16, "pool_forward", x, None, lay, False)
+    want = float_pool.pool2d(x, "avg", (1, 3), 1, 0, "bf16", requant=False)
+    assert got[0, 0, 0, 0] & 0xFFFFFFFF == want[0, 0, 0, 0] == 0     # (2**28 + 1) - 2**28
+    lay = dict(n=1, c=1, h=5, w=1, r=3, s=1, stride=(1, 1), pad=(0, 0), kind="avg")
+    x = enc(np.ones((1, 1, 5, 1)))
+    dy = enc([[[[1.0], [big], [-big]]]])
+    got, _ = _run_engine(CFG_BF16, "pool_backward", x, dy, lay, False)
+    want = float_pool.pool2d_backward(dy, x, "avg", (3, 1), 1, 0, "bf16")
+    np.testing.assert_array_equal(got & 0xFFFFFFFF, want)
+    third = floating.to_float32(np.uint32(want[0, 0, 2, 0]), "fp32")
+    assert third == np.float32(1) / np.float32(3)        # (-2**28 + 2**28) + 1, scaled

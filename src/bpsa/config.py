@@ -40,7 +40,7 @@ FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
 
 #: The tops (``bpsa.platform.tops``) built in floating point; every other top is integer only
 #: so far and refuses a floating-point configuration.
-FLOAT_TOP_NAMES = ("pe", "array", "conv_forward", "accelerator", "psum_buffer", "requantizer",
+FLOAT_TOP_NAMES = ("pe", "array", "conv_forward", "accelerator", "psum_buffer", "requantizer", "pool",
                    "zf_loss", "zf_gradient")
 
 #: Partial sums an output-stationary floating-point PE keeps per output: its fp32 adder is
@@ -299,10 +299,6 @@ class Config:
         if not self.reserve_registers:
             raise ConfigError(f"reserve_registers must be true with arithmetic {a!r} (the "
                               f"partial sums drain through the reserve chains)")
-        if self.pool_kinds:
-            raise ConfigError(f"pool_kinds must be [] with arithmetic {a!r} (the pooling "
-                              f"unit is not built in floating point yet), not "
-                              f"{list(self.pool_kinds)!r}")
 
     # Derived values -----------------------------------------------------------------------
 

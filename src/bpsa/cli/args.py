@@ -80,7 +80,7 @@ def add_config(sp):
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced: int, or bf16 / fp16 "
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
-                         "docs/floating_point.md; the dataflows, pooling and front ends not "
+                         "docs/floating_point.md; the dataflows and front ends not "
                          "built in floating point yet are left out, with a note). Default: "
                          "the configuration's own")
 
@@ -139,10 +139,9 @@ def config_of(args):
         changes.update(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
         # what floating point does not build yet is left out, and said so
         dropped = [d for d in config.dataflows if d != "os"] + \
-            [f"{k} pooling" for k in config.pool_kinds] + \
             [f for f in config.forward_frontends if f != "feeder"]
         if dropped:
-            changes.update(dataflows=("os",), pool_kinds=(), forward_frontends=("feeder",),
+            changes.update(dataflows=("os",), forward_frontends=("feeder",),
                            backward_modes=None)
             print(f"bpsa: --arithmetic {arithmetic}: {config.name}'s "
                   f"{', '.join(dropped)} not built in floating point yet; left out",

@@ -15,7 +15,8 @@ from amaranth.lib.wiring import In, Out
 from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 
 __all__ = ["EXP_SHAPE", "FloatAdder", "FloatKind", "FloatMac", "FloatMultiplier", "addend_layout",
-           "fp32_addend", "fp32_relu", "fp32_to", "product_layout"]
+           "fp32_addend", "fp32_relu", "fp32_to", "is_positive", "order_key", "product_layout",
+           "widen"]
 
 #: Exponents inside the units: a product's leading bit lies in ``[2**-252, 2**256)``.
 EXP_SHAPE = signed(11)
@@ -352,3 +353,46 @@ def fp32_relu(bits, fmt):
     e = bits[f.man_bits:f.man_bits + f.exp_bits]
     nan = (e == (1 << f.exp_bits) - 1) & bits[:f.man_bits].any()
     return Mux(nan, f.nan, Mux(bits[f.bits - 1], 0, bits))
+
+
+def widen(m, bits, fmt, name):
+    """An encoding of ``fmt`` as the fp32 encoding of its value (combinational; the
+    contract's reading of an operand: a zero or subnormal is a zero of its sign, a NaN the
+    canonical fp32 NaN)."""
+    f = float_format(fmt)
+    kind, sign, exp, sig = _decode(m, bits, f, f"{name}_in")
+    out = Signal(32, name=name)
+    with m.Switch(kind):
+        with m.Case(FloatKind.ZERO):
+            m.d.comb += out.eq(Cat(Const(0, 31), sign))
+        with m.Case(FloatKind.NAN):
+            m.d.comb += out.eq(F32.nan)
+        with m.Case(FloatKind.INF):
+            m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), sign))
+        with m.Default():
+            m.d.comb += out.eq(Cat(Const(0, 23 - f.man_bits), sig[:f.man_bits],
+                                   (exp + F32.bias)[:8], sign))
+    return out
+
+
+def order_key(m, bits, fmt, name):
+    """The pooling unit's order of ``fmt`` encodings as an unsigned ``bits + 1``-bit key
+    (combinational): a NaN above every number, then the numbers by value, ``-0`` below
+    ``+0``, a subnormal a zero of its sign."""
+    f = float_format(fmt)
+    kind, sign, _, _ = _decode(m, bits, f, f"{name}_in")
+    mag = Signal(f.bits - 1, name=f"{name}_mag")
+    m.d.comb += mag.eq(Mux(kind == FloatKind.ZERO, 0, bits[:f.bits - 1]))
+    key = Signal(f.bits + 1, name=name)
+    m.d.comb += key.eq(Mux(kind == FloatKind.NAN, 1 << f.bits,
+                           Mux(sign, (1 << (f.bits - 1)) - 1 - mag,
+                               (1 << (f.bits - 1)) + mag)))
+    return key
+
+
+def is_positive(bits, fmt):
+    """``x > 0`` of an encoding of ``fmt`` (a NaN, a zero and a subnormal are not)."""
+    f = float_format(fmt)
+    e = bits[f.man_bits:f.man_bits + f.exp_bits]
+    nan = (e == (1 << f.exp_bits) - 1) & bits[:f.man_bits].any()
+    return ~bits[f.bits - 1] & (e != 0) & ~nan

@@ -26,7 +26,8 @@ import operator
 from dataclasses import dataclass
 
 __all__ = ["Check", "Checks", "Div", "Expr", "Mul", "Refusal", "Set", "Skip", "evaluate",
-           "high_bits", "lift", "low_bits", "minimum", "select", "value", "var"]
+           "fp32_reciprocal", "high_bits", "lift", "low_bits", "minimum", "select", "value",
+           "var"]
 
 
 class Expr:
@@ -115,6 +116,25 @@ def high_bits(value, first):
     return Op("high_bits", (lift(value), Const(first)))
 
 
+def fp32_reciprocal(value):
+    """The fp32 encoding of ``1 / value`` (``value`` a positive integer below ``2**24``),
+    rounded to nearest even (the floating-point average pooling's scale)."""
+    return Op("fp32_reciprocal", (lift(value),))
+
+
+def _fp32_reciprocal(v):
+    """``1 / v`` rounded to fp32, in integers: ``v = 2**e`` gives ``2**-e``; otherwise the
+    significand ``2**(e + 24) / v`` lies in ``(2**23, 2**24)``, never a tie (``v`` has an odd
+    factor), rounded to nearest."""
+    if not 1 <= v < 1 << 24:
+        raise ValueError(f"fp32_reciprocal takes an integer in [1, 2**24), not {v}")
+    e = v.bit_length() - 1
+    if v == 1 << e:
+        return (127 - e) << 23
+    sig = ((1 << (e + 25)) + v) // (2 * v)
+    return ((126 - e) << 23) + sig - (1 << 23)
+
+
 # --- steps ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -193,6 +213,8 @@ def value(expr, env):
         return args[1] if args[0] else args[2]
     if expr.op == "low_bits":
         return int(args[0] & ((1 << args[1]) - 1) != 0)
+    if expr.op == "fp32_reciprocal":
+        return _fp32_reciprocal(args[0])
     if expr.op == "high_bits":
         return int(args[0] >> args[1] != 0)
     raise ValueError(f"unknown plan operation {expr.op!r}")

@@ -66,8 +66,8 @@ the P buffer's words; ``d(R-1)``: ``drh``)
     gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
 """
 
-from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, high_bits, lift,
-                               low_bits, minimum, select, var)
+from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, fp32_reciprocal,
+                               high_bits, lift, low_bits, minimum, select, var)
 from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import POOL_RECIP_SHIFT, element_bytes, pool_window_limit
 from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, Mode, Phase,
@@ -528,12 +528,19 @@ def _pool(config, backward):
     pcap = config.buf_p_depth // 2
     cols = config.cols
     pel = pcap * cols
-    limit = pool_window_limit(config)
-    out = [
-        Check((pool_kind == int(PoolKind.AVG)) & (rs > limit), AccelError.POOL,
-              f"an average over {{rs}} elements (more than {limit}) is not divided exactly"),
-        Div("recip", 1 << POOL_RECIP_SHIFT, 2 * rs),
-        Set((("recip", recip + 1), ("drh", r - 1))),
+    if config.is_float:             # the sum times fp32(1 / (R S)), rounded once
+        out = [Check((pool_kind == int(PoolKind.AVG)) & (rs >= 1 << 24), AccelError.POOL,
+                     "an average over {rs} elements (2**24 or more) has no fp32 reciprocal"),
+               Set((("recip", fp32_reciprocal(rs)), ("drh", r - 1)))]
+    else:
+        limit = pool_window_limit(config)
+        out = [
+            Check((pool_kind == int(PoolKind.AVG)) & (rs > limit), AccelError.POOL,
+                  f"an average over {{rs}} elements (more than {limit}) is not divided "
+                  f"exactly"),
+            Div("recip", 1 << POOL_RECIP_SHIFT, 2 * rs),
+            Set((("recip", recip + 1), ("drh", r - 1)))]
+    out += [
         Mul("planes", n, c),
         Div("qw0", pad_w, stride_w),
         Mul("t", qw0, stride_w),

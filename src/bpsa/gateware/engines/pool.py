@@ -57,6 +57,7 @@ from bpsa.config import require_config
 from bpsa.gateware.arith import arith_for
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.controller.psum_buffer import accumulate_layout
+from bpsa.gateware.fpu import FloatMac, is_positive, order_key, widen
 from bpsa.spec.numeric import POOL_DIVIDE_CHUNK, POOL_RECIP_SHIFT, pool_divide_widths
 
 __all__ = ["PoolEngine", "pool_run_layout"]
@@ -106,7 +107,6 @@ class PoolEngine(CheckedComponent):
                              f"none)")
 
     def __init__(self, config):
-        config.require_int("pooling unit")
         self.config = config
         aw = exact_log2(config.buf_pool_depth)
         super().__init__({
@@ -125,6 +125,7 @@ class PoolEngine(CheckedComponent):
         op = ar.operand_shape
         aw = exact_log2(cfg.buf_pool_depth)
         has_avg, has_max = cfg.has_pool("avg"), cfg.has_pool("max")
+        fp = cfg.is_float
         mem = m.submodules.buf = Memory(shape=op, depth=cfg.buf_pool_depth, init=[])
         wp = mem.write_port()
         m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
@@ -186,6 +187,8 @@ class PoolEngine(CheckedComponent):
         dtop0, dwrow0, xband = Signal(ad), Signal(ad), Signal(ad)
         xbend0, xbend = Signal(ad), Signal(ad)     # the band's end word (plane 0, this plane)
         total = Signal(signed(acc_w))              # the window's sum (forward avg)
+        wait = Signal(range(16))                   # floating point: cycles left in a wait
+        scan_done = Signal()                       # the window's last tap was read
         # the result and the division
         value = Signal(signed(acc_w))
         reads = Signal(32)
@@ -202,7 +205,7 @@ class PoolEngine(CheckedComponent):
                     colok.eq(col_of(lft)), lok.eq(col_of(lft)), qlast.eq(sone),
                     rlast.eq(rone),
                     taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
-                    first.eq(1), total.eq(0)]
+                    first.eq(1), total.eq(0), scan_done.eq(0)]
 
         def put(v, at_word, at_lane):
             m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
@@ -241,10 +244,18 @@ class PoolEngine(CheckedComponent):
                      apend.eq(0)]
         with m.If(xget):
             m.d.sync += xval.eq(rp.data)
+        if fp:
+            mac, scaling = self._float_mac(m, L, locals())
+            larger = order_key(m, rdata, cfg.arithmetic, "key_tap") > \
+                order_key(m, best, cfg.arithmetic, "key_best")
+        else:
+            larger = rdata > best
         with m.If(pend2):                         # the data of a tap read two cycles before
-            with m.If(first | (rdata > best)):
+            with m.If(first | larger):
                 m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
-            m.d.sync += [first.eq(0), total.eq(total + rdata)]
+            m.d.sync += first.eq(0)
+            if not fp:
+                m.d.sync += total.eq(total + rdata)
 
         with m.FSM(name="pool") as fsm:
             with m.State("IDLE"):
@@ -321,9 +332,7 @@ class PoolEngine(CheckedComponent):
                     m.d.sync += [offw.eq(remw), owc.eq(qw),
                                  cend.eq((remw >= L.s) | (qw < 0)), cout.eq(qw >= L.ow)]
                     m.next = "CAND_COL"
-            with m.State("CAND_COL"):
-                with m.If(apend):            # the dY read two cycles before
-                    m.d.sync += acc.eq(acc + rdata)
+            def cand_col():
                 with m.If(cend):
                     next_row()
                     m.next = "CAND_ROW"
@@ -333,6 +342,24 @@ class PoolEngine(CheckedComponent):
                     m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
                     m.d.sync += reads.eq(reads + 1)
                     m.next = "CAND_D"
+
+            with m.State("CAND_COL"):
+                if fp:                       # the dY read two cycles before: into the adder,
+                    with m.If(apend):        # and wait for its sum (CAND_WAIT)
+                        m.d.sync += wait.eq(FloatMac.LATENCY - 1)
+                        m.next = "CAND_WAIT"
+                    with m.Else():
+                        cand_col()
+                else:
+                    with m.If(apend):        # the dY read two cycles before
+                        m.d.sync += acc.eq(acc + rdata)
+                    cand_col()
+            if fp:
+                with m.State("CAND_WAIT"):
+                    m.d.sync += wait.eq(wait - 1)
+                    with m.If(wait == 0):
+                        m.d.sync += acc.eq(mac.result)
+                        m.next = "CAND_COL"
             with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
                 m.d.sync += apend.eq(1)
                 next_col()
@@ -342,14 +369,15 @@ class PoolEngine(CheckedComponent):
             if has_max:
                 self._scatter(m, L, locals())
             with m.State("PIXEL_END"):
-                positive = (xval > 0) if op.signed else (xval != 0)
+                positive = (is_positive(xval, cfg.arithmetic) if fp else
+                            (xval > 0) if op.signed else (xval != 0))
                 m.d.sync += [mask.eq(L.relu & ~positive), value.eq(acc)]
                 m.next = "PIXEL_VAL"
             with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
                 m.next = "EMIT"
                 if has_avg:
                     with m.If(L.avg):
-                        m.next = "DIV0"
+                        m.next = "SCALE" if fp else "DIV0"
 
             # --- the window scan: one tap a cycle, the read's data two cycles on (taken in
             # SCAN, SCAN_END and SCAN_END2, outside the states: only SCAN reads taps) ---------
@@ -359,6 +387,10 @@ class PoolEngine(CheckedComponent):
                 m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
                 with m.If(ok):
                     m.d.sync += reads.eq(reads + 1)
+                if fp:                       # avg: one tap in the adder at a time
+                    with m.If(L.avg & ~L.backward):
+                        m.d.sync += wait.eq(self.FLOAT_TAP - 2)
+                        m.next = "SCAN_WAIT"
                 with m.If(~qlast):           # the next column: its tests from the values before
                     m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
                                  colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
@@ -368,25 +400,51 @@ class PoolEngine(CheckedComponent):
                                  rowok.eq((crow >= -1) & (crow < hm1)), rlast.eq(tr >= rm2),
                                  taddr.eq(rstart + L.w), rstart.eq(rstart + L.w)]
                     with m.If(rlast):
-                        m.next = "SCAN_END"
+                        m.d.sync += scan_done.eq(1)
+                        if fp:
+                            with m.If(~L.avg | L.backward):
+                                m.next = "SCAN_END"
+                        else:
+                            m.next = "SCAN_END"
+            if fp:
+                with m.State("SCAN_WAIT"):   # until the tap's sum is in total
+                    m.d.sync += wait.eq(wait - 1)
+                    with m.If(wait == 0):
+                        m.next = "SCAN"
+                        with m.If(scan_done):
+                            m.next = "SCAN_END"
             with m.State("SCAN_END"):
                 m.next = "SCAN_END2"
-            with m.State("SCAN_END2"):
+            if fp:
+                with m.State("SCAN_END2"):   # P's adders: a word's vectors FLOAT_SPACING apart
+                    m.next = "SCAN_END3"
+            with m.State("SCAN_END3" if fp else "SCAN_END2"):
                 with m.If(L.backward):
                     m.next = "SCATTER"
                 with m.Else():
                     m.next = "FWD_VAL"
             with m.State("FWD_VAL"):
-                m.d.sync += value.eq(best)
+                m.d.sync += value.eq(widen(m, best, cfg.arithmetic, "best32") if fp else best)
                 m.next = "EMIT"
                 if has_avg:
                     with m.If(L.avg):
                         m.d.sync += value.eq(total)
-                        m.next = "DIV0"
+                        m.next = "SCALE" if fp else "DIV0"
 
-            # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)) -----------------
-            if has_avg:
+            # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)); floating
+            # point: value times fp32(1 / (R S)), rounded once ---------------------------------
+            if has_avg and not fp:
                 self._divide(m, L, value)
+            if has_avg and fp:
+                with m.State("SCALE"):       # value x recip into the MAC (_float_mac)
+                    m.d.comb += scaling.eq(1)
+                    m.d.sync += wait.eq(FloatMac.LATENCY - 1)
+                    m.next = "SCALE_WAIT"
+                with m.State("SCALE_WAIT"):
+                    m.d.sync += wait.eq(wait - 1)
+                    with m.If(wait == 0):
+                        m.d.sync += value.eq(mac.result)
+                        m.next = "EMIT"
 
             with m.State("EMIT"):
                 emit(Mux(mask, 0, value))
@@ -440,6 +498,30 @@ class PoolEngine(CheckedComponent):
         top.d.sync += alive.eq(1)
         top.submodules.core = ResetInserter({"sync": ~alive})(m)
         return top
+
+    #: Floating point, forward average: cycles a tap (its sum through the MAC before the next).
+    FLOAT_TAP = 2 + FloatMac.LATENCY - 1
+
+    def _float_mac(self, m, L, v):
+        """Floating point: the unit's one fp32 :class:`FloatMac` (``acc + a b`` rounded once,
+        ``FloatMac.LATENCY`` cycles), for the average's sums (``a`` the tap or dY widened to
+        fp32, ``b`` one: the contract's addition) and its scaling (in state SCALE: the sum
+        times ``recip``, fp32(1 / (R S)), added to ``+0``). A forward tap's sum lands in
+        ``total`` ``LATENCY`` cycles after the tap's data (SCAN_WAIT waits for it)."""
+        mac = m.submodules.mac = FloatMac("fp32")
+        tap = widen(m, v["rdata"], self.config.arithmetic, "tap32")
+        scaling = Signal()                          # driven by state SCALE
+        m.d.comb += [mac.a.eq(Mux(scaling, v["value"][:32], tap)),
+                     mac.b.eq(Mux(scaling, L.recip[:32], 0x3F800000)),
+                     mac.acc.eq(Mux(scaling, 0, Mux(L.backward, v["acc"], v["total"])))]
+        land = v["pend2"] & L.avg & ~L.backward
+        for k in range(FloatMac.LATENCY):
+            later = Signal(name=f"sum_d{k + 1}")
+            m.d.sync += later.eq(land)
+            land = later
+        with m.If(land):
+            m.d.sync += v["total"].eq(mac.result)
+        return mac, scaling
 
     def _divide(self, m, L, value):
         """States DIV0, DIV1, ...: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
@@ -524,7 +606,9 @@ class PoolEngine(CheckedComponent):
         ln = Signal(range(cfg.cols))
         m.d.comb += ln.eq(e - wq * cfg.cols)
         inside = (amaddr >= xband) & (amaddr < v["xbend"])
-        positive = (best > 0) if op.signed else (best != 0)
+        fp = cfg.is_float
+        positive = (is_positive(best, cfg.arithmetic) if fp else
+                    (best > 0) if op.signed else (best != 0))
         with m.State("SROW"):
             with m.If(~v["ymore"]):          # the plane's windows are done
                 with m.If(v["more"]):
@@ -546,7 +630,7 @@ class PoolEngine(CheckedComponent):
             m.next = "SCAN"
         with m.State("SCATTER"):
             with m.If(inside & (~L.relu | positive)):
-                v["put"](dsave, wq, ln)
+                v["put"](widen(m, dsave, cfg.arithmetic, "dy32") if fp else dsave, wq, ln)
             with m.If(~v["xlast"]):
                 m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
                              left.eq(left + L.stride_w)]
