@@ -312,7 +312,10 @@ def test_float_training_phases_verilator(preset):
     (2 x 4); batches, rectangular strides, stores as fp32 and rounded to the operand format
     (REQUANT), under memory back-pressure; the traditional flow's loss and gradient (the
     forward of the zero-spaced operands); layers too wide for a bank in column strips
-    (``float_layers.accelerator_strips``); a requantization shift is refused by name."""
+    (``float_layers.accelerator_strips``); the pooling unit's phases
+    (``float_pool``), the cycle model within 3 % of them; a requantization shift is refused
+    by name."""
+    from bpsa.models.perf import pool_cycles
     from bpsa.plan import capability
     from bpsa.plan.tiling import plan
     from bpsa.sim.native import run_jobs
@@ -349,9 +352,33 @@ def test_float_training_phases_verilator(preset):
             {"phase": "forward", "layer": wide["forward"], "seed": 60, "requant": 0},
             {"phase": "loss", "layer": wide["loss"], "seed": 61, "pauses": True},
             {"phase": "gradient", "layer": wide["gradient"], "seed": 62, "pauses": True}]
+    # the pooling unit: max by the FP order, averages' fp32 sums scaled by fp32(1 / (R S))
+    # (bpsa.models.float_pool), overlapping windows, padding, the ReLU's backward, 1 x 1
+    pool = dict(batch=2, channels=3, height=8, width=9, kernel_h=2, kernel_w=2, stride_h=2,
+                stride_w=2, pad_h=0, pad_w=0, out_channels=3)
+    pools = [("pool_forward", dict(kind="max")), ("pool_backward", dict(kind="max", relu=True)),
+             ("pool_forward", dict(kind="avg", kernel_h=3, kernel_w=3, stride_w=1, pad_h=1,
+                                   pad_w=1, relu=True)),
+             ("pool_backward", dict(kind="avg", kernel_h=3, kernel_w=2, stride_h=1, pad_h=1)),
+             ("pool_backward", dict(kind="max", kernel_h=3, kernel_w=3, stride_h=1,
+                                    stride_w=1, pad_h=1, pad_w=1)),
+             ("pool_backward", dict(kind="max", kernel_h=1, kernel_w=1, stride_h=1,
+                                    stride_w=1, relu=True))]
+    jobs += [{"phase": phase, "layer": {**pool, **lay}, "seed": 70 + i, "pauses": i % 2 == 1}
+             for i, (phase, lay) in enumerate(pools)]
     res = run_jobs(cfg, jobs)
     assert [r["match"] for r in res] == [True] * len(jobs)
-    assert [r["strips"] for r in res[-3:]] == [2, 2, 2]
+    assert [r["strips"] for r in res[-9:-6]] == [2, 2, 2]
+    for r, (phase, lay), job in zip(res[-6:], pools, jobs[-6:]):
+        if job["pauses"]:               # the cycle model follows the unit (without stalls)
+            continue
+        lay = {**pool, **lay}
+        model = pool_cycles(cfg, phase, n=2, c=3, h=lay["height"], w=lay["width"],
+                            r=lay["kernel_h"], s=lay["kernel_w"],
+                            stride=(lay["stride_h"], lay["stride_w"]),
+                            pad=(lay["pad_h"], lay["pad_w"]), kind=lay["kind"],
+                            relu=lay.get("relu", False), requant=phase == "pool_forward")
+        assert abs(model.cycles / r["cycles"] - 1) < 0.03, (phase, lay)
     # Y blocked by cols channels (N KT OH OW cols): fp32, then the operand format
     assert res[0]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 4
     assert res[1]["counters"]["dma_write_bytes"] == 2 * 2 * 8 * 5 * cfg.cols * 2

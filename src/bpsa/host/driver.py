@@ -660,6 +660,8 @@ class Driver:
         raw = await self.t.read_mem(addrs[-1], count * eb)
         if requant is not None:
             vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
+            if self.config.is_float:        # the operand format's encodings
+                return vals.astype(np.int64).reshape(out_shape)
             return wrap_array(vals, self.config.operand_width,
                               self.config.operand_signed).reshape(out_shape)
         return self._from_bytes(raw, out_shape)

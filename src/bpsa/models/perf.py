@@ -42,7 +42,7 @@ from bpsa.plan import capability, setup, tiling
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import ConvLayer, out_size
-from bpsa.spec.numeric import element_bytes, pool_divide_cycles
+from bpsa.spec.numeric import POOL_FLOAT_MAC_LATENCY, element_bytes, pool_divide_cycles
 from bpsa.spec.regmap import Mode, Phase
 
 __all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "phase_table",
@@ -784,20 +784,24 @@ def min_bytes(config, phase, layer, *, requant=False):
 
 
 def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,
-                      ph, pw, div):
+                      ph, pw, div, fp=False):
     """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.engines.pool`), from
     its state sequence: eleven set-up cycles (the products one a cycle). Forward, an output:
     its window's ``R S`` taps one a cycle and five cycles around them (``div`` more to
     divide). Backward, max: a window of the band's ``drows`` dY rows, its dY read, its taps
     scanned and its scatter (``R S + 5``). Backward, avg, a dX element: the covering windows'
     candidate rows (one cycle each), for each row inside dY the candidate columns (one cycle
-    each, a window inside dY one more)."""
-    div = div if avg else 0
+    each, a window inside dY one more). Floating point (``fp``): a window scan one cycle more
+    (P's adders), a forward average's tap ``POOL_FLOAT_MAC_LATENCY + 1`` cycles, a dY summed
+    by the average's backward as many more, and the scaling (``div``) as many."""
+    mac = POOL_FLOAT_MAC_LATENCY + 1
+    div = (mac if fp else div) if avg else 0
+    tap = mac if fp and avg else 1
     if not bwd:
-        per_row = 2 + ow * (r * s + 5 + div)
+        per_row = 2 + ow * (r * s * tap + 5 + fp + div)
         return 12 + planes * (1 + rows * per_row)
     if not avg:
-        return 12 + planes * (2 + drows * (1 + ow * (r * s + 5)))
+        return 12 + planes * (2 + drows * (1 + ow * (r * s + 5 + fp)))
 
     def walk(first, count, stride, pad, kernel, outs):
         """Per coordinate: (cycles of its candidate loop, windows inside the output)."""
@@ -819,7 +823,7 @@ def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, 
 
     rv, rin = walk(y0, rows, sh, ph, r, oh)
     cv, cin = walk(0, w, sw, pw, s, ow)
-    col_cost = sum(cv) + sum(cin)                   # a valid row's column loops, all x
+    col_cost = sum(cv) + sum(cin) * (1 + mac * fp)  # a valid row's column loops, all x
     per_elem = 1 + 1 + 1 + div + 1                 # PIXEL, END, VAL, EMIT
     plane = rows * (2 + w * per_elem) + w * sum(rv) + sum(rin) * col_cost
     return 12 + planes * (1 + plane)
@@ -866,7 +870,8 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         comp = _pool_unit_cycles(bwd=bwd, avg=kind == "avg", relu=relu, planes=run["planes"],
                                  rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w,
                                  oh=e["oh"], ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
-                                 ph=pad[0], pw=pad[1], div=pool_divide_cycles(config))
+                                 ph=pad[0], pw=pad[1], div=pool_divide_cycles(config),
+                                 fp=config.is_float)
         runs.append((loads, comp, True, gaps[i]))
         stores.append(store if i else [])
         clears.append(run["planes"] * run["p_row"])

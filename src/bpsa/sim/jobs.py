@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from bpsa.models import float_layers, golden
+from bpsa.models import float_layers, float_pool, golden
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
@@ -80,15 +80,24 @@ async def run_job(cfg, drv, job, clock, plan=None):
         kind, relu = lay["kind"], bool(lay.get("relu"))
         k = (layer.kernel_h, layer.kernel_w)
         pargs = dict(stride=args["stride"], padding=args["padding"], relu=relu)
+        fmt = cfg.arithmetic
         if phase == "pool_forward":
             got = await drv.pool(t["x"], kind, k, **pargs)
-            want = golden.pool2d(t["x"], kind, k, args["stride"], args["padding"])
-            want = np.maximum(want, 0) if relu else want
+            if cfg.is_float:
+                want = float_pool.pool2d(t["x"], kind, k, args["stride"], args["padding"], fmt,
+                                         relu=relu)
+            else:
+                want = golden.pool2d(t["x"], kind, k, args["stride"], args["padding"])
+                want = np.maximum(want, 0) if relu else want
         else:
             got = await drv.pool_backward(t["dy"], t["x"], kind, k, **pargs)
-            want = golden.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
-                                          args["padding"])
-            want = want * (t["x"] > 0) if relu else want
+            if cfg.is_float:
+                want = float_pool.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
+                                                  args["padding"], fmt, relu=relu)
+            else:
+                want = golden.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
+                                              args["padding"])
+                want = want * (t["x"] > 0) if relu else want
     elif phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
         x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
         dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))

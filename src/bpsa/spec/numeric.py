@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FLOAT_FORMATS", "FloatFormat", "float_format", "POOL_DIVIDE_CHUNK", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
+__all__ = ["FLOAT_FORMATS", "FloatFormat", "float_format", "POOL_DIVIDE_CHUNK",
+           "POOL_FLOAT_MAC_LATENCY", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
            "pool_divide_cycles", "pool_divide_widths", "pool_window_limit", "wrap", "wrap_array"]
 
 
@@ -82,6 +83,13 @@ def pool_divide_cycles(config):
     a, b = pool_divide_widths(config)
     terms = -(-a // POOL_DIVIDE_CHUNK) * -(-b // POOL_DIVIDE_CHUNK) + 1
     return 2 + max(1, (terms - 1).bit_length())
+
+
+#: Floating point: cycles of the pooling unit's fp32 multiply-add (``FloatMac``: a product in
+#: two, an addition in five). A forward average's tap takes one cycle more than this (its sum
+#: is in the adder before the next tap's is), each dY summed by the average's backward one
+#: more, and the scaling of an average one more.
+POOL_FLOAT_MAC_LATENCY = 7
 
 
 @dataclass(frozen=True)

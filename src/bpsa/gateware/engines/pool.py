@@ -58,7 +58,8 @@ from bpsa.gateware.arith import arith_for
 from bpsa.gateware.checked import CheckedComponent
 from bpsa.gateware.controller.psum_buffer import accumulate_layout
 from bpsa.gateware.fpu import FloatMac, is_positive, order_key, widen
-from bpsa.spec.numeric import POOL_DIVIDE_CHUNK, POOL_RECIP_SHIFT, pool_divide_widths
+from bpsa.spec.numeric import (POOL_DIVIDE_CHUNK, POOL_FLOAT_MAC_LATENCY, POOL_RECIP_SHIFT,
+                               pool_divide_widths)
 
 __all__ = ["PoolEngine", "pool_run_layout"]
 
@@ -500,7 +501,7 @@ class PoolEngine(CheckedComponent):
         return top
 
     #: Floating point, forward average: cycles a tap (its sum through the MAC before the next).
-    FLOAT_TAP = 2 + FloatMac.LATENCY - 1
+    FLOAT_TAP = POOL_FLOAT_MAC_LATENCY + 1
 
     def _float_mac(self, m, L, v):
         """Floating point: the unit's one fp32 :class:`FloatMac` (``acc + a b`` rounded once,
@@ -508,6 +509,7 @@ class PoolEngine(CheckedComponent):
         fp32, ``b`` one: the contract's addition) and its scaling (in state SCALE: the sum
         times ``recip``, fp32(1 / (R S)), added to ``+0``). A forward tap's sum lands in
         ``total`` ``LATENCY`` cycles after the tap's data (SCAN_WAIT waits for it)."""
+        assert FloatMac.LATENCY == POOL_FLOAT_MAC_LATENCY, "bpsa.spec.numeric's is the model's"
         mac = m.submodules.mac = FloatMac("fp32")
         tap = widen(m, v["rdata"], self.config.arithmetic, "tap32")
         scaling = Signal()                          # driven by state SCALE
