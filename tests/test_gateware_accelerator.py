@@ -773,7 +773,7 @@ def test_float_tensors_through_simulate():
     import torch
 
     import bpsa
-    from bpsa.models import float_layers, floating
+    from bpsa.models import float_layers, float_pool, floating
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 5, 9, 9)).astype(np.float32)
     w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
@@ -785,6 +785,9 @@ def test_float_tensors_through_simulate():
         dx = acc.loss(dy, w, (9, 9), **geo)
         dw = acc.gradient(x, dy, (3, 3), **geo)
         plans = {p: acc.driver.plan for p in ("gradient",)}
+        ymax = acc.pool(x, "max", 3, 2, 1)
+        dmax = acc.pool_backward(dy[:, :5], x, "max", 3, 2, 1)
+        yavg = acc.pool(x, "avg", 3, 2, 1)
     assert y.dtype == dx.dtype == dw.dtype == y16.dtype == np.float32
     bits = {name: floating.from_float32(t, "bf16") for name, t in
             (("x", x), ("w", w), ("dy", dy))}
@@ -799,6 +802,14 @@ def test_float_tensors_through_simulate():
     t = {k: torch.tensor(floating.to_float32(v, "bf16"), dtype=torch.float64)
          for k, v in bits.items()}
     f = torch.nn.functional
+    # pooling: the maximum and its gradient are PyTorch's exactly; the average the golden's
+    assert ymax.dtype == dmax.dtype == yavg.dtype == np.float32
+    np.testing.assert_array_equal(ymax, f.max_pool2d(t["x"], 3, 2, 1).numpy())
+    xg = t["x"].clone().requires_grad_()
+    f.max_pool2d(xg, 3, 2, 1).backward(t["dy"][:, :5])
+    np.testing.assert_array_equal(dmax, xg.grad.numpy())
+    np.testing.assert_array_equal(yavg, floating.to_float32(float_pool.pool2d(
+        bits["x"], "avg", 3, 2, 1, "bf16"), "bf16"))
     refs = {"forward": (y, f.conv2d(t["x"], t["w"], **geo),
                         f.conv2d(t["x"].abs(), t["w"].abs(), **geo), 5 * 9),
             "loss": (dx, f.conv_transpose2d(t["dy"], t["w"], output_padding=0, **geo),

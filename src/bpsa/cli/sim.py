@@ -135,7 +135,7 @@ def run(args):
                         "--harness cocotb")
     # floating point: the accelerator's loss and gradient are refused by name by
     # bpsa.plan.capability.check, the backward engine by its top
-    if args.phase not in (None, "forward", "loss", "gradient"):
+    if args.phase not in (None, "forward", "loss", "gradient", "pool"):
         config.require_int(f"--phase {args.phase} path")
     if args.phase is None:
         result = _gemm(args, config)

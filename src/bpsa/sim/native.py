@@ -448,14 +448,18 @@ class SimulatedAccelerator:
                                                           requant, relu)), requant)
 
     def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
-        """Pooling forward (``max``, ``avg``, ``global_avg``) on the pooling unit."""
-        return self._run(self.driver.pool(x, kind, kernel, stride, padding, relu))
+        """Pooling forward (``max``, ``avg``, ``global_avg``) on the pooling unit (floating
+        point: float32 out, values of the operand format)."""
+        return self._floats(self._run(self.driver.pool(x, kind, kernel, stride, padding,
+                                                       relu)), 0)
 
     def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False,
                       requant=None):
-        """dX of :meth:`pool` (``relu``: masked where ``x`` is not positive)."""
-        return self._run(self.driver.pool_backward(dy, x, kind, kernel, stride, padding, relu,
-                                                   requant))
+        """dX of :meth:`pool` (``relu``: masked where ``x`` is not positive; floating point:
+        float32)."""
+        return self._floats(self._run(self.driver.pool_backward(dy, x, kind, kernel, stride,
+                                                                padding, relu, requant)),
+                            requant)
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, mode=None, requant=None):
         """dX (N x C x H x W) of ``dy`` (N x K x OH x OW) and ``w`` (``requant``: as for

@@ -1,6 +1,6 @@
 """``bpsa sim --phase pool``: one pooling layer's forward and backward through the whole
 accelerator under Verilator (the native transport and the host driver), both checked against
-:mod:`bpsa.models.golden`."""
+:mod:`bpsa.models.golden` (floating point: :mod:`bpsa.models.float_pool`)."""
 
 import numpy as np
 
@@ -35,20 +35,31 @@ def run_pool(config, layer, *, seed=1, progress=False, trace=None, trace_window=
     for phase in ("pool_forward", "pool_backward"):       # refusals before any build
         pool_plan(config, phase, layer.batch, layer.channels, layer.height, layer.width,
                   *layer.kernel, layer.stride, layer.pad, hw_kind, layer.relu)
-    lo, hi = operand_range(config)
     rng = np.random.default_rng(seed)
     n, c, h, w = layer.batch, layer.channels, layer.height, layer.width
-    x = rng.integers(lo, hi + 1, (n, c, h, w))
     kind = layer.kind
     args = {} if kind == "global_avg" else {"kernel": layer.kernel, "stride": layer.stride,
                                             "padding": layer.pad}
-    want_y = golden.pool2d(x, kind, layer.kernel, layer.stride, layer.pad)
-    if layer.relu:
-        want_y = np.maximum(want_y, 0)
-    dy = rng.integers(lo, hi + 1, want_y.shape)
-    want_dx = golden.pool2d_backward(dy, x, kind, layer.kernel, layer.stride, layer.pad)
-    if layer.relu:
-        want_dx = want_dx * (x > 0)
+    if config.is_float:     # encodings (zeros, subnormals, specials); bpsa.models.float_pool
+        from bpsa.models import float_pool
+        from bpsa.sim.gemm import random_float_operands
+        fmt = config.arithmetic
+        x = random_float_operands(fmt, (n, c, h, w), rng, 0.1)
+        want_y = float_pool.pool2d(x, kind, layer.kernel, layer.stride, layer.pad, fmt,
+                                   relu=layer.relu)
+        dy = random_float_operands(fmt, want_y.shape, rng, 0.1)
+        want_dx = float_pool.pool2d_backward(dy, x, kind, layer.kernel, layer.stride,
+                                             layer.pad, fmt, relu=layer.relu)
+    else:
+        lo, hi = operand_range(config)
+        x = rng.integers(lo, hi + 1, (n, c, h, w))
+        want_y = golden.pool2d(x, kind, layer.kernel, layer.stride, layer.pad)
+        if layer.relu:
+            want_y = np.maximum(want_y, 0)
+        dy = rng.integers(lo, hi + 1, want_y.shape)
+        want_dx = golden.pool2d_backward(dy, x, kind, layer.kernel, layer.stride, layer.pad)
+        if layer.relu:
+            want_dx = want_dx * (x > 0)
     out = {"phase": "pool", "layer": layer.text(), "config": config.name}
 
     async def body(drv, t):
