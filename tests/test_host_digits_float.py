@@ -1,6 +1,6 @@
-"""The digits CNN in floating point (bpsa.host.digits_float): the host's pooling by hand, the
-model learns, and the simulated accelerator gives the same fp32 master weights as the model
-step after step (bit-exact)."""
+"""The digits CNN in floating point (bpsa.host.digits_float): the model learns, and the
+simulated accelerator (convolutions and the pooling unit) gives the same fp32 master weights as
+the model step after step (bit-exact)."""
 
 import numpy as np
 import pytest
@@ -9,15 +9,6 @@ from bpsa.config import load_config
 from bpsa.host import digits, digits_float
 
 CFG = load_config("small_bf16")
-
-
-def test_max_pool_and_its_backward_route_to_the_first_maximum():
-    x = np.array([[[[1, 3, 0, 0], [3, 2, 0, -1], [5, 5, 1, 1], [5, 4, 1, 2]]]], np.float32)
-    p, first = digits_float._max_pool(x)
-    assert p.tolist() == [[[[3, 0], [5, 2]]]]
-    dx = digits_float._max_pool_backward(np.array([[[[1, 2], [3, 4]]]], np.float32), first,
-                                         x.shape)
-    assert dx.tolist() == [[[[0, 1, 2, 0], [0, 0, 0, 0], [3, 0, 0, 0], [0, 0, 0, 4]]]]
 
 
 def test_model_learns_and_refuses_integer_configurations():

@@ -29,7 +29,7 @@ def register(sub):
                          "(default: ecp5_train)")
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced (bf16, fp16: floating "
-                         "point, fp32 master weights on the host, pooling on the host; "
+                         "point, fp32 master weights on the host; "
                          "docs/floating_point.md). Default: the configuration's own")
     sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
     sp.add_argument("--batch", type=int_at_least(1), default=32,

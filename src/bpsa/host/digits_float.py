@@ -9,11 +9,12 @@ A step:
   from_float32`);
 - on the accelerator: the three layers' forward (the convolutions' outputs leave rounded to
   the operand format and through the ReLU, REQUANT 0 and RELU; the FC layer's logits as
-  fp32), the losses (dX rounded to the operand format) and the weight gradients (fp32);
-- on the host, in float32: max pooling 2 x 2 and its backward (the window's first maximum),
-  global average pooling and its backward (the accelerator's pooling unit is integer only so
-  far), the ReLUs' backward masks, the softmax cross-entropy and ``dL/dlogits = (p - onehot)
-  / batch``, and SGD ``master -= lr * dW``.
+  fp32), the losses (dX rounded to the operand format), the weight gradients (fp32), and on
+  its pooling unit max pooling 2 x 2 and global average pooling, forward and backward with
+  the ReLUs' backward masks (``docs/floating_point.md``, "Pooling"; dX rounded to the
+  operand format), as the integer training does;
+- on the host, in float32: the softmax cross-entropy and ``dL/dlogits = (p - onehot) /
+  batch``, and SGD ``master -= lr * dW``.
 
 Two backends compute the accelerator's part: ``model`` (:class:`FloatModelOps`, the golden
 model :mod:`bpsa.models.float_layers` with the plan's groups and bands) and ``rtl``
@@ -24,7 +25,7 @@ weights (a test runs a few steps on both).
 import numpy as np
 
 from bpsa.host import digits
-from bpsa.models import float_layers, floating
+from bpsa.models import float_layers, float_pool, floating
 from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 
@@ -78,17 +79,25 @@ class FloatModelOps:
             self._bits(x), self._bits(dy), tuple(kernel_hw), self.fmt, stride, padding,
             band=band), None)
 
+    def pool(self, x, kind, kernel=None):
+        """The pooling unit's forward (stride the kernel, no padding), in the format."""
+        return self._out(float_pool.pool2d(self._bits(x), kind, kernel, None, 0, self.fmt),
+                         0)
+
+    def pool_backward(self, dy, x, kind, kernel=None, relu=False, requant=None):
+        return self._out(float_pool.pool2d_backward(
+            self._bits(dy), self._bits(x), kind, kernel, None, 0, self.fmt, relu=relu,
+            requant=requant is not None), requant)
+
 
 class FloatAcceleratorOps(digits.AcceleratorOps):
     """The accelerator's layers on a simulated accelerator (``acc``: :func:`bpsa.simulate` of
-    a floating-point configuration); ``cycles`` adds up every run's BUSY_CYCLES (the integer
-    training's :class:`bpsa.host.digits.AcceleratorOps`, without its pooling unit)."""
+    a floating-point configuration with the pooling unit); ``cycles`` adds up every run's
+    BUSY_CYCLES (the integer training's :class:`bpsa.host.digits.AcceleratorOps`)."""
 
     def __init__(self, acc, config):
         FloatModelOps(config)           # the same configuration check
-        self.config = config
-        self.acc = acc
-        self.cycles = 0
+        super().__init__(acc, config)
 
 
 def init_master(seed=0):
@@ -103,29 +112,13 @@ def _images(x):
     return (np.asarray(x) / 256.0).astype(np.float32)
 
 
-def _max_pool(x):
-    """2 x 2 max pooling, and the index of each window's first maximum."""
-    n, c, h, w = x.shape
-    win = x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(
-        n, c, h // 2, w // 2, 4)
-    first = win.argmax(axis=-1)
-    return win.max(axis=-1), first
-
-
-def _max_pool_backward(dy, first, shape):
-    n, c, h, w = shape
-    win = np.zeros((n, c, h // 2, w // 2, 4), dtype=np.float32)
-    np.put_along_axis(win, first[..., None], dy[..., None], axis=-1)
-    return win.reshape(n, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(shape)
-
-
 def _forward(ops, x, w):
     a1 = ops.forward(x, w["conv1"], 1, 1, requant=0, relu=True)
-    p1, first = _max_pool(a1)
+    p1 = ops.pool(a1, "max", 2)
     a2 = ops.forward(p1, w["conv2"], 2, 1, requant=0, relu=True)
-    gp = a2.mean(axis=(2, 3), keepdims=True, dtype=np.float32)
+    gp = ops.pool(a2, "global_avg")
     logits = ops.forward(gp, w["fc"])[:, :, 0, 0]
-    return {"a1": a1, "p1": p1, "first": first, "a2": a2, "gp": gp}, logits
+    return {"a1": a1, "p1": p1, "a2": a2, "gp": gp}, logits
 
 
 def train_step(ops, master, x, labels, lr):
@@ -141,13 +134,11 @@ def train_step(ops, master, x, labels, lr):
     dz4 = ((p - onehot) / np.float32(batch))[:, :, None, None].astype(np.float32)
     dw = {"fc": ops.gradient(t["gp"], dz4, (1, 1))}
     dgp = ops.loss(dz4, master["fc"], (1, 1), requant=0)
-    plane = t["a2"].shape[2] * t["a2"].shape[3]
-    da2 = (np.broadcast_to(dgp / np.float32(plane), t["a2"].shape) * (t["a2"] > 0)) \
-        .astype(np.float32)
+    da2 = ops.pool_backward(dgp, t["a2"], "global_avg", relu=True, requant=0)
     dw["conv2"] = ops.gradient(t["p1"], da2, (3, 3), 2, 1)
     dp1 = ops.loss(da2, master["conv2"], t["p1"].shape[2:], 2, 1, requant=0)
-    da1 = _max_pool_backward(dp1, t["first"], t["a1"].shape) * (t["a1"] > 0)
-    dw["conv1"] = ops.gradient(x, da1.astype(np.float32), (3, 3), 1, 1)
+    da1 = ops.pool_backward(dp1, t["a1"], "max", 2, relu=True, requant=0)
+    dw["conv1"] = ops.gradient(x, da1, (3, 3), 1, 1)
     for name in master:
         master[name] -= np.float32(lr) * dw[name]
     picked = np.maximum(p[np.arange(batch), labels], 1e-30)

@@ -85,11 +85,11 @@ def pool_divide_cycles(config):
     return 2 + max(1, (terms - 1).bit_length())
 
 
-#: Floating point: cycles of the pooling unit's fp32 multiply-add (``FloatMac``: a product in
-#: two, an addition in five). A forward average's tap takes one cycle more than this (its sum
-#: is in the adder before the next tap's is), each dY summed by the average's backward one
-#: more, and the scaling of an average one more.
-POOL_FLOAT_MAC_LATENCY = 7
+#: Floating point: cycles of the pooling unit's fp32 multiply-add (its inputs registered, then
+#: ``FloatMac``: a product in two, an addition in five). A forward average's tap takes one cycle
+#: more than this (its sum is in the adder before the next tap's is), each dY summed by the
+#: average's backward one more, and the scaling of an average one more.
+POOL_FLOAT_MAC_LATENCY = 8
 
 
 @dataclass(frozen=True)

@@ -347,7 +347,7 @@ class PoolEngine(CheckedComponent):
             with m.State("CAND_COL"):
                 if fp:                       # the dY read two cycles before: into the adder,
                     with m.If(apend):        # and wait for its sum (CAND_WAIT)
-                        m.d.sync += wait.eq(FloatMac.LATENCY - 1)
+                        m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
                         m.next = "CAND_WAIT"
                     with m.Else():
                         cand_col()
@@ -439,7 +439,7 @@ class PoolEngine(CheckedComponent):
             if has_avg and fp:
                 with m.State("SCALE"):       # value x recip into the MAC (_float_mac)
                     m.d.comb += scaling.eq(1)
-                    m.d.sync += wait.eq(FloatMac.LATENCY - 1)
+                    m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
                     m.next = "SCALE_WAIT"
                 with m.State("SCALE_WAIT"):
                     m.d.sync += wait.eq(wait - 1)
@@ -504,20 +504,24 @@ class PoolEngine(CheckedComponent):
     FLOAT_TAP = POOL_FLOAT_MAC_LATENCY + 1
 
     def _float_mac(self, m, L, v):
-        """Floating point: the unit's one fp32 :class:`FloatMac` (``acc + a b`` rounded once,
-        ``FloatMac.LATENCY`` cycles), for the average's sums (``a`` the tap or dY widened to
-        fp32, ``b`` one: the contract's addition) and its scaling (in state SCALE: the sum
-        times ``recip``, fp32(1 / (R S)), added to ``+0``). A forward tap's sum lands in
-        ``total`` ``LATENCY`` cycles after the tap's data (SCAN_WAIT waits for it)."""
-        assert FloatMac.LATENCY == POOL_FLOAT_MAC_LATENCY, "bpsa.spec.numeric's is the model's"
+        """Floating point: the unit's one fp32 :class:`FloatMac` (``acc + a b`` rounded once)
+        behind a register of its inputs, ``POOL_FLOAT_MAC_LATENCY`` cycles in all, for the
+        average's sums (``a`` the tap or dY widened to fp32, ``b`` one: the contract's
+        addition) and its scaling (in state SCALE: the sum times ``recip``, fp32(1 / (R S)),
+        added to ``+0``). A forward tap's sum lands in ``total`` ``POOL_FLOAT_MAC_LATENCY``
+        cycles after the tap's data (SCAN_WAIT waits for it)."""
+        assert FloatMac.LATENCY + 1 == POOL_FLOAT_MAC_LATENCY, \
+            "bpsa.spec.numeric's latency is the model's"
         mac = m.submodules.mac = FloatMac("fp32")
         tap = widen(m, v["rdata"], self.config.arithmetic, "tap32")
         scaling = Signal()                          # driven by state SCALE
-        m.d.comb += [mac.a.eq(Mux(scaling, v["value"][:32], tap)),
-                     mac.b.eq(Mux(scaling, L.recip[:32], 0x3F800000)),
-                     mac.acc.eq(Mux(scaling, 0, Mux(L.backward, v["acc"], v["total"])))]
+        a, b, s = Signal(32, name="mac_a"), Signal(32, name="mac_b"), Signal(32, name="mac_s")
+        m.d.sync += [a.eq(Mux(scaling, v["value"][:32], tap)),
+                     b.eq(Mux(scaling, L.recip[:32], 0x3F800000)),
+                     s.eq(Mux(scaling, 0, Mux(L.backward, v["acc"], v["total"])))]
+        m.d.comb += [mac.a.eq(a), mac.b.eq(b), mac.acc.eq(s)]
         land = v["pend2"] & L.avg & ~L.backward
-        for k in range(FloatMac.LATENCY):
+        for k in range(POOL_FLOAT_MAC_LATENCY):
             later = Signal(name=f"sum_d{k + 1}")
             m.d.sync += later.eq(land)
             land = later
