@@ -50,7 +50,7 @@ help:
 install:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,torch]'
 
 test:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m "not long" --durations=15 --timeout=900 tests

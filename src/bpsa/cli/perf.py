@@ -31,6 +31,13 @@ def register(sub):
                     help="a training step of a whole network: one of "
                          + ", ".join(network_names()) + ", or a network file "
                          "(docs/networks.md)")
+    sp.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                    help="a training step of a PyTorch model (needs the torch extra): the "
+                         "nn.Module FACTORY() returns, traced on --input (e.g. "
+                         "torchvision.models:resnet50); the layers the accelerator runs, as "
+                         "--network does, and the host operations listed (docs/pytorch.md)")
+    sp.add_argument("--input", metavar="N,C,H,W",
+                    help="with --model: the example input's shape (N is the batch)")
     sp.add_argument("--phases", metavar="forward,loss,gradient",
                     help="with --network: the phases of the step (default: all three)")
     sp.add_argument("--clock", type=float_above(0), default=100.0, metavar="MHZ",
@@ -72,9 +79,13 @@ def run(args):
         phases = [p for p in phases if p != "forward"]
     if args.requant and args.baseline:
         raise UserError("--requant applies to the zero-free model, not --baseline")
-    if sum((args.layer is not None, args.workload, args.network is not None)) != 1:
-        raise UserError("give one of --layer C=..,H=..,K=.., --workload or --network NAME")
-    if args.network is not None:
+    if sum((args.layer is not None, args.workload, args.network is not None,
+            args.model is not None)) != 1:
+        raise UserError("give one of --layer C=..,H=..,K=.., --workload, --network NAME or "
+                        "--model PKG.MODULE:FACTORY")
+    if (args.input is None) != (args.model is None):
+        raise UserError("--model and --input N,C,H,W go together")
+    if args.network is not None or args.model is not None:
         return _network(args, config)
     if args.plot or args.csv or args.phases:
         raise UserError("--plot, --csv and --phases apply to --network")
@@ -124,10 +135,15 @@ def _network(args, config):
                         f"{', '.join(PHASES)}")
     if args.plot:
         parent_dir(plot_path(args.plot))
-    try:
-        net = load_network(args.network)
-    except NetworkError as e:
-        raise UserError(str(e)) from None
+    traced = None
+    if args.model is not None:
+        traced = _trace_model(args)
+        net = traced.network
+    else:
+        try:
+            net = load_network(args.network)
+        except NetworkError as e:
+            raise UserError(str(e)) from None
     t0 = time.perf_counter()
     try:
         step = network_step(config, net, batch=args.batch or 1, phases=phases,
@@ -140,7 +156,11 @@ def _network(args, config):
         from bpsa.tools.perf_plots import plot_step
         plot_step(step, config, args.plot)
     if args.json:
-        print(json.dumps(dict(step.as_dict(), model_seconds=seconds), sort_keys=True))
+        out = dict(step.as_dict(), model_seconds=seconds)
+        if traced is not None:
+            out.update(host_ops=[vars(h) for h in traced.host_ops],
+                       relus=[{"name": n, "elements": e} for n, e in traced.relus])
+        print(json.dumps(out, sort_keys=True))
         return
     if args.csv:
         fields = ["layer", "op", "phase", "batch", "status", "frontend", "cycles",
@@ -173,5 +193,39 @@ def _network(args, config):
               f"{pt['skipped']} skipped)")
     if step.refused:
         print(f"not run on {config.name}: {len(step.refused)} layer phases (listed above)")
+    if traced is not None:
+        _print_host_ops(traced)
     print(f"(the cycle model in {seconds:.2f} s"
           + (f"; plot: {args.plot})" if args.plot else ")"))
+
+
+def _trace_model(args):
+    """``--model`` traced on ``--input``: :class:`bpsa.torch.trace.Traced`."""
+    try:
+        import torch  # noqa: F401 (the extra's presence)
+    except ImportError:
+        raise UserError("--model needs PyTorch: pip install 'backprop-systolic[torch]' (make "
+                        "install does)") from None
+    from bpsa.torch.trace import load_factory, parse_input, trace
+    try:
+        shape = parse_input(args.input)
+        if args.batch is not None and args.batch != shape[0]:
+            raise ValueError(f"--batch {args.batch} differs from --input's N {shape[0]}")
+        args.batch = shape[0]
+        return trace(load_factory(args.model), shape, name=args.model.rpartition(":")[2])
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _print_host_ops(traced):
+    """The traced model's ReLUs and host operations, by kind, with their elements an image."""
+    kinds = {}
+    for h in traced.host_ops:
+        n, e, why = kinds.get(h.op, (0, 0, h.reason))
+        kinds[h.op] = (n + 1, e + h.elements, why)
+    relu_elems = sum(e for _, e in traced.relus)
+    print(f"ReLUs: {len(traced.relus)} ({relu_elems:,d} elements an image; the store path's "
+          f"RELU after a convolution)")
+    print(f"host operations: {len(traced.host_ops)}")
+    for op, (n, e, why) in sorted(kinds.items()):
+        print(f"  {op:20s} x{n:<4d} {e:13,d} elements an image  ({why})")

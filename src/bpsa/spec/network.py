@@ -23,7 +23,7 @@ from pathlib import Path
 from bpsa.spec.layer import out_size
 
 __all__ = ["COLUMNS", "OPS", "NetLayer", "Network", "NetworkError", "load_network",
-           "network_names"]
+           "network_csv", "network_from_rows", "network_names"]
 
 COLUMNS = ("layer", "op", "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation")
 OPS = ("conv", "fc", "max_pool", "avg_pool", "global_avg_pool")
@@ -106,6 +106,25 @@ def load_network(name_or_path):
                 from None
         source, name = text_path, path.stem
     return Network(name, source, tuple(_parse(source, text)))
+
+
+def network_from_rows(name, source, rows):
+    """A :class:`Network` of ``rows`` (dicts with the :data:`COLUMNS` as keys, values as in a
+    file), checked as a file's rows are (``line``: the row's number from 1)."""
+    seen = {}
+    return Network(name, source, tuple(
+        _layer(source, i, {k: str(row[k]) for k in COLUMNS}, seen)
+        for i, row in enumerate(rows, 1)))
+
+
+def network_csv(network, comment=""):
+    """``network`` as the text of a network file (``comment``: ``#`` lines first)."""
+    lines = [f"# {line}" for line in comment.splitlines()] + [",".join(COLUMNS)]
+    for lay in network:
+        k = "" if lay.op in POOLS else lay.k
+        lines.append(f"{lay.name},{lay.op},{lay.c},{lay.h},{lay.w},{k},{lay.r},{lay.s},"
+                     f"{lay.stride},{lay.pad},{lay.dilation}")
+    return "\n".join(lines) + "\n"
 
 
 def _parse(source, text):

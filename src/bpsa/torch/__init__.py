@@ -1,0 +1,7 @@
+"""PyTorch in and out (needs the ``torch`` extra: ``pip install backprop-systolic[torch]``).
+
+- :func:`bpsa.torch.trace.trace`: the layers of an ``nn.Module`` the accelerator runs, as a
+  :class:`bpsa.spec.network.Network` (the rows of a network file), and every other operation
+  as a host operation with its element count (``bpsa perf --model``).
+- :mod:`bpsa.torch.models`: the digits CNN of ``bpsa train`` as an ``nn.Module``.
+"""
