@@ -1,0 +1,304 @@
+"""PyTorch out: a model's layers run forward and backward on the accelerator
+(:func:`offload`).
+
+``offload(model, config, backend)`` returns a copy of ``model`` whose ``nn.Conv2d``,
+``nn.Linear``, ``nn.MaxPool2d``, ``nn.AvgPool2d``, ``nn.AdaptiveAvgPool2d(1)`` and ``nn.ReLU``
+are autograd functions calling the accelerator: the convolution's forward, its loss (dX) and
+its weight gradient (dW) on the array (a linear layer as a 1 x 1 convolution), the poolings
+and the ReLU (a 1 x 1 max pooling with the store path's ReLU; its backward masks by the
+output) on the pooling unit. Biases are added, and their gradients summed, by PyTorch;
+everything else (batch norm, residual additions, softmax, the loss, the optimizer) stays in
+PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's copy's, so any
+``torch.optim`` optimizer updates them.
+
+Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
+``docs/floating_point.md``): float32 tensors in, rounded to the operand format by the
+contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's or ReLU's
+output in the operand format). Integer configurations (the per-tensor scaling of the digits
+example) are not offloaded yet: :func:`offload` refuses them by name.
+
+Backends: ``"model"`` (the bit-exact golden model, :mod:`bpsa.models.float_layers` and
+:mod:`bpsa.models.float_pool`, with the driver's tiling), ``"rtl"`` (the simulated
+accelerator, :func:`bpsa.simulate`), or any object with the methods of
+:class:`bpsa.sim.native.SimulatedAccelerator` (a board's). Every call's counters go to
+:attr:`OffloadedModel.calls` (``rtl``: the hardware's cycles and DMA bytes).
+"""
+
+import copy
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+
+from bpsa.config import load_config
+from bpsa.plan import tiling
+from bpsa.spec.layer import ConvLayer
+
+__all__ = ["ModelBackend", "OffloadedModel", "offload"]
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+class ModelBackend:
+    """The accelerator's results from the golden model (floating point), tiled as the driver
+    tiles each layer (its groups, bands and column strips fix the order of the fp32 sums);
+    the methods and values of :class:`bpsa.sim.native.SimulatedAccelerator`'s. ``counters``
+    is empty (no hardware ran)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.counters = {}
+
+    def _bits(self, t):
+        from bpsa.models import floating
+        return floating.from_float32(np.asarray(t, dtype=np.float32),
+                                     self.config.arithmetic).astype(np.int64)
+
+    def _fp32(self, bits):
+        return np.asarray(bits, dtype=np.int64).astype(np.uint32).view(np.float32)
+
+    def _conv(self, phase, layer, ops, hw, geo):
+        from bpsa.sim.jobs import float_golden
+        mode = "feeder" if phase == "forward" else tiling.default_mode(self.config, phase)
+        plan = tiling.plan_or_strips(self.config, phase, layer, mode=mode)
+        return self._fp32(float_golden(self.config, phase, plan, ops, hw, geo))
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1):
+        (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
+        layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, padding, dilation)
+        return self._conv("forward", layer, {"x": self._bits(x), "w": self._bits(w)}, None,
+                          dict(stride=stride, padding=padding, dilation=dilation))
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+        (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
+        layer = ConvLayer.conv(n, c, *input_hw, k, r, s, stride, padding, dilation)
+        return self._conv("loss", layer, {"dy": self._bits(dy), "w": self._bits(w)},
+                          tuple(input_hw), dict(stride=stride, padding=padding,
+                                                dilation=dilation))
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+        (n, c, h, wd), k = x.shape, dy.shape[1]
+        layer = ConvLayer.conv(n, c, h, wd, k, *kernel_hw, stride, padding, dilation)
+        return self._conv("gradient", layer, {"x": self._bits(x), "dy": self._bits(dy)},
+                          tuple(kernel_hw), dict(stride=stride, padding=padding,
+                                                 dilation=dilation))
+
+    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        from bpsa.models import float_pool, floating
+        fmt = self.config.arithmetic
+        y = float_pool.pool2d(self._bits(x), kind, kernel, stride, padding, fmt, relu=relu)
+        return floating.to_float32(y, fmt)
+
+    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        from bpsa.models import float_pool
+        return self._fp32(float_pool.pool2d_backward(
+            self._bits(dy), self._bits(x), kind, kernel, stride, padding,
+            self.config.arithmetic, relu=relu))
+
+
+class _Layer(nn.Module):
+    """An offloaded layer: its ``name`` in the model and the :class:`OffloadedModel` whose
+    backend runs it."""
+
+    def __init__(self, name, owner):
+        super().__init__()
+        self.name = name
+        self._owner = [owner]           # not a submodule
+
+    def _run(self, phase, fn, *args, **kwargs):
+        owner = self._owner[0]
+        out = fn(*args, **kwargs)
+        owner.calls.append({"layer": self.name, "phase": phase,
+                            **dict(getattr(owner.backend, "counters", {}) or {})})
+        return out
+
+
+def _np(t):
+    return t.detach().to(torch.float32).cpu().numpy()
+
+
+class _ConvFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, layer, geo):
+        ctx.save_for_backward(x, w)
+        ctx.layer, ctx.geo = layer, geo
+        be = layer._owner[0].backend
+        return torch.from_numpy(np.ascontiguousarray(
+            layer._run("forward", be.forward, _np(x), _np(w), **geo)))
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        layer, geo = ctx.layer, ctx.geo
+        be = layer._owner[0].backend
+        d = _np(dy)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = torch.from_numpy(np.ascontiguousarray(layer._run(
+                "loss", be.loss, d, _np(w), tuple(x.shape[2:]), **geo)))
+        if ctx.needs_input_grad[1]:
+            dw = torch.from_numpy(np.ascontiguousarray(layer._run(
+                "gradient", be.gradient, _np(x), d, tuple(w.shape[2:]), **geo)))
+        return dx, dw, None, None
+
+
+class _PoolFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, layer, args):
+        be = layer._owner[0].backend
+        y = layer._run("pool_forward", be.pool, _np(x), **args)
+        ctx.layer, ctx.args = layer, args
+        # the ReLU's backward masks by its output (bpsa.host.driver.pool_backward)
+        ctx.save_for_backward(torch.from_numpy(y) if args.get("relu") else x)
+        return torch.from_numpy(np.ascontiguousarray(y))
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        layer, args = ctx.layer, ctx.args
+        be = layer._owner[0].backend
+        dx = layer._run("pool_backward", be.pool_backward, _np(dy), _np(x), **args)
+        return torch.from_numpy(np.ascontiguousarray(dx)), None, None
+
+
+class OffloadConv2d(_Layer):
+    """``nn.Conv2d`` (one group, zero padding) on the array; the bias added by PyTorch."""
+
+    def __init__(self, name, owner, conv):
+        super().__init__(name, owner)
+        self.weight, self.bias = conv.weight, conv.bias
+        self.geo = {"stride": _pair(conv.stride), "padding": _pair(conv.padding),
+                    "dilation": _pair(conv.dilation)}
+
+    def forward(self, x):
+        y = _ConvFn.apply(x, self.weight, self, self.geo)
+        return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
+
+
+class OffloadLinear(_Layer):
+    """``nn.Linear`` on ``N x features`` as a 1 x 1 convolution on the array."""
+
+    def __init__(self, name, owner, linear):
+        super().__init__(name, owner)
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x):
+        if x.dim() != 2:
+            raise ValueError(f"{self.name}: the offloaded Linear takes N x features, not "
+                             f"shape {tuple(x.shape)}")
+        geo = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)}
+        y = _ConvFn.apply(x[:, :, None, None], self.weight[:, :, None, None], self, geo)
+        y = y[:, :, 0, 0]
+        return y if self.bias is None else y + self.bias
+
+
+class OffloadPool(_Layer):
+    """A pooling, or the ReLU (a 1 x 1 max pooling with the store path's ReLU), on the
+    pooling unit."""
+
+    def __init__(self, name, owner, args):
+        super().__init__(name, owner)
+        self.args = args
+
+    def forward(self, x):
+        return _PoolFn.apply(x, self, self.args)
+
+
+def _replacement(name, mod, owner):
+    """The offloaded layer of ``mod``, or the reason it stays in PyTorch."""
+    if isinstance(mod, nn.Conv2d):
+        if mod.groups != 1:
+            return None, f"{mod.groups} groups (the array runs one)"
+        if isinstance(mod.padding, str) or mod.padding_mode != "zeros":
+            return None, "padding other than zeros given in elements"
+        return OffloadConv2d(name, owner, mod), None
+    if isinstance(mod, nn.Linear):
+        return OffloadLinear(name, owner, mod), None
+    if isinstance(mod, (nn.MaxPool2d, nn.AvgPool2d)):
+        kind = "max" if isinstance(mod, nn.MaxPool2d) else "avg"
+        if mod.ceil_mode or (kind == "max" and (mod.dilation not in (1, (1, 1))
+                                                 or mod.return_indices)) \
+                or (kind == "avg" and (not mod.count_include_pad or mod.divisor_override)):
+            return None, "ceil_mode, dilation, return_indices or a divisor the unit lacks"
+        stride = mod.stride if mod.stride not in (None, ()) else mod.kernel_size
+        return OffloadPool(name, owner, {"kind": kind, "kernel": _pair(mod.kernel_size),
+                                         "stride": _pair(stride),
+                                         "padding": _pair(mod.padding)}), None
+    if isinstance(mod, nn.AdaptiveAvgPool2d):
+        if _pair(mod.output_size) != (1, 1):
+            return None, f"adaptive output {mod.output_size} (the unit runs 1 x 1)"
+        return OffloadPool(name, owner, {"kind": "global_avg"}), None
+    if isinstance(mod, nn.ReLU):
+        return OffloadPool(name, owner, {"kind": "max", "kernel": (1, 1), "stride": (1, 1),
+                                         "padding": (0, 0), "relu": True}), None
+    return None, None
+
+
+class OffloadedModel(nn.Module):
+    """The model with its supported layers offloaded (:func:`offload`): ``module`` (the
+    copy), ``backend``, ``config``, ``offloaded`` (the names of the layers the accelerator
+    runs), ``kept`` (``{name: reason}`` of those PyTorch runs) and ``calls`` (one dict a
+    call: ``layer``, ``phase`` and the backend's counters)."""
+
+    def __init__(self, module, backend, config):
+        super().__init__()
+        self.module = module
+        self.backend, self.config = backend, config
+        self.offloaded, self.kept, self.calls = [], {}, []
+
+    def forward(self, *args, **kwargs):
+        for a in args:
+            if isinstance(a, torch.Tensor) and not a.is_floating_point():
+                raise TypeError(f"the offloaded model takes floating-point tensors "
+                                f"(arithmetic {self.config.arithmetic}), not {a.dtype}")
+        return self.module(*args, **kwargs)
+
+
+def offload(model, config="small_bf16", backend="model", strict=False):
+    """:class:`OffloadedModel`: a deep copy of ``model`` whose supported layers run on the
+    accelerator (module docstring). ``config``: a preset name, a TOML path or a
+    :class:`bpsa.config.Config` of floating-point arithmetic with the pooling unit for
+    poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
+    Layers that stay in PyTorch are named once in a warning, or refused with ``strict``."""
+    cfg = load_config(config) if not hasattr(config, "arithmetic") else config
+    if not cfg.is_float:
+        raise ValueError(f"offload runs floating-point configurations (arithmetic bf16 or "
+                         f"fp16); configuration {cfg.name!r} is {cfg.arithmetic!r}, whose "
+                         f"per-tensor scaling is not built into offload yet")
+    if backend == "model":
+        be = ModelBackend(cfg)
+    elif backend == "rtl":
+        import bpsa
+        be = bpsa.simulate(cfg, progress=False)
+    elif isinstance(backend, str):
+        raise ValueError(f"backend must be 'model', 'rtl' or an accelerator object, not "
+                         f"{backend!r}")
+    else:
+        be = backend
+    out = OffloadedModel(copy.deepcopy(model), be, cfg)
+    pooling = {"max": cfg.has_pool("max"), "avg": cfg.has_pool("avg")}
+    for name, mod in list(out.module.named_modules()):
+        new, why = _replacement(name or type(mod).__name__, mod, out)
+        if new is not None and isinstance(new, OffloadPool):
+            kind = "avg" if new.args["kind"] == "global_avg" else new.args["kind"]
+            if not pooling[kind]:
+                new, why = None, f"configuration {cfg.name!r} has no {kind} pooling unit"
+        if new is None:
+            if why is not None:
+                out.kept[name or type(mod).__name__] = why
+            continue
+        if not name:                    # the model is one layer
+            out.module = new
+        else:
+            parent, _, attr = name.rpartition(".")
+            setattr(out.module.get_submodule(parent) if parent else out.module, attr, new)
+        out.offloaded.append(new.name)
+    if out.kept:
+        text = "; ".join(f"{n}: {w}" for n, w in out.kept.items())
+        if strict:
+            raise ValueError(f"layers the accelerator cannot run: {text}")
+        warnings.warn(f"these layers stay in PyTorch: {text}", stacklevel=2)
+    return out
