@@ -5,7 +5,8 @@ PyTorch (:func:`bpsa.host.digits.training_run`, :func:`bpsa.host.digits_float.tr
 import json
 from pathlib import Path
 
-from bpsa.cli.args import UserError, config_of, int_at_least, parent_dir, plot_path, preset_list
+from bpsa.cli.args import (UserError, config_of, float_above, int_at_least, parent_dir,
+                           plot_path, preset_list)
 from bpsa.config import ARITHMETICS
 
 __all__ = ["register", "run"]
@@ -19,8 +20,18 @@ def register(sub):
                         epilog="example: bpsa train --dataset digits --epochs 15 --backend rtl "
                                "--config ecp5_train; bpsa train --dataset digits "
                                "--arithmetic bf16")
-    sp.add_argument("--dataset", choices=["digits"], required=True,
-                    help="digits: scikit-learn's 8 x 8 handwritten digits")
+    sp.add_argument("--dataset", required=True, metavar="digits|PKG.MODULE:FACTORY",
+                    help="digits: scikit-learn's 8 x 8 handwritten digits; with --model also "
+                         "a factory returning (train, test) PyTorch datasets")
+    sp.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                    help="train this nn.Module through the accelerator (bpsa.torch.offload; a "
+                         "floating-point configuration, default small_bf16), next to the same "
+                         "model in PyTorch float32, e.g. bpsa.torch.models:lenet_digits "
+                         "(docs/pytorch.md)")
+    sp.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                    help="with --model: the torch.optim optimizer (default: sgd)")
+    sp.add_argument("--lr", type=float_above(0), default=None,
+                    help="with --model: the learning rate (default: 2**-lr-shift)")
     sp.add_argument("--backend", choices=["rtl", "model"], default="model",
                     help="rtl: the convolutions on the accelerator under Verilator; model: the "
                          "same integers in numpy (default)")
@@ -52,6 +63,13 @@ def run(args):
     from bpsa.host import digits
     from bpsa.tools.perf_plots import plot_training
     from bpsa.host import digits_float
+    if args.model is not None:
+        return _run_model(args)
+    if args.dataset != "digits":
+        raise UserError(f"--dataset {args.dataset!r}: without --model, give digits")
+    if args.lr is not None or args.optimizer != "sgd":
+        raise UserError("--lr and --optimizer apply to --model (the digits CNN here takes "
+                        "--lr-shift and SGD)")
     config = config_of(args)
     try:
         (digits_float.FloatModelOps if config.is_float else digits.ModelOps)(config)
@@ -94,3 +112,54 @@ def run(args):
     print(f"{summary['cycles_per_step']:,d} accelerator cycles a step of {args.batch}, "
           f"{summary['cycles_per_epoch']:,d} an epoch ({result.cycles_source}); "
           f"curves: {plot}")
+
+
+def _run_model(args):
+    """``bpsa train --model``: :func:`bpsa.torch.train.train`, its curves and summary."""
+    try:
+        import torch  # noqa: F401 (the extra's presence)
+    except ImportError:
+        raise UserError("--model needs PyTorch: pip install 'backprop-systolic[torch]' (make "
+                        "install does)") from None
+    from bpsa.tools.perf_plots import plot_training
+    from bpsa.torch.trace import load_factory
+    from bpsa.torch.train import load_datasets, train
+    if args.arithmetic not in (None, "bf16", "fp16"):
+        raise UserError(f"--model runs floating-point configurations, not --arithmetic "
+                        f"{args.arithmetic}")
+    if args.config == "ecp5_train" and args.arithmetic is None:
+        args.config = "small_bf16"          # the default for --model: floating point
+    config = config_of(args)
+    name = args.model.rpartition(":")[2]
+    plot = plot_path(str(Path(args.plot or f"build/train/{name}_{args.backend}.png")))
+    parent_dir(plot)
+    try:
+        model = load_factory(args.model)
+        train_set, test_set = load_datasets(args.dataset, args.seed)
+        result = train(model, train_set, test_set, config=config, backend=args.backend,
+                       epochs=args.epochs, batch=args.batch,
+                       lr=args.lr if args.lr is not None else 2.0 ** -args.lr_shift,
+                       optimizer=args.optimizer, seed=args.seed, progress=not args.json,
+                       reference=not args.no_reference)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    history, reference = result["history"], result["reference"]
+    plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}")
+    summary = {k: v for k, v in result.items() if k != "model"}
+    summary.update(plot=str(plot), test_accuracy=history[-1]["test_accuracy"],
+                   reference_accuracy=reference[-1]["test_accuracy"] if reference else None)
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+        return
+    for h in history:
+        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
+              f"test {h['test_accuracy']:.3f}"
+              + (f"  PyTorch float32 {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
+                 if reference else ""))
+    print(f"{name} on {config.name} ({args.backend}): test accuracy "
+          f"{summary['test_accuracy']:.3f}"
+          + (f", PyTorch float32 {summary['reference_accuracy']:.3f}" if reference else "")
+          + f"; {result['cycles_per_step']:,d} accelerator cycles a step of {args.batch} "
+            f"({result['cycles_source']}); layers offloaded: {len(result['offloaded'])}"
+          + (f", kept in PyTorch: {', '.join(result['kept'])}" if result["kept"] else "")
+          + f"; curves: {plot}")

@@ -1,0 +1,66 @@
+"""``bpsa train --model`` (bpsa.torch.train): a network trains through the offloaded
+accelerator next to plain PyTorch from the same weights and batch order; datasets from the
+digits split or a factory; one-line errors."""
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import Subset
+
+from bpsa.cli import main
+from bpsa.torch.models import resblock_digits
+from bpsa.torch.train import digits_datasets, load_datasets, train
+
+
+def tiny_digits():
+    """The first 96 training and 64 test images of the digits split."""
+    tr, te = digits_datasets()
+    return Subset(tr, range(96)), Subset(te, range(64))
+
+
+def test_digits_datasets():
+    tr, te = digits_datasets()
+    x, y = tr[0]
+    assert x.shape == (1, 8, 8) and x.dtype == torch.float32 and 0 <= float(x.max()) <= 1
+    assert len(tr) == 1437 and len(te) == 360 and y.dtype == torch.int64
+    with pytest.raises(ValueError, match="give digits or PKG.MODULE:FACTORY"):
+        load_datasets("mnist")
+    with pytest.raises(ValueError, match="cannot import it"):
+        load_datasets("no_such_package_xyz:data")
+    with pytest.raises(ValueError, match=r"must return \(train, test\) datasets"):
+        load_datasets("bpsa.torch.models:digits_cnn")
+
+
+def test_the_accelerator_and_pytorch_train_from_the_same_start():
+    """Two epochs of a residual network (batch norm and the addition on the host) on a tiny
+    set: both runs start from the same weights and batches (their first losses agree within
+    the bf16 rounding), both learn, the model given is not changed, and the cycle model
+    gives the step's cycles."""
+    model = resblock_digits()
+    before = [p.clone() for p in model.parameters()]
+    tr, te = tiny_digits()
+    r = train(model, tr, te, epochs=2, batch=16, lr=0.1)
+    h, ref = r["history"], r["reference"]
+    assert abs(h[0]["loss"] - ref[0]["loss"]) < 0.05 * ref[0]["loss"]
+    assert h[1]["loss"] < h[0]["loss"] and ref[1]["loss"] < ref[0]["loss"]
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not torch.equal(before[0], r["model"].module.stem[0].weight)
+    assert r["offloaded"] == ["stem.0", "stem.2", "conv1", "relu1", "conv2", "relu2", "pool",
+                              "gap", "fc"]
+    assert r["cycles_per_step"] > 0 and "cycle model" in r["cycles_source"]
+
+
+def test_cli(capsys):
+    assert main(["train", "--model", "bpsa.torch.models:digits_cnn", "--dataset",
+                 "test_torch_train:tiny_digits", "--epochs", "1", "--batch", "16", "--lr",
+                 "0.25", "--json", "--plot", "build/test_torch_train.png"]) in (None, 0)
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"] == "small_bf16" and len(out["history"]) == 1
+    assert out["offloaded"] == ["conv1", "relu1", "pool1", "conv2", "relu2", "gap", "fc"]
+    for argv, match in ((["--model", "no_such_package_xyz:m"], "cannot import"),
+                        (["--model", "bpsa.torch.models:digits_cnn", "--config", "small"],
+                         "'small' is 'int'"),
+                        (["--lr", "0.1"], "--lr and --optimizer apply to --model")):
+        assert main(["train", "--dataset", "digits", "--epochs", "1", *argv]) == 2
+        assert match in capsys.readouterr().err
