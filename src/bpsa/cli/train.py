@@ -98,11 +98,7 @@ def run(args):
     if args.json:
         print(json.dumps(summary, sort_keys=True))
         return
-    for h in history:
-        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
-              f"test {h['test_accuracy']:.3f}"
-              + (f"  reference {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
-                 if reference else ""))
+    _print_epochs(history, reference, "reference")
     why = result.reference_missing or "--no-reference"
     print(f"test accuracy {summary['test_accuracy']:.3f} ({args.backend} backend on "
           f"{config.name})" + (f", PyTorch float32 {summary['reference_accuracy']:.3f}"
@@ -112,6 +108,15 @@ def run(args):
     print(f"{summary['cycles_per_step']:,d} accelerator cycles a step of {args.batch}, "
           f"{summary['cycles_per_epoch']:,d} an epoch ({result.cycles_source}); "
           f"curves: {plot}")
+
+
+def _print_epochs(history, reference, label):
+    """A line an epoch: the loss, the train and test accuracy, the reference's test accuracy."""
+    for h in history:
+        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
+              f"test {h['test_accuracy']:.3f}"
+              + (f"  {label} {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
+                 if reference else ""))
 
 
 def _run_model(args):
@@ -151,11 +156,7 @@ def _run_model(args):
     if args.json:
         print(json.dumps(summary, sort_keys=True))
         return
-    for h in history:
-        print(f"epoch {h['epoch']:3d}  loss {h['loss']:.4f}  train {h['train_accuracy']:.3f}  "
-              f"test {h['test_accuracy']:.3f}"
-              + (f"  PyTorch float32 {reference[h['epoch'] - 1]['test_accuracy']:.3f}"
-                 if reference else ""))
+    _print_epochs(history, reference, "PyTorch float32")
     print(f"{name} on {config.name} ({args.backend}): test accuracy "
           f"{summary['test_accuracy']:.3f}"
           + (f", PyTorch float32 {summary['reference_accuracy']:.3f}" if reference else "")

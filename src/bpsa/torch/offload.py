@@ -274,8 +274,8 @@ def offload(model, config="small_bf16", backend="model", strict=False):
     if backend == "model":
         be = ModelBackend(cfg)
     elif backend == "rtl":
-        import bpsa
-        be = bpsa.simulate(cfg, progress=False)
+        from bpsa.sim.native import SimulatedAccelerator
+        be = SimulatedAccelerator(cfg, progress=False)
     elif isinstance(backend, str):
         raise ValueError(f"backend must be 'model', 'rtl' or an accelerator object, not "
                          f"{backend!r}")
