@@ -68,12 +68,26 @@ def test_model_backend_follows_pytorch():
     assert ("conv1", "loss") in phases               # the input's gradient, asked for
 
 
+def test_integer_scaling_follows_pytorch():
+    """An int16 configuration (``ecp5_train``): every tensor scaled by a power of two with
+    the accumulators' headroom; outputs and gradients within a thousandth of their largest
+    value of plain PyTorch's."""
+    net, x, t = _data()
+    y, dx, grads = _step(offload(net, "ecp5_train"), x, t)
+    y0, dx0, grads0 = _step(net, x, t)
+    for got, want in [(y, y0), (dx, dx0)] + [(grads[f"module.{n}"], g) for n, g in
+                                             grads0.items()]:
+        assert (got - want).abs().max() <= 2e-3 * want.abs().max()
+
+
 @pytest.mark.verilator
-def test_rtl_backend_gives_the_model_backends_bits():
-    """The simulated accelerator and the golden model: the same outputs and gradients, bit
-    for bit, over two SGD steps; every call's counters recorded per layer."""
+@pytest.mark.parametrize("config", ["small_bf16", "small"])
+def test_rtl_backend_gives_the_model_backends_bits(config):
+    """The simulated accelerator and the golden model (floating point; int8 through the same
+    scaling): the same outputs and gradients, bit for bit, over two SGD steps; every call's
+    counters recorded per layer."""
     net, x, t = _data(1)
-    nets = {b: offload(net, CFG, backend=b) for b in ("model", "rtl")}
+    nets = {b: offload(net, config, backend=b) for b in ("model", "rtl")}
     opts = {b: torch.optim.SGD(m.parameters(), lr=0.1) for b, m in nets.items()}
     for _ in range(2):
         out = {}
@@ -89,7 +103,7 @@ def test_rtl_backend_gives_the_model_backends_bits():
     calls = nets["rtl"].calls
     assert {c["layer"] for c in calls} == set(nets["rtl"].offloaded)
     assert all(c["busy_cycles"] > 0 and c["dma_read_bytes"] > 0 for c in calls)
-    nets["rtl"].backend.close()
+    nets["rtl"].close()
 
 
 def test_what_cannot_run_is_named_or_refused():
@@ -101,9 +115,10 @@ def test_what_cannot_run_is_named_or_refused():
     assert off.offloaded == ["2"] and set(off.kept) == {"0", "3"}
     with pytest.raises(ValueError, match="layers the accelerator cannot run: 0: 2 groups"):
         offload(model, CFG, strict=True)
-    with pytest.raises(ValueError, match="'small' is 'int', whose per-tensor scaling is not "
-                                         "built into offload yet"):
-        offload(model, "small")
+    with pytest.raises(ValueError, match="integer scaling needs signed operands"):
+        offload(model, load_config("small").replace(operand_signed=False, name="u8"))
+    with pytest.raises(ValueError, match="holds an infinity or a NaN"):
+        offload(nn.Conv2d(1, 1, 1), "small")(torch.tensor([[[[float("nan")]]]]))
     with pytest.raises(ValueError, match="backend must be 'model', 'rtl'"):
         offload(nn.ReLU(), CFG, backend="fpga")
     with pytest.raises(TypeError, match="takes floating-point tensors .*not torch.int64"):

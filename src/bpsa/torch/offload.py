@@ -14,8 +14,8 @@ PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's cop
 Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
 ``docs/floating_point.md``): float32 tensors in, rounded to the operand format by the
 contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's or ReLU's
-output in the operand format). Integer configurations (the per-tensor scaling of the digits
-example) are not offloaded yet: :func:`offload` refuses them by name.
+output in the operand format). An integer configuration: :class:`QuantizedBackend`'s
+per-tensor power-of-two scaling around the integer accelerator (``docs/pytorch.md``).
 
 Backends: ``"model"`` (the bit-exact golden model, :mod:`bpsa.models.float_layers` and
 :mod:`bpsa.models.float_pool`, with the driver's tiling), ``"rtl"`` (the simulated
@@ -35,7 +35,7 @@ from bpsa.config import load_config
 from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 
-__all__ = ["ModelBackend", "OffloadedModel", "offload"]
+__all__ = ["IntegerModel", "ModelBackend", "OffloadedModel", "QuantizedBackend", "offload"]
 
 
 def _pair(v):
@@ -97,6 +97,117 @@ class ModelBackend:
         return self._fp32(float_pool.pool2d_backward(
             self._bits(dy), self._bits(x), kind, kernel, stride, padding,
             self.config.arithmetic, relu=relu))
+
+
+class IntegerModel:
+    """An integer configuration's accelerator in the golden model (:mod:`bpsa.models.golden`):
+    integer tensors in, the hardware's integers out (accumulators wrapped to ``acc_width``;
+    a pooling forward's results as operands), the methods of
+    :class:`bpsa.sim.native.SimulatedAccelerator`."""
+
+    def __init__(self, config):
+        self.config = config
+        self.counters = {}
+
+    def _acc(self, v):
+        from bpsa.spec.numeric import wrap_array
+        return wrap_array(v, self.config.acc_width)
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1):
+        from bpsa.models import golden
+        return self._acc(golden.conv2d(x, w, stride, padding, dilation))
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+        from bpsa.models import golden
+        return self._acc(golden.conv2d_input_grad(dy, w, tuple(input_hw), stride, padding,
+                                                  dilation))
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+        from bpsa.models import golden
+        return self._acc(golden.conv2d_weight_grad(x, dy, tuple(kernel_hw), stride, padding,
+                                                   dilation))
+
+    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        from bpsa.models import golden
+        y = golden.pool2d(x, kind, kernel, stride, padding)
+        return np.maximum(y, 0) if relu else y
+
+    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        from bpsa.models import golden
+        dx = self._acc(golden.pool2d_backward(dy, x, kind, kernel, stride, padding))
+        return dx * (np.asarray(x) > 0) if relu else dx
+
+
+class QuantizedBackend:
+    """Float32 tensors through an integer accelerator (``inner``: :class:`IntegerModel`, a
+    :class:`bpsa.sim.native.SimulatedAccelerator` or a board's), by a power-of-two scale a
+    tensor: ``q = round(t 2**s)`` (halves to even) with the largest ``s`` that keeps ``|q| <=
+    2**m - 1``, the result read back as ``acc 2**-(s_a + s_b)``. ``m`` leaves the
+    accumulators their headroom: ``m = min(operand_width - 1, (acc_width - 2 - ceil(log2
+    K)) // 2)`` for sums of ``K`` products (the forward's ``C R S``, the loss's ``K R S``, the
+    gradient's ``N OH OW``), so no sum wraps; a pooling's operands take all ``operand_width -
+    1`` bits (a maximum is exact; an average is the unit's rounded division). The max
+    pooling's backward compares the quantized X (ties to the first)."""
+
+    def __init__(self, config, inner):
+        if not config.operand_signed:
+            raise ValueError(f"offload's integer scaling needs signed operands; "
+                             f"configuration {config.name!r} has unsigned ones")
+        self.config, self.inner = config, inner
+
+    @property
+    def counters(self):
+        return getattr(self.inner, "counters", {})
+
+    def _bits(self, k):
+        cfg = self.config
+        return max(1, min(cfg.operand_width - 1,
+                          (cfg.acc_width - 2 - int(np.ceil(np.log2(max(k, 1))))) // 2))
+
+    @staticmethod
+    def _q(t, bits):
+        """``(q, s)`` of the float array ``t`` at ``bits`` magnitude bits."""
+        t = np.asarray(t, dtype=np.float64)
+        top = float(np.abs(t).max()) if t.size else 0.0
+        if top == 0 or not np.isfinite(top):
+            if not np.isfinite(top):
+                raise ValueError("offload: a tensor holds an infinity or a NaN, which an "
+                                 "integer configuration cannot scale")
+            return np.zeros(t.shape, dtype=np.int64), 0
+        s = int(np.floor(np.log2(((1 << bits) - 1) / top)))
+        q = np.rint(t * 2.0 ** s)
+        return np.clip(q, -((1 << bits) - 1), (1 << bits) - 1).astype(np.int64), s
+
+    @staticmethod
+    def _back(acc, s):
+        return (np.asarray(acc, dtype=np.float64) * 2.0 ** -s).astype(np.float32)
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1):
+        b = self._bits(w.shape[1] * w.shape[2] * w.shape[3])
+        (xq, sx), (wq, sw) = self._q(x, b), self._q(w, b)
+        return self._back(self.inner.forward(xq, wq, stride, padding, dilation), sx + sw)
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+        b = self._bits(w.shape[0] * w.shape[2] * w.shape[3])
+        (dq, sd), (wq, sw) = self._q(dy, b), self._q(w, b)
+        return self._back(self.inner.loss(dq, wq, tuple(input_hw), stride, padding,
+                                          dilation), sd + sw)
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+        b = self._bits(dy.shape[0] * dy.shape[2] * dy.shape[3])
+        (xq, sx), (dq, sd) = self._q(x, b), self._q(dy, b)
+        return self._back(self.inner.gradient(xq, dq, tuple(kernel_hw), stride, padding,
+                                              dilation), sx + sd)
+
+    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        xq, sx = self._q(x, self.config.operand_width - 1)
+        return self._back(self.inner.pool(xq, kind, kernel, stride, padding, relu), sx)
+
+    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        b = self.config.operand_width - 1
+        (dq, sd), (xq, _) = self._q(dy, b), self._q(x, b)
+        return self._back(self.inner.pool_backward(dq, xq, kind, kernel, stride, padding,
+                                                   relu), sd)
 
 
 class _Layer(nn.Module):
@@ -252,6 +363,12 @@ class OffloadedModel(nn.Module):
         self.backend, self.config = backend, config
         self.offloaded, self.kept, self.calls = [], {}, []
 
+    def close(self):
+        """Close the backend's simulated accelerator (``rtl``), if it has one."""
+        for be in (self.backend, getattr(self.backend, "inner", None)):
+            if hasattr(be, "close"):
+                be.close()
+
     def forward(self, *args, **kwargs):
         for a in args:
             if isinstance(a, torch.Tensor) and not a.is_floating_point():
@@ -267,12 +384,8 @@ def offload(model, config="small_bf16", backend="model", strict=False):
     poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
     Layers that stay in PyTorch are named once in a warning, or refused with ``strict``."""
     cfg = load_config(config) if not hasattr(config, "arithmetic") else config
-    if not cfg.is_float:
-        raise ValueError(f"offload runs floating-point configurations (arithmetic bf16 or "
-                         f"fp16); configuration {cfg.name!r} is {cfg.arithmetic!r}, whose "
-                         f"per-tensor scaling is not built into offload yet")
     if backend == "model":
-        be = ModelBackend(cfg)
+        be = ModelBackend(cfg) if cfg.is_float else IntegerModel(cfg)
     elif backend == "rtl":
         from bpsa.sim.native import SimulatedAccelerator
         be = SimulatedAccelerator(cfg, progress=False)
@@ -281,6 +394,8 @@ def offload(model, config="small_bf16", backend="model", strict=False):
                          f"{backend!r}")
     else:
         be = backend
+    if not cfg.is_float:
+        be = QuantizedBackend(cfg, be)
     out = OffloadedModel(copy.deepcopy(model), be, cfg)
     pooling = {"max": cfg.has_pool("max"), "avg": cfg.has_pool("avg")}
     for name, mod in list(out.module.named_modules()):

@@ -131,7 +131,7 @@ def train(model, train_set, test_set, *, config="small_bf16", backend="model", e
         cycles = network_step(off.config, net, batch=batch).totals["cycles"]
         source = "the cycle model's training step of the traced network"
     if backend == "rtl":
-        off.backend.close()
+        off.close()
     return {"history": history, "reference": ref, "cycles_per_step": int(cycles),
             "cycles_source": source, "offloaded": off.offloaded, "kept": dict(off.kept),
             "config": off.config.name, "backend": backend, "model": off}
