@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf figures sweep compare-scalesim train train-float regmap clean clean-sim help
+.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -42,6 +42,7 @@ help:
 	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
 	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~25 min)"
 	@echo "make train-float  the digits CNN in bf16 (the golden model, bit-identical to the RTL), int16, PyTorch float32 and bf16 autocast: docs/figures/training_bf16.png, docs/training_bf16.json (~4 min)"
+	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch: docs/figures/torch_*.png (~15 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
@@ -121,6 +122,13 @@ train:
 
 train-float:
 	$(BIN)/python -m bpsa.tools.float_training
+
+# three nn.Modules trained through the offloaded accelerator (bf16, the golden model) next to
+# plain PyTorch: docs/figures/torch_<model>.png, docs/training_torch_<model>.json (~15 min)
+train-torch:
+	$(BIN)/bpsa train --model bpsa.torch.models:digits_cnn --dataset digits --lr 0.25 --plot docs/figures/torch_digits_cnn.png --json > docs/training_torch_digits_cnn.json
+	$(BIN)/bpsa train --model bpsa.torch.models:lenet_digits --dataset digits --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png --json > docs/training_torch_lenet_digits.json
+	$(BIN)/bpsa train --model bpsa.torch.models:resblock_digits --dataset digits --lr 0.1 --plot docs/figures/torch_resblock_digits.png --json > docs/training_torch_resblock_digits.json
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim
