@@ -43,7 +43,6 @@ def test_help_lists_commands_and_examples(capsys):
     (["perf", "--workload", "--batch", "0"], "--batch: 0 is below 1"),
     (["sim", "--phase", "nope"], "invalid choice: 'nope'"),
     (["regmap", "--format", "yaml"], "invalid choice: 'yaml'"),
-    (["train", "--dataset", "mnist"], "invalid choice: 'mnist'"),
     (["train", "--dataset", "digits", "--backend", "fpga"], "invalid choice: 'fpga'"),
     (["perf", "--network", "digits", "--clock", "0"], "--clock: 0 is not above 0"),
 ])
@@ -62,6 +61,11 @@ def test_bad_arguments_get_one_line(capsys, argv, needle):
     (["sweep", "--grid", "rows=8", "-o", "x.txt"], "the sweep writes a .csv file"),
     (["train", "--dataset", "digits", "--config", "small"], "signed 16-bit operands"),
     (["train", "--dataset", "digits", "--batch", "24"], "--batch 24: give a power of two"),
+    (["train", "--dataset", "mnist"], "--dataset 'mnist': without --model, give digits"),
+    (["perf", "--model", "torchvision.models:resnet18"], "--model and --input N,C,H,W go "
+                                                         "together"),
+    (["perf", "--model", "torchvision.models:resnet18", "--input", "1,3,224"],
+     "give N,C,H,W as four positive integers"),
     (["sim", "--phase", "pool"], "give a layer: --phase pool --layer"),
     (["sim", "--phase", "pool", "--layer", "C=8,H=7,kind=mean,R=2"],
      "pooling kind must be one of max, avg, global_avg"),
