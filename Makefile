@@ -118,7 +118,7 @@ sweep:
 	$(BIN)/bpsa sweep --config $(PERF_CONFIG) --network $(NETWORK) --batch $(BATCH) --grid $(GRID) -o $(BUILD)/sweep/$(NETWORK)_$(PERF_CONFIG)_b$(BATCH).csv
 
 train:
-	$(BIN)/bpsa train --dataset digits --epochs $(EPOCHS) --backend rtl --config ecp5_train --plot docs/figures/digits_rtl.png
+	$(BIN)/bpsa train --dataset digits --epochs $(EPOCHS) --backend rtl --config ecp5_train --numpy-loop --plot docs/figures/digits_rtl.png
 
 train-float:
 	$(BIN)/python -m bpsa.tools.float_training
@@ -126,9 +126,9 @@ train-float:
 # three nn.Modules trained through the offloaded accelerator (bf16, the golden model) next to
 # plain PyTorch: docs/figures/torch_<model>.png, docs/training_torch_<model>.json (~15 min)
 train-torch:
-	$(BIN)/bpsa train --model bpsa.torch.models:digits_cnn --dataset digits --lr 0.25 --plot docs/figures/torch_digits_cnn.png --json > docs/training_torch_digits_cnn.json
-	$(BIN)/bpsa train --model bpsa.torch.models:lenet_digits --dataset digits --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png --json > docs/training_torch_lenet_digits.json
-	$(BIN)/bpsa train --model bpsa.torch.models:resblock_digits --dataset digits --lr 0.1 --plot docs/figures/torch_resblock_digits.png --json > docs/training_torch_resblock_digits.json
+	$(BIN)/bpsa train --model bpsa.torch.models:digits_cnn --dataset digits --config small_bf16 --lr 0.25 --plot docs/figures/torch_digits_cnn.png --json > docs/training_torch_digits_cnn.json
+	$(BIN)/bpsa train --model bpsa.torch.models:lenet_digits --dataset digits --config small_bf16 --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png --json > docs/training_torch_lenet_digits.json
+	$(BIN)/bpsa train --model bpsa.torch.models:resblock_digits --dataset digits --config small_bf16 --lr 0.1 --plot docs/figures/torch_resblock_digits.png --json > docs/training_torch_resblock_digits.json
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim

@@ -59,9 +59,13 @@ def test_bad_arguments_get_one_line(capsys, argv, needle):
     (["sweep", "--grid", "colz=8"], "'colz' is not a configuration field"),
     (["sweep", "--grid", "rows=8", "--network", "nope"], "unknown network 'nope'"),
     (["sweep", "--grid", "rows=8", "-o", "x.txt"], "the sweep writes a .csv file"),
-    (["train", "--dataset", "digits", "--config", "small"], "signed 16-bit operands"),
-    (["train", "--dataset", "digits", "--batch", "24"], "--batch 24: give a power of two"),
+    (["train", "--dataset", "digits", "--config", "small", "--numpy-loop"],
+     "signed 16-bit operands"),
+    (["train", "--dataset", "digits", "--batch", "24", "--numpy-loop"],
+     "--batch 24: give a power of two"),
     (["train", "--dataset", "mnist"], "--dataset 'mnist': without --model, give digits"),
+    (["train", "--dataset", "digits", "--numpy-loop", "--lr", "0.1"],
+     "--lr and --optimizer apply to PyTorch's loop"),
     (["perf", "--model", "torchvision.models:resnet18"], "--model and --input N,C,H,W go "
                                                          "together"),
     (["perf", "--model", "torchvision.models:resnet18", "--input", "1,3,224"],
@@ -149,9 +153,13 @@ def test_perf_network_table_json_csv_and_plot(capsys, tmp_path):
     assert b"<svg" in svg.read_bytes()[:400]
 
 
-def test_train_summary(capsys, tmp_path):
+@pytest.mark.parametrize("loop", [[], ["--numpy-loop"]], ids=["offload", "numpy_loop"])
+def test_train_summary(capsys, tmp_path, loop):
+    """bpsa train --dataset digits: the digits CNN as an nn.Module through the offload (int16
+    scaling on ecp5_train), or the hand-written fixed-point loop."""
     plot = tmp_path / "curves.png"
-    main(["train", "--dataset", "digits", "--epochs", "1", "--json", "--plot", str(plot)])
+    main(["train", "--dataset", "digits", "--epochs", "1", "--json", "--plot", str(plot),
+          *loop])
     data = json.loads(capsys.readouterr().out)
     assert data["epochs"] == 1 and data["backend"] == "model"
     assert 0 < data["test_accuracy"] <= 1 and 0 < data["reference_accuracy"] <= 1

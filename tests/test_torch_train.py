@@ -54,13 +54,13 @@ def test_the_accelerator_and_pytorch_train_from_the_same_start():
 def test_cli(capsys):
     assert main(["train", "--model", "bpsa.torch.models:digits_cnn", "--dataset",
                  "test_torch_train:tiny_digits", "--epochs", "1", "--batch", "16", "--lr",
-                 "0.25", "--json", "--plot", "build/test_torch_train.png"]) in (None, 0)
+                 "0.25", "--config", "small_bf16", "--json", "--plot",
+                 "build/test_torch_train.png"]) in (None, 0)
     out = json.loads(capsys.readouterr().out)
     assert out["config"] == "small_bf16" and len(out["history"]) == 1
     assert out["offloaded"] == ["conv1", "relu1", "pool1", "conv2", "relu2", "gap", "fc"]
     for argv, match in ((["--model", "no_such_package_xyz:m"], "cannot import"),
-                        (["--model", "bpsa.torch.models:digits_cnn", "--config", "small"],
-                         "'small' is 'int'"),
-                        (["--lr", "0.1"], "--lr and --optimizer apply to --model")):
+                        (["--numpy-loop", "--model", "bpsa.torch.models:digits_cnn"],
+                         "--numpy-loop trains the digits CNN, not --model")):
         assert main(["train", "--dataset", "digits", "--epochs", "1", *argv]) == 2
         assert match in capsys.readouterr().err

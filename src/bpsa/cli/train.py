@@ -1,6 +1,8 @@
-"""``bpsa train``: the digits CNN in the accelerator's arithmetic (integers, or with
-``--arithmetic bf16|fp16`` floating point), on the simulated RTL or its numpy model, next to
-PyTorch (:func:`bpsa.host.digits.training_run`, :func:`bpsa.host.digits_float.training_run`)."""
+"""``bpsa train``: a PyTorch model (``--model``; by default the digits CNN as an
+``nn.Module``) trained through the accelerator in its arithmetic (:func:`bpsa.torch.train.train`,
+on the simulated RTL or its golden model) next to plain PyTorch; with ``--numpy-loop`` the
+digits CNN in the hand-written loops (:func:`bpsa.host.digits.training_run`,
+:func:`bpsa.host.digits_float.training_run`)."""
 
 import json
 from pathlib import Path
@@ -14,24 +16,25 @@ __all__ = ["register", "run"]
 
 def register(sub):
     """Add the ``train`` sub-parser to ``sub``."""
-    sp = sub.add_parser("train", help="train the digits CNN in the accelerator's arithmetic "
-                                      "(integer, or --arithmetic bf16|fp16), on the simulated "
-                                      "RTL or its numpy model, next to PyTorch",
-                        epilog="example: bpsa train --dataset digits --epochs 15 --backend rtl "
-                               "--config ecp5_train; bpsa train --dataset digits "
-                               "--arithmetic bf16")
+    sp = sub.add_parser("train", help="train a PyTorch model (default: the digits CNN) "
+                                      "through the accelerator in its arithmetic, on the "
+                                      "simulated RTL or its golden model, next to PyTorch",
+                        epilog="examples: bpsa train --dataset digits --backend rtl; bpsa "
+                               "train --model bpsa.torch.models:lenet_digits --dataset digits "
+                               "--arithmetic bf16 --optimizer adam --lr 0.003; bpsa train "
+                               "--dataset digits --numpy-loop --epochs 15 --backend rtl")
     sp.add_argument("--dataset", required=True, metavar="digits|PKG.MODULE:FACTORY",
                     help="digits: scikit-learn's 8 x 8 handwritten digits; with --model also "
                          "a factory returning (train, test) PyTorch datasets")
     sp.add_argument("--model", metavar="PKG.MODULE:FACTORY",
-                    help="train this nn.Module through the accelerator (bpsa.torch.offload; a "
-                         "floating-point configuration, default small_bf16), next to the same "
-                         "model in PyTorch float32, e.g. bpsa.torch.models:lenet_digits "
-                         "(docs/pytorch.md)")
+                    help="train this nn.Module through the accelerator (bpsa.torch.offload), "
+                         "next to the same model in PyTorch float32, e.g. "
+                         "bpsa.torch.models:lenet_digits (docs/pytorch.md; default: the digits "
+                         "CNN, bpsa.torch.models:digits_cnn)")
     sp.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
-                    help="with --model: the torch.optim optimizer (default: sgd)")
+                    help="the torch.optim optimizer (default: sgd; not with --numpy-loop)")
     sp.add_argument("--lr", type=float_above(0), default=None,
-                    help="with --model: the learning rate (default: 2**-lr-shift)")
+                    help="the learning rate (default: 2**-lr-shift; not with --numpy-loop)")
     sp.add_argument("--backend", choices=["rtl", "model"], default="model",
                     help="rtl: the convolutions on the accelerator under Verilator; model: the "
                          "same integers in numpy (default)")
@@ -44,7 +47,7 @@ def register(sub):
                          "docs/floating_point.md). Default: the configuration's own")
     sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
     sp.add_argument("--batch", type=int_at_least(1), default=32,
-                    help="a power of two (default: 32)")
+                    help="default: 32 (with --numpy-loop a power of two)")
     sp.add_argument("--lr-shift", type=int_at_least(0), default=2,
                     help="learning rate 2**-S (default: 2)")
     sp.add_argument("--seed", type=int_at_least(0), default=0,
@@ -53,6 +56,10 @@ def register(sub):
                     help="loss and accuracy curves (default: build/train/digits_<backend>.png)")
     sp.add_argument("--no-reference", action="store_true",
                     help="skip the PyTorch float32 run")
+    sp.add_argument("--numpy-loop", action="store_true",
+                    help="the digits CNN in the hand-written loop of docs/train.md (integer "
+                         "softmax and fixed-point SGD; with --arithmetic bf16 fp32 master "
+                         "weights in numpy) instead of PyTorch through bpsa.torch.offload")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=run)
 
@@ -63,12 +70,17 @@ def run(args):
     from bpsa.host import digits
     from bpsa.tools.perf_plots import plot_training
     from bpsa.host import digits_float
-    if args.model is not None:
+    if args.model is not None and args.numpy_loop:
+        raise UserError("--numpy-loop trains the digits CNN, not --model")
+    if not args.numpy_loop:                 # the digits CNN as an nn.Module, offloaded
+        if args.model is None and args.dataset != "digits":
+            raise UserError(f"--dataset {args.dataset!r}: without --model, give digits")
+        args.model = args.model or "bpsa.torch.models:digits_cnn"
         return _run_model(args)
     if args.dataset != "digits":
-        raise UserError(f"--dataset {args.dataset!r}: without --model, give digits")
+        raise UserError(f"--dataset {args.dataset!r}: --numpy-loop trains on digits")
     if args.lr is not None or args.optimizer != "sgd":
-        raise UserError("--lr and --optimizer apply to --model (the digits CNN here takes "
+        raise UserError("--lr and --optimizer apply to PyTorch's loop (--numpy-loop takes "
                         "--lr-shift and SGD)")
     config = config_of(args)
     try:
@@ -129,11 +141,6 @@ def _run_model(args):
     from bpsa.tools.perf_plots import plot_training
     from bpsa.torch.trace import load_factory
     from bpsa.torch.train import load_datasets, train
-    if args.arithmetic not in (None, "bf16", "fp16"):
-        raise UserError(f"--model runs floating-point configurations, not --arithmetic "
-                        f"{args.arithmetic}")
-    if args.config == "ecp5_train" and args.arithmetic is None:
-        args.config = "small_bf16"          # the default for --model: floating point
     config = config_of(args)
     name = args.model.rpartition(":")[2]
     plot = plot_path(str(Path(args.plot or f"build/train/{name}_{args.backend}.png")))
@@ -151,7 +158,7 @@ def _run_model(args):
     history, reference = result["history"], result["reference"]
     plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}")
     summary = {k: v for k, v in result.items() if k != "model"}
-    summary.update(plot=str(plot), test_accuracy=history[-1]["test_accuracy"],
+    summary.update(plot=str(plot), epochs=args.epochs, test_accuracy=history[-1]["test_accuracy"],
                    reference_accuracy=reference[-1]["test_accuracy"] if reference else None)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
