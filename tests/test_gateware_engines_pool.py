@@ -14,7 +14,7 @@ from bpsa.config import Config
 from bpsa.gateware.engines.pool import PoolEngine
 from bpsa.models import float_pool, floating
 from bpsa.models.golden import pool2d, pool2d_backward
-from bpsa.plan.tiling import pool_plan
+from bpsa.verify.pool_runs import PoolRuns
 
 #: Three lanes (not a power of two), a small buffer and P so that layers cut into bands.
 CFG = Config(name="pool_test", rows=2, cols=3, dataflows=["os"], dim_width=8,
@@ -41,51 +41,20 @@ def _layer(rng, cfg):
 
 def _run_engine(cfg, phase, x, dy, lay, relu):
     """Every run of the layer's plan through the engine; the output tensor."""
-    n, c, h, w = x.shape
-    plan = pool_plan(cfg, phase, n, c, h, w, lay["r"], lay["s"], lay["stride"], lay["pad"],
-                     lay["kind"], relu)
-    bwd = phase == "pool_backward"
-    oh, ow = plan["oh"], plan["ow"]
-    out_h, out_w = (h, w) if bwd else (oh, ow)
-    out = np.zeros((n * c, out_h, out_w), dtype=np.int64)
-    xp, dp = x.reshape(n * c, h, w), (dy.reshape(n * c, oh, ow) if bwd else None)
+    runs = PoolRuns(cfg, phase, x, dy, lay, relu)
     dut = PoolEngine(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
-    mask = (1 << cfg.operand_width) - 1
-    # P's addition: integers, or the contract's fp32 addition of encodings (P cleared to +0)
-    add = ((lambda a, b: floating.add(a & 0xFFFFFFFF, b & 0xFFFFFFFF)) if cfg.is_float
-           else (lambda a, b: a + b))
 
     async def bench(ctx):
-        for run in plan["runs"]:
-            words = []
-            for i in range(run["planes"]):
-                if run["x_plane"]:
-                    words += list(xp[run["i0"] + i, run["xlo"]:run["xlo"] + run["xrows"]]
-                                  .ravel())
-            for i in range(run["planes"]):
-                if bwd:
-                    words += list(dp[run["i0"] + i, run["dlo"]:run["dlo"] + run["drows"]]
-                                  .ravel())
-            assert len(words) <= cfg.buf_pool_depth // 2
-            for a, v in enumerate(words):
+        for run in runs.runs:
+            for a, v in enumerate(runs.words(run)):
                 ctx.set(dut.write.addr, a)
-                ctx.set(dut.write.data, int(v) & mask)
+                ctx.set(dut.write.data, v)
                 ctx.set(dut.write.en, 1)
                 await ctx.tick()
             ctx.set(dut.write.en, 0)
-            layer = {"backward": int(bwd), "avg": int(lay["kind"] == "avg"),
-                     "relu": int(relu), "planes": run["planes"], "h": h, "w": w,
-                     "r": lay["r"], "s": lay["s"], "stride_h": lay["stride"][0],
-                     "stride_w": lay["stride"][1], "pad_h": lay["pad"][0],
-                     "pad_w": lay["pad"][1], "oh": oh, "ow": ow, "y0": run["y0"],
-                     "rows": run["rows"], "xlo": run["xlo"], "dlo": run["dlo"], "drows": run["drows"],
-                     "q0": run["q0"], "rem0": run["rem0"], "qw0": plan["qw0"],
-                     "remw0": plan["rw0"], "x_base": 0, "d_base": run["d_offset"],
-                     "x_plane": run["x_plane"], "d_plane": run["d_plane"],
-                     "p_row": run["p_row"], "rs": plan["rs"], "recip": plan["recip"]}
-            ctx.set(dut.layer, layer)
+            ctx.set(dut.layer, runs.layer(run))
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
@@ -95,21 +64,18 @@ def _run_engine(cfg, phase, x, dy, lay, relu):
                     addr = ctx.get(dut.acc.payload.addr)
                     vec = [ctx.get(dut.acc.payload.data[j]) for j in range(cfg.cols)]
                     assert sum(v != 0 for v in vec) <= 1, "one element a vector"
-                    got[addr] = [add(a, b) for a, b in zip(got.get(addr, [0] * cfg.cols), vec)]
+                    got[addr] = [runs.add(a, b)
+                                 for a, b in zip(got.get(addr, [0] * cfg.cols), vec)]
                 await ctx.tick()
                 if not ctx.get(dut.busy) and not ctx.get(dut.acc.valid):
                     break
             else:
                 raise AssertionError("the run did not end")
-            for i in range(run["planes"]):
-                flat = [got.get(i * run["p_row"] + e // cfg.cols, [0] * cfg.cols)[e % cfg.cols]
-                        for e in range(run["rows"] * out_w)]
-                out[run["i0"] + i, run["y0"]:run["y0"] + run["rows"]] = \
-                    np.array(flat).reshape(run["rows"], out_w)
+            runs.gather(run, got)
 
     sim.add_testbench(bench)
     sim.run()
-    return out.reshape(n, c, out_h, out_w), plan
+    return runs.result(), runs.plan
 
 
 def _operands(rng, cfg, lay):
@@ -227,3 +193,15 @@ def test_float_pool_sums_in_the_documented_order():
     np.testing.assert_array_equal(got & 0xFFFFFFFF, want)
     third = floating.to_float32(np.uint32(want[0, 0, 2, 0]), "fp32")
     assert third == np.float32(1) / np.float32(3)        # (-2**28 + 2**28) + 1, scaled
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("preset", ["small_bf16", pytest.param("small", marks=pytest.mark.long)])
+def test_pool_verilator(preset):
+    """The generated Verilog under Verilator (bpsa.verify.tb_pool): random layers of both kinds,
+    forward and backward, against the golden models (bf16 in make test; int8 in make
+    test-long)."""
+    from bpsa.config import load_config
+    from bpsa.sim.runner import run_cocotb
+    tests, failures = run_cocotb(load_config(preset), "bpsa.verify.tb_pool", top="pool")
+    assert tests == 1 and failures == 0
