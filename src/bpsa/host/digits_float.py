@@ -34,8 +34,11 @@ __all__ = ["FloatAcceleratorOps", "FloatModelOps", "evaluate", "init_master", "t
 
 
 class FloatModelOps:
-    """The accelerator's layers in the golden model (bit-exact to the RTL): float32 tensors in
-    (rounded to the operand format), float32 out, as :func:`bpsa.simulate` gives them."""
+    """The accelerator's layers in the golden model (bit-exact to the RTL), tiled as the
+    driver tiles each layer (:func:`bpsa.plan.tiling.plan_or_strips`: its groups, bands and
+    column strips fix the order of the fp32 sums): float32 tensors in (rounded to the operand
+    format), float32 out, the values :func:`bpsa.simulate` gives. Also the ``model`` backend
+    of :func:`bpsa.torch.offload.offload` (``counters`` empty: no hardware ran)."""
 
     name = "model"
 
@@ -45,49 +48,52 @@ class FloatModelOps:
                              f"(arithmetic {config.arithmetic!r})")
         self.config, self.fmt = config, config.arithmetic
         self.cycles = 0
+        self.counters = {}
 
     def _bits(self, t):
-        return floating.from_float32(t, self.fmt).astype(np.int64)
-
-    def _plan(self, phase, shape):
-        mode = "feeder" if phase == "forward" else "zero_free"
-        return tiling.plan(self.config, phase, ConvLayer.conv(*shape), mode=mode)
+        return floating.from_float32(np.asarray(t, dtype=np.float32), self.fmt).astype(np.int64)
 
     def _out(self, bits, requant):
         if requant is not None:
             return floating.to_float32(bits, self.fmt)
         return np.asarray(bits, dtype=np.int64).astype(np.uint32).view(np.float32)
 
-    def forward(self, x, w, stride=1, padding=0, requant=None, relu=False):
+    def _run(self, phase, shape, ops, hw, geo, requant=None, relu=False):
+        mode = "feeder" if phase == "forward" else tiling.default_mode(self.config, phase)
+        plan = tiling.plan_or_strips(self.config, phase, ConvLayer.conv(*shape, *geo),
+                                     mode=mode)
+        return self._out(float_layers.accelerator_run(
+            phase, plan, ops, self.fmt, hw, *geo, requant=requant is not None, relu=relu),
+            requant)
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False):
         (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
-        group = self._plan("forward", (n, c, h, wd, k, r, s, stride, padding))["group"]
-        return self._out(float_layers.accelerator_forward(
-            self._bits(x), self._bits(w), self.fmt, stride, padding, group=group,
-            requant=requant is not None, relu=relu), requant)
+        return self._run("forward", (n, c, h, wd, k, r, s),
+                         {"x": self._bits(x), "w": self._bits(w)}, None,
+                         (stride, padding, dilation), requant, relu)
 
-    def loss(self, dy, w, input_hw, stride=1, padding=0, requant=None):
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1, requant=None):
         (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
-        group = self._plan("loss", (n, c, *input_hw, k, r, s, stride, padding))["group"]
-        return self._out(float_layers.accelerator_loss(
-            self._bits(dy), self._bits(w), tuple(input_hw), self.fmt, stride, padding,
-            group=group, requant=requant is not None), requant)
+        return self._run("loss", (n, c, *input_hw, k, r, s),
+                         {"dy": self._bits(dy), "w": self._bits(w)}, tuple(input_hw),
+                         (stride, padding, dilation), requant)
 
-    def gradient(self, x, dy, kernel_hw, stride=1, padding=0):
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
         (n, c, h, wd), k = x.shape, dy.shape[1]
-        band = self._plan("gradient", (n, c, h, wd, k, *kernel_hw, stride, padding))["band"]
-        return self._out(float_layers.accelerator_gradient(
-            self._bits(x), self._bits(dy), tuple(kernel_hw), self.fmt, stride, padding,
-            band=band), None)
+        return self._run("gradient", (n, c, h, wd, k, *kernel_hw),
+                         {"x": self._bits(x), "dy": self._bits(dy)}, tuple(kernel_hw),
+                         (stride, padding, dilation))
 
-    def pool(self, x, kind, kernel=None):
-        """The pooling unit's forward (stride the kernel, no padding), in the format."""
-        return self._out(float_pool.pool2d(self._bits(x), kind, kernel, None, 0, self.fmt),
-                         0)
+    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
+        """The pooling unit's forward, in the format (stride: the kernel's by default)."""
+        return self._out(float_pool.pool2d(self._bits(x), kind, kernel, stride, padding,
+                                           self.fmt, relu=relu), 0)
 
-    def pool_backward(self, dy, x, kind, kernel=None, relu=False, requant=None):
+    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False,
+                      requant=None):
         return self._out(float_pool.pool2d_backward(
-            self._bits(dy), self._bits(x), kind, kernel, None, 0, self.fmt, relu=relu,
-            requant=requant is not None), requant)
+            self._bits(dy), self._bits(x), kind, kernel, stride, padding, self.fmt,
+            relu=relu, requant=requant is not None), requant)
 
 
 class FloatAcceleratorOps(digits.AcceleratorOps):

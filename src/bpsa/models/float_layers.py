@@ -13,7 +13,8 @@ import numpy as np
 from bpsa.models import floating, golden
 
 __all__ = ["accelerator_forward", "accelerator_gradient", "accelerator_loss",
-           "accelerator_strips", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"]
+           "accelerator_run", "accelerator_strips", "conv2d", "conv2d_input_grad",
+           "conv2d_weight_grad"]
 
 
 def conv2d(x, w, fmt, stride=1, padding=0, dilation=1):
@@ -197,6 +198,26 @@ def accelerator_strips(phase, ops, fmt, stride=1, padding=0, dilation=1, *, hw, 
                 xp[..., st.in0 + pw:st.in0 + pw + st.in_cols],
                 dy[..., st.out0:st.out0 + st.out_cols], hw, fmt, band=p["band"], **sub))
     return out
+
+
+def accelerator_run(phase, plan, ops, fmt, hw, stride=1, padding=0, dilation=1, *,
+                    requant=False, relu=False):
+    """One phase as the driver runs it with its tiling ``plan`` (:func:`bpsa.plan.tiling.
+    plan_or_strips`: a plan's ``group`` or ``band``, or column strips), whose runs fix the
+    order of the fp32 sums: :func:`accelerator_strips`, :func:`accelerator_forward`,
+    :func:`accelerator_loss` or :func:`accelerator_gradient`. ``ops``: the operands by name;
+    ``hw``: the loss's input size or the gradient's kernel size."""
+    geo = (stride, padding, dilation)
+    if "strips" in plan:
+        return accelerator_strips(phase, ops, fmt, *geo, hw=hw, cut=plan, requant=requant,
+                                  relu=relu)
+    if phase == "forward":
+        return accelerator_forward(ops["x"], ops["w"], fmt, *geo, group=plan["group"],
+                                   requant=requant, relu=relu)
+    if phase == "loss":
+        return accelerator_loss(ops["dy"], ops["w"], hw, fmt, *geo, group=plan["group"],
+                                requant=requant)
+    return accelerator_gradient(ops["x"], ops["dy"], hw, fmt, *geo, band=plan["band"])
 
 
 def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows):

@@ -10,7 +10,7 @@ from bpsa.models import float_layers, float_pool, golden
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
-__all__ = ["float_golden", "job_layer", "job_tensors", "run_job", "run_jobs"]
+__all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
 
 
 def job_tensors(cfg, layer, rng, zero_prob):
@@ -43,21 +43,11 @@ def job_layer(job):
     return ConvLayer.from_dict(job["layer"])
 
 
-def float_golden(cfg, phase, plan, ops, hw, geo, requant=False):
+def _float_golden(cfg, phase, plan, ops, hw, geo, requant=False):
     """The floating-point golden result of one phase as the driver ran it (``plan``: its
     tiling, whose groups, bands or column strips fix the order of the fp32 additions)."""
-    fmt, geo = cfg.arithmetic, (geo["stride"], geo["padding"], geo["dilation"])
-    if "strips" in plan:
-        return float_layers.accelerator_strips(phase, ops, fmt, *geo, hw=hw, cut=plan,
-                                               requant=requant)
-    if phase == "forward":
-        return float_layers.accelerator_forward(ops["x"], ops["w"], fmt, *geo,
-                                                group=plan["group"], requant=requant)
-    if phase == "loss":
-        return float_layers.accelerator_loss(ops["dy"], ops["w"], hw, fmt, *geo,
-                                             group=plan["group"], requant=requant)
-    return float_layers.accelerator_gradient(ops["x"], ops["dy"], hw, fmt, *geo,
-                                             band=plan["band"])
+    return float_layers.accelerator_run(phase, plan, ops, cfg.arithmetic, hw, geo["stride"],
+                                        geo["padding"], geo["dilation"], requant=requant)
 
 
 async def run_job(cfg, drv, job, clock, plan=None):
@@ -106,7 +96,7 @@ async def run_job(cfg, drv, job, clock, plan=None):
     elif phase == "forward" and cfg.is_float:
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
-        want = float_golden(cfg, "forward", drv.plan, {"x": t["x"], "w": t["w"]}, None, args,
+        want = _float_golden(cfg, "forward", drv.plan, {"x": t["x"], "w": t["w"]}, None, args,
                              requant=job.get("requant") is not None)
     elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
@@ -119,25 +109,25 @@ async def run_job(cfg, drv, job, clock, plan=None):
             hw = (layer.height, layer.width)
             got = await drv.loss_baseline(t["dy"], t["w"], hw, plan=plan, **args)
             zp, wt, d = baseline_loss_operands(t["dy"], t["w"], hw, **args)
-            want = float_golden(cfg, "forward", drv.plan, {"x": zp, "w": wt}, None,
+            want = _float_golden(cfg, "forward", drv.plan, {"x": zp, "w": wt}, None,
                                  dict(stride=1, padding=0, dilation=d))
         else:
             kh = (layer.kernel_h, layer.kernel_w)
             got = await drv.gradient_baseline(t["x"], t["dy"], kh, plan=plan, **args)
             xt, dd, d = baseline_gradient_operands(t["x"], t["dy"], kh, **args)
-            want = float_golden(cfg, "forward", drv.plan, {"x": xt, "w": dd}, None,
+            want = _float_golden(cfg, "forward", drv.plan, {"x": xt, "w": dd}, None,
                                  dict(stride=d, padding=0, dilation=1)).transpose(1, 0, 2, 3)
     elif phase == "loss" and cfg.is_float:
         got = await drv.loss(t["dy"], t["w"], (layer.height, layer.width),
                              mode=job.get("mode"), requant=job.get("requant"), plan=plan,
                              **args)
-        want = float_golden(cfg, "loss", drv.plan, {"dy": t["dy"], "w": t["w"]},
+        want = _float_golden(cfg, "loss", drv.plan, {"dy": t["dy"], "w": t["w"]},
                              (layer.height, layer.width), args,
                              requant=job.get("requant") is not None)
     elif phase == "gradient" and cfg.is_float:
         got = await drv.gradient(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                  mode=job.get("mode"), plan=plan, **args)
-        want = float_golden(cfg, "gradient", drv.plan, {"x": t["x"], "dy": t["dy"]},
+        want = _float_golden(cfg, "gradient", drv.plan, {"x": t["x"], "dy": t["dy"]},
                              (layer.kernel_h, layer.kernel_w), args)
     elif phase == "loss":
         if job.get("baseline"):

@@ -17,8 +17,9 @@ contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's 
 output in the operand format). An integer configuration: :class:`QuantizedBackend`'s
 per-tensor power-of-two scaling around the integer accelerator (``docs/pytorch.md``).
 
-Backends: ``"model"`` (the bit-exact golden model, :mod:`bpsa.models.float_layers` and
-:mod:`bpsa.models.float_pool`, with the driver's tiling), ``"rtl"`` (the simulated
+Backends: ``"model"`` (the bit-exact golden model: :class:`bpsa.host.digits_float.
+FloatModelOps`, :mod:`bpsa.models.float_layers` and :mod:`bpsa.models.float_pool` with the
+driver's tiling; :class:`IntegerModel` for integers), ``"rtl"`` (the simulated
 accelerator, :func:`bpsa.simulate`), or any object with the methods of
 :class:`bpsa.sim.native.SimulatedAccelerator` (a board's). Every call's counters go to
 :attr:`OffloadedModel.calls` (``rtl``: the hardware's cycles and DMA bytes).
@@ -32,71 +33,13 @@ import torch
 from torch import nn
 
 from bpsa.config import load_config
-from bpsa.plan import tiling
-from bpsa.spec.layer import ConvLayer
+from bpsa.host.digits_float import FloatModelOps
 
-__all__ = ["IntegerModel", "ModelBackend", "OffloadedModel", "QuantizedBackend", "offload"]
+__all__ = ["IntegerModel", "OffloadedModel", "QuantizedBackend", "offload"]
 
 
 def _pair(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-
-
-class ModelBackend:
-    """The accelerator's results from the golden model (floating point), tiled as the driver
-    tiles each layer (its groups, bands and column strips fix the order of the fp32 sums);
-    the methods and values of :class:`bpsa.sim.native.SimulatedAccelerator`'s. ``counters``
-    is empty (no hardware ran)."""
-
-    def __init__(self, config):
-        self.config = config
-        self.counters = {}
-
-    def _bits(self, t):
-        from bpsa.models import floating
-        return floating.from_float32(np.asarray(t, dtype=np.float32),
-                                     self.config.arithmetic).astype(np.int64)
-
-    def _fp32(self, bits):
-        return np.asarray(bits, dtype=np.int64).astype(np.uint32).view(np.float32)
-
-    def _conv(self, phase, layer, ops, hw, geo):
-        from bpsa.sim.jobs import float_golden
-        mode = "feeder" if phase == "forward" else tiling.default_mode(self.config, phase)
-        plan = tiling.plan_or_strips(self.config, phase, layer, mode=mode)
-        return self._fp32(float_golden(self.config, phase, plan, ops, hw, geo))
-
-    def forward(self, x, w, stride=1, padding=0, dilation=1):
-        (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
-        layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, padding, dilation)
-        return self._conv("forward", layer, {"x": self._bits(x), "w": self._bits(w)}, None,
-                          dict(stride=stride, padding=padding, dilation=dilation))
-
-    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
-        (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
-        layer = ConvLayer.conv(n, c, *input_hw, k, r, s, stride, padding, dilation)
-        return self._conv("loss", layer, {"dy": self._bits(dy), "w": self._bits(w)},
-                          tuple(input_hw), dict(stride=stride, padding=padding,
-                                                dilation=dilation))
-
-    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
-        (n, c, h, wd), k = x.shape, dy.shape[1]
-        layer = ConvLayer.conv(n, c, h, wd, k, *kernel_hw, stride, padding, dilation)
-        return self._conv("gradient", layer, {"x": self._bits(x), "dy": self._bits(dy)},
-                          tuple(kernel_hw), dict(stride=stride, padding=padding,
-                                                 dilation=dilation))
-
-    def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
-        from bpsa.models import float_pool, floating
-        fmt = self.config.arithmetic
-        y = float_pool.pool2d(self._bits(x), kind, kernel, stride, padding, fmt, relu=relu)
-        return floating.to_float32(y, fmt)
-
-    def pool_backward(self, dy, x, kind, kernel=None, stride=None, padding=0, relu=False):
-        from bpsa.models import float_pool
-        return self._fp32(float_pool.pool2d_backward(
-            self._bits(dy), self._bits(x), kind, kernel, stride, padding,
-            self.config.arithmetic, relu=relu))
 
 
 class IntegerModel:
@@ -385,7 +328,7 @@ def offload(model, config="small_bf16", backend="model", strict=False):
     Layers that stay in PyTorch are named once in a warning, or refused with ``strict``."""
     cfg = load_config(config) if not hasattr(config, "arithmetic") else config
     if backend == "model":
-        be = ModelBackend(cfg) if cfg.is_float else IntegerModel(cfg)
+        be = FloatModelOps(cfg) if cfg.is_float else IntegerModel(cfg)
     elif backend == "rtl":
         from bpsa.sim.native import SimulatedAccelerator
         be = SimulatedAccelerator(cfg, progress=False)
