@@ -195,16 +195,11 @@ class PoolEngine(CheckedComponent):
         reads = Signal(32)
         m.d.comb += self.words_read.eq(reads)
 
-        def row_of(rrow):
-            return (rrow >= 0) & (rrow < L.h)
-
-        def col_of(ccol):
-            return (ccol >= 0) & (ccol < L.w)
-
         def start_scan(top, lft, row_addr):
-            return [crow.eq(top), ccol.eq(lft), sleft.eq(lft), rowok.eq(row_of(top)),
-                    colok.eq(col_of(lft)), lok.eq(col_of(lft)), qlast.eq(sone),
-                    rlast.eq(rone),
+            inside = (lft >= 0) & (lft < L.w)           # the window's left column
+            return [crow.eq(top), ccol.eq(lft), sleft.eq(lft),
+                    rowok.eq((top >= 0) & (top < L.h)), colok.eq(inside), lok.eq(inside),
+                    qlast.eq(sone), rlast.eq(rone),
                     taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
                     first.eq(1), total.eq(0), scan_done.eq(0)]
 
@@ -219,9 +214,6 @@ class PoolEngine(CheckedComponent):
                 m.d.sync += [lane.eq(0), word.eq(word + 1)]
             with m.Else():
                 m.d.sync += lane.eq(lane + 1)
-
-        def plane_start():
-            return [word.eq(0), lane.eq(0), oy.eq(0)]
 
         # the set-up's products on one multiplier, registered on both sides: (a, b, the
         # register that gets a b + add); an operand may be an earlier product (two cycles on)
@@ -245,18 +237,7 @@ class PoolEngine(CheckedComponent):
                      apend.eq(0)]
         with m.If(xget):
             m.d.sync += xval.eq(rp.data)
-        if fp:
-            mac, scaling = self._float_mac(m, L, locals())
-            larger = order_key(m, rdata, cfg.arithmetic, "key_tap") > \
-                order_key(m, best, cfg.arithmetic, "key_best")
-        else:
-            larger = rdata > best
-        with m.If(pend2):                         # the data of a tap read two cycles before
-            with m.If(first | larger):
-                m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
-            m.d.sync += first.eq(0)
-            if not fp:
-                m.d.sync += total.eq(total + rdata)
+        mac, scaling = self._tap_data(m, L, locals())
 
         with m.FSM(name="pool") as fsm:
             with m.State("IDLE"):
@@ -277,7 +258,7 @@ class PoolEngine(CheckedComponent):
                     m.d.sync += [pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
                     m.next = "PLANE"
             with m.State("PLANE"):
-                m.d.sync += plane_start()
+                m.d.sync += [word.eq(0), lane.eq(0), oy.eq(0)]
                 xlim = Mux(L.backward & L.avg, L.w, L.ow)   # the columns ox counts
                 ylim = Mux(L.backward & ~L.avg, L.drows, L.rows)  # the rows oy counts
                 m.d.sync += [ymore.eq(ylim > 0), ym1.eq(ylim - 1)]
@@ -314,58 +295,7 @@ class PoolEngine(CheckedComponent):
                     m.d.sync += start_scan(wtop, left, wrow)
                     m.next = "SCAN"
 
-            # --- backward: the windows covering (y, x) ----------------------------------------
-            def next_row():
-                """The next window up: its row's tests from the values before the step."""
-                m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1), dro.eq(dro - L.ow),
-                             rend.eq((offh >= rmsh) | (ohc <= 0)), rout.eq(ohc > L.oh)]
-
-            def next_col():
-                m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
-                             cend.eq((offw >= smsw) | (owc <= 0)), cout.eq(owc > L.ow)]
-
-            with m.State("CAND_ROW"):
-                with m.If(rend):
-                    m.next = "PIXEL_END"
-                with m.Elif(rout):
-                    next_row()
-                with m.Else():
-                    m.d.sync += [offw.eq(remw), owc.eq(qw),
-                                 cend.eq((remw >= L.s) | (qw < 0)), cout.eq(qw >= L.ow)]
-                    m.next = "CAND_COL"
-            def cand_col():
-                with m.If(cend):
-                    next_row()
-                    m.next = "CAND_ROW"
-                with m.Elif(cout):
-                    next_col()
-                with m.Else():
-                    m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
-                    m.d.sync += reads.eq(reads + 1)
-                    m.next = "CAND_D"
-
-            with m.State("CAND_COL"):
-                if fp:                       # the dY read two cycles before: into the adder,
-                    with m.If(apend):        # and wait for its sum (CAND_WAIT)
-                        m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
-                        m.next = "CAND_WAIT"
-                    with m.Else():
-                        cand_col()
-                else:
-                    with m.If(apend):        # the dY read two cycles before
-                        m.d.sync += acc.eq(acc + rdata)
-                    cand_col()
-            if fp:
-                with m.State("CAND_WAIT"):
-                    m.d.sync += wait.eq(wait - 1)
-                    with m.If(wait == 0):
-                        m.d.sync += acc.eq(mac.result)
-                        m.next = "CAND_COL"
-            with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
-                m.d.sync += apend.eq(1)
-                next_col()
-                m.next = "CAND_COL"
-
+            self._candidates(m, L, locals())
             # --- backward, max: the windows of the band's dY rows, scattered -----------------
             if has_max:
                 self._scatter(m, L, locals())
@@ -380,117 +310,21 @@ class PoolEngine(CheckedComponent):
                     with m.If(L.avg):
                         m.next = "SCALE" if fp else "DIV0"
 
-            # --- the window scan: one tap a cycle, the read's data two cycles on (taken in
-            # SCAN, SCAN_END and SCAN_END2, outside the states: only SCAN reads taps) ---------
-            with m.State("SCAN"):
-                ok = rowok & colok
-                m.d.comb += [rp.addr.eq(taddr), rp.en.eq(ok)]
-                m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
-                with m.If(ok):
-                    m.d.sync += reads.eq(reads + 1)
-                if fp:                       # avg: one tap in the adder at a time
-                    with m.If(L.avg & ~L.backward):
-                        m.d.sync += wait.eq(self.FLOAT_TAP - 2)
-                        m.next = "SCAN_WAIT"
-                with m.If(~qlast):           # the next column: its tests from the values before
-                    m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
-                                 colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
-                with m.Else():
-                    m.d.sync += [tq.eq(0), tr.eq(tr + 1), ccol.eq(sleft), crow.eq(crow + 1),
-                                 colok.eq(lok), qlast.eq(sone),
-                                 rowok.eq((crow >= -1) & (crow < hm1)), rlast.eq(tr >= rm2),
-                                 taddr.eq(rstart + L.w), rstart.eq(rstart + L.w)]
-                    with m.If(rlast):
-                        m.d.sync += scan_done.eq(1)
-                        if fp:
-                            with m.If(~L.avg | L.backward):
-                                m.next = "SCAN_END"
-                        else:
-                            m.next = "SCAN_END"
-            if fp:
-                with m.State("SCAN_WAIT"):   # until the tap's sum is in total
-                    m.d.sync += wait.eq(wait - 1)
-                    with m.If(wait == 0):
-                        m.next = "SCAN"
-                        with m.If(scan_done):
-                            m.next = "SCAN_END"
-            with m.State("SCAN_END"):
-                m.next = "SCAN_END2"
-            if fp:
-                with m.State("SCAN_END2"):   # P's adders: a word's vectors FLOAT_SPACING apart
-                    m.next = "SCAN_END3"
-            with m.State("SCAN_END3" if fp else "SCAN_END2"):
-                with m.If(L.backward):
-                    m.next = "SCATTER"
-                with m.Else():
-                    m.next = "FWD_VAL"
-            with m.State("FWD_VAL"):
-                m.d.sync += value.eq(widen(m, best, cfg.arithmetic, "best32") if fp else best)
-                m.next = "EMIT"
-                if has_avg:
-                    with m.If(L.avg):
-                        m.d.sync += value.eq(total)
-                        m.next = "SCALE" if fp else "DIV0"
-
-            # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)); floating
-            # point: value times fp32(1 / (R S)), rounded once ---------------------------------
-            if has_avg and not fp:
-                self._divide(m, L, value)
-            if has_avg and fp:
-                with m.State("SCALE"):       # value x recip into the MAC (_float_mac)
-                    m.d.comb += scaling.eq(1)
-                    m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
-                    m.next = "SCALE_WAIT"
-                with m.State("SCALE_WAIT"):
-                    m.d.sync += wait.eq(wait - 1)
-                    with m.If(wait == 0):
-                        m.d.sync += value.eq(mac.result)
-                        m.next = "EMIT"
-
-            with m.State("EMIT"):
-                emit(Mux(mask, 0, value))
-                with m.If(L.backward):       # the next element of the dX band
-                    with m.If(~xlast):
-                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2)]
-                        with m.If(remw == swm1):
-                            m.d.sync += [remw.eq(0), qw.eq(qw + 1)]
-                        with m.Else():
-                            m.d.sync += remw.eq(remw + 1)
-                        m.next = "PIXEL"
-                    with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1), xrow.eq(xrow + L.w)]
-                        with m.If(remh == shm1):
-                            m.d.sync += [remh.eq(0), qh.eq(qh + 1), drow.eq(drow + L.ow),
-                                         remhw.eq(0)]
-                        with m.Else():
-                            m.d.sync += [remh.eq(remh + 1), remhw.eq(remhw + L.w)]
-                        m.next = "NEXT_ROW"
-                with m.Else():               # the next output of the band
-                    with m.If(~xlast):
-                        m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2),
-                                     left.eq(left + L.stride_w)]
-                        m.next = "PIXEL"
-                    with m.Else():
-                        m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1),
-                                     wtop.eq(wtop + L.stride_h),
-                                     wrow.eq(wrow + shw)]
-                        m.next = "NEXT_ROW"
-            with m.State("NEXT_ROW"):
-                with m.If(ymore):
-                    m.next = "ROW"
-                with m.Elif(more):
-                    m.d.sync += [pl.eq(pl + 1), xpb.eq(xpb + L.x_plane),
-                                 dpb.eq(dpb + L.d_plane), ppb.eq(ppb + L.p_row)]
-                    m.next = "PLANE"
-                with m.Else():
-                    m.next = "IDLE"
+            self._window_scan(m, L, locals())
+            self._emit(m, L, locals())
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        # One-hot states in synthesis: a state's test is one flip-flop, not a decoder in front
-        # of every enable (Yosys's FSM pass leaves Amaranth's binary state register alone
-        # unless told; Amaranth 0.5 has no public name for that register, hence _data). Yosys
-        # ignores the register's initial value then, so the unit resets itself in its first
-        # cycle after configuration (``alive`` 0: its initial value), also in a domain
-        # without a reset; a ``start`` in that cycle is not seen.
+        return self._one_hot_self_reset(m, fsm)
+
+    @staticmethod
+    def _one_hot_self_reset(m, fsm):
+        """``m`` inside a module that resets it in its first cycle, its FSM one-hot.
+
+        One-hot states in synthesis: a state's test is one flip-flop, not a decoder in front
+        of every enable (Yosys's FSM pass leaves Amaranth's binary state register alone
+        unless told; Amaranth 0.5 has no public name for that register, hence _data). Yosys
+        ignores the register's initial value then, so the unit resets itself in its first
+        cycle after configuration (``alive`` 0: its initial value), also in a domain
+        without a reset; a ``start`` in that cycle is not seen."""
         state = getattr(fsm, "_data", {}).get("signal")
         if state is not None:
             state.attrs["fsm_encoding"] = "one-hot"
@@ -499,6 +333,215 @@ class PoolEngine(CheckedComponent):
         top.d.sync += alive.eq(1)
         top.submodules.core = ResetInserter({"sync": ~alive})(m)
         return top
+
+    def _tap_data(self, m, L, v):
+        """A tap's data, two cycles after its read (``pend2``): the first largest (max, by
+        the FP order in floating point) and the sum (integer average; floating point: into
+        the MAC, :meth:`_float_mac`). Returns ``(mac, scaling)`` (None in integers)."""
+        cfg = self.config
+        rdata, best, first, amaddr, paddr2, total, pend2 = (v[n] for n in (
+            "rdata", "best", "first", "amaddr", "paddr2", "total", "pend2"))
+        mac = scaling = None
+        if cfg.is_float:
+            mac, scaling = self._float_mac(m, L, v)
+            larger = order_key(m, rdata, cfg.arithmetic, "key_tap") > \
+                order_key(m, best, cfg.arithmetic, "key_best")
+        else:
+            larger = rdata > best
+        with m.If(pend2):                         # the data of a tap read two cycles before
+            with m.If(first | larger):
+                m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
+            m.d.sync += first.eq(0)
+            if not cfg.is_float:
+                m.d.sync += total.eq(total + rdata)
+        return mac, scaling
+
+    def _candidates(self, m, L, v):
+        """Backward: the windows covering each element (CAND_ROW, CAND_COL, CAND_D;
+        floating point CAND_WAIT), their dY summed. ``v``: elaborate's locals."""
+        (acc, apend, cend, cout, dro, fp, mac, offh, offw, ohc, owc, qw, rdata, reads,
+         remw, rend, rmsh, rout, rp, smsw, wait) = (v.get(n) for n in (
+            'acc', 'apend', 'cend', 'cout', 'dro', 'fp', 'mac', 'offh', 'offw', 'ohc',
+            'owc', 'qw', 'rdata', 'reads', 'remw', 'rend', 'rmsh', 'rout', 'rp', 'smsw',
+            'wait'))
+        # --- backward: the windows covering (y, x) ----------------------------------------
+        def next_row():
+            """The next window up: its row's tests from the values before the step."""
+            m.d.sync += [offh.eq(offh + L.stride_h), ohc.eq(ohc - 1), dro.eq(dro - L.ow),
+                         rend.eq((offh >= rmsh) | (ohc <= 0)), rout.eq(ohc > L.oh)]
+
+        def next_col():
+            m.d.sync += [offw.eq(offw + L.stride_w), owc.eq(owc - 1),
+                         cend.eq((offw >= smsw) | (owc <= 0)), cout.eq(owc > L.ow)]
+
+        with m.State("CAND_ROW"):
+            with m.If(rend):
+                m.next = "PIXEL_END"
+            with m.Elif(rout):
+                next_row()
+            with m.Else():
+                m.d.sync += [offw.eq(remw), owc.eq(qw),
+                             cend.eq((remw >= L.s) | (qw < 0)), cout.eq(qw >= L.ow)]
+                m.next = "CAND_COL"
+        def cand_col():
+            with m.If(cend):
+                next_row()
+                m.next = "CAND_ROW"
+            with m.Elif(cout):
+                next_col()
+            with m.Else():
+                m.d.comb += [rp.addr.eq(dro + owc), rp.en.eq(1)]
+                m.d.sync += reads.eq(reads + 1)
+                m.next = "CAND_D"
+
+        with m.State("CAND_COL"):
+            if fp:                       # the dY read two cycles before: into the adder,
+                with m.If(apend):        # and wait for its sum (CAND_WAIT)
+                    m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
+                    m.next = "CAND_WAIT"
+                with m.Else():
+                    cand_col()
+            else:
+                with m.If(apend):        # the dY read two cycles before
+                    m.d.sync += acc.eq(acc + rdata)
+                cand_col()
+        if fp:
+            with m.State("CAND_WAIT"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.d.sync += acc.eq(mac.result)
+                    m.next = "CAND_COL"
+        with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
+            m.d.sync += apend.eq(1)
+            next_col()
+            m.next = "CAND_COL"
+
+
+    def _window_scan(self, m, L, v):
+        """The window scan, one tap a cycle (SCAN to FWD_VAL; floating point SCAN_WAIT,
+        SCAN_END3), and the average's division (DIV*) or scaling (SCALE, SCALE_WAIT).
+        ``v``: elaborate's locals."""
+        (best, ccol, cfg, colok, crow, fp, has_avg, hm1, lok, mac, paddr1, pend1, qlast,
+         reads, rlast, rm2, rowok, rp, rstart, scaling, scan_done, sleft, sm2, sone,
+         taddr, total, tq, tr, value, wait, wm1) = (v.get(n) for n in (
+            'best', 'ccol', 'cfg', 'colok', 'crow', 'fp', 'has_avg', 'hm1', 'lok',
+            'mac', 'paddr1', 'pend1', 'qlast', 'reads', 'rlast', 'rm2', 'rowok', 'rp',
+            'rstart', 'scaling', 'scan_done', 'sleft', 'sm2', 'sone', 'taddr', 'total',
+            'tq', 'tr', 'value', 'wait', 'wm1'))
+        # --- the window scan: one tap a cycle, the read's data two cycles on (taken in
+        # SCAN, SCAN_END and SCAN_END2, outside the states: only SCAN reads taps) ---------
+        with m.State("SCAN"):
+            ok = rowok & colok
+            m.d.comb += [rp.addr.eq(taddr), rp.en.eq(ok)]
+            m.d.sync += [pend1.eq(ok), paddr1.eq(taddr)]
+            with m.If(ok):
+                m.d.sync += reads.eq(reads + 1)
+            if fp:                       # avg: one tap in the adder at a time
+                with m.If(L.avg & ~L.backward):
+                    m.d.sync += wait.eq(self.FLOAT_TAP - 2)
+                    m.next = "SCAN_WAIT"
+            with m.If(~qlast):           # the next column: its tests from the values before
+                m.d.sync += [tq.eq(tq + 1), ccol.eq(ccol + 1), taddr.eq(taddr + 1),
+                             colok.eq((ccol >= -1) & (ccol < wm1)), qlast.eq(tq >= sm2)]
+            with m.Else():
+                m.d.sync += [tq.eq(0), tr.eq(tr + 1), ccol.eq(sleft), crow.eq(crow + 1),
+                             colok.eq(lok), qlast.eq(sone),
+                             rowok.eq((crow >= -1) & (crow < hm1)), rlast.eq(tr >= rm2),
+                             taddr.eq(rstart + L.w), rstart.eq(rstart + L.w)]
+                with m.If(rlast):
+                    m.d.sync += scan_done.eq(1)
+                    if fp:
+                        with m.If(~L.avg | L.backward):
+                            m.next = "SCAN_END"
+                    else:
+                        m.next = "SCAN_END"
+        if fp:
+            with m.State("SCAN_WAIT"):   # until the tap's sum is in total
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.next = "SCAN"
+                    with m.If(scan_done):
+                        m.next = "SCAN_END"
+        with m.State("SCAN_END"):
+            m.next = "SCAN_END2"
+        if fp:
+            with m.State("SCAN_END2"):   # P's adders: a word's vectors FLOAT_SPACING apart
+                m.next = "SCAN_END3"
+        with m.State("SCAN_END3" if fp else "SCAN_END2"):
+            with m.If(L.backward):
+                m.next = "SCATTER"
+            with m.Else():
+                m.next = "FWD_VAL"
+        with m.State("FWD_VAL"):
+            m.d.sync += value.eq(widen(m, best, cfg.arithmetic, "best32") if fp else best)
+            m.next = "EMIT"
+            if has_avg:
+                with m.If(L.avg):
+                    m.d.sync += value.eq(total)
+                    m.next = "SCALE" if fp else "DIV0"
+
+        # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)); floating
+        # point: value times fp32(1 / (R S)), rounded once ---------------------------------
+        if has_avg and not fp:
+            self._divide(m, L, value)
+        if has_avg and fp:
+            with m.State("SCALE"):       # value x recip into the MAC (_float_mac)
+                m.d.comb += scaling.eq(1)
+                m.d.sync += wait.eq(POOL_FLOAT_MAC_LATENCY - 1)
+                m.next = "SCALE_WAIT"
+            with m.State("SCALE_WAIT"):
+                m.d.sync += wait.eq(wait - 1)
+                with m.If(wait == 0):
+                    m.d.sync += value.eq(mac.result)
+                    m.next = "EMIT"
+
+
+    def _emit(self, m, L, v):
+        """A result into P (EMIT) and the next element, output or row (NEXT_ROW). ``v``:
+        elaborate's locals."""
+        (dpb, drow, emit, left, mask, more, ox, oy, pl, ppb, qh, qw, remh, remhw, remw,
+         shm1, shw, swm1, value, wrow, wtop, xlast, xm2, xpb, xrow, ym1,
+         ymore) = (v.get(n) for n in (
+            'dpb', 'drow', 'emit', 'left', 'mask', 'more', 'ox', 'oy', 'pl', 'ppb',
+            'qh', 'qw', 'remh', 'remhw', 'remw', 'shm1', 'shw', 'swm1', 'value', 'wrow',
+            'wtop', 'xlast', 'xm2', 'xpb', 'xrow', 'ym1', 'ymore'))
+        with m.State("EMIT"):
+            emit(Mux(mask, 0, value))
+            with m.If(L.backward):       # the next element of the dX band
+                with m.If(~xlast):
+                    m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2)]
+                    with m.If(remw == swm1):
+                        m.d.sync += [remw.eq(0), qw.eq(qw + 1)]
+                    with m.Else():
+                        m.d.sync += remw.eq(remw + 1)
+                    m.next = "PIXEL"
+                with m.Else():
+                    m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1), xrow.eq(xrow + L.w)]
+                    with m.If(remh == shm1):
+                        m.d.sync += [remh.eq(0), qh.eq(qh + 1), drow.eq(drow + L.ow),
+                                     remhw.eq(0)]
+                    with m.Else():
+                        m.d.sync += [remh.eq(remh + 1), remhw.eq(remhw + L.w)]
+                    m.next = "NEXT_ROW"
+            with m.Else():               # the next output of the band
+                with m.If(~xlast):
+                    m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2),
+                                 left.eq(left + L.stride_w)]
+                    m.next = "PIXEL"
+                with m.Else():
+                    m.d.sync += [oy.eq(oy + 1), ymore.eq(oy < ym1),
+                                 wtop.eq(wtop + L.stride_h),
+                                 wrow.eq(wrow + shw)]
+                    m.next = "NEXT_ROW"
+        with m.State("NEXT_ROW"):
+            with m.If(ymore):
+                m.next = "ROW"
+            with m.Elif(more):
+                m.d.sync += [pl.eq(pl + 1), xpb.eq(xpb + L.x_plane),
+                             dpb.eq(dpb + L.d_plane), ppb.eq(ppb + L.p_row)]
+                m.next = "PLANE"
+            with m.Else():
+                m.next = "IDLE"
 
     #: Floating point, forward average: cycles a tap (its sum through the MAC before the next).
     FLOAT_TAP = POOL_FLOAT_MAC_LATENCY + 1
