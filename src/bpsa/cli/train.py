@@ -134,7 +134,7 @@ def _print_epochs(history, reference, label):
 def _run_model(args):
     """``bpsa train --model``: :func:`bpsa.torch.train.train`, its curves and summary."""
     try:
-        import torch  # noqa: F401 (the extra's presence)
+        import torch
     except ImportError:
         raise UserError("--model needs PyTorch: pip install 'backprop-systolic[torch]' (make "
                         "install does)") from None
@@ -146,6 +146,7 @@ def _run_model(args):
     plot = plot_path(str(Path(args.plot or f"build/train/{name}_{args.backend}.png")))
     parent_dir(plot)
     try:
+        torch.manual_seed(args.seed)        # the factory's initial weights, reproducibly
         model = load_factory(args.model)
         train_set, test_set = load_datasets(args.dataset, args.seed)
         result = train(model, train_set, test_set, config=config, backend=args.backend,
