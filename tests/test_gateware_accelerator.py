@@ -233,27 +233,60 @@ def test_forward_output_blocks_share_x():
         assert x["counters"]["dma_read_bytes"] == x_bytes + w_bytes
 
 
+def _layer_dict(n, c, h, w, k, r, s, st, pad):
+    """A job's layer fields from a ``(N, C, H, W, K, R, S, stride, pad)`` shape."""
+    return dict(batch=n, channels=c, height=h, width=w, out_channels=k, kernel_h=r,
+                kernel_w=s, stride_h=st[0], stride_w=st[1], pad_h=pad[0], pad_w=pad[1])
+
+
+@pytest.mark.verilator
+def test_zero_free_gradient_input_blocks_share_dy():
+    """The zero-free gradient's steps of several input-channel blocks (X of the step's blocks
+    in one bank of A, every dY block loaded once for them, the runs after the first HOLD):
+    a 1 x 1 stride-2 layer (two blocks a step), the same cut into row bands (a shorter last
+    step of one block, under memory stalls), a 1 x 1 layer of three blocks, the last partial;
+    bit-exact, and the first reads X once and dY once per step of blocks."""
+    from bpsa.host.driver import plan
+    from bpsa.sim.native import run_jobs
+    shapes = [(2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)), (2, 26, 6, 6, 10, 1, 1, (2, 2), (0, 0)),
+              (2, 20, 4, 4, 5, 1, 1, (1, 1), (0, 0))]
+    want = [(2, False), (2, True), (3, False)]
+    jobs = []
+    for i, (shape, planned) in enumerate(zip(shapes, want)):
+        p = plan(TINY, "gradient", ConvLayer.conv(*shape), mode="zero_free")
+        assert (p["cstep"], p["banded"]) == planned
+        jobs.append({"phase": "gradient", "mode": "zero_free", "seed": 60 + i,
+                     "pauses": i == 1, "layer": _layer_dict(*shape)})
+    res = run_jobs(TINY, jobs)
+    assert all(x["match"] for x in res)
+    n, c, h, w, k = shapes[0][:5]
+    B = TINY.feeder_bus_width
+    kt, ct = -(-k // TINY.cols), -(-c // B)
+    x_bytes = n * ct * h * w * B                        # 8-bit operands, X blocked by B
+    dy_bytes = n * kt * 2 * 2 * TINY.cols               # one step of blocks: dY once
+    assert res[0]["counters"]["dma_read_bytes"] == x_bytes + dy_bytes
+
+
 @pytest.mark.verilator
 def test_zero_free_loss_input_blocks_share_dy():
     """The zero-free loss loads dY of a group once for a step's input-channel blocks (their
     dX bands in P): a 3 x 3 layer with two blocks a step and two groups, a 1 x 1 stride-2
     layer with every block in one step (under memory stalls, requantized), a layer with one
     block a step; bit-exact, and the 1 x 1 layer reads dY once per image and W once per
-    block and image."""
+    block and image; a 1 x 1 layer whose dX plane fits P is cut into bands of a third of P by
+    the planner's search, so that its three blocks share each dY band."""
     from bpsa.host.driver import plan
     from bpsa.sim.native import run_jobs
     shapes = [(2, 10, 5, 5, 7, 3, 3, (1, 1), (1, 1)), (2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)),
-              (3, 12, 8, 8, 9, 3, 3, (2, 2), (1, 1))]
-    want = [(2, 1, 2), (3, 1, 1), (1, 1, 3)]
+              (3, 12, 8, 8, 9, 3, 3, (2, 2), (1, 1)), (2, 12, 6, 6, 5, 1, 1, (1, 1), (0, 0))]
+    want = [(2, 1, 2), (3, 1, 1), (1, 1, 3), (3, 1, 1)]
     jobs = []
-    for i, ((n, c, h, w, k, r, s, st, pad), shape) in enumerate(zip(shapes, want)):
-        p = plan(TINY, "loss", ConvLayer.conv(n, c, h, w, k, r, s, st, pad), mode="zero_free")
-        assert (p["cstep"], p["images"], p["groups"]) == shape
+    for i, (shape, planned) in enumerate(zip(shapes, want)):
+        p = plan(TINY, "loss", ConvLayer.conv(*shape), mode="zero_free")
+        assert (p["cstep"], p["images"], p["groups"]) == planned
+        assert p["banded"] == (i == 3)
         jobs.append({"phase": "loss", "mode": "zero_free", "seed": 50 + i, "pauses": i == 1,
-                     "requant": 6 if i == 1 else None,
-                     "layer": dict(batch=n, channels=c, height=h, width=w, out_channels=k,
-                                   kernel_h=r, kernel_w=s, stride_h=st[0], stride_w=st[1],
-                                   pad_h=pad[0], pad_w=pad[1])})
+                     "requant": 6 if i == 1 else None, "layer": _layer_dict(*shape)})
     res = run_jobs(TINY, jobs)
     assert all(x["match"] for x in res)
     n, c, h, w, k = shapes[1][:5]
@@ -261,7 +294,10 @@ def test_zero_free_loss_input_blocks_share_dy():
     dy_bytes = n * kt * 2 * 2 * TINY.cols                # 8-bit operands, 2 x 2 dY
     w_bytes = n * ct * k * TINY.cols
     assert res[1]["counters"]["dma_read_bytes"] == dy_bytes + w_bytes
-
+    n, c, h, w, k = shapes[3][:5]
+    dy_bytes = n * 2 * h * w * TINY.cols                 # dY's two blocks once
+    w_bytes = n * 2 * 3 * k * TINY.cols                  # W a run: images, bands, blocks
+    assert res[3]["counters"]["dma_read_bytes"] == dy_bytes + w_bytes
 
 @pytest.mark.verilator
 def test_requantized_outputs():

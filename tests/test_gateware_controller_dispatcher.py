@@ -85,7 +85,8 @@ def run_programs(programs, *, seed, dma_error_at=None, hit_rate=0.3):
                     elif run_wait == 0:
                         if ctx.get(dut.run_req):
                             ctx.set(dut.started, 1)
-                            trace.append((OP.RUN, _snapshot(ctx, dut, SEEN[OP.RUN]), 0))
+                            trace.append((OP.RUN, _snapshot(ctx, dut, SEEN[OP.RUN]),
+                                          ctx.get(dut.run_hold)))
                         else:
                             ctx.set(dut.finished, 1)
                         run_wait = None

@@ -3,7 +3,7 @@ every step's P rows stored (and FC's second store) before P is cleared for the n
 each run started once its engine and P are free; engine refusals and store errors fail the
 layer. With a double-buffered P, the steps alternate halves and a step's store overlaps the
 next step's runs but never a clear of its half. Random engine run times, accumulate latencies
-and DMA back-pressure."""
+and DMA back-pressure; runs that HOLD read their predecessor's bank."""
 
 import random
 
@@ -140,7 +140,9 @@ def test_steps_in_order(double):
                 for run in range(step["runs"]):
                     if failed:
                         break
-                    drive = {"clear_words": step["words"]}
+                    # a run that holds reads its predecessor's bank and leaves the toggle
+                    hold = int(started_runs > 0 and rng.random() < 0.3)
+                    drive = {"clear_words": step["words"], "hold": hold}
                     if run == 0:
                         await cycle(new_step=1, clear_words=step["words"])
                     while True:
@@ -153,8 +155,8 @@ def test_steps_in_order(double):
                     if failed:
                         break
                     started_runs += 1
-                    want.append(("start", bank))
-                    bank ^= 1
+                    want.append(("start", bank ^ hold))
+                    bank ^= 1 - hold
                     if run == step["runs"] - 1:      # the step's last group has started
                         ctx.set(dut.save, 1)
                         for k, v in step["store"].items():

@@ -36,7 +36,8 @@ def test_check_flags_each_malformed_word(config):
     assert isa.check(config, 0) == ProgramError.OPCODE
     assert isa.check(config, 15 << isa.OPCODE_LSB) == ProgramError.OPCODE
     assert isa.check(config, isa.encode(OP.RUN) | 1 << isa.VALUE_BITS) == ProgramError.RESERVED
-    assert isa.check(config, isa.encode(OP.RUN, 0, 1)) == ProgramError.RESERVED
+    assert isa.check(config, isa.encode(OP.RUN, 0, isa.RUN_HOLD)) == 0
+    assert isa.check(config, isa.encode(OP.RUN, 0, 2)) == ProgramError.RESERVED
     assert isa.check(config, isa.encode(OP.SAVE, 0, 1)) == 0
     assert isa.check(config, isa.encode(OP.SAVE, 0, 3)) == ProgramError.RESERVED
     assert isa.check(config, isa.encode(OP.LOAD, 0, isa.LOAD_SLOT)) == 0

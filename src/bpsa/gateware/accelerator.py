@@ -88,14 +88,16 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     accumulates dW[block, channel group] (row k - block start); store one row per output
     channel.
     zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.engines.zf_gradient`): for each
-    range of ``kb`` output-channel blocks and each block of ``B`` input channels (a step):
-    clear P, then for each image n, band of dY rows and output-channel block load X[n, block,
-    band rows] into the X SRAM (one pixel a word; the same slice for every output block, so
-    the load unit skips it after both banks hold it) and dY[n, output block, band] into the W
-    buffer and run the walker through the forward engine on the array: per row group of the
-    block and tap, one output-stationary context over the band's compact dY pixels. P word
-    ``b B R S + c R S + r S + q`` accumulates dW[output block b, c, r, q] (``cols`` lanes); the step stores
-    one run of ``c' R S cols`` accumulators per output block (``c'``: the block's channels).
+    range of ``kb`` output-channel blocks and each range of ``cn`` blocks of ``B`` input
+    channels (a step): clear P, then for each image n and band of dY rows load X[n, blocks,
+    band rows] into the X SRAM (one pixel a word, block after block, into the half of the
+    band's parity), and for each output-channel block dY[n, output block, band] into the W
+    buffer, then run the walker through the forward engine on the array once per input block
+    (its X from word ``x_off`` of the half; the runs after the first HOLD, reading the same
+    dY): per row group of the block and tap, one output-stationary context over the band's
+    compact dY pixels. P word ``(b cn + i) B R S + c R S + r S + q`` accumulates
+    dW[output block b, input block i, c, r, q] (``cols`` lanes); the step stores one run of
+    ``c' R S cols`` accumulators per output block (``c'``: the step's input channels).
     zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each range
     of ``cn`` blocks of ``cols`` input channels, band of dX rows and step of ``zn`` images
     (their dX bands in P, which is double-buffered; ``cn`` or ``zn`` is 1), for each group of
@@ -431,7 +433,8 @@ class Accelerator(CheckedComponent):
                              (sched.save2_step, ctrl.save2_step)):
             for name in step.shape().members:
                 m.d.comb += getattr(step, name).eq(getattr(staged, name))
-        m.d.comb += [sched.run.eq(ctrl.run_req), ctrl.started.eq(sched.started),
+        m.d.comb += [sched.run.eq(ctrl.run_req), sched.hold.eq(ctrl.run_hold),
+                     ctrl.started.eq(sched.started),
                      ctrl.finished.eq(sched.finished), ctrl.sched_fail.eq(sched.fail),
                      ctrl.sched_code.eq(sched.fail_code)]
 
@@ -546,7 +549,7 @@ class Accelerator(CheckedComponent):
                          zl.stride_h.eq(d.stride_h), zl.stride_w.eq(d.stride_w),
                          zl.dil_h.eq(d.dil_h), zl.dil_w.eq(d.dil_w),
                          zl.pad_top.eq(run.pad_top), zl.pad_w.eq(d.pad_w),
-                         zl.x_base.eq(run.xbank * (cfg.buf_a_depth // 2)),
+                         zl.x_base.eq(run.xbank * (cfg.buf_a_depth // 2) + run.x_off),
                          zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
                          fwd.zg_start.eq(sched.eng_start & is_zg)]
             ll, zr = fwd.zl_layer, ctrl.zrun

@@ -393,7 +393,8 @@ _HALF = 8
 def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cycles, *,
               double, boundary):
     """Cycles of a sequence of runs. ``runs`` is a list of ``(loads, compute, new_step,
-    program)``: ``loads`` ``[(cache, key, nbytes, commands[, bank])]`` (the bank the run's by
+    program[, hold])`` (``hold``: the RUN's HOLD, the scheduler's bank does not toggle):
+    ``loads`` ``[(cache, key, nbytes, commands[, bank])]`` (the bank the run's by
     default), ``program`` the dispatcher's cycles before the run's first load (:func:`_dispatch`);
     ``load_cycles[cache](key, nbytes, commands)``: a load's cycles from its command to its
     ``done``. ``steps_store[i]``: the DMA commands (cycles each) of the store of the step that
@@ -444,7 +445,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
             lands.append(dma_free)
             landed += _HALF
 
-    for i, (loads, cycles, new_step, (program, words, pre)) in enumerate(runs):
+    for i, (loads, cycles, new_step, (program, words, pre), *hold) in enumerate(runs):
         t = t_walk + program
         fetch(needed + pre, t_walk)         # the words up to the run's first load
         needed += words
@@ -481,7 +482,8 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
         end_prev = start + cycles
         compute += cycles
         t_walk = start + 1
-        bank ^= 1
+        if not (hold and hold[0]):      # a HOLD run reads its predecessor's bank
+            bank ^= 1
     stores_until(float("inf"))          # the last flush, then the last step's store
     pending += [[max(end_prev + flush, store_free + idle), dur] for dur in store_final]
     stores_until(float("inf"))
@@ -634,31 +636,40 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "gradient":
-        ct, kb, nb = e["ct"], e["kb"], e["nb"]
+        ct, kb, nb, cn = e["ct"], e["kb"], e["nb"], e["cn"]
         store_step = None
+        clears = []
         xbank = 0                       # X stays in the bank of its band's parity
         for kb0 in range(0, kt, kb):
             kend = min(kb0 + kb, kt)
-            for cb in range(ct):
-                cgv = min(B, c - cb * B)
-                step_store = _store_row(cgv * r * s * C, ab, C, store_rate) * (kend - kb0)
+            for cs in range(0, ct, cn):
+                blocks = min(cn, ct - cs)
+                chans = min(cn * B, c - cs * B)
+                step_store = _store_row(chans * r * s * C, ab, C, store_rate) * (kend - kb0)
                 first = True
                 for ni in range(n):
                     for bd in bands:
                         xbank ^= 1
+                        xload = ("a", ("x", ni, cs, bd.in0), blocks * bd.in_rows * w * B * ob,
+                                 blocks, xbank)
                         for kk in range(kb0, kend):
-                            loads = [("a", ("x", ni, cb, bd.in0), bd.in_rows * w * B * ob, 1,
-                                      xbank),
-                                     ("b", ("dy", ni, kk, bd.out0), bd.out_rows * ow * C * ob,
-                                      1)]
-                            comp = _zf_gradient_compute(config, channels=cgv, obh=bd.out_rows,
-                                                        ow=ow, r=r, s=s)
-                            slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
-                            runs.append((loads, comp, first, gaps[len(runs)]))
-                            stores.append(store_step if first and len(runs) > 1 else [])
-                            first = False
+                            for i in range(blocks):
+                                cgv = min(B, c - (cs + i) * B)
+                                loads = []
+                                if i == 0:      # dY of the block serves the step's blocks
+                                    loads = [("b", ("dy", ni, kk, bd.out0),
+                                              bd.out_rows * ow * C * ob, 1)]
+                                    if kk == kb0:
+                                        loads.insert(0, xload)
+                                comp = _zf_gradient_compute(config, channels=cgv,
+                                                            obh=bd.out_rows, ow=ow, r=r, s=s)
+                                slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
+                                runs.append((loads, comp, first, gaps[len(runs)], i > 0))
+                                stores.append(store_step if first and len(runs) > 1 else [])
+                                clears.append((kend - kb0) * blocks * nb)
+                                first = False
                 store_step = step_store
-        clear = min(kb, kt) * nb
+        clear = clears
         store_final = store_step
     else:
         ct, kg, nb, zn, cn = e["ct"], e["kg"], e["nb"], e["zn"], e["cn"]

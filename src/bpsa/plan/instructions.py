@@ -7,7 +7,7 @@ instruction; then one instruction an event, each after the SETs of the fields it
 changed: :class:`~bpsa.plan.program.Step` is STEP, :class:`~bpsa.plan.program.Load` LOAD
 (``load.*`` or ``load1.*``, the slot of :func:`_slot`; of a single run, not ``run_words`` and ``stride``, which the load unit reads only
 between runs), :class:`~bpsa.plan.program.Run` RUN (the fields its phase's consumers read,
-:data:`bpsa.plan.program.RUN_FIELDS`), :class:`~bpsa.plan.program.Save` SAVE (``save.*``,
+:data:`bpsa.plan.program.RUN_FIELDS`; HOLD when the run holds), :class:`~bpsa.plan.program.Save` SAVE (``save.*``,
 FINAL), :class:`~bpsa.plan.program.Save2` SAVE2 and :class:`~bpsa.plan.program.Last` END.
 The driver, the RTL (through the dispatcher) and the cycle model read these words.
 """
@@ -24,7 +24,7 @@ PLAN_FIELDS = ("oh", "ow", "dbl", "rs", "fwoff", "qw0", "rw0", "recip")
 #: The struct of :mod:`bpsa.spec.isa` each :class:`~bpsa.plan.program.Run` field is in.
 RUN_STRUCT = {
     **{name: "run" for name in ("batch", "channels", "out_channels", "height", "out_height",
-                                "pad_top", "pad_bottom", "xbank")},
+                                "pad_top", "pad_bottom", "xbank", "x_off")},
     **{name: "zrun" for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q",
                                  "dw_r", "kblocks", "kvalid", "plane")},
     **{name: "prun" for name in ("y0", "rows", "xlo", "dlo", "drows", "q0", "rem0", "x_plane",
@@ -72,7 +72,8 @@ def layer_ops(config, desc):
                                           if k not in skip}, isa.LOAD_SLOT if slot else 0))
         elif kind is program.Run:
             ops.append((isa.Opcode.RUN, {_RUN_KEYS[k]: v for k, v in vars(ev).items()
-                                         if v is not None}, 0))
+                                         if v is not None and k != "hold"},
+                        isa.RUN_HOLD if ev.hold else 0))
         elif kind is program.Save:
             values = dict(vars(ev))
             final = values.pop("final")

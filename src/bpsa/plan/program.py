@@ -60,9 +60,11 @@ Loop order per phase (outermost first; "run" is one group, a :class:`Run`)
         output-channel blocks; input-channel groups (a step each); images; row bands of dY;
         groups of output channels (dY and X of the group, a run).
     gradient, zero-free (MODE 1)
-        blocks of ``kb`` output-channel blocks; input-channel blocks of ``B`` channels (a step
-        each); images; row bands of dY (X of the band loaded into the X bank of the band's
-        parity); output-channel blocks (dY of the block, a run).
+        blocks of ``kb`` output-channel blocks; steps of ``cn`` input-channel blocks of ``B``
+        channels; images; row bands of dY (X of the step's blocks for the band loaded, block
+        after block, into the X bank of the band's parity); output-channel blocks (dY of the
+        block); the step's input-channel blocks (a run each, X from ``x_off``; all but the
+        first HOLD, reading the same dY).
     loss, zero-free (MODE 1)
         steps of ``cn`` blocks of ``cols`` input channels; row bands of dX; steps of ``zn``
         images (their dX bands in P; ``cn`` or ``zn`` is 1; a :class:`Step` each); groups of
@@ -134,7 +136,8 @@ class Run:
     (:func:`bpsa.gateware.controller.walker.engine_run_layout`); ``zrun``: ``pt_q`` ...
     ``plane`` (``zero_free_run_layout``); ``prun``: ``y0`` ... ``d_offset``
     (``pool_walk_layout``); ``geometry``: ``p_row`` ... ``clear_words``
-    (``run_geometry_layout``); and ``xbank``."""
+    (``run_geometry_layout``); ``xbank`` and ``x_off``; ``hold``: the RUN's HOLD flag (it
+    reads the half of buffer B the run before it read)."""
     batch: int = None
     channels: int = None
     out_channels: int = None
@@ -170,6 +173,8 @@ class Run:
     fc_dw_p0: int = None
     clear_words: int = None
     xbank: int = None
+    x_off: int = None
+    hold: bool = False
 
     def __repr__(self):
         return "Run(" + ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
@@ -222,7 +227,7 @@ _ENGINE = ("channels", "out_channels", "height", "out_height", "pad_top", "pad_b
 #:   FC walker reads no rows or padding), ``BackwardResults`` and ``FcDrainResults``
 #:   (``fc_o0``, ``kt_rows``, ``p_row``, ``fc_dw_p0``);
 #: - zero-free gradient: ``zg_layer`` (``channels``, ``height``, ``out_height``,
-#:   ``pad_top``, ``xbank``) and ``ZeroFreeResults``;
+#:   ``pad_top``, ``xbank``, ``x_off``) and ``ZeroFreeResults``;
 #: - zero-free loss: ``zl_layer`` (``height``, ``out_height``, ``pad_top``, every ``zrun``
 #:   field, ``xbank``) and ``ZeroFreeResults``;
 #: - pooling: the pooling unit's layer (``channels`` as its planes, the ``prun`` fields,
@@ -239,8 +244,8 @@ RUN_FIELDS = {
     "gradient": _ENGINE + ("row_base", "p_row", "kt_rows", "clear_words"),
     "fc": ("batch", "channels", "out_channels", "row_base", "p_row", "kt_rows", "fc_o0",
            "fc_dw_p0", "clear_words"),
-    "zf_gradient": ("channels", "height", "out_height", "pad_top", "xbank", "row_base",
-                    "p_row", "clear_words"),
+    "zf_gradient": ("channels", "height", "out_height", "pad_top", "xbank", "x_off",
+                    "row_base", "p_row", "clear_words"),
     "zf_loss": ("height", "out_height", "pad_top", "pt_q", "pt_r", "pw_q", "pw_r", "dh_q",
                 "dh_r", "dw_q", "dw_r", "kblocks", "kvalid", "plane", "xbank", "row_base",
                 "p_row", "clear_words"),
@@ -313,7 +318,7 @@ class _Walk:
         self.loop = _Regs({n: _W for n in ("n", "c0", "k0", "kti", "o0", "kb0")})
         self.g = _Regs({"grp_c": _W, "grp_k": _W, "grp_n": _W, "p_row": _W,
                         "row_base": dim + 1, "kt_rows": _W, "fc_o0": _W,
-                        "fc_dw_p0": paw + 1, "clear_dw": 1, "xbank": 1})
+                        "fc_dw_p0": paw + 1, "clear_dw": 1, "xbank": 1, "x_off": _W})
         self.g["xbank"] = xbank
         self.obs = element_bytes(config.operand_width).bit_length() - 1
         self.abs_ = element_bytes(config.acc_width).bit_length() - 1
@@ -321,7 +326,8 @@ class _Walk:
                     else element_bytes(config.acc_width)).bit_length() - 1
         self.key = program_key(desc)
         self.events = []
-        self.runs = 0                     # runs started: the scheduler's bank is their parity
+        self.runs = 0                     # runs started without HOLD: the scheduler's bank is
+                                          # their parity
 
     # --- the shared multiplier / divider --------------------------------------------------
     def mul(self, a, b):
@@ -372,8 +378,9 @@ class _Walk:
             count=count & _MASK, run_len=run_len & _MASK, run_words=run_words & _MASK,
             stride=stride & _MASK))
 
-    def run(self):
-        """``*_RUN_WAIT``: the scheduler starts the run."""
+    def run(self, hold=False):
+        """``*_RUN_WAIT``: the scheduler starts the run; ``hold``: it reads the half of buffer
+        B the run before it read (and does not toggle the scheduler's bank)."""
         r, g = self.r, self.g
         values = {"batch": g["grp_n"], "channels": g["grp_c"], "out_channels": g["grp_k"],
                   "height": r["eh"], "out_height": r["eoh"], "pad_top": r["pt"],
@@ -386,9 +393,10 @@ class _Walk:
                   "d_plane": r["eohow"], "d_offset": r["dyoff"],
                   "p_row": g["p_row"], "row_base": g["row_base"], "kt_rows": g["kt_rows"],
                   "fc_o0": g["fc_o0"], "fc_dw_p0": g["fc_dw_p0"], "clear_words": r["np"],
-                  "xbank": g["xbank"]}
-        self.events.append(Run(**{f: values[f] for f in RUN_FIELDS[self.key]}))
-        self.runs += 1
+                  "xbank": g["xbank"], "x_off": g["x_off"]}
+        self.events.append(Run(**{f: values[f] for f in RUN_FIELDS[self.key]}, hold=hold))
+        if not hold:
+            self.runs += 1
 
     def step(self):
         self.events.append(Step())
@@ -640,6 +648,7 @@ class _Walk:
         r, ptr, loop, d, g, mul = self.r, self.ptr, self.loop, self.d, self.g, self.mul
         obs, abs_, C, B = self.obs, self.abs_, self.cfg.cols, self.cfg.feeder_bus_width
         r["nb"] = self.plan["nb"]
+        cn = self.plan["cn"]
         loop["kb0"] = 0
         while True:                                   # output-channel blocks [kb0, kend)
             r["kend"] = _mn(loop["kb0"] + r["kb"], r["kt"])
@@ -650,12 +659,13 @@ class _Walk:
             r["xstep"] = mul(r["xwords"], B)
             r["dstep"] = mul(r["dwords"], C)
             ptr["outg"] = d["addr_out"] + (r["t"] << abs_)
-            while True:                               # step: input-channel block c0
-                g["grp_c"] = _mn(B, d["c"] - loop["c0"])
+            while True:                               # step: input-channel blocks from c0
+                r["cend"] = _mn(loop["c0"] + mul(cn, B), d["c"])
+                blocks = -(-(r["cend"] - loop["c0"]) // B)
                 loop["n"] = 0
                 ptr["dyn"] = d["addr_dy"]
-                r["np"] = mul(r["kend"] - loop["kb0"], r["nb"])
-                r["rowlen"] = mul(r["rs"], g["grp_c"])
+                r["np"] = mul(mul(r["kend"] - loop["kb0"], blocks), r["nb"])
+                r["rowlen"] = mul(r["rs"], r["cend"] - loop["c0"])
                 r["rowlen"] = mul(r["rowlen"], C)
                 r["t"] = mul(loop["c0"], r["rs"])
                 r["t"] = mul(r["t"], C)
@@ -677,14 +687,20 @@ class _Walk:
                         r["eoh"] = r["obh"]
                         loop["k0"] = loop["kb0"]
                         ptr["x"] = ptr["xn"] + (r["t"] << obs)
+                        # the step's blocks of the band, block after block in the X bank
+                        self.load("FWD_X", "A", ptr["x"], mul(r["len_a"], blocks), B,
+                                  runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
+                                  run_words=r["blen"], bank=g["xbank"])
                         while True:                   # output-channel block k0
-                            g["row_base"] = loop["k0"] - loop["kb0"]
                             r["t"] = mul(loop["k0"], r["ohow"])
                             r["t"] = mul(r["t"], C)
                             ptr["dy"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
-                            self.load("FWD_X", "A", ptr["x"], r["len_a"], B, bank=g["xbank"])
                             self.load("FWD_W", "B", ptr["dy"], r["len_b"], C)
-                            self.run()
+                            for i in range(blocks):   # the step's input blocks: one dY
+                                g.set(grp_c=_mn(B, d["c"] - loop["c0"] - i * B),
+                                      row_base=(loop["k0"] - loop["kb0"]) * blocks + i,
+                                      x_off=mul(i, r["blen"]))
+                                self.run(hold=i > 0)
                             if loop["k0"] + 1 < r["kend"]:
                                 loop["k0"] = loop["k0"] + 1
                                 continue
@@ -699,11 +715,11 @@ class _Walk:
                                 dyn=ptr["dyn"] + (r["dstep"] << obs))
                         continue
                     break
-                final = loop["c0"] + g["grp_c"] >= d["c"] and r["kend"] >= r["kt"]
-                self.save(r["kend"] - loop["kb0"], r["rowlen"], r["nb"],
+                final = r["cend"] >= d["c"] and r["kend"] >= r["kt"]
+                self.save(r["kend"] - loop["kb0"], r["rowlen"], mul(blocks, r["nb"]),
                           r["zstride"] << abs_, ptr["out"], final)
-                if loop["c0"] + g["grp_c"] < d["c"]:
-                    loop["c0"] = loop["c0"] + g["grp_c"]
+                if r["cend"] < d["c"]:
+                    loop["c0"] = r["cend"]
                     continue
                 break
             if r["kend"] < r["kt"]:

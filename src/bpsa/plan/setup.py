@@ -40,17 +40,18 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         ``zn = 1``; otherwise ``cn = 1`` and ``zn = min(N, q)`` images; groups of ``kg = min(kt, acap // words, bcap // (cols R
         S))`` blocks of ``cols`` output channels (``words``: a block's dY rows of the band), a
         run per image of the step (W of the group stays in its bank); when dX of an image does
-        not fit P or the dY plane a bank of A (``banded``): bands of ``bh = min(H, pcap // W,
-        s (acap // OW - 1) - d(R-1))`` dX rows.
+        not fit P (or a cn-th of it, asked for by the host's search, :func:`run`) or the dY
+        plane a bank of A (``banded``): bands of ``bh = min(H, pcap // cn // W, s (acap // OW
+        - 1) - d(R-1))`` dX rows.
     gradient, zero-free (MODE 1; ``B = feeder_bus_width``: X blocked by ``B`` channels, dY by
         ``cols``, one pixel a buffer word)
         P is double-buffered (``pcap`` is half of it): ``nb = min(C, B) R S`` P words hold dW
         of one block of input channels for ``cols``
-        output channels; a step is one input-channel block and ``kb = min(kt, pcap // nb)``
-        output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``); when the dY
-        plane (``OH OW`` words) does not fit a bank of B or the X plane (``H W`` words) a bank
-        of A (``banded``): bands of ``bh = min(OH, bcap // OW, (acap // W - drh - 1) // s +
-        1)`` dY rows.
+        output channels; a step is ``cn`` input-channel blocks and ``kb = min(kt, pcap // (nb
+        cn))`` output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``; ``cn``
+        from the host's search, :func:`run`); when the dY plane (``OH OW`` words) does not fit
+        a bank of B or the X plane (``H W`` words) a cn-th of a bank of A (``banded``): bands
+        of ``bh = min(OH, bcap // OW, (acap // cn // W - drh - 1) // s + 1)`` dY rows.
     FC backward (batch N, C inputs, K outputs)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
@@ -66,7 +67,8 @@ the P buffer's words; ``d(R-1)``: ``drh``)
     gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
 """
 
-from bpsa.plan.grammar import (Check, Checks, Div, Mul, Set, Skip, evaluate, fp32_reciprocal,
+from bpsa.plan.grammar import (Check, Checks, Div, Mul, Refusal, Set, Skip, evaluate,
+                               fp32_reciprocal,
                                high_bits, lift, low_bits, minimum, select, var)
 from bpsa.spec.errors import AccelError
 from bpsa.spec.numeric import POOL_RECIP_SHIFT, element_bytes, pool_window_limit
@@ -121,7 +123,7 @@ OUTPUTS = {
                      "cg", "bh", "banded", "wdp1", "kohow"),
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
-                  "banded", "xwords", "dwords"),
+                  "banded", "xwords", "dwords", "cn"),
     ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
               "zn", "cn"),
     Phase.POOL_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "chw", "drh", "bh", "banded", "recip",
@@ -442,11 +444,16 @@ def _zf_gradient(config):
                                     f"({pcap} words; P is double-buffered)"),
         Div("kt", k + (cols - 1), cols),
         Div("ct", c + (B - 1), B),
+        # cn input-channel blocks a step (asked for by the host's search, :func:`run`; at
+        # least 1): their X shares a bank of A, P holds dW of cn kb block pairs
         Div("t", pcap, nb),
-        Set((("kb", minimum(kt, t)), ("banded", (ohow > bcap) | (hw > acap)))),
+        Set((("cn", minimum(select(cn > 0, cn, 1), ct, t)),)),
+        Div("t", t, cn),
+        Div("q1", acap, cn),                    # words of a bank of A an input block has
+        Set((("kb", minimum(kt, t)), ("banded", (ohow > bcap) | (hw > q1)))),
         Skip(banded == 0, 4),
         Div("q4", bcap, ow),
-        Div("q1", acap, w),
+        Div("q1", q1, w),
         Div("t", select(q1 > drh, q1 - drh - 1, 0), stride_h),
         Set((("t", select(q1 > drh, t + 1, 0)),)),
         Set((("bh", select(banded, minimum(oh, q4, t), oh)),)),
@@ -454,6 +461,35 @@ def _zf_gradient(config):
         Mul("xwords", ct, hw),                  # X words (pixels of B lanes) of one image
         Mul("dwords", kt, ohow),                # dY words (pixels of cols lanes) of one image
     ]
+
+
+def _reuse_cost(config, key, e, desc):
+    """The host's estimate of a zero-free tiling ``e`` (:func:`run`'s search): the cycles of
+    the slower of the DMA and the array, then the bytes. Gradient: X once per step of ``kb``
+    output blocks (a band's rows with their halo), dY once per step of ``cn`` input blocks;
+    the walker's vectors plus a fill and drain a run. Loss: dY once per step of ``cn`` input
+    blocks (a band's rows with their halo), W once per run; the MACs over the array plus a
+    run's fill, drain and stride classes."""
+    R, C, B = config.rows, config.cols, config.feeder_bus_width
+    n, h, w, s_h = desc["n"], desc["h"], desc["w"], desc["stride_h"]
+    ob = element_bytes(config.operand_width)
+    kt, ct, cn, oh, ow, rs = e["kt"], e["ct"], e["cn"], e["oh"], e["ow"], e["rs"]
+    if key == ZF_GRADIENT:
+        bands = -(-oh // e["bh"])
+        in_rows = min(h, (e["bh"] - 1) * s_h + e["drh"] + 1) * bands
+        nbytes = (n * ct * in_rows * w * B * -(-kt // e["kb"])
+                  + n * kt * oh * ow * C * -(-ct // cn)) * ob
+        runs = n * ct * kt * bands
+        compute = n * ct * kt * oh * ow * rs * -(-B // R) + runs * (3 * R + C + 10)
+    else:
+        bands = -(-h // e["bh"])
+        dy_rows = min(oh, (e["bh"] - 1 + e["drh"]) // s_h + 2) * bands
+        runs = n * bands * ct * -(-kt // e["kg"])
+        nbytes = (n * kt * dy_rows * ow * C * -(-ct // cn) + runs * e["kg"] * rs * C * C) * ob
+        classes = desc["stride_h"] * desc["stride_w"]
+        compute = (n * kt * C * oh * ow * ct * C * rs // (R * C)
+                   + runs * (3 * R + C + 10 + classes * (rs + 3)))
+    return max(nbytes // (config.dma_data_width // 8), compute), nbytes
 
 
 def _zf_loss(config):
@@ -468,9 +504,12 @@ def _zf_loss(config):
                                     f"a bank of buffer B ({bcap} words)"),
         Div("kt", k + (cols - 1), cols),
         Div("ct", c + (cols - 1), cols),
-        Set((("banded", (hw > pcap) | (ohow > acap)),)),
+        # the host's search (:func:`run`) may ask for bands of a cn-th of P, so that cn
+        # input-channel blocks share each dY band
+        Div("q3", pcap, select(cn > 0, cn, 1)),
+        Set((("banded", (hw > q3) | (ohow > acap)),)),
         Skip(banded == 0, 5),
-        Div("q3", pcap, w),                     # dX rows P holds
+        Div("q3", q3, w),                       # dX rows P holds (a block's share)
         Div("q4", acap, ow),                    # dY rows a bank holds
         Mul("t", select(q4 > 0, q4 - 1, 0), stride_h),
         Set((("t", select(t > drh, t - drh, 0)),)),
@@ -690,4 +729,22 @@ def run(config, desc, *, phases=None, addresses=True):
     program = tiling_program(config, key)
     if addresses:
         program = program + address_program(config, key)
-    return evaluate(program, env, widths, **kw)
+    if key not in (ZF_GRADIENT, ZF_LOSS):
+        return evaluate(program, env, widths, **kw)
+    # the zero-free phases' reuse order: the host tries steps of 1, 2, 4, ... channel blocks
+    # (gradient: X of a step's input blocks shares a bank of A, each dY block loaded once
+    # serves them; loss, banded: bands of a cn-th of P, each dY band loaded once for cn input
+    # blocks) and keeps the cheapest by :func:`_reuse_cost`; 1 when nothing else fits
+    best = evaluate(program, {**env, "cn": 1}, widths, **kw)
+    cost = _reuse_cost(config, key, best, env)
+    cn_ = 2
+    while cn_ < 2 * best["ct"]:
+        try:
+            e = evaluate(program, {**env, "cn": min(cn_, best["ct"])}, widths, **kw)
+        except Refusal:
+            break
+        c_ = _reuse_cost(config, key, e, env)
+        if c_ < cost:
+            best, cost = e, c_
+        cn_ *= 2
+    return best

@@ -14,7 +14,7 @@ address; at the default 64-bit bus one instruction a beat)
     [59:52]     field   SET: the index of the field written (:func:`fields`); 0 otherwise
     [51:48]     -       reserved, 0
     [47:0]      value   SET: the field's value (zero-extended); SAVE: bit 0 is FINAL;
-                        LOAD: bit 0 is the slot; 0 otherwise
+                        LOAD: bit 0 is the slot; RUN: bit 0 is HOLD; 0 otherwise
     ==========  ======  ==============================================================
 
 Opcodes
@@ -28,7 +28,10 @@ Opcodes
     are added up in a cleared P). ``RUN``: the engine of ``layer.phase`` / ``layer.mode`` runs
     the group just loaded, with the ``run.*`` fields (plus ``zrun.*`` for the zero-free loss,
     ``prun.*`` for pooling and ``geometry.*``: where its results go in P); dispatch goes on
-    as soon as the run has started, so the next group's loads overlap it. ``SAVE``: the step
+    as soon as the run has started, so the next group's loads overlap it. A RUN with HOLD
+    (value bit 0) reads the same half of buffer B as the run before it, and the next load
+    of the scheduler's bank still goes to the other half (the zero-free gradient's runs of a
+    step's input-channel blocks share one dY block). ``SAVE``: the step
     whose last run just started stores ``save.*`` (``rows`` rows of ``length`` elements,
     ``nb`` P words apart, ``stride`` bytes apart in memory from ``addr``) once its runs are
     done; FINAL marks the layer's last step. ``SAVE2`` (FC backward): a second store after
@@ -39,7 +42,9 @@ Opcodes
 Order is the only synchronisation: instructions are dispatched one at a time, in order; a
 LOAD after a RUN fills the other bank while that run computes (the run in flight reads the
 bank of its parity, and a RUN is dispatched only when the engine has started the one before).
-So a load never overwrites a bank a run still reads, and no dependency token is needed.
+So a load never overwrites a bank a run still reads, and no dependency token is needed. A
+HOLD run keeps its predecessor's half of buffer B: the bank each run reads is the parity of
+the RUNs without HOLD before it, including itself when it holds.
 
 Checks (STATUS.ERROR ``ERROR_PROGRAM | code``, :class:`bpsa.spec.errors.ProgramError`;
 nothing more is dispatched, DONE is raised, no byte is written after the faulty instruction):
@@ -57,7 +62,8 @@ from dataclasses import dataclass
 from bpsa.spec import regmap
 
 __all__ = ["FIELD_BITS", "FIELD_LSB", "INSN_BITS", "INSN_BYTES", "OPCODE_BITS", "OPCODE_LSB",
-           "LOAD_SLOT", "SAVE_FINAL", "STRUCTS", "VALUE_BITS", "Field", "Opcode", "assemble",
+           "LOAD_SLOT", "RUN_HOLD", "SAVE_FINAL", "STRUCTS", "VALUE_BITS", "Field", "Opcode",
+           "assemble",
            "check", "decode", "encode", "execute", "field_index", "fields", "isa_map",
            "set_counts"]
 
@@ -88,6 +94,9 @@ class Opcode(enum.IntEnum):
 SAVE_FINAL = 1
 #: LOAD's value bit: the slot whose fields the load unit gets (``load1.*``, else ``load.*``).
 LOAD_SLOT = 1
+#: RUN's value bit: the run reads the half of buffer B the run before it read, and the
+#: scheduler's bank does not toggle.
+RUN_HOLD = 1
 
 
 @dataclass(frozen=True)
@@ -169,7 +178,8 @@ def fields(config):
         ("out_channels", dim, "output channels"), ("height", dim2, "the band's input rows"),
         ("out_height", dim2, "the band's output rows"), ("pad_top", dim2, "the band's top padding"),
         ("pad_bottom", dim2, "the band's bottom padding"),
-        ("xbank", 1, "forward, zero-free phases: the half of buffer A holding the run's X / dY")])
+        ("xbank", 1, "forward, zero-free phases: the half of buffer A holding the run's X / dY"),
+        ("x_off", buf, "zero-free gradient: the run's X block from this word of its half of A")])
     add("zrun", [(name, dim2, doc) for name, doc in (
         ("pt_q", "top padding // stride_h"), ("pt_r", "top padding % stride_h"),
         ("pw_q", "pad_w // stride_w"), ("pw_r", "pad_w % stride_w"),
@@ -227,8 +237,8 @@ def check(config, word):
     opcode, field, value, reserved = decode(word)
     if opcode not in Opcode._value2member_map_:
         return ProgramError.OPCODE
-    allowed = {Opcode.SET: None, Opcode.SAVE: SAVE_FINAL,
-               Opcode.LOAD: LOAD_SLOT}.get(Opcode(opcode), 0)
+    allowed = {Opcode.SET: None, Opcode.SAVE: SAVE_FINAL, Opcode.LOAD: LOAD_SLOT,
+               Opcode.RUN: RUN_HOLD}.get(Opcode(opcode), 0)
     if reserved or (allowed is not None and (value & ~allowed or field)):
         return ProgramError.RESERVED
     if opcode == Opcode.SET:
@@ -250,6 +260,7 @@ def isa_map(config):
         "value": {"lsb": 0, "bits": VALUE_BITS},
         "save_final": SAVE_FINAL,
         "load_slot": LOAD_SLOT,
+        "run_hold": RUN_HOLD,
         "opcodes": {op.name: int(op) for op in Opcode},
         "structs": dict(STRUCTS),
         "fields": [{"index": i, "struct": f.struct, "name": f.name, "bits": f.bits,

@@ -34,7 +34,8 @@ def random_ops(rng, table, groups):
         for _ in range(rng.randint(0, 2)):
             slot = rng.randint(0, 1)
             ops.append((OP.LOAD, values(("load", "load1")[slot]), slot))
-        ops.append((OP.RUN, values("layer", "run", "zrun", "prun", "geometry"), 0))
+        ops.append((OP.RUN, values("layer", "run", "zrun", "prun", "geometry"),
+                    rng.choice([0, isa.RUN_HOLD])))
         if rng.random() < 0.5:
             ops.append((OP.SAVE, values("save"), rng.randint(0, 1)))
             if rng.random() < 0.3:
@@ -84,6 +85,7 @@ async def run_program(dut, table, words, rng):
         taken = give and int(dut.insn__ready.value)
         load_snap = snapshot(dut, table, SEEN[OP.LOAD]) if load_valid else None
         run_snap = snapshot(dut, table, SEEN[OP.RUN]) if run_req else None
+        run_hold = int(dut.run_hold.value)
         await RisingEdge(dut.clk)
         # stand-ins answer in the next cycle, from what they saw (the dispatcher holds its
         # requests until answered)
@@ -105,7 +107,7 @@ async def run_program(dut, table, words, rng):
         if (run_req or last) and rng.random() < 0.4:
             answers["started" if run_req else "finished"] = 1
             if run_req:
-                trace.append((OP.RUN, run_snap, 0))
+                trace.append((OP.RUN, run_snap, run_hold))
         if answers:
             # hold the answers for one cycle with the instruction stream idle
             dut.insn__valid.value = 0

@@ -7,7 +7,8 @@ SET writes a staging register (one per field of :func:`bpsa.spec.isa.fields`, al
 ``load`` stream's payload is the ``load`` or the ``load1`` struct, the slot the LOAD names),
 which the top connects by field name. LOAD hands the load unit its slot's fields and waits
 until the tile is in its bank (at once when the load unit already holds the slice); STEP
-pulses ``new_step``; RUN asks the step scheduler for a run and goes on when it has started;
+pulses ``new_step``; RUN asks the step scheduler for a run (``run_hold``: its HOLD flag) and
+goes on when it has started;
 SAVE and SAVE2 pulse ``save`` (with ``final_step``: the layer's last step) and ``save2``;
 END asserts ``last`` until the scheduler has stored the last step, then pulses ``done``.
 Nothing is computed here: the host's planner (:mod:`bpsa.plan.program`) did the arithmetic,
@@ -56,7 +57,8 @@ class Dispatcher(wiring.Component):
     load : Out(stream.Signature(struct_layout(config, "load"))), load_done : In(1),
     load_error : In(DmaError)
         The load unit (it answers every load it took with ``load_done``, a hit too).
-    new_step, save, final_step, save2 : Out(1), run_req, last : Out(1); started, finished,
+    new_step, save, final_step, save2 : Out(1), run_req, run_hold, last : Out(1); started,
+    finished,
     sched_fail : In(1), sched_code : In(8)
         The step scheduler.
     layer, run, zrun, prun, geometry, save_step, save2_step : Out(struct_layout(...))
@@ -76,7 +78,7 @@ class Dispatcher(wiring.Component):
                    "load": Out(stream.Signature(struct_layout(config, "load"))),
                    "load_done": In(1), "load_error": In(DmaError),
                    "new_step": Out(1), "save": Out(1), "final_step": Out(1), "save2": Out(1),
-                   "run_req": Out(1), "last": Out(1), "started": In(1), "finished": In(1),
+                   "run_req": Out(1), "run_hold": Out(1), "last": Out(1), "started": In(1), "finished": In(1),
                    "sched_fail": In(1), "sched_code": In(8),
                    "busy": Out(1), "fail": Out(1), "fail_code": Out(8), "done": Out(1)}
         for struct, member in _MEMBERS.items():
@@ -104,7 +106,8 @@ class Dispatcher(wiring.Component):
         stepped, ran = Signal(), Signal()   # a STEP since start; a RUN since the last STEP
         code = Signal(4)                    # ProgramError
         mask = (1 << isa.VALUE_BITS) - 1
-        flags = {isa.Opcode.SAVE: isa.SAVE_FINAL, isa.Opcode.LOAD: isa.LOAD_SLOT}
+        flags = {isa.Opcode.SAVE: isa.SAVE_FINAL, isa.Opcode.LOAD: isa.LOAD_SLOT,
+                 isa.Opcode.RUN: isa.RUN_HOLD}
         with m.Switch(opcode):
             for op in isa.Opcode:
                 with m.Case(op):
@@ -134,7 +137,9 @@ class Dispatcher(wiring.Component):
         slots = {s: Signal(struct_layout(self.config, "load"), name=f"{s}_slot")
                  for s in ("load", "load1")}
         slot = Signal()
-        m.d.comb += self.load.payload.eq(Mux(slot, slots["load1"], slots["load"]))
+        hold = Signal()                     # the RUN's HOLD flag
+        m.d.comb += [self.load.payload.eq(Mux(slot, slots["load1"], slots["load"])),
+                     self.run_hold.eq(hold)]
         for i, f in enumerate(table):
             reg = getattr(slots[f.struct] if f.struct in slots
                           else getattr(self, _MEMBERS[f.struct]), f.name)
@@ -166,6 +171,7 @@ class Dispatcher(wiring.Component):
                                 m.d.comb += self.new_step.eq(1)
                                 m.d.sync += [stepped.eq(1), ran.eq(0)]
                             with m.Case(isa.Opcode.RUN):
+                                m.d.sync += hold.eq(value[0])
                                 m.next = "RUN"
                             with m.Case(isa.Opcode.SAVE):
                                 m.d.comb += [self.save.eq(1),

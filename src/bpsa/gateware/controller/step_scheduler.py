@@ -6,7 +6,8 @@ up in P. The dispatcher (the layer's program) loads a group's operands, then ask
 when the group starts a new step (``new_step``), the scheduler first waits for the previous
 run's accumulations to land (FLUSH), stores the finished step's P rows through the DMA when
 one is pending (a store machine beside the step machine), clears P for the new step (CLEAR),
-then starts the engine (RUN) and toggles the bank. With ``double`` (the zero-free phases) the
+then starts the engine (RUN) and toggles the bank (a run with ``hold`` reads the bank of the
+run before it and leaves the toggle alone). With ``double`` (the zero-free phases) the
 steps alternate between the two halves of P and the store runs while the next step computes;
 otherwise the step waits for its store. The program tells it what a step's store needs as
 soon as the step's last group has started (``save``), so the next step's first loads overlap
@@ -53,9 +54,9 @@ class StepScheduler(wiring.Component):
     -------
     layer_start : In(1)
         A layer starts: bank 0, nothing pending.
-    run : In(1)
+    run : In(1), hold : In(1)
         The dispatcher waits for its loaded group to run; ``started`` pulses when the engine
-        starts it.
+        starts it. ``hold`` (with ``run``): the run reads the bank the run before it read.
     last : In(1)
         The program is done (END): wait for the last run and store the last step;
         ``finished`` pulses when the store is done.
@@ -72,7 +73,8 @@ class StepScheduler(wiring.Component):
         The engine refused a run (``ERROR_ENGINE | code``) or a store failed
         (``ERROR_DMA_BUS | DmaError``).
     bank : Out(1)
-        The buffer half of the next load and run.
+        The buffer half the run being started reads (with ``hold``: the half of the run
+        before it).
     eng_start : Out(1), eng_busy, eng_error : In(1), eng_code : In(4)
         The engine of the layer's phase.
     p_clear : Out(1), p_clear_words : Out(48), p_clear_last : In(1), p_busy : In(1)
@@ -101,7 +103,7 @@ class StepScheduler(wiring.Component):
             raise TypeError(f"config must be a Config, not {config!r}")
         self.config = config
         super().__init__({
-            "layer_start": In(1), "run": In(1), "last": In(1), "new_step": In(1),
+            "layer_start": In(1), "run": In(1), "hold": In(1), "last": In(1), "new_step": In(1),
             "final_save": In(1), "save": In(1), "save_step": In(store_layout()),
             "save2": In(1), "save2_step": In(store2_layout()), "clear_words": In(_W),
             "started": Out(1), "finished": Out(1), "fail": Out(1), "fail_code": Out(8),
@@ -125,7 +127,7 @@ class StepScheduler(wiring.Component):
         st2 = Signal(store2_layout())
         row, pword = Signal(_W), Signal(_W)
         p_half = Signal()                        # the P half the current step accumulates in
-        m.d.comb += [self.bank.eq(bank),
+        m.d.comb += [self.bank.eq(bank ^ self.hold),
                      self.p_base.eq(Mux(self.double & p_half, half, 0))]
 
         with m.If(self.new_step):
@@ -265,7 +267,7 @@ class StepScheduler(wiring.Component):
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += [self.eng_start.eq(1), self.started.eq(1)]
-                m.d.sync += [bank.eq(~bank), new_step.eq(0), ran.eq(1)]
+                m.d.sync += [bank.eq(bank ^ ~self.hold), new_step.eq(0), ran.eq(1)]
                 m.next = "IDLE"
             with m.State("DRAIN"):               # the layer's last store
                 with m.If(store_fail):
