@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
+.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -32,6 +32,7 @@ help:
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
+	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/roofline.md)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-pool  every pooling layer of workloads/pool_layers.csv: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (minutes)"
 	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
@@ -110,6 +111,10 @@ GRID ?= rows=8,16,32 cols=4,8,16 buf_a_depth=1024,4096,16384
 BATCH   ?= 8
 perf:
 	$(BIN)/bpsa perf --config $(PERF_CONFIG) --workload --batch $(BATCH)
+
+# the five networks' training steps against their roofline at 64 and 128 bits: docs/roofline.md
+roofline:
+	$(BIN)/python -m bpsa.tools.roofline -o docs
 
 figures:
 	$(BIN)/python -m bpsa.tools.perf_plots --network $(NETWORK) --config $(PERF_CONFIG) --batch $(BATCH) -o docs/figures

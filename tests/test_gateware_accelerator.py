@@ -691,6 +691,11 @@ def test_channel_first_forward_verilator():
     cases = _cf_cases(rng, 12)
     cases.append(((1, 3, 15, 15), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1)))   # conv1-like
     cases.append(((1, 2, 30, 40), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1)))   # row bands
+    # bands the planner's search asks for (a quarter, a half of P: X of a group serves more
+    # output-channel blocks), on both front ends
+    reuse = [((2, 4, 24, 24), (40, 4, 1, 1), (1, 1), (0, 0), (1, 1)),
+             ((1, 1, 20, 64), (12, 1, 3, 3), (1, 1), (1, 1), (1, 1))]
+    cases += reuse
 
     async def body(drv, t):
         for xs, ws, st, pad, dil in cases:
@@ -699,6 +704,8 @@ def test_channel_first_forward_verilator():
             y = await drv.forward(x, w, st, pad, dil, frontend="channel_first")
             np.testing.assert_array_equal(y, want, err_msg=f"{xs} {ws} {st} {pad} {dil}")
             assert drv.mode == "channel_first"
+            if (xs, ws, st, pad, dil) in reuse:
+                assert drv.plan["banded"] and drv.plan["bands"] > 1
             if not stalled and xs[1] <= SMALL_CF.rows and not drv.plan["banded"]:
                 # HWC X once a step of output-channel blocks, W once or once an image
                 kb, wb = drv.plan["kblocks"], -(-ws[0] // SMALL_CF.cols) * w[0].size * SMALL_CF.cols

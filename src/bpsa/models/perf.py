@@ -39,6 +39,7 @@ from math import gcd
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.plan import capability, setup, tiling
+from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
 from bpsa.spec.layer import ConvLayer, out_size
@@ -652,15 +653,30 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         xbank ^= 1
                         xload = ("a", ("x", ni, cs, bd.in0), blocks * bd.in_rows * w * B * ob,
                                  blocks, xbank)
+                        words = bd.out_rows * ow
+
+                        def piece(kk, j):
+                            """Piece ``j`` of dY[ni, kk, band] (program.dy_piece)."""
+                            lo, hi = dy_piece(words, j, blocks)
+                            return [("b", ("dy", ni, kk, bd.out0, lo), (hi - lo) * C * ob,
+                                     1)] if hi > lo else []
+
                         for kk in range(kb0, kend):
                             for i in range(blocks):
                                 cgv = min(B, c - (cs + i) * B)
-                                loads = []
-                                if i == 0:      # dY of the block serves the step's blocks
+                                # dY of the block serves the step's blocks; with several,
+                                # the next block's comes a piece after each run
+                                if i and kk + 1 < kend:
+                                    loads = piece(kk + 1, i - 1)
+                                elif i:
+                                    loads = []
+                                elif kk == kb0 or blocks == 1:
                                     loads = [("b", ("dy", ni, kk, bd.out0),
-                                              bd.out_rows * ow * C * ob, 1)]
-                                    if kk == kb0:
-                                        loads.insert(0, xload)
+                                              words * C * ob, 1)]
+                                else:
+                                    loads = piece(kk, blocks - 1)
+                                if i == 0 and kk == kb0:
+                                    loads = [xload] + loads
                                 comp = _zf_gradient_compute(config, channels=cgv,
                                                             obh=bd.out_rows, ow=ow, r=r, s=s)
                                 slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C

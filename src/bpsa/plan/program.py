@@ -297,6 +297,12 @@ class _Regs(dict):
             self[name] = value
 
 
+def dy_piece(words, i, pieces):
+    """Words ``[lo, hi)`` of piece ``i`` of ``pieces`` of a ``words``-word tile (the zero-free
+    gradient's next dY block, loaded a piece after each run of the step's input blocks)."""
+    return words * i // pieces, words * (i + 1) // pieces
+
+
 def _mn(*vals):
     out = vals[0]
     for v in vals[1:]:
@@ -691,16 +697,28 @@ class _Walk:
                         self.load("FWD_X", "A", ptr["x"], mul(r["len_a"], blocks), B,
                                   runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
                                   run_words=r["blen"], bank=g["xbank"])
+                        # with several input blocks, the next output block's dY comes in
+                        # pieces, one after each run of this block's (so the loads overlap
+                        # all of them, into the bank the next block's runs read)
+                        spread = blocks > 1
                         while True:                   # output-channel block k0
                             r["t"] = mul(loop["k0"], r["ohow"])
                             r["t"] = mul(r["t"], C)
                             ptr["dy"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
-                            self.load("FWD_W", "B", ptr["dy"], r["len_b"], C)
+                            if not spread or loop["k0"] == loop["kb0"]:
+                                self.load("FWD_W", "B", ptr["dy"], r["len_b"], C)
+                            r["t"] = mul(loop["k0"] + 1, r["ohow"])
+                            r["t"] = mul(r["t"], C)
+                            ptr["w"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
                             for i in range(blocks):   # the step's input blocks: one dY
                                 g.set(grp_c=_mn(B, d["c"] - loop["c0"] - i * B),
                                       row_base=(loop["k0"] - loop["kb0"]) * blocks + i,
                                       x_off=mul(i, r["blen"]))
                                 self.run(hold=i > 0)
+                                lo, hi = dy_piece(r["eohow"], i, blocks)
+                                if spread and loop["k0"] + 1 < r["kend"] and hi > lo:
+                                    self.load("FWD_W", "B", ptr["w"] + (mul(lo, C) << obs),
+                                              mul(hi - lo, C), C, offset=lo)
                             if loop["k0"] + 1 < r["kend"]:
                                 loop["k0"] = loop["k0"] + 1
                                 continue

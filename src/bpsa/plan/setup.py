@@ -328,17 +328,21 @@ def _forward(config, cf=False):
         ]
         group = select(banded, 1, minimum(c, q1, q2))
     return head + [
-        Set((("banded", (q1 == 0) | (ohow > pcap)),)),
+        # the host's search (:func:`run`) may ask for bands of a cn-th of P, so that X of a
+        # group serves cn times as many output-channel blocks
+        Mul("u", ohow, select(cn > 0, cn, 1)),
+        Set((("banded", (q1 == 0) | (u > pcap)),)),
         Div("kt", k + (cols - 1), cols),
         # P double-buffered (stores overlap the next step) unless halving it would cost X
         # reuse: a layer that needs bands anyway, or whose Y of every block fits half of P
         Div("q3", half, ohow),
         Set((("dbl", banded | (q3 >= kt)),)),
-        Skip(banded == 0, 4),
+        Skip(banded == 0, 5),
         Div("q3", xcap, w),
         Div("t", select(q3 > drh, q3 - drh - 1, 0), stride_h),
         Set((("t", select(q3 > drh, t + 1, 0)),)),
-        Div("q4", pc, ow),
+        Div("q4", pc, select(cn > 0, cn, 1)),
+        Div("q4", q4, ow),
         Set((("cg", group),
              ("bh", select(banded, minimum(oh, q4, t), oh)))),
         _band_checks(what, padding=True),
@@ -464,12 +468,15 @@ def _zf_gradient(config):
 
 
 def _reuse_cost(config, key, e, desc):
-    """The host's estimate of a zero-free tiling ``e`` (:func:`run`'s search): the cycles of
-    the slower of the DMA and the array, then the bytes. Gradient: X once per step of ``kb``
-    output blocks (a band's rows with their halo), dY once per step of ``cn`` input blocks;
-    the walker's vectors plus a fill and drain a run. Loss: dY once per step of ``cn`` input
-    blocks (a band's rows with their halo), W once per run; the MACs over the array plus a
-    run's fill, drain and stride classes."""
+    """The host's estimate of a tiling ``e`` of program ``key`` (:func:`run`'s search): the
+    cycles of the slower of the DMA and the array, then the bytes. Zero-free gradient: X once
+    per step of ``kb`` output blocks (a band's rows with their halo), dY once per step of
+    ``cn`` input blocks; the walker's vectors plus a fill and drain a run. Zero-free loss: dY
+    once per step of ``cn`` input blocks (a band's rows with their halo), W once per run; the
+    MACs over the array plus a run's fill, drain and stride classes. Forward: X once per
+    step of ``kb`` output blocks (a band's rows with their halo), W once per run; a run's
+    contexts (feeder: ``rows`` pixels each, at least the context gap apart) or tiles
+    (channel-first: a tap each, at least ``2 rows`` cycles) plus its fill and drain."""
     R, C, B = config.rows, config.cols, config.feeder_bus_width
     n, h, w, s_h = desc["n"], desc["h"], desc["w"], desc["stride_h"]
     ob = element_bytes(config.operand_width)
@@ -481,6 +488,17 @@ def _reuse_cost(config, key, e, desc):
                   + n * kt * oh * ow * C * -(-ct // cn)) * ob
         runs = n * ct * kt * bands
         compute = n * ct * kt * oh * ow * rs * -(-B // R) + runs * (3 * R + C + 10)
+    elif key in (CF_FORWARD, Phase.FORWARD):
+        bands = -(-oh // e["bh"])
+        in_rows = min(h, (e["bh"] - 1) * s_h + e["drh"] + 1) * bands
+        groups = -(-desc["c"] // e["cg"])
+        runs = n * kt * bands * groups
+        nbytes = (n * desc["c"] * in_rows * w * -(-kt // e["kb"]) + runs * e["cg"] * rs * C) * ob
+        if key == CF_FORWARD:            # a tile per tap, max(P, 2 rows) cycles each
+            run = rs * max(e["bh"] * ow, 2 * R) + 3 * R + C + 10
+        else:                           # a context per rows pixels, max(C R S, the gap) each
+            run = e["bh"] * -(-ow // R) * max(e["cg"] * rs, config.context_gap) + 40 + 2 * R
+        compute = runs * run
     else:
         bands = -(-h // e["bh"])
         dy_rows = min(oh, (e["bh"] - 1 + e["drh"]) // s_h + 2) * bands
@@ -729,18 +747,20 @@ def run(config, desc, *, phases=None, addresses=True):
     program = tiling_program(config, key)
     if addresses:
         program = program + address_program(config, key)
-    if key not in (ZF_GRADIENT, ZF_LOSS):
+    if key not in (ZF_GRADIENT, ZF_LOSS, CF_FORWARD, Phase.FORWARD):
         return evaluate(program, env, widths, **kw)
-    # the zero-free phases' reuse order: the host tries steps of 1, 2, 4, ... channel blocks
-    # (gradient: X of a step's input blocks shares a bank of A, each dY block loaded once
-    # serves them; loss, banded: bands of a cn-th of P, each dY band loaded once for cn input
-    # blocks) and keeps the cheapest by :func:`_reuse_cost`; 1 when nothing else fits
+    # the reuse order: the host tries cn = 1, 2, 4, ... and keeps the cheapest tiling by
+    # :func:`_reuse_cost` (1 when nothing else fits). Zero-free gradient: steps of cn input
+    # blocks (X of a step's blocks shares a bank of A, each dY block loaded once serves them);
+    # zero-free loss: bands of a cn-th of P (each dY band loaded once for cn input blocks);
+    # forward: bands of a cn-th of P (X of a group loaded once for cn times the blocks)
     best = evaluate(program, {**env, "cn": 1}, widths, **kw)
     cost = _reuse_cost(config, key, best, env)
+    top = best["ct"] if key in (ZF_GRADIENT, ZF_LOSS) else best["kt"]
     cn_ = 2
-    while cn_ < 2 * best["ct"]:
+    while cn_ < 2 * top:
         try:
-            e = evaluate(program, {**env, "cn": min(cn_, best["ct"])}, widths, **kw)
+            e = evaluate(program, {**env, "cn": min(cn_, top)}, widths, **kw)
         except Refusal:
             break
         c_ = _reuse_cost(config, key, e, env)

@@ -1,0 +1,121 @@
+"""How far whole training steps are from their roofline (``make roofline``,
+``python -m bpsa.tools.roofline``): the cycle model's step (:func:`bpsa.models.network_perf.
+network_step`, the faster forward front end per layer) of each network on one configuration at
+several DMA bus widths, against the sum of its rows' roofline cycles (``max(MACs / (rows
+cols), compulsory bytes / bus bytes a cycle)``, :func:`bpsa.models.perf.roofline_cycles`), per
+phase, and its DMA bytes against the compulsory traffic (every input read once, every output
+written once). Writes ``roofline.md`` and ``roofline.json``.
+"""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from bpsa.config import load_config
+from bpsa.models.network_perf import PHASES, network_step
+from bpsa.spec.network import load_network
+
+__all__ = ["NETWORKS", "network_roofline", "roofline_report"]
+
+#: The networks of the table (:func:`bpsa.spec.network.network_names`, not the digits CNN).
+NETWORKS = ("resnet50", "resnet18", "vgg16", "alexnet", "squeezenet1_1")
+
+
+def network_roofline(config, network, *, batch, jobs=1):
+    """The figures of one network's step on ``config``: cycles, the summed roofline and their
+    ratio (in all and per phase), DMA bytes read and written and the compulsory bytes,
+    utilization (MACs over rows x cols x cycles); ``refused``: the rows the configuration
+    cannot run (with the reason), which the figures leave out."""
+    step = network_step(config, load_network(network), batch=batch, frontend="best",
+                        jobs=jobs)
+    ran = [r for r in step.rows if r["status"] == "run"]
+    out = {"network": network, "bus_bits": config.dma_data_width, "batch": batch,
+           "cycles": step.totals["cycles"],
+           "roofline_cycles": sum(r["roofline_cycles"] for r in ran),
+           "dma_bytes": step.totals["dma_read_bytes"] + step.totals["dma_write_bytes"],
+           "min_bytes": step.totals["min_bytes"],
+           "utilization": step.totals["utilization"], "phases": {},
+           "refused": [f"{r['layer']} {r['phase']}: {r['reason'].split('; ')[0]}"
+                       for r in step.refused]}
+    out["over_roofline"] = out["cycles"] / out["roofline_cycles"]
+    out["over_min_bytes"] = out["dma_bytes"] / out["min_bytes"]
+    for phase in PHASES:
+        rows = [r for r in ran if r["phase"] == phase]
+        cycles = sum(r["cycles"] for r in rows)
+        roof = sum(r["roofline_cycles"] for r in rows)
+        out["phases"][phase] = {"cycles": cycles, "roofline_cycles": roof,
+                                "over_roofline": cycles / roof}
+    return out
+
+
+def _markdown(config_name, batch, results):
+    head = ("| network | bus | cycles | roofline | x roofline | forward | loss | gradient "
+            "| DMA bytes / compulsory | utilization | refused |")
+    lines = [f"# Training steps against their roofline ({config_name}, batch {batch})", "",
+             "The cycle model's training step (`bpsa perf --network N --config "
+             f"{config_name} --batch {batch} --frontend best`) against the sum of its layers' "
+             "roofline cycles, `max(MACs / (rows cols), compulsory bytes / bus bytes a "
+             "cycle)`, in all and per phase; DMA bytes (read and written) against the "
+             "compulsory traffic (every input read once, every output written once, results as "
+             "accumulators). Written by `make roofline`.", "", head,
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        ph = r["phases"]
+        lines.append(
+            f"| {r['network']} | {r['bus_bits']} | {r['cycles']:,} | {r['roofline_cycles']:,} "
+            f"| {r['over_roofline']:.2f} | {ph['forward']['over_roofline']:.2f} "
+            f"| {ph['loss']['over_roofline']:.2f} | {ph['gradient']['over_roofline']:.2f} "
+            f"| {r['over_min_bytes']:.2f} | {r['utilization']:.3f} | {len(r['refused'])} |")
+    refused = sorted({f"{r['network']}: {why.split(' (configuration')[0]}" for r in results
+                      for why in r["refused"]})
+    if refused:
+        lines += ["", "Rows left out (refused by the configuration, with the reason):", ""]
+        lines += [f"- {why}" for why in refused]
+    return "\n".join(lines) + "\n"
+
+
+def roofline_report(out_dir="docs", *, config_name="paper16", networks=NETWORKS,
+                    widths=(64, 128), batch=8, jobs=None):
+    """The table of :func:`network_roofline` for ``networks`` at each of ``widths`` (DMA bus
+    bits) into ``out_dir/roofline.md`` and ``.json``; returns the results."""
+    jobs = jobs or os.cpu_count() or 1
+    base = load_config(config_name)
+    results = []
+    for width in widths:
+        config = base.replace(dma_data_width=width, name=f"{config_name}_bus{width}")
+        for network in networks:
+            results.append(network_roofline(config, network, batch=batch, jobs=jobs))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "roofline.json").write_text(json.dumps(
+        {"config": config_name, "batch": batch, "results": results}, indent=1) + "\n")
+    (out / "roofline.md").write_text(_markdown(config_name, batch, results))
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="paper16")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--widths", default="64,128", help="DMA bus bits, a comma list")
+    parser.add_argument("--networks", default=",".join(NETWORKS))
+    parser.add_argument("-o", "--out", default="docs")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    results = roofline_report(args.out, config_name=args.config,
+                              networks=tuple(args.networks.split(",")),
+                              widths=tuple(int(w) for w in args.widths.split(",")),
+                              batch=args.batch)
+    for r in results:
+        print(f"{r['network']:>14} {r['bus_bits']:>4} bits: {r['over_roofline']:.2f}x its "
+              f"roofline (forward {r['phases']['forward']['over_roofline']:.2f}, loss "
+              f"{r['phases']['loss']['over_roofline']:.2f}, gradient "
+              f"{r['phases']['gradient']['over_roofline']:.2f}), DMA "
+              f"{r['over_min_bytes']:.2f}x compulsory")
+    print(f"wrote {args.out}/roofline.md, roofline.json ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The roofline table: a step's figures add up from the network's rows (cycles, roofline and
+bytes summed over the rows that ran, the ratios of those sums), and both files are written."""
+
+import json
+
+from bpsa.config import load_config
+from bpsa.models.network_perf import network_step
+from bpsa.spec.network import load_network
+from bpsa.tools.roofline import network_roofline, roofline_report
+
+
+def test_figures_add_up_from_the_rows():
+    config = load_config("small_cf")
+    got = network_roofline(config, "digits", batch=2)
+    step = network_step(config, load_network("digits"), batch=2, frontend="best")
+    ran = [r for r in step.rows if r["status"] == "run"]
+    assert got["cycles"] == sum(r["cycles"] for r in ran)
+    assert got["roofline_cycles"] == sum(r["roofline_cycles"] for r in ran)
+    assert got["over_roofline"] == got["cycles"] / got["roofline_cycles"] >= 1
+    assert got["dma_bytes"] == sum(r["dma_read_bytes"] + r["dma_write_bytes"] for r in ran)
+    assert got["over_min_bytes"] >= 1
+    forward = [r for r in ran if r["phase"] == "forward"]
+    assert got["phases"]["forward"]["cycles"] == sum(r["cycles"] for r in forward)
+    assert got["refused"] == []
+
+
+def test_report_writes_both_files(tmp_path):
+    results = roofline_report(tmp_path, config_name="small_cf", networks=("digits",),
+                              widths=(64, 128), batch=1, jobs=1)
+    assert [r["bus_bits"] for r in results] == [64, 128]
+    # a wider bus never makes the compulsory traffic's roofline longer
+    assert results[1]["roofline_cycles"] <= results[0]["roofline_cycles"]
+    data = json.loads((tmp_path / "roofline.json").read_text())
+    assert data["results"] == results
+    md = (tmp_path / "roofline.md").read_text()
+    assert md.count("| digits |") == 2
