@@ -648,35 +648,34 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                 chans = min(cn * B, c - cs * B)
                 step_store = _store_row(chans * r * s * C, ab, C, store_rate) * (kend - kb0)
                 first = True
+                carry, fetched = [], False      # loads after a run: the next run's
                 for ni in range(n):
+                    # whole planes: the next image's X in pieces after this image's runs
+                    ahead = not e["banded"] and ni + 1 < n
                     for bd in bands:
                         xbank ^= 1
-                        xload = ("a", ("x", ni, cs, bd.in0), blocks * bd.in_rows * w * B * ob,
-                                 blocks, xbank)
-                        words = bd.out_rows * ow
+                        words, pieces = bd.out_rows * ow, kend - kb0
 
-                        def piece(kk, j):
-                            """Piece ``j`` of dY[ni, kk, band] (program.dy_piece)."""
-                            lo, hi = dy_piece(words, j, blocks)
-                            return [("b", ("dy", ni, kk, bd.out0, lo), (hi - lo) * C * ob,
-                                     1)] if hi > lo else []
+                        def piece(key, tile, j, parts, lanes, bank=None):
+                            """Piece ``j`` of ``parts`` of a ``tile``-word load
+                            (program.dy_piece)."""
+                            lo, hi = dy_piece(tile, j, parts)
+                            extra = () if bank is None else (bank,)
+                            return [(key[0], key[1:] + (lo,), (hi - lo) * lanes * ob, 1,
+                                     *extra)] if hi > lo else []
 
                         for kk in range(kb0, kend):
                             for i in range(blocks):
                                 cgv = min(B, c - (cs + i) * B)
+                                loads, carry = carry, []
+                                if i == 0 and kk == kb0 and not fetched:
+                                    loads.append(("a", ("x", ni, cs, bd.in0), blocks
+                                                  * bd.in_rows * w * B * ob, blocks, xbank))
                                 # dY of the block serves the step's blocks; with several,
                                 # the next block's comes a piece after each run
-                                if i and kk + 1 < kend:
-                                    loads = piece(kk + 1, i - 1)
-                                elif i:
-                                    loads = []
-                                elif kk == kb0 or blocks == 1:
-                                    loads = [("b", ("dy", ni, kk, bd.out0),
-                                              words * C * ob, 1)]
-                                else:
-                                    loads = piece(kk, blocks - 1)
-                                if i == 0 and kk == kb0:
-                                    loads = [xload] + loads
+                                if i == 0 and (kk == kb0 or blocks == 1):
+                                    loads.append(("b", ("dy", ni, kk, bd.out0),
+                                                  words * C * ob, 1))
                                 comp = _zf_gradient_compute(config, channels=cgv,
                                                             obh=bd.out_rows, ow=ow, r=r, s=s)
                                 slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
@@ -684,6 +683,14 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * blocks * nb)
                                 first = False
+                                if blocks > 1 and kk + 1 < kend:
+                                    carry += piece(("b", "dy", ni, kk + 1, bd.out0), words, i,
+                                                   blocks, C)
+                                if ahead:
+                                    blk, j = divmod((kk - kb0) * blocks + i, pieces)
+                                    carry += piece(("a", "x", ni + 1, cs, blk), h * w, j,
+                                                   pieces, B, xbank ^ 1)
+                    fetched = ahead
                 store_step = step_store
         clear = clears
         store_final = store_step

@@ -679,8 +679,12 @@ class _Walk:
                 ptr.set(out=ptr["outg"] + (r["t"] << abs_), xn=d["addr_x"] + (r["u"] << obs))
                 g["p_row"] = r["nb"]
                 self.step()
+                fetched = False                       # this image's X came in pieces
                 while True:                           # image n
                     loop["o0"] = 0
+                    # whole planes: the next image's X comes in pieces, one after each run
+                    # of this image's, into the other X bank (its band's)
+                    ahead = not r["banded"] and loop["n"] + 1 < d["n"]
                     while True:                       # band of dY rows [o0, o0 + obh)
                         self.out_band()
                         g["xbank"] = ~g["xbank"]
@@ -694,9 +698,11 @@ class _Walk:
                         loop["k0"] = loop["kb0"]
                         ptr["x"] = ptr["xn"] + (r["t"] << obs)
                         # the step's blocks of the band, block after block in the X bank
-                        self.load("FWD_X", "A", ptr["x"], mul(r["len_a"], blocks), B,
-                                  runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
-                                  run_words=r["blen"], bank=g["xbank"])
+                        if not fetched:
+                            self.load("FWD_X", "A", ptr["x"], mul(r["len_a"], blocks), B,
+                                      runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
+                                      run_words=r["blen"], bank=g["xbank"])
+                        pieces = r["kend"] - loop["kb0"]      # of each block's next X
                         # with several input blocks, the next output block's dY comes in
                         # pieces, one after each run of this block's (so the loads overlap
                         # all of them, into the bank the next block's runs read)
@@ -719,6 +725,13 @@ class _Walk:
                                 if spread and loop["k0"] + 1 < r["kend"] and hi > lo:
                                     self.load("FWD_W", "B", ptr["w"] + (mul(lo, C) << obs),
                                               mul(hi - lo, C), C, offset=lo)
+                                b, j = divmod((loop["k0"] - loop["kb0"]) * blocks + i, pieces)
+                                lo, hi = dy_piece(r["hw"], j, pieces)
+                                if ahead and hi > lo:
+                                    r["t"] = mul(b, r["hw"]) + lo
+                                    self.load("FWD_X", "A", ptr["xn"] + ((r["xstep"] + mul(
+                                        r["t"], B)) << obs), mul(hi - lo, B), B,
+                                              offset=r["t"], bank=g["xbank"] ^ 1)
                             if loop["k0"] + 1 < r["kend"]:
                                 loop["k0"] = loop["k0"] + 1
                                 continue
@@ -731,6 +744,7 @@ class _Walk:
                         loop["n"] = loop["n"] + 1
                         ptr.set(xn=ptr["xn"] + (r["xstep"] << obs),
                                 dyn=ptr["dyn"] + (r["dstep"] << obs))
+                        fetched = ahead
                         continue
                     break
                 final = r["cend"] >= d["c"] and r["kend"] >= r["kt"]
