@@ -196,7 +196,7 @@ def test_channel_first_layer_by_hand():
     desc = {"phase": 0, "n": 1, "c": 4, "h": 8, "w": 8, "k": 4, "r": 3, "s": 3, "stride_h": 1,
             "stride_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1, "mode": 2,
             "requant": 0}
-    setup, ((program, words, pre),) = perf._dispatch(SMALL_CF, desc)
+    setup, ((program, words, pre),), _ = perf._dispatch(SMALL_CF, desc)
     assert setup == T["fetch"] and 0 < pre < program < words
     before, after = -(-pre // 8), -(-words // 8) - -(-pre // 8)
     fetched = setup + before * T["fetch_chunk"]
@@ -236,7 +236,7 @@ def test_dispatch_reads_the_program():
     from bpsa.spec.regmap import Mode, Phase
     lay = ConvLayer.conv(2, 5, 9, 11, 9, 3, 2, stride=(2, 1), pad=(1, 0))
     desc = tiling.setup_descriptor(Phase.GRADIENT, lay, Mode.ZERO_FREE)
-    setup_cycles, gaps = perf._dispatch(SMALL, dict(desc, requant=0))
+    setup_cycles, gaps, _ = perf._dispatch(SMALL, dict(desc, requant=0))
     words = program_words(SMALL, {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000,
                                   "addr_dy": 0x3000_0000, "addr_out": 0x4000_0000,
                                   "window_lo": 0, "window_hi": (1 << 32) - 1, **desc})

@@ -559,7 +559,7 @@ class Accelerator(CheckedComponent):
                          ll.stride_h.eq(d.stride_h), ll.stride_w.eq(d.stride_w),
                          ll.pad_top.eq(run.pad_top), ll.pad_w.eq(d.pad_w),
                          ll.x_base.eq(run.xbank * (cfg.buf_a_depth // 2)),
-                         ll.w_base.eq(bank * (cfg.buf_b_depth // 2)),
+                         ll.w_base.eq(bank * (cfg.buf_b_depth // 2) + run.w_off),
                          fwd.zl_start.eq(sched.eng_start & is_zl)]
             for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r",
                          "kblocks", "kvalid", "plane"):

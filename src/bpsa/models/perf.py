@@ -311,23 +311,44 @@ def _dispatch(config, desc):
     ``TIMING["fetch"]``) and, per run, the words before its RUN that are not loads (the SETs,
     STEP, SAVE, SAVE2) and the RUN itself, a cycle each, all its words since the last RUN and
     those up to its first LOAD (the fetch unit's share of the DMA, :func:`_timeline`)."""
+    from bpsa.plan import program
     from bpsa.plan.instructions import layer_ops
     from bpsa.spec import isa
-    desc = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
-            "addr_out": 0x4000_0000, "window_lo": 0, "window_hi": (1 << 32) - 1, **desc}
+    desc = {**_ADDR, "window_lo": 0, "window_hi": (1 << 32) - 1, **desc}
+    ops = layer_ops(config, desc)
     gaps, count, words, pre = [], 0, 0, None
-    for opcode, sets in isa.set_counts(config, layer_ops(config, desc)):
+    xloads, pending = [], []
+    targets = (program.TARGET["FWD_X"], program.TARGET["CF_X"])
+    for (opcode, sets), (_, fields, flags) in zip(isa.set_counts(config, ops), ops):
         words += sets + 1
         count += sets
         if opcode == isa.Opcode.RUN:
             gaps.append((count + 1, words, words if pre is None else pre))
+            xloads.append(pending)
             count = words = 0
-            pre = None
+            pre, pending = None, []
         elif opcode != isa.Opcode.LOAD:
             count += 1
-        elif pre is None:
-            pre = words
-    return TIMING["fetch"], gaps
+        else:
+            if pre is None:
+                pre = words
+            slot = "load1." if flags & isa.LOAD_SLOT else "load."
+            f = {k[len(slot):]: v for k, v in fields.items() if k.startswith(slot)}
+            if f.get("target") in targets:
+                pending.append(f)
+    return TIMING["fetch"], gaps, xloads
+
+
+#: The tensors' addresses of the programs the model reads (:func:`_dispatch`).
+_ADDR = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
+         "addr_out": 0x4000_0000}
+
+
+def _program_loads(cache, loads, ob):
+    """The model's loads ``(cache, key, bytes, commands, bank)`` of the program's X-bank loads
+    before a run (:func:`_dispatch`): keyed by address and length, the load unit's record."""
+    return [(cache, ("x", f["addr"], f["length"]), f["length"] * ob, f["count"], f["bank"])
+            for f in loads]
 
 
 def _dma_segments(elements, lanes, per_beat, slot):
@@ -533,7 +554,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     desc["requant"] = int(requant)
     try:
         e = setup.run(config, desc, addresses=False)
-        setup_cycles, gaps = _dispatch(config, desc)
+        setup_cycles, gaps, xloads = _dispatch(config, desc)
     except Refusal as err:
         raise ValueError(str(err)) from None
     R, C, B = config.rows, config.cols, config.feeder_bus_width
@@ -557,9 +578,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         per_beat = config.dma_data_width // 8 // ob
 
         def x_load(key, nbytes, commands):
-            """An X band: ``L`` lanes a word, from its element in the channel-blocked X."""
-            _, ni, c0, y0 = key
-            first = ni * e["cimg"] + c0 // cg * e["cpl"] + y0 * w * cg
+            """An X band (or a piece of one): ``L`` lanes a word, from its element in the
+            channel-blocked X (the program's address)."""
+            first = (key[1] - _ADDR["addr_x"]) // ob
             return (_dma_segments(nbytes // ob, cg, per_beat, first % per_beat)
                     + TIMING["cf_dma_command"] * commands)
 
@@ -590,10 +611,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
                         comp, words, run_tiles = cache[key]
                         for t in range(kb0, kend):
-                            loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
-                            if t == kb0:        # the block's band: L lanes a pixel
-                                loads.insert(0, ("cf", ("x", ni, c0, bd.in0),
-                                                 bd.in_rows * w * cg * ob, 1, xbank))
+                            # the block's band, L lanes a pixel (or its pieces: the program's)
+                            loads = _program_loads("cf", xloads[len(runs)], ob) + [
+                                ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             slots += run_tiles * bd.out_rows * ow * R * C
                             x_words += words
                             tiles += run_tiles
@@ -623,10 +643,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                             out_rows=bd.out_rows, ow=ow, r=r, s=s, sh=sh, sw=sw, pt=bd.pad_top,
                             pw=pw, dh=dh, dw=dw, cache=cache)
                         for t in range(kb0, kend):
-                            loads = [("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
-                            if t == kb0:
-                                loads.insert(0, ("a", ("x", ni, c0, bd.in0),
-                                                 cgv * bd.in_rows * w * ob, 1, xbank))
+                            loads = _program_loads("a", xloads[len(runs)], ob) + [
+                                ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
                             x_words += words
                             runs.append((loads, comp, first, gaps[len(runs)]))
@@ -699,6 +717,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         store_step = None
         clears = []
         xbank = 0                       # dY of a group stays in the bank of its parity
+        held = None                     # the W slice the runs read
         for cb0 in range(0, ct, cn):
             cbe = min(cb0 + cn, ct)
             for bd in bands:
@@ -716,15 +735,25 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         vec = _zf_loss_vectors(height=bd.out_rows, width=w, r=r, s=s, sh=sh,
                                                sw=sw, pt=bd.pad_top, pw=pw, dh=dh, dw=dw,
                                                k=kch, rows=R)
+                        # W of the step's blocks stays in a half of B when it fits (one
+                        # load when it changes, the runs after HOLD), else a block's a run
+                        wwords = kch * r * s
+                        resident = (cbe - cb0) * wwords <= config.buf_b_depth // 2
                         for ni in range(n0, n0 + zng):
                             xbank ^= 1
                             for cb in range(cb0, cbe):
-                                loads = [("b", ("w", cb, k0), kch * r * s * C * ob, 1)]
-                                if cb == cb0:
-                                    loads.insert(0, ("a", ("dy", ni, k0, bd.in0),
-                                                     blocks * bd.in_rows * ow * C * ob, blocks,
-                                                     xbank))
-                                runs.append((loads, comp, first, gaps[len(runs)]))
+                                # dY of the group (or its pieces under the runs before:
+                                # the program's), then W
+                                loads = _program_loads("a", xloads[len(runs)], ob)
+                                hold = resident and held == (cb0, k0)
+                                if not resident:
+                                    loads.append(("b", ("w", cb, k0), wwords * C * ob, 1))
+                                    held = None
+                                elif not hold:
+                                    loads.append(("b", ("w", cb0, k0), (cbe - cb0) * wwords
+                                                  * C * ob, cbe - cb0))
+                                    held = (cb0, k0)
+                                runs.append((loads, comp, first, gaps[len(runs)], hold))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
@@ -892,7 +921,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
              "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1], "dil_h": 1, "dil_w": 1,
              "mode": 0, "requant": int(requant), "relu": int(relu),
              "pool_kind": int(kind == "avg")}
-    setup_cycles, gaps = _dispatch(config, pdesc)
+    setup_cycles, gaps, _ = _dispatch(config, pdesc)
     for i, run in enumerate(e["runs"]):
         loads = []
         if run["x_plane"]:

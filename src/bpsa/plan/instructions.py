@@ -24,7 +24,7 @@ PLAN_FIELDS = ("oh", "ow", "dbl", "rs", "fwoff", "qw0", "rw0", "recip")
 #: The struct of :mod:`bpsa.spec.isa` each :class:`~bpsa.plan.program.Run` field is in.
 RUN_STRUCT = {
     **{name: "run" for name in ("batch", "channels", "out_channels", "height", "out_height",
-                                "pad_top", "pad_bottom", "xbank", "x_off")},
+                                "pad_top", "pad_bottom", "xbank", "x_off", "w_off")},
     **{name: "zrun" for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q",
                                  "dw_r", "kblocks", "kvalid", "plane")},
     **{name: "prun" for name in ("y0", "rows", "xlo", "dlo", "drows", "q0", "rem0", "x_plane",

@@ -69,7 +69,9 @@ Loop order per phase (outermost first; "run" is one group, a :class:`Run`)
         steps of ``cn`` blocks of ``cols`` input channels; row bands of dX; steps of ``zn``
         images (their dX bands in P; ``cn`` or ``zn`` is 1; a :class:`Step` each); groups of
         ``kg`` blocks of output channels; images (dY of the group, into the X bank of its
-        parity); the step's input-channel blocks (W, a run each).
+        parity); the step's input-channel blocks (a run each). W of the step's blocks for the
+        group is one load into a half of buffer B when it fits (only when it changes; the
+        runs after the first HOLD it, each from its ``w_off``), else a block's W a run.
     FC backward
         input blocks; batch chunks (a step each; the block's last chunk also saves the dW
         rows, :class:`Save2`); output blocks (dY, X and W of the block, a run).
@@ -174,6 +176,7 @@ class Run:
     clear_words: int = None
     xbank: int = None
     x_off: int = None
+    w_off: int = None
     hold: bool = False
 
     def __repr__(self):
@@ -229,7 +232,7 @@ _ENGINE = ("channels", "out_channels", "height", "out_height", "pad_top", "pad_b
 #: - zero-free gradient: ``zg_layer`` (``channels``, ``height``, ``out_height``,
 #:   ``pad_top``, ``xbank``, ``x_off``) and ``ZeroFreeResults``;
 #: - zero-free loss: ``zl_layer`` (``height``, ``out_height``, ``pad_top``, every ``zrun``
-#:   field, ``xbank``) and ``ZeroFreeResults``;
+#:   field, ``xbank``, ``w_off``) and ``ZeroFreeResults``;
 #: - pooling: the pooling unit's layer (``channels`` as its planes, the ``prun`` fields,
 #:   ``p_row``); its forward reads neither the dY fields (``dlo``, ``drows``, ``d_plane``,
 #:   ``d_offset``) nor the backward walk's start ``q0`` / ``rem0`` (which the walker does not
@@ -247,8 +250,8 @@ RUN_FIELDS = {
     "zf_gradient": ("channels", "height", "out_height", "pad_top", "xbank", "x_off",
                     "row_base", "p_row", "clear_words"),
     "zf_loss": ("height", "out_height", "pad_top", "pt_q", "pt_r", "pw_q", "pw_r", "dh_q",
-                "dh_r", "dw_q", "dw_r", "kblocks", "kvalid", "plane", "xbank", "row_base",
-                "p_row", "clear_words"),
+                "dh_r", "dw_q", "dw_r", "kblocks", "kvalid", "plane", "xbank", "w_off",
+                "row_base", "p_row", "clear_words"),
     "pool_forward": ("channels", "y0", "rows", "xlo", "x_plane", "p_row", "clear_words"),
     "pool_backward": ("channels", "y0", "rows", "xlo", "dlo", "drows", "q0", "rem0",
                       "x_plane", "d_plane", "d_offset", "p_row", "clear_words"),
@@ -324,7 +327,8 @@ class _Walk:
         self.loop = _Regs({n: _W for n in ("n", "c0", "k0", "kti", "o0", "kb0")})
         self.g = _Regs({"grp_c": _W, "grp_k": _W, "grp_n": _W, "p_row": _W,
                         "row_base": dim + 1, "kt_rows": _W, "fc_o0": _W,
-                        "fc_dw_p0": paw + 1, "clear_dw": 1, "xbank": 1, "x_off": _W})
+                        "fc_dw_p0": paw + 1, "clear_dw": 1, "xbank": 1, "x_off": _W,
+                        "w_off": _W})
         self.g["xbank"] = xbank
         self.obs = element_bytes(config.operand_width).bit_length() - 1
         self.abs_ = element_bytes(config.acc_width).bit_length() - 1
@@ -399,7 +403,7 @@ class _Walk:
                   "d_plane": r["eohow"], "d_offset": r["dyoff"],
                   "p_row": g["p_row"], "row_base": g["row_base"], "kt_rows": g["kt_rows"],
                   "fc_o0": g["fc_o0"], "fc_dw_p0": g["fc_dw_p0"], "clear_words": r["np"],
-                  "xbank": g["xbank"], "x_off": g["x_off"]}
+                  "xbank": g["xbank"], "x_off": g["x_off"], "w_off": g["w_off"]}
         self.events.append(Run(**{f: values[f] for f in RUN_FIELDS[self.key]}, hold=hold))
         if not hold:
             self.runs += 1
@@ -781,6 +785,8 @@ class _Walk:
         r["xstep"] = mul(r["t"], C)
         r["zstride"] = mul(d["k"], r["nb"])
         r["cbstep"] = mul(r["hw"], C)
+        bcap = self.cfg.buf_b_depth // 2
+        held, fresh = None, False                     # the W slice the runs read (c0, k0)
         while True:                                   # input blocks [c0, cend)
             r["u"] = mul(loop["c0"], r["zstride"])
             r["wcb"] = d["addr_w"] + (r["u"] << obs)
@@ -835,11 +841,28 @@ class _Walk:
                             self.load("FWD_X", "A", ptr["dy"], r["zlen"], C,
                                       runs=(r["zgrp"], r["len_a"], r["len_x"] << obs),
                                       run_words=r["eohow"], bank=g["xbank"])
+                            # W of the step's blocks for this group stays in one half of B
+                            # (the runs HOLD it) when it fits; else a block's W a run
+                            wwords = div(r["len_b"], C)
+                            resident = mul(r["cend"] - loop["c0"], wwords) <= bcap
+                            if resident and held != (loop["c0"], loop["k0"]):
+                                self.load("FWD_W", "B", ptr["wg"],
+                                          mul(r["cend"] - loop["c0"], r["len_b"]), C,
+                                          runs=(r["cend"] - loop["c0"], r["len_b"],
+                                                r["zstride"] << obs), run_words=wwords)
+                                held, fresh = (loop["c0"], loop["k0"]), True
                             while True:               # input block cb: a run
                                 cb = loop["kb0"]
                                 g["row_base"] = cb - loop["c0"] + loop["n"] - n0
-                                self.load("FWD_W", "B", ptr["w"], r["len_b"], C)
-                                self.run()
+                                if resident:
+                                    g["w_off"] = mul(cb - loop["c0"], wwords)
+                                    self.run(hold=not fresh)
+                                    fresh = False
+                                else:
+                                    g["w_off"] = 0
+                                    self.load("FWD_W", "B", ptr["w"], r["len_b"], C)
+                                    self.run()
+                                    held = None
                                 ptr["w"] = ptr["w"] + (r["zstride"] << obs)
                                 if cb + 1 < r["cend"]:
                                     loop["kb0"] = cb + 1
@@ -1019,7 +1042,93 @@ def layer_program_state(config, desc, *, xbank=0):
         walk.pool()
     else:
         getattr(walk, key)()
-    return walk.events, walk.g["xbank"]
+    events = walk.events
+    if key in SPREAD:
+        events = spread_loads(events, element_bytes(config.operand_width))
+    return events, walk.g["xbank"]
+
+
+#: The programs whose X-bank loads (the forward's X, the zero-free loss's dY) come in pieces
+#: under the runs before them (:func:`spread_loads`).
+SPREAD = ("forward", "cf_forward", "zf_loss")
+
+
+def _pieces(load, parts, nbytes):
+    """``load`` cut into at most ``parts`` loads of whole words (one run: ``[lo, hi)`` words
+    each) or whole runs (several); ``nbytes``: bytes an element."""
+    out = []
+    if load.count > 1:
+        for j in range(parts):
+            lo, hi = dy_piece(load.count, j, parts)
+            if hi > lo:
+                out.append(Load(**{**vars(load), "addr": load.addr + lo * load.stride,
+                                   "offset": load.offset + lo * load.run_words,
+                                   "count": hi - lo, "length": (hi - lo) * load.run_len}))
+        return out
+    words = -(-load.length // load.lanes)
+    for j in range(parts):
+        lo, hi = dy_piece(words, j, parts)
+        if hi > lo:
+            n = min(hi * load.lanes, load.length) - lo * load.lanes
+            out.append(Load(**{**vars(load), "addr": load.addr + lo * load.lanes * nbytes,
+                               "offset": load.offset + lo, "length": n, "run_len": n,
+                               "run_words": hi - lo}))
+    return out
+
+
+def spread_loads(events, nbytes):
+    """The X-bank loads of ``events`` (targets ``FWD_X`` and ``CF_X``: X of a forward group,
+    dY of a zero-free loss group, each in the half of buffer A or of the channel-first banks
+    its runs read) moved under the runs before them: a load that follows runs since the
+    previous X-bank load (which read the other half) is cut into as many pieces
+    (:func:`_pieces`), one after each of those runs, so the DMA fills the next half while
+    they compute instead of after them. Left in place: a load the load unit skips (its half
+    holds the slice, the record of :class:`bpsa.gateware.controller.load_unit.LoadUnit`), one
+    whose half a later load finds holding its slice, and one whose pieces the unit would
+    skip or whose last piece a later load would take for its own slice."""
+    targets = (TARGET["FWD_X"], TARGET["CF_X"])
+    xs = [i for i, ev in enumerate(events) if type(ev) is Load and ev.target in targets]
+    # the load unit's record of each half, in the original order: hits and who relies on one
+    record, hit, relied = {}, set(), set()
+    last_into = {}
+    for i in xs:
+        ev = events[i]
+        slot = (ev.cache, ev.bank)
+        if record.get(slot) == (ev.addr, ev.length):
+            hit.add(i)
+            relied.add(last_into[slot])
+        record[slot] = (ev.addr, ev.length)
+        last_into[slot] = i
+    moves = {}                                        # run index -> pieces after it
+    drop = set()
+    record = {}
+    for prev, i in zip([None] + xs[:-1], xs):
+        ev = events[i]
+        slot = (ev.cache, ev.bank)
+        runs = [j for j in range(prev + 1 if prev is not None else 0, i)
+                if type(events[j]) is Run] if prev is not None else []
+        free = all(events[j].xbank != ev.bank for j in runs)   # the runs read the other half
+        pieces = (_pieces(ev, len(runs), nbytes) if runs and free and i not in hit | relied
+                  else [])
+        nxt = next((j for j in xs if j > i and (events[j].cache, events[j].bank) == slot),
+                   None)
+        ok = len(pieces) > 1 and all(
+            record.get(slot) != (p.addr, p.length) for p in pieces) and (
+            nxt is None or (events[nxt].addr, events[nxt].length)
+            != (pieces[-1].addr, pieces[-1].length))
+        if ok:
+            drop.add(i)
+            for j, p in zip(runs, pieces):
+                moves.setdefault(j, []).append(p)
+            record[slot] = (pieces[-1].addr, pieces[-1].length)
+        else:
+            record[slot] = (ev.addr, ev.length)
+    out = []
+    for i, ev in enumerate(events):
+        if i not in drop:
+            out.append(ev)
+        out += moves.get(i, [])
+    return out
 
 
 def layer_program(config, desc, *, xbank=0):

@@ -472,8 +472,9 @@ def _reuse_cost(config, key, e, desc):
     cycles of the slower of the DMA and the array, then the bytes. Zero-free gradient: X once
     per step of ``kb`` output blocks (a band's rows with their halo), dY once per step of
     ``cn`` input blocks; the walker's vectors plus a fill and drain a run. Zero-free loss: dY
-    once per step of ``cn`` input blocks (a band's rows with their halo), W once per run; the
-    MACs over the array plus a run's fill, drain and stride classes. Forward: X once per
+    once per step of ``cn`` input blocks (a band's rows with their halo), W once per run or,
+    when the step's blocks fit a half of B, once per step and group; the MACs over the array
+    plus a run's fill, drain and stride classes. Forward: X once per
     step of ``kb`` output blocks (a band's rows with their halo), W once per run; a run's
     contexts (feeder: ``rows`` pixels each, at least the context gap apart) or tiles
     (channel-first: a tap each, at least ``2 rows`` cycles) plus its fill and drain."""
@@ -503,7 +504,13 @@ def _reuse_cost(config, key, e, desc):
         bands = -(-h // e["bh"])
         dy_rows = min(oh, (e["bh"] - 1 + e["drh"]) // s_h + 2) * bands
         runs = n * bands * ct * -(-kt // e["kg"])
-        nbytes = (n * kt * dy_rows * ow * C * -(-ct // cn) + runs * e["kg"] * rs * C * C) * ob
+        groups = -(-kt // e["kg"])
+        # W: a block's a run, or the step's blocks once (stays in B) while the group holds
+        if cn * min(e["kg"], kt) * rs * C <= config.buf_b_depth // 2:
+            w_loads = ct * (1 if groups == 1 else bands * -(-n // e["zn"]) * groups)
+        else:
+            w_loads = runs
+        nbytes = (n * kt * dy_rows * ow * C * -(-ct // cn) + w_loads * e["kg"] * rs * C * C) * ob
         classes = desc["stride_h"] * desc["stride_w"]
         compute = (n * kt * C * oh * ow * ct * C * rs // (R * C)
                    + runs * (3 * R + C + 10 + classes * (rs + 3)))

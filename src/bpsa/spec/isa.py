@@ -179,7 +179,8 @@ def fields(config):
         ("out_height", dim2, "the band's output rows"), ("pad_top", dim2, "the band's top padding"),
         ("pad_bottom", dim2, "the band's bottom padding"),
         ("xbank", 1, "forward, zero-free phases: the half of buffer A holding the run's X / dY"),
-        ("x_off", buf, "zero-free gradient: the run's X block from this word of its half of A")])
+        ("x_off", buf, "zero-free gradient: the run's X block from this word of its half of A"),
+        ("w_off", buf, "zero-free loss: the run's W block from this word of its half of B")])
     add("zrun", [(name, dim2, doc) for name, doc in (
         ("pt_q", "top padding // stride_h"), ("pt_r", "top padding % stride_h"),
         ("pw_q", "pad_w // stride_w"), ("pw_r", "pad_w % stride_w"),
