@@ -242,19 +242,21 @@ def _layer_dict(n, c, h, w, k, r, s, st, pad):
 @pytest.mark.verilator
 def test_zero_free_gradient_input_blocks_share_dy():
     """The zero-free gradient's steps of several input-channel blocks (X of the step's blocks
-    in one bank of A, every dY block loaded once for them, the runs after the first HOLD):
-    a 1 x 1 stride-2 layer (two blocks a step), the same cut into row bands (a shorter last
-    step of one block, under memory stalls), a 1 x 1 layer of three blocks, the last partial;
-    bit-exact, and the first reads X once and dY once per step of blocks."""
+    in one bank of A, every dY block loaded once for them, the runs after the first HOLD) and
+    its runs of several images (stacked OH s rows apart): a 1 x 1 stride-2 layer (two blocks a
+    step, two images a run), the same cut into row bands (a shorter last step of one block,
+    under memory stalls), a 1 x 1 layer of five images in runs of four and one, a 2 x 2
+    stride-2 kernel on three images a run; bit-exact, and the first reads X once and dY once
+    per step of blocks."""
     from bpsa.host.driver import plan
     from bpsa.sim.native import run_jobs
     shapes = [(2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)), (2, 26, 6, 6, 10, 1, 1, (2, 2), (0, 0)),
-              (2, 20, 4, 4, 5, 1, 1, (1, 1), (0, 0))]
-    want = [(2, False), (2, True), (3, False)]
+              (5, 12, 4, 4, 5, 1, 1, (1, 1), (0, 0)), (3, 13, 4, 4, 9, 2, 2, (2, 2), (0, 0))]
+    want = [(2, 2, False), (2, 1, True), (1, 4, False), (1, 3, False)]
     jobs = []
     for i, (shape, planned) in enumerate(zip(shapes, want)):
         p = plan(TINY, "gradient", ConvLayer.conv(*shape), mode="zero_free")
-        assert (p["cstep"], p["banded"]) == planned
+        assert (p["cstep"], p["images"], p["banded"]) == planned
         jobs.append({"phase": "gradient", "mode": "zero_free", "seed": 60 + i,
                      "pauses": i == 1, "layer": _layer_dict(*shape)})
     res = run_jobs(TINY, jobs)

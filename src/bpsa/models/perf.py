@@ -655,7 +655,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "gradient":
-        ct, kb, nb, cn = e["ct"], e["kb"], e["nb"], e["cn"]
+        ct, kb, nb, cn, zn = e["ct"], e["kb"], e["nb"], e["cn"], e["zn"]
         store_step = None
         clears = []
         xbank = 0                       # X stays in the bank of its band's parity
@@ -667,47 +667,56 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                 step_store = _store_row(chans * r * s * C, ab, C, store_rate) * (kend - kb0)
                 first = True
                 carry, fetched = [], False      # loads after a run: the next run's
-                for ni in range(n):
-                    # whole planes: the next image's X in pieces after this image's runs
-                    ahead = not e["banded"] and ni + 1 < n
+                for n0 in range(0, n, zn):      # zn images a run, stacked
+                    zng = min(zn, n - n0)
+                    # whole planes: the next group's X in pieces after this group's runs
+                    ahead = not e["banded"] and n0 + zng < n
+                    nxt = min(zn, n - n0 - zng)
                     for bd in bands:
                         xbank ^= 1
                         words, pieces = bd.out_rows * ow, kend - kb0
 
-                        def piece(key, tile, j, parts, lanes, bank=None):
-                            """Piece ``j`` of ``parts`` of a ``tile``-word load
-                            (program.dy_piece)."""
+                        def piece(key, tile, j, parts, lanes, images, bank=None):
+                            """Piece ``j`` of ``parts`` of a ``tile``-word load of each of
+                            ``images`` planes (program.dy_piece)."""
                             lo, hi = dy_piece(tile, j, parts)
                             extra = () if bank is None else (bank,)
-                            return [(key[0], key[1:] + (lo,), (hi - lo) * lanes * ob, 1,
-                                     *extra)] if hi > lo else []
+                            return [(key[0], key[1:] + (lo,), images * (hi - lo) * lanes * ob,
+                                     images, *extra)] if hi > lo else []
 
                         for kk in range(kb0, kend):
                             for i in range(blocks):
                                 cgv = min(B, c - (cs + i) * B)
                                 loads, carry = carry, []
                                 if i == 0 and kk == kb0 and not fetched:
-                                    loads.append(("a", ("x", ni, cs, bd.in0), blocks
-                                                  * bd.in_rows * w * B * ob, blocks, xbank))
+                                    if zng == 1:
+                                        loads.append(("a", ("x", n0, cs, bd.in0), blocks
+                                                      * bd.in_rows * w * B * ob, blocks, xbank))
+                                    else:       # a load a block, a run an image
+                                        loads += [("a", ("x", n0, cs + b_, bd.in0),
+                                                   zng * bd.in_rows * w * B * ob, zng, xbank)
+                                                  for b_ in range(blocks)]
                                 # dY of the block serves the step's blocks; with several,
                                 # the next block's comes a piece after each run
                                 if i == 0 and (kk == kb0 or blocks == 1):
-                                    loads.append(("b", ("dy", ni, kk, bd.out0),
-                                                  words * C * ob, 1))
+                                    loads.append(("b", ("dy", n0, kk, bd.out0, 0),
+                                                  zng * words * C * ob, zng))
                                 comp = _zf_gradient_compute(config, channels=cgv,
-                                                            obh=bd.out_rows, ow=ow, r=r, s=s)
-                                slots += -(-cgv // R) * r * s * bd.out_rows * ow * R * C
+                                                            obh=zng * bd.out_rows, ow=ow,
+                                                            r=r, s=s)
+                                slots += (-(-cgv // R) * r * s * zng * bd.out_rows * ow
+                                          * R * C)
                                 runs.append((loads, comp, first, gaps[len(runs)], i > 0))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * blocks * nb)
                                 first = False
                                 if blocks > 1 and kk + 1 < kend:
-                                    carry += piece(("b", "dy", ni, kk + 1, bd.out0), words, i,
-                                                   blocks, C)
+                                    carry += piece(("b", "dy", n0, kk + 1, bd.out0), words, i,
+                                                   blocks, C, zng)
                                 if ahead:
                                     blk, j = divmod((kk - kb0) * blocks + i, pieces)
-                                    carry += piece(("a", "x", ni + 1, cs, blk), h * w, j,
-                                                   pieces, B, xbank ^ 1)
+                                    carry += piece(("a", "x", n0 + zng, cs, blk), h * w, j,
+                                                   pieces, B, nxt, xbank ^ 1)
                     fetched = ahead
                 store_step = step_store
         clear = clears

@@ -658,7 +658,8 @@ class _Walk:
         r, ptr, loop, d, g, mul = self.r, self.ptr, self.loop, self.d, self.g, self.mul
         obs, abs_, C, B = self.obs, self.abs_, self.cfg.cols, self.cfg.feeder_bus_width
         r["nb"] = self.plan["nb"]
-        cn = self.plan["cn"]
+        cn, zn = self.plan["cn"], self.plan["zn"]
+        stacked = mul(mul(r["oh"], d["stride_h"]), d["w"])  # buffer words an image's X takes
         loop["kb0"] = 0
         while True:                                   # output-channel blocks [kb0, kend)
             r["kend"] = _mn(loop["kb0"] + r["kb"], r["kt"])
@@ -683,12 +684,13 @@ class _Walk:
                 ptr.set(out=ptr["outg"] + (r["t"] << abs_), xn=d["addr_x"] + (r["u"] << obs))
                 g["p_row"] = r["nb"]
                 self.step()
-                fetched = False                       # this image's X came in pieces
-                while True:                           # image n
+                fetched = False                       # this group's X came in pieces
+                while True:                           # images [n, n + zng): a run's
+                    zng = _mn(zn, d["n"] - loop["n"])
                     loop["o0"] = 0
-                    # whole planes: the next image's X comes in pieces, one after each run
-                    # of this image's, into the other X bank (its band's)
-                    ahead = not r["banded"] and loop["n"] + 1 < d["n"]
+                    # whole planes: the next group's X comes in pieces, one after each run of
+                    # this group's, into the other X bank (its band's)
+                    ahead = not r["banded"] and loop["n"] + zng < d["n"]
                     while True:                       # band of dY rows [o0, o0 + obh)
                         self.out_band()
                         g["xbank"] = ~g["xbank"]
@@ -699,14 +701,17 @@ class _Walk:
                         r["dyoff"] = mul(loop["o0"], r["ow"])
                         r["dyoff"] = mul(r["dyoff"], C)
                         r["eoh"] = r["obh"]
+                        if zng > 1:                   # the images stacked OH s rows apart
+                            r.set(eh=mul(zng, stacked // d["w"]), eoh=mul(zng, r["obh"]))
                         loop["k0"] = loop["kb0"]
                         ptr["x"] = ptr["xn"] + (r["t"] << obs)
+                        span = r["blen"] if zng == 1 else mul(zng, stacked)  # a block's words
                         # the step's blocks of the band, block after block in the X bank
                         if not fetched:
-                            self.load("FWD_X", "A", ptr["x"], mul(r["len_a"], blocks), B,
-                                      runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
-                                      run_words=r["blen"], bank=g["xbank"])
+                            self.x_blocks(ptr["x"], blocks, zng, span, stacked)
                         pieces = r["kend"] - loop["kb0"]      # of each block's next X
+                        nxt = _mn(zn, d["n"] - loop["n"] - zng)
+                        nspan = r["blen"] if nxt <= 1 else mul(nxt, stacked)
                         # with several input blocks, the next output block's dY comes in
                         # pieces, one after each run of this block's (so the loads overlap
                         # all of them, into the bank the next block's runs read)
@@ -716,26 +721,29 @@ class _Walk:
                             r["t"] = mul(r["t"], C)
                             ptr["dy"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
                             if not spread or loop["k0"] == loop["kb0"]:
-                                self.load("FWD_W", "B", ptr["dy"], r["len_b"], C)
+                                self.dy_words(ptr["dy"], 0, r["eohow"], zng)
                             r["t"] = mul(loop["k0"] + 1, r["ohow"])
                             r["t"] = mul(r["t"], C)
                             ptr["w"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
                             for i in range(blocks):   # the step's input blocks: one dY
                                 g.set(grp_c=_mn(B, d["c"] - loop["c0"] - i * B),
                                       row_base=(loop["k0"] - loop["kb0"]) * blocks + i,
-                                      x_off=mul(i, r["blen"]))
+                                      x_off=mul(i, span))
                                 self.run(hold=i > 0)
                                 lo, hi = dy_piece(r["eohow"], i, blocks)
                                 if spread and loop["k0"] + 1 < r["kend"] and hi > lo:
-                                    self.load("FWD_W", "B", ptr["w"] + (mul(lo, C) << obs),
-                                              mul(hi - lo, C), C, offset=lo)
+                                    self.dy_words(ptr["w"], lo, hi, zng)
                                 b, j = divmod((loop["k0"] - loop["kb0"]) * blocks + i, pieces)
                                 lo, hi = dy_piece(r["hw"], j, pieces)
                                 if ahead and hi > lo:
                                     r["t"] = mul(b, r["hw"]) + lo
-                                    self.load("FWD_X", "A", ptr["xn"] + ((r["xstep"] + mul(
-                                        r["t"], B)) << obs), mul(hi - lo, B), B,
-                                              offset=r["t"], bank=g["xbank"] ^ 1)
+                                    self.load("FWD_X", "A", ptr["xn"] + ((mul(zng, r["xstep"])
+                                                                          + mul(r["t"], B))
+                                                                         << obs),
+                                              mul(mul(hi - lo, B), nxt), B,
+                                              runs=(nxt, mul(hi - lo, B), r["xstep"] << obs),
+                                              run_words=stacked, offset=mul(b, nspan) + lo,
+                                              bank=g["xbank"] ^ 1)
                             if loop["k0"] + 1 < r["kend"]:
                                 loop["k0"] = loop["k0"] + 1
                                 continue
@@ -744,10 +752,10 @@ class _Walk:
                             loop["o0"] = loop["o0"] + r["obh"]
                             continue
                         break
-                    if loop["n"] + 1 < d["n"]:
-                        loop["n"] = loop["n"] + 1
-                        ptr.set(xn=ptr["xn"] + (r["xstep"] << obs),
-                                dyn=ptr["dyn"] + (r["dstep"] << obs))
+                    if loop["n"] + zng < d["n"]:
+                        loop["n"] = loop["n"] + zng
+                        ptr.set(xn=ptr["xn"] + (mul(zng, r["xstep"]) << obs),
+                                dyn=ptr["dyn"] + (mul(zng, r["dstep"]) << obs))
                         fetched = ahead
                         continue
                     break
@@ -763,6 +771,30 @@ class _Walk:
                 continue
             break
         self.last()
+
+    def x_blocks(self, addr, blocks, images, span, stacked):
+        """The zero-free gradient's X of a step's ``blocks`` input blocks for a band, block
+        after block in the X bank ``span`` words apart: one load (one image), or a load a
+        block of ``images`` planes ``stacked`` words apart."""
+        r, mul, obs, B = self.r, self.mul, self.obs, self.cfg.feeder_bus_width
+        if images == 1:
+            self.load("FWD_X", "A", addr, mul(r["len_a"], blocks), B,
+                      runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
+                      run_words=r["blen"], bank=self.g["xbank"])
+            return
+        for b in range(blocks):
+            self.load("FWD_X", "A", addr + (mul(mul(b, r["hw"]), B) << obs),
+                      mul(images, r["len_a"]), B,
+                      runs=(images, r["len_a"], r["xstep"] << obs), run_words=stacked,
+                      offset=mul(b, span), bank=self.g["xbank"])
+
+    def dy_words(self, addr, lo, hi, images):
+        """Words ``[lo, hi)`` of each of ``images`` dY planes of an output block (one run a
+        plane, ``ohow`` words apart in buffer B) from ``addr`` (the first plane's word 0)."""
+        r, mul, obs, C = self.r, self.mul, self.obs, self.cfg.cols
+        self.load("FWD_W", "B", addr + (mul(lo, C) << obs), mul(mul(hi - lo, C), images), C,
+                  runs=(images, mul(hi - lo, C), r["dstep"] << obs), run_words=r["ohow"],
+                  offset=lo)
 
     def zf_loss(self):
         r, ptr, loop, d, g, mul, div = (self.r, self.ptr, self.loop, self.d, self.g, self.mul,

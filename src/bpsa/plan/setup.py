@@ -51,7 +51,9 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         cn))`` output-channel blocks (``kt = ceil(K / C)``, ``ct = ceil(C_in / B)``; ``cn``
         from the host's search, :func:`run`); when the dY plane (``OH OW`` words) does not fit
         a bank of B or the X plane (``H W`` words) a cn-th of a bank of A (``banded``): bands
-        of ``bh = min(OH, bcap // OW, (acap // cn // W - drh - 1) // s + 1)`` dY rows.
+        of ``bh = min(OH, bcap // OW, (acap // cn // W - drh - 1) // s + 1)`` dY rows. Whole
+        planes with no padding rows and ``H <= OH s``: ``zn = min(N, acap // (cn OH s W),
+        bcap // (OH OW))`` images a run, stacked ``OH s`` rows apart.
     FC backward (batch N, C inputs, K outputs)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
@@ -123,7 +125,7 @@ OUTPUTS = {
                      "cg", "bh", "banded", "wdp1", "kohow"),
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
-                  "banded", "xwords", "dwords", "cn"),
+                  "banded", "xwords", "dwords", "cn", "zn"),
     ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
               "zn", "cn"),
     Phase.POOL_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "chw", "drh", "bh", "banded", "recip",
@@ -464,6 +466,17 @@ def _zf_gradient(config):
         _band_checks(what, padding=True),
         Mul("xwords", ct, hw),                  # X words (pixels of B lanes) of one image
         Mul("dwords", kt, ohow),                # dY words (pixels of cols lanes) of one image
+        # zn images a run, stacked OH s_h rows apart (their planes whole, no padding rows,
+        # H <= OH s_h: no tap reaches the next image's rows): X of the step's blocks and dY
+        # of a block for zn images fit their banks
+        Mul("u", oh, stride_h),
+        Set((("t", banded | (pad_h > 0) | (h > u)),)),
+        Mul("u", u, w),
+        Mul("u", u, cn),
+        Div("q2", acap, u),
+        Div("q3", bcap, ohow),
+        Set((("zn", select(t, 1, minimum(n, q2, q3))),)),
+        Set((("zn", select(zn == 0, 1, zn)),)),
     ]
 
 
@@ -487,7 +500,7 @@ def _reuse_cost(config, key, e, desc):
         in_rows = min(h, (e["bh"] - 1) * s_h + e["drh"] + 1) * bands
         nbytes = (n * ct * in_rows * w * B * -(-kt // e["kb"])
                   + n * kt * oh * ow * C * -(-ct // cn)) * ob
-        runs = n * ct * kt * bands
+        runs = -(-n // e["zn"]) * ct * kt * bands
         compute = n * ct * kt * oh * ow * rs * -(-B // R) + runs * (3 * R + C + 10)
     elif key in (CF_FORWARD, Phase.FORWARD):
         bands = -(-oh // e["bh"])

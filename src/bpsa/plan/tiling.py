@@ -167,7 +167,7 @@ def plan(config, phase, layer, mode="bp_im2col"):
     naming what does not fit (the hardware refuses the same layers with TOO_LARGE). ``mode``
     (loss, gradient): ``"bp_im2col"`` or ``"zero_free"`` (zero-free gradient: ``group`` is
     ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` and ``cstep`` input-channel
-    blocks of ``B`` a step; zero-free loss:
+    blocks of ``B`` a step, ``images`` a run; zero-free loss:
     ``cstep`` input-channel blocks and ``images`` images a step)."""
     phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     if phase not in phases:
@@ -187,9 +187,9 @@ def plan(config, phase, layer, mode="bp_im2col"):
     if phase == "gradient" and mode == Mode.ZERO_FREE:
         bands_, kb = _ceil(e["oh"], band), e["kb"]
         return {"group": (config.feeder_bus_width, config.cols), "kblock": kb,
-                "kblocks": _ceil(e["kt"], kb), "cstep": e["cn"], "banded": banded, "band": band,
-                "bands": bands_, "groups": e["ct"] * e["kt"],
-                "runs": e["ct"] * n * bands_ * e["kt"]}
+                "kblocks": _ceil(e["kt"], kb), "cstep": e["cn"], "images": e["zn"],
+                "banded": banded, "band": band, "bands": bands_, "groups": e["ct"] * e["kt"],
+                "runs": e["ct"] * _ceil(n, e["zn"]) * bands_ * e["kt"]}
     if phase == "forward":
         groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
         return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
