@@ -747,21 +747,25 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         # W of the step's blocks stays in a half of B when it fits (one
                         # load when it changes, the runs after HOLD), else a block's a run
                         wwords = kch * r * s
-                        resident = (cbe - cb0) * wwords <= config.buf_b_depth // 2
+                        bcap = config.buf_b_depth // 2
+                        whole = (cbe - cb0) * k * r * s <= bcap     # every output channel's
+                        resident = whole or (cbe - cb0) * wwords <= bcap
+                        want = (cb0,) if whole else (cb0, k0)
                         for ni in range(n0, n0 + zng):
                             xbank ^= 1
                             for cb in range(cb0, cbe):
                                 # dY of the group (or its pieces under the runs before:
                                 # the program's), then W
                                 loads = _program_loads("a", xloads[len(runs)], ob)
-                                hold = resident and held == (cb0, k0)
+                                hold = resident and held == want
                                 if not resident:
                                     loads.append(("b", ("w", cb, k0), wwords * C * ob, 1))
                                     held = None
                                 elif not hold:
-                                    loads.append(("b", ("w", cb0, k0), (cbe - cb0) * wwords
-                                                  * C * ob, cbe - cb0))
-                                    held = (cb0, k0)
+                                    loads.append(("b", ("w",) + want, (cbe - cb0) * (
+                                        k * r * s if whole else wwords) * C * ob,
+                                        1 if whole else cbe - cb0))
+                                    held = want
                                 runs.append((loads, comp, first, gaps[len(runs)], hold))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)

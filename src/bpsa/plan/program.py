@@ -69,9 +69,10 @@ Loop order per phase (outermost first; "run" is one group, a :class:`Run`)
         steps of ``cn`` blocks of ``cols`` input channels; row bands of dX; steps of ``zn``
         images (their dX bands in P; ``cn`` or ``zn`` is 1; a :class:`Step` each); groups of
         ``kg`` blocks of output channels; images (dY of the group, into the X bank of its
-        parity); the step's input-channel blocks (a run each). W of the step's blocks for the
-        group is one load into a half of buffer B when it fits (only when it changes; the
-        runs after the first HOLD it, each from its ``w_off``), else a block's W a run.
+        parity); the step's input-channel blocks (a run each). W of the step's blocks is one
+        load into a half of buffer B when it fits, of every output channel (once a step) or
+        else of the group (when it changes); the runs after the first HOLD it, each from its
+        ``w_off``. Otherwise a block's W a run.
     FC backward
         input blocks; batch chunks (a step each; the block's last chunk also saves the dW
         rows, :class:`Save2`); output blocks (dY, X and W of the block, a run).
@@ -873,21 +874,31 @@ class _Walk:
                             self.load("FWD_X", "A", ptr["dy"], r["zlen"], C,
                                       runs=(r["zgrp"], r["len_a"], r["len_x"] << obs),
                                       run_words=r["eohow"], bank=g["xbank"])
-                            # W of the step's blocks for this group stays in one half of B
-                            # (the runs HOLD it) when it fits; else a block's W a run
+                            # W of the step's blocks stays in one half of B (the runs HOLD
+                            # it) when it fits: of every output channel (loaded once a step),
+                            # or of this group's; else a block's W a run
                             wwords = div(r["len_b"], C)
-                            resident = mul(r["cend"] - loop["c0"], wwords) <= bcap
-                            if resident and held != (loop["c0"], loop["k0"]):
-                                self.load("FWD_W", "B", ptr["wg"],
-                                          mul(r["cend"] - loop["c0"], r["len_b"]), C,
-                                          runs=(r["cend"] - loop["c0"], r["len_b"],
-                                                r["zstride"] << obs), run_words=wwords)
-                                held, fresh = (loop["c0"], loop["k0"]), True
+                            kwords = div(r["zstride"], C)         # a block's W, every output
+                            blocks = r["cend"] - loop["c0"]
+                            whole = mul(blocks, kwords) <= bcap
+                            resident = whole or mul(blocks, wwords) <= bcap
+                            want = (loop["c0"],) if whole else (loop["c0"], loop["k0"])
+                            if resident and held != want:
+                                if whole:
+                                    self.load("FWD_W", "B", r["wcb"], mul(blocks, r["zstride"]),
+                                              C)
+                                else:
+                                    self.load("FWD_W", "B", ptr["wg"], mul(blocks, r["len_b"]),
+                                              C, runs=(blocks, r["len_b"],
+                                                       r["zstride"] << obs), run_words=wwords)
+                                held, fresh = want, True
                             while True:               # input block cb: a run
                                 cb = loop["kb0"]
                                 g["row_base"] = cb - loop["c0"] + loop["n"] - n0
                                 if resident:
-                                    g["w_off"] = mul(cb - loop["c0"], wwords)
+                                    g["w_off"] = (mul(cb - loop["c0"], kwords)
+                                                  + mul(mul(loop["k0"], C), r["rs"]) if whole
+                                                  else mul(cb - loop["c0"], wwords))
                                     self.run(hold=not fresh)
                                     fresh = False
                                 else:

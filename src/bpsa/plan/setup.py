@@ -518,8 +518,12 @@ def _reuse_cost(config, key, e, desc):
         dy_rows = min(oh, (e["bh"] - 1 + e["drh"]) // s_h + 2) * bands
         runs = n * bands * ct * -(-kt // e["kg"])
         groups = -(-kt // e["kg"])
-        # W: a block's a run, or the step's blocks once (stays in B) while the group holds
-        if cn * min(e["kg"], kt) * rs * C <= config.buf_b_depth // 2:
+        # W: a block's a run, or the step's blocks once (stays in B): of every output
+        # channel once a step, or of a group while the group holds
+        bcap = config.buf_b_depth // 2
+        if cn * desc["k"] * rs <= bcap:
+            w_loads = ct
+        elif cn * min(e["kg"], kt) * rs * C <= bcap:
             w_loads = ct * (1 if groups == 1 else bands * -(-n // e["zn"]) * groups)
         else:
             w_loads = runs
