@@ -333,9 +333,9 @@ def _dispatch(config, desc):
             if pre is None:
                 pre = words
             slot = "load1." if flags & isa.LOAD_SLOT else "load."
-            f = {k[len(slot):]: v for k, v in fields.items() if k.startswith(slot)}
-            if f.get("target") in targets:
-                pending.append(f)
+            if fields.get(slot + "target") in targets:
+                pending.append({k[len(slot):]: v for k, v in fields.items()
+                                if k.startswith(slot)})
     return TIMING["fetch"], gaps, xloads
 
 

@@ -1142,6 +1142,11 @@ def spread_loads(events, nbytes):
             relied.add(last_into[slot])
         record[slot] = (ev.addr, ev.length)
         last_into[slot] = i
+    following, after = {}, {}                         # the next X load into the same half
+    for i in reversed(xs):
+        slot = (events[i].cache, events[i].bank)
+        following[i] = after.get(slot)
+        after[slot] = i
     moves = {}                                        # run index -> pieces after it
     drop = set()
     record = {}
@@ -1153,8 +1158,7 @@ def spread_loads(events, nbytes):
         free = all(events[j].xbank != ev.bank for j in runs)   # the runs read the other half
         pieces = (_pieces(ev, len(runs), nbytes) if runs and free and i not in hit | relied
                   else [])
-        nxt = next((j for j in xs if j > i and (events[j].cache, events[j].bank) == slot),
-                   None)
+        nxt = following[i]
         ok = len(pieces) > 1 and all(
             record.get(slot) != (p.addr, p.length) for p in pieces) and (
             nxt is None or (events[nxt].addr, events[nxt].length)

@@ -751,7 +751,30 @@ def run(config, desc, *, phases=None, addresses=True):
     """The set-up of descriptor ``desc`` (field -> int, :data:`DESCRIPTOR`; addresses and the
     window default to 0 and the whole 32-bit space) as the hardware computes it: the
     registers (name -> int). Raises :class:`bpsa.plan.grammar.Refusal` with the hardware's
-    error code. ``addresses=False`` leaves out the address checks."""
+    error code. ``addresses=False`` leaves out the address checks. Memoized (the search of
+    the reuse order evaluates the tiling several times; planner and cycle model ask for the
+    same layer again and again)."""
+    key = (config, tuple(sorted(desc.items())), None if phases is None else tuple(phases),
+           addresses)
+    hit = _RUN_CACHE.get(key)
+    if hit is None:
+        try:
+            hit = _run(config, desc, phases=phases, addresses=addresses)
+        except Refusal as err:
+            hit = err
+        if len(_RUN_CACHE) > 4096:
+            _RUN_CACHE.clear()
+        _RUN_CACHE[key] = hit
+    if isinstance(hit, Refusal):
+        raise hit
+    return dict(hit)
+
+
+_RUN_CACHE = {}
+
+
+def _run(config, desc, *, phases=None, addresses=True):
+    """:func:`run`, computed."""
     # registers a skipped step leaves alone hold a stale value in hardware; no result
     # depends on it (every read of one is behind a select)
     env = {name: 0 for name in PLAN_REGISTERS}
