@@ -50,7 +50,8 @@ def test_model_learns_and_refuses_narrow_operands():
 
 
 @pytest.mark.verilator
-def test_accelerator_and_model_train_alike():
+@pytest.mark.long       # make test keeps the same check on the RTL: test_torch_offload's
+def test_accelerator_and_model_train_alike():   # RTL and model backends, int8 and bf16
     import bpsa
     x, y, _, _ = digits.load_digits_split()
     on_rtl, in_numpy = digits.init_master(), digits.init_master()
