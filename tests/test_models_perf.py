@@ -89,7 +89,7 @@ def _workload():
 
 
 def test_model_runs_every_workload_layer_on_paper16():
-    """Every layer of the workload, every phase, batch 2 (the refusals do not depend on the
+    """Every layer of the workload, every phase, batch 1 (the refusals do not depend on the
     batch; ``make perf`` runs batch 8): a figure or the controller's own refusal (the same
     as :func:`bpsa.plan.tiling.plan`'s)."""
     cfg = load_config("paper16")
@@ -98,7 +98,7 @@ def test_model_runs_every_workload_layer_on_paper16():
         c, h, w, k = (int(row[x]) for x in ("C", "H", "W", "K"))
         r, s, st, p, d = (int(row[x]) for x in ("R", "S", "stride", "pad", "dilation"))
         for phase in ("forward", "loss", "gradient"):
-            layer = ConvLayer.conv(2, c, h, w, k, r, s, st, p, d)
+            layer = ConvLayer.conv(1, c, h, w, k, r, s, st, p, d)
             try:
                 m = layer_cycles(cfg, phase, layer)
             except ValueError as e:

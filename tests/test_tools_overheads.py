@@ -51,6 +51,7 @@ def test_pe_overheads(small, tmp_path):
     assert plain["reserve_registers"] is False
 
 
+@pytest.mark.long       # Yosys on every array variant; test_pe_overheads covers the flow
 def test_array_overheads(small, tmp_path):
     """A 2x3 array in every variant, hierarchical with identical PEs merged, on generic gates:
     the interleaved array is larger than the plain OS array."""
