@@ -122,7 +122,7 @@ def test_parse_pool():
     q = parse_pool("C=8,H=6,W=4,R=2,S=1,kind=avg,N=2,relu=1")
     assert (q.kernel, q.stride, q.relu, q.out_hw) == ((2, 1), (2, 1), True, (3, 4))
     g = parse_pool("C=2048,H=7,kind=global_avg")
-    assert (g.kernel, g.stride, g.pad, g.out_hw) == ((7, 7), (1, 1), (0, 0), (1, 1))
+    assert (g.kernel, g.stride, g.pad, g.out_hw) == ((7, 7), (7, 7), (0, 0), (1, 1))
     for text, msg in [("C=8,H=7,R=2", "needs kind"), ("C=8,H=7,kind=mean,R=2", "one of max"),
                       ("C=8,H=7,kind=max", "needs R"), ("C=8,H=7,kind=max,R=2,stride=0",
                                                         "stride must be at least 1"),

@@ -30,7 +30,7 @@ from bpsa.plan import capability, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
 from bpsa.spec.errors import error_name
-from bpsa.spec.layer import ConvLayer, out_size, pair
+from bpsa.spec.layer import ConvLayer, global_avg_window, out_size, pair
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
     ARITHMETIC_CODES,
@@ -610,7 +610,7 @@ class Driver:
                              f"{self.config.name!r} (its pool_kinds: "
                              f"{list(self.config.pool_kinds) or 'none'})")
         if kind == "global_avg":
-            return x, hw_kind, x.shape[2:], (1, 1), (0, 0)
+            return (x, hw_kind, *global_avg_window(*x.shape[2:]))
         if kernel is None:
             raise ValueError(f"{kind} pooling needs a kernel")
         rs = pair(kernel, "kernel")

@@ -42,7 +42,7 @@ from bpsa.plan import capability, setup, tiling
 from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
-from bpsa.spec.layer import ConvLayer, out_size
+from bpsa.spec.layer import ConvLayer, global_avg_window, out_size
 from bpsa.spec.numeric import POOL_FLOAT_MAC_LATENCY, element_bytes, pool_divide_cycles
 from bpsa.spec.regmap import Mode, Phase
 
@@ -658,7 +658,6 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         ct, kb, nb, cn, zn = e["ct"], e["kb"], e["nb"], e["cn"], e["zn"]
         store_step = None
         clears = []
-        xbank = 0                       # X stays in the bank of its band's parity
         for kb0 in range(0, kt, kb):
             kend = min(kb0 + kb, kt)
             for cs in range(0, ct, cn):
@@ -666,36 +665,18 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                 chans = min(cn * B, c - cs * B)
                 step_store = _store_row(chans * r * s * C, ab, C, store_rate) * (kend - kb0)
                 first = True
-                carry, fetched = [], False      # loads after a run: the next run's
+                carry = []                      # dY pieces after a run: the next run's
                 for n0 in range(0, n, zn):      # zn images a run, stacked
                     zng = min(zn, n - n0)
-                    # whole planes: the next group's X in pieces after this group's runs
-                    ahead = not e["banded"] and n0 + zng < n
-                    nxt = min(zn, n - n0 - zng)
                     for bd in bands:
-                        xbank ^= 1
-                        words, pieces = bd.out_rows * ow, kend - kb0
-
-                        def piece(key, tile, j, parts, lanes, images, bank=None):
-                            """Piece ``j`` of ``parts`` of a ``tile``-word load of each of
-                            ``images`` planes (program.dy_piece)."""
-                            lo, hi = dy_piece(tile, j, parts)
-                            extra = () if bank is None else (bank,)
-                            return [(key[0], key[1:] + (lo,), images * (hi - lo) * lanes * ob,
-                                     images, *extra)] if hi > lo else []
-
+                        words = bd.out_rows * ow
                         for kk in range(kb0, kend):
                             for i in range(blocks):
                                 cgv = min(B, c - (cs + i) * B)
-                                loads, carry = carry, []
-                                if i == 0 and kk == kb0 and not fetched:
-                                    if zng == 1:
-                                        loads.append(("a", ("x", n0, cs, bd.in0), blocks
-                                                      * bd.in_rows * w * B * ob, blocks, xbank))
-                                    else:       # a load a block, a run an image
-                                        loads += [("a", ("x", n0, cs + b_, bd.in0),
-                                                   zng * bd.in_rows * w * B * ob, zng, xbank)
-                                                  for b_ in range(blocks)]
+                                # X of the step's blocks (or its pieces under the runs
+                                # before: the program's), then dY
+                                loads = _program_loads("a", xloads[len(runs)], ob) + carry
+                                carry = []
                                 # dY of the block serves the step's blocks; with several,
                                 # the next block's comes a piece after each run
                                 if i == 0 and (kk == kb0 or blocks == 1):
@@ -710,14 +691,10 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * blocks * nb)
                                 first = False
-                                if blocks > 1 and kk + 1 < kend:
-                                    carry += piece(("b", "dy", n0, kk + 1, bd.out0), words, i,
-                                                   blocks, C, zng)
-                                if ahead:
-                                    blk, j = divmod((kk - kb0) * blocks + i, pieces)
-                                    carry += piece(("a", "x", n0 + zng, cs, blk), h * w, j,
-                                                   pieces, B, nxt, xbank ^ 1)
-                    fetched = ahead
+                                lo, hi = dy_piece(words, i, blocks)
+                                if blocks > 1 and kk + 1 < kend and hi > lo:
+                                    carry.append(("b", ("dy", n0, kk + 1, bd.out0, lo),
+                                                  zng * (hi - lo) * C * ob, zng))
                 store_step = step_store
         clear = clears
         store_final = store_step
@@ -916,7 +893,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
     forward always does). :exc:`ValueError` with the controller's reason for a refused
     layer."""
     if kind == "global_avg":
-        kind, (r, s), stride, pad = "avg", (h, w), (1, 1), (0, 0)
+        kind, ((r, s), stride, pad) = "avg", global_avg_window(h, w)
     stride = (r, s) if stride is None else tuple(stride)
     e = tiling.pool_plan(config, phase, n, c, h, w, r, s, stride, pad, kind, relu)
     bwd = phase == "pool_backward"

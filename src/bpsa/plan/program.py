@@ -685,13 +685,9 @@ class _Walk:
                 ptr.set(out=ptr["outg"] + (r["t"] << abs_), xn=d["addr_x"] + (r["u"] << obs))
                 g["p_row"] = r["nb"]
                 self.step()
-                fetched = False                       # this group's X came in pieces
                 while True:                           # images [n, n + zng): a run's
                     zng = _mn(zn, d["n"] - loop["n"])
                     loop["o0"] = 0
-                    # whole planes: the next group's X comes in pieces, one after each run of
-                    # this group's, into the other X bank (its band's)
-                    ahead = not r["banded"] and loop["n"] + zng < d["n"]
                     while True:                       # band of dY rows [o0, o0 + obh)
                         self.out_band()
                         g["xbank"] = ~g["xbank"]
@@ -708,11 +704,8 @@ class _Walk:
                         ptr["x"] = ptr["xn"] + (r["t"] << obs)
                         span = r["blen"] if zng == 1 else mul(zng, stacked)  # a block's words
                         # the step's blocks of the band, block after block in the X bank
-                        if not fetched:
-                            self.x_blocks(ptr["x"], blocks, zng, span, stacked)
-                        pieces = r["kend"] - loop["kb0"]      # of each block's next X
-                        nxt = _mn(zn, d["n"] - loop["n"] - zng)
-                        nspan = r["blen"] if nxt <= 1 else mul(nxt, stacked)
+                        # (in pieces under the runs before: spread_loads)
+                        self.x_blocks(ptr["x"], blocks, zng, span, stacked)
                         # with several input blocks, the next output block's dY comes in
                         # pieces, one after each run of this block's (so the loads overlap
                         # all of them, into the bank the next block's runs read)
@@ -734,17 +727,6 @@ class _Walk:
                                 lo, hi = dy_piece(r["eohow"], i, blocks)
                                 if spread and loop["k0"] + 1 < r["kend"] and hi > lo:
                                     self.dy_words(ptr["w"], lo, hi, zng)
-                                b, j = divmod((loop["k0"] - loop["kb0"]) * blocks + i, pieces)
-                                lo, hi = dy_piece(r["hw"], j, pieces)
-                                if ahead and hi > lo:
-                                    r["t"] = mul(b, r["hw"]) + lo
-                                    self.load("FWD_X", "A", ptr["xn"] + ((mul(zng, r["xstep"])
-                                                                          + mul(r["t"], B))
-                                                                         << obs),
-                                              mul(mul(hi - lo, B), nxt), B,
-                                              runs=(nxt, mul(hi - lo, B), r["xstep"] << obs),
-                                              run_words=stacked, offset=mul(b, nspan) + lo,
-                                              bank=g["xbank"] ^ 1)
                             if loop["k0"] + 1 < r["kend"]:
                                 loop["k0"] = loop["k0"] + 1
                                 continue
@@ -757,7 +739,6 @@ class _Walk:
                         loop["n"] = loop["n"] + zng
                         ptr.set(xn=ptr["xn"] + (mul(zng, r["xstep"]) << obs),
                                 dyn=ptr["dyn"] + (mul(zng, r["dstep"]) << obs))
-                        fetched = ahead
                         continue
                     break
                 final = r["cend"] >= d["c"] and r["kend"] >= r["kt"]
@@ -1091,16 +1072,17 @@ def layer_program_state(config, desc, *, xbank=0):
     return events, walk.g["xbank"]
 
 
-#: The programs whose X-bank loads (the forward's X, the zero-free loss's dY) come in pieces
-#: under the runs before them (:func:`spread_loads`).
-SPREAD = ("forward", "cf_forward", "zf_loss")
+#: The programs whose X-bank loads (the forward's and the zero-free gradient's X, the
+#: zero-free loss's dY) come in pieces under the runs before them (:func:`spread_loads`).
+SPREAD = ("forward", "cf_forward", "zf_loss", "zf_gradient")
 
 
 def _pieces(load, parts, nbytes):
-    """``load`` cut into at most ``parts`` loads of whole words (one run: ``[lo, hi)`` words
-    each) or whole runs (several); ``nbytes``: bytes an element."""
+    """``load`` cut into at most ``parts`` loads: of whole runs when it has at least ``parts``
+    runs, else of the words ``[lo, hi)`` of one run each (a run's share of the ``parts``);
+    ``nbytes``: bytes an element."""
     out = []
-    if load.count > 1:
+    if load.count >= parts > 1:
         for j in range(parts):
             lo, hi = dy_piece(load.count, j, parts)
             if hi > lo:
@@ -1108,27 +1090,33 @@ def _pieces(load, parts, nbytes):
                                    "offset": load.offset + lo * load.run_words,
                                    "count": hi - lo, "length": (hi - lo) * load.run_len}))
         return out
-    words = -(-load.length // load.lanes)
-    for j in range(parts):
-        lo, hi = dy_piece(words, j, parts)
-        if hi > lo:
-            n = min(hi * load.lanes, load.length) - lo * load.lanes
-            out.append(Load(**{**vars(load), "addr": load.addr + lo * load.lanes * nbytes,
-                               "offset": load.offset + lo, "length": n, "run_len": n,
-                               "run_words": hi - lo}))
+    words = -(-load.run_len // load.lanes)
+    for run in range(load.count):
+        share = parts * (run + 1) // load.count - parts * run // load.count
+        base = load.addr + run * load.stride
+        for j in range(share):
+            lo, hi = dy_piece(words, j, share)
+            if hi > lo:
+                n = min(hi * load.lanes, load.run_len) - lo * load.lanes
+                out.append(Load(**{**vars(load), "addr": base + lo * load.lanes * nbytes,
+                                   "offset": load.offset + run * load.run_words + lo,
+                                   "length": n, "count": 1, "run_len": n,
+                                   "run_words": hi - lo, "stride": 0}))
     return out
 
 
 def spread_loads(events, nbytes):
-    """The X-bank loads of ``events`` (targets ``FWD_X`` and ``CF_X``: X of a forward group,
-    dY of a zero-free loss group, each in the half of buffer A or of the channel-first banks
-    its runs read) moved under the runs before them: a load that follows runs since the
-    previous X-bank load (which read the other half) is cut into as many pieces
-    (:func:`_pieces`), one after each of those runs, so the DMA fills the next half while
-    they compute instead of after them. Left in place: a load the load unit skips (its half
-    holds the slice, the record of :class:`bpsa.gateware.controller.load_unit.LoadUnit`), one
-    whose half a later load finds holding its slice, and one whose pieces the unit would
-    skip or whose last piece a later load would take for its own slice."""
+    """The X-bank loads of ``events`` (targets ``FWD_X`` and ``CF_X``: X of a forward or
+    zero-free gradient group, dY of a zero-free loss group, each in the half of buffer A or of
+    the channel-first banks its runs read) moved under the runs before them: a group of loads
+    (one, or several into the same half with no run between them, as the zero-free gradient's
+    stacked blocks) that follows runs since the previous X-bank load (which read the other
+    half) is cut into pieces (:func:`_pieces`), one after each of those runs from the first,
+    so the DMA fills the next half while they compute instead of after them. Left in place: a
+    group with a load the load unit skips (its half holds the slice, the record of
+    :class:`bpsa.gateware.controller.load_unit.LoadUnit`) or whose half a later load finds
+    holding its slice, and one whose pieces the unit would skip or whose last piece a later
+    load would take for its own slice."""
     targets = (TARGET["FWD_X"], TARGET["CF_X"])
     xs = [i for i, ev in enumerate(events) if type(ev) is Load and ev.target in targets]
     # the load unit's record of each half, in the original order: hits and who relies on one
@@ -1147,29 +1135,42 @@ def spread_loads(events, nbytes):
         slot = (events[i].cache, events[i].bank)
         following[i] = after.get(slot)
         after[slot] = i
+    # groups: consecutive X loads into one half with no run between them
+    groups, prev = [], None
+    for i in xs:
+        ev = events[i]
+        if (groups and prev is not None
+                and (events[prev].cache, events[prev].bank) == (ev.cache, ev.bank)
+                and not any(type(events[j]) is Run for j in range(prev + 1, i))):
+            groups[-1][1].append(i)
+        else:
+            groups.append((prev, [i]))
+        prev = i
     moves = {}                                        # run index -> pieces after it
     drop = set()
     record = {}
-    for prev, i in zip([None] + xs[:-1], xs):
-        ev = events[i]
-        slot = (ev.cache, ev.bank)
-        runs = [j for j in range(prev + 1 if prev is not None else 0, i)
+    for prev, group in groups:
+        slot = (events[group[0]].cache, events[group[0]].bank)
+        runs = [j for j in range(prev + 1, group[0])
                 if type(events[j]) is Run] if prev is not None else []
-        free = all(events[j].xbank != ev.bank for j in runs)   # the runs read the other half
-        pieces = (_pieces(ev, len(runs), nbytes) if runs and free and i not in hit | relied
-                  else [])
-        nxt = following[i]
-        ok = len(pieces) > 1 and all(
-            record.get(slot) != (p.addr, p.length) for p in pieces) and (
-            nxt is None or (events[nxt].addr, events[nxt].length)
-            != (pieces[-1].addr, pieces[-1].length))
+        free = all(events[j].xbank != slot[1] for j in runs)   # they read the other half
+        pieces = []
+        if runs and free and not set(group) & (hit | relied):
+            for k, i in enumerate(group):             # a load's share of the runs
+                share = len(runs) * (k + 1) // len(group) - len(runs) * k // len(group)
+                pieces += _pieces(events[i], max(share, 1), nbytes)
+        keys = [(p.addr, p.length) for p in pieces]
+        nxt = following[group[-1]]
+        ok = len(pieces) > 1 and record.get(slot) not in keys and (
+            nxt is None or (events[nxt].addr, events[nxt].length) != keys[-1])
         if ok:
-            drop.add(i)
-            for j, p in zip(runs, pieces):
-                moves.setdefault(j, []).append(p)
-            record[slot] = (pieces[-1].addr, pieces[-1].length)
+            drop.update(group)
+            for k, p in enumerate(pieces):            # a run each from the first, in order
+                at = k if len(pieces) <= len(runs) else k * len(runs) // len(pieces)
+                moves.setdefault(runs[at], []).append(p)
+            record[slot] = keys[-1]
         else:
-            record[slot] = (ev.addr, ev.length)
+            record[slot] = (events[group[-1]].addr, events[group[-1]].length)
     out = []
     for i, ev in enumerate(events):
         if i not in drop:

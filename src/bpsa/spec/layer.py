@@ -293,11 +293,20 @@ POOL_KEYS = ("C", "H", "W", "R", "S", "stride", "pad", "N", "kind", "relu")
 _POOL_KINDS = ("max", "avg", "global_avg")
 
 
+def global_avg_window(height, width):
+    """``(kernel, stride, pad)`` pairs the pooling unit runs a global average of ``height x
+    width`` planes with: ``avg`` with the plane as its window, strided by the plane (one
+    window either way; with the stride the plane, the backward's walk finds each element's
+    one covering window in a step instead of scanning the positions of a stride-1 window),
+    no padding."""
+    return (height, width), (height, width), (0, 0)
+
+
 @dataclass(frozen=True)
 class PoolLayer:
     """One pooling layer of ``batch`` images of ``channels`` planes ``height x width``:
     ``kind`` (``max``, ``avg``, ``global_avg``), window ``kernel``, ``stride``, ``pad`` (pairs;
-    ``global_avg``: the plane, 1, 0), ``relu`` (forward: ReLU on the store path; backward: the
+    ``global_avg``: :func:`global_avg_window`), ``relu`` (forward: ReLU on the store path; backward: the
     ReLU's mask)."""
     batch: int
     channels: int
@@ -370,7 +379,7 @@ def parse_pool(text):
         extra = [k for k in ("R", "S", "stride", "pad") if k in values]
         if extra:
             raise ValueError(f"global_avg pools the whole plane; drop {', '.join(extra)}")
-        kernel, stride, pad = (h, w), (1, 1), (0, 0)
+        kernel, stride, pad = global_avg_window(h, w)
     else:
         kernel = (values["R"], values.get("S", values["R"]))
         if min(kernel) < 1:
