@@ -43,6 +43,8 @@ def test_defaults_are_valid():
                                    r"\['max', 'avg'\], not \('max', 'min'\)"),
     ("pool_kinds", ["max", "max"], r"pool_kinds must be .*distinct"),
     ("buf_pool_depth", 100, r"buf_pool_depth must be a power of two in \[16, 65536\], not 100"),
+    ("pool_lanes", 2, r"pool_lanes must be 1 or cols \(4\), not 2"),
+    ("pool_lanes", True, r"pool_lanes must be 1 or cols \(4\), not True"),
     ("name", "", r"name must be a non-empty string"),
 ])
 def test_invalid_field_names_field_value_and_range(field, value, match):
@@ -157,3 +159,13 @@ def test_derived_values():
     assert Config(dataflows=["interleaved"]).has_held_operand is True
     with pytest.raises(ValueError, match="dataflow must be one of"):
         Config().has("xs")
+
+
+def test_pool_lanes_follow_cols_in_replace():
+    """A pooling unit of ``cols`` lanes keeps one lane a column when ``cols`` changes; one
+    lane stays one; an explicit ``pool_lanes`` wins."""
+    small = load_config("small")
+    assert small.pool_lanes == small.cols == 4
+    assert small.replace(cols=8).pool_lanes == 8
+    assert small.replace(pool_lanes=1).replace(cols=8).pool_lanes == 1
+    assert small.replace(cols=8, pool_lanes=1).pool_lanes == 1

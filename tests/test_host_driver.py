@@ -397,3 +397,8 @@ def test_open_refuses_hardware_of_another_arithmetic():
     with pytest.raises(RuntimeError, match="the hardware computes in bf16, configuration "
                                            "'custom' in int"):
         asyncio.run(Driver(Regs(bf16), int16).open())
+    small = load_config("small")                 # a pooling unit of four lanes
+    asyncio.run(Driver(Regs(small), small).open())
+    with pytest.raises(RuntimeError, match="the hardware's pooling unit has 1 lane\\(s\\), "
+                                           "configuration 'small' 4"):
+        asyncio.run(Driver(Regs(small.replace(pool_lanes=1)), small).open())

@@ -11,19 +11,22 @@ from bpsa.models import area
 
 def test_memory_bits_match_yosys():
     # the Yosys reports of the fitted points (before the pooling unit and the channel-first
-    # front end), and their buffers now: the pooling unit's (small 1,024 x 8 bits, paper16
-    # 16,384 x 16), the channel-first banks (small 4 x 1,024 x 8, paper16 16 x 4,096 x 16)
+    # front end), and their buffers now: the pooling unit's (small 1,024 words of 4 x 8
+    # bits, paper16 4,096 of 16 x 16), the channel-first banks (small 4 x 1,024 x 8, paper16
+    # 16 x 4,096 x 16)
     bare = {"pool_kinds": (), "forward_frontends": ("feeder",)}
     assert area.memory_bits(load_config("small").replace(**bare)) == 245_760
     assert area.memory_bits(load_config("paper16").replace(**bare)) == 4_325_376
-    assert area.memory_bits(load_config("small")) == 245_760 + 1024 * 8
+    assert area.memory_bits(load_config("small")) == 245_760 + 1024 * 4 * 8
     assert area.memory_bits(load_config("small_cf")) == 245_760 + 1024 * 8 + 4 * 1024 * 8
     assert area.memory_bits(load_config("paper16")) == \
-        4_325_376 + 16384 * 16 + 16 * 4096 * 16
+        4_325_376 + 4096 * 16 * 16 + 16 * 4096 * 16
     # each unit adds its logic and its buffer's bits at the fit's cells a bit
     small = load_config("small")
     added = area.estimate(small)["cells"] - area.estimate(small.replace(pool_kinds=()))["cells"]
-    assert abs(added - area.POOL_LOGIC_CELLS - 8192 * area._coefficients()[1]) <= 1
+    assert abs(added - area.pool_logic_cells(4) - 32768 * area._coefficients()[1]) <= 1
+    assert area.pool_logic_cells(1) == area.POOL_LOGIC_CELLS
+    assert abs(area.pool_logic_cells(4) - 57_400) <= 1_000     # the four-lane synthesis
     small_cf = load_config("small_cf")
     added = area.estimate(small_cf)["cells"] - area.estimate(
         small_cf.replace(forward_frontends=("feeder",)))["cells"]

@@ -154,8 +154,11 @@ class Config:
         ``dma_data_width``: bits of the AXI4 master's data bus, 64, 128 or 256.
     Pooling unit (beside the array; :mod:`bpsa.gateware.engines.pool`)
         ``pool_kinds``: which of ``max`` and ``avg`` it computes (empty: no pooling unit);
-        ``buf_pool_depth``: words of its operand buffer (one element a word, two banks),
-        a power of two, 16..65536.
+        ``buf_pool_depth``: words of its operand buffer (``pool_lanes`` elements a word, two
+        banks), a power of two, 16..65536; ``pool_lanes``: planes it computes at once, 1 or
+        ``cols`` (a buffer word holds one element of each of ``pool_lanes`` planes, the
+        host lays the pooled tensors out channel-blocked by them, and a P word holds one
+        result of each).
     Forward front ends
         ``forward_frontends``: which of ``feeder`` and ``channel_first``
         (:mod:`bpsa.gateware.engines.channel_first`; needs the ``ws`` dataflow) are generated;
@@ -186,6 +189,7 @@ class Config:
     dma_data_width: int = 64
     pool_kinds: tuple = ()
     buf_pool_depth: int = 1024
+    pool_lanes: int = 1
     forward_frontends: tuple = ("feeder",)
     buf_cf_depth: int = 1024
     name: str = field(default="custom", compare=False)
@@ -268,6 +272,9 @@ class Config:
             raise ConfigError(f"pool_kinds must be a list of distinct values from "
                               f"{list(POOL_KINDS)}, not {self.pool_kinds!r}")
         _check_pow2("buf_pool_depth", self.buf_pool_depth, 16, 65536)
+        if isinstance(self.pool_lanes, bool) or self.pool_lanes not in (1, self.cols):
+            raise ConfigError(f"pool_lanes must be 1 or cols ({self.cols}), not "
+                              f"{self.pool_lanes!r}")
         if not isinstance(self.forward_frontends, tuple) \
                 or any(f not in FORWARD_FRONTENDS for f in self.forward_frontends) \
                 or len(set(self.forward_frontends)) != len(self.forward_frontends) \
@@ -393,7 +400,8 @@ class Config:
 
     def replace(self, **changes):
         """A copy with ``changes``; ``backward_modes`` is derived again (the default) when the
-        dataflows or the reserve registers change and it is not given."""
+        dataflows or the reserve registers change and it is not given, ``pool_lanes`` follows
+        ``cols`` when it was ``cols``."""
         if "backward_modes" not in changes and \
                 {"dataflows", "reserve_registers"} & set(changes):
             changes["backward_modes"] = None
@@ -401,6 +409,9 @@ class Config:
         if "forward_frontends" not in changes and "dataflows" in changes \
                 and "ws" not in changes["dataflows"]:
             changes["forward_frontends"] = ("feeder",)
+        # a pooling unit of cols lanes keeps one lane a column
+        if "pool_lanes" not in changes and "cols" in changes and self.pool_lanes > 1:
+            changes["pool_lanes"] = changes["cols"]
         return dataclasses.replace(self, **changes)
 
     @classmethod

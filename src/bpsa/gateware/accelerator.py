@@ -400,7 +400,7 @@ class Accelerator(CheckedComponent):
                          cf.x_write.en.eq(buf_en & (target == Target.CF_X))]
         if pool is not None:
             m.d.comb += [pool.write.addr.eq(bw.addr),
-                         pool.write.data.eq(bw.data[:cfg.operand_width]),
+                         pool.write.data.eq(bw.data[:cfg.pool_lanes * cfg.operand_width]),
                          pool.write.en.eq(buf_en & (target == Target.POOL))]
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
                      requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]

@@ -40,6 +40,7 @@ from bpsa.spec.regmap import (
     COUNTERS,
     ID_VALUE,
     MAP_VERSION,
+    POOL_LANES_BIT,
     REGISTER_MAP,
     POOL_KIND_NAMES,
     Mode,
@@ -230,6 +231,10 @@ class Driver:
         if code != ARITHMETIC_CODES[cfg.arithmetic]:
             raise RuntimeError(f"the hardware computes in {names.get(code, f'code {code}')}, "
                                f"configuration {cfg.name!r} in {cfg.arithmetic}")
+        lanes = cfg.cols if features >> POOL_LANES_BIT & 1 else 1
+        if cfg.has_pool() and lanes != cfg.pool_lanes:
+            raise RuntimeError(f"the hardware's pooling unit has {lanes} lane(s), configuration "
+                               f"{cfg.name!r} {cfg.pool_lanes}")
         await self.set_window(self.mem_base, self.mem_base + self.mem_size - 1)
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
 
@@ -629,18 +634,22 @@ class Driver:
             except ValueError as e:
                 raise ValueError(f"{phase} layer does not fit configuration "
                                  f"{self.config.name!r}: {e}") from None
-        ins = [("ADDR_X", x)]
+        # with pool_lanes, the tensors channel-blocked by them (planes past C zero)
+        lanes = self.config.pool_lanes
+        blocked = (lambda t: t) if lanes == 1 else (lambda t: self.channel_blocked(t, lanes))
+        ins = [("ADDR_X", blocked(x))]
         if phase == "pool_backward":
             dy = self._check_operand("dy", dy)
             if dy.shape != (n, c, oh, ow):
                 raise ValueError(f"dy must have the pooling's output shape {(n, c, oh, ow)}, "
                                  f"not {dy.shape}")
-            ins.append(("ADDR_DY", dy))
+            ins.append(("ADDR_DY", blocked(dy)))
             out_shape = (n, c, h, wd)
         else:
             out_shape = (n, c, oh, ow)
         eb = self.ab if requant is None else self.ob
-        count = int(np.prod(out_shape))
+        cb = -(-c // lanes) * lanes                  # the planes in memory
+        count = int(np.prod(out_shape)) // c * cb
         sizes = [t.size * self.ob for _, t in ins] + [max(count, 1) * eb]
         addrs = self._place(sizes)
         for (_, t), addr in zip(ins, addrs):
@@ -658,13 +667,20 @@ class Driver:
         if error:
             raise AcceleratorError(error, f"{phase} layer {desc}")
         raw = await self.t.read_mem(addrs[-1], count * eb)
+        mem_shape = ((n, cb) + out_shape[2:] if lanes == 1 else
+                     (n, cb // lanes) + out_shape[2:] + (lanes,))
         if requant is not None:
             vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
             if self.config.is_float:        # the operand format's encodings
-                return vals.astype(np.int64).reshape(out_shape)
-            return wrap_array(vals, self.config.operand_width,
-                              self.config.operand_signed).reshape(out_shape)
-        return self._from_bytes(raw, out_shape)
+                out = vals.astype(np.int64).reshape(mem_shape)
+            else:
+                out = wrap_array(vals, self.config.operand_width,
+                                 self.config.operand_signed).reshape(mem_shape)
+        else:
+            out = self._from_bytes(raw, mem_shape)
+        if lanes > 1:                       # N x CB x H x W x lanes -> N x C x H x W
+            out = out.transpose(0, 1, 4, 2, 3).reshape((n, cb) + out_shape[2:])
+        return out[:, :c]
 
     async def pool(self, x, kind, kernel=None, stride=None, padding=0, relu=False):
         """Pooling forward (PHASE 4) of ``x`` (N x C x H x W operands): ``kind`` ``"max"``,

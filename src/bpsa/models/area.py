@@ -11,10 +11,12 @@ denser than flip-flops).
   ``buf_p_depth`` words of ``cols`` accumulators, and with the BP-im2col mode its own A and B
   of one operand a word (Yosys reported 245,760 bits for ``small`` and 4,325,376 for
   ``paper16`` before the pooling unit), and the pooling unit's ``buf_pool_depth`` operands.
-- The pooling unit's logic (none of the fitted points has one) is added as a constant,
-  :data:`POOL_LOGIC_CELLS`: ``bpsa synth --top pool --targets generic`` gave 53,342 cells
-  on ``small`` and 75,875 on ``ecp5_train``, 33,200 and 35,600 of them beyond their
-  buffers' bits at the fit's cells a bit.
+- The pooling unit's logic (none of the fitted points has one) is added,
+  :func:`pool_logic_cells`: ``bpsa synth --top pool --targets generic`` gave 53,342 cells
+  on ``small`` with one lane and 75,875 on ``ecp5_train``, 33,200 and 35,600 of them beyond
+  their buffers' bits at the fit's cells a bit (:data:`POOL_LOGIC_CELLS`, their mean), and
+  138,072 on ``small`` with four lanes (``pool_lanes``; docs/synth/pool_small_lanes4),
+  57,400 beyond its buffer's bits: 8,000 cells a lane more.
 - The channel-first front end (``forward_frontends``; none of the fitted points has one):
   its ``rows`` X banks of ``buf_cf_depth`` operands are in ``memory_bits``, its logic is
   :func:`cf_logic_cells`, a line through two syntheses with the banks kept as memories
@@ -35,11 +37,18 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["POOL_LOGIC_CELLS", "cf_logic_cells", "estimate", "features", "fit", "leave_one_out", "load_points",
-           "memory_bits"]
+__all__ = ["POOL_LOGIC_CELLS", "cf_logic_cells", "estimate", "features", "fit", "leave_one_out",
+           "load_points", "memory_bits", "pool_logic_cells"]
 
-#: Generic cells of the pooling unit's logic (its buffer is in ``memory_bits``).
+#: Generic cells of the pooling unit's logic with one lane (its buffer is in ``memory_bits``).
 POOL_LOGIC_CELLS = 34_400
+
+
+def pool_logic_cells(lanes):
+    """Generic cells of the pooling unit's logic computing ``lanes`` planes at once:
+    :data:`POOL_LOGIC_CELLS` and 8,000 a lane more (a line through one lane and the four-lane
+    ``small`` synthesis, 57,400; the datapath a lane, the walk shared)."""
+    return POOL_LOGIC_CELLS + 8_000 * (lanes - 1)
 
 
 def cf_logic_cells(rows):
@@ -58,7 +67,7 @@ def memory_bits(config):
     if "bp_im2col" in config.backward_modes:
         bits += (config.buf_a_depth + config.buf_b_depth) * op
     if config.has_pool():
-        bits += config.buf_pool_depth * op
+        bits += config.buf_pool_depth * config.pool_lanes * op
     if config.has_frontend("channel_first"):
         bits += config.rows * config.buf_cf_depth * op
     return bits
@@ -97,7 +106,7 @@ def estimate(config):
     is ``cells``)."""
     cells = max(0, int(round(float(np.dot(features(config), _coefficients())))))
     if config.has_pool():
-        cells += POOL_LOGIC_CELLS
+        cells += pool_logic_cells(config.pool_lanes)
     if config.has_frontend("channel_first"):
         cells += cf_logic_cells(config.rows)
     return {"cells": cells, "memory_bits": memory_bits(config), "area": cells}

@@ -837,16 +837,18 @@ def min_bytes(config, phase, layer, *, requant=False):
 
 
 def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,
-                      ph, pw, div, fp=False):
+                      ph, pw, div, fp=False, lanes=1):
     """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.engines.pool`), from
     its state sequence: eleven set-up cycles (the products one a cycle). Forward, an output:
     its window's ``R S`` taps one a cycle and five cycles around them (``div`` more to
     divide). Backward, max: a window of the band's ``drows`` dY rows, its dY read, its taps
-    scanned and its scatter (``R S + 5``). Backward, avg, a dX element: the covering windows'
+    scanned and its scatter (``R S + 5``; with ``lanes`` planes at once, a cycle a lane's
+    scatter: ``lanes - 1`` more). Backward, avg, a dX element: the covering windows'
     candidate rows (one cycle each), for each row inside dY the candidate columns (one cycle
     each, a window inside dY one more). Floating point (``fp``): a window scan one cycle more
     (P's adders), a forward average's tap ``POOL_FLOAT_MAC_LATENCY + 1`` cycles, a dY summed
-    by the average's backward as many more, and the scaling (``div``) as many."""
+    by the average's backward as many more, and the scaling (``div``) as many. ``planes``:
+    blocks of ``lanes`` planes."""
     mac = POOL_FLOAT_MAC_LATENCY + 1
     div = (mac if fp else div) if avg else 0
     tap = mac if fp and avg else 1
@@ -854,7 +856,7 @@ def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, 
         per_row = 2 + ow * (r * s * tap + 5 + fp + div)
         return 12 + planes * (1 + rows * per_row)
     if not avg:
-        return 12 + planes * (2 + drows * (1 + ow * (r * s + 5 + fp)))
+        return 12 + planes * (2 + drows * (1 + ow * (r * s + 4 + lanes + fp)))
 
     def walk(first, count, stride, pad, kernel, outs):
         """Per coordinate: (cycles of its candidate loop, windows inside the output)."""
@@ -897,11 +899,11 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
     stride = (r, s) if stride is None else tuple(stride)
     e = tiling.pool_plan(config, phase, n, c, h, w, r, s, stride, pad, kind, relu)
     bwd = phase == "pool_backward"
-    C = config.cols
+    C, NL = config.cols, config.pool_lanes      # NL planes a buffer word, channel-blocked
     ob = element_bytes(config.operand_width)
     ab = ob if requant else element_bytes(config.acc_width)
-    rates = {"x": _fitted_load(_rate(config, 1, ob), "pool_dma_command"),
-             "d": _fitted_load(_rate(config, 1, ob), "pool_dma_command")}
+    rates = {"x": _fitted_load(_rate(config, NL, ob), "pool_dma_command"),
+             "d": _fitted_load(_rate(config, NL, ob), "pool_dma_command")}
     out_w = w if bwd else e["ow"]
     runs, stores, clears = [], [], []
     reads = 0
@@ -916,25 +918,25 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         loads = []
         if run["x_plane"]:
             loads.append(("x", ("x", run["i0"], run["xlo"], run["xrows"]),
-                          run["planes"] * run["x_plane"] * ob, run["planes"]))
+                          run["planes"] * run["x_plane"] * NL * ob, run["planes"]))
         if bwd and run["drows"]:
             loads.append(("d", ("d", run["i0"], run["dlo"], run["drows"]),
-                          run["planes"] * run["d_plane"] * ob, run["planes"]))
+                          run["planes"] * run["d_plane"] * NL * ob, run["planes"]))
         comp = _pool_unit_cycles(bwd=bwd, avg=kind == "avg", relu=relu, planes=run["planes"],
                                  rows=run["rows"], drows=run["drows"], y0=run["y0"], h=h, w=w,
                                  oh=e["oh"], ow=e["ow"], r=r, s=s, sh=stride[0], sw=stride[1],
                                  ph=pad[0], pw=pad[1], div=pool_divide_cycles(config),
-                                 fp=config.is_float)
+                                 fp=config.is_float, lanes=NL)
         runs.append((loads, comp, True, gaps[i]))
         stores.append(store if i else [])
         clears.append(run["planes"] * run["p_row"])
-        store = _store_row(run["rows"] * out_w, ab, C, _rate(config, C, ab),
+        store = _store_row(run["rows"] * out_w * NL, ab, C, _rate(config, C, ab),
                            "pool_dma_command") * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
     total, compute, dma_busy, loaded, p_wait, load_wait = _timeline(
         runs, stores, store, clears, setup_cycles, rates, double=True,
         boundary=_FITTED)
-    outs = n * c * (h * w if bwd else e["oh"] * e["ow"])
+    outs = n * -(-c // NL) * NL * (h * w if bwd else e["oh"] * e["ow"])
     setup_time = setup_cycles + sum(g[0] for g in gaps)
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
                 key=lambda b: b[1])[0]
@@ -945,7 +947,7 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        dma_busy_cycles=dma_busy, runs=len(runs), bound=bound,
                        roofline_cycles=roof, over_roofline=total / roof,
                        p_wait_cycles=p_wait, load_wait_cycles=load_wait,
-                       a_words=max((nb // ob for ld, *_ in runs for _, _, nb, _ in ld),
+                       a_words=max((nb // (ob * NL) for ld, *_ in runs for _, _, nb, _ in ld),
                                    default=0),
                        p_words=max(clears, default=0))
 

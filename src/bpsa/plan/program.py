@@ -989,6 +989,8 @@ class _Walk:
         r, ptr, loop, d, g, mul, div = (self.r, self.ptr, self.loop, self.d, self.g, self.mul,
                                         self.div)
         obs, oes, C = self.obs, self.oes, self.cfg.cols
+        NL = self.cfg.pool_lanes        # planes a buffer word (channel-blocked in memory)
+        epw = C // NL                   # a plane's elements a P word
         bwd = d["phase"] == Phase.POOL_BACKWARD
         xskip = bwd and d["pool_kind"] == PoolKind.AVG and not d["relu"]
         out_rows = d["h"] if bwd else r["oh"]
@@ -1000,9 +1002,9 @@ class _Walk:
         while True:                                   # planes [n, n + pg)
             g["grp_c"] = _mn(r["pg"], r["planes"] - loop["n"])
             loop["o0"] = 0
-            r["xstep"] = mul(g["grp_c"], r["hw"])
-            r["dstep"] = mul(g["grp_c"], r["ohow"])
-            r["zstride"] = mul(g["grp_c"], out_plane)
+            r["xstep"] = mul(mul(g["grp_c"], r["hw"]), NL)
+            r["dstep"] = mul(mul(g["grp_c"], r["ohow"]), NL)
+            r["zstride"] = mul(mul(g["grp_c"], out_plane), NL)
             while True:                               # rows [o0, o0 + obh): a run, a step
                 r["obh"] = _mn(r["bh"], out_rows - loop["o0"])
                 if bwd:
@@ -1016,27 +1018,29 @@ class _Walk:
                 r["eohow"] = mul(r["eoh"], r["ow"])
                 r["len_b"] = mul(g["grp_c"], r["eohow"])
                 r["rowlen"] = mul(r["obh"], out_w)
-                g["p_row"] = div(r["rowlen"] + (C - 1), C)
+                g["p_row"] = div(r["rowlen"] + (epw - 1), epw)
                 r["np"] = mul(g["grp_c"], g["p_row"])
-                r["t"] = mul(r["y0"], d["w"])
-                r["blen"] = mul(r["lo"], r["ow"])
-                r["yoff"] = mul(loop["o0"], out_w)
+                r["t"] = mul(mul(r["y0"], d["w"]), NL)
+                r["blen"] = mul(mul(r["lo"], r["ow"]), NL)
+                r["yoff"] = mul(mul(loop["o0"], out_w), NL)
                 r["dyoff"] = r["len_a"]
                 self.step()
                 ptr.set(x=ptr["xn"] + (r["t"] << obs), dy=ptr["dyn"] + (r["blen"] << obs),
                         out=ptr["outn"] + (r["yoff"] << oes))
                 if not xskip:
-                    self.load("POOL", "POOL_X", ptr["x"], r["len_a"], 1,
-                              runs=(g["grp_c"], r["len_x"], r["hw"] << obs))
+                    self.load("POOL", "POOL_X", ptr["x"], mul(r["len_a"], NL), NL,
+                              runs=(g["grp_c"], mul(r["len_x"], NL),
+                                    mul(r["hw"], NL) << obs), run_words=r["len_x"])
                 if bwd and r["eoh"] != 0:
-                    self.load("POOL", "POOL_DY", ptr["dy"], r["len_b"], 1,
-                              runs=(g["grp_c"], r["eohow"], r["ohow"] << obs),
-                              offset=r["dyoff"])
+                    self.load("POOL", "POOL_DY", ptr["dy"], mul(r["len_b"], NL), NL,
+                              runs=(g["grp_c"], mul(r["eohow"], NL),
+                                    mul(r["ohow"], NL) << obs),
+                              run_words=r["eohow"], offset=r["dyoff"])
                 self.run()
                 more_rows = loop["o0"] + r["obh"] < out_rows
                 final = not more_rows and loop["n"] + g["grp_c"] >= r["planes"]
-                self.save(g["grp_c"], r["rowlen"], g["p_row"], out_plane << oes, ptr["out"],
-                          final)
+                self.save(g["grp_c"], mul(r["rowlen"], NL), g["p_row"],
+                          mul(out_plane, NL) << oes, ptr["out"], final)
                 if more_rows:
                     loop["o0"] = loop["o0"] + r["obh"]
                     continue

@@ -59,12 +59,14 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
         ``fnb = min(N, acap // fob, bcap // fib - fob, pcap // fq - K)`` batch rows a run.
     pooling forward and backward (the pooling unit's buffer: two banks of ``bank =
-        buf_pool_depth / 2`` elements; P double-buffered, ``pel = buf_p_depth / 2 * cols``
-        elements a step)
-        ``pg = min(N C, bank // (plane words), (buf_p_depth / 2) // pw)`` whole planes a step
-        (``pw`` P words a plane's output), or, when a plane does not fit, one plane a step in
-        bands of ``bh`` rows: forward ``min(OH, pel // OW, (bank // W - R) // s + 1)`` output
-        rows; backward ``min(H, pel // W, (bank - 2 R W - R OW) // (W + OW))`` dX rows.
+        buf_pool_depth / 2`` words; P double-buffered, ``pel = buf_p_depth / 2 * epw``
+        elements of a plane a step, ``epw = cols / pool_lanes``; a "plane" is a block of
+        ``pool_lanes`` planes, channel-blocked, ``planes = N ceil(C / pool_lanes)``)
+        ``pg = min(planes, bank // (plane words), (buf_p_depth / 2) // pw)`` whole planes a
+        step (``pw`` P words a plane's output), or, when a plane does not fit, one plane a
+        step in bands of ``bh`` rows: forward ``min(OH, pel // OW, (bank // W - R) // s +
+        1)`` output rows; backward ``min(H, pel // W, (bank - 2 R W - R OW) // (W + OW))``
+        dX rows.
     A layer that needs bands is refused when not even one band fits, and a forward or
     gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
 """
@@ -607,8 +609,9 @@ def _pool(config, backward):
     rows and ``bh + R - 1`` dY rows."""
     bank = config.buf_pool_depth // 2
     pcap = config.buf_p_depth // 2
-    cols = config.cols
-    pel = pcap * cols
+    lanes = config.pool_lanes
+    epw = config.cols // lanes                  # a plane's elements a P word holds
+    pel = pcap * epw
     if config.is_float:             # the sum times fp32(1 / (R S)), rounded once
         out = [Check((pool_kind == int(PoolKind.AVG)) & (rs >= 1 << 24), AccelError.POOL,
                      "an average over {rs} elements (2**24 or more) has no fp32 reciprocal"),
@@ -622,7 +625,8 @@ def _pool(config, backward):
             Div("recip", 1 << POOL_RECIP_SHIFT, 2 * rs),
             Set((("recip", recip + 1), ("drh", r - 1)))]
     out += [
-        Mul("planes", n, c),
+        Div("t", c + (lanes - 1), lanes),       # blocks of pool_lanes planes an image
+        Mul("planes", n, t),
         Div("qw0", pad_w, stride_w),
         Mul("t", qw0, stride_w),
         Set((("rw0", pad_w - t),)),
@@ -632,7 +636,7 @@ def _pool(config, backward):
                 f"({bank}) or its output ({{ohow}}) half of P ({pel} elements)")
         out += [
             Set((("banded", (hw > bank) | (ohow > pel)), ("u", hw))),
-            Div("pw", ohow + (cols - 1), cols),
+            Div("pw", ohow + (epw - 1), epw),
             Div("q3", bank, w),
             Div("t", select(q3 >= r, q3 - r, 0), stride_h),
             Set((("t", select(q3 >= r, t + 1, 0)),)),
@@ -646,7 +650,7 @@ def _pool(config, backward):
             # X is not read by an average's backward without the ReLU mask
             Set((("u", select((pool_kind == int(PoolKind.AVG)) & (relu == 0), 0, hw)),)),
             Set((("banded", (u + ohow > bank) | (hw > pel)),)),
-            Div("pw", hw + (cols - 1), cols),
+            Div("pw", hw + (epw - 1), epw),
             Mul("t", 2 * r, w),
             Mul("q3", r, ow),
             Set((("t", t + q3),)),
@@ -726,12 +730,14 @@ def address_program(config, phase_):
                    (addr_dy, [Mul("tot", n, kohow)], obs),
                    (addr_out, [Mul("tot", n, chw)], abs_)]
     elif phase_ == Phase.POOL_FORWARD:
-        tensors = [(addr_x, [Mul("tot", planes, hw)], obs),
-                   (addr_out, [Mul("tot", planes, ohow)], (abs_, obs))]
+        L = config.pool_lanes                   # planes channel-blocked by pool_lanes
+        tensors = [(addr_x, [Mul("t", planes, hw), Mul("tot", t, L)], obs),
+                   (addr_out, [Mul("t", planes, ohow), Mul("tot", t, L)], (abs_, obs))]
     elif phase_ == Phase.POOL_BACKWARD:
-        tensors = [(addr_x, [Mul("tot", planes, hw)], obs),
-                   (addr_dy, [Mul("tot", planes, ohow)], obs),
-                   (addr_out, [Mul("tot", planes, hw)], (abs_, obs))]
+        L = config.pool_lanes
+        tensors = [(addr_x, [Mul("t", planes, hw), Mul("tot", t, L)], obs),
+                   (addr_dy, [Mul("t", planes, ohow), Mul("tot", t, L)], obs),
+                   (addr_out, [Mul("t", planes, hw), Mul("tot", t, L)], (abs_, obs))]
     elif phase_ == Phase.GRADIENT:
         tensors = [(addr_dy, [Mul("tot", n, kohow)], obs),
                    (addr_x, [Mul("tot", n, chw)], obs),

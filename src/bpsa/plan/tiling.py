@@ -326,7 +326,9 @@ def pool_plan(config, phase, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="ma
     dict a run (a step) with its planes ``i0`` and ``planes``, the band's rows ``y0`` and
     ``rows``, X rows ``xlo`` / ``xrows`` and dY rows ``dlo`` / ``drows`` loaded, the walk's
     start ``q0`` / ``rem0``, buffer words of a plane's X and dY (``x_plane``, ``d_plane``),
-    dY's offset in the bank (``d_offset``), and the P words of a plane (``p_row``)."""
+    dY's offset in the bank (``d_offset``), and the P words of a plane (``p_row``). With
+    ``pool_lanes`` a "plane" is a block of that many planes (``planes = N ceil(C /
+    pool_lanes)``, channel-blocked)."""
     stride = (r, s) if stride is None else pair(stride)
     pad = pair(pad)
     by_name = {name: k for k, name in POOL_KIND_NAMES.items()}
@@ -341,14 +343,15 @@ def pool_plan(config, phase, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="ma
     except Refusal as err:
         raise ValueError(str(err)) from None
     bwd = ph == Phase.POOL_BACKWARD
-    oh, ow, cols = e["oh"], e["ow"], config.cols
+    oh, ow = e["oh"], e["ow"]
+    epw = config.cols // config.pool_lanes     # a plane's elements a P word holds
     out_rows, out_w = (h, w) if bwd else (oh, ow)
     xskip = bwd and by_name[kind] == PoolKind.AVG and not relu
     program = band_programs.pool_backward_band() if bwd else band_programs.output_band()
     widths = band_programs.register_widths(config.dim_width)
     runs = []
-    for i0 in range(0, n * c, e["pg"]):
-        planes = min(e["pg"], n * c - i0)
+    for i0 in range(0, e["planes"], e["pg"]):
+        planes = min(e["pg"], e["planes"] - i0)
         for y0 in range(0, out_rows, e["bh"]):
             rows = min(e["bh"], out_rows - y0)
             b = evaluate(program, {"o0": y0, "obh": rows, "h": h, "w": w,
@@ -361,6 +364,6 @@ def pool_plan(config, phase, n, c, h, w, r, s, stride=None, pad=(0, 0), kind="ma
                          "xrows": 0 if xskip else b["eh"], "dlo": dlo, "drows": drows,
                          "q0": b.get("pq", 0), "rem0": b.get("pr", 0), "x_plane": x_plane,
                          "d_plane": drows * ow, "d_offset": planes * x_plane,
-                         "p_row": _ceil(rows * out_w, cols)})
+                         "p_row": _ceil(rows * out_w, epw)})
     e["runs"] = runs
     return e

@@ -17,7 +17,8 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                BP-im2col [20], zero-free [21]; pooling kinds: max [22],
                                avg [23] (map version 1.5); channel-first forward
                                front end [24] (map version 1.6); arithmetic [26:25]:
-                               0 int, 1 bf16, 2 fp16 (map version 2.1)
+                               0 int, 1 bf16, 2 fp16 (map version 2.1); pooling unit of
+                               ``cols`` lanes [27] (``pool_lanes``; map version 2.2)
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
                                log2(dma_data_width / 64) [25:24] (map version 1.3);
                                log2(buf_pool_depth) [31:27] (map version 1.5)
@@ -82,7 +83,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (2, 1)
+MAP_VERSION = (2, 2)
 
 
 class Phase(enum.IntEnum):
@@ -143,6 +144,9 @@ DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
 ARITHMETIC_CODES = {"int": 0, "bf16": 1, "fp16": 2}
 #: Where the arithmetic's code sits in CFG_FEATURES.
 ARITHMETIC_SHIFT = 25
+#: CFG_FEATURES bit [27]: the pooling unit computes ``cols`` planes at once (``pool_lanes``;
+#: the host lays its tensors out channel-blocked by them).
+POOL_LANES_BIT = 27
 
 
 #: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
@@ -234,7 +238,8 @@ def _build_registers():
                  "dataflows os/ws/is/interleaved [3:0], operand_signed [4], zero_gating [5], "
                  "reserve_registers [6], dim_width [12:8], log2(feeder_bus_width) [18:16], "
                  "backward modes BP-im2col [20], zero-free [21], pooling max [22], avg [23], "
-                 "channel-first forward front end [24]"),
+                 "channel-first forward front end [24], arithmetic [26:25], pooling lanes = "
+                 "cols [27]"),
         Register("CFG_BUFFERS", 0x010, "ro", "const",
                  "log2 buf_a_depth [4:0], log2 buf_b_depth [12:8], log2 buf_p_depth [20:16], "
                  "log2(dma_data_width / 64) [25:24], log2 buf_pool_depth [31:27]"),
@@ -303,7 +308,8 @@ def config_words(config):
         | sum(1 << (22 + k) for k, name in POOL_KIND_NAMES.items()
               if name in config.pool_kinds)
         | config.has_frontend("channel_first") << 24
-        | ARITHMETIC_CODES[config.arithmetic] << ARITHMETIC_SHIFT,
+        | ARITHMETIC_CODES[config.arithmetic] << ARITHMETIC_SHIFT
+        | (config.pool_lanes > 1) << POOL_LANES_BIT,
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
         | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24
         | _log2(config.buf_pool_depth) << 27,

@@ -24,10 +24,21 @@ class PoolRuns:
         self.bwd = phase == "pool_backward"
         oh, ow = self.plan["oh"], self.plan["ow"]
         self.out_w = w if self.bwd else ow
-        self.out = np.zeros((n * c, h if self.bwd else oh, self.out_w), dtype=np.int64)
-        self.shape = (n, c) + self.out.shape[1:]
-        self.xp = x.reshape(n * c, h, w)
-        self.dp = dy.reshape(n * c, oh, ow) if self.bwd else None
+        # "planes" of the plan: blocks of pool_lanes planes of an image (planes past C zero)
+        lanes = self.lanes = cfg.pool_lanes
+        self.cb = -(-c // lanes) * lanes
+        self.c = c
+
+        def blocks(t):
+            pad = np.zeros((t.shape[0], self.cb) + t.shape[2:], dtype=np.int64)
+            pad[:, :c] = t
+            return pad.reshape((-1, lanes) + t.shape[2:])
+
+        self.out = np.zeros((n * self.cb // lanes, lanes, h if self.bwd else oh, self.out_w),
+                            dtype=np.int64)
+        self.shape = (n, c) + self.out.shape[2:]
+        self.xp = blocks(x)
+        self.dp = blocks(dy) if self.bwd else None
 
     @property
     def runs(self):
@@ -36,18 +47,22 @@ class PoolRuns:
     def words(self, run):
         """The operands the load unit writes into the buffer for ``run``, from word 0
         (encodings as unsigned ``operand_width``-bit words)."""
-        mask = (1 << self.cfg.operand_width) - 1
+        width = self.cfg.operand_width
+        mask = (1 << width) - 1
+
+        def packed(t):               # lanes x rows x W -> a word a pixel, lane j at bits j w
+            return [sum((int(v) & mask) << (j * width) for j, v in enumerate(px))
+                    for px in t.reshape(self.lanes, -1).T]
+
         words = []
         for i in range(run["planes"]):
             if run["x_plane"]:
-                words += list(self.xp[run["i0"] + i, run["xlo"]:run["xlo"] + run["xrows"]]
-                              .ravel())
+                words += packed(self.xp[run["i0"] + i, :, run["xlo"]:run["xlo"] + run["xrows"]])
         for i in range(run["planes"]):
             if self.bwd:
-                words += list(self.dp[run["i0"] + i, run["dlo"]:run["dlo"] + run["drows"]]
-                              .ravel())
+                words += packed(self.dp[run["i0"] + i, :, run["dlo"]:run["dlo"] + run["drows"]])
         assert len(words) <= self.cfg.buf_pool_depth // 2
-        return [int(v) & mask for v in words]
+        return words
 
     def layer(self, run):
         """The ``pool_run_layout`` fields of ``run``."""
@@ -71,12 +86,15 @@ class PoolRuns:
 
     def gather(self, run, got):
         """Put ``run``'s P words (``{word: [lanes]}``, the vectors added) into the output."""
-        cols = self.cfg.cols
+        cols, lanes = self.cfg.cols, self.lanes
+        epw = cols // lanes                          # a plane's elements a P word
         for i in range(run["planes"]):
-            flat = [got.get(i * run["p_row"] + e // cols, [0] * cols)[e % cols]
-                    for e in range(run["rows"] * self.out_w)]
-            self.out[run["i0"] + i, run["y0"]:run["y0"] + run["rows"]] = \
-                np.array(flat).reshape(run["rows"], self.out_w)
+            for j in range(lanes):
+                flat = [got.get(i * run["p_row"] + e // epw, [0] * cols)[e % epw + j]
+                        for e in range(run["rows"] * self.out_w)]
+                self.out[run["i0"] + i, j, run["y0"]:run["y0"] + run["rows"]] = \
+                    np.array(flat).reshape(run["rows"], self.out_w)
 
     def result(self):
-        return self.out.reshape(self.shape)
+        n = self.shape[0]
+        return self.out.reshape((n, self.cb) + self.shape[2:])[:, :self.c]

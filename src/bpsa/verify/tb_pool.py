@@ -23,7 +23,7 @@ from bpsa.verify.pool_runs import PoolRuns
 
 def _layer(rng, cfg):
     r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-    return dict(n=int(rng.integers(1, 3)), c=int(rng.integers(1, 4)),
+    return dict(n=int(rng.integers(1, 3)), c=int(rng.integers(1, 3 * cfg.pool_lanes + 1)),
                 h=int(rng.integers(r, 11)), w=int(rng.integers(s, 11)), r=r, s=s,
                 stride=(int(rng.integers(1, 4)), int(rng.integers(1, 4))),
                 pad=(int(rng.integers(0, r // 2 + 1)), int(rng.integers(0, s // 2 + 1))),

@@ -1,9 +1,17 @@
 """The pooling unit: max and average pooling, forward and backward, beside the array (no MAC).
 
-It owns one operand buffer (``buf_pool_depth`` words, one element a word; the load unit fills
-two banks of it) and writes its results into P, one element a vector (the other lanes 0), in
-the raster order of the band it computes: plane ``i`` of a run from P word ``i p_row``,
-element ``e`` of the plane band in lane ``e % cols`` of word ``e // cols``.
+It owns one operand buffer (``buf_pool_depth`` words; the load unit fills two banks of it)
+and writes its results into P in the raster order of the band it computes. With
+``pool_lanes`` 1 a word holds one element, and a result leaves one element a vector (the
+other lanes 0): plane ``i`` of a run from P word ``i p_row``, element ``e`` of the plane band
+in lane ``e % cols`` of word ``e // cols``. With ``pool_lanes = cols`` (``L``) the unit
+computes ``L`` planes at once: a buffer word holds the same element of each (lane ``j`` in
+bits ``j w`` up; the host lays the tensors out channel-blocked by ``L``), every register of
+the datapath below is one a lane (the maximum and where it is, the sums, the division, the
+ReLU mask), the walk is the one plane's, and a result leaves a vector of the ``L`` planes:
+block ``i`` of a run from P word ``i p_row``, element ``e`` in word ``e``, plane ``j`` of the
+block in lane ``j``. Max backward then adds each lane's dY at its own maximum, a lane a cycle
+(SCATTER takes ``L`` cycles a window).
 
 Forward (im2col order, Rohwedder Ch. 4)
     For each plane of the run, output row of the band and output column: the window's taps
@@ -47,7 +55,8 @@ takes :func:`bpsa.spec.numeric.pool_divide_cycles` cycles (five with 16-bit oper
 products of 17-bit pieces, then their sum, a level of pairs a cycle.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed, unsigned
+from amaranth.hdl import (Array, Cat, Const, Module, Mux, ResetInserter, Shape, Signal, signed,
+                          unsigned)
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
@@ -111,29 +120,55 @@ class PoolEngine(CheckedComponent):
         self.config = config
         aw = exact_log2(config.buf_pool_depth)
         super().__init__({
-            "write": Out(WritePort.Signature(addr_width=aw,
-                                             shape=arith_for(config).operand_shape)),
+            "write": Out(WritePort.Signature(addr_width=aw, shape=self.word_shape(config))),
             "layer": In(pool_run_layout(config)), "start": In(1),
             "busy": Out(1), "error": Out(1),
             "acc": Out(stream.Signature(accumulate_layout(config))),
             "words_read": Out(32),
         })
 
+    @staticmethod
+    def word_shape(config):
+        """A buffer word: an operand, or ``pool_lanes`` of them (lane ``j`` in bits ``j w``
+        up)."""
+        op = arith_for(config).operand_shape
+        if config.pool_lanes == 1:
+            return op
+        return unsigned(config.pool_lanes * Shape.cast(op).width)
+
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
         ar = arith_for(cfg)
         op = ar.operand_shape
+        NL = cfg.pool_lanes
+        opw = Shape.cast(op).width
         aw = exact_log2(cfg.buf_pool_depth)
         has_avg, has_max = cfg.has_pool("avg"), cfg.has_pool("max")
         fp = cfg.is_float
-        mem = m.submodules.buf = Memory(shape=op, depth=cfg.buf_pool_depth, init=[])
+        mem = m.submodules.buf = Memory(shape=self.word_shape(cfg), depth=cfg.buf_pool_depth,
+                                        init=[])
         wp = mem.write_port()
         m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
                      wp.data.eq(self.write.data)]
         rp = mem.read_port()
-        rdata = Signal(op, reset_less=True)        # the read's data, registered: a read's
-        m.d.sync += rdata.eq(rp.data)              # data two cycles after its address
+        rword = Signal(self.word_shape(cfg), reset_less=True)  # the read's data, registered:
+        m.d.sync += rword.eq(rp.data)              # a read's data two cycles after its address
+
+        def lanes_of(word):
+            """The operands of a buffer word, lane by lane."""
+            if NL == 1:
+                return [word]
+            return [word.word_select(j, opw).as_signed() if Shape.cast(op).signed else
+                    word.word_select(j, opw) for j in range(NL)]
+
+        def per_lane(shape, name, **kw):
+            """A register a lane (``name`` with one lane, ``name0``, ``name1``, ... with
+            several)."""
+            return [Signal(shape, name=name if NL == 1 else f"{name}{j}", **kw)
+                    for j in range(NL)]
+
+        rdata = lanes_of(rword)
 
         L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
         co = signed(cfg.dim_width + 4)             # coordinates (padding makes them negative)
@@ -167,12 +202,12 @@ class PoolEngine(CheckedComponent):
         rone, sone, xone = Signal(), Signal(), Signal()
         xlast = Signal()                           # ox is the row's last column
         ymore, ym1 = Signal(), Signal(co)          # oy is a row of the band; its limit less one
-        dsave = Signal(op, reset_less=True)
-        acc = Signal(signed(acc_w))                # the element's sum (backward)
+        dsave = per_lane(op, "dsave", reset_less=True)
+        acc = per_lane(signed(acc_w), "acc")       # the element's sum (backward)
         apend = Signal()                           # a dY read two cycles before: add it to acc
         xget = Signal()                            # the element's X (relu), read in PIXEL
-        xval = Signal(op, reset_less=True)
-        mask = Signal()
+        xval = per_lane(op, "xval", reset_less=True)
+        mask = per_lane(unsigned(1), "mask")
         # the window scan: the tap's row and column, its word, the row's word at the window's
         # left column, whether the row is inside the plane
         crow, ccol, sleft = Signal(co), Signal(co), Signal(co)
@@ -182,16 +217,16 @@ class PoolEngine(CheckedComponent):
         tr, tq = Signal(co), Signal(co)
         pend1, pend2 = Signal(), Signal()          # a tap read one, two cycles before
         paddr1, paddr2 = Signal(ad), Signal(ad)    # and its word
-        best = Signal(op)
+        best = per_lane(op, "best")
         first = Signal()
-        amaddr = Signal(ad)                        # the first largest tap's buffer word
+        amaddr = per_lane(ad, "amaddr")            # the first largest tap's buffer word
         dtop0, dwrow0, xband = Signal(ad), Signal(ad), Signal(ad)
         xbend0, xbend = Signal(ad), Signal(ad)     # the band's end word (plane 0, this plane)
-        total = Signal(signed(acc_w))              # the window's sum (forward avg)
+        total = per_lane(signed(acc_w), "total")   # the window's sum (forward avg)
         wait = Signal(range(16))                   # floating point: cycles left in a wait
         scan_done = Signal()                       # the window's last tap was read
         # the result and the division
-        value = Signal(signed(acc_w))
+        value = per_lane(signed(acc_w), "value")
         reads = Signal(32)
         m.d.comb += self.words_read.eq(reads)
 
@@ -201,19 +236,27 @@ class PoolEngine(CheckedComponent):
                     rowok.eq((top >= 0) & (top < L.h)), colok.eq(inside), lok.eq(inside),
                     qlast.eq(sone), rlast.eq(rone),
                     taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
-                    first.eq(1), total.eq(0), scan_done.eq(0)]
+                    first.eq(1), *(t.eq(0) for t in total), scan_done.eq(0)]
 
         def put(v, at_word, at_lane):
             m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
             for j in range(cfg.cols):
                 m.d.comb += self.acc.payload.data[j].eq(Mux(at_lane == j, v, 0))
 
-        def emit(v):
-            put(v, word, lane)
-            with m.If(lane == cfg.cols - 1):
-                m.d.sync += [lane.eq(0), word.eq(word + 1)]
-            with m.Else():
-                m.d.sync += lane.eq(lane + 1)
+        def emit(vs):
+            """The element's results (a lane each) into P: one element a vector in the band's
+            raster order (one lane), or the element's word (``pool_lanes``: a lane a plane)."""
+            if NL == 1:
+                put(vs[0], word, lane)
+                with m.If(lane == cfg.cols - 1):
+                    m.d.sync += [lane.eq(0), word.eq(word + 1)]
+                with m.Else():
+                    m.d.sync += lane.eq(lane + 1)
+                return
+            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + word)]
+            for j in range(cfg.cols):
+                m.d.comb += self.acc.payload.data[j].eq(vs[j])
+            m.d.sync += word.eq(word + 1)
 
         # the set-up's products on one multiplier, registered on both sides: (a, b, the
         # register that gets a b + add); an operand may be an earlier product (two cycles on)
@@ -236,7 +279,7 @@ class PoolEngine(CheckedComponent):
         m.d.sync += [pend2.eq(pend1), paddr2.eq(paddr1), pend1.eq(0), xget.eq(0),
                      apend.eq(0)]
         with m.If(xget):
-            m.d.sync += xval.eq(rp.data)
+            m.d.sync += [xv.eq(d) for xv, d in zip(xval, lanes_of(rp.data))]
         mac, scaling = self._tap_data(m, L, locals())
 
         with m.FSM(name="pool") as fsm:
@@ -283,10 +326,11 @@ class PoolEngine(CheckedComponent):
                              qw.eq(L.qw0), remw.eq(L.remw0)]
                 m.next = "PIXEL"
             with m.State("PIXEL"):
-                m.d.sync += mask.eq(0)
+                m.d.sync += [mk_.eq(0) for mk_ in mask]
                 with m.If(L.backward):
-                    m.d.sync += [acc.eq(0), offh.eq(remh), ohc.eq(qh), dro.eq(drow),
-                                 rend.eq((remh >= L.r) | (qh < 0)), rout.eq(qh >= L.oh)]
+                    m.d.sync += [*(a.eq(0) for a in acc), offh.eq(remh), ohc.eq(qh),
+                                 dro.eq(drow), rend.eq((remh >= L.r) | (qh < 0)),
+                                 rout.eq(qh >= L.oh)]
                     with m.If(L.relu):       # the element's X, for the mask at PIXEL_END
                         m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
                         m.d.sync += [reads.eq(reads + 1), xget.eq(1)]
@@ -300,9 +344,10 @@ class PoolEngine(CheckedComponent):
             if has_max:
                 self._scatter(m, L, locals())
             with m.State("PIXEL_END"):
-                positive = (is_positive(xval, cfg.arithmetic) if fp else
-                            (xval > 0) if op.signed else (xval != 0))
-                m.d.sync += [mask.eq(L.relu & ~positive), value.eq(acc)]
+                for xv, mk_, va, a in zip(xval, mask, value, acc):
+                    positive = (is_positive(xv, cfg.arithmetic) if fp else
+                                (xv > 0) if op.signed else (xv != 0))
+                    m.d.sync += [mk_.eq(L.relu & ~positive), va.eq(a)]
                 m.next = "PIXEL_VAL"
             with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
                 m.next = "EMIT"
@@ -344,16 +389,20 @@ class PoolEngine(CheckedComponent):
         mac = scaling = None
         if cfg.is_float:
             mac, scaling = self._float_mac(m, L, v)
-            larger = order_key(m, rdata, cfg.arithmetic, "key_tap") > \
-                order_key(m, best, cfg.arithmetic, "key_best")
+        sfx = [""] if len(best) == 1 else [str(j) for j in range(len(best))]
+        if cfg.is_float:
+            larger = [order_key(m, d, cfg.arithmetic, f"key_tap{sfx[j]}")
+                      > order_key(m, b, cfg.arithmetic, f"key_best{sfx[j]}")
+                      for j, (d, b) in enumerate(zip(rdata, best))]
         else:
-            larger = rdata > best
+            larger = [d > b for d, b in zip(rdata, best)]
         with m.If(pend2):                         # the data of a tap read two cycles before
-            with m.If(first | larger):
-                m.d.sync += [best.eq(rdata), amaddr.eq(paddr2)]
+            for d, b, am, t, lg in zip(rdata, best, amaddr, total, larger):
+                with m.If(first | lg):
+                    m.d.sync += [b.eq(d), am.eq(paddr2)]
+                if not cfg.is_float:
+                    m.d.sync += t.eq(t + d)
             m.d.sync += first.eq(0)
-            if not cfg.is_float:
-                m.d.sync += total.eq(total + rdata)
         return mac, scaling
 
     def _candidates(self, m, L, v):
@@ -403,13 +452,13 @@ class PoolEngine(CheckedComponent):
                     cand_col()
             else:
                 with m.If(apend):        # the dY read two cycles before
-                    m.d.sync += acc.eq(acc + rdata)
+                    m.d.sync += [a.eq(a + d) for a, d in zip(acc, rdata)]
                 cand_col()
         if fp:
             with m.State("CAND_WAIT"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += acc.eq(mac.result)
+                    m.d.sync += [a.eq(mc.result) for a, mc in zip(acc, mac)]
                     m.next = "CAND_COL"
         with m.State("CAND_D"):          # avg: sum the covering windows' dY (at CAND_COL)
             m.d.sync += apend.eq(1)
@@ -473,11 +522,13 @@ class PoolEngine(CheckedComponent):
             with m.Else():
                 m.next = "FWD_VAL"
         with m.State("FWD_VAL"):
-            m.d.sync += value.eq(widen(m, best, cfg.arithmetic, "best32") if fp else best)
+            for j, (va, b) in enumerate(zip(value, best)):
+                name = "best32" if len(best) == 1 else f"best32_{j}"
+                m.d.sync += va.eq(widen(m, b, cfg.arithmetic, name) if fp else b)
             m.next = "EMIT"
             if has_avg:
                 with m.If(L.avg):
-                    m.d.sync += value.eq(total)
+                    m.d.sync += [va.eq(t) for va, t in zip(value, total)]
                     m.next = "SCALE" if fp else "DIV0"
 
         # --- round(value / (R S)), halves up: floor((2 v + R S) / (2 R S)); floating
@@ -492,7 +543,7 @@ class PoolEngine(CheckedComponent):
             with m.State("SCALE_WAIT"):
                 m.d.sync += wait.eq(wait - 1)
                 with m.If(wait == 0):
-                    m.d.sync += value.eq(mac.result)
+                    m.d.sync += [va.eq(mc.result) for va, mc in zip(value, mac)]
                     m.next = "EMIT"
 
 
@@ -506,7 +557,7 @@ class PoolEngine(CheckedComponent):
             'qh', 'qw', 'remh', 'remhw', 'remw', 'shm1', 'shw', 'swm1', 'value', 'wrow',
             'wtop', 'xlast', 'xm2', 'xpb', 'xrow', 'ym1', 'ymore'))
         with m.State("EMIT"):
-            emit(Mux(mask, 0, value))
+            emit([Mux(mk_, 0, va) for mk_, va in zip(mask, value)])
             with m.If(L.backward):       # the next element of the dX band
                 with m.If(~xlast):
                     m.d.sync += [ox.eq(ox + 1), xlast.eq(ox >= xm2)]
@@ -555,109 +606,142 @@ class PoolEngine(CheckedComponent):
         cycles after the tap's data (SCAN_WAIT waits for it)."""
         assert FloatMac.LATENCY + 1 == POOL_FLOAT_MAC_LATENCY, \
             "bpsa.spec.numeric's latency is the model's"
-        mac = m.submodules.mac = FloatMac("fp32")
-        tap = widen(m, v["rdata"], self.config.arithmetic, "tap32")
         scaling = Signal()                          # driven by state SCALE
-        a, b, s = Signal(32, name="mac_a"), Signal(32, name="mac_b"), Signal(32, name="mac_s")
-        m.d.sync += [a.eq(Mux(scaling, v["value"][:32], tap)),
-                     b.eq(Mux(scaling, L.recip[:32], 0x3F800000)),
-                     s.eq(Mux(scaling, 0, Mux(L.backward, v["acc"], v["total"])))]
-        m.d.comb += [mac.a.eq(a), mac.b.eq(b), mac.acc.eq(s)]
+        macs = []
+        one = len(v["rdata"]) == 1
+        for j, (d, va, ac, tot) in enumerate(zip(v["rdata"], v["value"], v["acc"],
+                                                 v["total"])):
+            sfx = "" if one else f"_{j}"
+            mac = FloatMac("fp32")
+            m.submodules["mac" if one else f"mac{j}"] = mac
+            tap = widen(m, d, self.config.arithmetic, f"tap32{sfx}")
+            a, b, s = (Signal(32, name=f"mac_a{sfx}"), Signal(32, name=f"mac_b{sfx}"),
+                       Signal(32, name=f"mac_s{sfx}"))
+            m.d.sync += [a.eq(Mux(scaling, va[:32], tap)),
+                         b.eq(Mux(scaling, L.recip[:32], 0x3F800000)),
+                         s.eq(Mux(scaling, 0, Mux(L.backward, ac, tot)))]
+            m.d.comb += [mac.a.eq(a), mac.b.eq(b), mac.acc.eq(s)]
+            macs.append(mac)
         land = v["pend2"] & L.avg & ~L.backward
         for k in range(POOL_FLOAT_MAC_LATENCY):
             later = Signal(name=f"sum_d{k + 1}")
             m.d.sync += later.eq(land)
             land = later
         with m.If(land):
-            m.d.sync += v["total"].eq(mac.result)
-        return mac, scaling
+            m.d.sync += [t.eq(mc.result) for t, mc in zip(v["total"], macs)]
+        return macs, scaling
 
-    def _divide(self, m, L, value):
-        """States DIV0, DIV1, ...: ``value`` becomes ``floor((2 value + R S) / (2 R S))`` (exact:
-        the module docstring), then EMIT; :func:`bpsa.spec.numeric.pool_divide_cycles` cycles.
-        DIV0 makes the numerator positive; DIV1 multiplies the pieces of its magnitude and of
-        the reciprocal (one hardware multiplier a pair); each state on adds the products in
-        pairs, the last also shifting. A negative numerator's quotient ``q`` becomes ``-q =
-        ~(q - 1)``: one more term, ``-2**POOL_RECIP_SHIFT`` (all ones from that bit, modulo
-        the quotient's bits), and the last state's complement."""
+    def _divide(self, m, L, values):
+        """States DIV0, DIV1, ...: each lane's ``value`` becomes ``floor((2 value + R S) / (2 R
+        S))`` (exact: the module docstring), then EMIT; :func:`bpsa.spec.numeric.
+        pool_divide_cycles` cycles. DIV0 makes the numerator positive; DIV1 multiplies the
+        pieces of its magnitude and of the reciprocal (one hardware multiplier a pair); each
+        state on adds the products in pairs, the last also shifting. A negative numerator's
+        quotient ``q`` becomes ``-q = ~(q - 1)``: one more term, ``-2**POOL_RECIP_SHIFT``
+        (all ones from that bit, modulo the quotient's bits), and the last state's
+        complement."""
         cfg = self.config
         acc_w = cfg.acc_width + 2
         mag_w, rec_w = pool_divide_widths(cfg)
         c = POOL_DIVIDE_CHUNK
-        neg = Signal()
-        mag = Signal(unsigned(mag_w))
+        qw = cfg.operand_width + 2               # the quotient's bits (|average| bound)
+        sfx = [""] if len(values) == 1 else [f"_{j}" for j in range(len(values))]
+        negs = [Signal(name=f"neg{x}") for x in sfx]
+        mags = [Signal(unsigned(mag_w), name=f"mag{x}") for x in sfx]
         with m.State("DIV0"):
-            num, alt = Signal(signed(acc_w + 1)), Signal(signed(acc_w + 2))
-            # a negative numerator's magnitude less one, + 2 R S: -num + 2 R S - 1 = ~2 v + R S
-            m.d.comb += [num.eq((value << 1) + L.rs), alt.eq(~(value << 1) + L.rs)]
-            m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, alt, num))]
+            for x, value, neg, mag in zip(sfx, values, negs, mags):
+                num = Signal(signed(acc_w + 1), name=f"num{x}")
+                alt = Signal(signed(acc_w + 2), name=f"alt{x}")
+                # a negative numerator's magnitude less one, + 2 R S: -num + 2 R S - 1 =
+                # ~2 v + R S
+                m.d.comb += [num.eq((value << 1) + L.rs), alt.eq(~(value << 1) + L.rs)]
+                m.d.sync += [neg.eq(num < 0), mag.eq(Mux(num < 0, alt, num))]
             m.next = "DIV1"
-        # terms (shift, register), the products first
-        terms = []
+        # terms (shift, register) of each lane, the products first
+        lane_terms = []
         with m.State("DIV1"):
-            for i in range(0, mag_w, c):
-                for j in range(0, rec_w, c):
-                    a, b = mag[i:min(i + c, mag_w)], L.recip[j:min(j + c, rec_w)]
-                    t = Signal(unsigned(len(a) + len(b)), name=f"pp_{i // c}_{j // c}")
-                    m.d.sync += t.eq(a * b)
-                    terms.append((i + j, t))
-            qw = cfg.operand_width + 2           # the quotient's bits (|average| bound)
-            t = Signal(unsigned(qw), name="pp_neg")
-            m.d.sync += t.eq(Mux(neg, (1 << qw) - 1, 0))
-            terms.append((POOL_RECIP_SHIFT, t))
+            for x, neg, mag in zip(sfx, negs, mags):
+                terms = []
+                for i in range(0, mag_w, c):
+                    for j in range(0, rec_w, c):
+                        a, b = mag[i:min(i + c, mag_w)], L.recip[j:min(j + c, rec_w)]
+                        t = Signal(unsigned(len(a) + len(b)), name=f"pp_{i // c}_{j // c}{x}")
+                        m.d.sync += t.eq(a * b)
+                        terms.append((i + j, t))
+                t = Signal(unsigned(qw), name=f"pp_neg{x}")
+                m.d.sync += t.eq(Mux(neg, (1 << qw) - 1, 0))
+                terms.append((POOL_RECIP_SHIFT, t))
+                lane_terms.append(terms)
             m.next = "DIV2"
         level = 2
         while True:
-            terms.sort(key=lambda st: st[0])
-            last = len(terms) <= 2
-            sums = []
+            last = len(lane_terms[0]) <= 2
             with m.State(f"DIV{level}"):
-                for k in range(0, len(terms), 2):
-                    (s0, t0), rest = terms[k], terms[k + 1:k + 2]
-                    if rest:                 # t0 + t1 << d: t0's low d bits stand alone
-                        s1, t1 = rest[0]
-                        d = s1 - s0
-                        e = (Cat(t0[:d], t0[d:] + t1) if d < len(t0) else
-                             Cat(t0, Const(0, d - len(t0)), t1))
-                    else:
-                        e = t0
-                    if last:
-                        quo = Signal(unsigned(qw))
-                        m.d.comb += quo.eq(Cat(Const(0, s0), e)[POOL_RECIP_SHIFT:])
-                        m.d.sync += value.eq(Mux(neg, ~quo, quo).as_signed())
-                    else:
-                        t = Signal(unsigned(len(e)), name=f"ps{level}_{k // 2}")
-                        m.d.sync += t.eq(e)
-                        sums.append((s0, t))
+                for li, (x, value, neg) in enumerate(zip(sfx, values, negs)):
+                    terms = sorted(lane_terms[li], key=lambda st: st[0])
+                    sums = []
+                    for k in range(0, len(terms), 2):
+                        (s0, t0), rest = terms[k], terms[k + 1:k + 2]
+                        if rest:             # t0 + t1 << d: t0's low d bits stand alone
+                            s1, t1 = rest[0]
+                            d = s1 - s0
+                            e = (Cat(t0[:d], t0[d:] + t1) if d < len(t0) else
+                                 Cat(t0, Const(0, d - len(t0)), t1))
+                        else:
+                            e = t0
+                        if last:
+                            quo = Signal(unsigned(qw), name=f"quo{x}")
+                            m.d.comb += quo.eq(Cat(Const(0, s0), e)[POOL_RECIP_SHIFT:])
+                            m.d.sync += value.eq(Mux(neg, ~quo, quo).as_signed())
+                        else:
+                            t = Signal(unsigned(len(e)), name=f"ps{level}_{k // 2}{x}")
+                            m.d.sync += t.eq(e)
+                            sums.append((s0, t))
+                    lane_terms[li] = sums
                 m.next = "EMIT" if last else f"DIV{level + 1}"
             if last:
                 break
-            terms = sums
             level += 1
 
     def _scatter(self, m, L, v):
         """Backward, max: states SROW (a row of windows), SPIX (read its dY), SPIX_D (scan the
-        window), SCATTER (add dY at the maximum when it lies in the band), SNEXT."""
+        window), SCATTER (add dY at the maximum when it lies in the band; with
+        ``pool_lanes``, a lane a cycle, each at its own maximum), SNEXT."""
         cfg = self.config
+        NL = cfg.pool_lanes
         rp = v["rp"]
         wtop, wrow, dro, left, oy, ox = (v[n] for n in ("wtop", "wrow", "dro", "left", "oy",
                                                          "ox"))
         dsave, best, amaddr, xband = v["dsave"], v["best"], v["amaddr"], v["xband"]
         op = arith_for(cfg).operand_shape
-        # e // cols as (e M) >> K: exact for 0 <= e < 2**nb (the band's elements fit P)
+        fp = cfg.is_float
+        if NL == 1:
+            am, bst, dsv = amaddr[0], best[0], dsave[0]
+        else:                            # the lane SCATTER adds: its maximum, dY
+            sl = Signal(range(NL))
+            am, bst, dsv = Signal.like(amaddr[0], name="am_sel"), Signal(op, name="best_sel"), \
+                Signal(op, name="dsave_sel")
+            m.d.comb += [am.eq(Array(amaddr)[sl]), bst.eq(Array(best)[sl]),
+                         dsv.eq(Array(dsave)[sl])]
+        # P word and lane of the maximum's element e of the band: e // cols and e % cols as
+        # (e M) >> K (exact for 0 <= e < 2**nb: the band's elements fit P); with pool_lanes,
+        # word e, the plane's lane
         nb = exact_log2(cfg.buf_p_depth) + max(1, (cfg.cols - 1).bit_length()) + 1
         lb = max(0, (cfg.cols - 1).bit_length())
         K = nb + lb
         M = -(-(1 << K) // cfg.cols)
         e = Signal(unsigned(nb))
-        wq = Signal(unsigned(nb))
-        m.d.comb += [e.eq(amaddr - xband), wq.eq((e * M) >> K)]
-        ln = Signal(range(cfg.cols))
-        m.d.comb += ln.eq(e - wq * cfg.cols)
-        inside = (amaddr >= xband) & (amaddr < v["xbend"])
-        fp = cfg.is_float
-        positive = (is_positive(best, cfg.arithmetic) if fp else
-                    (best > 0) if op.signed else (best != 0))
+        m.d.comb += e.eq(am - xband)
+        if NL == 1:
+            wq = Signal(unsigned(nb))
+            m.d.comb += wq.eq((e * M) >> K)
+            ln = Signal(range(cfg.cols))
+            m.d.comb += ln.eq(e - wq * cfg.cols)
+        else:
+            wq, ln = e, sl
+        inside = (am >= xband) & (am < v["xbend"])
+        positive = (is_positive(bst, cfg.arithmetic) if fp else
+                    (bst > 0) if op.signed else (bst != 0))
         with m.State("SROW"):
             with m.If(~v["ymore"]):          # the plane's windows are done
                 with m.If(v["more"]):
@@ -675,17 +759,26 @@ class PoolEngine(CheckedComponent):
             m.d.sync += v["reads"].eq(v["reads"] + 1)
             m.next = "SPIX_D"
         with m.State("SPIX_D"):
-            m.d.sync += [dsave.eq(rp.data), *v["start_scan"](wtop, left, wrow)]
+            m.d.sync += [*(d.eq(x) for d, x in zip(dsave, v["lanes_of"](rp.data))),
+                         *v["start_scan"](wtop, left, wrow)]
             m.next = "SCAN"
         with m.State("SCATTER"):
             with m.If(inside & (~L.relu | positive)):
-                v["put"](widen(m, dsave, cfg.arithmetic, "dy32") if fp else dsave, wq, ln)
-            with m.If(~v["xlast"]):
-                m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
-                             left.eq(left + L.stride_w)]
-                m.next = "SPIX"
-            with m.Else():
-                m.d.sync += [oy.eq(oy + 1), v["ymore"].eq(oy < v["ym1"]),
-                             wtop.eq(wtop + L.stride_h),
-                             wrow.eq(wrow + v["shw"]), dro.eq(dro + L.ow)]
-                m.next = "SROW"
+                v["put"](widen(m, dsv, cfg.arithmetic, "dy32") if fp else dsv, wq, ln)
+            def next_window():
+                with m.If(~v["xlast"]):
+                    m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
+                                 left.eq(left + L.stride_w)]
+                    m.next = "SPIX"
+                with m.Else():
+                    m.d.sync += [oy.eq(oy + 1), v["ymore"].eq(oy < v["ym1"]),
+                                 wtop.eq(wtop + L.stride_h),
+                                 wrow.eq(wrow + v["shw"]), dro.eq(dro + L.ow)]
+                    m.next = "SROW"
+            if NL == 1:
+                next_window()
+            else:                        # the last lane: the next window
+                m.d.sync += sl.eq(sl + 1)
+                with m.If(sl == NL - 1):
+                    m.d.sync += sl.eq(0)
+                    next_window()
