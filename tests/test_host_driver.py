@@ -17,8 +17,8 @@ from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec import isa
-from bpsa.spec.regmap import (CONTROL_BITS, DESCRIPTOR_FIELDS, ID_VALUE, MAP_VERSION,
-                              REGISTER_MAP)
+from bpsa.spec.regmap import (CONTROL_BITS, DESCRIPTOR_FIELDS,
+                              REGISTER_MAP, config_words)
 
 TINY = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128,
                                     name="small_tinybuf")
@@ -37,13 +37,9 @@ class GoldenTransport:
 
     async def read32(self, offset):
         name = NAMES[offset]
-        cfg = self.cfg
-        if name == "ID":
-            return ID_VALUE
-        if name == "VERSION":
-            return MAP_VERSION[0] << 16 | MAP_VERSION[1]
-        if name == "CFG_ARRAY":
-            return cfg.rows | cfg.cols << 8 | cfg.operand_width << 16 | cfg.acc_width << 24
+        consts = config_words(self.cfg)             # ID, VERSION, CFG_*
+        if name in consts:
+            return consts[name]
         if name.endswith("_HI"):
             return 0
         if name.endswith("_LO"):

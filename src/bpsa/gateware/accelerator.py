@@ -45,12 +45,16 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
     zero-     X blocked: N x CT x H x W x B
     free)     (ADDR_X; B = feeder_bus_width,
               CT = ceil(C / B); lanes past C hold 0)
-    forward   X blocked HWC: N x CT x H x W x L      Y blocked, as the forward's
-    (MODE 2,  (ADDR_X; L = min(C, rows), CT =
-    channel-  ceil(C / L); lanes past C hold 0);
+    forward   X blocked HWC: N x CT x H x W x L      Y blocked K-major: KT x N x OH x OW x
+    (MODE 2,  (ADDR_X; L = min(C, rows), CT =        cols (a run's stacked images' Y is
+    channel-  ceil(C / L); lanes past C hold 0);     one row a block)
     first)    W as the forward's
     FC back-  X: N x C (ADDR_X); W: K x C            dX: N x C, then dW: K x C
     ward      (ADDR_W); dY: N x K (ADDR_DY)
+    pooling   X (ADDR_X), dY (ADDR_DY, backward):    Y or dX, as X
+              N x C x H x W; with pool_lanes
+              L > 1 blocked: N x ceil(C / L) x H
+              x W x L (lanes past C hold 0)
     ========  =====================================  ========================================
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`bpsa.host.driver` lays tensors out this way and back.

@@ -479,10 +479,11 @@ class Driver:
             vals = np.frombuffer(raw, dtype=f"<u{self.ob}")
             conv = vals.astype(np.int64) if self.config.is_float else \
                 wrap_array(vals, self.config.operand_width, self.config.operand_signed)
-        if phase == "forward":
-            y = (conv.reshape(n, kt, oh, ow, cols) if requant is not None
-                 else self._from_bytes(raw, (n, kt, oh, ow, cols)))
-            return y.transpose(0, 1, 4, 2, 3).reshape(n, kt * cols, oh, ow)[:, :k]
+        if phase == "forward":             # channel-first: K-block major (a run's images)
+            shape = (kt, n, oh, ow, cols) if cfx else (n, kt, oh, ow, cols)
+            y = conv.reshape(shape) if requant is not None else self._from_bytes(raw, shape)
+            y = y.transpose(1, 0, 4, 2, 3) if cfx else y.transpose(0, 1, 4, 2, 3)
+            return y.reshape(n, kt * cols, oh, ow)[:, :k]
         if zf:
             dw = self._from_bytes(raw, (kt, c, r, s, cols))
             return dw.transpose(0, 4, 1, 2, 3).reshape(kt * cols, c, r, s)[:k]

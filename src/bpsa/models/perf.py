@@ -34,7 +34,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 1.3 %.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
@@ -346,9 +346,10 @@ _ADDR = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
 
 def _program_loads(cache, loads, ob):
     """The model's loads ``(cache, key, bytes, commands, bank)`` of the program's X-bank loads
-    before a run (:func:`_dispatch`): keyed by address and length, the load unit's record."""
-    return [(cache, ("x", f["addr"], f["length"]), f["length"] * ob, f["count"], f["bank"])
-            for f in loads]
+    before a run (:func:`_dispatch`): keyed by address and length, the load unit's record (and
+    the runs' stride, for their DMA segments)."""
+    return [(cache, ("x", f["addr"], f["length"], f.get("stride", 0)), f["length"] * ob,
+             f["count"], f["bank"]) for f in loads]
 
 
 def _dma_segments(elements, lanes, per_beat, slot):
@@ -578,10 +579,13 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         per_beat = config.dma_data_width // 8 // ob
 
         def x_load(key, nbytes, commands):
-            """An X band (or a piece of one): ``L`` lanes a word, from its element in the
-            channel-blocked X (the program's address)."""
-            first = (key[1] - _ADDR["addr_x"]) // ob
-            return (_dma_segments(nbytes // ob, cg, per_beat, first % per_beat)
+            """An X band (or a piece of one; or a run an image of stacked images): ``L``
+            lanes a word, each run from its element in the channel-blocked X (the program's
+            address and stride)."""
+            first, each, stride = (key[1] - _ADDR["addr_x"]) // ob, nbytes // ob // commands, \
+                key[3] // ob
+            return (sum(_dma_segments(each, cg, per_beat, (first + j * stride) % per_beat)
+                        for j in range(commands))
                     + TIMING["cf_dma_command"] * commands)
 
         def w_load(key, nbytes, commands):
@@ -595,10 +599,15 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
-        for ni in range(n):
+        zn = e["zn"]                    # images a run: one band of zn H rows
+        for n0 in range(0, n, zn):
+            zng = min(zn, n - n0)
+            run_bands = bands if zng == 1 else [replace(
+                bands[0], in_rows=zng * h, out_rows=zng * oh, engine_h=zng * h,
+                engine_oh=zng * oh)]
             for kb0 in range(0, kt, kb):
                 kend = min(kb0 + kb, kt)
-                for bd in bands:
+                for bd in run_bands:
                     first = True
                     for c0 in range(0, c, cg):
                         cgv = min(cg, c - c0)

@@ -424,23 +424,32 @@ class _Walk:
     def forward(self, cf=False):
         r, ptr, loop, d, g, mul = self.r, self.ptr, self.loop, self.d, self.g, self.mul
         obs, oes, C, B = self.obs, self.oes, self.cfg.cols, self.cfg.feeder_bus_width
+        zn = self.plan["zn"] if cf else 1   # channel-first: images stacked a run
         loop["n"] = 0
         ptr.set(xn=d["addr_x"], outg=d["addr_out"])
-        while True:                                   # image n
+        while True:                                   # images [n, n + zng)
+            zng = _mn(zn, d["n"] - loop["n"])
             loop["kb0"] = 0
             while True:                               # output-channel blocks [kb0, kend)
                 r["kend"] = _mn(loop["kb0"] + r["kb"], r["kt"])
                 loop["o0"] = 0
-                ptr["out"] = ptr["outg"]
                 r["zstride"] = mul(r["crs"], C)
                 r["t"] = mul(loop["kb0"], r["zstride"])
                 r["dstep"] = mul(r["ohow"], C)
                 r["xstep"] = mul(r["dstep"], r["kend"] - loop["kb0"])
                 ptr["wk"] = d["addr_w"] + (r["t"] << obs)
+                if cf:                  # Y blocked K-major: [k block][image][OH OW][cols]
+                    r["t"] = mul(mul(loop["kb0"], d["n"]) + loop["n"], r["dstep"])
+                    ptr["out"] = d["addr_out"] + (r["t"] << oes)
+                else:
+                    ptr["out"] = ptr["outg"]
                 while True:                           # band o0: a step
                     self.out_band()
                     if cf:
                         r["u"] = mul(r["yoff"], r["cl"])
+                    if zng > 1:                       # the images as one of zn H rows
+                        r.set(eh=mul(zng, d["h"]), obh=mul(zng, r["oh"]),
+                              blen=mul(zng, r["hw"]))
                     r["t"] = mul(r["obh"], r["ow"])
                     r["rowlen"] = mul(r["t"], C)
                     r["np"] = mul(r["t"], r["kend"] - loop["kb0"])
@@ -456,7 +465,11 @@ class _Walk:
                         r["len_a"] = mul(r["blen"], r["cl"] if cf else g["grp_c"])
                         r["t"] = mul(r["rs"], g["grp_c"])
                         r["len_b"] = mul(r["t"], C)
-                        if cf:
+                        if cf and zng > 1:            # a run an image
+                            self.load("CF_X", "CF", ptr["x"], r["len_a"], r["cl"],
+                                      runs=(zng, r["cpl"], r["cimg"] << obs),
+                                      run_words=r["hw"], bank=g["xbank"])
+                        elif cf:
                             self.load("CF_X", "CF", ptr["x"], r["len_a"], r["cl"],
                                       bank=g["xbank"])
                         else:
@@ -480,9 +493,10 @@ class _Walk:
                             continue
                         break
                     final = (loop["o0"] + r["obh"] >= r["oh"] and r["kend"] >= r["kt"]
-                             and loop["n"] + 1 >= d["n"])
+                             and loop["n"] + zng >= d["n"])
                     self.save(r["kend"] - loop["kb0"], r["rowlen"], g["p_row"],
-                              r["dstep"] << oes, ptr["out"], final)
+                              (mul(r["dstep"], d["n"]) if cf else r["dstep"]) << oes,
+                              ptr["out"], final)
                     ptr["out"] = ptr["out"] + (r["rowlen"] << oes)
                     if loop["o0"] + r["obh"] < r["oh"]:
                         loop["o0"] = loop["o0"] + r["obh"]
@@ -493,9 +507,9 @@ class _Walk:
                     loop["kb0"] = r["kend"]
                     continue
                 break
-            if loop["n"] + 1 < d["n"]:
-                loop["n"] = loop["n"] + 1
-                ptr["xn"] = ptr["xn"] + (r["cimg" if cf else "chw"] << obs)
+            if loop["n"] + zng < d["n"]:
+                loop["n"] = loop["n"] + zng
+                ptr["xn"] = ptr["xn"] + (mul(zng, r["cimg" if cf else "chw"]) << obs)
                 continue
             break
         self.last()

@@ -120,7 +120,7 @@ OUTPUTS = {
     Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
                     "kt", "kb", "dbl"),
     CF_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
-                 "kt", "kb", "dbl", "cl", "ct", "cpl", "cimg"),
+                 "kt", "kb", "dbl", "cl", "ct", "cpl", "cimg", "zn"),
     Phase.LOSS: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "kg", "nb", "np",
                  "bh", "banded", "kohow"),
     Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
@@ -331,7 +331,24 @@ def _forward(config, cf=False):
             Div("q2", bcap, rs),
         ]
         group = select(banded, 1, minimum(c, q1, q2))
-    return head + [
+    if cf:
+        stack = [
+            # zn images a run, asked for by the host's search (:func:`run`; not with cn):
+            # whole planes stacked into one of zn H rows, which the walk reads as each
+            # image's when there is no padding row, H = OH s and the kernel stays within a
+            # stride (d (R - 1) < s); their X in a half of the banks, their Y in half of P
+            Mul("t", oh, stride_h),
+            Set((("zn", select((zn > 1) & (cn < 2) & (pad_h == 0) & (t == h)
+                               & (drh < stride_h), minimum(zn, n), 1)),)),
+            Mul("t", zn, hw),
+            Mul("u", zn, ohow),
+            Set((("zn", select((t > xcap) | (u > half), 1, zn)),)),
+            Mul("t", zn, h),                    # the stacked height is a layer dimension
+            Set((("zn", select(t >= 1 << config.dim_width, 1, zn)),)),
+        ]
+    else:
+        stack = [Set((("zn", 1),))]
+    return head + stack + [
         # the host's search (:func:`run`) may ask for bands of a cn-th of P, so that X of a
         # group serves cn times as many output-channel blocks
         Mul("u", ohow, select(cn > 0, cn, 1)),
@@ -339,7 +356,8 @@ def _forward(config, cf=False):
         Div("kt", k + (cols - 1), cols),
         # P double-buffered (stores overlap the next step) unless halving it would cost X
         # reuse: a layer that needs bands anyway, or whose Y of every block fits half of P
-        Div("q3", half, ohow),
+        Mul("t", zn, ohow),
+        Div("q3", half, t),
         Set((("dbl", banded | (q3 >= kt)),)),
         Skip(banded == 0, 5),
         Div("q3", xcap, w),
@@ -350,8 +368,10 @@ def _forward(config, cf=False):
         Set((("cg", group),
              ("bh", select(banded, minimum(oh, q4, t), oh)))),
         _band_checks(what, padding=True),
-        # P holds a band of Y for kb output-channel blocks: X of a group serves kb blocks
+        # P holds a band of Y (of zn images) for kb output-channel blocks: X of a group
+        # serves kb blocks
         Mul("t", bh, ow),
+        Mul("t", t, zn),
         Div("q4", pc, t),
         Set((("kb", minimum(kt, q4)),)),
     ]
@@ -490,9 +510,10 @@ def _reuse_cost(config, key, e, desc):
     once per step of ``cn`` input blocks (a band's rows with their halo), W once per run or,
     when the step's blocks fit a half of B, once per step and group; the MACs over the array
     plus a run's fill, drain and stride classes. Forward: X once per
-    step of ``kb`` output blocks (a band's rows with their halo), W once per run; a run's
-    contexts (feeder: ``rows`` pixels each, at least the context gap apart) or tiles
-    (channel-first: a tap each, at least ``2 rows`` cycles) plus its fill and drain."""
+    step of ``kb`` output blocks (a band's rows with their halo), W once per run (of ``zn``
+    images, channel-first); a run's contexts (feeder: ``rows`` pixels each, at least the
+    context gap apart) or tiles (channel-first: a tap each, at least ``2 rows`` cycles) plus
+    its fill and drain."""
     R, C, B = config.rows, config.cols, config.feeder_bus_width
     n, h, w, s_h = desc["n"], desc["h"], desc["w"], desc["stride_h"]
     ob = element_bytes(config.operand_width)
@@ -508,10 +529,11 @@ def _reuse_cost(config, key, e, desc):
         bands = -(-oh // e["bh"])
         in_rows = min(h, (e["bh"] - 1) * s_h + e["drh"] + 1) * bands
         groups = -(-desc["c"] // e["cg"])
-        runs = n * kt * bands * groups
+        zn = e["zn"]                    # channel-first: images a run, W once for them
+        runs = -(-n // zn) * kt * bands * groups
         nbytes = (n * desc["c"] * in_rows * w * -(-kt // e["kb"]) + runs * e["cg"] * rs * C) * ob
         if key == CF_FORWARD:            # a tile per tap, max(P, 2 rows) cycles each
-            run = rs * max(e["bh"] * ow, 2 * R) + 3 * R + C + 10
+            run = rs * max(zn * e["bh"] * ow, 2 * R) + 3 * R + C + 10
         else:                           # a context per rows pixels, max(C R S, the gap) each
             run = e["bh"] * -(-ow // R) * max(e["cg"] * rs, config.context_gap) + 40 + 2 * R
         compute = runs * run
@@ -806,18 +828,21 @@ def _run(config, desc, *, phases=None, addresses=True):
     # :func:`_reuse_cost` (1 when nothing else fits). Zero-free gradient: steps of cn input
     # blocks (X of a step's blocks shares a bank of A, each dY block loaded once serves them);
     # zero-free loss: bands of a cn-th of P (each dY band loaded once for cn input blocks);
-    # forward: bands of a cn-th of P (X of a group loaded once for cn times the blocks)
+    # forward: bands of a cn-th of P (X of a group loaded once for cn times the blocks);
+    # channel-first forward also zn = 2, 4, ... images a run (W loaded once for them)
     best = evaluate(program, {**env, "cn": 1}, widths, **kw)
     cost = _reuse_cost(config, key, best, env)
     top = best["ct"] if key in (ZF_GRADIENT, ZF_LOSS) else best["kt"]
-    cn_ = 2
-    while cn_ < 2 * top:
-        try:
-            e = evaluate(program, {**env, "cn": min(cn_, top)}, widths, **kw)
-        except Refusal:
-            break
-        c_ = _reuse_cost(config, key, e, env)
-        if c_ < cost:
-            best, cost = e, c_
-        cn_ *= 2
+    asks = [("cn", top)] + ([("zn", env["n"])] if key == CF_FORWARD else [])
+    for name, most in asks:
+        v = 2
+        while v < 2 * most:
+            try:
+                e = evaluate(program, {**env, "cn": 1, name: min(v, most)}, widths, **kw)
+            except Refusal:
+                break
+            c_ = _reuse_cost(config, key, e, env)
+            if c_ < cost:
+                best, cost = e, c_
+            v *= 2
     return best
