@@ -76,11 +76,11 @@ def test_model_against_rtl_counters():
 @pytest.mark.verilator
 def test_forward_model_against_rtl_counters():
     errors = _cycle_errors(_random_jobs(30, seed=11, phases=("forward",)))
-    # measured: median 1.0 %; the feeder's words per kernel row are modelled, its per-row
-    # bubbles are not (2x2 stride-2 layers: 11-16 % low), tiny layers' overheads up to 8 %
-    # high
-    assert statistics.median(errors) <= 0.04, sorted(errors)
-    assert max(errors) <= 0.25, sorted(errors)
+    # measured: median 0.45 %, worst 2.6 %, since the feeder's lane registers overflowing
+    # across kernel rows and its FIFOs' lead are modelled (2x2 stride-2 layers were 11-16 %
+    # low before); unpadded tiny layers' overheads stay up to 8 % high
+    assert statistics.median(errors) <= 0.01, sorted(errors)
+    assert max(errors) <= 0.05, sorted(errors)
 
 
 def _workload():

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from math import gcd
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
+from bpsa.models.feeder_model import lane_word_cycles
 from bpsa.plan import capability, setup, tiling
 from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
@@ -218,11 +219,15 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
                      dh, dw, cache):
     """Busy cycles of one forward run (one image, ``channels`` input channels, a band of
     ``out_rows`` output rows from ``in_rows`` X rows): per context (``rows`` pixels of an
-    output row), the slower of the array (``C R S`` vectors, at least ``2 rows`` cycles apart)
-    and the feeder, which steps over every X SRAM word that covers the context's interest
-    region in each (channel, kernel row): ``ceil((offset + span) / B)`` words, the offset being
-    where the row starts in its word, each a cycle, or ``ceil(e / M)`` when a lane has ``e``
-    interest elements in it (``M = feeder_lane_regs`` registers take ``M`` a cycle).
+    output row), the array's ``C R S`` vectors (at least ``2 rows`` cycles apart), or the
+    feeder's time when it is longer by more than its FIFOs' lead (``feeder_fifo_depth``
+    entries of ``M`` elements, earned on contexts it finished early). The feeder steps over
+    every X SRAM word that covers the context's interest region in each (channel, kernel
+    row): ``ceil((offset + span) / B)`` words, the offset being where the row starts in its
+    word, a cycle each, more when a lane's interest elements in it overflow its ``M =
+    feeder_lane_regs`` registers (full registers leave as a FIFO entry, the rest a cycle later;
+    a lane's registers fill across kernel rows, ``S`` elements a row, and start empty a
+    context: :func:`bpsa.models.feeder_model.lane_word_cycles`).
 
     Returns ``(cycles, words)``: ``words`` is the X SRAM words the feeder reads (the words of
     a (channel, kernel row) inside the band that hold an element of an active lane inside
@@ -233,16 +238,24 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
     R, C, B, M = config.rows, config.cols, config.feeder_bus_width, config.feeder_lane_regs
     span = (R - 1) * sw + (s - 1) * dw + 1
     depth = channels * r * s
-    # feeder cycles of one (channel, kernel row) by the row's offset in its word: a cycle a
-    # word, more when a lane has more than M interest elements in it (M registers a cycle)
+    # feeder cycles of one (channel, kernel row) by the row's offset in its word and by how
+    # full each lane's M registers are as the row starts (``k``: S elements a row, so the
+    # row's place in the context decides it; entries never straddle contexts): a cycle a
+    # word, more when a lane's elements in it overflow its registers (one entry pushed, the
+    # rest a cycle later, M a cycle)
     row_cycles = []
     for goff in range(B):
-        cycles = 0
-        for word in range(-(-(goff + span) // B)):
-            most = max(sum(1 for q in range(s) if word * B <= goff + i * sw + q * dw
-                           < (word + 1) * B) for i in range(R))
-            cycles += max(1, -(-most // M))
-        row_cycles.append(cycles)
+        by_fill = []
+        for k0 in range(M):
+            cycles, fill = 0, [k0] * R
+            for word in range(-(-(goff + span) // B)):
+                es = [sum(1 for q in range(s) if word * B <= goff + i * sw + q * dw
+                          < (word + 1) * B) for i in range(R)]
+                lanes = [lane_word_cycles(k, False, e, M, False) for e, k in zip(es, fill)]
+                cycles += max(c for c, _, _ in lanes)
+                fill = [f for _, f, _ in lanes]
+            by_fill.append(cycles)
+        row_cycles.append(by_fill)
     x0s = [ow0 * sw - pw for ow0 in range(0, ow, R)]
     # SRAM words read of one (channel, kernel row) inside the band, by context and offset
     span_w = (s - 1) * dw + 1
@@ -254,18 +267,24 @@ def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh
             last = min((x_hi - 1 - x0 + goff) // B, -(-(goff + span) // B) - 1)
             reads.append(max(0, last - (x_lo - x0 + goff) // B + 1) if x_hi > x_lo else 0)
         row_reads.append(reads)
-    total = read = 0
+    total = read = ahead = 0
+    cap = config.feeder_fifo_depth * M          # the feeder's lead over the array, at most
     for o in range(out_rows):
         ys = [o * sh - pt + ri * dh for ri in range(r)]
         for x0, reads in zip(x0s, row_reads):
             words = 0
             for c in range(channels):
-                for y in ys:
+                for ri, y in enumerate(ys):
                     goff = ((c * in_rows + y) * width + x0) % B
-                    words += row_cycles[goff]
+                    words += row_cycles[goff][(c * r + ri) * s % M]
                     if 0 <= y < in_rows:
                         read += reads[goff]
-            total += max(depth, config.context_gap, words)
+            # the array's time of the context, or the feeder's beyond what its FIFOs hold
+            # from contexts it finished early
+            array = max(depth, config.context_gap)
+            late = max(0, words - array - ahead)
+            ahead = min(cap, max(0, ahead + array - words))
+            total += array + late
     cycles = total + TIMING["forward_run"] + R + s + config.mac_latency + DRAIN_REGISTERS - 1 \
         + _float_drain(config)
     cache[key] = cycles, read
