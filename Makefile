@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
+.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
 	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/roofline.md)"
+	@echo "make rtl-layers  six full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-pool  every pooling layer of workloads/pool_layers.csv: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (minutes)"
 	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
@@ -115,6 +116,10 @@ perf:
 # the five networks' training steps against their roofline at 64 and 128 bits: docs/roofline.md
 roofline:
 	$(BIN)/python -m bpsa.tools.roofline -o docs
+
+# six full-size ResNet-50 layer phases through the RTL against the cycle model: docs/rtl_layers.md
+rtl-layers:
+	$(BIN)/python -m bpsa.tools.rtl_layers --config paper16 -o docs
 
 figures:
 	$(BIN)/python -m bpsa.tools.perf_plots --network $(NETWORK) --config $(PERF_CONFIG) --batch $(BATCH) -o docs/figures
