@@ -504,7 +504,8 @@ def _zf_gradient(config):
 
 def _reuse_cost(config, key, e, desc):
     """The host's estimate of a tiling ``e`` of program ``key`` (:func:`run`'s search): the
-    cycles of the slower of the DMA and the array, then the bytes. Zero-free gradient: X once
+    cycles of the slower of the DMA (the zero-free programs' results written included) and
+    the array, then the bytes read. Zero-free gradient: X once
     per step of ``kb`` output blocks (a band's rows with their halo), dY once per step of
     ``cn`` input blocks; the walker's vectors plus a fill and drain a run. Zero-free loss: dY
     once per step of ``cn`` input blocks (a band's rows with their halo), W once per run or,
@@ -555,7 +556,12 @@ def _reuse_cost(config, key, e, desc):
         classes = desc["stride_h"] * desc["stride_w"]
         compute = (n * kt * C * oh * ow * ct * C * rs // (R * C)
                    + runs * (3 * R + C + 10 + classes * (rs + 3)))
-    return max(nbytes // (config.dma_data_width // 8), compute), nbytes
+    if key in (ZF_GRADIENT, ZF_LOSS):   # the DMA also writes their results (dW, dX)
+        outs = kt * desc["c"] * rs * C if key == ZF_GRADIENT else n * ct * h * w * C
+        dma = nbytes + outs * element_bytes(config.acc_width)
+    else:                               # (the forward's Y left out: measured worse)
+        dma = nbytes
+    return max(dma // (config.dma_data_width // 8), compute), nbytes
 
 
 def _zf_loss(config):
