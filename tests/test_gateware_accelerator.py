@@ -684,8 +684,8 @@ def test_channel_first_forward_verilator():
     """The channel-first forward through the whole accelerator (MODE 2: its tiling program,
     the walker's channel-block loads of HWC X, the front end on the weight-stationary array,
     P, the store path) against the golden model: random layers, the multi-tile first-layer
-    shape, a plane cut into row bands, images stacked a run, requantization with ReLU, 30 %
-    memory stalls; the feeder gives the same Y on the same layers; the loss as its stride classes on the same
+    shape, a plane cut into row bands, a step's images stacked into a run or run one a run
+    with W held, requantization with ReLU, 30 % memory stalls; the feeder gives the same Y on the same layers; the loss as its stride classes on the same
     front end (:mod:`bpsa.host.loss_classes`); MODE 3 is refused (MODE)."""
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
@@ -700,12 +700,17 @@ def test_channel_first_forward_verilator():
     reuse = [((2, 4, 24, 24), (40, 4, 1, 1), (1, 1), (0, 0), (1, 1)),
              ((1, 1, 20, 64), (12, 1, 3, 3), (1, 1), (1, 1), (1, 1))]
     cases += reuse
-    # images stacked a run by the search (1 x 1, 1 x 1 stride 2, 2 x 2 stride 2; the last
-    # group shorter): one run of W for them, Y of the run's images one row a block
+    # images a step by the search: stacked into one run (1 x 1, 1 x 1 stride 2, 2 x 2 stride
+    # 2; the last group shorter) or, padded, a run each with W held; Y of the step's images
+    # one row a block
     stacked = [((4, 5, 6, 6), (9, 5, 1, 1), (1, 1), (0, 0), (1, 1)),
                ((3, 6, 8, 8), (7, 6, 1, 1), (2, 2), (0, 0), (1, 1)),
                ((5, 4, 6, 6), (6, 4, 2, 2), (2, 2), (0, 0), (1, 1)),
-               ((9, 9, 4, 4), (10, 9, 1, 1), (1, 1), (0, 0), (1, 1))]
+               ((9, 9, 4, 4), (10, 9, 1, 1), (1, 1), (0, 0), (1, 1)),
+               # padded: a run an image from its X offset, W held for the step's images
+               ((3, 5, 6, 6), (9, 5, 3, 3), (1, 1), (1, 1), (1, 1)),
+               ((4, 6, 8, 8), (7, 6, 3, 3), (2, 2), (1, 1), (1, 1)),
+               ((5, 3, 5, 7), (6, 3, 3, 3), (1, 1), (1, 1), (1, 1))]
     cases += stacked
 
     async def body(drv, t):

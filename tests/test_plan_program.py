@@ -152,7 +152,7 @@ def planned_layer(rng):
         n, c, k = desc["n"], desc["c"], desc["k"]
         oh = setup.run(PCFG, desc)["oh"]
         if name == "forward":
-            steps = n * p["kblocks"] * _ceil(oh, p["band"])
+            steps = _ceil(n, p["images"]) * p["kblocks"] * _ceil(oh, p["band"])
         elif name == "loss":
             steps = n * p["bands"] * p["cblocks"]
         else:

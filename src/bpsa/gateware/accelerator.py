@@ -73,7 +73,11 @@ block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.pl
     channel-first forward (PHASE 0 with MODE 2; :mod:`bpsa.gateware.engines.channel_first`):
     the forward's loops with groups of one channel block (``L`` channels): X[n, block, band
     rows] is one DMA run of ``L`` lanes a word into the half of the channel-first X banks of
-    the group's parity, and the front end runs weight-stationary on the array.
+    the group's parity, and the front end runs weight-stationary on the array. A step may
+    take ``zn`` images (whole planes): their X side by side in the half (a DMA run an
+    image), and either one run of them stacked into one plane of ``zn H`` rows, or a run an
+    image from its word ``x_off`` of the half, the runs after the first HOLD (W read once for
+    the images), image ``i``'s Y of block ``b`` at P row ``b zn + i``.
     forward: for each image n, range of ``kb`` output-channel blocks (``cols`` channels each)
     and row band (a step): clear P, then for each group of ``CG`` input channels load X[n,
     group, band] into the half of the X SRAM of the group's parity (once for the range's
@@ -500,7 +504,7 @@ class Accelerator(CheckedComponent):
                          cr.stride_w.eq(d.stride_w), cr.dil_h.eq(d.dil_h),
                          cr.dil_w.eq(d.dil_w), cr.pad_top.eq(run.pad_top),
                          cr.pad_w.eq(d.pad_w),
-                         cr.x_base.eq(run.xbank * (cfg.buf_cf_depth // 2)),
+                         cr.x_base.eq(run.xbank * (cfg.buf_cf_depth // 2) + run.x_off),
                          cr.w_base.eq(bank * (cfg.buf_b_depth // 2)),
                          cf.start.eq(sched.eng_start & is_cf),
                          fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),

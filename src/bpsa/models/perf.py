@@ -618,10 +618,11 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
-        zn = e["zn"]                    # images a run: one band of zn H rows
-        for n0 in range(0, n, zn):
+        zn = e["zn"]                    # images a step: stacked into one band of zn H rows
+        for n0 in range(0, n, zn):      # (zs), or a run each with W held
             zng = min(zn, n - n0)
-            run_bands = bands if zng == 1 else [replace(
+            held = zng if zng > 1 and not e["zs"] else 1
+            run_bands = bands if zng == 1 or held > 1 else [replace(
                 bands[0], in_rows=zng * h, out_rows=zng * oh, engine_h=zng * h,
                 engine_oh=zng * oh)]
             for kb0 in range(0, kt, kb):
@@ -639,18 +640,20 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 pt=bd.pad_top, pw=pw, dh=dh, dw=dw, multi_tile=multi_tile)
                         comp, words, run_tiles = cache[key]
                         for t in range(kb0, kend):
-                            # the block's band, L lanes a pixel (or its pieces: the program's)
-                            loads = _program_loads("cf", xloads[len(runs)], ob) + [
-                                ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
-                            slots += run_tiles * bd.out_rows * ow * R * C
-                            x_words += words
-                            tiles += run_tiles
-                            runs.append((loads, comp, first, gaps[len(runs)]))
-                            stores.append(store_step if first and len(runs) > 1 else [])
-                            clears.append((kend - kb0) * bd.out_rows * ow)
-                            first = False
-                    store_step = _counted_store_row(bd.out_rows * ow * C, ab, C, store_rate) * (
-                        kend - kb0)
+                            for i in range(held):     # W of the block held for the images
+                                # the block's band, L lanes a pixel (or its pieces: the
+                                # program's), then W
+                                loads = _program_loads("cf", xloads[len(runs)], ob) + (
+                                    [] if i else [("b", ("w", t, c0), cgv * r * s * C * ob, 1)])
+                                slots += run_tiles * bd.out_rows * ow * R * C
+                                x_words += words
+                                tiles += run_tiles
+                                runs.append((loads, comp, first, gaps[len(runs)], i > 0))
+                                stores.append(store_step if first and len(runs) > 1 else [])
+                                clears.append((kend - kb0) * held * bd.out_rows * ow)
+                                first = False
+                    store_step = _counted_store_row(held * bd.out_rows * ow * C, ab, C,
+                                                    store_rate) * (kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]

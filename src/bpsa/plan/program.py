@@ -224,7 +224,8 @@ _ENGINE = ("channels", "out_channels", "height", "out_height", "pad_top", "pad_b
 #:   ``pad_top``, ``pad_bottom``; X at ``xbank``), ``ForwardResults`` (``row_base``,
 #:   ``p_row``);
 #: - channel-first forward: its front end's run (``channels``, ``height``, ``rows`` (the
-#:   band's output rows, ``prun.rows``), ``pad_top``, ``xbank``) and ``ForwardResults``;
+#:   band's output rows, ``prun.rows``), ``pad_top``, ``xbank``, ``x_off``: the image's X in
+#:   the half when a step's images run one a run) and ``ForwardResults``;
 #: - loss, gradient: the backward engine's layer (``run`` but ``batch``) and
 #:   ``BackwardResults`` (``row_base``, ``p_row``, ``kt_rows``);
 #: - FC backward: the backward engine's FC (``batch``, ``channels``, ``out_channels``; its
@@ -242,8 +243,8 @@ _ENGINE = ("channels", "out_channels", "height", "out_height", "pad_top", "pad_b
 RUN_FIELDS = {
     "forward": ("channels", "out_channels", "height", "pad_top", "pad_bottom", "xbank",
                 "row_base", "p_row", "clear_words"),
-    "cf_forward": ("channels", "height", "rows", "pad_top", "xbank", "row_base", "p_row",
-                   "clear_words"),
+    "cf_forward": ("channels", "height", "rows", "pad_top", "xbank", "x_off", "row_base",
+                   "p_row", "clear_words"),
     "loss": _ENGINE + ("row_base", "p_row", "kt_rows", "clear_words"),
     "gradient": _ENGINE + ("row_base", "p_row", "kt_rows", "clear_words"),
     "fc": ("batch", "channels", "out_channels", "row_base", "p_row", "kt_rows", "fc_o0",
@@ -424,7 +425,8 @@ class _Walk:
     def forward(self, cf=False):
         r, ptr, loop, d, g, mul = self.r, self.ptr, self.loop, self.d, self.g, self.mul
         obs, oes, C, B = self.obs, self.oes, self.cfg.cols, self.cfg.feeder_bus_width
-        zn = self.plan["zn"] if cf else 1   # channel-first: images stacked a run
+        zn = self.plan["zn"] if cf else 1   # channel-first: images a step, stacked into
+        stacked = bool(self.plan.get("zs"))  # one run (zs) or a run each with W held
         loop["n"] = 0
         ptr.set(xn=d["addr_x"], outg=d["addr_out"])
         while True:                                   # images [n, n + zng)
@@ -447,14 +449,17 @@ class _Walk:
                     self.out_band()
                     if cf:
                         r["u"] = mul(r["yoff"], r["cl"])
-                    if zng > 1:                       # the images as one of zn H rows
+                    held = zng > 1 and not stacked    # a run an image, W held
+                    if zng > 1 and stacked:           # the images as one of zn H rows
                         r.set(eh=mul(zng, d["h"]), obh=mul(zng, r["oh"]),
                               blen=mul(zng, r["hw"]))
                     r["t"] = mul(r["obh"], r["ow"])
+                    g["p_row"] = r["t"]               # a run's Y: P words a block
+                    if held:                          # the images' Y of a block side by side
+                        r["t"] = mul(r["t"], zng)
                     r["rowlen"] = mul(r["t"], C)
                     r["np"] = mul(r["t"], r["kend"] - loop["kb0"])
                     loop["c0"] = 0
-                    g["p_row"] = r["t"]
                     ptr.set(x=ptr["xn"] + ((r["u"] if cf else r["yoff"]) << obs),
                             wg=ptr["wk"])
                     self.step()
@@ -465,8 +470,8 @@ class _Walk:
                         r["len_a"] = mul(r["blen"], r["cl"] if cf else g["grp_c"])
                         r["t"] = mul(r["rs"], g["grp_c"])
                         r["len_b"] = mul(r["t"], C)
-                        if cf and zng > 1:            # a run an image
-                            self.load("CF_X", "CF", ptr["x"], r["len_a"], r["cl"],
+                        if cf and zng > 1:            # a DMA run an image, side by side
+                            self.load("CF_X", "CF", ptr["x"], mul(zng, r["cpl"]), r["cl"],
                                       runs=(zng, r["cpl"], r["cimg"] << obs),
                                       run_words=r["hw"], bank=g["xbank"])
                         elif cf:
@@ -475,10 +480,13 @@ class _Walk:
                         else:
                             self.load("FWD_X", "A", ptr["x"], r["len_a"], B, bank=g["xbank"])
                         while True:                   # output-channel block kti
-                            g.set(row_base=loop["kti"] - loop["kb0"],
-                                  grp_k=_mn(C, d["k"] - loop["k0"]))
+                            g["grp_k"] = _mn(C, d["k"] - loop["k0"])
                             self.load("FWD_W", "B", ptr["w"], r["len_b"], C)
-                            self.run()
+                            for i in range(zng if held else 1):   # the images, W held
+                                g.set(row_base=(loop["kti"] - loop["kb0"]) * (zng if held
+                                                                              else 1) + i,
+                                      x_off=mul(i, r["hw"]))
+                                self.run(hold=i > 0)
                             ptr["w"] = ptr["w"] + (r["zstride"] << obs)
                             if loop["kti"] + 1 < r["kend"]:
                                 loop.set(kti=loop["kti"] + 1, k0=loop["k0"] + C)
@@ -494,7 +502,8 @@ class _Walk:
                         break
                     final = (loop["o0"] + r["obh"] >= r["oh"] and r["kend"] >= r["kt"]
                              and loop["n"] + zng >= d["n"])
-                    self.save(r["kend"] - loop["kb0"], r["rowlen"], g["p_row"],
+                    self.save(r["kend"] - loop["kb0"], r["rowlen"],
+                              mul(g["p_row"], zng) if held else g["p_row"],
                               (mul(r["dstep"], d["n"]) if cf else r["dstep"]) << oes,
                               ptr["out"], final)
                     ptr["out"] = ptr["out"] + (r["rowlen"] << oes)

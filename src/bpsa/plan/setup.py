@@ -106,6 +106,7 @@ PLAN_REGISTERS = {
     "bh": "dim",
     "banded": "bit",
     "dbl": "bit",
+    "zs": "bit",
 }
 
 #: The program keys of the zero-free loss and gradient (a phase and a mode; the other
@@ -120,7 +121,7 @@ OUTPUTS = {
     Phase.FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
                     "kt", "kb", "dbl"),
     CF_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "bh", "banded",
-                 "kt", "kb", "dbl", "cl", "ct", "cpl", "cimg", "zn"),
+                 "kt", "kb", "dbl", "cl", "ct", "cpl", "cimg", "zn", "zs"),
     Phase.LOSS: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "cg", "kg", "nb", "np",
                  "bh", "banded", "kohow"),
     Phase.GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "chw", "drh", "nb", "kb", "kg",
@@ -149,7 +150,7 @@ TOO_LARGE = AccelError.TOO_LARGE
                      "kohow", "wdp1", "kb", "fib", "fob", "fnb", "fwoff", "fq", "fdw0", "bh",
                      "banded", "ct", "xwords", "dwords", "zn", "dbl", "cn"))
 recip, planes, pg, pw, qw0, rw0 = (var(x) for x in ("recip", "planes", "pg", "pw", "qw0", "rw0"))
-cl, cpl, cimg = (var(x) for x in ("cl", "cpl", "cimg"))
+cl, cpl, cimg, zs = (var(x) for x in ("cl", "cpl", "cimg", "zs"))
 
 
 def register_widths(config):
@@ -333,18 +334,19 @@ def _forward(config, cf=False):
         group = select(banded, 1, minimum(c, q1, q2))
     if cf:
         stack = [
-            # zn images a run, asked for by the host's search (:func:`run`; not with cn):
-            # whole planes stacked into one of zn H rows, which the walk reads as each
-            # image's when there is no padding row, H = OH s and the kernel stays within a
-            # stride (d (R - 1) < s); their X in a half of the banks, their Y in half of P
+            # zn images a step, asked for by the host's search (:func:`run`; not with cn):
+            # their X in a half of the banks, their Y in half of P. Stacked (zs) into one
+            # plane of zn H rows, one run, which the walk reads as each image's when there is
+            # no padding row, H = OH s and the kernel stays within a stride (d (R - 1) < s);
+            # otherwise a run an image, from its X offset, W held for the zn images
             Mul("t", oh, stride_h),
-            Set((("zn", select((zn > 1) & (cn < 2) & (pad_h == 0) & (t == h)
-                               & (drh < stride_h), minimum(zn, n), 1)),)),
+            Set((("zs", (pad_h == 0) & (t == h) & (drh < stride_h)),)),
+            Set((("zn", select((zn > 1) & (cn < 2), minimum(zn, n), 1)),)),
             Mul("t", zn, hw),
             Mul("u", zn, ohow),
             Set((("zn", select((t > xcap) | (u > half), 1, zn)),)),
             Mul("t", zn, h),                    # the stacked height is a layer dimension
-            Set((("zn", select(t >= 1 << config.dim_width, 1, zn)),)),
+            Set((("zs", zs & (t < 1 << config.dim_width)),)),
         ]
     else:
         stack = [Set((("zn", 1),))]
@@ -530,11 +532,13 @@ def _reuse_cost(config, key, e, desc):
         bands = -(-oh // e["bh"])
         in_rows = min(h, (e["bh"] - 1) * s_h + e["drh"] + 1) * bands
         groups = -(-desc["c"] // e["cg"])
-        zn = e["zn"]                    # channel-first: images a run, W once for them
-        runs = -(-n // zn) * kt * bands * groups
-        nbytes = (n * desc["c"] * in_rows * w * -(-kt // e["kb"]) + runs * e["cg"] * rs * C) * ob
+        zn = e.get("zn", 1)             # channel-first: images a step, W once for them
+        stacked = zn if e.get("zs") else 1   # ... in one run when stacked
+        runs = -(-n // stacked) * kt * bands * groups
+        nbytes = (n * desc["c"] * in_rows * w * -(-kt // e["kb"])
+                  + -(-n // zn) * kt * bands * groups * e["cg"] * rs * C) * ob
         if key == CF_FORWARD:            # a tile per tap, max(P, 2 rows) cycles each
-            run = rs * max(zn * e["bh"] * ow, 2 * R) + 3 * R + C + 10
+            run = rs * max(stacked * e["bh"] * ow, 2 * R) + 3 * R + C + 10
         else:                           # a context per rows pixels, max(C R S, the gap) each
             run = e["bh"] * -(-ow // R) * max(e["cg"] * rs, config.context_gap) + 40 + 2 * R
         compute = runs * run

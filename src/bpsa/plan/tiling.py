@@ -168,8 +168,9 @@ def plan(config, phase, layer, mode="bp_im2col"):
     (loss, gradient): ``"bp_im2col"`` or ``"zero_free"`` (zero-free gradient: ``group`` is
     ``(B, cols)``, ``kblock`` output-channel blocks of ``cols`` and ``cstep`` input-channel
     blocks of ``B`` a step, ``images`` a run; zero-free loss:
-    ``cstep`` input-channel blocks and ``images`` images a step; forward: ``images`` a run,
-    more than one on the channel-first front end only)."""
+    ``cstep`` input-channel blocks and ``images`` images a step; forward: ``images`` a step,
+    more than one on the channel-first front end only, ``stacked`` into one run or a run
+    each)."""
     phases = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT}
     if phase not in phases:
         raise ValueError(f"phase {phase!r} is not forward, loss or gradient")
@@ -195,8 +196,8 @@ def plan(config, phase, layer, mode="bp_im2col"):
         groups, bands_ = _ceil(c, e["cg"]), _ceil(e["oh"], band)
         return {"group": e["cg"], "groups": groups, "banded": banded, "band": band,
                 "bands": bands_, "kblock": e["kb"], "kblocks": _ceil(e["kt"], e["kb"]),
-                "double": bool(e["dbl"]), "images": e["zn"],
-                "runs": _ceil(n, e["zn"]) * e["kt"] * bands_ * groups,
+                "double": bool(e["dbl"]), "images": e["zn"], "stacked": bool(e["zs"]),
+                "runs": (_ceil(n, e["zn"]) if e["zs"] else n) * e["kt"] * bands_ * groups,
                 "frontend": FORWARD_MODE_NAMES[0 if mode != Mode.CHANNEL_FIRST else mode]}
     if phase == "loss":
         groups, bands_, cblocks = _ceil(k, e["kg"]), _ceil(h, band), _ceil(c, e["cg"])
