@@ -55,6 +55,8 @@ takes :func:`bpsa.spec.numeric.pool_divide_cycles` cycles (five with 16-bit oper
 products of 17-bit pieces, then their sum, a level of pairs a cycle.
 """
 
+from functools import partial
+
 from amaranth.hdl import (Array, Cat, Const, Module, Mux, ResetInserter, Shape, Signal, signed,
                           unsigned)
 from amaranth.lib import data, stream, wiring
@@ -74,6 +76,22 @@ __all__ = ["PoolEngine", "pool_run_layout"]
 
 #: Width of counts and of the reciprocal.
 _W = 48
+
+
+def _lanes_of(config, word):
+    """The operands of a buffer word, lane by lane (lane ``j`` in bits ``j w`` up)."""
+    op = Shape.cast(arith_for(config).operand_shape)
+    if config.pool_lanes == 1:
+        return [word]
+    lanes = [word.word_select(j, op.width) for j in range(config.pool_lanes)]
+    return [v.as_signed() for v in lanes] if op.signed else lanes
+
+
+def _per_lane(config, shape, name, **kw):
+    """A register a lane (``name`` with one lane, ``name0``, ``name1``, ... with several)."""
+    one = config.pool_lanes == 1
+    return [Signal(shape, name=name if one else f"{name}{j}", **kw)
+            for j in range(config.pool_lanes)]
 
 
 def pool_run_layout(config):
@@ -141,33 +159,10 @@ class PoolEngine(CheckedComponent):
         m = Module()
         ar = arith_for(cfg)
         op = ar.operand_shape
-        NL = cfg.pool_lanes
-        opw = Shape.cast(op).width
-        aw = exact_log2(cfg.buf_pool_depth)
         has_avg, has_max = cfg.has_pool("avg"), cfg.has_pool("max")
         fp = cfg.is_float
-        mem = m.submodules.buf = Memory(shape=self.word_shape(cfg), depth=cfg.buf_pool_depth,
-                                        init=[])
-        wp = mem.write_port()
-        m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
-                     wp.data.eq(self.write.data)]
-        rp = mem.read_port()
-        rword = Signal(self.word_shape(cfg), reset_less=True)  # the read's data, registered:
-        m.d.sync += rword.eq(rp.data)              # a read's data two cycles after its address
-
-        def lanes_of(word):
-            """The operands of a buffer word, lane by lane."""
-            if NL == 1:
-                return [word]
-            return [word.word_select(j, opw).as_signed() if Shape.cast(op).signed else
-                    word.word_select(j, opw) for j in range(NL)]
-
-        def per_lane(shape, name, **kw):
-            """A register a lane (``name`` with one lane, ``name0``, ``name1``, ... with
-            several)."""
-            return [Signal(shape, name=name if NL == 1 else f"{name}{j}", **kw)
-                    for j in range(NL)]
-
+        rp, rword = self._buffer(m)      # the read's data registered: two cycles after its address
+        lanes_of, per_lane = partial(_lanes_of, cfg), partial(_per_lane, cfg)
         rdata = lanes_of(rword)
 
         L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
@@ -238,25 +233,7 @@ class PoolEngine(CheckedComponent):
                     taddr.eq(row_addr + lft), rstart.eq(row_addr + lft), tr.eq(0), tq.eq(0),
                     first.eq(1), *(t.eq(0) for t in total), scan_done.eq(0)]
 
-        def put(v, at_word, at_lane):
-            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
-            for j in range(cfg.cols):
-                m.d.comb += self.acc.payload.data[j].eq(Mux(at_lane == j, v, 0))
-
-        def emit(vs):
-            """The element's results (a lane each) into P: one element a vector in the band's
-            raster order (one lane), or the element's word (``pool_lanes``: a lane a plane)."""
-            if NL == 1:
-                put(vs[0], word, lane)
-                with m.If(lane == cfg.cols - 1):
-                    m.d.sync += [lane.eq(0), word.eq(word + 1)]
-                with m.Else():
-                    m.d.sync += lane.eq(lane + 1)
-                return
-            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + word)]
-            for j in range(cfg.cols):
-                m.d.comb += self.acc.payload.data[j].eq(vs[j])
-            m.d.sync += word.eq(word + 1)
+        put, emit = self._results(m, ppb, word, lane)
 
         # the set-up's products on one multiplier, registered on both sides: (a, b, the
         # register that gets a b + add); an operand may be an earlier product (two cycles on)
@@ -359,6 +336,46 @@ class PoolEngine(CheckedComponent):
             self._emit(m, L, locals())
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         return self._one_hot_self_reset(m, fsm)
+
+    def _buffer(self, m):
+        """The operand buffer: the DMA's writes, a read port and its data registered.
+        Returns ``(read port, registered word)``."""
+        cfg = self.config
+        mem = m.submodules.buf = Memory(shape=self.word_shape(cfg), depth=cfg.buf_pool_depth,
+                                        init=[])
+        wp = mem.write_port()
+        m.d.comb += [wp.en.eq(self.write.en), wp.addr.eq(self.write.addr),
+                     wp.data.eq(self.write.data)]
+        rp = mem.read_port()
+        rword = Signal(self.word_shape(cfg), reset_less=True)
+        m.d.sync += rword.eq(rp.data)
+        return rp, rword
+
+    def _results(self, m, ppb, word, lane):
+        """``(put, emit)``: ``put(v, at_word, at_lane)`` adds ``v`` into one lane of P word
+        ``ppb + at_word``; ``emit(vs)`` the element's results (a lane each) into P: one element
+        a vector in the band's raster order (one lane), or the element's word (``pool_lanes``:
+        a lane a plane), then the next element's place."""
+        cfg = self.config
+
+        def put(v, at_word, at_lane):
+            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + at_word)]
+            for j in range(cfg.cols):
+                m.d.comb += self.acc.payload.data[j].eq(Mux(at_lane == j, v, 0))
+
+        def emit(vs):
+            if cfg.pool_lanes == 1:
+                put(vs[0], word, lane)
+                with m.If(lane == cfg.cols - 1):
+                    m.d.sync += [lane.eq(0), word.eq(word + 1)]
+                with m.Else():
+                    m.d.sync += lane.eq(lane + 1)
+                return
+            m.d.comb += [self.acc.valid.eq(1), self.acc.payload.addr.eq(ppb + word)]
+            for j in range(cfg.cols):
+                m.d.comb += self.acc.payload.data[j].eq(vs[j])
+            m.d.sync += word.eq(word + 1)
+        return put, emit
 
     @staticmethod
     def _one_hot_self_reset(m, fsm):
