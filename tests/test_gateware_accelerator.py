@@ -881,3 +881,48 @@ def test_float_tensors_through_simulate():
     for phase, (got, ref, mag, k) in refs.items():
         err = np.abs(got.astype(np.float64) - ref.numpy())
         assert (err <= k * 2.0 ** -24 * mag.numpy()).all(), phase
+
+
+@pytest.mark.verilator
+def test_space_to_depth_gradient_verilator():
+    """Strided gradients of few input channels run as the driver's space-to-depth rewrite
+    (:mod:`bpsa.plan.space_to_depth`: the stride-1 gradient of the phase planes, one
+    descriptor): a 7 x 7 stride-2 first layer of odd size, a 3 x 3 stride-2 one under memory
+    stalls, an 11 x 11 stride-4 one of two channels (8 row groups of 3 x 3 taps for one of 121
+    taps), bit-exact to the layer's own golden weight gradient; the model's DMA bytes equal
+    the RTL's (X' moves, not X) and its cycles within 3 %, its MACs the layer's."""
+    from bpsa.models.perf import layer_cycles
+    from bpsa.plan.space_to_depth import rewrite
+    from bpsa.sim.native import run_jobs
+    shapes = [(2, 1, 19, 22, 5, 7, 7, (2, 2), (3, 3)), (1, 1, 12, 11, 6, 3, 3, (2, 2), (1, 1)),
+              (1, 2, 27, 25, 3, 11, 11, (4, 4), (2, 2))]
+    layers = [ConvLayer.conv(*shape) for shape in shapes]
+    assert all(rewrite(lay, SMALL.rows) is not None for lay in layers)
+    jobs = [{"phase": "gradient", "mode": "zero_free", "seed": 80 + i, "pauses": i == 1,
+             "layer": _layer_dict(*shape)} for i, shape in enumerate(shapes)]
+    res = run_jobs(SMALL, jobs)
+    assert all(r["match"] for r in res)
+    for r, lay, job in zip(res, layers, jobs):
+        m = layer_cycles(SMALL, "gradient", lay)
+        c = r["counters"]
+        assert m.frontend == "space_to_depth"
+        assert (m.dma_read_bytes, m.dma_write_bytes) == (c["dma_read_bytes"],
+                                                         c["dma_write_bytes"])
+        assert m.macs == r["useful_macs"]
+        if not job["pauses"]:
+            assert abs(m.cycles / r["cycles"] - 1) < 0.03, (lay, m.cycles, r["cycles"])
+
+
+@pytest.mark.verilator
+def test_space_to_depth_gradient_float_verilator():
+    """The rewrite in floating point: every dW the same fp32 sum of the same products in the
+    same order as the layer's own zero-free gradient, so equal to the accelerator's golden
+    model of the layer (``bpsa.models.float_layers``, which ``run_jobs`` checks)."""
+    from bpsa.plan.space_to_depth import rewrite
+    from bpsa.sim.native import run_jobs
+    cfg = load_config("small_bf16")
+    shape = (2, 1, 13, 14, 5, 7, 7, (2, 2), (3, 3))
+    assert rewrite(ConvLayer.conv(*shape), cfg.rows) is not None
+    res = run_jobs(cfg, [{"phase": "gradient", "mode": "zero_free", "seed": 90,
+                          "pauses": True, "layer": _layer_dict(*shape)}])
+    assert res[0]["match"]

@@ -26,7 +26,7 @@ do). Values out of the operand range are refused with :exc:`ValueError` before a
 import numpy as np
 
 from bpsa.models import floating
-from bpsa.plan import capability, tiling
+from bpsa.plan import capability, space_to_depth, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
 from bpsa.spec.errors import error_name
@@ -421,6 +421,9 @@ class Driver:
             r, s = kernel_hw
         layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
+        sd = space_to_depth.rewrite(layer, self.config.rows) if zf and oh > 0 < ow else None
+        if sd is not None:
+            return await self._run_space_to_depth(sd, x, dy, mode, plan)
         if oh > 0 and ow > 0 and self.check:
             p = plan
             if p is None:
@@ -493,6 +496,16 @@ class Driver:
                   else self._from_bytes(raw, (n, ct, h, wd, cols)))
             return dx.transpose(0, 1, 4, 2, 3).reshape(n, ct * cols, h, wd)[:, :c]
         return self._from_bytes(raw, out_shape)
+
+    async def _run_space_to_depth(self, sd, x, dy, mode, plan):
+        """Run a zero-free gradient as :func:`bpsa.plan.space_to_depth.rewrite` rewrites it:
+        the stride-1 gradient of the phase planes ``X'`` (one descriptor; ``plan``, when given,
+        is the inner layer's, as :func:`bpsa.plan.tiling.plan_or_strips` gives it) and ``dW``
+        gathered from its ``dW'``. :attr:`counters` and :attr:`plan` are the inner run's."""
+        i = sd.inner
+        dw = await self.run("gradient", x=sd.x(x), dy=dy, kernel_hw=(i.kernel_h, i.kernel_w),
+                            stride=1, padding=i.pad, mode=mode, plan=plan)
+        return sd.dw(dw)
 
     async def _run_strips(self, phase, cut, x, w, dy, layer, mode, requant, relu=False):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one

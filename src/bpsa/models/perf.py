@@ -35,11 +35,11 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 """
 
 from dataclasses import dataclass, replace
-from math import gcd
+from math import gcd, prod
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.models.feeder_model import lane_word_cycles
-from bpsa.plan import capability, setup, tiling
+from bpsa.plan import capability, setup, space_to_depth, tiling
 from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
@@ -94,7 +94,10 @@ class LayerCycles:
     waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
     dispatcher's hand-offs; the first run's loads included).
 
-    Forward only: ``frontend`` (``feeder`` or ``channel_first``); ``x_sram_words``: the X
+    ``frontend``: the forward's front end (``feeder`` or ``channel_first``); a gradient the
+    driver rewrites (:mod:`bpsa.plan.space_to_depth`): ``space_to_depth``, its figures the
+    inner layer's but ``macs``, ``utilization`` and the roofline (the layer's). Forward
+    only: ``x_sram_words``: the X
     buffer words the front end reads, of ``x_word_operands`` operands each (feeder: words of
     ``feeder_bus_width`` elements, every word of the index sequence that holds an element of
     an active lane inside the tensor, exactly :func:`bpsa.models.feeder_model.traffic`'s;
@@ -563,6 +566,14 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     # what the configuration generates, as the driver checks it (the model: zero-free)
     capability.check(config, phase, mode=frontend if phase == "forward" else "zero_free",
                      requant=0 if requant else None)
+    sd = space_to_depth.rewrite(layer, config.rows) if phase == "gradient" else None
+    if sd is not None:                  # the driver runs the inner stride-1 layer
+        m = layer_cycles(config, phase, sd.inner)
+        macs = layer.batch * layer.out_channels * prod(layer.out_hw) * layer.crs
+        roof = roofline_cycles(config, phase, layer, macs=macs)
+        return replace(m, macs=macs, utilization=macs / (config.rows * config.cols * m.cycles),
+                       roofline_cycles=roof, over_roofline=m.cycles / roof,
+                       frontend="space_to_depth")
     n, c, h, w = layer.x_shape
     k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
     stride, pad, dil = layer.stride, layer.pad, layer.dil

@@ -58,7 +58,7 @@ Column strips (*the driver's width tiling*)
 from dataclasses import dataclass, replace
 
 from bpsa.plan import bands as band_programs
-from bpsa.plan import setup
+from bpsa.plan import setup, space_to_depth
 from bpsa.plan.grammar import Refusal, evaluate
 from bpsa.spec.layer import ConvLayer, out_size, pair
 from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, Mode, Phase,
@@ -293,7 +293,11 @@ def plan_or_strips(config, phase, layer, mode="bp_im2col"):
     """:func:`plan` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`), or, when its rows
     are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
     :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
-    differ)."""
+    differ). A zero-free gradient the driver rewrites (:func:`bpsa.plan.space_to_depth.
+    rewrite`) is planned as the inner layer it runs."""
+    sd = (space_to_depth.rewrite(layer, config.rows)
+          if phase == "gradient" and mode == "zero_free" else None)
+    layer = layer if sd is None else sd.inner
     try:
         return plan(config, phase, layer, mode=mode)
     except ValueError as e:
