@@ -33,7 +33,7 @@ help:
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
 	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/roofline.md)"
-	@echo "make rtl-layers  six full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
+	@echo "make rtl-layers  seven full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-pool  every pooling layer of workloads/pool_layers.csv: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (minutes)"
 	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
@@ -117,7 +117,7 @@ perf:
 roofline:
 	$(BIN)/python -m bpsa.tools.roofline -o docs
 
-# six full-size ResNet-50 layer phases through the RTL against the cycle model: docs/rtl_layers.md
+# seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/rtl_layers.md
 rtl-layers:
 	$(BIN)/python -m bpsa.tools.rtl_layers --config paper16 -o docs
 

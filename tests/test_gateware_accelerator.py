@@ -247,7 +247,8 @@ def test_zero_free_gradient_input_blocks_share_dy():
     step, two images a run), the same cut into row bands (a shorter last step of one block,
     under memory stalls), a 1 x 1 layer of five images in runs of four and one, a 2 x 2
     stride-2 kernel on three images a run; bit-exact, and the first reads X once and dY once
-    per step of blocks."""
+    per step of blocks. (The walker's own stride-2 runs: the driver's space-to-depth rewrite,
+    which would run the 1 x 1 stride-2 layers at stride 1, is off.)"""
     from bpsa.host.driver import plan
     from bpsa.sim.native import run_jobs
     shapes = [(2, 12, 4, 4, 9, 1, 1, (2, 2), (0, 0)), (2, 26, 6, 6, 10, 1, 1, (2, 2), (0, 0)),
@@ -258,7 +259,7 @@ def test_zero_free_gradient_input_blocks_share_dy():
         p = plan(TINY, "gradient", ConvLayer.conv(*shape), mode="zero_free")
         assert (p["cstep"], p["images"], p["banded"]) == planned
         jobs.append({"phase": "gradient", "mode": "zero_free", "seed": 60 + i,
-                     "pauses": i == 1, "layer": _layer_dict(*shape)})
+                     "pauses": i == 1, "layer": _layer_dict(*shape), "space_to_depth": False})
     res = run_jobs(TINY, jobs)
     assert all(x["match"] for x in res)
     n, c, h, w, k = shapes[0][:5]
@@ -347,7 +348,10 @@ def test_float_training_phases_verilator(preset):
     model (``bpsa.models.float_layers.accelerator_*``, ``run_jobs`` asserts it), whose runs
     add into P in the program's order: the forward's input-channel groups (three: the order
     shows), the loss's output-channel groups (three), the gradient's images and dY row bands
-    (2 x 4); batches, rectangular strides, stores as fp32 and rounded to the operand format
+    (2 x 4), its runs of several images (three and two); the driver's space-to-depth
+    rewrite (a first layer's gradient, a 1 x 1 stride-2 forward and gradient); batches,
+    rectangular strides,
+    stores as fp32 and rounded to the operand format
     (REQUANT), under memory back-pressure; the traditional flow's loss and gradient (the
     forward of the zero-spaced operands); layers too wide for a bank in column strips
     (``float_layers.accelerator_strips``); the pooling unit's phases
@@ -355,6 +359,7 @@ def test_float_training_phases_verilator(preset):
     by name."""
     from bpsa.models.perf import pool_cycles
     from bpsa.plan import capability
+    from bpsa.plan.space_to_depth import rewrite
     from bpsa.plan.tiling import plan
     from bpsa.sim.native import run_jobs
     cfg = load_config(preset)
@@ -369,13 +374,21 @@ def test_float_training_phases_verilator(preset):
     assert plan(cfg, "forward", ConvLayer.from_dict(fwd3), mode="feeder")["groups"] == 3
     assert plan(cfg, "loss", ConvLayer.from_dict(loss3), mode="zero_free")["groups"] == 3
     assert plan(cfg, "gradient", ConvLayer.from_dict(grad8), mode="zero_free")["bands"] == 4
+    first = _layer_dict(2, 1, 13, 14, 5, 7, 7, (2, 2), (3, 3))
+    down = _layer_dict(2, 6, 9, 9, 5, 1, 1, (2, 2), (0, 0))
+    assert rewrite(ConvLayer.from_dict(first), cfg.rows) is not None
+    assert rewrite(ConvLayer.from_dict(down), cfg.rows, "forward", "feeder") is not None
+    # five images in runs of three and two: a run's images one fp32 chain, runs added in P
+    runs3 = dict(batch=5, channels=12, height=12, width=12, out_channels=5, kernel_h=1,
+                 kernel_w=1)
+    assert plan(cfg, "gradient", ConvLayer.from_dict(runs3), mode="zero_free")["images"] == 3
     # rows too wide for a bank: the driver's column strips (gradient: partial dW added on
     # the host in fp32)
     wide = {"forward": dict(batch=1, channels=2, height=3, width=550, out_channels=3,
                             kernel_h=2, kernel_w=3, stride_h=1, stride_w=1, pad_h=1, pad_w=1),
             "loss": dict(batch=1, channels=2, height=6, width=500, out_channels=3, kernel_h=3,
                          kernel_w=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
-            "gradient": dict(batch=2, channels=2, height=4, width=200, out_channels=3,
+            "gradient": dict(batch=2, channels=4, height=4, width=200, out_channels=3,
                              kernel_h=3, kernel_w=3, stride_h=1, stride_w=2, pad_h=1, pad_w=1)}
     jobs = [{"phase": "forward", "layer": one, "seed": 50},
             {"phase": "forward", "layer": one, "seed": 51, "requant": 0, "pauses": True},
@@ -387,6 +400,13 @@ def test_float_training_phases_verilator(preset):
             # the traditional flow: the forward of the zero-spaced operands
             {"phase": "loss", "layer": one, "seed": 57, "baseline": True},
             {"phase": "gradient", "layer": one, "seed": 58, "baseline": True},
+            {"phase": "gradient", "layer": runs3, "seed": 59},
+            # the driver's space-to-depth (bpsa.plan.space_to_depth): a first layer's
+            # gradient, a 1 x 1 stride-2 forward and gradient; the golden model runs the inner
+            # layer, whose tiling orders the fp32 additions
+            {"phase": "gradient", "layer": first, "seed": 63, "pauses": True},
+            {"phase": "forward", "layer": down, "seed": 64},
+            {"phase": "gradient", "layer": down, "seed": 65},
             {"phase": "forward", "layer": wide["forward"], "seed": 60, "requant": 0},
             {"phase": "loss", "layer": wide["loss"], "seed": 61, "pauses": True},
             {"phase": "gradient", "layer": wide["gradient"], "seed": 62, "pauses": True}]
@@ -884,45 +904,37 @@ def test_float_tensors_through_simulate():
 
 
 @pytest.mark.verilator
-def test_space_to_depth_gradient_verilator():
-    """Strided gradients of few input channels run as the driver's space-to-depth rewrite
-    (:mod:`bpsa.plan.space_to_depth`: the stride-1 gradient of the phase planes, one
-    descriptor): a 7 x 7 stride-2 first layer of odd size, a 3 x 3 stride-2 one under memory
+def test_space_to_depth_verilator():
+    """Layers the driver runs as the space-to-depth rewrite (:mod:`bpsa.plan.space_to_depth`:
+    the stride-1 layer of the phase planes, one descriptor). Gradients of few input
+    channels: a 7 x 7 stride-2 first layer of odd size, a 3 x 3 stride-2 one under memory
     stalls, an 11 x 11 stride-4 one of two channels (8 row groups of 3 x 3 taps for one of 121
-    taps), bit-exact to the layer's own golden weight gradient; the model's DMA bytes equal
-    the RTL's (X' moves, not X) and its cycles within 3 %, its MACs the layer's."""
+    taps); a 1 x 1 stride-2 downsample of odd size, forward under stalls and gradient (the
+    even rows and columns: X' a quarter of X). Bit-exact to the
+    layer's own golden result; the model's DMA bytes equal the RTL's (X' moves, not X) and its
+    cycles within 3 %, its MACs the layer's."""
     from bpsa.models.perf import layer_cycles
     from bpsa.plan.space_to_depth import rewrite
     from bpsa.sim.native import run_jobs
     shapes = [(2, 1, 19, 22, 5, 7, 7, (2, 2), (3, 3)), (1, 1, 12, 11, 6, 3, 3, (2, 2), (1, 1)),
               (1, 2, 27, 25, 3, 11, 11, (4, 4), (2, 2))]
-    layers = [ConvLayer.conv(*shape) for shape in shapes]
-    assert all(rewrite(lay, SMALL.rows) is not None for lay in layers)
-    jobs = [{"phase": "gradient", "mode": "zero_free", "seed": 80 + i, "pauses": i == 1,
-             "layer": _layer_dict(*shape)} for i, shape in enumerate(shapes)]
+    down = (2, 6, 13, 11, 5, 1, 1, (2, 2), (0, 0))
+    cases = [("gradient", "zero_free", shape) for shape in shapes] + [
+        ("forward", "feeder", down), ("gradient", "zero_free", down)]
+    layers = [ConvLayer.conv(*shape) for *_, shape in cases]
+    assert all(rewrite(lay, SMALL.rows, phase, mode) is not None
+               for lay, (phase, mode, _) in zip(layers, cases))
+    jobs = [{"phase": phase, "mode": None if phase == "forward" else mode, "seed": 80 + i,
+             "pauses": i in (1, 3), "layer": _layer_dict(*shape)}
+            for i, (phase, mode, shape) in enumerate(cases)]
     res = run_jobs(SMALL, jobs)
     assert all(r["match"] for r in res)
     for r, lay, job in zip(res, layers, jobs):
-        m = layer_cycles(SMALL, "gradient", lay)
+        m = layer_cycles(SMALL, job["phase"], lay)
         c = r["counters"]
-        assert m.frontend == "space_to_depth"
+        assert m.space_to_depth
         assert (m.dma_read_bytes, m.dma_write_bytes) == (c["dma_read_bytes"],
                                                          c["dma_write_bytes"])
         assert m.macs == r["useful_macs"]
         if not job["pauses"]:
             assert abs(m.cycles / r["cycles"] - 1) < 0.03, (lay, m.cycles, r["cycles"])
-
-
-@pytest.mark.verilator
-def test_space_to_depth_gradient_float_verilator():
-    """The rewrite in floating point: every dW the same fp32 sum of the same products in the
-    same order as the layer's own zero-free gradient, so equal to the accelerator's golden
-    model of the layer (``bpsa.models.float_layers``, which ``run_jobs`` checks)."""
-    from bpsa.plan.space_to_depth import rewrite
-    from bpsa.sim.native import run_jobs
-    cfg = load_config("small_bf16")
-    shape = (2, 1, 13, 14, 5, 7, 7, (2, 2), (3, 3))
-    assert rewrite(ConvLayer.conv(*shape), cfg.rows) is not None
-    res = run_jobs(cfg, [{"phase": "gradient", "mode": "zero_free", "seed": 90,
-                          "pauses": True, "layer": _layer_dict(*shape)}])
-    assert res[0]["match"]

@@ -258,3 +258,31 @@ def test_a_refused_layer_raises_refusal(desc):
     with pytest.raises(Refusal) as got:
         layer_program(CFG, desc)
     assert got.value.code == want.value.code
+
+
+def test_load_pieces_cover_every_element_once():
+    """A load cut for the runs before it (``program._pieces``): every (bus address, buffer
+    word) of the load in exactly one piece, for any number of pieces; one piece of a load of
+    several runs is the load (a cut that dropped the first runs' words ran the zero-free
+    gradient's second step of stacked images on stale X)."""
+    def elements(ld):
+        out = []
+        for run in range(ld.count):
+            for e in range(ld.run_len):
+                out.append((ld.addr + run * ld.stride + e * 2,
+                            ld.offset + run * ld.run_words + e // ld.lanes, e % ld.lanes))
+        return out
+    rng = random.Random(7)
+    for _ in range(300):
+        lanes = rng.choice((4, 8))
+        words = rng.randint(1, 9)
+        count = rng.randint(1, 4)
+        run_len = words * lanes - rng.randint(0, lanes - 1)
+        ld = Load(target=0, cache=0, bank=1, offset=rng.randint(0, 40), addr=rng.randint(0, 99) * 2,
+                  length=count * run_len, lanes=lanes, count=count, run_len=run_len,
+                  run_words=words, stride=2 * words * lanes * rng.randint(1, 3))
+        parts = rng.randint(1, 12)
+        pieces = program._pieces(ld, parts, 2)
+        assert 1 <= len(pieces) <= parts
+        assert sorted(e for p in pieces for e in elements(p)) == sorted(elements(ld))
+    assert program._pieces(ld, 1, 2) == [ld]

@@ -1,7 +1,7 @@
 """The full-size RTL layer table's core on a few tiny layers of ``small`` (the native build the
 other Verilator tests use): every row is bit-exact against the golden model and holds the
 RTL's counters next to :func:`bpsa.models.perf.layer_cycles` of the same layer. ``make
-rtl-layers`` runs it on six full-size ResNet-50 layers (paper16)."""
+rtl-layers`` runs it on seven full-size ResNet-50 layers (paper16)."""
 
 import pytest
 
@@ -22,8 +22,10 @@ CASES = [
 @pytest.mark.verilator
 def test_rows_match_golden_and_hold_model_and_rtl():
     rows = measure(SMALL, CASES, progress=False)
+    # (b: a 1 x 1 stride-2 gradient, run as the driver's space-to-depth)
     assert [(r["layer"], r["phase"], r["frontend"]) for r in rows] == [
-        (c.name, c.phase, c.frontend) for c in CASES]
+        (c.name, c.phase, c.frontend + (" (space-to-depth)" if c.name == "b" else ""))
+        for c in CASES]
     for case, r in zip(CASES, rows):
         assert r["match"] and r["dma_equal"], r
         m = layer_cycles(SMALL, case.phase, case.layer,
@@ -41,9 +43,10 @@ def test_rows_match_golden_and_hold_model_and_rtl():
 
 def test_the_table_layers_on_paper16():
     cases = layer_cases(load_config("paper16"))
-    assert len(cases) == len(LAYERS) == 6
+    assert len(cases) == len(LAYERS) == 7
     assert {(c.name, c.phase) for c in cases} >= {("conv1", "forward"),
-                                                  ("layer3.0.downsample.0", "gradient")}
+                                                  ("layer3.0.downsample.0", "gradient"),
+                                                  ("layer2.0.downsample.0", "forward")}
     assert [c.frontend for c in cases if c.phase != "forward"] == ["zero_free"] * 3
-    stacked = cases[-1]
+    stacked = [c for c in cases if c.name == "layer4.1.conv1"][0]
     assert stacked.layer.batch == 2 and stacked.frontend == "channel_first"

@@ -190,6 +190,13 @@ class Driver:
         STATUS is read every ``poll_interval`` cycles (when the transport has ``idle``); a
         layer call gives up after its :func:`cycle_budget` (such a transport) or ``max_polls``
         reads without DONE (:exc:`TimeoutError` naming STATUS and BUSY_CYCLES).
+
+    Attributes
+    ----------
+    space_to_depth : bool
+        Run the layers :func:`bpsa.plan.space_to_depth.rewrite` picks as its stride-1 layer
+        (default; :attr:`rewrite` is then the last layer's rewrite); ``False`` runs every
+        layer as given (the walkers' own strided runs).
     """
 
     def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64,
@@ -206,6 +213,8 @@ class Driver:
         self.max_polls = max_polls
         self.plan = None
         self.mode = None
+        self.rewrite = None                   # the last layer's space-to-depth rewrite
+        self.space_to_depth = True            # False: no layer rewritten (the walkers' own)
         self._tensor_end = mem_base           # end of the last call's tensors
         self.program = []                     # the last layer's instruction words
 
@@ -402,6 +411,7 @@ class Driver:
             raise ValueError(f"phase must be one of forward, loss, gradient (fc_backward has "
                              f"its own method), not {phase!r}")
         mode = capability.check(self.config, phase, mode=mode, requant=requant, relu=relu)
+        self.rewrite = None
         zf = phase == "gradient" and mode == "zero_free"
         zl = phase == "loss" and mode == "zero_free"
         cfx = phase == "forward" and mode == "channel_first"
@@ -421,9 +431,10 @@ class Driver:
             r, s = kernel_hw
         layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
-        sd = space_to_depth.rewrite(layer, self.config.rows) if zf and oh > 0 < ow else None
+        sd = (space_to_depth.rewrite(layer, self.config.rows, phase, mode)
+              if self.check and self.space_to_depth and oh > 0 < ow else None)
         if sd is not None:
-            return await self._run_space_to_depth(sd, x, dy, mode, plan)
+            return await self._run_space_to_depth(phase, sd, x, w, dy, mode, requant, relu, plan)
         if oh > 0 and ow > 0 and self.check:
             p = plan
             if p is None:
@@ -497,15 +508,24 @@ class Driver:
             return dx.transpose(0, 1, 4, 2, 3).reshape(n, ct * cols, h, wd)[:, :c]
         return self._from_bytes(raw, out_shape)
 
-    async def _run_space_to_depth(self, sd, x, dy, mode, plan):
-        """Run a zero-free gradient as :func:`bpsa.plan.space_to_depth.rewrite` rewrites it:
-        the stride-1 gradient of the phase planes ``X'`` (one descriptor; ``plan``, when given,
-        is the inner layer's, as :func:`bpsa.plan.tiling.plan_or_strips` gives it) and ``dW``
-        gathered from its ``dW'``. :attr:`counters` and :attr:`plan` are the inner run's."""
+    async def _run_space_to_depth(self, phase, sd, x, w, dy, mode, requant, relu, plan):
+        """Run the forward or the zero-free gradient of a layer as
+        :func:`bpsa.plan.space_to_depth.rewrite` rewrites it: the stride-1 layer of the phase
+        planes ``X'`` (one descriptor; ``plan``, when given, is the inner layer's, as
+        :func:`bpsa.plan.tiling.plan_or_strips` gives it): the forward's Y as it comes, the
+        gradient's ``dW`` gathered from ``dW'``. :attr:`counters` and :attr:`plan` are the
+        inner run's, :attr:`rewrite` is ``sd``. (A driver without checks, ``check=False``,
+        sends every layer as it is.)"""
         i = sd.inner
-        dw = await self.run("gradient", x=sd.x(x), dy=dy, kernel_hw=(i.kernel_h, i.kernel_w),
-                            stride=1, padding=i.pad, mode=mode, plan=plan)
-        return sd.dw(dw)
+        args = dict(stride=1, padding=i.pad, mode=mode, plan=plan)
+        if phase == "forward":
+            out = await self.run("forward", x=sd.x(x), w=sd.weights(w), requant=requant,
+                                 relu=relu, **args)
+        else:
+            out = sd.dw(await self.run("gradient", x=sd.x(x), dy=dy,
+                                       kernel_hw=(i.kernel_h, i.kernel_w), **args))
+        self.rewrite = sd
+        return out
 
     async def _run_strips(self, phase, cut, x, w, dy, layer, mode, requant, relu=False):
         """Run a layer too wide for the controller as :func:`bpsa.plan.tiling.column_strips`, one

@@ -133,24 +133,18 @@ def accelerator_loss(dy, w, input_hw, fmt, stride=1, padding=0, dilation=1, *, g
     return _stored(_in_p(parts), fmt, requant, False)
 
 
-def accelerator_gradient(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1, *, band):
+def accelerator_gradient(x, dy, kernel_hw, fmt, stride=1, padding=0, dilation=1, *, band,
+                         images=1):
     """dW as the whole accelerator computes it with the zero-free gradient walker: for each
-    image in order, for each band of ``band`` dY rows in order (the plan's ``band``), the
-    band's partial dW (:func:`conv2d_weight_grad` of those rows) added into P (from ``+0``);
-    stored as fp32."""
+    run of ``images`` images in order (the plan's ``images``; the last run the rest), for
+    each band of ``band`` dY rows in order (the plan's ``band``), the run's partial dW added
+    into P (from ``+0``); stored as fp32. A run's partial dW is one context a weight whose
+    slots are its images' band pixels, image after image (the walker's stacked images)."""
     x, dy = np.asarray(x, dtype=np.int64), np.asarray(dy, dtype=np.int64)
     oh = dy.shape[2]
-    # every image's bands but the last, a band each, as one stack; then the last bands
-    full = [(o0, o0 + band) for o0 in range(0, oh - band + 1, band)]
-    rest = [(o0, oh) for o0 in range(len(full) * band, oh, band)]
-    parts = {}
-    for rows in (full, rest):
-        if rows:
-            stack = _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows)
-            for i, key in enumerate((n, r) for n in range(x.shape[0]) for r in rows):
-                parts[key] = stack[i]
-    order = [(n, r) for n in range(x.shape[0]) for r in full + rest]
-    return _stored(_in_p([parts[key] for key in order]), fmt, False, False)
+    rows = [(o0, min(oh, o0 + band)) for o0 in range(0, oh, band)]
+    parts = _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows, images)
+    return _stored(_in_p(list(parts)), fmt, False, False)
 
 
 def accelerator_strips(phase, ops, fmt, stride=1, padding=0, dilation=1, *, hw, cut,
@@ -196,7 +190,8 @@ def accelerator_strips(phase, ops, fmt, stride=1, padding=0, dilation=1, *, hw, 
                 out = np.zeros((dy.shape[1], x.shape[1]) + tuple(hw), dtype=np.uint32)
             out = floating.add_fast(out, accelerator_gradient(
                 xp[..., st.in0 + pw:st.in0 + pw + st.in_cols],
-                dy[..., st.out0:st.out0 + st.out_cols], hw, fmt, band=p["band"], **sub))
+                dy[..., st.out0:st.out0 + st.out_cols], hw, fmt, band=p["band"],
+                images=p.get("images", 1), **sub))
     return out
 
 
@@ -217,12 +212,14 @@ def accelerator_run(phase, plan, ops, fmt, hw, stride=1, padding=0, dilation=1, 
     if phase == "loss":
         return accelerator_loss(ops["dy"], ops["w"], hw, fmt, *geo, group=plan["group"],
                                 requant=requant)
-    return accelerator_gradient(ops["x"], ops["dy"], hw, fmt, *geo, band=plan["band"])
+    return accelerator_gradient(ops["x"], ops["dy"], hw, fmt, *geo, band=plan["band"],
+                                images=plan.get("images", 1))
 
 
-def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows):
-    """:func:`conv2d_weight_grad` of every image and every band of ``rows`` (equal lengths),
-    stacked (image-major), in one batched :func:`bpsa.models.floating.gemm_os`."""
+def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows, images=1):
+    """:func:`conv2d_weight_grad` of every run (``images`` images, the last the rest) and
+    every band of ``rows``, run-major, a run's images' pixels one after the other in a
+    context; runs of one shape in one batched :func:`bpsa.models.floating.gemm_os`."""
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     n_n, c_n, h_n, w_n = x.shape
     k_n, oh_n, ow_n = dy.shape[1:]
@@ -232,13 +229,23 @@ def _weight_grad_bands(x, dy, kernel_hw, fmt, stride, padding, dilation, rows):
     vals = x[:, :, np.clip(ys, 0, h_n - 1)][:, :, :, :, np.clip(xs, 0, w_n - 1)]
     a_all = np.where((y_ok[:, :, None, None] & x_ok[None, None])[None, None], vals, 0)
     a_mats, b_mats = [], []
-    for n in range(n_n):
+    for n0 in range(0, n_n, images):
+        run = range(n0, min(n_n, n0 + images))
         for lo, hi in rows:
-            a_mats.append(a_all[n][:, lo:hi].transpose(0, 2, 4, 1, 3).reshape(
-                c_n * r_n * s_n, (hi - lo) * ow_n))
-            b_mats.append(dy[n, :, lo:hi].reshape(k_n, (hi - lo) * ow_n).T)
-    res = floating.gemm_os(np.stack(a_mats), np.stack(b_mats), fmt)
-    return res.reshape(-1, c_n, r_n, s_n, k_n).transpose(0, 4, 1, 2, 3)
+            a_mats.append(np.concatenate([a_all[n][:, lo:hi].transpose(0, 2, 4, 1, 3).reshape(
+                c_n * r_n * s_n, (hi - lo) * ow_n) for n in run], axis=1))
+            b_mats.append(np.concatenate([dy[n, :, lo:hi].reshape(k_n, (hi - lo) * ow_n).T
+                                          for n in run]))
+    out = [None] * len(a_mats)
+    by_shape = {}
+    for i, a in enumerate(a_mats):
+        by_shape.setdefault(a.shape, []).append(i)
+    for which in by_shape.values():
+        res = floating.gemm_os(np.stack([a_mats[i] for i in which]),
+                               np.stack([b_mats[i] for i in which]), fmt)
+        for i, r in zip(which, res):
+            out[i] = r.reshape(c_n, r_n, s_n, k_n).transpose(3, 0, 1, 2)
+    return out
 
 
 def _in_p(parts):

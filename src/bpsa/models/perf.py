@@ -37,6 +37,8 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 from dataclasses import dataclass, replace
 from math import gcd, prod
 
+import numpy as np
+
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.models.feeder_model import lane_word_cycles
 from bpsa.plan import capability, setup, space_to_depth, tiling
@@ -84,8 +86,9 @@ class LayerCycles:
     x ``cycles``), DMA bytes and busy cycles, engine runs, and what bounds the layer.
     ``roofline_cycles`` is the layer's lower bound on this configuration,
     ``max(macs / (rows cols), min_bytes / bus bytes a cycle)`` with ``min_bytes`` the phase's
-    inputs read once and its output written once (operands at operand width, results as
-    accumulators); ``over_roofline`` is ``cycles / roofline_cycles``. ``bound`` names the
+    inputs read once (of X, the elements a tap reads) and its output written once (operands
+    at operand width, results as accumulators; :func:`min_bytes`); ``over_roofline`` is
+    ``cycles / roofline_cycles``. ``bound`` names the
     part busy longest: ``array`` (computing), ``dma`` (moving), ``P`` (cleared, or waited
     for while its one copy is stored) or ``set-up`` (the set-up and per-run programs).
     ``p_wait_cycles``: the cycles runs waited for P; ``a_words``, ``b_words``: the most words
@@ -94,10 +97,12 @@ class LayerCycles:
     waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
     dispatcher's hand-offs; the first run's loads included).
 
-    ``frontend``: the forward's front end (``feeder`` or ``channel_first``); a gradient the
-    driver rewrites (:mod:`bpsa.plan.space_to_depth`): ``space_to_depth``, its figures the
-    inner layer's but ``macs``, ``utilization`` and the roofline (the layer's). Forward
-    only: ``x_sram_words``: the X
+    ``space_to_depth``: the driver runs the layer as :mod:`bpsa.plan.space_to_depth`
+    rewrites it (the figures are the inner layer's but ``macs``, ``utilization`` and the
+    roofline, the layer's; DMA bytes may then be below ``min_bytes``: X' holds only the
+    elements taps read, and the loss's dX' only the elements they write).
+
+    Forward only: ``frontend`` (``feeder`` or ``channel_first``); ``x_sram_words``: the X
     buffer words the front end reads, of ``x_word_operands`` operands each (feeder: words of
     ``feeder_bus_width`` elements, every word of the index sequence that holds an element of
     an active lane inside the tensor, exactly :func:`bpsa.models.feeder_model.traffic`'s;
@@ -120,6 +125,7 @@ class LayerCycles:
     b_words: int = 0
     p_words: int = 0
     load_wait_cycles: int = 0
+    space_to_depth: bool = False
     frontend: str = ""
     x_sram_words: int = 0
     x_word_operands: int = 0
@@ -566,14 +572,16 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     # what the configuration generates, as the driver checks it (the model: zero-free)
     capability.check(config, phase, mode=frontend if phase == "forward" else "zero_free",
                      requant=0 if requant else None)
-    sd = space_to_depth.rewrite(layer, config.rows) if phase == "gradient" else None
+    sd = space_to_depth.rewrite(layer, config.rows, phase,
+                                frontend if phase == "forward" else "zero_free")
     if sd is not None:                  # the driver runs the inner stride-1 layer
-        m = layer_cycles(config, phase, sd.inner)
+        m = layer_cycles(config, phase, sd.inner, requant=requant, frontend=frontend,
+                         multi_tile=multi_tile)
         macs = layer.batch * layer.out_channels * prod(layer.out_hw) * layer.crs
-        roof = roofline_cycles(config, phase, layer, macs=macs)
+        roof = roofline_cycles(config, phase, layer, macs=macs, requant=requant)
         return replace(m, macs=macs, utilization=macs / (config.rows * config.cols * m.cycles),
                        roofline_cycles=roof, over_roofline=m.cycles / roof,
-                       frontend="space_to_depth")
+                       space_to_depth=True)
     n, c, h, w = layer.x_shape
     k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
     stride, pad, dil = layer.stride, layer.pad, layer.dil
@@ -862,8 +870,9 @@ def roofline_cycles(config, phase, layer, *, macs, requant=False):
 
 def min_bytes(config, phase, layer, *, requant=False):
     """Bytes ``phase`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) must move at least:
-    its inputs read once, its output written once (operands at operand width, results as
-    accumulators, or as operands with ``requant``). The output size is
+    its inputs read once (of X, the elements a tap reads: a 1 x 1 stride-2 layer's quarter),
+    its output written once (operands at operand width, results as accumulators, or as
+    operands with ``requant``). The output size is
     :func:`bpsa.spec.layer.out_size`'s (no exception when the kernel does not fit)."""
     ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
     if requant:
@@ -873,9 +882,19 @@ def min_bytes(config, phase, layer, *, requant=False):
     ow = out_size(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
     n, k = layer.batch, layer.out_channels
     x, wt = n * layer.channels * layer.height * layer.width, k * layer.crs
-    y = n * k * oh * ow
-    return {"forward": (x + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
-            "gradient": (x + y) * ob + wt * ab}[phase]
+    read = n * layer.channels * _read(layer.height, oh, layer.kernel_h, layer.stride_h,
+                                      layer.pad_h, layer.dil_h) * _read(
+        layer.width, ow, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
+    y = n * k * max(oh, 0) * max(ow, 0)
+    return {"forward": (read + wt) * ob + y * ab, "loss": (y + wt) * ob + x * ab,
+            "gradient": (read + y) * ob + wt * ab}[phase]
+
+
+def _read(size, out, kernel, stride, pad, dil):
+    """Input positions along an axis that some tap of ``out`` outputs reads (a 1 x 1 stride-2
+    layer reads every other one)."""
+    pos = (np.arange(max(out, 0))[:, None] * stride + np.arange(kernel) * dil - pad).ravel()
+    return len(np.unique(pos[(pos >= 0) & (pos < size)]))
 
 
 def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,

@@ -1107,9 +1107,11 @@ SPREAD = ("forward", "cf_forward", "zf_loss", "zf_gradient")
 def _pieces(load, parts, nbytes):
     """``load`` cut into at most ``parts`` loads: of whole runs when it has at least ``parts``
     runs, else of the words ``[lo, hi)`` of one run each (a run's share of the ``parts``);
-    ``nbytes``: bytes an element."""
+    ``nbytes``: bytes an element. Every element of ``load`` is in one piece."""
+    if parts <= 1:
+        return [load]
     out = []
-    if load.count >= parts > 1:
+    if load.count >= parts:
         for j in range(parts):
             lo, hi = dy_piece(load.count, j, parts)
             if hi > lo:

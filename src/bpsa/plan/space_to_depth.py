@@ -1,28 +1,37 @@
-"""Space-to-depth: the driver's rewrite of a strided weight gradient whose few input channels
-leave most array rows idle (a network's first layer: ``C = 3`` fills 3 of 16 rows).
+"""Space-to-depth: the driver's rewrite of a strided layer as a stride-1 layer of phase planes,
+for the layers a stride leaves the array poorly used on: the weight gradient of few input
+channels (a network's first layer: ``C = 3`` fills 3 of 16 rows) and the layers whose taps
+read a fraction of the input (a 1 x 1 stride-2 layer reads a quarter of X): the weight
+gradient and the forward.
 
 A stride ``s`` convolution reads input column ``x = s ow + q - p`` for output column ``ow``
 and tap ``q``. Write ``q - p + e = s u + b`` (``0 <= b < s``; ``e``, ``0 <= e < s``, an offset
-of the host's choosing): then ``x = s (ow + u) + b - e``, and with the phase planes
+of the host's choosing): then ``x = s (ow + u) + b - e``. Only the *phases* ``b`` some tap
+has are read; with their planes (``B_h``, ``B_w`` the phases, ``i``, ``j`` a phase's index)
 
-    X'[n, (c s_h + a) s_w + b, y', x'] = X[n, c, s_h y' + a - e_h, s_w x' + b - e_w]
-    (zero outside X)
+    X'[n, (c |B_h| + i) |B_w| + j, y', x'] = X[n, c, s_h y' + B_h[i] - e_h,
+                                                  s_w x' + B_w[j] - e_w]     (zero outside X)
 
-the layer is a stride-1 convolution of ``X'`` (``C s_h s_w`` channels) with ``R' x S'`` taps
-``u - u_min``, padding ``-u_min``, and the *same* dY: its weight gradient ``dW'`` holds every
-``dW[k, c, r, q]`` at channel ``(c s_h + a) s_w + b``, tap ``(u_r - u_min, u_q - u_min)`` (the
-other taps of ``dW'`` are products with positions no tap of the layer reads; the host drops
-them). ``X'`` is a permutation of ``X`` (no element repeated, no stride zero inserted; only
-the last phase row / column of a plane may hold border zeros where ``H + e_h`` is not a
-multiple of ``s_h``, and the first where ``e > 0``). Every ``dW[k, c, r, q]`` is the sum of
-the same products in the same (n, oh, ow) order as the layer's own zero-free gradient, so
-the result is bit-exact to it, in floating point too.
+the layer is a stride-1 convolution of ``X'`` (``C |B_h| |B_w|`` channels) with ``R' x S'``
+taps ``u - u_min``, padding ``-u_min``, and the *same* output grid: the same Y and dY.
 
-ResNet-50's ``conv1`` (``C = 3``, 7 x 7, stride 2, pad 3): 12 channels, 4 x 4 taps, pad 1:
-16 contexts of 12 rows instead of 49 of 3. The rewrite applies when it needs at most 3/4 of the
-contexts (row groups of ``rows`` channels times taps; a context's depth, the ``N OH OW``
-output pixels, is the same; a smaller gain is not worth the host's permutation and the
-larger dW' it reads back); TPU ResNet-50 training applies the same transform to ``conv1``.
+- Gradient: ``dW'`` holds every ``dW[k, c, r, q]`` at channel ``(c |B_h| + i) |B_w| + j``
+  (``b = B_w[j]`` the tap's phase), tap ``(u_r - u_min, u_q - u_min)``; its other taps are
+  products with positions no tap of the layer reads, and the host drops them.
+- Forward (only where the rewrite is *dense*: every tap of ``W'`` is a tap of ``W``,
+  ``|B| R' = R`` on both axes, so ``W'`` holds no zero; a 1 x 1 kernel with any stride, a
+  kernel of a multiple of the stride): ``W'`` is ``W`` permuted, Y the inner layer's as it
+  is. The loss is not rewritten (:data:`MODES`).
+
+``X'`` is a permutation of the elements of ``X`` the taps read (no element repeated, no
+stride zero inserted; only a plane's border may hold zeros where ``H + e_h`` is not a multiple
+of ``s_h``, or ``e > 0``). Every result is the sum of the same products in the same order as
+the layer's own on the same engine, so the rewrite is bit-exact to it, in floating point too.
+
+ResNet-50's ``conv1`` gradient (``C = 3``, 7 x 7, stride 2, pad 3): 12 channels, 4 x 4
+taps, pad 1: 16 contexts of 12 rows instead of 49 of 3 (TPU ResNet-50 training applies the
+same transform to ``conv1``). Its 1 x 1 stride-2 downsamples' forward and gradient: 1 x 1
+stride-1 layers of the even rows and columns, X' a quarter of X.
 """
 
 from dataclasses import dataclass, replace
@@ -31,24 +40,26 @@ import numpy as np
 
 from bpsa.spec.layer import ConvLayer
 
-__all__ = ["Axis", "SpaceToDepth", "rewrite"]
+__all__ = ["Axis", "MODES", "SpaceToDepth", "rewrite"]
 
 
 @dataclass(frozen=True)
 class Axis:
-    """One axis of the rewrite: ``stride`` (the phase count ``s``), ``offset`` (``e``),
-    ``low`` (``u_min <= 0``: the new padding is ``-low``), ``taps`` (``R'``) and ``size`` (the
-    phase planes' rows or columns)."""
+    """One axis of the rewrite: ``stride`` (``s``), ``offset`` (``e``), ``low`` (``u_min <=
+    0``: the new padding is ``-low``), ``taps`` (``R'``), ``size`` (the phase planes' rows or
+    columns) and ``phases`` (the phases ``b`` a tap has, ascending)."""
     stride: int
     offset: int
     low: int
     taps: int
     size: int
+    phases: tuple
 
-    def phases(self, kernel, pad):
-        """``(a, u - low)`` of every tap ``0 .. kernel - 1``: its phase and its new tap."""
+    def of_taps(self, kernel, pad):
+        """``(phase index, u - low)`` of every tap ``0 .. kernel - 1``."""
         t = np.arange(kernel) - pad + self.offset
-        return t % self.stride, t // self.stride - self.low
+        index = np.searchsorted(np.array(self.phases), t % self.stride)
+        return index, t // self.stride - self.low
 
 
 def _read(out, kernel, stride, pad):
@@ -58,9 +69,9 @@ def _read(out, kernel, stride, pad):
 
 
 def _axis(size, kernel, stride, pad, out):
-    """The :class:`Axis` with the fewest taps (then the smallest offset) whose planes hold every
-    input element a tap reads and whose symmetric padding gives ``out`` outputs; ``None`` when
-    none does."""
+    """The :class:`Axis` with the fewest taps (then phases, then the smallest offset) whose
+    planes hold every input element a tap reads and whose symmetric padding gives ``out``
+    outputs; ``None`` when none does."""
     size = min(size, _read(out, kernel, stride, pad))
     best = None
     for e in range(stride):
@@ -68,8 +79,9 @@ def _axis(size, kernel, stride, pad, out):
         new = out + high + low             # out + taps - 1 - 2 (-low)
         if new < 1 or stride * new < size + e:
             continue
-        ax = Axis(stride, e, low, high - low + 1, new)
-        if best is None or ax.taps < best.taps:
+        phases = tuple(sorted({(q - pad + e) % stride for q in range(kernel)}))
+        ax = Axis(stride, e, low, high - low + 1, new, phases)
+        if best is None or (ax.taps, len(ax.phases)) < (best.taps, len(best.phases)):
             best = ax
     return best
 
@@ -83,54 +95,101 @@ class SpaceToDepth:
     h: Axis
     w: Axis
 
+    @property
+    def dense(self):
+        """``W'`` is a permutation of ``W`` (the forward needs it)."""
+        lay = self.layer
+        return (len(self.h.phases) * self.h.taps == lay.kernel_h
+                and len(self.w.phases) * self.w.taps == lay.kernel_w)
+
+    def _planes(self):
+        """``(slices of X inside the planes, plane grid shape)``."""
+        lay = self.layer
+        (oh, ow), (ph, pw) = lay.out_hw, lay.pad
+        hh = min(lay.height, _read(oh, lay.kernel_h, lay.stride_h, ph))
+        ww = min(lay.width, _read(ow, lay.kernel_w, lay.stride_w, pw))
+        return ((slice(self.h.offset, self.h.offset + hh), slice(self.w.offset,
+                                                                   self.w.offset + ww)),
+                (hh, ww))
+
     def x(self, x):
         """``X'`` of ``x`` (``N x C x H x W``; see the module docstring)."""
         x = np.asarray(x)
-        lay = self.layer
-        (oh, ow), (ph, pw) = lay.out_hw, lay.pad
-        x = x[..., :_read(oh, lay.kernel_h, lay.stride_h, ph),
-              :_read(ow, lay.kernel_w, lay.stride_w, pw)]
-        n, c, hh, ww = x.shape
+        n, c = x.shape[:2]
+        (ys, xs), (hh, ww) = self._planes()
         sh, sw = self.h.stride, self.w.stride
         planes = np.zeros((n, c, sh * self.h.size, sw * self.w.size), dtype=x.dtype)
-        planes[:, :, self.h.offset:self.h.offset + hh, self.w.offset:self.w.offset + ww] = x
+        planes[:, :, ys, xs] = x[..., :hh, :ww]
         planes = planes.reshape(n, c, self.h.size, sh, self.w.size, sw)
-        return planes.transpose(0, 1, 3, 5, 2, 4).reshape(n, c * sh * sw, self.h.size,
-                                                          self.w.size)
+        planes = planes.transpose(0, 1, 3, 5, 2, 4)[:, :, list(self.h.phases)]
+        planes = planes[:, :, :, list(self.w.phases)]
+        return planes.reshape(n, self.inner.channels, self.h.size, self.w.size)
+
+    def _taps(self):
+        lay = self.layer
+        i, ur = self.h.of_taps(lay.kernel_h, lay.pad_h)
+        j, uq = self.w.of_taps(lay.kernel_w, lay.pad_w)
+        return i[:, None], j[None, :], ur[:, None], uq[None, :]
+
+    def weights(self, w):
+        """``W'`` (``K x C' x R' x S'``) of ``w`` (``K x C x R x S``; a dense rewrite)."""
+        assert self.dense
+        w = np.asarray(w)
+        k, c = w.shape[:2]
+        out = np.zeros((k, c, len(self.h.phases), len(self.w.phases), self.h.taps,
+                        self.w.taps), dtype=w.dtype)
+        out[(slice(None), slice(None)) + self._taps()] = w
+        return out.reshape(k, self.inner.channels, self.h.taps, self.w.taps)
 
     def dw(self, dw_inner):
         """``dW`` (``K x C x R x S``) of the inner layer's ``dW'``."""
         lay = self.layer
-        k, c = lay.out_channels, lay.channels
-        d = np.asarray(dw_inner).reshape(k, c, self.h.stride, self.w.stride, self.h.taps,
-                                         self.w.taps)
-        a, ur = self.h.phases(lay.kernel_h, lay.pad_h)
-        b, uq = self.w.phases(lay.kernel_w, lay.pad_w)
-        return d[:, :, a[:, None], b[None, :], ur[:, None], uq[None, :]]
+        d = np.asarray(dw_inner).reshape(lay.out_channels, lay.channels, len(self.h.phases),
+                                         len(self.w.phases), self.h.taps, self.w.taps)
+        return d[(slice(None), slice(None)) + self._taps()]
 
 
 def _contexts(channels, taps, rows):
     return -(-channels // rows) * taps
 
 
-def rewrite(layer, rows=None):
-    """The :class:`SpaceToDepth` of ``layer``'s zero-free weight gradient on an array of
-    ``rows`` rows when it needs at most 3/4 of the layer's contexts (a strided layer of few
-    channels), else ``None`` (stride 1, dilation, asymmetric padding or no gain; ``rows``
-    ``None``: whenever the rewrite applies, gain or not)."""
-    if layer.stride == (1, 1) or layer.dil != (1, 1) or layer.pad_bottom is not None:
+#: The modes a phase's rewrite runs in (the zero-free gradient walker; the forward's front
+#: ends, the feeder also by its MODE name ``bp_im2col``). The loss is not rewritten: its dX'
+#: would leave the elements no tap reaches (a 1 x 1 stride-2 layer's three quarters) to the
+#: host to zero, bytes the accelerator's output must still hold.
+MODES = {"forward": ("feeder", "bp_im2col", "channel_first"), "gradient": ("zero_free",)}
+
+
+def rewrite(layer, rows=None, phase="gradient", mode="zero_free"):
+    """The :class:`SpaceToDepth` the driver runs ``phase`` of ``layer`` as, in ``mode``
+    (:data:`MODES`), on an array of ``rows`` rows, or ``None``. Strided layers only (no
+    dilation, symmetric padding). The gradient: when it needs no more contexts (row groups of
+    ``rows`` channels times taps; a context's depth, ``N OH OW``, is the same) and either at
+    most 3/4 of them or at most 3/4 of the input elements; the forward: a dense
+    rewrite (:attr:`SpaceToDepth.dense`) that reads at most 3/4 of the input elements. A
+    smaller gain is not worth the host's permutation. ``rows`` ``None``: whenever it applies
+    (dense for the forward), gain or not."""
+    if (mode not in MODES.get(phase, ()) or layer.stride == (1, 1) or layer.dil != (1, 1)
+            or layer.pad_bottom is not None):
         return None
     oh, ow = layer.out_hw
     h = _axis(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, oh)
     w = _axis(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, ow)
     if h is None or w is None:
         return None
-    channels = layer.channels * h.stride * w.stride
-    if rows is not None and (4 * _contexts(channels, h.taps * w.taps, rows)
-                             > 3 * _contexts(layer.channels, layer.kernel_h * layer.kernel_w,
-                                             rows)):
-        return None
+    channels = layer.channels * len(h.phases) * len(w.phases)
     inner = replace(layer, channels=channels, height=h.size, width=w.size, kernel_h=h.taps,
                     kernel_w=w.taps, stride_h=1, stride_w=1, pad_h=-h.low, pad_w=-w.low)
     assert inner.out_hw == (oh, ow)
-    return SpaceToDepth(layer, inner, h, w)
+    sd = SpaceToDepth(layer, inner, h, w)
+    if phase != "gradient" and not sd.dense:
+        return None
+    if rows is None:
+        return sd
+    fewer = 4 * inner.channels * inner.height * inner.width <= 3 * layer.channels * \
+        layer.height * layer.width
+    if phase != "gradient":
+        return sd if fewer else None
+    new = _contexts(channels, h.taps * w.taps, rows)
+    old = _contexts(layer.channels, layer.kernel_h * layer.kernel_w, rows)
+    return sd if new <= old and (4 * new <= 3 * old or fewer) else None

@@ -293,10 +293,9 @@ def plan_or_strips(config, phase, layer, mode="bp_im2col"):
     """:func:`plan` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`), or, when its rows
     are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
     :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
-    differ). A zero-free gradient the driver rewrites (:func:`bpsa.plan.space_to_depth.
-    rewrite`) is planned as the inner layer it runs."""
-    sd = (space_to_depth.rewrite(layer, config.rows)
-          if phase == "gradient" and mode == "zero_free" else None)
+    differ). A layer the driver rewrites (:func:`bpsa.plan.space_to_depth.rewrite`) is
+    planned as the inner layer it runs."""
+    sd = space_to_depth.rewrite(layer, config.rows, phase, mode)
     layer = layer if sd is None else sd.inner
     try:
         return plan(config, phase, layer, mode=mode)

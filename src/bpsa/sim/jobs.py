@@ -43,16 +43,27 @@ def job_layer(job):
     return ConvLayer.from_dict(job["layer"])
 
 
-def _float_golden(cfg, phase, plan, ops, hw, geo, requant=False):
+def _float_golden(cfg, phase, plan, ops, hw, geo, requant=False, rewrite=None):
     """The floating-point golden result of one phase as the driver ran it (``plan``: its
-    tiling, whose groups, bands or column strips fix the order of the fp32 additions)."""
+    tiling, whose groups, bands or column strips fix the order of the fp32 additions;
+    ``rewrite``: the driver's :class:`bpsa.plan.space_to_depth.SpaceToDepth` when it ran the
+    inner layer, whose own tiling may order the additions differently from the layer's)."""
+    if rewrite is not None:
+        i = rewrite.inner
+        ops = {name: (rewrite.x(t) if name == "x" else rewrite.weights(t) if name == "w"
+                      else t) for name, t in ops.items()}
+        hw = None if phase == "forward" else (i.kernel_h, i.kernel_w)
+        out = _float_golden(cfg, phase, plan, ops, hw, dict(stride=1, padding=i.pad,
+                                                             dilation=1), requant)
+        return out if phase == "forward" else rewrite.dw(out)
     return float_layers.accelerator_run(phase, plan, ops, cfg.arithmetic, hw, geo["stride"],
                                         geo["padding"], geo["dilation"], requant=requant)
 
 
 async def run_job(cfg, drv, job, clock, plan=None):
     """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
-    "mode", "requant"}``) through the driver ``drv``: random tensors from ``seed``, the result
+    "mode", "requant", "space_to_depth"}``; the last ``False``: the driver rewrites no layer,
+    :mod:`bpsa.plan.space_to_depth`) through the driver ``drv``: random tensors from ``seed``, the result
     and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
     operands as the forward's or zero-free loss's output then leaves) and a summary
     (counters, match, useful MACs, simulated cycles by ``clock()``, wall seconds). ``plan``:
@@ -65,6 +76,7 @@ async def run_job(cfg, drv, job, clock, plan=None):
     t = job_tensors(cfg, layer, rng, job.get("zero_prob", 0.0))
     args = dict(stride=layer.stride, padding=layer.pad, dilation=layer.dil)
     phase = job["phase"]
+    drv.space_to_depth = job.get("space_to_depth", True)
     t0, s0 = time.perf_counter(), clock()
     if phase in ("pool_forward", "pool_backward"):     # the pooling unit
         kind, relu = lay["kind"], bool(lay.get("relu"))
@@ -97,7 +109,7 @@ async def run_job(cfg, drv, job, clock, plan=None):
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
         want = _float_golden(cfg, "forward", drv.plan, {"x": t["x"], "w": t["w"]}, None, args,
-                             requant=job.get("requant") is not None)
+                             requant=job.get("requant") is not None, rewrite=drv.rewrite)
     elif phase == "forward":
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
@@ -128,7 +140,7 @@ async def run_job(cfg, drv, job, clock, plan=None):
         got = await drv.gradient(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                  mode=job.get("mode"), plan=plan, **args)
         want = _float_golden(cfg, "gradient", drv.plan, {"x": t["x"], "dy": t["dy"]},
-                             (layer.kernel_h, layer.kernel_w), args)
+                             (layer.kernel_h, layer.kernel_w), args, rewrite=drv.rewrite)
     elif phase == "loss":
         if job.get("baseline"):
             got = await drv.loss_baseline(t["dy"], t["w"], (layer.height, layer.width),

@@ -1,7 +1,8 @@
 """Full-size layers through the RTL against the cycle model (``make rtl-layers``,
-``python -m bpsa.tools.rtl_layers``): six ResNet-50 layer phases (:data:`LAYERS`: the first
+``python -m bpsa.tools.rtl_layers``): seven ResNet-50 layer phases (:data:`LAYERS`: the first
 layer's forward and zero-free gradient, a 3x3 forward in row bands, a zero-free loss of stride
-2, a 1x1 stride-2 zero-free gradient and a channel-first 1x1 forward on 7x7 planes with
+2, a 1x1 stride-2 zero-free gradient and forward (both run as the driver's space-to-depth,
+:mod:`bpsa.plan.space_to_depth`) and a channel-first 1x1 forward on 7x7 planes with
 images stacked a run) at full size through the whole accelerator under Verilator (the native
 transport, :func:`bpsa.sim.native.run_with_driver`). Each result is checked bit-exactly
 against the golden model (random operands in [-8, 8], accumulators wrapped to ``acc_width``),
@@ -31,10 +32,14 @@ TOLERANCE = 0.02
 LAYERS = (
     ("conv1", "forward", "best", 1, "first layer: C = 3, 7x7 stride 2"),
     ("conv1", "gradient", None, 1,
-     "the lowest utilization of ResNet-50's convolutions: C = 3 fills 3 of 16 rows"),
+     "C = 3 filled 3 of 16 rows; the driver's space-to-depth runs it as 12 channels of 4x4 "
+     "taps"),
     ("layer1.0.conv2", "forward", "best", 1, "3x3 in row bands"),
     ("layer2.0.conv2", "loss", None, 1, "3x3 stride 2"),
-    ("layer3.0.downsample.0", "gradient", None, 1, "1x1 stride 2"),
+    ("layer3.0.downsample.0", "gradient", None, 1,
+     "1x1 stride 2 (space-to-depth: the even rows and columns)"),
+    ("layer2.0.downsample.0", "forward", "best", 1,
+     "1x1 stride 2 (space-to-depth: X' a quarter of X)"),
     ("layer4.1.conv1", "forward", "channel_first", 2,
      "1x1 on 7x7 planes, images stacked a run (batch 2 at least)"),
 )
@@ -129,7 +134,8 @@ def _row(config, case, got, want, drv, model, seconds, sim_cycles):
     counters, rtl = drv.counters, drv.counters["busy_cycles"]
     plan = {key: value for key, value in drv.plan.items()
             if key in ("banded", "bands", "images")}
-    return {"layer": case.name, "phase": case.phase, "frontend": case.frontend,
+    frontend = case.frontend + (" (space-to-depth)" if model.space_to_depth else "")
+    return {"layer": case.name, "phase": case.phase, "frontend": frontend,
             "shape": _shape(case.layer), "batch": case.layer.batch, "why": case.why,
             "plan": plan,
             "match": bool(np.array_equal(got, want)),
