@@ -147,6 +147,9 @@ def test_chosen_only_when_it_saves():
     # the forward: dense only (a 3 x 3 stride-2 W' would hold zeros)
     assert rewrite(ConvLayer.conv(1, 3, 16, 16, 4, 3, 3, 2, 1), phase="forward",
                    mode="feeder") is None
+    # a rewrite that is not dense has no W'
+    with pytest.raises(ValueError, match="not dense"):
+        rewrite(ConvLayer.conv(1, 3, 16, 16, 4, 3, 3, 2, 1)).weights(np.ones((4, 3, 3, 3)))
     # every element read (2 x 2 stride 2): nothing to save in the forward
     assert rewrite(ConvLayer.conv(1, 3, 16, 16, 4, 2, 2, 2), rows=16, phase="forward",
                    mode="feeder") is None

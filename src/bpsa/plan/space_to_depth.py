@@ -25,8 +25,12 @@ taps ``u - u_min``, padding ``-u_min``, and the *same* output grid: the same Y a
 
 ``X'`` is a permutation of the elements of ``X`` the taps read (no element repeated, no
 stride zero inserted; only a plane's border may hold zeros where ``H + e_h`` is not a multiple
-of ``s_h``, or ``e > 0``). Every result is the sum of the same products in the same order as
-the layer's own on the same engine, so the rewrite is bit-exact to it, in floating point too.
+of ``s_h``, or ``e > 0``). Every result is the sum of the same products as the layer's own:
+in integer arithmetic bit-exact to it. In floating point the result is the accelerator's
+contract for the inner layer as the controller tiles it (the float golden model of the inner
+layer, :func:`bpsa.sim.jobs.run_job` checks it): a weight gradient's context walks the same
+pixels in the same order, but the inner layer's tiling (images a run, row bands) groups its
+fp32 additions in P its own way, which may round differently from the layer's.
 
 ResNet-50's ``conv1`` gradient (``C = 3``, 7 x 7, stride 2, pad 3): 12 channels, 4 x 4
 taps, pad 1: 16 contexts of 12 rows instead of 49 of 3 (TPU ResNet-50 training applies the
@@ -132,8 +136,12 @@ class SpaceToDepth:
         return i[:, None], j[None, :], ur[:, None], uq[None, :]
 
     def weights(self, w):
-        """``W'`` (``K x C' x R' x S'``) of ``w`` (``K x C x R x S``; a dense rewrite)."""
-        assert self.dense
+        """``W'`` (``K x C' x R' x S'``) of ``w`` (``K x C x R x S``); :exc:`ValueError` for a
+        rewrite that is not :attr:`dense` (its ``W'`` would hold zeros)."""
+        if not self.dense:
+            raise ValueError(f"the space-to-depth rewrite of {self.layer.text()} is not dense: "
+                             f"its W' would hold zero taps (the forward runs dense rewrites "
+                             f"only)")
         w = np.asarray(w)
         k, c = w.shape[:2]
         out = np.zeros((k, c, len(self.h.phases), len(self.w.phases), self.h.taps,
