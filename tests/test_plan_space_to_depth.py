@@ -153,3 +153,20 @@ def test_chosen_only_when_it_saves():
     # every element read (2 x 2 stride 2): nothing to save in the forward
     assert rewrite(ConvLayer.conv(1, 3, 16, 16, 4, 2, 2, 2), rows=16, phase="forward",
                    mode="feeder") is None
+
+
+def test_a_rewrite_whose_inner_layer_does_not_run_is_not_taken():
+    """``tiling.rewrite_of``: the rewrite only when its inner layer runs on the configuration
+    (its plan or column strips), else the layer runs as given: on buffers of 16 words a
+    first layer's 12-channel inner layer has no plan, and the layer keeps its own."""
+    from bpsa.config import load_config
+    from bpsa.plan import tiling
+    small = load_config("small")
+    layer = ConvLayer.conv(1, 1, 32, 32, 4, 7, 7, 2, 3)
+    assert tiling.rewrite_of(small, "gradient", layer, "zero_free") is not None
+    tiny = small.replace(buf_a_depth=16, buf_b_depth=16, buf_p_depth=64, name="tiny16")
+    sd = rewrite(layer, tiny.rows)
+    assert sd is not None
+    with pytest.raises(ValueError):
+        tiling.plan_or_strips(tiny, "gradient", sd.inner, mode="zero_free")
+    assert tiling.rewrite_of(tiny, "gradient", layer, "zero_free") is None

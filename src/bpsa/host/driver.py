@@ -26,7 +26,7 @@ do). Values out of the operand range are refused with :exc:`ValueError` before a
 import numpy as np
 
 from bpsa.models import floating
-from bpsa.plan import capability, space_to_depth, tiling
+from bpsa.plan import capability, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
 from bpsa.spec.errors import error_name
@@ -194,7 +194,7 @@ class Driver:
     Attributes
     ----------
     space_to_depth : bool
-        Run the layers :func:`bpsa.plan.space_to_depth.rewrite` picks as its stride-1 layer
+        Run the layers :func:`bpsa.plan.tiling.rewrite_of` picks as their stride-1 layer
         (default; :attr:`rewrite` is then the last layer's rewrite); ``False`` runs every
         layer as given (the walkers' own strided runs).
     """
@@ -431,7 +431,7 @@ class Driver:
             r, s = kernel_hw
         layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
-        sd = (space_to_depth.rewrite(layer, self.config.rows, phase, mode)
+        sd = (tiling.rewrite_of(self.config, phase, layer, mode)
               if self.check and self.space_to_depth and oh > 0 < ow else None)
         if sd is not None:
             return await self._run_space_to_depth(phase, sd, x, w, dy, mode, requant, relu, plan)

@@ -41,7 +41,7 @@ import numpy as np
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.models.feeder_model import lane_word_cycles
-from bpsa.plan import capability, setup, space_to_depth, tiling
+from bpsa.plan import capability, setup, tiling
 from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
@@ -572,8 +572,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     # what the configuration generates, as the driver checks it (the model: zero-free)
     capability.check(config, phase, mode=frontend if phase == "forward" else "zero_free",
                      requant=0 if requant else None)
-    sd = space_to_depth.rewrite(layer, config.rows, phase,
-                                frontend if phase == "forward" else "zero_free")
+    sd = tiling.rewrite_of(config, phase, layer, frontend if phase == "forward" else "zero_free")
     if sd is not None:                  # the driver runs the inner stride-1 layer
         m = layer_cycles(config, phase, sd.inner, requant=requant, frontend=frontend,
                          multi_tile=multi_tile)

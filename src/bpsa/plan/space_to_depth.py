@@ -176,7 +176,8 @@ def rewrite(layer, rows=None, phase="gradient", mode="zero_free"):
     most 3/4 of them or at most 3/4 of the input elements; the forward: a dense
     rewrite (:attr:`SpaceToDepth.dense`) that reads at most 3/4 of the input elements. A
     smaller gain is not worth the host's permutation. ``rows`` ``None``: whenever it applies
-    (dense for the forward), gain or not."""
+    (dense for the forward), gain or not. (The driver and the cycle model ask
+    :func:`bpsa.plan.tiling.rewrite_of`, which also checks that the inner layer runs.)"""
     if (mode not in MODES.get(phase, ()) or layer.stride == (1, 1) or layer.dil != (1, 1)
             or layer.pad_bottom is not None):
         return None

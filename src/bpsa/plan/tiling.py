@@ -65,7 +65,7 @@ from bpsa.spec.regmap import (FORWARD_MODE_NAMES, MODE_NAMES, POOL_KIND_NAMES, M
                               PoolKind)
 
 __all__ = ["Band", "Strip", "bands", "column_strips", "default_mode", "fc_plan", "mode_value",
-           "plan", "plan_or_strips", "pool_plan", "setup_descriptor", "strips"]
+           "plan", "plan_or_strips", "pool_plan", "rewrite_of", "setup_descriptor", "strips"]
 
 
 @dataclass(frozen=True)
@@ -293,10 +293,27 @@ def plan_or_strips(config, phase, layer, mode="bp_im2col"):
     """:func:`plan` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`), or, when its rows
     are too wide for the controller, ``{"strips": [...], "plans": [...]}`` of
     :func:`column_strips`; :exc:`ValueError` naming why neither runs (both reasons when they
-    differ). A layer the driver rewrites (:func:`bpsa.plan.space_to_depth.rewrite`) is
-    planned as the inner layer it runs."""
+    differ). A layer the driver rewrites (:func:`rewrite_of`) is planned as the inner layer
+    it runs."""
+    sd = rewrite_of(config, phase, layer, mode)
+    return _plan_or_strips(config, phase, layer if sd is None else sd.inner, mode)
+
+
+def rewrite_of(config, phase, layer, mode="bp_im2col"):
+    """The space-to-depth rewrite the driver runs ``phase`` of ``layer`` as in ``mode``
+    (:func:`bpsa.plan.space_to_depth.rewrite`), when its inner layer runs on ``config``
+    (a plan or column strips); ``None`` otherwise (the layer then runs as given)."""
     sd = space_to_depth.rewrite(layer, config.rows, phase, mode)
-    layer = layer if sd is None else sd.inner
+    if sd is None:
+        return None
+    try:
+        _plan_or_strips(config, phase, sd.inner, mode)
+    except ValueError:
+        return None
+    return sd
+
+
+def _plan_or_strips(config, phase, layer, mode):
     try:
         return plan(config, phase, layer, mode=mode)
     except ValueError as e:
