@@ -99,8 +99,8 @@ class LayerCycles:
 
     ``space_to_depth``: the driver runs the layer as :mod:`bpsa.plan.space_to_depth`
     rewrites it (the figures are the inner layer's but ``macs``, ``utilization`` and the
-    roofline, the layer's; DMA bytes may then be below ``min_bytes``: X' holds only the
-    elements taps read, and the loss's dX' only the elements they write).
+    roofline, the layer's; the forward and the zero-free gradient only, and X' holds only
+    the elements taps read, as ``min_bytes`` counts them).
 
     Forward only: ``frontend`` (``feeder`` or ``channel_first``); ``x_sram_words``: the X
     buffer words the front end reads, of ``x_word_operands`` operands each (feeder: words of

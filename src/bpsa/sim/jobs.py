@@ -63,7 +63,8 @@ def _float_golden(cfg, phase, plan, ops, hw, geo, requant=False, rewrite=None):
 async def run_job(cfg, drv, job, clock, plan=None):
     """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
     "mode", "requant", "space_to_depth"}``; the last ``False``: the driver rewrites no layer,
-    :mod:`bpsa.plan.space_to_depth`) through the driver ``drv``: random tensors from ``seed``, the result
+    :mod:`bpsa.plan.space_to_depth`) through the driver ``drv``: random tensors from
+    ``seed``, the result
     and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
     operands as the forward's or zero-free loss's output then leaves) and a summary
     (counters, match, useful MACs, simulated cycles by ``clock()``, wall seconds). ``plan``:
