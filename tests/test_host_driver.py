@@ -393,3 +393,62 @@ def test_open_refuses_hardware_of_another_arithmetic():
     with pytest.raises(RuntimeError, match="the hardware's pooling unit has 1 lane\\(s\\), "
                                            "configuration 'small' 4"):
         asyncio.run(Driver(Regs(small.replace(pool_lanes=1)), small).open())
+
+
+def test_operands_that_disagree_are_refused_before_the_hardware():
+    """Every phase checks its operands' shapes against each other (the golden model's check,
+    :func:`bpsa.spec.layer.conv_operands`), their values and the descriptor's field widths,
+    and raises :exc:`ValueError` with the reason; nothing runs."""
+    rng = np.random.default_rng(0)
+    small, cf = load_config("small"), load_config("small_cf")
+
+    def ints(*shape):
+        return rng.integers(-5, 5, shape)
+
+    x, w = ints(1, 4, 12, 12), ints(6, 4, 3, 3)
+    dy = ints(1, 6, 6, 6)                                  # stride 2, padding 1
+    cases = [
+        (small, lambda d: d.forward(x, ints(6, 5, 3, 3), stride=2, padding=1),
+         r"^w has 5 input channels but x has 4$"),
+        (small, lambda d: d.forward(x[0], w), r"^x must have 4 dimensions \(N x C x H x W\), "
+                                              r"not shape \(4, 12, 12\)$"),
+        (small, lambda d: d.forward(x, w, stride=0), r"^stride must be >= 1, not 0$"),
+        (small, lambda d: d.forward(x.astype(np.float32), w), r"^x must hold integers"),
+        (small, lambda d: d.loss(ints(1, 5, 6, 6), w, (12, 12), 2, 1),
+         r"^dy has 5 channels but w has 6 output channels$"),
+        (small, lambda d: d.loss(ints(1, 6, 5, 6), w, (12, 12), 2, 1),
+         r"^dy must have shape \(N, 6, 6, 6\) for input_hw \(12, 12\), kernel_hw \(3, 3\), "
+         r"stride \(2, 2\), padding \(1, 1\), dilation \(1, 1\); not \(1, 6, 5, 6\)$"),
+        (small, lambda d: d.gradient(x, ints(2, 6, 6, 6), (3, 3), 2, 1),
+         r"^dy has batch 2 but x has 1$"),
+        (small, lambda d: d.gradient(x, ints(1, 6, 7, 7), (3, 3), 2, 1),
+         r"^dy must have shape \(N, 6, 6, 6\)"),
+        (small, lambda d: d.loss_baseline(ints(1, 5, 6, 6), w, (12, 12), 2, 1),
+         r"^dy has 5 channels but w has 6 output channels$"),
+        (small, lambda d: d.gradient_baseline(x, ints(1, 6, 5, 5), (3, 3), 2, 1),
+         r"^dy must have shape \(N, 6, 6, 6\)"),
+        (cf, lambda d: d.loss(dy, ints(6, 4, 2, 3), (12, 12), 2, 1, mode="channel_first"),
+         r"^dy must have shape \(N, 6, 7, 6\) for input_hw \(12, 12\), kernel_hw \(2, 3\)"),
+        (small, lambda d: d.forward(ints(1, 1, 8, 8), ints(5000, 1, 1, 1)),
+         r"^forward layer does not fit configuration 'small': layer K = 5000 does not fit "
+         r"the descriptor's 12-bit fields \(dim_width 12: at most 4095\)$"),
+        (small, lambda d: d.fc_backward(ints(2, 3), ints(5000, 3), ints(2, 5000)),
+         r"^fc_backward does not fit configuration 'small': FC layer O = 5000 does not fit "
+         r"the descriptor's 12-bit fields"),
+        (small, lambda d: d.fc_backward(ints(2, 3) * 100, ints(4, 3), ints(2, 4)),
+         r"^x has values outside the 8-bit signed operand range \[-128, 127\]$"),
+        (small, lambda d: d.pool(x, "max", 2, stride=0), r"^stride must be >= 1, not 0$"),
+        (small, lambda d: d.pool(x, "max", 0), r"^kernel must be >= 1 in both axes, not 0$"),
+        (small, lambda d: d.pool_backward(ints(1, 4, 6, 6), x, "max", 2, requant=99),
+         r"^requant \(a shift\) must be an integer in \[0, 31\], not 99$"),
+    ]
+    for cfg, call, msg in cases:
+        t = GoldenTransport(cfg)
+        drv = Driver(t, cfg, mem_size=1 << 22)
+
+        async def go():
+            await drv.open()
+            await call(drv)
+        with pytest.raises(ValueError, match=msg):
+            asyncio.run(go())
+        assert t.runs == [] and "STATUS" not in t.regs and "PROG_ADDR" not in t.regs, msg

@@ -146,3 +146,48 @@ def test_dict_round_trip():
     d = {"batch": 1, "channels": 2, "height": 5, "width": 6, "out_channels": 2, "kernel_h": 3,
          "kernel_w": 3, "stride_h": 2, "kind": "max", "relu": True}
     assert ConvLayer.from_dict(d) == ConvLayer(1, 2, 5, 6, 2, 3, 3, stride_h=2)
+
+
+def test_conv_operands_check_shapes_against_each_other():
+    """The layer of a phase's operands, or the first disagreement named (the golden model
+    and the host driver share the check)."""
+    from bpsa.spec.layer import conv_operands
+    x, w, dy = np.zeros((2, 4, 12, 12)), np.zeros((6, 4, 3, 3)), np.zeros((2, 6, 6, 6))
+    geo = dict(stride=2, padding=1)
+    want = ConvLayer.conv(2, 4, 12, 12, 6, 3, 3, 2, 1)
+    assert conv_operands("forward", x=x, w=w, **geo) == want
+    assert conv_operands("loss", dy=dy, w=w, input_hw=12, **geo) == want
+    assert conv_operands("gradient", x=x, dy=dy, kernel_hw=(3, 3), **geo) == want
+    for call, msg in [
+        (lambda: conv_operands("forward", x=x, w=np.zeros((6, 5, 3, 3))),
+         "w has 5 input channels but x has 4"),
+        (lambda: conv_operands("forward", x=x), r"the forward needs w \(K x C x R x S\)"),
+        (lambda: conv_operands("loss", dy=dy[0], w=w, input_hw=12),
+         r"dy must have 4 dimensions \(N x K x OH x OW\), not shape \(6, 6, 6\)"),
+        (lambda: conv_operands("loss", dy=dy[:, :5], w=w, input_hw=12, **geo),
+         "dy has 5 channels but w has 6 output channels"),
+        (lambda: conv_operands("loss", dy=dy, w=w, input_hw=0, **geo),
+         "input_hw must be >= 1 in both axes, not 0"),
+        (lambda: conv_operands("gradient", x=x[:1], dy=dy, kernel_hw=3, **geo),
+         "dy has batch 2 but x has 1"),
+        (lambda: conv_operands("gradient", x=x, dy=dy, kernel_hw=3),
+         r"dy must have shape \(N, 6, 10, 10\) for input_hw \(12, 12\), kernel_hw \(3, 3\)"),
+        (lambda: conv_operands("forward", x=x, w=np.zeros((6, 4, 15, 3))),
+         "kernel_hw .* spans 15"),
+        (lambda: conv_operands("pool", x=x), "phase must be one of forward, loss, gradient"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            call()
+    # fit=False: a kernel larger than the input passes (the hardware refuses it)
+    assert conv_operands("forward", x=x, w=np.zeros((6, 4, 15, 3)), fit=False).kernel_h == 15
+
+
+def test_check_fields_names_what_does_not_fit():
+    lay = ConvLayer.conv(1, 4, 8, 5000, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"^layer W = 5000 does not fit the descriptor's "
+                                         r"12-bit fields \(dim_width 12: at most 4095\)$"):
+        lay.check_fields(12)
+    lay.check_fields(12, skip=("W",))
+    lay.check_fields(13)
+    with pytest.raises(ValueError, match="^FC layer O = 5000 does not fit"):
+        FcLayer(2, 3, 5000).check_fields(12)

@@ -23,6 +23,8 @@ results ``acc_width``-bit two's complement (they wrap exactly as the hardware's 
 do). Values out of the operand range are refused with :exc:`ValueError` before anything runs.
 """
 
+import numbers
+
 import numpy as np
 
 from bpsa.models import floating
@@ -30,7 +32,8 @@ from bpsa.plan import capability, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
 from bpsa.spec.errors import error_name
-from bpsa.spec.layer import ConvLayer, global_avg_window, out_size, pair
+from bpsa.spec.layer import (ConvLayer, check_fields, conv_operands, conv_params,
+                             global_avg_window, out_size, pair, size_pair)
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
     ARITHMETIC_CODES,
@@ -416,20 +419,15 @@ class Driver:
         zl = phase == "loss" and mode == "zero_free"
         cfx = phase == "forward" and mode == "channel_first"
         self.mode = mode if phase != "forward" or cfx else None
-        stride, pad, dil = pair(stride), pair(padding), pair(dilation)
         cols = self.config.cols
-        if phase == "forward":
-            x, w = self._check_operand("x", x), self._check_operand("w", w)
-            (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
-        elif phase == "loss":
-            dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
-            (n, k, _, _), (_, c, r, s) = dy.shape, w.shape
-            h, wd = input_hw
-        else:
-            x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
-            (n, c, h, wd), (_, k, _, _) = x.shape, dy.shape
-            r, s = kernel_hw
-        layer = ConvLayer.conv(n, c, h, wd, k, r, s, stride, pad, dil)
+        x, w, dy = (None if t is None else self._check_operand(name, t)
+                    for name, t in (("x", x), ("w", w), ("dy", dy)))
+        # the operands' shapes against each other; a kernel larger than the padded input
+        # goes to the hardware, which refuses it (KERNEL_TOO_LARGE)
+        layer = conv_operands(phase, x=x, w=w, dy=dy, input_hw=input_hw, kernel_hw=kernel_hw,
+                              stride=stride, padding=padding, dilation=dilation, fit=False)
+        (n, c, h, wd), (k, _, r, s) = layer.x_shape, layer.w_shape
+        stride, pad, dil = layer.stride, layer.pad, layer.dil
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         sd = (tiling.rewrite_of(self.config, phase, layer, mode)
               if self.check and self.space_to_depth and oh > 0 < ow else None)
@@ -447,6 +445,11 @@ class Driver:
                 return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
                                               relu)
             self.plan = p
+        try:
+            layer.check_fields(self.config.dim_width)
+        except ValueError as e:
+            raise ValueError(f"{phase} layer does not fit configuration "
+                             f"{self.config.name!r}: {e}") from None
         kt = -(-k // cols)
         ins, out_shape = [], None
         if cfx:
@@ -587,7 +590,8 @@ class Driver:
         Otherwise (also for layers with ``K >= buf_p_depth`` outputs, which PHASE 3 refuses)
         the loss and the gradient of the equivalent 1x1 convolution on 1x1 images, two
         descriptors one after the other (the counters are then the sums of both runs')."""
-        x, w, dy = (np.asarray(t) for t in (x, w, dy))
+        x, w, dy = (self._check_operand(name, t) for name, t in (("x", x), ("w", w),
+                                                                 ("dy", dy)))
         if x.ndim != 2 or w.ndim != 2 or dy.ndim != 2:
             raise ValueError(f"fc_backward takes matrices x (N x C), w (K x C), dy (N x K), "
                              f"not shapes {x.shape}, {w.shape}, {dy.shape}")
@@ -595,6 +599,11 @@ class Driver:
         if c2 != c or n2 != n or k2 != k:
             raise ValueError(f"fc_backward shapes do not chain: x {x.shape}, w {w.shape}, "
                              f"dy {dy.shape}")
+        try:
+            check_fields(self.config.dim_width, "FC layer", N=n, I=c, O=k)
+        except ValueError as e:
+            raise ValueError(f"fc_backward does not fit configuration {self.config.name!r}: "
+                             f"{e}") from None
         if interleaved is None:
             interleaved = self.config.has("interleaved") and self.config.has("is")
             if interleaved and n and c and k:
@@ -652,14 +661,25 @@ class Driver:
             return (x, hw_kind, *global_avg_window(*x.shape[2:]))
         if kernel is None:
             raise ValueError(f"{kind} pooling needs a kernel")
-        rs = pair(kernel, "kernel")
-        return x, hw_kind, rs, rs if stride is None else pair(stride, "stride"), \
-            pair(padding, "padding")
+        rs = size_pair(kernel, "kernel")
+        st, pad, _ = conv_params(rs if stride is None else stride, padding, 1)
+        return x, hw_kind, rs, st, pad
 
     async def _pool_run(self, phase, x, dy, kind, kernel, stride, padding, relu, requant):
         x, hw_kind, (r, s), st, pad = self._pool_args(x, kind, kernel, stride, padding)
         n, c, h, wd = x.shape
         oh, ow = _out_hw(h, wd, r, s, st, pad, (1, 1))
+        limit = capability.requant_limit(self.config)
+        if requant is not None and (isinstance(requant, bool) or not isinstance(
+                requant, numbers.Integral) or not 0 <= requant <= limit):
+            raise ValueError(f"requant (a shift) must be an integer in [0, {limit}], not "
+                             f"{requant!r}")
+        try:
+            check_fields(self.config.dim_width, f"{phase} layer", N=n, C=c, H=h, W=wd, R=r,
+                         S=s, stride=st, pad=pad)
+        except ValueError as e:
+            raise ValueError(f"{phase} layer does not fit configuration "
+                             f"{self.config.name!r}: {e}") from None
         self.plan = None
         if self.check:          # check off: the hardware refuses what does not fit
             try:
@@ -745,6 +765,8 @@ class Driver:
         :meth:`loss`; the counters show what the zero-spaces cost. ``plan``: that forward's
         (see :meth:`run`)."""
         dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
+        conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride, padding=padding,
+                      dilation=dilation)
         zp, wt, d = baseline_loss_operands(dy, w, input_hw, stride, padding, dilation)
         return await self.forward(zp, wt, 1, 0, d, plan=plan)
 
@@ -755,6 +777,8 @@ class Driver:
         convolution of X (channels as the batch) by dY (the kernel, stride = dilation).
         ``plan``: that forward's (see :meth:`run`)."""
         x, dy = self._check_operand("x", x), self._check_operand("dy", dy)
+        conv_operands("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
+                      padding=padding, dilation=dilation)
         xt, dd, d = baseline_gradient_operands(x, dy, kernel_hw, stride, padding, dilation)
         out = await self.forward(xt, dd, d, 0, 1, plan=plan)
         return out.transpose(1, 0, 2, 3)
@@ -784,12 +808,10 @@ class Driver:
         from bpsa.host.loss_classes import class_jobs, place
         capability.check(self.config, "loss", mode="channel_first", requant=requant)
         dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
-        stride, pad, dil = pair(stride), pair(padding), pair(dilation)
-        h, wd = input_hw
-        k, c, r, s = w.shape
-        if dy.shape[1] != k or dy.shape[2:] != _out_hw(h, wd, r, s, stride, pad, dil):
-            raise ValueError(f"dy has shape {dy.shape}; the layer's dY is N x {k} x "
-                             f"{_out_hw(h, wd, r, s, stride, pad, dil)}")
+        layer = conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
+                              padding=padding, dilation=dilation)
+        stride, pad, dil = layer.stride, layer.pad, layer.dil
+        h, wd, c = layer.height, layer.width, layer.channels
         dx = np.zeros((dy.shape[0], c, h, wd), dtype=np.int64)
         total, runs = {}, []
         jobs = class_jobs(dy, w, (h, wd), stride, pad, dil)

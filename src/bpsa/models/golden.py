@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bpsa.spec.layer import conv_params, output_hw, pair
+from bpsa.spec.layer import conv_operands, conv_params, output_hw, pair, size_pair
 
 __all__ = [
     "output_hw", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "gemm",
@@ -52,13 +52,6 @@ def _int(value, name):
 
 def _params(stride, padding, dilation):
     return conv_params(stride, padding, dilation)
-
-
-def _hw(value, name):
-    hw = pair(value, name)
-    if min(hw) < 1:
-        raise ValueError(f"{name} must be >= 1 in both axes, not {value!r}")
-    return hw
 
 
 def _tensor(array, name, ndim=4):
@@ -86,12 +79,10 @@ def conv2d(x, w, stride=1, padding=0, dilation=1):
     (K x C x R x S)."""
     x = _tensor(x, "x")
     w = _tensor(w, "w")
-    s, p, d = _params(stride, padding, dilation)
-    n, c, h, wd = x.shape
-    k, c_w, r_n, s_n = w.shape
-    if c_w != c:
-        raise ValueError(f"w has {c_w} input channels but x has {c}")
-    oh, ow = _out_hw(_hw((h, wd), "input_hw"), _hw((r_n, s_n), "kernel_hw"), s, p, d)
+    layer = conv_operands("forward", x=x, w=w, stride=stride, padding=padding,
+                          dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (n, c, h, wd), (k, _, r_n, s_n), (oh, ow) = x.shape, w.shape, layer.out_hw
     xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
     rows, cols = _taps(oh, s[0], d[0]), _taps(ow, s[1], d[1])
     y = np.zeros((n, k, oh, ow), dtype=np.int64)
@@ -99,16 +90,6 @@ def conv2d(x, w, stride=1, padding=0, dilation=1):
         for q in range(s_n):
             y += np.einsum("nchw,kc->nkhw", xp[:, :, rows(r), cols(q)], w[:, :, r, q])
     return y
-
-
-def _check_dy(dy, n_k, input_hw, kernel_hw, s, p, d):
-    out = _out_hw(input_hw, kernel_hw, s, p, d)
-    if tuple(dy.shape[1:]) != (n_k, *out):
-        raise ValueError(
-            f"dy must have shape (N, {n_k}, {out[0]}, {out[1]}) for input_hw {tuple(input_hw)}, "
-            f"kernel_hw {tuple(kernel_hw)}, stride {s}, padding {p}, dilation {d}; "
-            f"not {dy.shape}")
-    return out
 
 
 def conv2d_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1):
@@ -119,10 +100,10 @@ def conv2d_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1):
     """
     dy = _tensor(dy, "dy")
     w = _tensor(w, "w")
-    s, p, d = _params(stride, padding, dilation)
-    h, wd = _hw(input_hw, "input_hw")
-    k, c, r_n, s_n = w.shape
-    oh, ow = _check_dy(dy, k, (h, wd), _hw((r_n, s_n), "kernel_hw"), s, p, d)
+    layer = conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
+                          padding=padding, dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (h, wd), (k, c, r_n, s_n), (oh, ow) = (layer.height, layer.width), w.shape, layer.out_hw
     n = dy.shape[0]
     dxp = np.zeros((n, c, h + 2 * p[0], wd + 2 * p[1]), dtype=np.int64)
     rows, cols = _taps(oh, s[0], d[0]), _taps(ow, s[1], d[1])
@@ -137,13 +118,11 @@ def conv2d_weight_grad(x, dy, kernel_hw, stride=1, padding=0, dilation=1):
     (N x K x OH x OW); ``kernel_hw`` is ``(R, S)`` (an int means square)."""
     x = _tensor(x, "x")
     dy = _tensor(dy, "dy")
-    s, p, d = _params(stride, padding, dilation)
-    r_n, s_n = _hw(kernel_hw, "kernel_hw")
-    n, c, h, wd = x.shape
-    if dy.shape[0] != n:
-        raise ValueError(f"dy has batch {dy.shape[0]} but x has {n}")
-    k = dy.shape[1]
-    oh, ow = _check_dy(dy, k, _hw((h, wd), "input_hw"), (r_n, s_n), s, p, d)
+    layer = conv_operands("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
+                          padding=padding, dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (n, c, h, wd), k, (oh, ow) = x.shape, layer.out_channels, layer.out_hw
+    r_n, s_n = layer.kernel_h, layer.kernel_w
     xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
     rows, cols = _taps(oh, s[0], d[0]), _taps(ow, s[1], d[1])
     dw = np.zeros((k, c, r_n, s_n), dtype=np.int64)
@@ -189,7 +168,7 @@ def _pool_params(x_shape, kind, kernel, stride, padding):
     h, w = x_shape[2], x_shape[3]
     if kind == "global_avg":
         return (h, w), (1, 1), (0, 0), (1, 1)
-    k = _hw(kernel, "kernel")
+    k = size_pair(kernel, "kernel")
     st = k if stride is None else pair(stride, "stride")
     p = pair(padding, "padding")
     if min(st) < 1:
@@ -402,12 +381,10 @@ def lower_forward(x, w, stride=1, padding=0, dilation=1):
     """
     x = _tensor(x, "x")
     w = _tensor(w, "w")
-    s, p, d = _params(stride, padding, dilation)
-    n, c, h, wd = x.shape
-    k, c_w, r_n, s_n = w.shape
-    if c_w != c:
-        raise ValueError(f"w has {c_w} input channels but x has {c}")
-    oh, ow = _out_hw(_hw((h, wd), "input_hw"), _hw((r_n, s_n), "kernel_hw"), s, p, d)
+    layer = conv_operands("forward", x=x, w=w, stride=stride, padding=padding,
+                          dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (n, c, h, wd), (k, _, r_n, s_n), (oh, ow) = x.shape, w.shape, layer.out_hw
     hh = _window_rows(oh, r_n, s[0], d[0], p[0], h)     # [oh, r]
     ww = _window_rows(ow, s_n, s[1], d[1], p[1], wd)    # [ow, q]
     i_n, i_oh, i_ow, i_c, i_r, i_q = _ix(range(n), range(oh), range(ow), range(c), range(r_n),
@@ -451,10 +428,10 @@ def lower_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1):
     """
     dy = _tensor(dy, "dy")
     w = _tensor(w, "w")
-    s, p, d = _params(stride, padding, dilation)
-    h, wd = _hw(input_hw, "input_hw")
-    k, c, r_n, s_n = w.shape
-    oh, ow = _check_dy(dy, k, (h, wd), _hw((r_n, s_n), "kernel_hw"), s, p, d)
+    layer = conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
+                          padding=padding, dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (h, wd), (k, c, r_n, s_n), (oh, ow) = (layer.height, layer.width), w.shape, layer.out_hw
     n = dy.shape[0]
     i_c, i_k, i_r, i_q = _ix(range(c), range(k), range(r_n), range(s_n))
     a_src = (((i_k * c + i_c) * r_n + (r_n - 1 - i_r)) * s_n + (s_n - 1 - i_q))
@@ -485,13 +462,11 @@ def lower_weight_grad(x, dy, kernel_hw, stride=1, padding=0, dilation=1):
     """
     x = _tensor(x, "x")
     dy = _tensor(dy, "dy")
-    s, p, d = _params(stride, padding, dilation)
-    r_n, s_n = _hw(kernel_hw, "kernel_hw")
-    n, c, h, wd = x.shape
-    if dy.shape[0] != n:
-        raise ValueError(f"dy has batch {dy.shape[0]} but x has {n}")
-    k = dy.shape[1]
-    oh, ow = _check_dy(dy, k, _hw((h, wd), "input_hw"), (r_n, s_n), s, p, d)
+    layer = conv_operands("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
+                          padding=padding, dilation=dilation)
+    s, p, d = layer.stride, layer.pad, layer.dil
+    (n, c, h, wd), k, (oh, ow) = x.shape, layer.out_channels, layer.out_hw
+    r_n, s_n = layer.kernel_h, layer.kernel_w
     hd, wdd = s[0] * (oh - 1) + 1, s[1] * (ow - 1) + 1
     ih = np.where(np.arange(hd) % s[0] == 0, np.arange(hd) // s[0], -1)
     iw = np.where(np.arange(wdd) % s[1] == 0, np.arange(wdd) // s[1], -1)
@@ -544,8 +519,8 @@ def structural_zero_counts(phase, input_hw, kernel_hw, stride=1, padding=0, dila
     any matrix, so it works for full-size layers.
     """
     s, p, d = _params(stride, padding, dilation)
-    hw = _hw(input_hw, "input_hw")
-    rs = _hw(kernel_hw, "kernel_hw")
+    hw = size_pair(input_hw, "input_hw")
+    rs = size_pair(kernel_hw, "kernel_hw")
     oh, ow = _out_hw(hw, rs, s, p, d)
     c, k, n = (_int(in_channels, "in_channels"), _int(out_channels, "out_channels"),
                _int(batch, "batch"))

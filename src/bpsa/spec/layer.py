@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 __all__ = ["ConvLayer", "FcLayer", "LAYER_KEYS", "LayerGeometry", "POOL_KEYS", "PoolLayer",
-           "conv_params", "out_size", "output_hw", "pair", "parse_fc", "parse_layer",
-           "parse_pool"]
+           "check_fields", "conv_operands", "conv_params", "out_size", "output_hw", "pair",
+           "parse_fc", "parse_layer", "parse_pool", "size_pair"]
 
 
 def out_size(size, kernel, stride, pad, dil, pad_end=None):
@@ -79,6 +79,81 @@ def output_hw(input_hw, kernel_hw, stride=1, padding=0, dilation=1):
                 f"kernel_hw {rs} with dilation {d} spans {span} in axis {axis}, more than the "
                 f"padded input: input_hw {hw} with padding {p} gives {padded}")
     return tuple(out_size(hw[a], rs[a], s[a], p[a], d[a]) for a in range(2))
+
+
+def size_pair(value, name):
+    """:func:`pair` of sizes: :exc:`ValueError` naming ``name`` when either is below 1."""
+    hw = pair(value, name)
+    if min(hw) < 1:
+        raise ValueError(f"{name} must be >= 1 in both axes, not {value!r}")
+    return hw
+
+
+#: The operands of each convolution phase, and the form of each operand.
+_PHASE_OPERANDS = {"forward": ("x", "w"), "loss": ("dy", "w"), "gradient": ("x", "dy")}
+_OPERAND_FORMS = {"x": "N x C x H x W", "w": "K x C x R x S", "dy": "N x K x OH x OW"}
+
+
+def conv_operands(phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
+                  stride=1, padding=0, dilation=1, fit=True):
+    """The :class:`ConvLayer` whose ``phase`` (``"forward"``: ``x``, ``w``; ``"loss"``:
+    ``dy``, ``w``, ``input_hw``; ``"gradient"``: ``x``, ``dy``, ``kernel_hw``) the operands
+    describe (arrays, or anything :func:`numpy.shape` reads; the other phases' operands are
+    ignored), checked against each other before any work: four dimensions each, the input
+    channels of ``w`` and ``x``, the output channels of ``w`` and ``dy``, the batch of ``x``
+    and ``dy``, ``dy``'s plane against the layer's output, ``stride``, ``padding`` and
+    ``dilation`` (:func:`conv_params`). :exc:`ValueError` names the first disagreement.
+
+    ``fit``: a dilated kernel larger than the padded input is refused (:func:`output_hw`);
+    ``False`` lets it through (``dy``'s plane is then not checked: the hardware refuses such a
+    layer with KERNEL_TOO_LARGE)."""
+    if phase not in _PHASE_OPERANDS:
+        raise ValueError(f"phase must be one of {', '.join(_PHASE_OPERANDS)}, not {phase!r}")
+    st, pad, dil = conv_params(stride, padding, dilation)
+    given = {"x": x, "w": w, "dy": dy}
+    shape = {}
+    for name in _PHASE_OPERANDS[phase]:
+        if given[name] is None:
+            raise ValueError(f"the {phase} needs {name} ({_OPERAND_FORMS[name]})")
+        shape[name] = tuple(int(v) for v in np.shape(given[name]))
+        if len(shape[name]) != 4:
+            raise ValueError(f"{name} must have 4 dimensions ({_OPERAND_FORMS[name]}), not "
+                             f"shape {shape[name]}")
+    if phase == "forward":
+        (n, c, h, wd), (k, c_w, r, s) = shape["x"], shape["w"]
+        if c_w != c:
+            raise ValueError(f"w has {c_w} input channels but x has {c}")
+    elif phase == "loss":
+        (n, k_dy), (k, c, r, s) = shape["dy"][:2], shape["w"]
+        h, wd = size_pair(input_hw, "input_hw")
+        if k_dy != k:
+            raise ValueError(f"dy has {k_dy} channels but w has {k} output channels")
+    else:
+        (n, c, h, wd), (n_dy, k) = shape["x"], shape["dy"][:2]
+        r, s = size_pair(kernel_hw, "kernel_hw")
+        if n_dy != n:
+            raise ValueError(f"dy has batch {n_dy} but x has {n}")
+    if fit:
+        out = output_hw((h, wd), (r, s), st, pad, dil)
+    else:
+        out = tuple(out_size(*a) for a in zip((h, wd), (r, s), st, pad, dil))
+    if "dy" in shape and min(out) > 0 and shape["dy"][2:] != out:
+        raise ValueError(
+            f"dy must have shape (N, {k}, {out[0]}, {out[1]}) for input_hw {(h, wd)}, "
+            f"kernel_hw {(r, s)}, stride {st}, padding {pad}, dilation {dil}; not "
+            f"{shape['dy']}")
+    return ConvLayer.conv(n, c, h, wd, k, r, s, st, pad, dil)
+
+
+def check_fields(dim_width, what, **values):
+    """:exc:`ValueError` when one of ``values`` (an int or a tuple of ints, by the name a
+    message gives it) does not fit a descriptor's ``dim_width``-bit shape fields; ``what``
+    names the layer in the message."""
+    limit = (1 << dim_width) - 1
+    for key, value in values.items():
+        if any(not 0 <= v <= limit for v in (value if isinstance(value, tuple) else (value,))):
+            raise ValueError(f"{what} {key} = {value} does not fit the descriptor's "
+                             f"{dim_width}-bit fields (dim_width {dim_width}: at most {limit})")
 
 
 class LayerGeometry:
@@ -174,6 +249,16 @@ class ConvLayer(LayerGeometry):
         """Elements of one im2col row (the depth of a context): ``C*R*S``."""
         return self.channels * self.kernel_h * self.kernel_w
 
+    def check_fields(self, dim_width, skip=()):
+        """:exc:`ValueError` naming the first of the layer's sizes (by its key in the text
+        form, :data:`LAYER_KEYS`; ``skip``: keys left out) that does not fit a descriptor's
+        ``dim_width``-bit fields (:func:`check_fields`)."""
+        values = {"N": self.batch, "C": self.channels, "H": self.height, "W": self.width,
+                  "K": self.out_channels, "R": self.kernel_h, "S": self.kernel_w,
+                  "stride": self.stride, "pad": self.pad,
+                  "dilation": self.dil}
+        check_fields(dim_width, "layer", **{k: v for k, v in values.items() if k not in skip})
+
     def baseline(self, phase):
         """The forward convolution that computes ``phase`` (loss or gradient) of this layer
         the traditional way, on the zero-spaced tensors
@@ -266,6 +351,11 @@ class FcLayer:
     def text(self):
         return f"N={self.batch},I={self.inputs},O={self.outputs}"
 
+    def check_fields(self, dim_width):
+        """:exc:`ValueError` when ``N``, ``I`` or ``O`` does not fit a descriptor's
+        ``dim_width``-bit fields (:func:`check_fields`)."""
+        check_fields(dim_width, "FC layer", N=self.batch, I=self.inputs, O=self.outputs)
+
 
 def parse_fc(text):
     """``N=8,I=20,O=10`` (``N`` defaults to 1) -> :class:`FcLayer`; :exc:`ValueError` names a
@@ -322,6 +412,13 @@ class PoolLayer:
     def out_hw(self):
         return tuple(out_size(n, k, s, p, 1) for n, k, s, p in zip(
             (self.height, self.width), self.kernel, self.stride, self.pad))
+
+    def check_fields(self, dim_width):
+        """:exc:`ValueError` naming the first size (by its key, :data:`POOL_KEYS`) that does
+        not fit a descriptor's ``dim_width``-bit fields (:func:`check_fields`)."""
+        check_fields(dim_width, "pooling layer", N=self.batch, C=self.channels, H=self.height,
+                     W=self.width, R=self.kernel[0], S=self.kernel[1], stride=self.stride,
+                     pad=self.pad)
 
     def text(self):
         def hw(v):
