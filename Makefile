@@ -32,19 +32,21 @@ help:
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
-	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/roofline.md)"
-	@echo "make rtl-layers  seven full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
+	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/results/roofline.md)"
+	@echo "make rtl-layers  seven full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/results/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
 	@echo "make bench-pool  every pooling layer of workloads/pool_layers.csv: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on CONFIG=$(CONFIG) (minutes)"
 	@echo "make bench-frontends  every layer of workloads/conv_layers.csv, data feeder vs channel-first forward: cycle model at full size on PERF_CONFIG=$(PERF_CONFIG), RTL scaled on small_cf (Verilator, a minute and a half), Markdown tables and docs/figures/frontends.png"
-	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=$(CONFIG))"
+	@echo "make bench-sim  native simulation speed per build (-O0/-O1/-O2, 1/2 threads; CONFIG=small,paper16 unless given, a comma list): docs/results/simulation_speed.md (an hour)"
+	@echo "make area      ECP5 synthesis + out-of-context Fmax of the board configuration's blocks (AREA_CONFIG=$(AREA_CONFIG)) into docs/synth/<block>/, then docs/results/area.md (hours)"
+	@echo "make area-page docs/results/area.md from the reports under docs/synth/ (seconds)"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
-	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train (4x4) at 50 MHz; about 30 min)"
+	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train (4x4) at 50 MHz; about 30 min; its row in docs/results/boards.md)"
 	@echo "make figures   utilization, time per layer and roofline of NETWORK=$(NETWORK) on PERF_CONFIG=$(PERF_CONFIG), PNG and SVG into docs/figures/"
 	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
-	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png (~25 min)"
-	@echo "make train-float  the digits CNN in bf16 (the golden model, bit-identical to the RTL), int16, PyTorch float32 and bf16 autocast: docs/figures/training_bf16.png, docs/training_bf16.json (~4 min)"
-	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch: docs/figures/torch_*.png (~15 min)"
+	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png, docs/results/training.md (~25 min)"
+	@echo "make train-float  the digits CNN in bf16 (the golden model, bit-identical to the RTL), int16, PyTorch float32 and bf16 autocast: docs/figures/training_bf16.png, docs/results/training/bf16.json, docs/results/training.md (~4 min)"
+	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch, and the digits CNN in int16: docs/figures/torch_*.png, docs/results/training.md (~20 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
@@ -97,13 +99,33 @@ bench-backward:
 	$(BIN)/python -m bpsa.tools.bench_backward --config $(BENCH_CONFIG)
 
 bench-pool:
-	$(BIN)/python -m bpsa.tools.bench_pool --config $(PERF_CONFIG) --rtl-config $(CONFIG) --plot docs/figures/pool_layers.png
+	$(BIN)/python -m bpsa.tools.bench_pool --config $(PERF_CONFIG) --rtl-config $(CONFIG) --plot docs/figures/pool_layers.png --page docs/results/bench_pool.md
 
 bench-frontends:
-	$(BIN)/python -m bpsa.tools.bench_frontends --config $(PERF_CONFIG) --rtl-config small_cf --plot docs/figures/frontends.png
+	$(BIN)/python -m bpsa.tools.bench_frontends --config $(PERF_CONFIG) --rtl-config small_cf --plot docs/figures/frontends.png --page docs/results/bench_frontends.md
 
 bench-sim:
-	$(BIN)/python -m bpsa.tools.bench_sim --config $(CONFIG)
+	$(BIN)/python -m bpsa.tools.bench_sim --config $(if $(filter-out file,$(origin CONFIG)),$(CONFIG),small$(comma)paper16) --page docs/results/simulation_speed.md
+
+comma := ,
+
+# ECP5 area and out-of-context Fmax of the board configuration's blocks (bpsa synth --timing,
+# hours in all), each report copied into docs/synth/<block>/; then docs/results/area.md from
+# every report under docs/synth/ (make area-page alone: seconds)
+AREA_CONFIG ?= ecp5_train
+AREA_BLOCKS ?= pe array feeder zf_loss zf_gradient conv_forward pool psum_buffer requantizer load_unit dma fetch dispatcher accelerator
+.PHONY: area area-page
+area:
+	set -e; for b in $(AREA_BLOCKS); do \
+	  $(BIN)/bpsa synth --config $(AREA_CONFIG) --top $$b --targets ecp5 --timing -o $(BUILD)/area/$$b; \
+	  mkdir -p docs/synth/$$b; \
+	  cp $(BUILD)/area/$$b/$${b}_area.json $(BUILD)/area/$$b/$${b}_area.md docs/synth/$$b/; \
+	  cp $(BUILD)/area/$$b/$${b}_ecp5_timing.report.json docs/synth/$$b/ 2>/dev/null || true; \
+	done
+	$(BIN)/python -m bpsa.tools.results area
+
+area-page:
+	$(BIN)/python -m bpsa.tools.results area
 
 PERF_CONFIG ?= paper16
 NETWORK ?= resnet50
@@ -113,13 +135,13 @@ BATCH   ?= 8
 perf:
 	$(BIN)/bpsa perf --config $(PERF_CONFIG) --workload --batch $(BATCH)
 
-# the five networks' training steps against their roofline at 64 and 128 bits: docs/roofline.md
+# the five networks' training steps against their roofline at 64 and 128 bits: docs/results/roofline.md
 roofline:
-	$(BIN)/python -m bpsa.tools.roofline -o docs
+	$(BIN)/python -m bpsa.tools.roofline -o docs/results
 
-# seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/rtl_layers.md
+# seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/results/rtl_layers.md
 rtl-layers:
-	$(BIN)/python -m bpsa.tools.rtl_layers --config paper16 -o docs
+	$(BIN)/python -m bpsa.tools.rtl_layers --config paper16 -o docs/results
 
 figures:
 	$(BIN)/python -m bpsa.tools.perf_plots --network $(NETWORK) --config $(PERF_CONFIG) --batch $(BATCH) -o docs/figures
@@ -127,18 +149,26 @@ figures:
 sweep:
 	$(BIN)/bpsa sweep --config $(PERF_CONFIG) --network $(NETWORK) --batch $(BATCH) --grid $(GRID) -o $(BUILD)/sweep/$(NETWORK)_$(PERF_CONFIG)_b$(BATCH).csv
 
+# $(call train_json,ARGS,NAME): bpsa ARGS --json into docs/results/training/NAME.json (its last
+# line: the summary), stamped with the command; then docs/results/training.md from every JSON there
+TRAIN_DIR := docs/results/training
+train_json = $(BIN)/bpsa $(1) --json > $(TRAIN_DIR)/$(2).out && tail -n 1 $(TRAIN_DIR)/$(2).out > $(TRAIN_DIR)/$(2).json && rm $(TRAIN_DIR)/$(2).out && $(BIN)/python -m bpsa.tools.results training --add $(TRAIN_DIR)/$(2).json --command 'bpsa $(strip $(1)) --json'
+
 train:
-	$(BIN)/bpsa train --dataset digits --epochs $(EPOCHS) --backend rtl --config ecp5_train --numpy-loop --plot docs/figures/digits_rtl.png
+	$(call train_json,train --dataset digits --epochs $(EPOCHS) --backend rtl --config ecp5_train --numpy-loop --plot docs/figures/digits_rtl.png,digits_rtl)
 
 train-float:
-	$(BIN)/python -m bpsa.tools.float_training
+	$(BIN)/python -m bpsa.tools.float_training --json $(TRAIN_DIR)/bf16.json
+	$(BIN)/python -m bpsa.tools.results training
 
 # three nn.Modules trained through the offloaded accelerator (bf16, the golden model) next to
-# plain PyTorch: docs/figures/torch_<model>.png, docs/training_torch_<model>.json (~15 min)
+# plain PyTorch, and the digits CNN in int16: docs/figures/torch_<model>.png,
+# docs/results/training/torch_<model>.json and docs/results/training.md (~20 min)
 train-torch:
-	$(BIN)/bpsa train --model bpsa.torch.models:digits_cnn --dataset digits --config small_bf16 --lr 0.25 --plot docs/figures/torch_digits_cnn.png --json > docs/training_torch_digits_cnn.json
-	$(BIN)/bpsa train --model bpsa.torch.models:lenet_digits --dataset digits --config small_bf16 --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png --json > docs/training_torch_lenet_digits.json
-	$(BIN)/bpsa train --model bpsa.torch.models:resblock_digits --dataset digits --config small_bf16 --lr 0.1 --plot docs/figures/torch_resblock_digits.png --json > docs/training_torch_resblock_digits.json
+	$(call train_json,train --model bpsa.torch.models:digits_cnn --dataset digits --config small_bf16 --lr 0.25 --plot docs/figures/torch_digits_cnn.png,torch_digits_cnn)
+	$(call train_json,train --model bpsa.torch.models:lenet_digits --dataset digits --config small_bf16 --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png,torch_lenet_digits)
+	$(call train_json,train --model bpsa.torch.models:resblock_digits --dataset digits --config small_bf16 --lr 0.1 --plot docs/figures/torch_resblock_digits.png,torch_resblock_digits)
+	$(call train_json,train --dataset digits --plot docs/figures/torch_digits_cnn_int16.png,torch_digits_cnn_int16)
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim
@@ -148,10 +178,14 @@ fuzz:
 
 # FPGA bitstream of the board top (core + UART bridge + SRAM): Yosys, fit check, nextpnr, pack.
 # CONFIG defaults to the board's preset (src/bpsa/platform/boards/$(BOARD).toml) unless given.
+# Then the build's report.json into docs/results/boards/<board>_<config>.json (replacing that
+# board and configuration's previous build) and docs/results/boards.md.
 BOARD ?= ulx3s
+BITSTREAM_ARGS = --board $(BOARD) $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) $(if $(CORE),--core $(CORE))
 .PHONY: bitstream
 bitstream:
-	$(BIN)/bpsa bitstream --board $(BOARD) $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) $(if $(CORE),--core $(CORE)) -o $(BUILD)/bitstream/$(BOARD)
+	$(BIN)/bpsa bitstream $(BITSTREAM_ARGS) -o $(BUILD)/bitstream/$(BOARD)
+	$(BIN)/python -m bpsa.tools.results boards --add $(BUILD)/bitstream/$(BOARD)/report.json --command 'bpsa bitstream $(strip $(BITSTREAM_ARGS))'
 
 regmap:
 	$(BIN)/bpsa regmap --config $(CONFIG) --format json -o $(BUILD)/regmap/$(notdir $(basename $(CONFIG))).json

@@ -1,11 +1,13 @@
 """The roofline table: a step's figures add up from the network's rows (cycles, roofline and
-bytes summed over the rows that ran, the ratios of those sums), and both files are written."""
+bytes summed over the rows that ran, the ratios of those sums), and both files are written,
+stamped with the command, the commit and the date."""
 
 import json
 
 from bpsa.config import load_config
 from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
+from bpsa.tools.results import git_commit, today
 from bpsa.tools.roofline import network_roofline, roofline_report
 
 
@@ -34,3 +36,10 @@ def test_report_writes_both_files(tmp_path):
     assert data["results"] == results
     md = (tmp_path / "roofline.md").read_text()
     assert md.count("| digits |") == 2
+    # the page's header and the JSON name the command, the commit and the date
+    command = (f"python -m bpsa.tools.roofline --config small_cf --batch 1 --widths 64,128 "
+               f"--networks digits -o {tmp_path}")
+    stamp = f"at commit {git_commit()} on {today()}."
+    assert md.startswith("# Training steps against their roofline (small_cf, batch 1)\n\n"
+                         f"Written by `{command}` {stamp}\n")
+    assert (data["command"], data["commit"], data["date"]) == (command, git_commit(), today())

@@ -4,11 +4,11 @@ network_step`, the faster forward front end per layer) of each network on one co
 several DMA bus widths, against the sum of its rows' roofline cycles (``max(MACs / (rows
 cols), compulsory bytes / bus bytes a cycle)``, :func:`bpsa.models.perf.roofline_cycles`), per
 phase, and its DMA bytes against the compulsory traffic (every input read once, every output
-written once). Writes ``roofline.md`` and ``roofline.json``.
+written once). Writes ``roofline.md`` and ``roofline.json`` (``docs/results/``, stamped by
+:func:`bpsa.tools.results.write_page`).
 """
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -16,6 +16,7 @@ from pathlib import Path
 from bpsa.config import load_config
 from bpsa.models.network_perf import PHASES, network_step
 from bpsa.spec.network import load_network
+from bpsa.tools.results import current_command, write_page
 
 __all__ = ["NETWORKS", "network_roofline", "roofline_report"]
 
@@ -53,13 +54,12 @@ def network_roofline(config, network, *, batch, jobs=1):
 def _markdown(config_name, batch, results):
     head = ("| network | bus | cycles | roofline | x roofline | forward | loss | gradient "
             "| DMA bytes / compulsory | utilization | refused |")
-    lines = [f"# Training steps against their roofline ({config_name}, batch {batch})", "",
-             "The cycle model's training step (`bpsa perf --network N --config "
+    lines = ["The cycle model's training step (`bpsa perf --network N --config "
              f"{config_name} --batch {batch} --frontend best`) against the sum of its layers' "
              "roofline cycles, `max(MACs / (rows cols), compulsory bytes / bus bytes a "
              "cycle)`, in all and per phase; DMA bytes (read and written) against the "
              "compulsory traffic (every input read once, every output written once, results as "
-             "accumulators). Written by `make roofline`.", "", head,
+             "accumulators).", "", head,
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         ph = r["phases"]
@@ -76,10 +76,12 @@ def _markdown(config_name, batch, results):
     return "\n".join(lines) + "\n"
 
 
-def roofline_report(out_dir="docs", *, config_name="paper16", networks=NETWORKS,
-                    widths=(64, 128), batch=8, jobs=None):
+def roofline_report(out_dir="docs/results", *, config_name="paper16", networks=NETWORKS,
+                    widths=(64, 128), batch=8, jobs=None, command=None):
     """The table of :func:`network_roofline` for ``networks`` at each of ``widths`` (DMA bus
-    bits) into ``out_dir/roofline.md`` and ``.json``; returns the results."""
+    bits) into ``out_dir/roofline.md`` and ``.json``, stamped with ``command`` (default: the
+    equivalent ``python -m bpsa.tools.roofline``), the commit and the date; returns the
+    results."""
     jobs = jobs or os.cpu_count() or 1
     base = load_config(config_name)
     results = []
@@ -87,11 +89,13 @@ def roofline_report(out_dir="docs", *, config_name="paper16", networks=NETWORKS,
         config = base.replace(dma_data_width=width, name=f"{config_name}_bus{width}")
         for network in networks:
             results.append(network_roofline(config, network, batch=batch, jobs=jobs))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "roofline.json").write_text(json.dumps(
-        {"config": config_name, "batch": batch, "results": results}, indent=1) + "\n")
-    (out / "roofline.md").write_text(_markdown(config_name, batch, results))
+    command = command or (
+        f"python -m bpsa.tools.roofline --config {config_name} --batch {batch} --widths "
+        f"{','.join(map(str, widths))} --networks {','.join(networks)} -o {out_dir}")
+    write_page(Path(out_dir) / "roofline.md",
+               f"Training steps against their roofline ({config_name}, batch {batch})",
+               command, _markdown(config_name, batch, results),
+               data={"config": config_name, "batch": batch, "results": results})
     return results
 
 
@@ -101,13 +105,13 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--widths", default="64,128", help="DMA bus bits, a comma list")
     parser.add_argument("--networks", default=",".join(NETWORKS))
-    parser.add_argument("-o", "--out", default="docs")
+    parser.add_argument("-o", "--out", default="docs/results")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     results = roofline_report(args.out, config_name=args.config,
                               networks=tuple(args.networks.split(",")),
                               widths=tuple(int(w) for w in args.widths.split(",")),
-                              batch=args.batch)
+                              batch=args.batch, command=current_command())
     for r in results:
         print(f"{r['network']:>14} {r['bus_bits']:>4} bits: {r['over_roofline']:.2f}x its "
               f"roofline (forward {r['phases']['forward']['over_roofline']:.2f}, loss "

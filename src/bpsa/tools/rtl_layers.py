@@ -8,11 +8,11 @@ transport, :func:`bpsa.sim.native.run_with_driver`). Each result is checked bit-
 against the golden model (random operands in [-8, 8], accumulators wrapped to ``acc_width``),
 and the RTL's BUSY_CYCLES and DMA bytes are set against :func:`bpsa.models.perf.layer_cycles`
 of the same layer, batch and front end (model error = model / RTL - 1). Writes
-``rtl_layers.md`` and ``rtl_layers.json``.
+``rtl_layers.md`` and ``rtl_layers.json`` (``docs/results/``, stamped by
+:func:`bpsa.tools.results.write_page`).
 """
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -21,6 +21,7 @@ from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
+from bpsa.tools.results import current_command, write_page
 
 __all__ = ["LAYERS", "TOLERANCE", "Case", "layer_cases", "measure", "rtl_layers_report"]
 
@@ -199,18 +200,16 @@ def measure(config, cases, *, seed=1, progress=True):
     return run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed)
 
 
-def _markdown(config, batch, rows, seconds, command):
+def _markdown(config, batch, rows, seconds):
     head = ("| layer | phase | front end | C x H x W -> K, kernel | batch | bands / images "
             "| RTL cycles | model cycles | error | DMA bytes equal | match | run (s) "
             "| cycles / s |")
-    lines = [f"# Full-size layers through the RTL against the cycle model ({config.name})", "",
-             f"ResNet-50 layer phases at full size, batch {batch} (or the layer's least "
+    lines = [f"ResNet-50 layer phases at full size, batch {batch} (or the layer's least "
              "batch), through the whole accelerator under Verilator (the native transport), "
              "each result bit-exact against the golden model (operands in [-8, 8]); RTL "
              "cycles are BUSY_CYCLES, model cycles `bpsa.models.perf.layer_cycles` of the "
              "same layer, batch and front end, error = model / RTL - 1 (target: within "
-             f"{TOLERANCE:.0%}); DMA bytes read and written, RTL against model. Written by "
-             f"`{command}`.", "", head,
+             f"{TOLERANCE:.0%}); DMA bytes read and written, RTL against model.", "", head,
              "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
     for r in rows:
         p = r["plan"]
@@ -240,22 +239,22 @@ def _markdown(config, batch, rows, seconds, command):
     return "\n".join(lines) + "\n"
 
 
-def rtl_layers_report(out_dir="docs", *, config_name="paper16", batch=1, seed=1,
-                      progress=True):
+def rtl_layers_report(out_dir="docs/results", *, config_name="paper16", batch=1, seed=1,
+                      progress=True, command=None):
     """:func:`measure` of :data:`LAYERS` (:func:`layer_cases`) on ``config_name`` into
-    ``out_dir/rtl_layers.md`` and ``.json``; returns the rows."""
+    ``out_dir/rtl_layers.md`` and ``.json``, stamped with ``command`` (default: the equivalent
+    ``python -m bpsa.tools.rtl_layers``), the commit and the date; returns the rows."""
     t0 = time.perf_counter()
     config = load_config(config_name)
     rows = measure(config, layer_cases(config, batch=batch), seed=seed, progress=progress)
     seconds = time.perf_counter() - t0
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    command = (f"python -m bpsa.tools.rtl_layers --config {config_name} --batch {batch} "
-               f"-o {out_dir}")
-    (out / "rtl_layers.json").write_text(json.dumps(
-        {"config": config_name, "batch": batch, "seed": seed, "tolerance": TOLERANCE,
-         "seconds": seconds, "rows": rows}, indent=1) + "\n")
-    (out / "rtl_layers.md").write_text(_markdown(config, batch, rows, seconds, command))
+    command = command or (f"python -m bpsa.tools.rtl_layers --config {config_name} --batch "
+                          f"{batch} --seed {seed} -o {out_dir}")
+    write_page(Path(out_dir) / "rtl_layers.md",
+               f"Full-size layers through the RTL against the cycle model ({config.name})",
+               command, _markdown(config, batch, rows, seconds),
+               data={"config": config_name, "batch": batch, "seed": seed,
+                     "tolerance": TOLERANCE, "seconds": seconds, "rows": rows})
     return rows
 
 
@@ -264,11 +263,11 @@ def main(argv=None):
     parser.add_argument("--config", default="paper16")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("-o", "--out", default="docs")
+    parser.add_argument("-o", "--out", default="docs/results")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     rows = rtl_layers_report(args.out, config_name=args.config, batch=args.batch,
-                             seed=args.seed)
+                             seed=args.seed, command=current_command())
     print(f"{'layer':>22} {'phase':>8} {'front end':>13} {'RTL cycles':>11} "
           f"{'model':>11} {'error':>7}  DMA equal  match")
     for r in rows:
