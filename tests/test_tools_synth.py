@@ -44,6 +44,10 @@ def test_report_files(small, small_report):
         assert f"## {TARGETS[target].title}" in md
     # Nothing machine-specific in the report.
     assert str(out) not in small_report.json_path.read_text()
+    # Stamped for docs/results/area.md: the command, the commit and the date of the run.
+    from bpsa.tools.results import git_commit, today
+    assert (small_report.data["commit"], small_report.data["date"]) == (git_commit(), today())
+    assert small_report.data["command"]
 
 
 def test_generic_counts(small, small_report):

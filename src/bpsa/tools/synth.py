@@ -135,8 +135,12 @@ def _table(header, rows, align):
 
 
 def _write(out, stem, data, markdown, elapsed):
-    """Write ``<stem>.json`` (``data``) and ``<stem>.md`` (``markdown``) into ``out``; the
+    """Write ``<stem>.json`` (``data``, with the command, commit and date of the run first:
+    :func:`bpsa.tools.results.stamp`) and ``<stem>.md`` (``markdown``) into ``out``; the
     :class:`SynthReport` of them."""
+    from bpsa.tools.results import current_command, stamp
+    commit, date = stamp()
+    data = {"command": current_command(), "commit": commit, "date": date, **data}
     json_path = out / f"{stem}.json"
     md_path = out / f"{stem}.md"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
