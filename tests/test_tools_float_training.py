@@ -15,3 +15,8 @@ def test_one_epoch_writes_the_figure_and_the_histories(tmp_path, capsys):
     assert data["float"]["config"] == "small_bf16" and data["int16"]["config"] == "ecp5_train"
     assert 0 < data["float"]["test_accuracy"] <= 1
     assert "bf16: test accuracy" in capsys.readouterr().out
+    # stamped for docs/results/training.md: the command, the commit and the date
+    from bpsa.tools.results import git_commit, today
+    assert data["command"] == ("python -m bpsa.tools.float_training --epochs 1 --figure "
+                               f"{fig} --json {out}")
+    assert (data["commit"], data["date"]) == (git_commit(), today())

@@ -1,8 +1,9 @@
 """``python -m bpsa.tools.float_training``: the digits CNN trained in bf16 on the accelerator's
 model (bit-identical to its RTL), in int16 on the integer accelerator's model, and in PyTorch
 float32 and bf16 autocast; the four curves in one figure and a JSON of the histories
-(``make float-training``; writes ``docs/figures/training_bf16.png`` and
-``docs/training_bf16.json``)."""
+(``make train-float``; writes ``docs/figures/training_bf16.png`` and
+``docs/results/training/bf16.json``, stamped with the command, commit and date, which
+``python -m bpsa.tools.results training`` turns into ``docs/results/training.md``)."""
 
 import argparse
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 from bpsa.config import load_config
 from bpsa.host import digits, digits_float
 from bpsa.tools.perf_plots import plot_training
+from bpsa.tools.results import current_command, stamp
 
 __all__ = ["main"]
 
@@ -21,7 +23,7 @@ def main(argv=None):
     ap.add_argument("--int-config", default="ecp5_train", help="the integer configuration")
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--figure", default="docs/figures/training_bf16.png")
-    ap.add_argument("--json", default="docs/training_bf16.json")
+    ap.add_argument("--json", default="docs/results/training/bf16.json")
     args = ap.parse_args(argv)
     fp = digits_float.training_run(load_config(args.config), epochs=args.epochs, progress=True)
     ints = digits.training_run(load_config(args.int_config), epochs=args.epochs,
@@ -31,9 +33,14 @@ def main(argv=None):
     plot_training(fp.history, fp.reference, args.figure, f"model = RTL, {arith}",
                   [("PyTorch bf16 autocast", fp.reference_bf16),
                    ("accelerator (model = RTL, int16)", ints.history)])
-    out = {"float": fp.summary(), "float_reference_fp32": fp.reference,
+    commit, date = stamp()
+    command = (current_command() if argv is None
+               else " ".join(["python -m bpsa.tools.float_training", *argv]))
+    out = {"command": command, "commit": commit, "date": date, "float": fp.summary(),
+           "float_reference_fp32": fp.reference,
            "float_reference_bf16": fp.reference_bf16, "int16": ints.summary()}
-    Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     print(f"{arith}: test accuracy {fp.history[-1]['test_accuracy']:.4f}; PyTorch float32 "
           f"{fp.reference[-1]['test_accuracy']:.4f}, bf16 autocast "
           f"{fp.reference_bf16[-1]['test_accuracy']:.4f}; int16 "
