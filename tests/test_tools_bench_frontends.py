@@ -4,6 +4,7 @@ plan refuses runs in the driver's column strips (their figures added up) or says
 multi-tile and stride tables hold what they claim, and the figure is written the same twice.
 ``make bench-frontends`` runs it on the whole workload (paper16)."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 from bpsa.tools import bench_frontends as bf
+from bpsa.tools.results import git_commit, today
 
 SMALL = load_config("small_cf")
 
@@ -109,10 +111,19 @@ def test_multi_tile_and_stride_tables():
 
 def test_main_table_and_plot(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bf, "load_conv_layers", lambda path=None: [dict(r) for r in ROWS])
-    png = tmp_path / "f.png"
-    assert bf.main(["--config", "small_cf", "--stride-layer", "t.a", "--plot", str(png)]) == 0
+    png, page = tmp_path / "f.png", tmp_path / "bench_frontends.md"
+    argv = ["--config", "small_cf", "--stride-layer", "t.a", "--plot", str(png),
+            "--page", str(page)]
+    assert bf.main(argv) == 0
     out = capsys.readouterr().out
     assert "| t.b |" in out and "Multi-tile" in out and "Stride insensitivity" in out
+    # the results page: header (command, commit, date), the tables printed, the JSON twin
+    lines = page.read_text().splitlines()
+    assert lines[:3] == ["# Forward front ends", "", "Written by `python -m "
+                         f"bpsa.tools.bench_frontends {' '.join(argv)}` at commit "
+                         f"{git_commit()} on {today()}."]
+    assert "\n".join(lines[4:]) in out
+    assert json.loads(page.with_suffix(".json").read_text())["config"] == "small_cf"
     first = png.read_bytes()
     assert len(first) > 1000
     assert bf.main(["--config", "small_cf", "--stride-layer", "t.a", "--plot", str(png)]) == 0

@@ -3,8 +3,11 @@ shared workload file) gets figures or a reason on ``paper16``, its scaled shapes
 window, and the plot is written. The RTL half runs in ``make bench-pool``; the pooling unit's
 RTL is checked in tests/test_gateware_accelerator.py."""
 
+import json
+
 from bpsa.config import load_config
 from bpsa.tools import bench_pool
+from bpsa.tools.results import git_commit, today
 
 
 def test_model_rows_cover_the_workload(tmp_path, capsys):
@@ -24,6 +27,15 @@ def test_model_rows_cover_the_workload(tmp_path, capsys):
         if row["kind"] != "global_avg":
             assert (sc["R"], sc["S"], sc["stride"], sc["pad"]) == (row["R"], row["S"],
                                                                   row["stride"], row["pad"])
-    assert bench_pool.main(["--no-rtl", "--plot", str(tmp_path / "p.png")]) == 0
+    page = tmp_path / "bench_pool.md"
+    argv = ["--no-rtl", "--plot", str(tmp_path / "p.png"), "--page", str(page)]
+    assert bench_pool.main(argv) == 0
     assert (tmp_path / "p.png").stat().st_size > 1000
     assert "resnet50.maxpool" in capsys.readouterr().out
+    # the results page: header (command, commit, date), the table, the JSON twin
+    lines = page.read_text().splitlines()
+    assert lines[:3] == ["# Pooling layers", "", "Written by `python -m bpsa.tools.bench_pool "
+                         f"{' '.join(argv)}` at commit {git_commit()} on {today()}."]
+    assert any(line.startswith("| resnet50.maxpool |") for line in lines)
+    data = json.loads(page.with_suffix(".json").read_text())
+    assert data["commit"] == git_commit() and data["rtl"] == [] and data["model"]

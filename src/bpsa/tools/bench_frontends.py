@@ -38,6 +38,7 @@ from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer, out_size
+from bpsa.tools.results import current_command, write_page
 
 __all__ = ["CONV_CSV", "FRONTENDS", "STRIDE_LAYER", "frontend_figures", "load_conv_layers",
            "main", "markdown", "model_rows", "multi_tile_rows", "plot", "row_layer",
@@ -418,6 +419,8 @@ def main(argv=None):
     ap.add_argument("--max-size", type=int, default=24)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot", metavar="FILE.png")
+    ap.add_argument("--page", metavar="FILE.md",
+                    help="also write the tables as a results page (and its JSON twin)")
     args = ap.parse_args(argv)
     config = load_config(args.config)
     if not config.has_frontend("channel_first"):
@@ -444,14 +447,19 @@ def main(argv=None):
                        max_size=args.max_size)
     if args.plot:
         plot(config, model, args.plot, batch=args.batch)
+    data = {"config": config.name, "batch": args.batch, "layers": model, "multi_tile": multi,
+            "stride_layer": args.stride_layer, "stride": stride, "rtl": rtl}
+    text = markdown(config, model, multi, stride, batch=args.batch) + (
+        "\n" + "\n".join(rtl_markdown(rtl_config, rtl)) + "\n" if rtl else "")
     if args.json:
-        print(json.dumps({"config": config.name, "batch": args.batch, "layers": model,
-                          "multi_tile": multi, "stride_layer": args.stride_layer,
-                          "stride": stride, "rtl": rtl}, indent=1))
+        print(json.dumps(data, indent=1))
     else:
-        print(markdown(config, model, multi, stride, batch=args.batch), end="")
-        if rtl:
-            print("\n" + "\n".join(rtl_markdown(rtl_config, rtl)))
+        print(text, end="")
+    if args.page:
+        command = (current_command() if argv is None
+                   else " ".join(["python -m bpsa.tools.bench_frontends", *argv]))
+        write_page(args.page, "Forward front ends", command, text, data=data)
+        print(f"wrote {args.page}")
     ok = all(r[fe]["match"] for r in rtl for fe in FRONTENDS)
     return 0 if ok else 1
 

@@ -24,8 +24,9 @@ import numpy as np
 from bpsa.config import load_config
 from bpsa.models import golden
 from bpsa.models.perf import pool_cycles
+from bpsa.tools.results import current_command, write_page
 
-__all__ = ["POOL_CSV", "load_pool_layers", "main", "model_rows", "rtl_rows", "scaled"]
+__all__ = ["POOL_CSV", "load_pool_layers", "main", "markdown", "model_rows", "rtl_rows", "scaled"]
 
 #: The pooling layers shipped with the package.
 POOL_CSV = resources.files("bpsa") / "workloads" / "pool_layers.csv"
@@ -141,6 +142,34 @@ def plot(model, path):
     plt.close(fig)
 
 
+def markdown(model, rtl, *, config, rtl_config, batch=1):
+    """The tables as Markdown: the full-size layers on the cycle model (``model``) and, when
+    ``rtl`` has rows, the scaled layers on the RTL."""
+    out = [f"Full size on `{config}` (cycle model, batch {batch}):", "",
+           "| layer | kind | C x H x W | window | forward cycles | backward cycles | "
+           "bytes fwd / bwd | bound fwd / bwd |",
+           "|---|---|---|---|---:|---:|---:|---|"]
+    for r in model:
+        if "refused" in r:
+            out.append(f"| {r['layer']} | {r['kind']} | {r['shape']} | {r['window']} | "
+                       f"refused: {r['refused']} | | | |")
+            continue
+        out.append(f"| {r['layer']} | {r['kind']} | {r['shape']} | {r['window']} | "
+                   f"{r['fwd_cycles']:,} | {r['bwd_cycles']:,} | {r['fwd_bytes']:,} / "
+                   f"{r['bwd_bytes']:,} | {r['fwd_bound']} / {r['bwd_bound']} |")
+    if rtl:
+        out += ["", f"Scaled on the RTL (`{rtl_config}`, Verilator; model error = model / "
+                    "RTL - 1):", "",
+                "| layer | scaled C x H x W | match | forward RTL | model error | backward RTL "
+                "| model error |",
+                "|---|---|---|---:|---:|---:|---:|"]
+        for r in rtl:
+            out.append(f"| {r['layer']} | {r['scaled']} | {r['fwd_match'] and r['bwd_match']} "
+                       f"| {r['fwd_rtl']:,} | {r['fwd_error']:+.1%} | {r['bwd_rtl']:,} | "
+                       f"{r['bwd_error']:+.1%} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bpsa.tools.bench_pool",
                                  description=__doc__.splitlines()[0])
@@ -152,6 +181,8 @@ def main(argv=None):
     ap.add_argument("--no-rtl", action="store_true", help="the model only")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot", metavar="FILE.png")
+    ap.add_argument("--page", metavar="FILE.md",
+                    help="also write the tables as a results page (and its JSON twin)")
     args = ap.parse_args(argv)
     rows = load_pool_layers()
     model = model_rows(load_config(args.config), rows, args.batch)
@@ -162,28 +193,18 @@ def main(argv=None):
         plot(model, args.plot)
     if args.json:
         print(json.dumps({"model": model, "rtl": rtl}, indent=1))
-        return 0
-    print(f"full size on {args.config} (cycle model, batch {args.batch}):")
-    print("| layer | kind | C x H x W | window | forward cycles | backward cycles | "
-          "bytes fwd / bwd | bound fwd / bwd |")
-    print("|---|---|---|---|---:|---:|---:|---|")
-    for r in model:
-        if "refused" in r:
-            print(f"| {r['layer']} | {r['kind']} | {r['shape']} | {r['window']} | refused: "
-                  f"{r['refused']} | | | |")
-            continue
-        print(f"| {r['layer']} | {r['kind']} | {r['shape']} | {r['window']} | "
-              f"{r['fwd_cycles']:,} | {r['bwd_cycles']:,} | {r['fwd_bytes']:,} / "
-              f"{r['bwd_bytes']:,} | {r['fwd_bound']} / {r['bwd_bound']} |")
-    if rtl:
-        print(f"\nscaled on the RTL ({args.rtl_config}, Verilator; model error = model / RTL - 1):")
-        print("| layer | scaled C x H x W | match | forward RTL | model error | backward RTL | "
-              "model error |")
-        print("|---|---|---|---:|---:|---:|---:|")
-        for r in rtl:
-            print(f"| {r['layer']} | {r['scaled']} | {r['fwd_match'] and r['bwd_match']} | "
-                  f"{r['fwd_rtl']:,} | {r['fwd_error']:+.1%} | {r['bwd_rtl']:,} | "
-                  f"{r['bwd_error']:+.1%} |")
+    else:
+        print(markdown(model, rtl, config=args.config, rtl_config=args.rtl_config,
+                       batch=args.batch), end="")
+    if args.page:
+        command = (current_command() if argv is None
+                   else " ".join(["python -m bpsa.tools.bench_pool", *argv]))
+        write_page(args.page, "Pooling layers", command,
+                   markdown(model, rtl, config=args.config, rtl_config=args.rtl_config,
+                            batch=args.batch),
+                   data={"config": args.config, "rtl_config": args.rtl_config,
+                         "batch": args.batch, "model": model, "rtl": rtl})
+        print(f"wrote {args.page}")
     ok = all(r["fwd_match"] and r["bwd_match"] for r in rtl)
     return 0 if ok else 1
 
