@@ -93,10 +93,10 @@ synth-report:
 
 # Long measurements (minutes): figures for the issue notes and the README.
 bench-array:
-	$(BIN)/python -m bpsa.tools.bench_array --config $(BENCH_CONFIG)
+	$(BIN)/python -m bpsa.tools.bench_array --config $(BENCH_CONFIG) --page docs/results/bench_array.md
 
 bench-backward:
-	$(BIN)/python -m bpsa.tools.bench_backward --config $(BENCH_CONFIG)
+	$(BIN)/python -m bpsa.tools.bench_backward --config $(BENCH_CONFIG) --page docs/results/bench_backward.md
 
 bench-pool:
 	$(BIN)/python -m bpsa.tools.bench_pool --config $(PERF_CONFIG) --rtl-config $(CONFIG) --plot docs/figures/pool_layers.png --page docs/results/bench_pool.md

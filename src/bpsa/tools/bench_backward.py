@@ -1,7 +1,7 @@
 """Loss and gradient benchmark: BP-im2col against the baseline (zero-spaced copies) on the RTL.
 
     python -m bpsa.tools.bench_backward [--config paper16] [--max-channels 4] \
-        [--max-size 16] [--json]
+        [--max-size 16] [--json] [--page docs/results/bench_backward.md]
 
 The stride >= 2 layers of ``sim/workloads/conv_layers.csv`` are scaled down (channels and input
 size) until both modes of both phases fit the configuration's buffers; layers that scale to the
@@ -19,6 +19,7 @@ import sys
 
 from bpsa.config import load_config
 from bpsa.spec.layer import ConvLayer
+from bpsa.tools.results import current_command, write_page
 from bpsa.tools.zero_report import DEFAULT_CSV
 from bpsa.sim.conv_backward_run import check_layer, run_backward_layers
 
@@ -59,6 +60,36 @@ def scaled_layers(cfg, csv_path, max_channels, max_size):
     return out
 
 
+def _summary(rows, phase):
+    sel = [r for r in rows if r["phase"] == phase]
+
+    def mean(key):
+        return statistics.mean(r[key] for r in sel)
+    return (f"{phase}: buffer words {mean('words_change'):+.1f}% (B {mean('b_change'):+.1f}%), "
+            f"runtime {mean('cycles_change'):+.1f}%, footprint {mean('footprint_change'):+.1f}%"
+            f", prologue {sorted({r['prologue'][0] for r in sel})} cycles")
+
+
+def markdown(cfg, rows):
+    """The rows as a Markdown table, each pair BP-im2col / baseline, and the means a phase."""
+    out = [f"The backward phases of the workload's layers scaled to `{cfg.name}` "
+           f"({cfg.rows}x{cfg.cols}) on the RTL (Verilator), each result checked against the "
+           "golden model; each pair is BP-im2col / the baseline (explicit reorganization).", "",
+           "| phase | layer | A words | B words | words change | cycles | reorg cycles "
+           "| cycles change | footprint | footprint change | prologue |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['phase']} | {r['layer'].replace(',dilation=1,N=1', '')} "
+                   f"| {r['words_a'][0]} / {r['words_a'][1]} "
+                   f"| {r['words_b'][0]} / {r['words_b'][1]} | {r['words_change']:+.1f}% "
+                   f"| {r['cycles'][0]} / {r['cycles'][1]} | {r['reorg_cycles']} "
+                   f"| {r['cycles_change']:+.1f}% | {r['footprint'][0]} / {r['footprint'][1]} "
+                   f"| {r['footprint_change']:+.1f}% | {r['prologue'][0]} / {r['prologue'][1]} |")
+    out += [""] + [f"- {_summary(rows, phase)}" for phase in ("loss", "gradient")
+                   if any(r["phase"] == phase for r in rows)]
+    return "\n".join(out) + "\n"
+
+
 def _change(new, old):
     return 100.0 * (new - old) / old if old else 0.0
 
@@ -71,6 +102,7 @@ def main(argv=None):
     p.add_argument("--max-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--page", metavar="FILE.md", help="also write a results page (and JSON)")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     layers = scaled_layers(cfg, args.csv, args.max_channels, args.max_size)
@@ -100,6 +132,11 @@ def main(argv=None):
                 "footprint": [fb, fz], "footprint_change": _change(fb, fz),
                 "prologue": [bp["cycles_prologue"], base["cycles_prologue"]],
             })
+    if args.page:
+        command = (current_command() if argv is None
+                   else " ".join(["python -m bpsa.tools.bench_backward", *argv]))
+        write_page(args.page, "Backward phases: BP-im2col against the baseline", command,
+                   markdown(cfg, rows), data={"config": cfg.name, "rows": rows})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -112,11 +149,7 @@ def main(argv=None):
               f"{r['footprint'][0]}/{r['footprint'][1]} ({r['footprint_change']:+.1f}%) | "
               f"prologue {r['prologue'][0]}/{r['prologue'][1]}")
     for phase in ("loss", "gradient"):
-        sel = [r for r in rows if r["phase"] == phase]
-        mean = lambda k: statistics.mean(r[k] for r in sel)
-        print(f"{phase}: buffer words {mean('words_change'):+.1f}% (B {mean('b_change'):+.1f}%), "
-              f"runtime {mean('cycles_change'):+.1f}%, footprint {mean('footprint_change'):+.1f}%"
-              f", prologue {sorted({r['prologue'][0] for r in sel})} cycles")
+        print(_summary(rows, phase))
     return 0
 
 

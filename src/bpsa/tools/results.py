@@ -59,6 +59,12 @@ PAGES = (
     ("bench_frontends", "Forward front ends",
      "data feeder against channel-first forward on every workload layer: cycle model at full "
      "size, RTL scaled", "make bench-frontends"),
+    ("bench_array", "Array dataflows and the interleave",
+     "every dataflow's utilization on a large GEMM and the interleaved FC backward against WS "
+     "and OS run separately, on the RTL", "make bench-array"),
+    ("bench_backward", "Backward phases: BP-im2col against the baseline",
+     "buffer words, cycles and footprint of the loss and gradient, BP-im2col against explicit "
+     "reorganization, on the RTL", "make bench-backward"),
 )
 
 
