@@ -90,3 +90,13 @@ def test_fuzz_10000():
     res = fuzz(SMALL, 10_000, seed=1)
     assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
     assert res["ran"] + sum(res["refused"].values()) == 10_000
+
+
+def test_a_configuration_without_a_phase_is_refused():
+    """plain_os (no reserve registers, no backward mode, no pooling unit) runs no phase: the
+    generator and ``bpsa fuzz`` say so in one line (was numpy's ``high <= 0``)."""
+    plain = load_config("plain_os")
+    assert phases(plain) == []
+    with pytest.raises(ValueError, match="configuration 'plain_os' generates no accelerator "
+                                         "phase to fuzz"):
+        random_job(plain, np.random.default_rng(1))

@@ -26,12 +26,13 @@ def register(sub):
 
 def run(args):
     """Run ``--count`` random layers and print the tally (or one JSON object)."""
-    from bpsa.verify.fuzz import fuzz
+    from bpsa.verify.fuzz import fuzz, no_phase
     config = config_of(args)
     if args.count < 1:
         raise UserError(f"--count {args.count}: give a positive number of layers")
-    if not (config.has("os") or config.has("is")):
-        raise UserError(f"configuration {config.name!r} generates no accelerator phase")
+    why = no_phase(config)
+    if why:
+        raise UserError(why)
     res = fuzz(config, args.count, seed=args.seed, progress=not (args.quiet or args.json))
     res["config"], res["seed"] = config.name, args.seed
     if args.json:

@@ -21,7 +21,7 @@ from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.regmap import Phase
 
-__all__ = ["fuzz", "modes", "phases", "random_job"]
+__all__ = ["fuzz", "modes", "no_phase", "phases", "random_job"]
 
 _PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
            "fc_backward": Phase.FC_BACKWARD, "pool_forward": Phase.POOL_FORWARD,
@@ -37,6 +37,16 @@ def phases(config):
     """The phases the accelerator generated for ``config`` runs."""
     names = {p: name for name, p in _PHASES.items()}
     return [names[p] for p in setup.generated_phases(config)]
+
+
+def no_phase(config):
+    """Why the accelerator generated for ``config`` runs no phase a job could draw, or
+    ``""`` when it runs one."""
+    if phases(config):
+        return ""
+    return (f"configuration {config.name!r} generates no accelerator phase to fuzz (the "
+            f"forward needs the 'os' dataflow with reserve_registers, the loss and the "
+            f"gradient a backward mode, the pooling phases pool_kinds)")
 
 
 def modes(config, phase):
@@ -117,6 +127,8 @@ def random_job(config, rng):
     for a layer the hardware must refuse."""
     from bpsa.sim.accel_run import check_job
     choices = phases(config)
+    if not choices:
+        raise ValueError(no_phase(config))
     phase = choices[int(rng.integers(len(choices)))]
     mode_choices = modes(config, phase)
     mode = mode_choices[int(rng.integers(len(mode_choices)))]
