@@ -72,3 +72,26 @@ def test_unreachable_scheduler():
     with pytest.raises(sweep.GridError, match="cannot reach the Dask scheduler at "
                                                "'tcp://127.0.0.1:9'"):
         sweep.connect("tcp://127.0.0.1:9", 1, timeout="2s")
+
+
+def test_the_makefiles_default_grid_runs_every_point():
+    """``make sweep``'s default grid (its fields and values, read from the Makefile) on its
+    default base configuration: every point evaluates (the cycle model on the digits network
+    for speed), with what depends on the swept fields derived again: ``pool_lanes`` follows
+    ``cols`` (was: every point whose cols is not 16 failed)."""
+    import re
+    from pathlib import Path
+    make = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    grid = re.search(r"^GRID\s*\?=\s*(.+)$", make, flags=re.M).group(1).split()
+    base = load_config(re.search(r"^PERF_CONFIG\s*\?=\s*(\S+)", make, flags=re.M).group(1))
+    assert base.pool_lanes == base.cols > 1
+    points = sweep.parse_grid(grid, base)
+    assert len(points) == 27 and {f for _, ch in points for f in ch} == {
+        "rows", "cols", "buf_a_depth"}
+    net = load_network("digits")
+    base_dict = {k: v for k, v in base.to_dict().items() if k != "name"}
+    for label, changes in points:
+        row = sweep.evaluate(base_dict, label, changes, net, 1, ("forward", "loss",
+                                                                  "gradient"), 100.0)
+        assert row["label"] == label and row["cycles"] > 0, row
+        assert sweep.point_config(base, changes).pool_lanes == changes["cols"]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from bpsa.config import Config, ConfigError
 
-__all__ = ["GridError", "evaluate", "grid_front", "pareto", "parse_grid", "run_sweep"]
+__all__ = ["GridError", "evaluate", "grid_front", "pareto", "parse_grid", "point_config",
+           "run_sweep"]
 
 #: The figures of a row, after the label and the grid's fields.
 FIGURES = ("seconds", "cycles", "utilization", "forward_cycles", "loss_cycles",
@@ -60,6 +61,16 @@ def _value(field, text, kind):
     return text
 
 
+def point_config(base, changes, name="sweep"):
+    """The configuration of a grid point: ``base`` (a :class:`Config`, or its
+    :meth:`Config.to_dict`) with ``changes``, and what follows the changed fields derived
+    again as :meth:`Config.replace` derives it (``pool_lanes`` follows ``cols`` when the base's
+    was ``cols``; the backward modes and front ends follow the dataflows)."""
+    if not isinstance(base, Config):
+        base = Config.from_dict(base)
+    return base.replace(**changes, name=name)
+
+
 def parse_grid(items, base):
     """``[(label, changes)]`` for ``items`` (``FIELD=V1,V2``) over ``base`` (a
     :class:`Config`); :exc:`GridError` for an unknown field, an empty list or a point the
@@ -88,7 +99,7 @@ def parse_grid(items, base):
         label = " ".join(f"{f}={'+'.join(v) if isinstance(v, tuple) else v}"
                          for f, v in changes.items())
         try:
-            base.replace(**changes)
+            point_config(base, changes)
         except ConfigError as e:
             raise GridError(f"grid point {label}: {e}") from None
         points.append((label, changes))
@@ -99,7 +110,7 @@ def evaluate(base_dict, label, changes, network, batch, phases, clock_mhz, synth
     """One grid point: a row of :data:`FIGURES` (runs on a Dask worker)."""
     from bpsa.models import area as area_model
     from bpsa.models.network_perf import network_step
-    config = Config.from_dict(dict(base_dict, **changes, name="sweep"))
+    config = point_config(base_dict, changes)
     step = network_step(config, network, batch=batch, phases=phases, clock_mhz=clock_mhz)
     t = step.totals
     row = {"label": label, **{f: ("+".join(v) if isinstance(v, tuple) else v)
@@ -255,8 +266,7 @@ def rtl_sample(base, points, network, count, *, batch=1, seed=1, max_channels=32
         label, changes = rng.choice(points)
         lay = rng.choice(convs)
         phase = rng.choice(("forward", "loss", "gradient"))
-        config = Config.from_dict(dict(base.to_dict(), **changes,
-                                       name=f"{base.name}_{_slug(label)}"))
+        config = point_config(base, changes, f"{base.name}_{_slug(label)}")
         c, k = min(lay.c, max_channels), min(lay.k, max_channels)
         h, w = min(lay.h, max_size), min(lay.w, max_size)
         layer = ConvLayer.conv(batch, c, h, w, k, lay.r, lay.s, stride=lay.stride,
