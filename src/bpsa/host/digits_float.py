@@ -38,7 +38,7 @@ class FloatModelOps:
     driver tiles each layer (:func:`bpsa.plan.tiling.plan_or_strips`: its groups, bands and
     column strips fix the order of the fp32 sums): float32 tensors in (rounded to the operand
     format), float32 out, the values :func:`bpsa.simulate` gives. Also the ``model`` backend
-    of :func:`bpsa.torch.offload.offload` (``counters`` empty: no hardware ran)."""
+    of :func:`bpsa.torch.offload` (``counters`` empty: no hardware ran)."""
 
     name = "model"
 

@@ -1,5 +1,5 @@
 """``bpsa train --model``: any network of supported layers trained through the accelerator
-(:func:`bpsa.torch.offload.offload`), with an optimizer from ``torch.optim`` and a PyTorch
+(:func:`bpsa.torch.offload`), with an optimizer from ``torch.optim`` and a PyTorch
 ``Dataset``, next to the same model trained in plain PyTorch float32 (the same initial weights
 and batch order).
 
@@ -14,7 +14,7 @@ import importlib
 import numpy as np
 import torch
 
-from bpsa.torch.offload import offload
+from bpsa.torch.offloading import offload
 
 __all__ = ["OPTIMIZERS", "digits_datasets", "load_datasets", "train"]
 
@@ -104,7 +104,7 @@ def train(model, train_set, test_set, *, config="small_bf16", backend="model", e
     ``cycles_per_step`` and where they come from (``rtl``: the training steps' measured
     BUSY_CYCLES in the last epoch, without the test passes; ``model``: the cycle model's
     training step of the traced network), ``offloaded`` and ``kept`` layers, and ``model``:
-    the trained :class:`bpsa.torch.offload.OffloadedModel` (``model`` itself is not changed;
+    the trained :class:`bpsa.torch.offloading.OffloadedModel` (``model`` itself is not changed;
     its parameters are ``model.module``'s)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {optimizer!r}")

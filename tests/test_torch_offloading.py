@@ -1,5 +1,5 @@
-"""PyTorch out (bpsa.torch.offload): a model's convolutions, linear layers, poolings and ReLUs
-run forward and backward on the accelerator through autograd. The simulated RTL gives the
+"""PyTorch out (``bpsa.torch.offload``, from bpsa.torch.offloading): a model's convolutions,
+linear layers, poolings and ReLUs run forward and backward on the accelerator through autograd. The simulated RTL gives the
 golden model's bits, outputs and every gradient; both follow plain PyTorch within the bf16
 operands' rounding; what cannot run is named, or refused with strict."""
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bpsa.config import load_config
-from bpsa.torch.offload import offload
+from bpsa.torch import offload
 
 CFG = load_config("small_bf16")
 
@@ -127,3 +127,28 @@ def test_what_cannot_run_is_named_or_refused():
         offload(nn.Linear(4, 2), CFG)(torch.ones(2, 3, 4))
     np.testing.assert_array_equal(offload(nn.ReLU(), CFG)(torch.tensor([[[[-1.0, 2.0]]]]))
                                   .numpy(), [[[[0.0, 2.0]]]])
+
+
+def test_offload_is_bpsa_torch_offload_and_leaves_the_model_alone():
+    """``bpsa.torch.offload(model, config=..., backend=...)`` is the function; the module
+    stays importable by its own name; the offloaded copy trains, the model keeps its
+    weights; ``import bpsa.torch`` alone does not import the offload module."""
+    import subprocess
+    import sys
+
+    import bpsa.torch
+    import bpsa.torch.offloading as m
+    assert bpsa.torch.offload is m.offload and callable(bpsa.torch.offload)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+    before = [p.detach().clone() for p in net.parameters()]
+    off = bpsa.torch.offload(net, config=CFG, backend="model")
+    torch.optim.SGD(off.parameters(), lr=0.5).zero_grad()
+    off(torch.randn(2, 1, 6, 6)).sum().backward()
+    torch.optim.SGD(off.parameters(), lr=0.5).step()
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(before, off.parameters()))
+    code = ("import sys, bpsa.torch; print('bpsa.torch.offloading' in sys.modules, "
+            "'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -1,7 +1,8 @@
 """PyTorch out: a model's layers run forward and backward on the accelerator
-(:func:`offload`).
+(:func:`offload`, also ``bpsa.torch.offload``).
 
-``offload(model, config, backend)`` returns a copy of ``model`` whose ``nn.Conv2d``,
+``offload(model, config=..., backend=...)`` returns a copy of ``model`` (the model itself and
+its weights do not change) whose ``nn.Conv2d``,
 ``nn.Linear``, ``nn.MaxPool2d``, ``nn.AvgPool2d``, ``nn.AdaptiveAvgPool2d(1)`` and ``nn.ReLU``
 are autograd functions calling the accelerator: the convolution's forward, its loss (dX) and
 its weight gradient (dW) on the array (a linear layer as a 1 x 1 convolution), the poolings
@@ -322,7 +323,9 @@ class OffloadedModel(nn.Module):
 
 def offload(model, config="small_bf16", backend="model", strict=False):
     """:class:`OffloadedModel`: a deep copy of ``model`` whose supported layers run on the
-    accelerator (module docstring). ``config``: a preset name, a TOML path or a
+    accelerator (module docstring). The copy is what trains: ``model`` itself, and its
+    weights, do not change (train the returned model and read its weights from it).
+    ``config``: a preset name, a TOML path or a
     :class:`bpsa.config.Config` of floating-point arithmetic with the pooling unit for
     poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
     Layers that stay in PyTorch are named once in a warning, or refused with ``strict``."""
