@@ -86,7 +86,7 @@ else
 endif
 
 synth:
-	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth
+	$(BIN)/bpsa synth --config $(CONFIG) --top $(TOP) -o $(BUILD)/synth/$(notdir $(basename $(CONFIG)))
 
 synth-report:
 	$(BIN)/bpsa synth --report --config $(CONFIG) -o $(BUILD)/synth/report_$(notdir $(basename $(CONFIG)))

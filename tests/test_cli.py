@@ -164,3 +164,136 @@ def test_train_summary(capsys, tmp_path, loop):
     assert data["epochs"] == 1 and data["backend"] == "model"
     assert 0 < data["test_accuracy"] <= 1 and 0 < data["reference_accuracy"] <= 1
     assert data["cycles_per_step"] > 0 and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def _nothing_runs(monkeypatch, *targets):
+    """Make each ``module:function`` of ``targets`` fail the test when called (a refusal must
+    come before any work)."""
+    import importlib
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the command ran instead of refusing")
+    for target in targets:
+        module, _, name = target.partition(":")
+        monkeypatch.setattr(importlib.import_module(module), name, forbidden)
+
+
+@pytest.mark.parametrize("argv,needle,runner", [
+    (["fuzz", "--config", "plain_os", "--count", "1"],
+     "configuration 'plain_os' generates no accelerator phase to fuzz",
+     "bpsa.sim.native:run_with_driver"),
+    (["sim", "--phase", "fc", "--baseline", "--layer", "N=2,I=3,O=5000"],
+     "cannot run FC layer 'N=2,I=3,O=5000' on 'small': FC layer O = 5000 does not fit the "
+     "descriptor's 12-bit fields (dim_width 12: at most 4095)", "bpsa.sim.accel_run:run_fc"),
+    (["sim", "--phase", "forward", "--layer", "C=4,H=8,K=5000,R=1"],
+     "layer K = 5000 does not fit the descriptor's 12-bit fields",
+     "bpsa.sim.accel_run:run_layer"),
+    (["sim", "--phase", "pool", "--layer", "C=5000,H=4,kind=max,R=2"],
+     "pooling layer C = 5000 does not fit", "bpsa.sim.pool_run:run_pool"),
+    (["sim", "--gemm", "4,4,4", "--trace", "t.fst"],
+     "--trace and --trace-window apply only to --phase through the accelerator",
+     "bpsa.sim.simcmd:run_gemm"),
+    (["sim", "--gemm", "4,4,4", "--harness", "cocotb"],
+     "--harness applies only to --phase through the accelerator", "bpsa.sim.simcmd:run_gemm"),
+    (["sim", "--phase", "forward", "--layer", "C=4,H=8,K=4,R=3", "--stall", "0.2"],
+     "--stall applies only to --gemm in --dataflow os", "bpsa.sim.accel_run:run_layer"),
+])
+def test_refusals_come_before_any_work(capsys, monkeypatch, tmp_path, argv, needle, runner):
+    """Bad input found by trying the commands as a new user: one line, exit status 2, and
+    the runner never called (was a traceback, or an option silently ignored)."""
+    monkeypatch.chdir(tmp_path)
+    _nothing_runs(monkeypatch, runner)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bpsa: error:" in err and needle in err, err
+
+
+def test_help_is_plain_text(capsys):
+    """``bpsa --help`` and every command's: no reStructuredText markup."""
+    from bpsa.cli import COMMANDS
+    for argv in [["--help"]] + [[c.__name__.rpartition(".")[2], "--help"] for c in COMMANDS]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert "``" not in out and ":func:" not in out and ":mod:" not in out, argv
+
+
+def test_train_model_notes_layers_kept_in_pytorch(capsys, monkeypatch, tmp_path):
+    """A model offloaded to a configuration without a pooling unit keeps its poolings and
+    ReLUs in PyTorch: a note on standard error, also when warnings are errors (was a
+    traceback under PYTHONWARNINGS=error)."""
+    import warnings
+
+    import bpsa.torch.train
+    history = [{"epoch": 1, "loss": 1.0, "train_accuracy": 0.5, "test_accuracy": 0.5,
+                "train_cycles": 0}]
+    monkeypatch.setattr(bpsa.torch.train, "_epochs", lambda *a, **k: history)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["train", "--dataset", "digits", "--config", "ecp5", "--epochs", "1",
+                     "--no-reference", "--json", "--plot", str(tmp_path / "c.png")]) == 0
+    captured = capsys.readouterr()
+    assert "bpsa: note: these layers stay in PyTorch: relu1: configuration 'ecp5' has no max " \
+           "pooling unit" in captured.err
+    assert json.loads(captured.out)["kept"]["gap"] == "configuration 'ecp5' has no avg " \
+                                                       "pooling unit"
+
+
+def test_perf_workload_totals_per_network(capsys, monkeypatch):
+    """``bpsa perf --workload``: after the rows, each network's total cycles, MACs and
+    utilization (MACs over cycles times the PEs, as a row's), in the table and the JSON."""
+    import bpsa.models.perf
+    from bpsa.spec.layer import ConvLayer
+    a, b = ConvLayer.conv(1, 8, 8, 8, 8, 3, 3, pad=1), ConvLayer.conv(1, 4, 6, 6, 8, 1, 1)
+    monkeypatch.setattr(bpsa.models.perf, "workload_layers",
+                        lambda batch: [("netA", "a", a), ("netA", "b", b), ("netB", "a", a)])
+    assert main(["perf", "--workload", "--phase", "forward", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows, totals = data["layers"], data["totals"]
+    assert totals["netA"]["cycles"] == rows[0]["cycles"] + rows[1]["cycles"]
+    assert totals["netA"]["macs"] == rows[0]["macs"] + rows[1]["macs"]
+    assert totals["netB"]["utilization"] == pytest.approx(rows[2]["utilization"])
+    assert main(["perf", "--workload", "--phase", "forward"]) == 0
+    out = capsys.readouterr().out
+    assert f"{totals['netA']['cycles']:,d}" in out and f"{totals['netA']['macs']:,d} MACs" in out
+
+
+def test_verilog_says_what_it_does_and_synth_names_outputs_by_configuration(
+        capsys, monkeypatch, tmp_path):
+    """``bpsa verilog`` says on standard error what it generates before the (minute-long)
+    elaboration; ``bpsa synth`` writes into build/synth/<configuration>/ by default, so two
+    configurations keep their reports."""
+    from pathlib import Path
+
+    import bpsa.platform.verilog
+    import bpsa.tools.synth
+    monkeypatch.chdir(tmp_path)
+
+    def write_verilog(config, top, out):
+        assert "generating the Verilog of accelerator for paper16" in capsys.readouterr().err
+        return out / f"{top}.v"
+    monkeypatch.setattr(bpsa.platform.verilog, "write_verilog", write_verilog)
+    assert main(["verilog", "--config", "paper16", "--top", "accelerator"]) == 0
+    assert "wrote build/paper16/accelerator.v" in capsys.readouterr().out
+
+    class Report:
+        def __init__(self, out):
+            self.markdown_path = self.json_path = out / "report.md"
+            self.markdown_path.write_text("report\n")
+
+    seen = []
+    monkeypatch.setattr(bpsa.tools.synth, "synth_report",
+                        lambda config, top, out, **kw: seen.append(out) or Report(Path(out)))
+    for name in ("small", "paper16"):
+        assert main(["synth", "--config", name]) == 0
+    assert seen == [str(Path("build/synth/small")), str(Path("build/synth/paper16"))]
+
+
+def test_sim_trace_says_where_it_wrote(capsys, monkeypatch, tmp_path):
+    """``bpsa sim --trace`` prints the trace file's path with the summary."""
+    import bpsa.sim.accel_run
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bpsa.sim.accel_run, "run_layer", lambda *a, **k: {"match": True})
+    assert main(["sim", "--phase", "forward", "--layer", "C=4,H=8,K=4,R=3", "--trace",
+                 "w.fst", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"] == str(tmp_path / "w.fst")

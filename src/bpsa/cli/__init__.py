@@ -9,6 +9,10 @@ from bpsa.config import ConfigError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
+#: ``bpsa --help``'s description (plain text: the module docstring is reStructuredText).
+DESCRIPTION = ("bpsa: the command-line front end of backprop-systolic (generation, simulation, "
+               "synthesis, reports).")
+
 #: The command modules, in the order of ``bpsa --help``: each adds its sub-parser with
 #: ``register(sub)`` and does its work in ``run(args)``.
 COMMANDS = (verilog, synth, sim, bitstream, fuzz, perf, regmap, sweep, train, zeros)
@@ -17,7 +21,7 @@ COMMANDS = (verilog, synth, sim, bitstream, fuzz, perf, regmap, sweep, train, ze
 def build_parser():
     """The ``bpsa`` parser: ``--version`` and one sub-parser a module of :data:`COMMANDS`,
     each setting ``func`` to its ``run``."""
-    p = Parser(prog="bpsa", description=__doc__,
+    p = Parser(prog="bpsa", description=DESCRIPTION,
                epilog="examples: bpsa verilog --config paper16 --top accelerator; "
                       "bpsa sim --phase loss --layer C=8,H=16,K=8,R=3,stride=2,pad=1; "
                       "bpsa perf --config paper16 --workload; bpsa regmap --format c. "

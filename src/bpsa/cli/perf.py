@@ -104,9 +104,10 @@ def run(args):
     except ValueError as e:
         raise UserError(f"cannot model layer {args.layer!r} on {config.name!r}: {e}") from None
     seconds = time.perf_counter() - t0
+    totals = _network_totals(config, out) if args.workload else {}
     if args.json:
-        print(json.dumps({"config": config.name, "seconds": seconds, "layers": out},
-                         sort_keys=True))
+        print(json.dumps({"config": config.name, "seconds": seconds, "layers": out,
+                          **({"totals": totals} if args.workload else {})}, sort_keys=True))
         return
     print(f"{'network':14s} {'layer':22s} {'phase':8s} {'cycles':>11s} {'util':>6s} "
           f"{'roofline':>11s} {'x roof':>6s} {'DMA busy':>10s}  bound")
@@ -118,7 +119,30 @@ def run(args):
         print(f"{e['network']:14s} {e['layer']:22s} {e['phase']:8s} {e['cycles']:11,d} "
               f"{e['utilization']:6.3f} {e['roofline_cycles']:11,d} {e['over_roofline']:6.2f} "
               f"{e['dma_busy_cycles']:10,d}  {e['bound']}")
+    for network, t in totals.items():
+        print(f"{network:14s} {'total':22s} {'':8s} {t['cycles']:11,d} "
+              f"{t['utilization']:6.3f}  {t['macs']:,d} MACs in {t['layer_phases']} layer "
+              f"phases" + (f", {t['refused']} refused (not counted)" if t["refused"] else ""))
     print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
+
+
+def _network_totals(config, rows):
+    """Per network of ``rows`` (:func:`bpsa.models.perf.phase_table`'s): the cycles and MACs
+    of the layer phases it runs, their utilization (MACs over cycles times the array's PEs,
+    as a row's), how many ran and how many were refused."""
+    totals = {}
+    for e in rows:
+        t = totals.setdefault(e["network"], {"cycles": 0, "macs": 0, "layer_phases": 0,
+                                             "refused": 0})
+        if "refused" in e:
+            t["refused"] += 1
+            continue
+        t["cycles"] += e["cycles"]
+        t["macs"] += e["macs"]
+        t["layer_phases"] += 1
+    for t in totals.values():
+        t["utilization"] = t["macs"] / max(t["cycles"] * config.rows * config.cols, 1)
+    return totals
 
 
 def _network(args, config):

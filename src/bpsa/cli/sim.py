@@ -130,6 +130,15 @@ def run(args):
                         "accelerator (not with --engine)")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
+    accelerator = args.phase is not None and not args.engine
+    if (args.trace or args.trace_window) and not accelerator:
+        raise UserError("--trace and --trace-window apply only to --phase through the "
+                        "accelerator (not --gemm or --engine)")
+    if args.harness != "native" and not accelerator:
+        raise UserError("--harness applies only to --phase through the accelerator (not "
+                        "--gemm or --engine)")
+    if args.stall and args.phase is not None:
+        raise UserError("--stall applies only to --gemm in --dataflow os")
     if args.simulator != "verilator" and (args.engine or args.phase is None):
         raise UserError("--simulator applies only to --phase through the accelerator with "
                         "--harness cocotb")
@@ -153,6 +162,9 @@ def run(args):
             print(f"bpsa: the accelerator hung: {e}", file=sys.stderr)
             sys.exit(1)
     result["config"] = config.name
+    if args.trace:                  # where the waveform went
+        from pathlib import Path
+        result["trace"] = str(Path(args.trace).resolve())
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -273,6 +285,7 @@ def _engine_forward(args, config):
     with _refusals(args, config, _ENGINE_FORWARD):
         check_config(config)
         layer = parse_layer(args.layer)
+        layer.check_fields(config.dim_width)
         descriptor(config, layer)
     return run_forward(config, layer, seed=args.seed, progress=_progress(args))
 
@@ -284,6 +297,7 @@ def _engine_backward(args, config):
     _guard(args, _ENGINE_BACKWARD)
     with _refusals(args, config, _ENGINE_BACKWARD):
         layer = parse_layer(args.layer)
+        layer.check_fields(config.dim_width)
         check_layer(config, layer, args.phase, args.baseline)
     return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed,
                         progress=_progress(args))
@@ -297,6 +311,7 @@ def _engine_fc(args, config):
     _guard(args, _ENGINE_FC)
     with _refusals(args, config, _ENGINE_FC):
         layer = parse_fc(args.layer)
+        layer.check_fields(config.dim_width)
         check_layer(config, layer, args.sgd_shift)
     return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed,
                          progress=_progress(args))[0]
@@ -361,6 +376,7 @@ def _accelerator(args, config):
                  forward_mode="channel_first" if args.im2col == "channel_first" else None)
     with _refusals(args, config, _ACCELERATOR):
         layer = parse_layer(args.layer)
+        layer.check_fields(config.dim_width, skip=("W",))    # a wide layer runs as strips
         plans = check_layer(config, layer, phases, requant=args.requant, **modes)
     return run_layer(config, layer, phases, seed=args.seed, requant=args.requant,
                      harness=args.harness, plans=plans, **modes, **_native(args))
@@ -375,6 +391,7 @@ def _accelerator_fc(args, config):
     _guard(args, _ACCELERATOR_FC)
     with _refusals(args, config, _ACCELERATOR_FC):
         layer = parse_fc(args.layer)
+        layer.check_fields(config.dim_width)
         check_fc(config, layer, args.baseline)
     return run_fc(config, layer, seed=args.seed, baseline=args.baseline, harness=args.harness,
                   **_native(args))
@@ -388,4 +405,5 @@ def _accelerator_pool(args, config):
     _guard(args, _ACCELERATOR_POOL)
     with _refusals(args, config, _ACCELERATOR_POOL):
         layer = parse_pool(args.layer)
+        layer.check_fields(config.dim_width)
         return run_pool(config, layer, seed=args.seed, **_native(args))

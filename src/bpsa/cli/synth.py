@@ -14,8 +14,9 @@ def register(sub):
     add_config(sp)
     sp.add_argument("--top", default="pe", choices=sorted(TOPS),
                     help="component to synthesize (default: pe)")
-    sp.add_argument("-o", "--output", default="build/synth",
-                    help="output directory (default: build/synth)")
+    sp.add_argument("-o", "--output", default=None,
+                    help="output directory (default: build/synth/<configuration name>, so "
+                         "two configurations never overwrite each other's report)")
     sp.add_argument("--targets", nargs="+", default=["generic", "ice40", "ecp5"],
                     choices=["generic", "ice40", "ecp5"], help="synthesis targets")
     sp.add_argument("--timing", action="store_true",
@@ -59,7 +60,7 @@ def run(args):
     if args.timing and (args.report or args.pe_overheads or args.array_overheads):
         raise UserError("--timing applies to one block's report (not --report or the "
                         "overhead tables)")
-    out_dir(args.output)
+    args.output = str(out_dir(args.output or f"build/synth/{config.name}"))
     try:
         if args.report:
             report = synth.design_report(config, args.output, targets=args.targets,

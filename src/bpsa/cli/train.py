@@ -5,6 +5,8 @@ digits CNN in the hand-written loops (:func:`bpsa.host.digits.training_run`,
 :func:`bpsa.host.digits_float.training_run`)."""
 
 import json
+import sys
+import warnings
 from pathlib import Path
 
 from bpsa.cli.args import (UserError, config_of, float_above, int_at_least, parent_dir,
@@ -27,7 +29,8 @@ def register(sub):
                     help="digits: scikit-learn's 8 x 8 handwritten digits; with --model also "
                          "a factory returning (train, test) PyTorch datasets")
     sp.add_argument("--model", metavar="PKG.MODULE:FACTORY",
-                    help="train this nn.Module through the accelerator (bpsa.torch.offload), "
+                    help="train this nn.Module through the accelerator (bpsa.torch.offload, "
+                         "which trains a copy: the model's own weights do not change), "
                          "next to the same model in PyTorch float32, e.g. "
                          "bpsa.torch.models:lenet_digits (docs/pytorch.md; default: the digits "
                          "CNN, bpsa.torch.models:digits_cnn)")
@@ -149,13 +152,18 @@ def _run_model(args):
         torch.manual_seed(args.seed)        # the factory's initial weights, reproducibly
         model = load_factory(args.model)
         train_set, test_set = load_datasets(args.dataset, args.seed)
-        result = train(model, train_set, test_set, config=config, backend=args.backend,
-                       epochs=args.epochs, batch=args.batch,
-                       lr=args.lr if args.lr is not None else 2.0 ** -args.lr_shift,
-                       optimizer=args.optimizer, seed=args.seed, progress=not args.json,
-                       reference=not args.no_reference)
+        # the layers kept in PyTorch are a note, also when warnings are errors
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.filterwarnings("always", message="these layers stay in PyTorch")
+            result = train(model, train_set, test_set, config=config, backend=args.backend,
+                           epochs=args.epochs, batch=args.batch,
+                           lr=args.lr if args.lr is not None else 2.0 ** -args.lr_shift,
+                           optimizer=args.optimizer, seed=args.seed, progress=not args.json,
+                           reference=not args.no_reference)
     except ValueError as e:
         raise UserError(str(e)) from None
+    for note in notes:
+        print(f"bpsa: note: {note.message}", file=sys.stderr)
     history, reference = result["history"], result["reference"]
     plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}")
     summary = {k: v for k, v in result.items() if k != "model"}

@@ -1,6 +1,8 @@
 """``bpsa verilog``: the Verilog of a component and its configuration JSON
 (:func:`bpsa.platform.verilog.write_verilog`)."""
 
+import sys
+
 from bpsa.cli.args import UserError, add_config, config_of, out_dir
 
 __all__ = ["register", "run"]
@@ -25,6 +27,10 @@ def run(args):
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
     config = config_of(args)
-    path = write_verilog(config, args.top, out_dir(args.output or f"build/{config.name}"))
+    out = out_dir(args.output or f"build/{config.name}")
+    # elaborating the accelerator takes a minute: say what is going on
+    print(f"bpsa: generating the Verilog of {args.top} for {config.name} ({config.rows}x"
+          f"{config.cols}) into {out}/ ...", file=sys.stderr, flush=True)
+    path = write_verilog(config, args.top, out)
     print(f"wrote {path} and {path.with_suffix('.json')} ({config.name}: "
           f"{config.rows}x{config.cols}, dataflows {', '.join(config.dataflows)})")
