@@ -54,7 +54,12 @@ def test_bad_arguments_get_one_line(capsys, argv, needle):
     (["perf", "--network", "resnet1000"], "unknown network 'resnet1000'"),
     (["perf", "--network", "digits", "--phases", "forward,back"], "--phases 'forward,back'"),
     (["perf", "--network", "digits", "--plot", "x.gif"], "must end in .png, .svg or .pdf"),
-    (["perf", "--workload", "--csv"], "--plot, --csv and --phases apply to --network"),
+    (["perf", "--workload", "--csv"], "--plot, --csv, --phases, --clock and --frontend apply "
+                                      "to --network"),
+    (["perf", "--workload", "--clock", "50"], "--clock and --frontend apply to --network"),
+    (["perf", "--network", "digits", "--phase", "loss"], "a --network or --model step takes "
+                                                         "--phases"),
+    (["sim", "--gemm", "4,4,4", "--requant", "2"], "--requant applies to --phase forward"),
     (["sweep", "--grid", "rows=8,100"], "grid point rows=100: rows must be in [1, 64]"),
     (["sweep", "--grid", "colz=8"], "'colz' is not a configuration field"),
     (["sweep", "--grid", "rows=8", "--network", "nope"], "unknown network 'nope'"),
@@ -186,7 +191,7 @@ def _nothing_runs(monkeypatch, *targets):
      "cannot run FC layer 'N=2,I=3,O=5000' on 'small': FC layer O = 5000 does not fit the "
      "descriptor's 12-bit fields (dim_width 12: at most 4095)", "bpsa.sim.accel_run:run_fc"),
     (["sim", "--phase", "forward", "--layer", "C=4,H=8,K=5000,R=1"],
-     "layer K = 5000 does not fit the descriptor's 12-bit fields",
+     "out_channels = 5000 does not fit dim_width 12",
      "bpsa.sim.accel_run:run_layer"),
     (["sim", "--phase", "pool", "--layer", "C=5000,H=4,kind=max,R=2"],
      "pooling layer C = 5000 does not fit", "bpsa.sim.pool_run:run_pool"),

@@ -40,10 +40,10 @@ def register(sub):
                     help="with --model: the example input's shape (N is the batch)")
     sp.add_argument("--phases", metavar="forward,loss,gradient",
                     help="with --network: the phases of the step (default: all three)")
-    sp.add_argument("--clock", type=float_above(0), default=100.0, metavar="MHZ",
+    sp.add_argument("--clock", type=float_above(0), default=None, metavar="MHZ",
                     help="with --network: the clock for the time a step takes (default: 100)")
     sp.add_argument("--frontend", choices=["feeder", "channel_first", "best"],
-                    default="feeder", type=lambda v: v.replace("-", "_"),
+                    default=None, type=lambda v: v.replace("-", "_"),
                     help="with --network: the forward's front end; best: per layer the "
                          "faster (the descriptor's MODE; configurations with forward_frontends "
                          "channel_first)")
@@ -86,9 +86,15 @@ def run(args):
     if (args.input is None) != (args.model is None):
         raise UserError("--model and --input N,C,H,W go together")
     if args.network is not None or args.model is not None:
+        if args.phase != "all":
+            raise UserError("--phase applies to --layer and --workload; a --network or "
+                            "--model step takes --phases")
+        args.clock = 100.0 if args.clock is None else args.clock
+        args.frontend = args.frontend or "feeder"
         return _network(args, config)
-    if args.plot or args.csv or args.phases:
-        raise UserError("--plot, --csv and --phases apply to --network")
+    if args.plot or args.csv or args.phases or args.clock is not None or args.frontend:
+        raise UserError("--plot, --csv, --phases, --clock and --frontend apply to --network "
+                        "and --model")
     if args.layer is not None:
         try:
             lay = parse_layer(args.layer)

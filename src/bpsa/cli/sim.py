@@ -137,6 +137,9 @@ def run(args):
     if args.harness != "native" and not accelerator:
         raise UserError("--harness applies only to --phase through the accelerator (not "
                         "--gemm or --engine)")
+    if args.requant is not None and not accelerator:
+        raise UserError("--requant applies to --phase forward and to the zero-free --phase "
+                        "loss through the accelerator (not --gemm or --engine)")
     if args.stall and args.phase is not None:
         raise UserError("--stall applies only to --gemm in --dataflow os")
     if args.simulator != "verilator" and (args.engine or args.phase is None):
@@ -285,7 +288,6 @@ def _engine_forward(args, config):
     with _refusals(args, config, _ENGINE_FORWARD):
         check_config(config)
         layer = parse_layer(args.layer)
-        layer.check_fields(config.dim_width)
         descriptor(config, layer)
     return run_forward(config, layer, seed=args.seed, progress=_progress(args))
 
@@ -297,7 +299,6 @@ def _engine_backward(args, config):
     _guard(args, _ENGINE_BACKWARD)
     with _refusals(args, config, _ENGINE_BACKWARD):
         layer = parse_layer(args.layer)
-        layer.check_fields(config.dim_width)
         check_layer(config, layer, args.phase, args.baseline)
     return run_backward(config, args.phase, layer, baseline=args.baseline, seed=args.seed,
                         progress=_progress(args))
@@ -311,7 +312,6 @@ def _engine_fc(args, config):
     _guard(args, _ENGINE_FC)
     with _refusals(args, config, _ENGINE_FC):
         layer = parse_fc(args.layer)
-        layer.check_fields(config.dim_width)
         check_layer(config, layer, args.sgd_shift)
     return run_fc_layers(config, [layer], sgd_shift=args.sgd_shift, seed=args.seed,
                          progress=_progress(args))[0]
@@ -376,7 +376,6 @@ def _accelerator(args, config):
                  forward_mode="channel_first" if args.im2col == "channel_first" else None)
     with _refusals(args, config, _ACCELERATOR):
         layer = parse_layer(args.layer)
-        layer.check_fields(config.dim_width, skip=("W",))    # a wide layer runs as strips
         plans = check_layer(config, layer, phases, requant=args.requant, **modes)
     return run_layer(config, layer, phases, seed=args.seed, requant=args.requant,
                      harness=args.harness, plans=plans, **modes, **_native(args))
@@ -391,8 +390,8 @@ def _accelerator_fc(args, config):
     _guard(args, _ACCELERATOR_FC)
     with _refusals(args, config, _ACCELERATOR_FC):
         layer = parse_fc(args.layer)
-        layer.check_fields(config.dim_width)
         check_fc(config, layer, args.baseline)
+        layer.check_fields(config.dim_width)        # (the baseline's 1x1 layers too)
     return run_fc(config, layer, seed=args.seed, baseline=args.baseline, harness=args.harness,
                   **_native(args))
 

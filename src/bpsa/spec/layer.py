@@ -249,15 +249,13 @@ class ConvLayer(LayerGeometry):
         """Elements of one im2col row (the depth of a context): ``C*R*S``."""
         return self.channels * self.kernel_h * self.kernel_w
 
-    def check_fields(self, dim_width, skip=()):
+    def check_fields(self, dim_width):
         """:exc:`ValueError` naming the first of the layer's sizes (by its key in the text
-        form, :data:`LAYER_KEYS`; ``skip``: keys left out) that does not fit a descriptor's
-        ``dim_width``-bit fields (:func:`check_fields`)."""
-        values = {"N": self.batch, "C": self.channels, "H": self.height, "W": self.width,
-                  "K": self.out_channels, "R": self.kernel_h, "S": self.kernel_w,
-                  "stride": self.stride, "pad": self.pad,
-                  "dilation": self.dil}
-        check_fields(dim_width, "layer", **{k: v for k, v in values.items() if k not in skip})
+        form, :data:`LAYER_KEYS`) that does not fit a descriptor's ``dim_width``-bit fields
+        (:func:`check_fields`)."""
+        check_fields(dim_width, "layer", N=self.batch, C=self.channels, H=self.height,
+                     W=self.width, K=self.out_channels, R=self.kernel_h, S=self.kernel_w,
+                     stride=self.stride, pad=self.pad, dilation=self.dil)
 
     def baseline(self, phase):
         """The forward convolution that computes ``phase`` (loss or gradient) of this layer
