@@ -1,7 +1,8 @@
 """PyTorch out (``bpsa.torch.offload``, from bpsa.torch.offloading): a model's convolutions,
-linear layers, poolings and ReLUs run forward and backward on the accelerator through autograd. The simulated RTL gives the
-golden model's bits, outputs and every gradient; both follow plain PyTorch within the bf16
-operands' rounding; what cannot run is named, or refused with strict."""
+linear layers, poolings and ReLUs run forward and backward on the accelerator through
+autograd. The simulated RTL gives the golden model's bits, outputs and every gradient; both
+follow plain PyTorch within the bf16 operands' rounding; what cannot run is named, or refused
+with strict."""
 
 import numpy as np
 import pytest
