@@ -8,8 +8,9 @@ care how. It has four coroutines::
     async read_mem(addr, nbytes) -> bytes
     async write_mem(addr, data)
 
-``bpsa.verify.tb_accelerator.CocotbTransport`` is the cocotb/Verilator one (AXI4-Lite master and AXI
-RAM of cocotbext-axi); the serial transport for a board has the same four methods.
+``bpsa.sim.testbenches.tb_accelerator.CocotbTransport`` is the cocotb/Verilator one (AXI4-Lite
+master and AXI RAM of cocotbext-axi); the serial transport for a board has the same four
+methods.
 
 The driver lays tensors out as :mod:`bpsa.gateware.accelerator` documents (forward W and Y blocked
 by ``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
