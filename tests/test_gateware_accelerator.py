@@ -1,5 +1,5 @@
 """The accelerator top: elaboration checks, and the generated Verilog under Verilator driven
-through the host driver (bpsa.verify.tb_accelerator) against the golden model."""
+through the host driver (bpsa.sim.testbenches.tb_accelerator) against the golden model."""
 
 import json
 
@@ -33,7 +33,7 @@ def test_default_jobs_verilator(tmp_path):
     every whole-accelerator test of make test)."""
     from bpsa.sim.runner import run_cocotb
     out = tmp_path / "res.json"
-    run_cocotb(SMALL, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+    run_cocotb(SMALL, "bpsa.sim.testbenches.tb_accelerator", top="accelerator", testcase="layers",
                extra_env={"BPSA_RESULTS": str(out)}, tag="default")
     res = json.loads(out.read_text())
     assert [r["phase"] for r in res] == ["forward", "loss", "gradient"]

@@ -268,5 +268,5 @@ def test_start_status_counters():
 def test_axi_lite_verilator(name):
     """The generated Verilog under Verilator, driven by cocotbext-axi's AxiLiteMaster."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_axi_lite", top="axil_regs")
+    tests, failures = run_cocotb(CONFIGS[name], "bpsa.sim.testbenches.tb_axi_lite", top="axil_regs")
     assert tests == 11 and failures == 0

@@ -1,6 +1,7 @@
 """The on-chip SRAM: parameter checks, a quick Amaranth-simulator check of the word port, and
 the generated Verilog under Verilator with cocotbext-axi's AxiMaster (INCR / FIXED / narrow
-bursts with wstrb, errors, the word port under AXI traffic; ``src/bpsa/verify/tb_axi_sram.py``)."""
+bursts with wstrb, errors, the word port under AXI traffic;
+``src/bpsa/sim/testbenches/tb_axi_sram.py``)."""
 
 import gc
 import warnings
@@ -60,5 +61,6 @@ def test_axi_sram_verilator():
     from bpsa.platform.board_tops import register_tops
     from bpsa.sim.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_axi_sram", top="axi_sram")
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_axi_sram",
+                                 top="axi_sram")
     assert tests == 4 and failures == 0

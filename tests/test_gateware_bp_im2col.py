@@ -706,8 +706,9 @@ def test_verilog_generates(preset):
 @pytest.mark.parametrize("phase,top", [("loss", "bp_loss_addr"), ("grad", "bp_grad_addr")])
 def test_generators_verilator(phase, top):
     """The generated Verilog under Verilator: whole layers with random backpressure against the
-    model (every beat, counters), and a refused descriptor (src/bpsa/verify/tb_bp_im2col.py)."""
+    model (every beat, counters), and a refused descriptor
+    (src/bpsa/sim/testbenches/tb_bp_im2col.py)."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(ARRAYS["3x5"], "bpsa.verify.tb_bp_im2col", top=top,
+    tests, failures = run_cocotb(ARRAYS["3x5"], "bpsa.sim.testbenches.tb_bp_im2col", top=top,
                                  extra_env={"BPSA_BP_PHASE": phase})
     assert tests == 2 and failures == 0

@@ -13,7 +13,7 @@ from bpsa.config import Config
 from bpsa.gateware.controller.dispatcher import Dispatcher
 from bpsa.spec import isa
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_PROGRAM, ProgramError
-from bpsa.verify.tb_dispatcher import SEEN, random_ops, seen
+from bpsa.sim.testbenches.tb_dispatcher import SEEN, random_ops, seen
 
 CFG = Config(name="disp", rows=2, cols=3, buf_a_depth=128, buf_b_depth=128, buf_p_depth=64,
              feeder_bus_width=4, dim_width=8, pool_kinds=("max", "avg"), buf_pool_depth=128)
@@ -204,9 +204,9 @@ def test_assemble_writes_only_changed_fields_and_checks_ranges():
 
 @pytest.mark.cocotb
 def test_dispatcher_verilator():
-    """The generated Verilog under Verilator (bpsa.verify.tb_dispatcher)."""
+    """The generated Verilog under Verilator (bpsa.sim.testbenches.tb_dispatcher)."""
     from bpsa.config import load_config
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_dispatcher",
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_dispatcher",
                                  top="dispatcher")
     assert tests == 1 and failures == 0

@@ -396,7 +396,7 @@ def test_dma_verilator(name):
     """The generated Verilog under Verilator against cocotbext-axi's AxiRam with random
     back-pressure on every channel."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_dma", top="dma")
+    tests, failures = run_cocotb(CONFIGS[name], "bpsa.sim.testbenches.tb_dma", top="dma")
     assert tests >= 3 and failures == 0
 
 

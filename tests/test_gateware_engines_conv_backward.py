@@ -377,7 +377,7 @@ def test_verilator(preset):
     ``bpsa.models.golden.conv2d_input_grad`` / ``conv2d_weight_grad`` bit-exactly in both modes (one
     build per preset, four runs); the baseline reads more words, sends the same zeros to the
     array and stores the zero-spaced copies."""
-    from bpsa.sim.conv_backward_run import run_backward_layers
+    from bpsa.sim.simcmd import run_backward_layers
     cfg = load_config(preset)
     layers = VERILATOR_LAYERS[preset]
     for phase in ("loss", "gradient"):
@@ -463,7 +463,7 @@ def test_asymmetric_padding_verilator():
     """The generated Verilog with top and bottom padding different (the accelerator's row
     bands): dX and dW equal the golden model on the explicitly padded input (reuses the
     ``small`` build)."""
-    from bpsa.sim.conv_backward_run import run_backward_layers
+    from bpsa.sim.simcmd import run_backward_layers
     for phase in ("loss", "gradient"):
         res = run_backward_layers(load_config("small"), ASYMMETRIC, phase=phase, seed=5)
         assert [r["match"] for r in res] == [True] * len(ASYMMETRIC), phase
@@ -475,7 +475,7 @@ def test_fc_verilator(preset):
     """The generated Verilog of ConvBackward runs FC layers in the interleaved dataflow: dX
     and dW (and, in a second run, the SGD-updated weights) equal ``bpsa.models.golden.gemm``
     (reuses the preset's ConvBackward build)."""
-    from bpsa.sim.fc_backward_run import run_fc_layers
+    from bpsa.sim.simcmd import run_fc_layers
     cfg = load_config(preset)
     layers = [FcLayer(1, 1, 1), FcLayer(2, 9, 7), FcLayer(11, 13, 10)]
     res = run_fc_layers(cfg, layers, seed=3)
@@ -483,5 +483,5 @@ def test_fc_verilator(preset):
     res = run_fc_layers(cfg, [FcLayer(6, 12, 7)], sgd_shift=3, seed=4)
     assert res[0]["match"]
     if preset == "small":
-        from bpsa.sim.fc_backward_run import main
+        from bpsa.sim.simcmd import main
         assert main(["--config", "small", "3,5,6"]) == 0   # the comparison table

@@ -420,7 +420,7 @@ def test_forward_verilator(preset):
     """The generated Verilog of ConvForward: every layer's Y equals ``bpsa.models.golden.conv2d``
     bit-exactly and the X SRAM words read equal the feeder model's (the testbench asserts
     both), X and W at random buffer offsets; one build and one simulation per preset."""
-    from bpsa.sim.conv_forward_run import run_forward_layers
+    from bpsa.sim.simcmd import run_forward_layers
     cfg = load_config(preset)
     layers = VERILATOR_LAYERS[preset]
     results = run_forward_layers(cfg, layers, seed=5, random_base=True)
@@ -435,7 +435,7 @@ def test_forward_verilator(preset):
 def test_illegal_layers_verilator():
     """Under Verilator, refused descriptors raise ``error`` without hanging or reading."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_conv_forward",
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_conv_forward",
                                  top="conv_forward", testcase="illegal_layers_raise_error")
     assert tests == 1 and failures == 0
 

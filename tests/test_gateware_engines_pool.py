@@ -14,7 +14,7 @@ from bpsa.config import Config
 from bpsa.gateware.engines.pool import PoolEngine
 from bpsa.models import float_pool, floating
 from bpsa.models.golden import pool2d, pool2d_backward
-from bpsa.verify.pool_runs import PoolRuns
+from bpsa.sim.testbenches.pool_runs import PoolRuns
 
 #: Three lanes (not a power of two), a small buffer and P so that layers cut into bands.
 CFG = Config(name="pool_test", rows=2, cols=3, dataflows=["os"], dim_width=8,
@@ -208,13 +208,13 @@ def test_float_pool_sums_in_the_documented_order():
 @pytest.mark.parametrize("preset, lanes", [
     ("small_bf16", 1), ("small", 4), pytest.param("small_bf16", 4, marks=pytest.mark.long)])
 def test_pool_verilator(preset, lanes):
-    """The generated Verilog under Verilator (bpsa.verify.tb_pool): random layers of both kinds,
-    forward and backward, against the golden models (bf16 with one lane and int8 with four,
-    small's, in make test; bf16 with four lanes in make test-long)."""
+    """The generated Verilog under Verilator (bpsa.sim.testbenches.tb_pool): random layers of
+    both kinds, forward and backward, against the golden models (bf16 with one lane and int8
+    with four, small's, in make test; bf16 with four lanes in make test-long)."""
     from bpsa.config import load_config
     from bpsa.sim.runner import run_cocotb
     cfg = load_config(preset).replace(pool_lanes=lanes)
     if lanes != load_config(preset).pool_lanes:
         cfg = cfg.replace(name=f"{preset}_lanes{lanes}")
-    tests, failures = run_cocotb(cfg, "bpsa.verify.tb_pool", top="pool")
+    tests, failures = run_cocotb(cfg, "bpsa.sim.testbenches.tb_pool", top="pool")
     assert tests == 1 and failures == 0

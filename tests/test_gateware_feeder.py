@@ -567,7 +567,7 @@ def test_hardware_refuses_illegal_descriptors():
 def test_feeder_verilog_under_verilator():
     """The generated Verilog of DataFeeder, with an SRAM modelled by the testbench, produces
     the golden im2col streams for a set of layers (random ``ready``), the model's SRAM word
-    count, and refuses an illegal descriptor (cocotb module ``bpsa.verify.tb_feeder``)."""
+    count, and refuses an illegal descriptor (cocotb module ``bpsa.sim.testbenches.tb_feeder``)."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(CFG, "bpsa.verify.tb_feeder", top="feeder")
+    tests, failures = run_cocotb(CFG, "bpsa.sim.testbenches.tb_feeder", top="feeder")
     assert tests >= 1 and failures == 0

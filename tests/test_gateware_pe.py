@@ -9,7 +9,7 @@ from bpsa.config import Config
 from bpsa.gateware.pe import PE
 from bpsa.models.pe_model import (OUTPUTS, PORTS, PEModel, PEParams, random_stimulus,
                                   with_zero_flags)
-from bpsa.verify.pe_streams import directed_stream
+from bpsa.sim.testbenches.pe_streams import directed_stream
 
 CONFIGS = {
     "all_int8": Config(name="all_int8"),
@@ -133,7 +133,7 @@ def test_pe_verilator(name):
     """The generated Verilog under Verilator through cocotb: random streams against the cycle
     model, directed streams against numpy."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_pe", top="pe")
+    tests, failures = run_cocotb(CONFIGS[name], "bpsa.sim.testbenches.tb_pe", top="pe")
     assert tests == 2 and failures == 0
 
 
@@ -144,5 +144,6 @@ def test_pe_ecp5_dsp_verilator(name):
     registers, under Verilator with the primitive's model: the same random and directed
     streams as the portable PE."""
     from bpsa.sim.runner import run_cocotb
-    tests, failures = run_cocotb(CONFIGS[name], "bpsa.verify.tb_pe", top="pe", device="ecp5")
+    tests, failures = run_cocotb(CONFIGS[name], "bpsa.sim.testbenches.tb_pe", top="pe",
+                                 device="ecp5")
     assert tests == 2 and failures == 0

@@ -1,7 +1,7 @@
 """The UART bridge protocol: the host transport (``bpsa.host.serial_transport.SerialTransport``)
 against an independent Python model of the device written from the protocol table in
 ``bpsa.gateware.uart_bridge``; parameter errors; and the generated Verilog under Verilator through a
-simulated serial line (``src/bpsa/verify/tb_uart_bridge.py``)."""
+simulated serial line (``src/bpsa/sim/testbenches/tb_uart_bridge.py``)."""
 
 import gc
 import random
@@ -157,6 +157,6 @@ def test_uart_bridge_verilator():
     from bpsa.platform.board_tops import register_tops
     from bpsa.sim.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_uart_bridge",
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_uart_bridge",
                                  top="uart_bridge")
     assert tests == 3 and failures == 0

@@ -39,7 +39,8 @@ def installed(tmp_path_factory):
     wheel, = (tmp / "dist").glob("backprop_systolic-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bpsa/presets/small.toml" in names and "bpsa/workloads/conv_layers.csv" in names
-    assert "bpsa/platform/boards/ulx3s.toml" in names and "bpsa/verify/tb_accelerator.py" in names
+    assert "bpsa/platform/boards/ulx3s.toml" in names
+    assert "bpsa/sim/testbenches/tb_accelerator.py" in names
     assert "bpsa/workloads/networks/resnet50.csv" in names
     assert "bpsa/models/area_points.json" in names
     assert "bpsa/sim/native/accel_harness.cpp" in names

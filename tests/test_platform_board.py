@@ -1,7 +1,7 @@
 """The board top and the bitstream flow: board settings, the resource count and fit check,
 build plans for both boards (no tools run), the fit refusal of an obviously too large
 configuration after Yosys and before place and route (through ``bpsa bitstream``), and the
-whole system end to end under Verilator (``src/bpsa/verify/tb_board.py``). Bitstream builds
+whole system end to end under Verilator (``src/bpsa/sim/testbenches/tb_board.py``). Bitstream builds
 themselves are ``make bitstream``, not part of the tests."""
 
 import gc
@@ -127,7 +127,8 @@ def test_board_verilator():
     from bpsa.platform.board_tops import register_tops
     from bpsa.sim.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board", top="soc_standin")
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_board",
+                                 top="soc_standin")
     assert tests == 1 and failures == 0
 
 
@@ -139,7 +140,7 @@ def test_accelerator_over_serial_verilator():
     from bpsa.platform.board_tops import register_tops
     from bpsa.sim.runner import run_cocotb
     register_tops()
-    tests, failures = run_cocotb(load_config("small"), "bpsa.verify.tb_board_accel",
+    tests, failures = run_cocotb(load_config("small"), "bpsa.sim.testbenches.tb_board_accel",
                                  top="soc_accel")
     assert tests == 1 and failures == 0
 

@@ -3,17 +3,11 @@
 import pytest
 
 from bpsa.config import load_config
-from bpsa.verify.scenarios import DEFAULT_JOBS
 
 SMALL = load_config("small")
 #: Forward only: the loss and gradient phases are not generated.
 FORWARD_ONLY = SMALL.replace(dataflows=("os",), buf_a_depth=64, buf_b_depth=64,
                              buf_p_depth=64, name="small_forward_only")
-
-
-def test_default_jobs_cover_every_phase():
-    assert [j["phase"] for j in DEFAULT_JOBS] == ["forward", "loss", "gradient"]
-    assert all(j["layer"]["stride_h"] == 2 and j["layer"]["pad_h"] == 1 for j in DEFAULT_JOBS)
 
 
 @pytest.mark.verilator

@@ -282,7 +282,8 @@ def _refusals(args, config, path):
 def _engine_forward(args, config):
     """``bpsa sim --engine --phase forward``: one layer through ConvForward."""
     from bpsa.gateware.engines.conv_forward import check_config
-    from bpsa.sim.conv_forward_run import descriptor, run_forward
+    from bpsa.sim.conv_forward_run import descriptor
+    from bpsa.sim.simcmd import run_forward
     from bpsa.spec.layer import parse_layer
     _guard(args, _ENGINE_FORWARD)
     with _refusals(args, config, _ENGINE_FORWARD):
@@ -294,7 +295,8 @@ def _engine_forward(args, config):
 
 def _engine_backward(args, config):
     """``bpsa sim --engine --phase loss|gradient``: one layer through ConvBackward."""
-    from bpsa.sim.conv_backward_run import check_layer, run_backward
+    from bpsa.sim.conv_backward_run import check_layer
+    from bpsa.sim.simcmd import run_backward
     from bpsa.spec.layer import parse_layer
     _guard(args, _ENGINE_BACKWARD)
     with _refusals(args, config, _ENGINE_BACKWARD):
@@ -307,7 +309,8 @@ def _engine_backward(args, config):
 def _engine_fc(args, config):
     """``bpsa sim --engine --phase fc``: one FC layer's backward pass through ConvBackward's
     interleaved dataflow."""
-    from bpsa.sim.fc_backward_run import check_layer, run_fc_layers
+    from bpsa.sim.fc_backward_run import check_layer
+    from bpsa.sim.simcmd import run_fc_layers
     from bpsa.spec.layer import parse_fc
     _guard(args, _ENGINE_FC)
     with _refusals(args, config, _ENGINE_FC):

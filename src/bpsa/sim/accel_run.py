@@ -94,7 +94,7 @@ def run_jobs(config, jobs, *, tag="cli", harness="native", plans=None, **native)
     ``"native"`` (the compiled transport, :func:`bpsa.sim.native.run_jobs`, which takes the
     keyword arguments ``native``: progress bar, trace, build, and ``plans``, a job's
     :func:`check_job` plan each, handed on to the driver) or ``"cocotb"``
-    (:mod:`bpsa.verify.tb_accelerator`, cocotbext-axi's bus models; the testbench's
+    (:mod:`bpsa.sim.testbenches.tb_accelerator`, cocotbext-axi's bus models; the testbench's
     process plans the jobs again; ``simulator``: :data:`bpsa.sim.runner.SIMULATORS`)."""
     if harness == "native":
         from bpsa.sim.native import run_jobs as native_jobs
@@ -107,7 +107,8 @@ def run_jobs(config, jobs, *, tag="cli", harness="native", plans=None, **native)
     from bpsa.sim.runner import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
-        run_cocotb(config, "bpsa.verify.tb_accelerator", top="accelerator", testcase="layers",
+        run_cocotb(config, "bpsa.sim.testbenches.tb_accelerator", top="accelerator",
+                   testcase="layers",
                    extra_env={"BPSA_JOBS": json.dumps(jobs), "BPSA_RESULTS": str(out)},
                    tag=tag, simulator=simulator)
         return json.loads(out.read_text())

@@ -1,7 +1,9 @@
 """Host side of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`: layer checks, buffer
-images, the descriptor, assembly of the psum vectors into dX / dW, the summary of ``bpsa sim --phase
-loss|gradient``,
-and the Verilator run helper.
+images, the descriptor, assembly of the psum vectors into dX / dW, the summary of ``bpsa sim
+--engine --phase loss|gradient``: what the engine top's cocotb testbench
+(:mod:`bpsa.sim.testbenches.tb_conv_backward`) and the Amaranth-simulator tests share.
+:func:`bpsa.sim.simcmd.run_backward_layers` runs layers through the generated RTL under
+Verilator.
 
 Layers are :class:`bpsa.spec.layer.ConvLayer` (parsed by
 :func:`bpsa.spec.layer.parse_layer`). ``baseline`` selects the traditional flow: the
@@ -10,20 +12,14 @@ copies), the hardware writes the copies (see :mod:`bpsa.gateware.engines.conv_ba
 them densely.
 """
 
-import hashlib
-import json
-import tempfile
-from dataclasses import asdict
-from pathlib import Path
-
 import numpy as np
 
 from bpsa.models import golden
-from bpsa.spec.layer import ConvLayer, parse_layer
+from bpsa.spec.layer import parse_layer
 from bpsa.spec.numeric import operand_range, wrap_array
 
 __all__ = ["PHASES", "parse_layer", "geometry", "check_layer", "descriptor", "random_tensors",
-           "images", "expected", "assemble", "summary", "run_backward_layers", "run_backward"]
+           "images", "expected", "assemble", "summary"]
 
 #: Phases the hardware computes.
 PHASES = ("loss", "gradient")
@@ -196,38 +192,3 @@ def summary(config, layer, phase, got, want, counters, *, baseline=False):
            "useful_macs": macs,
            "utilization": macs / (config.rows * config.cols * cycles) if cycles else 0.0}
     return out
-
-
-def run_backward_layers(config, layers, *, phase="loss", baseline=False, seed=1,
-                        progress=True):
-    """Run ``layers`` one after the other on one ConvBackward generated for ``config`` under
-    Verilator (cocotb module ``bpsa.verify.tb_conv_backward``), random dY and W from ``seed``.
-    Returns one summary dict per layer. Raises :exc:`ValueError` for a layer the hardware
-    refuses."""
-    from bpsa.sim.runner import run_cocotb
-    for layer in layers:
-        check_layer(config, layer, phase, baseline)
-    testcase = "backward_matches_golden"
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "summary.json"
-        env = {"BPSA_LAYERS": json.dumps([asdict(layer) for layer in layers]),
-               "BPSA_SEED": str(seed), "BPSA_SUMMARY": str(out),
-               "BPSA_BASELINE": "1" if baseline else "", "BPSA_PHASE": phase}
-        tag = (f"{phase}_{seed}_{int(baseline)}_"
-               f"{hashlib.sha256(env['BPSA_LAYERS'].encode()).hexdigest()[:10]}")
-        try:
-            run_cocotb(config, "bpsa.verify.tb_conv_backward", top="conv_backward",
-                       testcase=testcase, extra_env=env, tag=tag, progress=progress)
-        except AssertionError:
-            if not out.exists():
-                raise
-        return json.loads(out.read_text())
-
-
-def run_backward(config, phase, layer, *, baseline=False, seed=1, progress=True):
-    """:func:`run_backward_layers` for one layer (a :class:`ConvLayer` or a layer string):
-    its summary dict."""
-    if not isinstance(layer, ConvLayer):
-        layer = parse_layer(layer)
-    return run_backward_layers(config, [layer], phase=phase, baseline=baseline, seed=seed,
-                               progress=progress)[0]

@@ -2,16 +2,12 @@
 
 Lays X and W out into the buffers' word images, builds the layer descriptor, assembles Y from
 the drained rows, counts the traffic an explicit im2col would cause (from
-:func:`bpsa.models.golden.lower_forward`), and runs a layer through the generated RTL under
-Verilator (``bpsa sim --phase forward``). Layer strings look like
+:func:`bpsa.models.golden.lower_forward`) and summarizes a run: what the engine top's cocotb
+testbench (:mod:`bpsa.sim.testbenches.tb_conv_forward`) and the Amaranth-simulator tests share.
+:func:`bpsa.sim.simcmd.run_forward_layers` runs layers through the generated RTL under Verilator
+(``bpsa sim --engine --phase forward``). Layer strings look like
 ``C=3,H=32,W=32,K=8,R=7,S=7,stride=2, pad=3,dilation=1,N=1`` (see :func:`parse_layer`).
 """
-
-import hashlib
-import json
-import tempfile
-from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
@@ -22,8 +18,7 @@ from bpsa.spec.numeric import operand_range, wrap, wrap_array
 
 __all__ = [
     "descriptor", "x_image", "w_image", "random_operands", "expected_y",
-    "assemble", "traffic", "summary", "pack_struct", "unpack_struct", "run_forward",
-    "run_forward_layers",
+    "assemble", "traffic", "summary", "pack_struct", "unpack_struct",
 ]
 
 
@@ -177,35 +172,3 @@ def unpack_struct(layout, value, arrays=None):
             v = [wrap((v >> (i * ew)) & ((1 << ew) - 1), ew, sgn) for i in range(n)]
         out[name] = v
     return out
-
-
-# --- running the RTL -----------------------------------------------------------------------
-
-def run_forward_layers(config, layers, *, seed=1, random_base=False, progress=True):
-    """Run ``layers`` (a list of :class:`ConvLayer`) one after the other on one ConvForward
-    generated for ``config`` under Verilator (cocotb module ``bpsa.verify.tb_conv_forward``), with
-    random X and W from ``seed``. Returns one summary dict per layer (see :func:`summary`);
-    ``match`` tells whether Y equals ``bpsa.models.golden.conv2d``. Raises :exc:`ValueError` with
-    the reason for a layer the hardware would refuse."""
-    from bpsa.sim.runner import run_cocotb
-    for layer in layers:
-        descriptor(config, layer)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "summary.json"
-        env = {"BPSA_LAYERS": json.dumps([asdict(layer) for layer in layers]),
-               "BPSA_SEED": str(seed), "BPSA_SUMMARY": str(out),
-               "BPSA_RANDOM_BASE": "1" if random_base else ""}
-        tag = f"{seed}_{hashlib.sha256(env['BPSA_LAYERS'].encode()).hexdigest()[:10]}"
-        try:
-            run_cocotb(config, "bpsa.verify.tb_conv_forward", top="conv_forward",
-                       testcase="forward_matches_golden", extra_env=env, tag=tag,
-                       progress=progress)
-        except AssertionError:
-            if not out.exists():
-                raise
-        return json.loads(out.read_text())
-
-
-def run_forward(config, layer, *, seed=1, progress=True):
-    """:func:`run_forward_layers` for one layer: its summary dict."""
-    return run_forward_layers(config, [layer], seed=seed, progress=progress)[0]

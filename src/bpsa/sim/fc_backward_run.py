@@ -1,6 +1,8 @@
 """Host side of the FC backward phase of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`
 (InterGrad's interleaved dataflow): layer checks, buffer images, the descriptor, assembly of the
-``out`` (dX) and ``drain`` (dW) vectors, the golden results and the Verilator run helper.
+``out`` (dX) and ``drain`` (dW) vectors, the golden results and the summary: what the cocotb
+testbench (:mod:`bpsa.sim.testbenches.tb_conv_backward`) and the Amaranth-simulator tests share.
+:func:`bpsa.sim.simcmd.run_fc_layers` runs layers through the generated RTL under Verilator.
 
 A fully connected layer ``Y = X W^T`` has batch ``N``, ``I`` inputs and ``O`` outputs; its
 backward pass is ``dX = dY W`` (``N x I``) and ``dW = dY^T X`` (``O x I``), or with
@@ -8,21 +10,16 @@ backward pass is ``dX = dY W`` (``N x I``) and ``dW = dY^T X`` (``O x I``), or w
 ``N=8,I=20,O=10``.
 """
 
-import hashlib
-import json
-import tempfile
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
 from bpsa.models import golden
 from bpsa.gateware.engines.conv_backward import Phase as EnginePhase
-from bpsa.spec.layer import FcLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
 __all__ = ["geometry", "check_layer", "descriptor", "random_tensors",
-           "images", "expected", "assemble", "summary", "run_fc_layers"]
+           "images", "expected", "assemble", "summary"]
 
 def geometry(config, layer):
     """Words of dY (buffer A), X and W (buffer B), the tile grid and MACs."""
@@ -137,77 +134,3 @@ def summary(config, layer, got, want, counters, *, sgd_shift=None):
             "zeros_sent": int(counters["zeros_a"]) + int(counters["zeros_b"]),
             "useful_macs": g["macs"],
             "utilization": g["macs"] / (config.rows * config.cols * cycles) if cycles else 0.0}
-
-
-def run_fc_layers(config, layers, *, sgd_shift=None, seed=1, progress=True):
-    """Run FC layers one after the other on one ConvBackward generated for ``config`` under
-    Verilator (cocotb test ``fc_matches_golden`` of ``bpsa.verify.tb_conv_backward``). Returns one
-    summary dict per layer. Raises :exc:`ValueError` for a layer the hardware refuses."""
-    from bpsa.sim.runner import run_cocotb
-    for layer in layers:
-        check_layer(config, layer, sgd_shift)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "summary.json"
-        env = {"BPSA_FC_LAYERS": json.dumps([asdict(layer) for layer in layers]),
-               "BPSA_SEED": str(seed), "BPSA_SUMMARY": str(out),
-               "BPSA_SGD_SHIFT": "" if sgd_shift is None else str(sgd_shift)}
-        tag = (f"fc_{seed}_{sgd_shift}_"
-               f"{hashlib.sha256(env['BPSA_FC_LAYERS'].encode()).hexdigest()[:10]}")
-        try:
-            run_cocotb(config, "bpsa.verify.tb_conv_backward", top="conv_backward",
-                       testcase="fc_matches_golden", extra_env=env, tag=tag,
-                       progress=progress)
-        except AssertionError:
-            if not out.exists():
-                raise
-        return json.loads(out.read_text())
-
-
-def compare(config, layers, *, seed=9):
-    """Each FC layer interleaved, and as two 1x1-convolution descriptors (loss, gradient) on
-    the same engine: one row of figures per layer."""
-    from bpsa.spec.layer import ConvLayer
-    from bpsa.sim.conv_backward_run import run_backward_layers
-    fc = run_fc_layers(config, layers, seed=seed)
-    convs = [ConvLayer.conv(f.batch, f.inputs, 1, 1, f.outputs, 1, 1) for f in layers]
-    loss = run_backward_layers(config, convs, phase="loss", seed=seed)
-    grad = run_backward_layers(config, convs, phase="gradient", seed=seed)
-    rows = []
-    for f, r, lo, gr in zip(layers, fc, loss, grad):
-        rows.append({"layer": f.text(), "match": r["match"] and lo["match"] and gr["match"],
-                     "cycles": r["cycles"], "utilization": r["utilization"],
-                     "loss_cycles": lo["cycles"], "gradient_cycles": gr["cycles"],
-                     "reads": sum(r["buffer_words_read"].values()),
-                     "separate_reads": sum(lo["buffer_words_read"].values())
-                     + sum(gr["buffer_words_read"].values())})
-    return rows
-
-
-def main(argv=None):
-    """``python -m bpsa.sim.fc_backward_run [--config small] N,I,O ...``: the table of
-    :func:`compare`."""
-    import argparse
-
-    from bpsa.config import load_config
-    ap = argparse.ArgumentParser(prog="python -m bpsa.sim.fc_backward_run", description=__doc__)
-    ap.add_argument("--config", default="small")
-    ap.add_argument("layers", nargs="+", metavar="N,I,O")
-    args = ap.parse_args(argv)
-    config = load_config(args.config)
-    layers = [FcLayer(*(int(v) for v in text.split(","))) for text in args.layers]
-    for layer in layers:
-        check_layer(config, layer)
-    rows = compare(config, layers)
-    print("| FC layer (N, I, O) | match | interleaved cycles | utilization | loss + gradient "
-          "cycles | buffer words read, interleaved / separate |")
-    print("|---|---|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['layer']} | {r['match']} | {r['cycles']} | {r['utilization']:.3f} | "
-              f"{r['loss_cycles']} + {r['gradient_cycles']} = "
-              f"{r['loss_cycles'] + r['gradient_cycles']} | {r['reads']} / "
-              f"{r['separate_reads']} |")
-    return 0 if all(r["match"] for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Layer jobs through the host driver, on any transport: random tensors, the run, the golden
-result and a summary. The cocotb testbench (:mod:`bpsa.verify.tb_accelerator`) and the native
-transport (:func:`bpsa.sim.native.run_jobs`) share them."""
+result and a summary. The cocotb testbench (:mod:`bpsa.sim.testbenches.tb_accelerator`) and the
+native transport (:func:`bpsa.sim.native.run_jobs`) share them."""
 
 import time
 
@@ -10,7 +10,13 @@ from bpsa.models import float_layers, float_pool, golden
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import operand_range, wrap_array
 
-__all__ = ["job_layer", "job_tensors", "run_job", "run_jobs"]
+__all__ = ["DEFAULT_JOBS", "job_layer", "job_tensors", "run_job", "run_jobs"]
+
+#: Default jobs: one small layer per phase (stride 2, padding 1).
+DEFAULT_JOBS = [{"phase": p, "layer": {"batch": 1, "channels": 2, "height": 5, "width": 5,
+                                       "out_channels": 3, "kernel_h": 3, "kernel_w": 3,
+                                       "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1},
+                 "seed": 1} for p in ("forward", "loss", "gradient")]
 
 
 def job_tensors(cfg, layer, rng, zero_prob):

@@ -220,8 +220,9 @@ def build_top(config, top="pe", *, build_root=None, progress=True, simulator="ve
 def run_cocotb(config, test_module, *, top="pe", testcase=None, extra_env=None, tag=None,
                progress=True, simulator="verilator", device=None):
     """Build ``top`` for ``config`` and run the cocotb module ``test_module`` (dotted name,
-    importable, e.g. ``bpsa.verify.tb_pe``) against it. The testbench finds the configuration as
-    JSON through the environment variable ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
+    importable, e.g. ``bpsa.sim.testbenches.tb_pe``; cocotb's ``test_module``) against it. The
+    testbench finds the configuration as JSON through the environment variable
+    ``BPSA_CONFIG_JSON``. Raises ``AssertionError`` when
     any cocotb test fails; returns ``(tests, failures)``. Runs with different ``tag`` values use
     separate directories, so they may run in parallel on the same build. ``progress``,
     ``simulator``, ``device``: see :func:`build_top`."""

@@ -21,7 +21,8 @@ from bpsa.config import load_config
 from bpsa.spec.layer import ConvLayer
 from bpsa.tools.results import current_command, write_page
 from bpsa.tools.zero_report import DEFAULT_CSV
-from bpsa.sim.conv_backward_run import check_layer, run_backward_layers
+from bpsa.sim.conv_backward_run import check_layer
+from bpsa.sim.simcmd import run_backward_layers
 
 
 def scaled_layers(cfg, csv_path, max_channels, max_size):

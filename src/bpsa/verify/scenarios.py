@@ -4,15 +4,9 @@ driver opened on the accelerator in, assertions out."""
 import numpy as np
 
 from bpsa.host.driver import AcceleratorError
-from bpsa.sim.jobs import run_job
+from bpsa.sim.jobs import DEFAULT_JOBS, run_job
 
-__all__ = ["DEFAULT_JOBS", "GOOD", "illegal_descriptors"]
-
-#: Default jobs: one small layer per phase (stride 2, padding 1).
-DEFAULT_JOBS = [{"phase": p, "layer": {"batch": 1, "channels": 2, "height": 5, "width": 5,
-                                       "out_channels": 3, "kernel_h": 3, "kernel_w": 3,
-                                       "stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1},
-                 "seed": 1} for p in ("forward", "loss", "gradient")]
+__all__ = ["GOOD", "illegal_descriptors"]
 
 GOOD = {"PHASE": 0, "N": 1, "C": 1, "H": 4, "W": 4, "K": 1, "R": 3, "S": 3, "STRIDE_H": 1,
         "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1, "DIL_W": 1, "ADDR_X": 0x1000,

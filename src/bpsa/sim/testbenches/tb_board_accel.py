@@ -3,7 +3,7 @@ around ``bpsa.gateware.accelerator.Accelerator``): the host driver :class:`bpsa.
 over the serial protocol on a simulated UART line (``bpsa.host.serial_transport``), loads tensors
 into the on-chip SRAM, runs a strided forward layer and gets the golden result, exactly as it would
 over a real serial port to a board (loss and gradient take the same path; they are run over AXI in
-``bpsa.verify.tb_accelerator``, which is 20 times faster to simulate than the UART)."""
+``bpsa.sim.testbenches.tb_accelerator``, which is 20 times faster to simulate than the UART)."""
 
 import cocotb
 import numpy as np
@@ -14,7 +14,7 @@ from bpsa.models import golden
 from bpsa.spec.numeric import wrap_array
 from bpsa.platform.board_tops import SIM_SRAM_BYTES
 from bpsa.sim.runner import load_config_json
-from bpsa.verify.tb_board import setup
+from bpsa.sim.testbenches.tb_board import setup
 
 
 @cocotb.test()

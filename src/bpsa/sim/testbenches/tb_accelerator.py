@@ -4,14 +4,15 @@ register port ``axil`` and an ``AxiRam`` on the memory port ``mem``.
 
 Test
     ``layers``: the jobs of ``BPSA_JOBS`` (a JSON list of ``{"phase", "layer": ConvLayer
-    fields, "seed", "pauses", "zero_prob", "expect", "baseline"}``; default: one small layer
-    per phase; ``baseline`` runs loss / gradient the traditional way, zero-spaces built by the
-    driver and run as a forward convolution),
+    fields, "seed", "pauses", "zero_prob", "expect", "baseline"}``; default:
+    :data:`bpsa.sim.jobs.DEFAULT_JOBS`, one small layer per phase; ``baseline`` runs loss /
+    gradient the traditional way, zero-spaces built by the driver and run as a forward
+    convolution),
     each checked bit-exactly against :mod:`bpsa.models.golden` (or, with ``expect``, refused by the
     hardware with that error name); with ``pauses`` every AXI channel of the
     RAM gets random ready/valid pauses. A summary per job (cycles, DMA bytes, buffer words,
     utilization) goes to the JSON file ``BPSA_RESULTS`` when set.
-Run it with ``bpsa.sim.runner.run_cocotb(..., testcase="layers")`` (``bpsa sim --harness
+Run it with :func:`bpsa.sim.accel_run.run_jobs` (``harness="cocotb"``; ``bpsa sim --harness
 cocotb``). The other whole-accelerator scenarios (:mod:`bpsa.verify.scenarios`, training) run
 on the native transport, which is 100 times faster.
 """
@@ -33,12 +34,10 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam  # noqa: E40
 
 from bpsa.config import Config  # noqa: E402
 from bpsa.host.driver import Driver  # noqa: E402
-from bpsa.verify import scenarios  # noqa: E402
-from bpsa.sim.jobs import run_jobs  # noqa: E402
+from bpsa.sim.jobs import DEFAULT_JOBS, run_jobs  # noqa: E402
 from bpsa.sim.runner import load_config_json  # noqa: E402
 
 RAM_SIZE = 1 << 20
-DEFAULT_JOBS = scenarios.DEFAULT_JOBS
 
 
 class CocotbTransport:

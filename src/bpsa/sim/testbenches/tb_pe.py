@@ -14,7 +14,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from bpsa.models.pe_model import OUTPUTS, PORTS, PEModel, random_stimulus
-from bpsa.verify.pe_streams import directed_stream
+from bpsa.sim.testbenches.pe_streams import directed_stream
 from bpsa.sim.runner import load_config_json
 
 CYCLES = int(os.environ.get("BPSA_PE_CYCLES", "2000"))

@@ -34,7 +34,7 @@ from bpsa.sim.conv_forward_run import (
     x_image,
 )
 from bpsa.sim.runner import load_config_json
-from bpsa.verify.tb_util import layers_from_env, reset, write_words
+from bpsa.sim.testbenches.tb_util import layers_from_env, reset, write_words
 
 
 def _layers():

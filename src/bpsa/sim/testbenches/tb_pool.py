@@ -2,8 +2,8 @@
 against the golden models: :mod:`bpsa.models.float_pool` on a floating-point configuration,
 :mod:`bpsa.models.golden` on an integer one. Random layers of both kinds, forward and backward
 (with and without the ReLU's mask), overlapping windows and padding, run by run as the
-controller drives the unit (:class:`bpsa.verify.pool_runs.PoolRuns`); floating-point operands
-with zeros of both signs, subnormals, infinities and NaNs."""
+controller drives the unit (:class:`bpsa.sim.testbenches.pool_runs.PoolRuns`); floating-point
+operands with zeros of both signs, subnormals, infinities and NaNs."""
 
 import os
 
@@ -18,7 +18,7 @@ from bpsa.gateware.engines.pool import pool_run_layout
 from bpsa.models import float_pool, golden
 from bpsa.sim.gemm import random_float_operands
 from bpsa.sim.runner import load_config_json
-from bpsa.verify.pool_runs import PoolRuns
+from bpsa.sim.testbenches.pool_runs import PoolRuns
 
 
 def _layer(rng, cfg):

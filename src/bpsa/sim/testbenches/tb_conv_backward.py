@@ -42,7 +42,7 @@ from bpsa.sim.conv_backward_run import (
 )
 from bpsa.sim.conv_forward_run import pack_struct, unpack_struct
 from bpsa.sim.runner import load_config_json
-from bpsa.verify.tb_util import layers_from_env, reset, write_words
+from bpsa.sim.testbenches.tb_util import layers_from_env, reset, write_words
 
 
 def _layers():
