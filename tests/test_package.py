@@ -118,9 +118,16 @@ def test_no_test_can_hang(request):
     assert "--timeout=" in make.split("\ntest:")[1].split("\n\n")[0]
 
 
-#: The subpackages each subpackage of ``bpsa`` may import (the README's "Layout": dependencies
-#: point one way, from the contract up to the commands). ``bpsa`` is the package's own
-#: ``__init__`` (``bpsa.simulate``).
+#: The runners of :mod:`bpsa.sim`: the modules that name a cocotb testbench by string. They
+#: form a layer above the testbenches (``bpsa.sim``'s docstring), which sit above the rest of
+#: ``bpsa.sim``.
+SIM_RUNNERS = {"bpsa.sim.accel_run", "bpsa.sim.simcmd"}
+
+#: The layers each layer may import: a subpackage of ``bpsa`` (the README's "Layout":
+#: dependencies point one way, from the contract up to the commands), ``bpsa.sim`` in three
+#: (its library ``sim``, its cocotb testbenches ``sim.testbenches``, its runners
+#: ``sim.runners``: :data:`SIM_RUNNERS`). ``bpsa`` is the package's own ``__init__``
+#: (``bpsa.simulate``).
 ALLOWED_IMPORTS = {
     "spec": set(),
     "config": {"spec"},
@@ -130,46 +137,112 @@ ALLOWED_IMPORTS = {
     "platform": {"spec", "config", "plan", "gateware"},
     "host": {"spec", "config", "plan", "models"},
     "sim": {"spec", "config", "plan", "models", "gateware", "platform", "host"},
+    "sim.testbenches": {"spec", "config", "plan", "models", "gateware", "platform", "host",
+                        "sim"},
+    "sim.runners": {"spec", "config", "plan", "models", "gateware", "platform", "host", "sim",
+                    "sim.testbenches"},
     "torch": {"spec", "config", "plan", "models", "host", "sim"},
     "tools": {"spec", "config", "plan", "models", "gateware", "platform", "host", "sim",
-              "torch"},
+              "sim.runners", "torch"},
     "verify": {"spec", "config", "plan", "models", "gateware", "platform", "host", "sim",
-               "tools"},
+               "sim.runners", "tools"},
     "bpsa": {"sim"},
 }
 
+#: Calls whose string arguments name a module they load: cocotb's runner through
+#: :func:`bpsa.sim.runner.run_cocotb`, ``importlib.import_module``, ``__import__``.
+STRING_IMPORT_CALLS = {"run_cocotb", "import_module", "__import__"}
+#: Keywords that name cocotb's test module(s) in any call (``Runner.test(test_module=...)``),
+#: and the environment variable cocotb reads them from.
+STRING_IMPORT_KEYWORDS = {"test_module", "test_modules"}
+STRING_IMPORT_ENV = "COCOTB_TEST_MODULES"
 
-def _module_imports():
-    """``{module: {imported bpsa module}}`` of every module of ``src/bpsa``, the imports inside
-    functions included (an import that waits for a call is still a dependency)."""
-    import ast
+
+def _modules():
+    """``{dotted name: path}`` of every module of ``src/bpsa`` (a package by its name)."""
     src = ROOT / "src"
     modules = {}
     for path in sorted((src / "bpsa").rglob("*.py")):
         parts = path.relative_to(src).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {}
+    return modules
+
+
+def _string_names(node):
+    """The ``bpsa`` module names that ``node`` passes as strings to a loader: an argument of
+    a :data:`STRING_IMPORT_CALLS` call, a :data:`STRING_IMPORT_KEYWORDS` keyword's value (a
+    string or a list of them), the :data:`STRING_IMPORT_ENV` entry of a dict (names separated
+    by commas), or a ``"bpsa.module:attribute"`` string (what ``importlib`` loads for
+    ``platform.tops``' table or a board's core)."""
+    import ast
+    import re
+    values = []
+    if isinstance(node, ast.Call):
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if called in STRING_IMPORT_CALLS:
+            values += node.args
+        values += [k.value for k in node.keywords if k.arg in STRING_IMPORT_KEYWORDS]
+    elif isinstance(node, ast.Dict):
+        values += [v for k, v in zip(node.keys, node.values)
+                   if isinstance(k, ast.Constant) and k.value == STRING_IMPORT_ENV]
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+            and re.fullmatch(r"bpsa(\.\w+)*:\w+", node.value):
+        return [node.value.partition(":")[0]]
+    names = []
+    for value in values:
+        for item in value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]:
+            if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                names += [n.strip() for n in item.value.split(",")
+                          if n.strip() == "bpsa" or n.strip().startswith("bpsa.")]
+    return names
+
+
+def _imports_of(source, name, is_package, modules):
+    """``(imports, strings)``: the modules of ``modules`` that the module ``name`` (its
+    ``source``) imports by statement, the imports inside functions included (an import that
+    waits for a call is still a dependency), and the module names it passes as strings
+    (:func:`_string_names`; a name that is not in ``modules`` is kept, to be reported)."""
+    import ast
+    imports, strings = set(), set()
+    package = name if is_package else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) + 1 - node.level]
+                                + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            strings.update(t for t in _string_names(node) if t != name)
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                imports.add(target)
+    return imports, strings
+
+
+def _import_graphs():
+    """``(imports, strings)``, each ``{module: {bpsa module}}`` over every module of
+    ``src/bpsa``: :func:`_imports_of` its import statements, and its module names passed as
+    strings."""
+    modules = _modules()
+    imports, strings = {}, {}
     for name, path in modules.items():
-        deps = set()
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[:len(package.split(".")) + 1 - node.level]
-                                    + ([base] if base else []))
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            else:
-                continue
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    deps.add(target)
-        graph[name] = deps
-    return graph
+        imports[name], strings[name] = _imports_of(path.read_text(), name,
+                                                   path.name == "__init__.py", modules)
+    return imports, strings
+
+
+def _module_imports():
+    """``{module: {bpsa module it depends on}}``: its imports and the module names it passes
+    as strings (a testbench that a runner names is as much a dependency as an import)."""
+    imports, strings = _import_graphs()
+    return {name: imports[name] | strings[name] for name in imports}
 
 
 def _subpackage(module):
@@ -177,22 +250,75 @@ def _subpackage(module):
     return parts[1] if len(parts) > 1 else "bpsa"
 
 
+def _layer(module):
+    """The layer of ``module`` in :data:`ALLOWED_IMPORTS`: its subpackage, ``bpsa.sim`` split
+    into ``sim.testbenches`` and ``sim.runners`` (:data:`SIM_RUNNERS`) above the library."""
+    if module in SIM_RUNNERS:
+        return "sim.runners"
+    if module.startswith("bpsa.sim.testbenches"):
+        return "sim.testbenches"
+    return _subpackage(module)
+
+
 def test_imports_point_one_way():
-    """No module imports a subpackage above its own (``ALLOWED_IMPORTS``); the commands
-    (``bpsa.cli``) may import anything and nothing imports them."""
+    """No module imports a layer above its own (``ALLOWED_IMPORTS``), by statement or by a
+    module name passed as a string; the commands (``bpsa.cli``) may import anything and
+    nothing imports them."""
     graph = _module_imports()
     upward = []
     for module, deps in graph.items():
-        own = _subpackage(module)
+        own = _layer(module)
         for dep in deps:
-            other = _subpackage(dep)
+            other = _layer(dep)
             if other == own or own == "cli":
                 continue
             if other not in ALLOWED_IMPORTS.get(own, set()):
                 upward.append(f"{module} -> {dep}")
     assert not upward, "imports against the layering:\n" + "\n".join(sorted(upward))
-    assert set(ALLOWED_IMPORTS) | {"cli"} >= {_subpackage(m) for m in graph}, \
+    assert set(ALLOWED_IMPORTS) | {"cli"} >= {_layer(m) for m in graph}, \
         "a new subpackage needs its place in ALLOWED_IMPORTS"
+
+
+def test_string_module_names_are_edges():
+    """The graph holds the module names passed as strings: each runner's testbenches (so the
+    checks cannot silently read none), and every name is a module of the package (a moved
+    testbench leaves no stale name behind)."""
+    imports, strings = _import_graphs()
+    graph = _module_imports()
+    tb = "bpsa.sim.testbenches."
+    assert f"{tb}tb_accelerator" in strings["bpsa.sim.accel_run"]
+    assert {f"{tb}tb_array", f"{tb}tb_conv_forward", f"{tb}tb_conv_backward"} \
+        <= strings["bpsa.sim.simcmd"]
+    assert f"{tb}tb_accelerator" in graph["bpsa.sim.accel_run"]
+    assert "bpsa.gateware.pe" in strings["bpsa.platform.tops"]
+    modules = _modules()
+    stale = sorted(f"{m} -> {n}" for m, names in strings.items() for n in names
+                   if n not in modules)
+    assert not stale, "module names that name no module:\n" + "\n".join(stale)
+
+
+def test_string_module_names_read_from_every_loader():
+    """Each way of naming a module by string is read, and nothing else: run_cocotb's module,
+    importlib, ``__import__``, cocotb's ``test_module`` keyword and environment variable,
+    ``module:attribute`` strings."""
+    source = """
+import importlib
+from importlib import import_module
+run_cocotb(config, "bpsa.a.run", top="pe")
+importlib.import_module("bpsa.a.importlib")
+import_module("bpsa.a.bare")
+__import__("bpsa.a.dunder")
+runner.test(test_module="bpsa.a.keyword", hdl_toplevel="pe")
+runner.test(test_module=["bpsa.a.list1", "bpsa.a.list2"], hdl_toplevel="pe")
+env = {"COCOTB_TEST_MODULES": "bpsa.a.env1,bpsa.a.env2"}
+TOPS = {"pe": "bpsa.a.entry:PE"}
+print("bpsa.a.printed")
+run_cocotb(config, "numpy")
+warnings.filterwarnings("ignore", module="bpsa.a.warned")
+"""
+    _, strings = _imports_of(source, "bpsa.a.probe", False, {})
+    assert strings == {f"bpsa.a.{n}" for n in ("run", "importlib", "bare", "dunder", "keyword",
+                                                "list1", "list2", "env1", "env2", "entry")}
 
 
 def test_no_import_cycle():
