@@ -169,3 +169,21 @@ def test_pool_lanes_follow_cols_in_replace():
     assert small.replace(cols=8).pool_lanes == 8
     assert small.replace(pool_lanes=1).replace(cols=8).pool_lanes == 1
     assert small.replace(cols=8, pool_lanes=1).pool_lanes == 1
+
+
+def test_a_configuration_runs_on_hardware_with_deeper_buffers():
+    """Plans read the buffer depths as capacities: a configuration runs on hardware that
+    differs only in deeper buffers, and on nothing else."""
+    small = load_config("small")
+    tiny = small.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="tiny")
+    tiny.check_runs_on(small)
+    small.check_runs_on(small)
+    with pytest.raises(ConfigError, match=r"'small' does not run on hardware 'tiny': its "
+                                          r"buf_a_depth is 128, not at least 1024"):
+        small.check_runs_on(tiny)
+    with pytest.raises(ConfigError, match=r"its rows is 8, not 4"):
+        tiny.check_runs_on(small.replace(rows=8))
+    with pytest.raises(ConfigError, match=r"its pool_kinds is \(\), not \('max', 'avg'\)"):
+        tiny.check_runs_on(small.replace(pool_kinds=()))
+    with pytest.raises(TypeError, match="hardware must be a Config"):
+        tiny.check_runs_on("small")

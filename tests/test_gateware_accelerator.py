@@ -60,6 +60,8 @@ def test_training_verilator():
 
 
 #: Small buffers, so that random layers need several channel / image / output-channel groups.
+#: Layers planned for 128-word buffers (bands, groups, strips on small layers), run on the
+#: small build: its deeper buffers run the same programs (Config.check_runs_on)
 TINY = SMALL.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="small_tinybuf")
 
 
@@ -198,7 +200,7 @@ def test_random_layers_tiled_verilator():
     model; layers whose rows are too wide run as column strips through the driver, and are
     refused with TOO_LARGE when sent as one descriptor."""
     from bpsa.sim.native import run_jobs
-    res = run_jobs(TINY, random_jobs(TINY, 18, seed=5))
+    res = run_jobs(TINY, random_jobs(TINY, 18, seed=5), hardware=SMALL)
     assert sum(1 for r in res if r.get("match")) == 26
     assert [r["refused"] for r in res if "refused" in r] == ["TOO_LARGE"] * 3
 
@@ -223,7 +225,7 @@ def test_forward_output_blocks_share_x():
                      "layer": dict(batch=n, channels=c, height=h, width=w, out_channels=k,
                                    kernel_h=r, kernel_w=s, stride_h=st[0], stride_w=st[1],
                                    pad_h=pad[0], pad_w=pad[1])})
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert all(x["match"] for x in res)
     for (n, c, h, w, k, r, s, st, pad), x in zip(shapes[:2], res):
         p = plan(TINY, "forward", ConvLayer.conv(n, c, h, w, k, r, s, st, pad))
@@ -260,7 +262,7 @@ def test_zero_free_gradient_input_blocks_share_dy():
         assert (p["cstep"], p["images"], p["banded"]) == planned
         jobs.append({"phase": "gradient", "mode": "zero_free", "seed": 60 + i,
                      "pauses": i == 1, "layer": _layer_dict(*shape), "space_to_depth": False})
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert all(x["match"] for x in res)
     n, c, h, w, k = shapes[0][:5]
     B = TINY.feeder_bus_width
@@ -291,7 +293,7 @@ def test_zero_free_loss_input_blocks_share_dy():
         assert p["banded"] == (i == 3)
         jobs.append({"phase": "loss", "mode": "zero_free", "seed": 50 + i, "pauses": i == 1,
                      "requant": 6 if i == 1 else None, "layer": _layer_dict(*shape)})
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert all(x["match"] for x in res)
     n, c, h, w, k = shapes[1][:5]
     kt, ct = -(-k // TINY.cols), -(-c // TINY.cols)
@@ -330,7 +332,7 @@ def test_requantized_outputs():
              "pauses": True},
             {"phase": "loss", "layer": lstrips, "seed": 47, "requant": 7,
              "mode": "zero_free"}]
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert all(r["match"] and r["requant"] == j["requant"] for r, j in zip(res, jobs))
     assert res[3]["strips"] > 1 and res[7]["strips"] > 1
     ob = element_bytes(TINY.operand_width)
@@ -461,7 +463,7 @@ def test_pauses_change_cycles_not_results():
     jobs.append({"phase": "fc_backward", "seed": 12, "pauses": True,
                  "layer": {"batch": 6, "channels": 21, "height": 1, "width": 1,
                            "out_channels": 9, "kernel_h": 1, "kernel_w": 1}})
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert res[8]["match"] and res[8]["phase"] == "fc_backward"
     for bp, base in zip(res[2:6:2], res[6:8]):
         assert base["match"] and base["baseline"] and not bp["baseline"]
@@ -498,7 +500,7 @@ def test_fc_backward_interleaved_verilator():
     jobs.append(_fc_job(40, 10, 20, interleaved=False))
     jobs.append(_fc_job(2, 3, 130, interleaved=True, expect="TOO_LARGE"))
     jobs.append(_fc_job(2, 3, 130, pauses=True))
-    res = run_jobs(TINY, jobs)
+    res = run_jobs(TINY, jobs, hardware=SMALL)
     assert [r.get("match") for r in res[:5]] == [True] * 5
     assert res[5]["refused"] == "TOO_LARGE"
     assert res[6]["match"]
@@ -841,7 +843,7 @@ def test_programs_through_the_accelerator():
         np.testing.assert_array_equal(await drv.forward(x, w, 1, 1), want)
         return True
 
-    assert run_with_driver(TINY, body)
+    assert run_with_driver(TINY, body, hardware=SMALL)
 
 
 @pytest.mark.verilator

@@ -12,6 +12,8 @@ from bpsa.models import golden
 from bpsa.verify.fuzz import MAX_MACS, phases, random_job
 
 SMALL = load_config("small")
+#: Layers planned for 128-word buffers (bands, groups, strips on small layers), run on the
+#: small build: its deeper buffers run the same programs (Config.check_runs_on)
 TINY = SMALL.replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128, name="small_tinybuf")
 
 
@@ -63,7 +65,7 @@ def test_fuzz_small():
     """A few hundred random layers through the RTL on small buffers (so that they tile): no
     mismatch, the refusals right, every phase run."""
     from bpsa.verify.fuzz import fuzz
-    res = fuzz(TINY, 300, seed=11)
+    res = fuzz(TINY, 300, seed=11, hardware=SMALL)
     assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
     assert res["ran"] + sum(res["refused"].values()) == 300
     assert sum(res["refused"].values()) >= 15 and res["cycles"] > 0

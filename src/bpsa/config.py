@@ -37,6 +37,12 @@ ARITHMETICS = ("int", "bf16", "fp16")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
+#: The buffer depths: a plan reads them as capacities only (the hardware addresses each bank
+#: half from its own base, the program's offsets within it), so a configuration's programs
+#: also run on hardware generated with the same fields and deeper buffers
+#: (:meth:`Config.check_runs_on`).
+CAPACITY_FIELDS = ("buf_a_depth", "buf_b_depth", "buf_p_depth", "buf_pool_depth",
+                   "buf_cf_depth")
 
 #: The tops (``bpsa.platform.tops``) built in floating point; every other top is integer only
 #: so far and refuses a floating-point configuration.
@@ -413,6 +419,23 @@ class Config:
         if "pool_lanes" not in changes and "cols" in changes and self.pool_lanes > 1:
             changes["pool_lanes"] = changes["cols"]
         return dataclasses.replace(self, **changes)
+
+    def check_runs_on(self, hardware):
+        """Raise :exc:`ConfigError` unless the programs planned for this configuration run on
+        ``hardware`` (a :class:`Config`): every field equal but the buffer depths
+        (:data:`CAPACITY_FIELDS`), which may be larger there (a plan then uses a prefix of
+        each bank half). Tests plan for small buffers on one shared build this way."""
+        if not isinstance(hardware, Config):
+            raise TypeError(f"hardware must be a Config, not {hardware!r}")
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(hardware, f.name)
+            if f.name == "name" or mine == theirs:
+                continue
+            if f.name in CAPACITY_FIELDS and mine < theirs:
+                continue
+            allowed = f"at least {mine}" if f.name in CAPACITY_FIELDS else repr(mine)
+            raise ConfigError(f"configuration {self.name!r} does not run on hardware "
+                              f"{hardware.name!r}: its {f.name} is {theirs!r}, not {allowed}")
 
     @classmethod
     def from_dict(cls, data, *, name=None):

@@ -200,6 +200,9 @@ class NativeTransport:
         A first build of the model says so and shows its progress on standard error.
     trace, trace_window : path, (int, int)
         Write an FST waveform of cycles ``FIRST..LAST`` (default: all) to ``trace``.
+    hardware : Config
+        The configuration the model is generated for (default: ``config``): one with deeper
+        buffers runs ``config``'s programs too (:meth:`bpsa.config.Config.check_runs_on`).
 
     ``watchdog`` (cycles, or None): :meth:`idle` raises :exc:`HangError` with the last STATUS
     when the interrupt has not come that many cycles after the last START. ``on_cycles``
@@ -210,7 +213,8 @@ class NativeTransport:
     on_cycles = None
 
     def __init__(self, config, *, mem_bytes=1 << 22, seed=1, stall=0.0, opt=None,
-                 threads=None, trace=None, trace_window=None, build_root=None, progress=True):
+                 threads=None, trace=None, trace_window=None, build_root=None, progress=True,
+                 hardware=None):
         if not 0.0 <= stall < 1.0:
             raise ValueError(f"stall must be a probability in [0, 1), not {stall!r}")
         if trace_window is not None and trace is None:
@@ -221,8 +225,10 @@ class NativeTransport:
         if trace is not None:
             trace = check_trace_path(trace)
         self.config = config
+        self.hardware = config if hardware is None else hardware
+        config.check_runs_on(self.hardware)
         lib = self._lib = ctypes.CDLL(str(build_native(
-            config, opt=opt, threads=threads, trace=trace is not None, build_root=build_root,
+            self.hardware, opt=opt, threads=threads, trace=trace is not None, build_root=build_root,
             progress=progress)))
         vp, u64, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32
         buf = ctypes.c_char_p
@@ -342,7 +348,7 @@ def run_with_driver(config, body, *, mem_bytes=JOB_MEMORY, seed=1, **options):
 
 
 def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=None,
-             opt=None, threads=None, build_root=None, plans=None):
+             opt=None, threads=None, build_root=None, plans=None, hardware=None):
     """Run testbench jobs (:func:`bpsa.sim.jobs.run_job`; ``"pauses"``: random memory
     stalls, ``"expect"``: the refusal the job must get) through the driver on the native
     transport; returns one summary a job, as the cocotb testbench does. Raises
@@ -351,7 +357,7 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
     backstop: the driver gives up on a descriptor at ``BUDGET_FACTOR`` times). ``progress``: a
     progress bar of cycles against the expected total (and the build's, when the model is
     built); ``trace``, ``trace_window``, ``opt``,
-    ``threads``, ``build_root``: see :class:`NativeTransport`; ``plans``: a job's plan each,
+    ``threads``, ``build_root``, ``hardware``: see :class:`NativeTransport`; ``plans``: a job's plan each,
     handed on to the driver (:func:`bpsa.sim.jobs.run_jobs`)."""
     from tqdm import tqdm
 
@@ -387,7 +393,7 @@ def run_jobs(config, jobs, *, seed=1, progress=False, trace=None, trace_window=N
         return run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed,
                                opt=opt, threads=threads, trace=trace,
                                trace_window=trace_window, build_root=build_root,
-                               progress=progress)
+                               progress=progress, hardware=hardware)
 
 
 class SimulatedAccelerator:

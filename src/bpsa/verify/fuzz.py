@@ -203,8 +203,9 @@ def random_job(config, rng):
     raise RuntimeError(f"no random {phase} layer found for configuration {config.name!r}")
 
 
-def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
-    """Run ``count`` random jobs (:func:`random_job`, from ``seed``) on the native transport.
+def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None, hardware=None):
+    """Run ``count`` random jobs (:func:`random_job`, from ``seed``) on the native transport
+    (of ``hardware``, default ``config``: :class:`bpsa.sim.native.NativeTransport`).
     Returns ``{"jobs", "ran", "refused" (error name -> count), "mismatches" (a list of
     ``{"job", "error"}``), "cycles", "seconds", "layers_per_second", "cycles_per_second"}``;
     a mismatch is a result that differs from the golden model, a wrong refusal, a refusal
@@ -262,7 +263,7 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None):
     # memory for the largest layer's tensors (a 16 x 16 configuration's layers outgrow 1 MiB)
     from bpsa.sim.native import job_memory
     run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed, opt=opt,
-                    threads=threads)
+                    threads=threads, hardware=hardware)
     out["layers_per_second"] = out["jobs"] / max(out["seconds"], 1e-9)
     out["cycles_per_second"] = out["cycles"] / max(out["seconds"], 1e-9)
     return out
