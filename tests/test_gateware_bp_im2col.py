@@ -702,7 +702,10 @@ def test_verilog_generates(preset):
         assert f"module {top}" in text and "/work" not in text
 
 
+# make test-long: the block's own Verilog with its cocotb testbench (its modules run under
+# Verilator inside the accelerator's native tests in make test; the build is what costs)
 @pytest.mark.cocotb
+@pytest.mark.long
 @pytest.mark.parametrize("phase,top", [("loss", "bp_loss_addr"), ("grad", "bp_grad_addr")])
 def test_generators_verilator(phase, top):
     """The generated Verilog under Verilator: whole layers with random backpressure against the

@@ -202,7 +202,10 @@ def test_assemble_writes_only_changed_fields_and_checks_ranges():
         isa.assemble(CFG, [(OP.RUN, {"run.nothing": 1}, 0)])
 
 
+# make test-long: the block's own Verilog with its cocotb testbench (its modules run under
+# Verilator inside the accelerator's native tests in make test; the build is what costs)
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_dispatcher_verilator():
     """The generated Verilog under Verilator (bpsa.sim.testbenches.tb_dispatcher)."""
     from bpsa.config import load_config

@@ -348,6 +348,8 @@ def test_fc_check_layer():
 
 #: Verilator layers per preset: strides 1-4, padding 0..3 (also past d(R-1), cropping dY),
 #: kernels 1x1..11x11 (7x7 / 3x3 / 1x1 at stride 2), dilation 1-2, batch 1-2, non-square.
+#: The engine's own Verilog under Verilator (make test-long: its modules run inside the
+#: accelerator's native tests in make test, the build is what costs there).
 VERILATOR_LAYERS = {
     "small": [
         ConvLayer.conv(1, 2, 9, 9, 2, 7, 7, stride=2, pad=3),
@@ -368,9 +370,8 @@ VERILATOR_LAYERS = {
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.long)
-                                    if p == "nonsquare" else p
-                                    for p in sorted(VERILATOR_LAYERS)])
+@pytest.mark.long
+@pytest.mark.parametrize("preset", sorted(VERILATOR_LAYERS))
 def test_verilator(preset):
     # the non-square preset's build runs in ``make test-long`` (``make test`` budget)
     """The generated Verilog of ConvBackward: every layer's dX and dW equal
@@ -429,6 +430,7 @@ def test_cli_refuses_bad_layers(capsys):
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_cli_backward(capsys):
     """``bpsa sim --engine --phase loss|gradient --layer ... [--baseline]`` prints the
     summary."""
@@ -446,6 +448,7 @@ def test_cli_backward(capsys):
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_cli_fc(capsys):
     """``bpsa sim --engine --phase fc --layer N=..,I=..,O=.. [--sgd-shift k] --json``."""
     import json
@@ -459,6 +462,7 @@ def test_cli_fc(capsys):
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_asymmetric_padding_verilator():
     """The generated Verilog with top and bottom padding different (the accelerator's row
     bands): dX and dW equal the golden model on the explicitly padded input (reuses the
@@ -470,7 +474,8 @@ def test_asymmetric_padding_verilator():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", ["small", pytest.param("nonsquare", marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("preset", ["small", "nonsquare"])
 def test_fc_verilator(preset):
     """The generated Verilog of ConvBackward runs FC layers in the interleaved dataflow: dX
     and dW (and, in a second run, the SGD-updated weights) equal ``bpsa.models.golden.gemm``

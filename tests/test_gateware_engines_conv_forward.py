@@ -410,13 +410,11 @@ VERILATOR_LAYERS = {
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.long)
-                                    if p in ("nonsquare", "small_bf16") else p
-                                    for p in sorted(VERILATOR_LAYERS)])
+@pytest.mark.long
+@pytest.mark.parametrize("preset", sorted(VERILATOR_LAYERS))
 def test_forward_verilator(preset):
-    # the non-square and bf16 presets' builds run in ``make test-long`` (``make test``
-    # budget; the bf16 forward engine's Verilog also runs inside the bf16 accelerator's
-    # Verilator tests)
+    # make test-long: the engine's own Verilog (its modules run under Verilator inside the
+    # accelerator's native tests in make test, the bf16 one inside the bf16 accelerator's)
     """The generated Verilog of ConvForward: every layer's Y equals ``bpsa.models.golden.conv2d``
     bit-exactly and the X SRAM words read equal the feeder model's (the testbench asserts
     both), X and W at random buffer offsets; one build and one simulation per preset."""
@@ -432,6 +430,7 @@ def test_forward_verilator(preset):
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_illegal_layers_verilator():
     """Under Verilator, refused descriptors raise ``error`` without hanging or reading."""
     from bpsa.sim.runner import run_cocotb
@@ -441,6 +440,7 @@ def test_illegal_layers_verilator():
 
 
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_cli_forward(capsys):
     """``bpsa sim --engine --phase forward --layer ...`` prints the summary (reusing the
     build)."""

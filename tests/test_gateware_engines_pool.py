@@ -204,9 +204,11 @@ def test_float_pool_sums_in_the_documented_order():
     assert third == np.float32(1) / np.float32(3)        # (-2**28 + 2**28) + 1, scaled
 
 
+# make test-long: the block's own Verilog with its cocotb testbench (its modules run under
+# Verilator inside the accelerator's native tests in make test; the build is what costs)
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset, lanes", [
-    ("small_bf16", 1), ("small", 4), pytest.param("small_bf16", 4, marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("preset, lanes", [("small_bf16", 1), ("small", 4), ("small_bf16", 4)])
 def test_pool_verilator(preset, lanes):
     """The generated Verilog under Verilator (bpsa.sim.testbenches.tb_pool): random layers of
     both kinds, forward and backward, against the golden models (bf16 with one lane and int8

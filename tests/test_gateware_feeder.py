@@ -563,7 +563,10 @@ def test_hardware_refuses_illegal_descriptors():
 
 # --- generated Verilog under Verilator -----------------------------------------------------
 
+# make test-long: the block's own Verilog with its cocotb testbench (its modules run under
+# Verilator inside the accelerator's native tests in make test; the build is what costs)
 @pytest.mark.cocotb
+@pytest.mark.long
 def test_feeder_verilog_under_verilator():
     """The generated Verilog of DataFeeder, with an SRAM modelled by the testbench, produces
     the golden im2col streams for a set of layers (random ``ready``), the model's SRAM word

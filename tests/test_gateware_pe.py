@@ -128,7 +128,10 @@ def test_zero_gating_freezes_multiplier_inputs():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["all_int8", "plain_os", "interleaved_int16"])
+# plain_os and interleaved_int16 in make test-long: the PE's Verilog runs inside every
+# accelerator in make test, and the ECP5 builds below cover both the int8 and int16 PEs
+@pytest.mark.parametrize("name", ["all_int8", *(pytest.param(n, marks=pytest.mark.long)
+                                                for n in ("plain_os", "interleaved_int16"))])
 def test_pe_verilator(name):
     """The generated Verilog under Verilator through cocotb: random streams against the cycle
     model, directed streams against numpy."""
