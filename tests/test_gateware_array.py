@@ -136,7 +136,9 @@ def test_gemm_matches_numpy(preset, flow, dims):
     assert counters["fired"] + counters["gated"] >= 1
 
 
-@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16", "small_fp16"])
+# small_fp16 in make test-long: the same floating-point array as small_bf16, other widths
+@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16",
+                                    pytest.param("small_fp16", marks=pytest.mark.long)])
 def test_os_results_do_not_depend_on_bubbles(preset):
     """A feeder that stalls: random idle cycles between the slots of every context change
     when the PEs add, never what (integers trivially; floating point because a slot's
@@ -191,7 +193,8 @@ LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
 
 
 @pytest.mark.parametrize("preset,flow", LATENCY_CASES)
-@pytest.mark.parametrize("seed", [1, 2])
+# the second seed in make test-long (the same checks on more random streams)
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long)])
 def test_latency_contract(preset, flow, seed):
     """The array's documented latency on random problems of several tiles, in every dataflow:
     each context's drain begins R + LATENCY cycles after its a_last cycle and its first vector

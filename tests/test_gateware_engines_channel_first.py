@@ -218,7 +218,9 @@ def test_rows_read_the_model_addresses(seed):
             assert got == list(want), (lay, t, i)
 
 
-@pytest.mark.parametrize("seed", range(16))
+# seeds past the first ones in make test-long (the same checks on more random layers)
+@pytest.mark.parametrize("seed", [*range(8), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(8, 16))])
 def test_forward_equals_golden(seed):
     """Y of random layers (every run: images, output-channel blocks, channel blocks, bands)
     equals the golden convolution."""

@@ -92,8 +92,10 @@ def _operands(rng, cfg, lay):
     return x, y, dy
 
 
+# seeds past the first ones in make test-long (the same checks on more random layers)
 @pytest.mark.parametrize("cfg", [CFG, CFG_U, CFG_L], ids=lambda c: c.name)
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", [*range(8), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(8, 16))])
 def test_pool_forward_backward_random(cfg, seed):
     rng = np.random.default_rng(seed)
     lay = _layer(rng, cfg)
@@ -158,8 +160,10 @@ def _float_operands(rng, fmt, shape):
     return t
 
 
+# seeds past the first ones in make test-long (the same checks on more random layers)
 @pytest.mark.parametrize("cfg", [CFG_BF16, CFG_BF16_L], ids=lambda c: c.name)
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(3, 10))])
 def test_float_pool_forward_backward_random(cfg, seed):
     """bf16: the unit's results in P equal bpsa.models.float_pool (max by the FP order, the
     first largest; the average's fp32 sum in window order times fp32(1 / (R S)), rounded

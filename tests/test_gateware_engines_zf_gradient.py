@@ -204,8 +204,10 @@ def _zf_run(cfg, lay, x, dy, xb=0, db=0, max_cycles=30000):
     return out, counts
 
 
+# seeds past the first ones in make test-long (the same checks on more random layers)
 @pytest.mark.parametrize("cfg", [CFG_A, CFG_B, CFG_FP16], ids=lambda c: c.name)
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [*range(2), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(2, 4))])
 def test_zero_free_run_equals_golden_weight_grad(cfg, seed):
     """dW of the run's X block and dY block: the band is the whole layer (its own padding);
     floating point: the walker's order, :func:`bpsa.models.float_layers.conv2d_weight_grad`."""

@@ -236,8 +236,10 @@ def _zl_run(cfg, lay, k, dy, w, max_cycles=60000):
     return out, counts
 
 
+# seeds past the first ones in make test-long (the same checks on more random layers)
 @pytest.mark.parametrize("cfg", [CFG_A, CFG_B, CFG_A_BF16], ids=lambda c: c.name)
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(3, 5))])
 def test_zero_free_loss_run_equals_golden(cfg, seed):
     """dX of the run's channel block: every pixel of the band once, equal to the golden
     transposed convolution (wrapped to the accumulator; floating point: the walker's order,
