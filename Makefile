@@ -17,7 +17,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # Tests run with warnings as errors (set per target: pip must not see it).
 TESTENV := PYTHONWARNINGS=error
 
-.PHONY: install test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
+.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -26,9 +26,10 @@ help:
 	@echo "make test-durations  make test, recording each test's time into tests/durations.json (the order make test runs them in)"
 	@echo "make test-long the long Verilator sweeps (random tiled layers, the board over serial)"
 	@echo "make test-fast the tests without Verilator (Amaranth simulator, models, host; a minute or two)"
+	@echo "make docs      the documentation site (Sphinx + MyST, API reference from the docstrings) into $(BUILD)/docs/html/, warnings as errors"
 	@echo "make verilog   Verilog + JSON (top, ports, versions, configuration) into $(BUILD)/<config>/ (CONFIG=$(CONFIG) TOP=$(TOP))"
 	@echo "make sim       cocotb testbenches on Verilator; SIM=icarus: a layer's step through the accelerator under Icarus Verilog (SIM_LAYER=$(SIM_LAYER), CONFIG=$(CONFIG))"
-	@echo "make synth     Yosys area report into $(BUILD)/synth/"
+	@echo "make synth     Yosys area report into $(BUILD)/synth/<config>/"
 	@echo "make synth-report  whole-design area report + feature overheads (CONFIG=$(CONFIG)) into $(BUILD)/synth/report_<config>/"
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
@@ -64,6 +65,11 @@ test:
 # runs them in: longest first); commit the file after a change that moves the slow tests
 test-durations:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m "not long" --durations=15 --timeout=900 --record-durations tests/durations.json tests
+
+# the documentation site; warnings (a broken link or reference, a docstring that does not
+# build) are errors. tests/test_docs.py runs the same build in make test.
+docs:
+	env -u PYTHONWARNINGS $(BIN)/sphinx-build -W --keep-going -q -b html docs $(BUILD)/docs/html
 
 test-long:
 	$(TESTENV) $(BIN)/python -m pytest -n 2 --dist worksteal -m long tests

@@ -1,7 +1,7 @@
-"""The area model: buffer bits equal what Yosys reported for the presets (docs/area.md:
+"""The area model: buffer bits equal what Yosys reported for the presets (docs/results/area.md:
 245,760 bits in `small`, 4,325,376 in `paper16`), the least-squares fit recovers known
 coefficients, and each measured preset left out of the fit is predicted within the error
-docs/dse.md states."""
+docs/guides/dse.md states."""
 
 import pytest
 
@@ -58,7 +58,7 @@ def test_measured_presets():
         est = area.estimate(p["config"])
         assert est["area"] == est["cells"] and est["memory_bits"] == area.memory_bits(p["config"])
         assert est["cells"] == pytest.approx(p["cells"], rel=0.05), p["preset"]
-    # each preset left out of the fit; measured (docs/dse.md): within 18 % but for the
+    # each preset left out of the fit; measured (docs/guides/dse.md): within 18 % but for the
     # smallest, ice40 (2 x 2, below every other point: -66 %)
     smallest = min(points, key=lambda p: p["cells"])["preset"]
     for r in area.leave_one_out(points):

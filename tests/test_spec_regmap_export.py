@@ -97,8 +97,8 @@ def test_export_refuses_unknown_formats():
 
 
 def test_docs_regmap_is_current():
-    """``docs/regmap.md`` is the export of ``small`` (``bpsa regmap --config small --format md
-    -o docs/regmap.md`` after a change of the map)."""
+    """``docs/architecture/regmap.md`` is the export of ``small`` (``bpsa regmap --config small
+    --format md -o docs/architecture/regmap.md`` after a change of the map)."""
     from pathlib import Path
-    doc = Path(__file__).resolve().parent.parent / "docs" / "regmap.md"
+    doc = Path(__file__).resolve().parent.parent / "docs" / "architecture" / "regmap.md"
     assert doc.read_text() == to_markdown(load_config("small"))

@@ -1,6 +1,6 @@
 """The FP multiply-add's timing tool (bpsa.tools.fpu_timing): its wrapper generates Verilog
 with registered inputs, and an unknown format is refused before any tool runs (the
-measurement itself, a minute of nextpnr, runs by hand: docs/floating_point.md)."""
+measurement itself, a minute of nextpnr, runs by hand: docs/architecture/floating_point.md)."""
 
 import pytest
 from amaranth.back import verilog

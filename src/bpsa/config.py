@@ -32,7 +32,8 @@ POOL_KINDS = ("max", "avg")
 FORWARD_FRONTENDS = ("feeder", "channel_first")
 
 #: Arithmetic formats: two's-complement integers, or floating-point operands (``bf16``,
-#: ``fp16``) with fp32 accumulators under the numeric contract of ``docs/floating_point.md``.
+#: ``fp16``) with fp32 accumulators under the numeric contract of
+#: ``docs/architecture/floating_point.md``.
 ARITHMETICS = ("int", "bf16", "fp16")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
@@ -134,7 +135,8 @@ class Config:
         ``arithmetic``: number format, ``"int"``, ``"bf16"`` or ``"fp16"``. Integers:
         ``operand_width`` 2..32 bits, ``operand_signed``; ``acc_width``: accumulator bits,
         from ``2 * operand_width`` to 64 (accumulation wraps modulo ``2**acc_width``, two's
-        complement). Floating point (``docs/floating_point.md``): ``operand_width`` 16 and
+        complement). Floating point (``docs/architecture/floating_point.md``): ``operand_width`` 16
+        and
         ``acc_width`` 32 (fp32 accumulators); built so far for the ``os`` dataflow with
         reserve registers only, the PE and the array (the front ends are integer only).
     Dataflows and PE features

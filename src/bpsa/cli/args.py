@@ -80,7 +80,7 @@ def add_config(sp):
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced: int, or bf16 / fp16 "
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
-                         "docs/floating_point.md; the dataflows and front ends not "
+                         "docs/architecture/floating_point.md; the dataflows and front ends not "
                          "built in floating point yet are left out, with a note). Default: "
                          "the configuration's own")
 

@@ -30,12 +30,12 @@ def register(sub):
     sp.add_argument("--network", metavar="NAME|FILE.csv",
                     help="a training step of a whole network: one of "
                          + ", ".join(network_names()) + ", or a network file "
-                         "(docs/networks.md)")
+                         "(docs/guides/dse.md)")
     sp.add_argument("--model", metavar="PKG.MODULE:FACTORY",
                     help="a training step of a PyTorch model (needs the torch extra): the "
                          "nn.Module FACTORY() returns, traced on --input (e.g. "
                          "torchvision.models:resnet50); the layers the accelerator runs, as "
-                         "--network does, and the host operations listed (docs/pytorch.md)")
+                         "--network does, and the host operations listed (docs/guides/pytorch.md)")
     sp.add_argument("--input", metavar="N,C,H,W",
                     help="with --model: the example input's shape (N is the batch)")
     sp.add_argument("--phases", metavar="forward,loss,gradient",

@@ -32,8 +32,8 @@ def register(sub):
                     help="train this nn.Module through the accelerator (bpsa.torch.offload, "
                          "which trains a copy: the model's own weights do not change), "
                          "next to the same model in PyTorch float32, e.g. "
-                         "bpsa.torch.models:lenet_digits (docs/pytorch.md; default: the digits "
-                         "CNN, bpsa.torch.models:digits_cnn)")
+                         "bpsa.torch.models:lenet_digits (docs/guides/pytorch.md; default: the "
+                         "digits CNN, bpsa.torch.models:digits_cnn)")
     sp.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
                     help="the torch.optim optimizer (default: sgd; not with --numpy-loop)")
     sp.add_argument("--lr", type=float_above(0), default=None,
@@ -47,7 +47,7 @@ def register(sub):
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced (bf16, fp16: floating "
                          "point, fp32 master weights on the host; "
-                         "docs/floating_point.md). Default: the configuration's own")
+                         "docs/architecture/floating_point.md). Default: the configuration's own")
     sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
     sp.add_argument("--batch", type=int_at_least(1), default=32,
                     help="default: 32 (with --numpy-loop a power of two)")
@@ -60,7 +60,7 @@ def register(sub):
     sp.add_argument("--no-reference", action="store_true",
                     help="skip the PyTorch float32 run")
     sp.add_argument("--numpy-loop", action="store_true",
-                    help="the digits CNN in the hand-written loop of docs/train.md (integer "
+                    help="the digits CNN in the hand-written loop of docs/guides/train.md (integer "
                          "softmax and fixed-point SGD; with --arithmetic bf16 fp32 master "
                          "weights in numpy) instead of PyTorch through bpsa.torch.offload")
     sp.add_argument("--json", action="store_true", help="print one JSON object")

@@ -164,7 +164,8 @@ class IntArith:
 
 class FloatArith:
     """Floating-point operands (``bf16``, ``fp16``) with fp32 accumulators, as encodings
-    (``docs/floating_point.md``): operands and accumulators are unsigned bit patterns; the
+    (``docs/architecture/floating_point.md``): operands and accumulators are unsigned bit patterns;
+    the
     arithmetic itself is :mod:`bpsa.gateware.fpu`'s."""
 
     def __init__(self, fmt):

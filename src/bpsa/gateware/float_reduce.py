@@ -4,7 +4,7 @@ of each column of the array.
 An output-stationary floating-point PE keeps :data:`bpsa.config.FLOAT_PARTIALS` (six) partial
 sums per output (:mod:`bpsa.gateware.pe_float`); its column's reserve chain brings them down
 side by side, one output a cycle. :class:`PartialReducer` adds each output's six in the order
-the numeric contract writes down (``docs/floating_point.md``)::
+the numeric contract writes down (``docs/architecture/floating_point.md``)::
 
     ((p0 + p1) + (p2 + p3)) + (p4 + p5)
 

@@ -1,4 +1,5 @@
-"""Floating-point units of the numeric contract (``docs/floating_point.md``): the exact product
+"""Floating-point units of the numeric contract (``docs/architecture/floating_point.md``): the
+exact product
 of two operands and its addition into an fp32 sum, rounded once.
 
 :class:`FloatMultiplier` decodes two operands (``bf16``, ``fp16`` or ``fp32``) and registers
@@ -135,7 +136,8 @@ def _leading_zeros(m, x, name):
 
 
 class FloatAdder(wiring.Component):
-    """``sum + product`` rounded once (``docs/floating_point.md``), in ``LATENCY`` = 5 pipeline
+    """``sum + product`` rounded once (``docs/architecture/floating_point.md``), in ``LATENCY`` = 5
+    pipeline
     stages: ``result`` is the sum of the ``acc`` and ``product`` presented five cycles before.
 
     Stage 1 orders the two by magnitude and works out the special cases; stage 2 aligns the

@@ -1,5 +1,5 @@
 """The output-stationary floating-point PE: ``bf16`` or ``fp16`` operands, fp32 partial sums, the
-numeric contract of ``docs/floating_point.md``.
+numeric contract of ``docs/architecture/floating_point.md``.
 
 An fp32 addition that rounds takes five pipeline stages at the clocks the integer PE reaches
 (:class:`bpsa.gateware.fpu.FloatAdder`); an accumulator that adds into its own result of the

@@ -1,6 +1,6 @@
 """Training the digits CNN (:mod:`bpsa.host.digits`: the same network, data, split, initial
 weights and data order) in floating point: bf16 or fp16 operands, fp32 accumulators
-(``docs/floating_point.md``), fp32 master weights on the host.
+(``docs/architecture/floating_point.md``), fp32 master weights on the host.
 
 A step:
 
@@ -11,7 +11,7 @@ A step:
   the operand format and through the ReLU, REQUANT 0 and RELU; the FC layer's logits as
   fp32), the losses (dX rounded to the operand format), the weight gradients (fp32), and on
   its pooling unit max pooling 2 x 2 and global average pooling, forward and backward with
-  the ReLUs' backward masks (``docs/floating_point.md``, "Pooling"; dX rounded to the
+  the ReLUs' backward masks (``docs/architecture/floating_point.md``, "Pooling"; dX rounded to the
   operand format), as the integer training does;
 - on the host, in float32: the softmax cross-entropy and ``dL/dlogits = (p - onehot) /
   batch``, and SGD ``master -= lr * dW``.

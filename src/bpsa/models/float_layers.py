@@ -1,5 +1,5 @@
 """The convolution phases in floating point, in the accumulation order of the accelerator's
-front ends (``docs/floating_point.md``, "Order").
+front ends (``docs/architecture/floating_point.md``, "Order").
 
 Every output is one output-stationary context (:func:`bpsa.models.floating.os_output`): its
 slots are the front end's K order, a slot's product folded into partial ``k mod 6``, the six

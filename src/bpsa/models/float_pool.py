@@ -1,5 +1,5 @@
 """The pooling unit's phases in floating point, as the accelerator computes them
-(``docs/floating_point.md``, "Pooling").
+(``docs/architecture/floating_point.md``, "Pooling").
 
 Operands are ``fmt`` encodings; a tap is read as its fp32 value (:func:`widen`: exact, a
 subnormal a zero of its sign, a NaN the canonical NaN). The window geometry comes from

@@ -1,4 +1,5 @@
-"""Golden model of the floating-point arithmetic (``docs/floating_point.md``): numbers as
+"""Golden model of the floating-point arithmetic (``docs/architecture/floating_point.md``): numbers
+as
 encodings (``uint16`` / ``uint32`` arrays), arithmetic in Python integers.
 
 Every value is decoded into a sign, an integer significand and a power of two, summed

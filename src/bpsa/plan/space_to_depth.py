@@ -7,7 +7,7 @@ gradient and the forward.
 A stride ``s`` convolution reads input column ``x = s ow + q - p`` for output column ``ow``
 and tap ``q``. Write ``q - p + e = s u + b`` (``0 <= b < s``; ``e``, ``0 <= e < s``, an offset
 of the host's choosing): then ``x = s (ow + u) + b - e``. Only the *phases* ``b`` some tap
-has are read; with their planes (``B_h``, ``B_w`` the phases, ``i``, ``j`` a phase's index)
+has are read; with their planes (``B_h``, ``B_w`` the phases, ``i``, ``j`` a phase's index)::
 
     X'[n, (c |B_h| + i) |B_w| + j, y', x'] = X[n, c, s_h y' + B_h[i] - e_h,
                                                   s_w x' + B_w[j] - e_w]     (zero outside X)

@@ -43,7 +43,7 @@ OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
 def default_build(config):
     """``(opt, threads)`` for ``config``: the build we measured fastest over a run of a few
-    hundred thousand cycles (docs/simulation.md)."""
+    hundred thousand cycles (docs/guides/simulation.md)."""
     return ("-O2", 1)
 
 

@@ -94,7 +94,8 @@ POOL_FLOAT_MAC_LATENCY = 8
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """A binary floating-point format of the numeric contract (``docs/floating_point.md``):
+    """A binary floating-point format of the numeric contract
+    (``docs/architecture/floating_point.md``):
     ``exp_bits`` exponent bits, ``man_bits`` stored significand bits (IEEE 754 layout: sign,
     biased exponent, fraction). Zeros and subnormal encodings read as zero; a NaN result is
     always :attr:`nan`, the canonical quiet NaN."""

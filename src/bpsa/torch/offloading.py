@@ -13,10 +13,10 @@ PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's cop
 ``torch.optim`` optimizer updates them.
 
 Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
-``docs/floating_point.md``): float32 tensors in, rounded to the operand format by the
+``docs/architecture/floating_point.md``): float32 tensors in, rounded to the operand format by the
 contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's or ReLU's
 output in the operand format). An integer configuration: :class:`QuantizedBackend`'s
-per-tensor power-of-two scaling around the integer accelerator (``docs/pytorch.md``).
+per-tensor power-of-two scaling around the integer accelerator (``docs/guides/pytorch.md``).
 
 Backends: ``"model"`` (the bit-exact golden model: :class:`bpsa.host.digits_float.
 FloatModelOps`, :mod:`bpsa.models.float_layers` and :mod:`bpsa.models.float_pool` with the

@@ -1,5 +1,5 @@
 """Floating-point stimulus for the tests of the golden model and the units: corner-case and
-random encodings (``docs/floating_point.md``)."""
+random encodings (``docs/architecture/floating_point.md``)."""
 
 import numpy as np
 

@@ -3,7 +3,7 @@
 In floating point (``config.is_float``) each lane's addition is the contract's fp32 ``P + y``
 (:class:`bpsa.gateware.fpu.FloatAdder` of an fp32 addend, one rounding, five stages; a zero
 addend leaves the word unchanged), so P holds ``((+0 + y_0) + y_1) + ...`` of the vectors
-for a word in the order they came (``docs/floating_point.md``).
+for a word in the order they came (``docs/architecture/floating_point.md``).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
