@@ -218,3 +218,16 @@ def test_job_memory_and_expected_cycles():
     mem = job_memory(SMALL, [{"phase": "loss", "layer": dataclasses.asdict(big)}])
     tensors = (256 * 28 * 28 + 256 * 256 * 9 + 256 * 14 * 14) * 4
     assert mem >= 2 * tensors and mem & (mem - 1) == 0
+
+
+def test_default_build_follows_bpsa_native_opt(monkeypatch):
+    """``$BPSA_NATIVE_OPT`` sets the default optimisation level (make test: ``-O1``); -O2
+    without it; anything else is refused with the variable's name."""
+    from bpsa.sim.native import default_build
+    monkeypatch.delenv("BPSA_NATIVE_OPT", raising=False)
+    assert default_build(load_config("small")) == ("-O2", 1)
+    monkeypatch.setenv("BPSA_NATIVE_OPT", "-O1")
+    assert default_build(load_config("small")) == ("-O1", 1)
+    monkeypatch.setenv("BPSA_NATIVE_OPT", "-Ofast")
+    with pytest.raises(ValueError, match="BPSA_NATIVE_OPT must be one of -O0, -O1, -O2, -O3"):
+        default_build(load_config("small"))
