@@ -1,5 +1,6 @@
 """Sphinx configuration of the backprop-systolic documentation (``make docs``)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,13 +19,19 @@ exclude_patterns = ["synth/**", "**/*.json", "results/boards/**", "results/train
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
-# a link to a page or anchor that does not exist is a warning, and make docs fails on it
+# a link to a page or anchor that does not exist is a warning, and make docs fails on it;
+# so is a {py:...} reference of a page that names no documented object (nitpicky), while the
+# docstrings' own references to other objects stay lenient (_pages_only below)
+nitpicky = True
 
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 
 html_theme = "furo"
 html_title = "backprop-systolic"
+# the navigation lists pages and their sections, not every documented object (a smaller
+# toctree on every page: a faster build)
+toc_object_entries = False
 
 
 # Docstrings are reStructuredText written for readers of the source first: one whose layout
@@ -32,24 +39,32 @@ html_title = "backprop-systolic"
 # verbatim instead of failing the build, so every docstring is on its page.
 import re  # noqa: E402
 
-from docutils.core import publish_doctree  # noqa: E402
-from docutils.utils import Reporter  # noqa: E402
+from docutils.frontend import get_default_settings  # noqa: E402
+from docutils.parsers.rst import Parser  # noqa: E402
+from docutils.utils import Reporter, new_document  # noqa: E402
 
 _ROLE = re.compile(r":[\w:.-]+:`([^`]*)`")
+_PARSER = Parser()
+_SETTINGS = get_default_settings(Parser)
+_SETTINGS.report_level = Reporter.WARNING_LEVEL
+_SETTINGS.halt_level = Reporter.SEVERE_LEVEL + 1
+_SETTINGS.warning_stream = False
+#: the docstrings shown verbatim (``BPSA_DOCS_VERBATIM=1`` lists them at the end)
+VERBATIM = []
 
 
 def _parses(lines):
-    text = _ROLE.sub(r"``\1``", "\n".join(lines))
-    doctree = publish_doctree(text, settings_overrides={
-        "report_level": Reporter.WARNING_LEVEL, "halt_level": Reporter.SEVERE_LEVEL + 1,
-        "warning_stream": False})
-    messages = [m for m in doctree.findall(lambda n: n.tagname == "system_message")
-                if m["level"] >= Reporter.WARNING_LEVEL]
-    return not messages
+    """Whether docutils parses the docstring without a warning (roles made literals: the
+    check is of the layout, Sphinx resolves the roles)."""
+    doctree = new_document("<docstring>", _SETTINGS)
+    _PARSER.parse(_ROLE.sub(r"``\1``", "\n".join(lines)), doctree)
+    return not any(m["level"] >= Reporter.WARNING_LEVEL
+                   for m in doctree.findall(lambda n: n.tagname == "system_message"))
 
 
 def _verbatim_unless_valid(app, what, name, obj, options, lines):
     if lines and not _parses(lines):
+        VERBATIM.append(name)
         lines[:] = ["::", ""] + ["    " + line for line in lines] + [""]
 
 
@@ -62,6 +77,23 @@ def _own_members_only(app, what, name, obj, skip, options):
     return skip
 
 
+def _pages_only(app, domain, node):
+    """Nitpicky for the pages, not the docstrings: a docstring names private helpers and
+    other libraries' classes (Amaranth, numpy) the site does not document."""
+    source = node.source or ""
+    return not (source.endswith(".md") and Path(source).resolve().is_relative_to(_DOCS))
+
+
+_DOCS = Path(__file__).resolve().parent
+
+
+def _list_verbatim(app, exception):
+    if os.environ.get("BPSA_DOCS_VERBATIM"):
+        print(f"{len(VERBATIM)} docstrings shown verbatim:", *VERBATIM, sep="\n  ")
+
+
 def setup(app):
+    app.connect("build-finished", _list_verbatim)
+    app.connect("warn-missing-reference", _pages_only)
     app.connect("autodoc-process-docstring", _verbatim_unless_valid)
     app.connect("autodoc-skip-member", _own_members_only)
