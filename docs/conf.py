@@ -1,6 +1,5 @@
 """Sphinx configuration of the backprop-systolic documentation (``make docs``)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,7 +9,12 @@ project = "backprop-systolic"
 author = "the backprop-systolic developers"
 copyright = "the backprop-systolic developers"
 
-extensions = ["myst_parser", "sphinx.ext.autodoc"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+# the docstrings' "Parameters" and "Members" sections are NumPy style: "name : type", then
+# the description indented (a component's "Members" are its ports)
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_custom_sections = [("Members", "params_style")]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 # the measurement archives and the JSON twins of the results pages are not pages
@@ -34,40 +38,6 @@ html_title = "backprop-systolic"
 toc_object_entries = False
 
 
-# Docstrings are reStructuredText written for readers of the source first: one whose layout
-# docutils cannot parse (an indented table or literal without its blank line) is shown
-# verbatim instead of failing the build, so every docstring is on its page.
-import re  # noqa: E402
-
-from docutils.frontend import get_default_settings  # noqa: E402
-from docutils.parsers.rst import Parser  # noqa: E402
-from docutils.utils import Reporter, new_document  # noqa: E402
-
-_ROLE = re.compile(r":[\w:.-]+:`([^`]*)`")
-_PARSER = Parser()
-_SETTINGS = get_default_settings(Parser)
-_SETTINGS.report_level = Reporter.WARNING_LEVEL
-_SETTINGS.halt_level = Reporter.SEVERE_LEVEL + 1
-_SETTINGS.warning_stream = False
-#: the docstrings shown verbatim (``BPSA_DOCS_VERBATIM=1`` lists them at the end)
-VERBATIM = []
-
-
-def _parses(lines):
-    """Whether docutils parses the docstring without a warning (roles made literals: the
-    check is of the layout, Sphinx resolves the roles)."""
-    doctree = new_document("<docstring>", _SETTINGS)
-    _PARSER.parse(_ROLE.sub(r"``\1``", "\n".join(lines)), doctree)
-    return not any(m["level"] >= Reporter.WARNING_LEVEL
-                   for m in doctree.findall(lambda n: n.tagname == "system_message"))
-
-
-def _verbatim_unless_valid(app, what, name, obj, options, lines):
-    if lines and not _parses(lines):
-        VERBATIM.append(name)
-        lines[:] = ["::", ""] + ["    " + line for line in lines] + [""]
-
-
 def _own_members_only(app, what, name, obj, skip, options):
     """A module documents what it defines, not what it imports (documented where defined)."""
     module = getattr(obj, "__module__", None)
@@ -87,13 +57,6 @@ def _pages_only(app, domain, node):
 _DOCS = Path(__file__).resolve().parent
 
 
-def _list_verbatim(app, exception):
-    if os.environ.get("BPSA_DOCS_VERBATIM"):
-        print(f"{len(VERBATIM)} docstrings shown verbatim:", *VERBATIM, sep="\n  ")
-
-
 def setup(app):
-    app.connect("build-finished", _list_verbatim)
     app.connect("warn-missing-reference", _pages_only)
-    app.connect("autodoc-process-docstring", _verbatim_unless_valid)
     app.connect("autodoc-skip-member", _own_members_only)

@@ -23,8 +23,10 @@ Blocks
     stores); and the load unit and step scheduler. The address generation stays in the engines:
     the program only cuts a layer into tiles that fit the buffers and moves them.
 
-External memory layout (element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width``
-for operands, of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*)
+External memory layout
+    Element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width`` for operands,
+    of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*.
+
     ========  =====================================  ========================================
     phase     inputs                                 output (ADDR_OUT)
     ========  =====================================  ========================================
@@ -44,7 +46,7 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
     (MODE 1,  (ADDR_DY; lanes past K hold 0);        forward's W layout)
     zero-     X blocked: N x CT x H x W x B
     free)     (ADDR_X; B = feeder_bus_width,
-              CT = ceil(C / B); lanes past C hold 0)
+              CT = ceil(C / B); lanes past C 0)
     forward   X blocked HWC: N x CT x H x W x L      Y blocked K-major: KT x N x OH x OW x
     (MODE 2,  (ADDR_X; L = min(C, rows), CT =        cols (a run's stacked images' Y is
     channel-  ceil(C / L); lanes past C hold 0);     one row a block)
@@ -56,12 +58,14 @@ for operands, of ``acc_width`` for results; every tensor dense, little endian, f
               L > 1 blocked: N x ceil(C / L) x H
               x W x L (lanes past C hold 0)
     ========  =====================================  ========================================
+
     ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` (and OW likewise).
     :mod:`bpsa.host.driver` lays tensors out this way and back.
 
-Tiling and double buffering (all loops in the layer's program, :mod:`bpsa.plan.program`, which
-the fetch unit and the dispatcher run; a *group* is one engine run; the group,
-block and band sizes are :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.plan.bands`')
+Tiling and double buffering
+    All loops are in the layer's program (:mod:`bpsa.plan.program`), which the fetch unit and
+    the dispatcher run; a *group* is one engine run; the group, block and band sizes are
+    :mod:`bpsa.plan.setup`'s, the bands' rows :mod:`bpsa.plan.bands`'.
     Buffers A (X SRAM / buffer A) and B (W buffer / buffer B) are split into two banks of
     half their depth. Group ``g`` is loaded into bank ``g % 2``; while the engine runs it, the
     DMA loads group ``g + 1`` into the other bank, so loads hide behind compute. Within an

@@ -1,8 +1,8 @@
 """On-chip memory: an AXI4 slave (for the accelerator's DMA master) plus a simple word port (for
 the UART bridge), over one ``amaranth.lib.memory.Memory`` of 64-bit words.
 
-AXI4 slave (``axi``, :func:`bpsa.gateware.dma.axi4_signature` flipped: 32-bit addresses, 64-bit
-data)
+AXI4 slave (``axi``)
+    :func:`bpsa.gateware.dma.axi4_signature` flipped: 32-bit addresses, 64-bit data.
     Byte addresses ``0 .. size - 1``. FIXED and INCR bursts of up to 256 beats, any ``AxSIZE``
     up to 8 bytes (narrow beats: the master places its bytes on their lanes and sets ``wstrb``,
     as AXI requires; the address advances by ``2**AxSIZE`` per INCR beat). ``wstrb`` selects the

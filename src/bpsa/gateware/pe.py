@@ -78,6 +78,7 @@ class PE(wiring.Component):
           goes to the reserve register and clears. The weights and G leave on their two chains
           side by side; the array computes the SGD update ``w - (G >> sgd_shift)`` once per
           column as they leave, not in every PE.
+
     An add-stage action and a stage-0 action of different slots may fall in the same cycle: both
     apply. ``shift`` moves ``chain_in`` into the reserve register, except in a cycle in which an
     add-stage context end writes it, and ``wchain_in`` into the weight chain register, except in

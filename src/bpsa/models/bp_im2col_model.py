@@ -10,14 +10,14 @@ explicit lowerings of :mod:`bpsa.models.golden` (``b_src`` / ``a_src``).
 
 The GEMM of a phase is ``Cmat = A @ B`` with A: ``M x Kg`` and B: ``Kg x Ng``:
 
-==========  ======================  ==========================  ===========================
+=========== ======================  ==========================  ===========================
 phase       A (streamed)            B (held in the PEs)         M, Kg, Ng
-==========  ======================  ==========================  ===========================
+=========== ======================  ==========================  ===========================
 loss dX     rotated, channel-       virtual zero-spaced dY,     C, K*R*S, N*H*W
-            transposed W            rows (k, r, q), cols (n,h,w)
+            transposed W            rows (k,r,q), cols (n,h,w)
 gradient dW virtual dilated dY,     im2col of X, rows (n,i,j),  K, N*Hd*Wd, C*R*S
             rows k, cols (n, i, j)  cols (c, r, q)
-==========  ======================  ==========================  ===========================
+=========== ======================  ==========================  ===========================
 
 Tiles are walked column tile outer, row tile inner: ``for nt in range(ceil(Ng/cols)): for kt in
 range(ceil(Kg/rows))``. For each tile, stream ``b`` carries ``rows`` beats (B rows ``kt*rows +

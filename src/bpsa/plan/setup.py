@@ -7,9 +7,10 @@ the :func:`checks` step, :func:`geometry`, then the tiling program of the phase
 same programs on integers: :func:`run` (what the hardware computes, refusal included) and,
 through it, :func:`bpsa.plan.tiling.plan` and :func:`bpsa.plan.tiling.fc_plan`.
 
-Tiling (``C``: ``cols``; the A and B buffers are split into two banks of ``acap`` /
+Tiling: ``C`` is ``cols``; the A and B buffers are split into two banks of ``acap`` /
 ``bcap`` words, ``xcap = acap * feeder_bus_width`` elements for the forward's X; ``pcap``:
-the P buffer's words; ``d(R-1)``: ``drh``)
+the P buffer's words; ``d(R-1)``: ``drh``.
+
     forward
         groups of ``cg = min(C_in, xcap // (H W), bcap // (R S))`` input channels, all output
         rows; when an X plane does not fit a bank or the output plane P (``banded``): one
@@ -58,15 +59,17 @@ the P buffer's words; ``d(R-1)``: ``drh``)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
         ``fnb = min(N, acap // fob, bcap // fib - fob, pcap // fq - K)`` batch rows a run.
-    pooling forward and backward (the pooling unit's buffer: two banks of ``bank =
-        buf_pool_depth / 2`` words; P double-buffered, ``pel = buf_p_depth / 2 * epw``
-        elements of a plane a step, ``epw = cols / pool_lanes``; a "plane" is a block of
-        ``pool_lanes`` planes, channel-blocked, ``planes = N ceil(C / pool_lanes)``)
+    pooling forward and backward
+        The pooling unit's buffer: two banks of ``bank = buf_pool_depth / 2`` words; P
+        double-buffered, ``pel = buf_p_depth / 2 * epw`` elements of a plane a step, ``epw =
+        cols / pool_lanes``; a "plane" is a block of ``pool_lanes`` planes, channel-blocked,
+        ``planes = N ceil(C / pool_lanes)``.
         ``pg = min(planes, bank // (plane words), (buf_p_depth / 2) // pw)`` whole planes a
         step (``pw`` P words a plane's output), or, when a plane does not fit, one plane a
         step in bands of ``bh`` rows: forward ``min(OH, pel // OW, (bank // W - R) // s +
         1)`` output rows; backward ``min(H, pel // W, (bank - 2 R W - R OW) // (W + OW))``
         dX rows.
+
     A layer that needs bands is refused when not even one band fits, and a forward or
     gradient layer that needs bands when it pads more rows than its dilated kernel reaches.
 """

@@ -208,10 +208,11 @@ class NativeTransport:
     hardware : Config
         The configuration the model is generated for (default: ``config``): one with deeper
         buffers runs ``config``'s programs too (:meth:`bpsa.config.Config.check_runs_on`).
-
-    ``watchdog`` (cycles, or None): :meth:`idle` raises :exc:`HangError` with the last STATUS
-    when the interrupt has not come that many cycles after the last START. ``on_cycles``
-    (a callable, or None) is given the cycle count after every :meth:`idle`.
+    watchdog : int or None
+        Cycles: :meth:`idle` raises :exc:`HangError` with the last STATUS when the interrupt
+        has not come that many cycles after the last START.
+    on_cycles : callable or None
+        Given the cycle count after every :meth:`idle`.
     """
 
     watchdog = None

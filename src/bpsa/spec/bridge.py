@@ -35,12 +35,12 @@ code  name      meaning
 1     SLVERR    the register bus answered SLVERR (READ32: no data follows)
 2     DECERR    the register bus answered DECERR
 3     BAD_CMD   the command byte is not one of the above (answered at once: every unknown
-              byte gets its own status byte, so the device never waits on garbage)
+                byte gets its own status byte, so the device never waits on garbage)
 4     BAD_ARG   address unaligned or out of range, or the memory range overflows: nothing
-              is accessed (MEM_WRITE still takes its ``count * 8`` data bytes first, so the
-              byte stream stays in step)
+                is accessed (MEM_WRITE still takes its ``count * 8`` data bytes first, so the
+                byte stream stays in step)
 5     TIMEOUT   the argument or data bytes of a command stopped arriving for ``timeout``
-              cycles: the command is dropped and the device waits for a new command byte
+                cycles: the command is dropped and the device waits for a new command byte
 ====  ========  ==========================================================================
 
 A host that lost track (e.g. after a TIMEOUT) waits longer than the timeout, discards what it

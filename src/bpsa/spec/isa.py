@@ -5,8 +5,7 @@ and stores that the on-chip loop walker used to compute; this module is the one 
 how that sequence is written as instructions, which the driver assembles, the hardware decodes
 and the cycle model reads. Pure Python.
 
-Instruction word (64 bits, little endian in memory, one after the other from the program's
-address; at the default 64-bit bus one instruction a beat)
+Instruction word (64 bits, little endian, in order from the program's address; a 64-bit beat)
     ==========  ======  ==============================================================
     bits        name    contents
     ==========  ======  ==============================================================

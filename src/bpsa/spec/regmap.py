@@ -4,10 +4,11 @@ decodes this table and the host driver reads it, as :data:`REGISTER_MAP` (name -
 offset) or as :func:`register_map` (a JSON-ready dict with access, reset values and field
 descriptions), so both sides read the same truth.
 
-Register map (byte offsets; all registers 32 bits, accessed as aligned words)
-=============  ======  ======  =================================================================
+Register map (byte offsets; all registers 32 bits, accessed as aligned words):
+
+============== ======= ======  =================================================================
 name           offset  access  contents
-=============  ======  ======  =================================================================
+============== ======= ======  =================================================================
 ID             0x000   RO      ``0x42505341`` ("BPSA")
 VERSION        0x004   RO      register-map version, ``major << 16 | minor``
 CFG_ARRAY      0x008   RO      rows [7:0], cols [15:8], operand_width [23:16], acc_width [31:24]
@@ -39,7 +40,7 @@ RELU           0x094   RW      1: forward phases store max(0, y); the pooling ba
 POOL_KIND      0x098   RW      pooling phases: :class:`PoolKind` (0 max, 1 avg)
 <counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
 <counter>_HI   +4      RO      high half (see "Counters")
-=============  ======  ======  =================================================================
+============== ======= ======  =================================================================
 
 Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
 STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084),
