@@ -35,7 +35,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert "check_runs_on" in config and "load_config" in config
     # a component's NumPy-style "Members" section becomes its list of ports
     gateware = (out / "api" / "gateware.html").read_text()
-    assert 'id="bpsa.gateware.controller.counters.Counters"' in gateware
+    assert 'id="bpsa.gateware.control.counters.Counters"' in gateware
     # every page the README links into exists in the site
     readme = (ROOT / "README.md").read_text()
     for target in ("getting_started", "architecture/index", "guides/index", "api/index",

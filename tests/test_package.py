@@ -279,6 +279,48 @@ def test_imports_point_one_way():
         "a new subpackage needs its place in ALLOWED_IMPORTS"
 
 
+#: The rooms of :mod:`bpsa.gateware` (its docstring), in import order: a room imports only the
+#: rooms before it. ``accelerator`` is the top module.
+GATEWARE_ROOMS = ("common", "fp", "array", "bus", "results", "frontends", "control",
+                  "accelerator")
+
+#: Modules of ``frontends`` that host several front ends (the output-stationary engine): a
+#: front end's own folder imports neither them nor another front end's folder.
+FRONTEND_HUBS = {"bpsa.gateware.frontends.conv_forward"}
+
+
+def _room(module):
+    """``(room, front end)`` of a module of :mod:`bpsa.gateware`: its folder under
+    ``gateware`` (or the top module's name) and, in ``frontends``, the front end's folder
+    (``None`` for a module at the root of ``frontends``)."""
+    parts = module.split(".")[2:]
+    front = parts[1] if parts[:1] == ["frontends"] and len(parts) > 2 else None
+    return (parts[0] if parts else None), front
+
+
+def test_gateware_rooms_point_one_way():
+    """Every module of the gateware sits in a room; a room imports only the rooms before it
+    (:data:`GATEWARE_ROOMS`), and a front end's folder imports no other front end and no hub
+    (:data:`FRONTEND_HUBS`)."""
+    graph = _module_imports()
+    wrong = []
+    for module, deps in graph.items():
+        if not module.startswith("bpsa.gateware."):
+            continue
+        room, front = _room(module)
+        assert room in GATEWARE_ROOMS, f"{module} is in no room of GATEWARE_ROOMS"
+        for dep in deps:
+            if not dep.startswith("bpsa.gateware."):
+                continue
+            other, other_front = _room(dep)
+            if GATEWARE_ROOMS.index(other) > GATEWARE_ROOMS.index(room):
+                wrong.append(f"{module} -> {dep} (a later room)")
+            elif front and room == other and (dep in FRONTEND_HUBS
+                                              or other_front not in (None, front)):
+                wrong.append(f"{module} -> {dep} (another front end or a hub)")
+    assert not wrong, "imports between rooms against their order:\n" + "\n".join(sorted(wrong))
+
+
 def test_string_module_names_are_edges():
     """The graph holds the module names passed as strings: each runner's testbenches (so the
     checks cannot silently read none), and every name is a module of the package (a moved
@@ -290,7 +332,7 @@ def test_string_module_names_are_edges():
     assert {f"{tb}tb_array", f"{tb}tb_conv_forward", f"{tb}tb_conv_backward"} \
         <= strings["bpsa.sim.simcmd"]
     assert f"{tb}tb_accelerator" in graph["bpsa.sim.accel_run"]
-    assert "bpsa.gateware.pe" in strings["bpsa.platform.tops"]
+    assert "bpsa.gateware.array.pe" in strings["bpsa.platform.tops"]
     modules = _modules()
     stale = sorted(f"{m} -> {n}" for m, names in strings.items() for n in names
                    if n not in modules)

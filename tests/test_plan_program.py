@@ -12,7 +12,7 @@ from dataclasses import fields
 import pytest
 
 from bpsa.config import Config, load_config
-from bpsa.gateware.controller.load_unit import Cache, Target
+from bpsa.gateware.control.load_unit import Cache, Target
 from bpsa.plan import program, setup
 from bpsa.plan.grammar import Refusal
 from bpsa.plan.program import (RUN_FIELDS, Last, Load, Run, Save, Save2, Step, layer_program,

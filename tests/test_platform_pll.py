@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from bpsa.config import Config
-from bpsa.gateware.uart import uart_divisor
+from bpsa.gateware.bus.uart import uart_divisor
 from bpsa.platform import board
 from bpsa.platform.board import load_board, prepare
 from bpsa.platform.pll import ECP5_PLL_LIMITS, ecp5_pll_dividers

@@ -71,9 +71,9 @@ def test_fields_fit_what_reads_them(config):
     """No load, store or descriptor field is wider than the hardware input it drives (a SET
     would be cut short): the load unit's loads, the step scheduler's stores, the register
     file's descriptor."""
-    from bpsa.gateware.axi_lite import descriptor_layout
-    from bpsa.gateware.controller.load_unit import load_layout
-    from bpsa.gateware.controller.step_scheduler import store2_layout, store_layout
+    from bpsa.gateware.bus.axi_lite import descriptor_layout
+    from bpsa.gateware.control.load_unit import load_layout
+    from bpsa.gateware.control.step_scheduler import store2_layout, store_layout
     readers = {"load": load_layout(config), "load1": load_layout(config), "save": store_layout(),
                "save2": store2_layout(), "layer": descriptor_layout(config)}
     checked = 0

@@ -54,11 +54,11 @@ FLOAT_TOP_NAMES = ("pe", "array", "conv_forward", "accelerator", "psum_buffer", 
 #: five stages deep and a partial is read a cycle before its slot enters it, so the product of
 #: a context's slot ``k`` goes into partial ``k mod FLOAT_PARTIALS`` (every partial is read again
 #: only after its last sum has left the adder); they drain side by side and the array adds
-#: them (``bpsa.gateware.float_reduce``).
+#: them (``bpsa.gateware.array.float_reduce``).
 FLOAT_PARTIALS = 6
 
 #: Cycles from an output's partials at the bottom of its column to their sum
-#: (``bpsa.gateware.float_reduce.PartialReducer``: a register, then three levels of 5-stage
+#: (``bpsa.gateware.array.float_reduce.PartialReducer``: a register, then three levels of 5-stage
 #: adders): a floating-point drain vector leaves ``FLOAT_REDUCE_LATENCY + cols`` cycles after
 #: its shift.
 FLOAT_REDUCE_LATENCY = 16
@@ -68,7 +68,7 @@ FLOAT_REDUCE_LATENCY = 16
 #: product is registered (the DSP block's output register) and registered again next to the
 #: adders, and the accumulator (or the partial sum) adds it; the result of a context end is in
 #: the reserve register four cycles after the plain systolic timing. The array's latency
-#: contract (``bpsa.gateware.array``) and the cycle model (``bpsa.models.perf``) are written
+#: contract (``bpsa.gateware.array.systolic``) and the cycle model (``bpsa.models.perf``) are written
 #: against this number.
 #: Floating point: the operands registered, the multiplier's two stages (``FloatMultiplier``),
 #: the adder's five (``FloatAdder``): the sum of a context's last slot is in the reserve
@@ -121,7 +121,7 @@ def context_gap(rows, arithmetic):
     ``a_last``) in an array of ``rows`` rows: the wait for the last row and the drain's
     ``rows`` shifts; in floating point five more: the next context's first slots read their
     starting partials from the reserve registers up to five cycles before the swap
-    (``bpsa.gateware.pe_float``: ``mac_latency - 3``), after the previous drain."""
+    (``bpsa.gateware.array.pe_float``: ``mac_latency - 3``), after the previous drain."""
     return 2 * rows + (MAC_LATENCY[arithmetic] - 3 if arithmetic in FLOAT_WIDTHS else 0)
 
 
@@ -160,7 +160,7 @@ class Config:
         ``buf_a_depth``, ``buf_b_depth``, ``buf_p_depth``: words, powers of two, 16..65536.
     External memory
         ``dma_data_width``: bits of the AXI4 master's data bus, 64, 128 or 256.
-    Pooling unit (beside the array; :mod:`bpsa.gateware.engines.pool`)
+    Pooling unit (beside the array; :mod:`bpsa.gateware.frontends.pool.pool`)
         ``pool_kinds``: which of ``max`` and ``avg`` it computes (empty: no pooling unit);
         ``buf_pool_depth``: words of its operand buffer (``pool_lanes`` elements a word, two
         banks), a power of two, 16..65536; ``pool_lanes``: planes it computes at once, 1 or
@@ -169,7 +169,7 @@ class Config:
         result of each).
     Forward front ends
         ``forward_frontends``: which of ``feeder`` and ``channel_first``
-        (:mod:`bpsa.gateware.engines.channel_first`; needs the ``ws`` dataflow) are generated;
+        (:mod:`bpsa.gateware.frontends.channel_first.channel_first`; needs the ``ws`` dataflow) are generated;
         the feeder always is (it also hosts the zero-free walkers), so the choice is
         ``["feeder"]`` or ``["feeder", "channel_first"]``. ``buf_cf_depth``: words of each of
         the channel-first front end's ``rows`` X banks (one pixel's channel a word, two

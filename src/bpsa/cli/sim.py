@@ -281,7 +281,7 @@ def _refusals(args, config, path):
 
 def _engine_forward(args, config):
     """``bpsa sim --engine --phase forward``: one layer through ConvForward."""
-    from bpsa.gateware.engines.conv_forward import check_config
+    from bpsa.gateware.frontends.conv_forward import check_config
     from bpsa.sim.conv_forward_run import descriptor
     from bpsa.sim.simcmd import run_forward
     from bpsa.spec.layer import parse_layer

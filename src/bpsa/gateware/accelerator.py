@@ -2,21 +2,21 @@
 the layer controller.
 
 Blocks
-    :class:`bpsa.gateware.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: PROG_ADDR /
-    PROG_WORDS, START, STATUS, DMA window, counters); :class:`bpsa.gateware.dma.DmaEngine` (AXI4
+    :class:`bpsa.gateware.bus.axi_lite.RegisterFile` (AXI4-Lite slave ``axil``: PROG_ADDR /
+    PROG_WORDS, START, STATUS, DMA window, counters); :class:`bpsa.gateware.bus.dma.DmaEngine` (AXI4
     master ``mem``); the fetch unit and the dispatcher
-    (:mod:`bpsa.gateware.controller.fetch`, :mod:`bpsa.gateware.controller.dispatcher`: the
+    (:mod:`bpsa.gateware.control.fetch`, :mod:`bpsa.gateware.control.dispatcher`: the
     layer's program, :mod:`bpsa.spec.isa`);
-    **one** :class:`bpsa.gateware.array.SystolicArray` with every generated dataflow, driven by
-    the front end of the running phase (:func:`bpsa.gateware.array.share_array`): the
-    channel-first front end :class:`bpsa.gateware.engines.channel_first.ChannelFirst`
+    **one** :class:`bpsa.gateware.array.systolic.SystolicArray` with every generated dataflow, driven by
+    the front end of the running phase (:func:`bpsa.gateware.array.systolic.share_array`): the
+    channel-first front end :class:`bpsa.gateware.frontends.channel_first.channel_first.ChannelFirst`
     (weight-stationary; generated with ``forward_frontends`` ``channel_first``; it reads W
     through the forward engine's W buffer) for a forward in MODE 2, the
-    forward engine :class:`bpsa.gateware.engines.conv_forward.ConvForward` (feeder, output-
+    forward engine :class:`bpsa.gateware.frontends.conv_forward.ConvForward` (feeder, output-
     stationary; generated when the configuration has the ``os`` dataflow; with the
     ``zero_free`` backward mode it also hosts the zero-free loss and gradient walkers) for the
     forward pass and the zero-free phases, and the
-    backward engine :class:`bpsa.gateware.engines.conv_backward.ConvBackward` (BP-im2col generators,
+    backward engine :class:`bpsa.gateware.frontends.bp_im2col.conv_backward.ConvBackward` (BP-im2col generators,
     input-stationary, and the interleaved FC backward; generated with the ``bp_im2col``
     backward mode, which needs ``is``) for the rest; the P buffer (``buf_p_depth`` words of
     ``cols`` accumulators, read-add-write accumulation of every result vector, a clear pass, DMA
@@ -74,7 +74,7 @@ Tiling and double buffering
     loading its first group into the other bank while that last run computes; then it waits
     for the run, stores the finished step's P rows and clears P, and starts the new step. The
     P stores and clears themselves are not overlapped with compute (P has one copy).
-    channel-first forward (PHASE 0 with MODE 2; :mod:`bpsa.gateware.engines.channel_first`):
+    channel-first forward (PHASE 0 with MODE 2; :mod:`bpsa.gateware.frontends.channel_first.channel_first`):
     the forward's loops with groups of one channel block (``L`` channels): X[n, block, band
     rows] is one DMA run of ``L`` lanes a word into the half of the channel-first X banks of
     the group's parity, and the front end runs weight-stationary on the array. A step may
@@ -99,7 +99,7 @@ Tiling and double buffering
     load dY[n, group] into A and X[n, channel group] into B and run the gradient; P
     accumulates dW[block, channel group] (row k - block start); store one row per output
     channel.
-    zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.engines.zf_gradient`): for each
+    zero-free gradient (PHASE 2 with MODE 1; :mod:`bpsa.gateware.frontends.zero_free.gradient`): for each
     range of ``kb`` output-channel blocks and each range of ``cn`` blocks of ``B`` input
     channels (a step): clear P, then for each image n and band of dY rows load X[n, blocks,
     band rows] into the X SRAM (one pixel a word, block after block, into the half of the
@@ -110,7 +110,7 @@ Tiling and double buffering
     compact dY pixels. P word ``(b cn + i) B R S + c R S + r S + q`` accumulates
     dW[output block b, input block i, c, r, q] (``cols`` lanes); the step stores one run of
     ``c' R S cols`` accumulators per output block (``c'``: the step's input channels).
-    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.engines.zf_loss`): for each range
+    zero-free loss (PHASE 1 with MODE 1; :mod:`bpsa.gateware.frontends.zero_free.loss`): for each range
     of ``cn`` blocks of ``cols`` input channels, band of dX rows and step of ``zn`` images
     (their dX bands in P, which is double-buffered; ``cn`` or ``zn`` is 1), for each group of
     ``kg`` blocks of output channels and each image: load dY[image, group, the band's dY rows]
@@ -152,10 +152,10 @@ Refusals
     ``KERNEL_TOO_LARGE``, ``DIM``, ``TOO_LARGE``, ``ALIGN``, ``WINDOW``, ...; the driver
     raises them). The hardware ends a layer with ``STATUS.ERROR`` and DONE on a malformed
     program (``ERROR_PROGRAM | ProgramError``: :mod:`bpsa.spec.isa`), a DMA refusal or bus
-    error (``DMA_BUS | code``, :class:`bpsa.gateware.dma.DmaError`: a load, store or fetch
+    error (``DMA_BUS | code``, :class:`bpsa.gateware.bus.dma.DmaError`: a load, store or fetch
     outside the DMA window or misaligned is refused before any bus traffic) and an engine's
     refusal of a run (``ENGINE | code``: the backward engine's
-    :class:`bpsa.gateware.bp_im2col.BPError`, 0 for the forward engine).
+    :class:`bpsa.gateware.frontends.bp_im2col.generators.BPError`, 0 for the forward engine).
 """
 
 from types import SimpleNamespace
@@ -165,24 +165,24 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.config import require_config
-from bpsa.gateware.array import SystolicArray, share_array
-from bpsa.gateware.checked import CheckedComponent
-from bpsa.gateware.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
-from bpsa.gateware.dma import (
+from bpsa.gateware.array.systolic import SystolicArray, share_array
+from bpsa.gateware.common.checked import CheckedComponent
+from bpsa.gateware.bus.axi_lite import ADDR_WIDTH, Phase, RegisterFile, axi_lite_signature
+from bpsa.gateware.bus.dma import (
     DmaEngine,
     axi4_signature,
 )
-from bpsa.gateware.controller.counters import COUNTED, Counters
-from bpsa.gateware.controller.interfaces import AccelError
-from bpsa.gateware.controller.load_unit import LoadUnit, Target
-from bpsa.gateware.controller import psum_buffer, requantizer
-from bpsa.gateware.controller.psum_buffer import PsumBuffer
-from bpsa.gateware.controller.requantizer import Requantizer
-from bpsa.gateware.controller.result_addressing import (BackwardResults, FcDrainResults,
+from bpsa.gateware.control.counters import COUNTED, Counters
+from bpsa.gateware.control.interfaces import AccelError
+from bpsa.gateware.control.load_unit import LoadUnit, Target
+from bpsa.gateware.results import psum_buffer, requantizer
+from bpsa.gateware.results.psum_buffer import PsumBuffer
+from bpsa.gateware.results.requantizer import Requantizer
+from bpsa.gateware.control.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults, ZeroFreeResults)
-from bpsa.gateware.controller.dispatcher import Dispatcher
-from bpsa.gateware.controller.fetch import Fetch
-from bpsa.gateware.controller.step_scheduler import StepScheduler
+from bpsa.gateware.control.dispatcher import Dispatcher
+from bpsa.gateware.control.fetch import Fetch
+from bpsa.gateware.control.step_scheduler import StepScheduler
 from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
 
@@ -196,9 +196,9 @@ class Accelerator(CheckedComponent):
     Members
     -------
     axil : In(axi_lite_signature(12))
-        Host register interface (:mod:`bpsa.gateware.axi_lite`; Verilog ports ``axil__*``).
+        Host register interface (:mod:`bpsa.gateware.bus.axi_lite`; Verilog ports ``axil__*``).
     mem : Out(axi4_signature(data_width=config.dma_data_width))
-        External memory (:mod:`bpsa.gateware.dma`; Verilog ports ``mem__*``).
+        External memory (:mod:`bpsa.gateware.bus.dma`; Verilog ports ``mem__*``).
     irq : Out(1)
         STATUS.DONE: high from the end of a layer until CLEAR or the next START.
     """
@@ -246,10 +246,10 @@ class Accelerator(CheckedComponent):
 
         fwd = bwd = None
         if self.has_forward:
-            from bpsa.gateware.engines.conv_forward import ConvForward
+            from bpsa.gateware.frontends.conv_forward import ConvForward
             fwd = m.submodules.forward = ConvForward(cfg, shared_array=True)
         if self.has_backward:
-            from bpsa.gateware.engines.conv_backward import ConvBackward
+            from bpsa.gateware.frontends.bp_im2col.conv_backward import ConvBackward
             bwd = m.submodules.backward = ConvBackward(cfg, shared_array=True)
         # the one array: the engines are front ends that take turns driving it
         array = None
@@ -257,11 +257,11 @@ class Accelerator(CheckedComponent):
             array = m.submodules.array = SystolicArray(cfg)
         cf = None
         if cfg.has_frontend("channel_first") and fwd is not None:
-            from bpsa.gateware.engines.channel_first import ChannelFirst
+            from bpsa.gateware.frontends.channel_first.channel_first import ChannelFirst
             cf = m.submodules.channel_first = ChannelFirst(cfg)
         pool = None
         if self.has_pool:
-            from bpsa.gateware.engines.pool import PoolEngine
+            from bpsa.gateware.frontends.pool.pool import PoolEngine
             pool = m.submodules.pool = PoolEngine(cfg)
 
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
@@ -537,7 +537,7 @@ class Accelerator(CheckedComponent):
                          lay.x_base.eq(run.xbank * (cfg.buf_a_depth // 2 * B)),
                          lay.w_base.eq(bank * (cfg.buf_b_depth // 2))]
         if bwd is not None:
-            from bpsa.gateware.engines.conv_backward import Phase as BwdPhase
+            from bpsa.gateware.frontends.bp_im2col.conv_backward import Phase as BwdPhase
             bl = bwd.layer
             m.d.comb += [bl.phase.eq(Mux(is_fc, BwdPhase.FC,
                                          Mux(is_grad, BwdPhase.GRADIENT, BwdPhase.LOSS))),

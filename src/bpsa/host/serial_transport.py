@@ -1,4 +1,4 @@
-"""Host side of the UART bridge protocol (``bpsa.gateware.uart_bridge``): a pyserial transport for
+"""Host side of the UART bridge protocol (``bpsa.gateware.bus.uart_bridge``): a pyserial transport for
 the board and a simulated serial line for cocotb, running the same protocol code.
 
 Every transport has four methods, the interface of the host driver:

@@ -3,7 +3,7 @@ generalized), numpy and plain Python only.
 
 For one layer (a :class:`bpsa.spec.layer.ConvLayer` with symmetric padding) and an ``rows`` x
 ``cols`` input-stationary array it yields, beat by beat, the exact address streams that
-``bpsa.gateware.bp_im2col`` must produce. Every address is computed from scratch by division
+``bpsa.gateware.frontends.bp_im2col.generators`` must produce. Every address is computed from scratch by division
 and modulo (the paper's formulation), so the model shares nothing with the incremental counters
 of the RTL. Its addresses are checked element by element against the
 explicit lowerings of :mod:`bpsa.models.golden` (``b_src`` / ``a_src``).

@@ -83,7 +83,7 @@ class FeederDescriptor(LayerGeometry):
         """The descriptor of a run of ``layer`` (a :class:`~bpsa.spec.layer.ConvLayer`) with X
         from element ``base``, from the context at output pixel ``(ctx_n, ctx_oh, ctx_ow)``,
         ``ctx_count`` contexts (0: to the end). Checks nothing (see
-        :func:`bpsa.gateware.feeder.check_layer`)."""
+        :func:`bpsa.gateware.frontends.feeder.feeder.check_layer`)."""
         if not isinstance(layer, ConvLayer):
             raise TypeError(f"layer must be a ConvLayer, not {type(layer).__name__}")
         return cls(layer.batch, layer.channels, layer.height, layer.width, layer.kernel_h,

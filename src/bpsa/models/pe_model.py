@@ -89,7 +89,7 @@ class PEParams:
 
 class PEModel:
     """The PE's registers and its pipelined multiply-accumulate (the contract in
-    ``bpsa.gateware.pe.PE``): a slot's operands are taken in stage 0, its product is added in
+    ``bpsa.gateware.array.pe.PE``): a slot's operands are taken in stage 0, its product is added in
     the add stage, ``L = mac_latency`` cycles later."""
 
     def __init__(self, cfg):

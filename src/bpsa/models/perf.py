@@ -3,8 +3,8 @@
 It walks a layer the way its program does (:mod:`bpsa.plan.setup`'s tiling, the loop order of
 :mod:`bpsa.plan.program`) and adds up, per engine run, the cycles of the engine
 on the array (the forward: per context the slower of the array and the data feeder's SRAM
-words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.engines.zf_gradient` and
-:mod:`bpsa.gateware.engines.zf_loss`), the DMA's loads into the two buffer banks (overlapped
+words; the zero-free walkers: closed forms of :mod:`bpsa.gateware.frontends.zero_free.gradient` and
+:mod:`bpsa.gateware.frontends.zero_free.loss`), the DMA's loads into the two buffer banks (overlapped
 with the previous run, skipped when the bank holds the slice), the P clears and the stores
 (the zero-free phases' P is double-buffered, so their stores overlap the next step; the
 forward's is when the set-up program's ``dbl`` says so). P is two memories, one a half, so a
@@ -25,7 +25,7 @@ traditional flow.
 
 Two forward front ends (``layer_cycles(..., frontend=...)``): the data feeder on the
 output-stationary array (the default), and the channel-first implicit im2col on the
-weight-stationary array (:mod:`bpsa.gateware.engines.channel_first`; the set-up program of
+weight-stationary array (:mod:`bpsa.gateware.frontends.channel_first.channel_first`; the set-up program of
 MODE 2, X channel-blocked HWC). The channel-first model counts the engine state by state
 instead of fitting (:data:`_COUNTED`): its run is a closed form of its FSM (local banks, the
 array never waits inside a run), a DMA command its data segments plus ``cf_dma_command``, a
@@ -54,7 +54,7 @@ __all__ = ["TIMING", "LayerCycles", "layer_cycles", "min_bytes", "phase_table",
 
 #: Fitted constants (cycles).
 TIMING = {
-    # the instruction dispatcher (bpsa.gateware.controller.dispatcher): the program's first
+    # the instruction dispatcher (bpsa.gateware.control.dispatcher): the program's first
     # words fetched after START; then a word a cycle (the fetch unit keeps ahead)
     "fetch": 2,            # START to the first fetch
     "fetch_chunk": 15,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
@@ -172,7 +172,7 @@ def _counted_store_row(elements, nbytes, cols, rate):
 
 def _float_drain(config):
     """The cycles a floating-point array's drain vector takes beyond an integer one's
-    (``bpsa.gateware.array``): the partials' reduction, ``FLOAT_REDUCE_LATENCY`` instead of
+    (``bpsa.gateware.array.systolic``): the partials' reduction, ``FLOAT_REDUCE_LATENCY`` instead of
     ``DRAIN_REGISTERS - 1``; 0 for integers. The floating-point front ends are not built:
     with it and ``config.context_gap`` the engines' fitted timing is a projection."""
     if not config.is_float:
@@ -383,7 +383,7 @@ def _program_loads(cache, loads, ob):
 def _dma_segments(elements, lanes, per_beat, slot):
     """Cycles the DMA moves ``elements`` into words of ``lanes`` elements, from element slot
     ``slot`` of its first beat of ``per_beat``: one a segment, a segment ending at a word's or
-    a beat's end (:meth:`bpsa.gateware.dma.DmaEngine._load`). Counts the elements ``i`` that
+    a beat's end (:meth:`bpsa.gateware.bus.dma.DmaEngine._load`). Counts the elements ``i`` that
     start a word (``i % lanes == 0``) or a beat (``(slot + i) % per_beat == 0``)."""
     if elements <= 0:
         return 0
@@ -459,7 +459,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     run's end; a load is skipped when its bank holds its key. A new step's flush waits for the
     previous run's accumulations and the store before, then clears P and hands the finished
     step's store to the DMA. With ``double`` (P double-buffered:
-    :class:`bpsa.gateware.controller.psum_buffer.PsumBuffer`, a half a step) that store runs
+    :class:`bpsa.gateware.results.psum_buffer.PsumBuffer`, a half a step) that store runs
     beside the next step's runs, its commands filling the time between loads; without, the next
     step waits for the store and the clear. Returns ``(cycles, compute, dma_busy, loaded bytes,
     P waits, load waits)``; a run's load wait is how much later it starts than it would with
@@ -898,7 +898,7 @@ def _read(size, out, kernel, stride, pad, dil):
 
 def _pool_unit_cycles(*, bwd, avg, relu, planes, rows, drows, y0, h, w, oh, ow, r, s, sh, sw,
                       ph, pw, div, fp=False, lanes=1):
-    """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.engines.pool`), from
+    """Busy cycles of one run of the pooling unit (:mod:`bpsa.gateware.frontends.pool.pool`), from
     its state sequence: eleven set-up cycles (the products one a cycle). Forward, an output:
     its window's ``R S`` taps one a cycle and five cycles around them (``div`` more to
     divide). Backward, max: a window of the band's ``drows`` dY rows, its dY read, its taps

@@ -16,7 +16,7 @@ Events (frozen dataclasses, in the walker's order)
         stores the finished step, if one is saved, and clears P first).
     :class:`Load`
         One load handed to the load unit (a ``load`` handshake), the fields of
-        :func:`bpsa.gateware.controller.load_unit.load_layout`; ``target`` and ``cache`` are
+        :func:`bpsa.gateware.control.load_unit.load_layout`; ``target`` and ``cache`` are
         the ints of its ``Target`` and ``Cache`` (:data:`TARGET`, :data:`CACHE`). ``bank`` is
         explicit: the walker's X bank (``xbank``) for the X of the forward and zero-free phases,
         otherwise the step scheduler's bank, which is 0 at the layer's start and toggles at
@@ -30,7 +30,7 @@ Events (frozen dataclasses, in the walker's order)
         are left ``None``: the walker's registers are shared by the phases and hold leftovers
         of earlier layers in the fields a phase does not use. Every consumer latches its
         fields at the run's start (``eng_start``, the cycle of ``started``), except
-        :class:`bpsa.gateware.controller.result_addressing.FcDrainResults`, which reads
+        :class:`bpsa.gateware.control.result_addressing.FcDrainResults`, which reads
         ``fc_dw_p0`` live (it is constant through an FC layer).
     :class:`Save`
         The walker's ``save`` pulse with ``save_step``: the step whose last run just started,
@@ -94,9 +94,9 @@ from bpsa.spec.regmap import Mode, Phase, PoolKind
 __all__ = ["CACHE", "Last", "Load", "PHASES", "RUN_FIELDS", "Run", "Save", "Save2", "Step",
            "TARGET", "layer_program", "layer_program_state", "program_key"]
 
-#: The ``Target`` values of the load unit (:class:`bpsa.gateware.controller.load_unit.Target`).
+#: The ``Target`` values of the load unit (:class:`bpsa.gateware.control.load_unit.Target`).
 TARGET = {"FWD_X": 0, "FWD_W": 1, "BWD_A": 2, "BWD_B": 3, "POOL": 4, "CF_X": 5}
-#: The ``Cache`` values of the load unit (:class:`bpsa.gateware.controller.load_unit.Cache`).
+#: The ``Cache`` values of the load unit (:class:`bpsa.gateware.control.load_unit.Cache`).
 CACHE = {"A": 0, "B": 1, "W": 2, "POOL_X": 3, "POOL_DY": 4, "CF": 5}
 
 _W = 48                       # the walker's counts, sizes and strides
@@ -113,7 +113,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Load:
-    """A load handed to the load unit (:func:`bpsa.gateware.controller.load_unit.load_layout`):
+    """A load handed to the load unit (:func:`bpsa.gateware.control.load_unit.load_layout`):
     ``count`` runs of ``run_len`` elements ``stride`` bytes apart from ``addr``, into bank
     ``bank`` of ``target``'s buffer from word ``offset``, a run every ``run_words`` words,
     ``lanes`` elements a word; ``length`` (their total) and ``addr`` name the slice ``cache``
@@ -1143,7 +1143,7 @@ def spread_loads(events, nbytes):
     half) is cut into pieces (:func:`_pieces`), one after each of those runs from the first,
     so the DMA fills the next half while they compute instead of after them. Left in place: a
     group with a load the load unit skips (its half holds the slice, the record of
-    :class:`bpsa.gateware.controller.load_unit.LoadUnit`) or whose half a later load finds
+    :class:`bpsa.gateware.control.load_unit.LoadUnit`) or whose half a later load finds
     holding its slice, and one whose pieces the unit would skip or whose last piece a later
     load would take for its own slice."""
     targets = (TARGET["FWD_X"], TARGET["CF_X"])

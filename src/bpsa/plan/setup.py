@@ -636,7 +636,7 @@ def _fc(config):
 
 
 def _pool(config, backward):
-    """Pooling, forward or backward (see :mod:`bpsa.gateware.engines.pool`). The unit's buffer
+    """Pooling, forward or backward (see :mod:`bpsa.gateware.frontends.pool.pool`). The unit's buffer
     has two banks of ``bank`` elements; P is double-buffered (``pcap`` words a step, ``pel``
     elements). Whole planes when a plane's operands fit a bank and its output the step's P:
     ``pg`` planes a step (``pw`` P words each); otherwise one plane a step in bands of ``bh``

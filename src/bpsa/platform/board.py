@@ -4,15 +4,15 @@ amaranth-boards platforms (ICEBreaker: iCE40UP5K; ULX3S 85F: ECP5 LFE5U-85F).
 System
     :class:`SocTop` connects
 
-    * the UART bridge (:mod:`bpsa.gateware.uart_bridge`): the host's serial line to the core's
+    * the UART bridge (:mod:`bpsa.gateware.bus.uart_bridge`): the host's serial line to the core's
       AXI4-Lite register slave (``axil``) and to the SRAM's word port;
     * the core's AXI4 master (``mem``, its DMA) to the SRAM's AXI4 slave
-      (:mod:`bpsa.gateware.axi_sram`), byte addresses ``0 .. sram_bytes - 1``;
+      (:mod:`bpsa.gateware.bus.axi_sram`), byte addresses ``0 .. sram_bytes - 1``;
     * the core's ``irq`` to an output (a LED on the boards).
 
     The core is any ``wiring.Component`` built as ``core(config)`` with members ``axil:
-    In(axi_lite_signature(bpsa.gateware.axi_lite.ADDR_WIDTH))``, ``mem:
-    Out(bpsa.gateware.dma.axi4_signature())`` and ``irq: Out(1)``; the default is
+    In(axi_lite_signature(bpsa.gateware.bus.axi_lite.ADDR_WIDTH))``, ``mem:
+    Out(bpsa.gateware.bus.dma.axi4_signature())`` and ``irq: Out(1)``; the default is
     ``bpsa.gateware.accelerator.Accelerator``, imported when first needed.
 
 Board settings
@@ -55,11 +55,11 @@ from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.config import load_config, preset_names, require_config
-from bpsa.gateware.checked import CheckedComponent
-from bpsa.gateware.axi_sram import AxiSram, word_addr_width
-from bpsa.gateware.dma import DATA_WIDTH
-from bpsa.gateware.uart import uart_divisor
-from bpsa.gateware.uart_bridge import UartBridge
+from bpsa.gateware.common.checked import CheckedComponent
+from bpsa.gateware.bus.axi_sram import AxiSram, word_addr_width
+from bpsa.gateware.bus.dma import DATA_WIDTH
+from bpsa.gateware.bus.uart import uart_divisor
+from bpsa.gateware.bus.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",

@@ -3,8 +3,8 @@
 bitstreams.
 
 ``StandInCore(config)`` has the accelerator's interface (``axil``, ``mem``, ``irq``): the real
-register file (:class:`bpsa.gateware.axi_lite.RegisterFile`) and the real DMA engine
-(:class:`bpsa.gateware.dma.DmaEngine`) with a buffer of the default geometry. START copies ``N``
+register file (:class:`bpsa.gateware.bus.axi_lite.RegisterFile`) and the real DMA engine
+(:class:`bpsa.gateware.bus.dma.DmaEngine`) with a buffer of the default geometry. START copies ``N``
 operand elements from ADDR_X to ADDR_OUT through the buffer (a DMA load, then a store); DONE and
 ERROR (the first DMA error) show in STATUS, the DMA byte and busy counters and a cycle counter
 in the counter registers, and ``irq`` is STATUS.DONE.
@@ -18,9 +18,9 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from bpsa.gateware.axi_lite import ADDR_WIDTH, RegisterFile, axi_lite_signature
-from bpsa.gateware.axi_sram import AxiSram
-from bpsa.gateware.dma import (
+from bpsa.gateware.bus.axi_lite import ADDR_WIDTH, RegisterFile, axi_lite_signature
+from bpsa.gateware.bus.axi_sram import AxiSram
+from bpsa.gateware.bus.dma import (
     Direction,
     DmaEngine,
     DmaError,
@@ -118,7 +118,7 @@ class StandInCore(wiring.Component):
 
 def uart_bridge_top(config):
     """The UART bridge alone (its buses become ports)."""
-    from bpsa.gateware.uart_bridge import UartBridge
+    from bpsa.gateware.bus.uart_bridge import UartBridge
     return UartBridge(divisor=SIM_DIVISOR, mem_addr_width=9, timeout=SIM_TIMEOUT)
 
 

@@ -8,30 +8,30 @@ __all__ = ["FLOAT_TOPS", "TOPS"]
 #: Tops that can be generated: name -> "module:Class", the class taking a Config. Imported
 #: lazily, so a block's module is loaded only when that block is generated.
 TOPS = {
-    "pe": "bpsa.gateware.pe:PE",
-    "array": "bpsa.gateware.array:SystolicArray",
-    "feeder": "bpsa.gateware.feeder:DataFeeder",
-    "bp_loss_addr": "bpsa.gateware.bp_im2col:TransposedAddressGenerator",
-    "bp_grad_addr": "bpsa.gateware.bp_im2col:DilatedAddressGenerator",
-    "im2col_addr": "bpsa.gateware.im2col_addr:Im2colAddressGenerator",
-    "conv_forward": "bpsa.gateware.engines.conv_forward:ConvForward",
-    "conv_backward": "bpsa.gateware.engines.conv_backward:ConvBackward",
-    "pool": "bpsa.gateware.engines.pool:PoolEngine",
-    "channel_first": "bpsa.gateware.engines.channel_first:ChannelFirst",
-    "axil_regs": "bpsa.gateware.axi_lite:RegisterFile",
-    "dma": "bpsa.gateware.dma:DmaEngine",
+    "pe": "bpsa.gateware.array.pe:PE",
+    "array": "bpsa.gateware.array.systolic:SystolicArray",
+    "feeder": "bpsa.gateware.frontends.feeder.feeder:DataFeeder",
+    "bp_loss_addr": "bpsa.gateware.frontends.bp_im2col.generators:TransposedAddressGenerator",
+    "bp_grad_addr": "bpsa.gateware.frontends.bp_im2col.generators:DilatedAddressGenerator",
+    "im2col_addr": "bpsa.gateware.frontends.bp_im2col.im2col_addr:Im2colAddressGenerator",
+    "conv_forward": "bpsa.gateware.frontends.conv_forward:ConvForward",
+    "conv_backward": "bpsa.gateware.frontends.bp_im2col.conv_backward:ConvBackward",
+    "pool": "bpsa.gateware.frontends.pool.pool:PoolEngine",
+    "channel_first": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirst",
+    "axil_regs": "bpsa.gateware.bus.axi_lite:RegisterFile",
+    "dma": "bpsa.gateware.bus.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
-    "dispatcher": "bpsa.gateware.controller.dispatcher:Dispatcher",
-    "fetch": "bpsa.gateware.controller.fetch:Fetch",
-    "load_unit": "bpsa.gateware.controller.load_unit:LoadUnit",
-    "step_scheduler": "bpsa.gateware.controller.step_scheduler:StepScheduler",
-    "requantizer": "bpsa.gateware.controller.requantizer:Requantizer",
-    "psum_buffer": "bpsa.gateware.controller.psum_buffer:PsumBuffer",
-    "zf_loss": "bpsa.gateware.engines.zf_loss:ZeroFreeLossWalker",
-    "zf_gradient": "bpsa.gateware.engines.zf_gradient:ZeroFreeGradientWalker",
+    "dispatcher": "bpsa.gateware.control.dispatcher:Dispatcher",
+    "fetch": "bpsa.gateware.control.fetch:Fetch",
+    "load_unit": "bpsa.gateware.control.load_unit:LoadUnit",
+    "step_scheduler": "bpsa.gateware.control.step_scheduler:StepScheduler",
+    "requantizer": "bpsa.gateware.results.requantizer:Requantizer",
+    "psum_buffer": "bpsa.gateware.results.psum_buffer:PsumBuffer",
+    "zf_loss": "bpsa.gateware.frontends.zero_free.loss:ZeroFreeLossWalker",
+    "zf_gradient": "bpsa.gateware.frontends.zero_free.gradient:ZeroFreeGradientWalker",
 }
 
 #: The tops built in floating point (``Config.is_float``; ``bpsa.config.FLOAT_TOP_NAMES``), with
 #: the class for it (the PE has its own); every other top refuses such a configuration.
-FLOAT_TOPS = {name: "bpsa.gateware.pe_float:FloatPE" if name == "pe" else TOPS[name]
+FLOAT_TOPS = {name: "bpsa.gateware.array.pe_float:FloatPE" if name == "pe" else TOPS[name]
               for name in FLOAT_TOP_NAMES}

@@ -29,7 +29,7 @@ class _Device:
     """What a component's ``elaborate(platform)`` learns of the FPGA family it is built for
     when no board platform is given: the ``family`` attribute of Amaranth's vendor platforms
     (``"ecp5"``). The PE instantiates the family's DSP block with its registers
-    (:meth:`bpsa.gateware.arith.IntArith.multiplier`)."""
+    (:meth:`bpsa.gateware.array.arith.IntArith.multiplier`)."""
 
     def __init__(self, family):
         self.family = family

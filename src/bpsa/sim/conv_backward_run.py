@@ -1,4 +1,4 @@
-"""Host side of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`: layer checks, buffer
+"""Host side of :class:`bpsa.gateware.frontends.bp_im2col.conv_backward.ConvBackward`: layer checks, buffer
 images, the descriptor, assembly of the psum vectors into dX / dW, the summary of ``bpsa sim
 --engine --phase loss|gradient``: what the engine top's cocotb testbench
 (:mod:`bpsa.sim.testbenches.tb_conv_backward`) and the Amaranth-simulator tests share.
@@ -8,7 +8,7 @@ Verilator.
 Layers are :class:`bpsa.spec.layer.ConvLayer` (parsed by
 :func:`bpsa.spec.layer.parse_layer`). ``baseline`` selects the traditional flow: the
 host writes the compact tensors at ``src_base_a`` / ``src_base_b`` (right after the zero-spaced
-copies), the hardware writes the copies (see :mod:`bpsa.gateware.engines.conv_backward`) and reads
+copies), the hardware writes the copies (see :mod:`bpsa.gateware.frontends.bp_im2col.conv_backward`) and reads
 them densely.
 """
 
@@ -82,7 +82,7 @@ def check_layer(config, layer, phase="loss", baseline=False):
 
 
 def descriptor(config, layer, phase="loss", *, baseline=False):
-    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values of a phase of
+    """The ``bpsa.gateware.frontends.bp_im2col.conv_backward.backward_layout`` field values of a phase of
     ``layer``; in the
     baseline the compact tensors sit right after the zero-spaced copies."""
     oh, ow = layer.out_hw

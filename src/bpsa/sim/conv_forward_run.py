@@ -1,4 +1,4 @@
-"""Host side of the forward convolution (:class:`bpsa.gateware.engines.conv_forward.ConvForward`).
+"""Host side of the forward convolution (:class:`bpsa.gateware.frontends.conv_forward.ConvForward`).
 
 Lays X and W out into the buffers' word images, builds the layer descriptor, assembles Y from
 the drained rows, counts the traffic an explicit im2col would cause (from
@@ -25,9 +25,9 @@ __all__ = [
 # --- buffer images and descriptor ----------------------------------------------------------
 
 def descriptor(config, layer, x_base=0, w_base=0):
-    """The :class:`~bpsa.gateware.engines.conv_forward.ConvForward` descriptor of ``layer`` (a
+    """The :class:`~bpsa.gateware.frontends.conv_forward.ConvForward` descriptor of ``layer`` (a
     dict); raises :exc:`ValueError` with the reason when the hardware would refuse it."""
-    from bpsa.gateware.engines.conv_forward import layer_value
+    from bpsa.gateware.frontends.conv_forward import layer_value
     d = {k: getattr(layer, k) for k in ("batch", "channels", "height", "width", "kernel_h",
                                          "kernel_w", "stride_h", "stride_w", "pad_h",
                                          "pad_w", "dil_h", "dil_w", "out_channels")}

@@ -1,4 +1,4 @@
-"""Host side of the FC backward phase of :class:`bpsa.gateware.engines.conv_backward.ConvBackward`
+"""Host side of the FC backward phase of :class:`bpsa.gateware.frontends.bp_im2col.conv_backward.ConvBackward`
 (InterGrad's interleaved dataflow): layer checks, buffer images, the descriptor, assembly of the
 ``out`` (dX) and ``drain`` (dW) vectors, the golden results and the summary: what the cocotb
 testbench (:mod:`bpsa.sim.testbenches.tb_conv_backward`) and the Amaranth-simulator tests share.
@@ -15,7 +15,7 @@ from dataclasses import asdict
 import numpy as np
 
 from bpsa.models import golden
-from bpsa.gateware.engines.conv_backward import Phase as EnginePhase
+from bpsa.gateware.frontends.bp_im2col.conv_backward import Phase as EnginePhase
 from bpsa.spec.numeric import operand_range, wrap_array
 
 __all__ = ["geometry", "check_layer", "descriptor", "random_tensors",
@@ -50,7 +50,7 @@ def check_layer(config, layer, sgd_shift=None):
 
 
 def descriptor(config, layer, sgd_shift=None):
-    """The ``bpsa.gateware.engines.conv_backward.backward_layout`` field values: dY from word 0 of
+    """The ``bpsa.gateware.frontends.bp_im2col.conv_backward.backward_layout`` field values: dY from word 0 of
     A, X from word 0 of B and W right after it. The convolution fields the FC phase ignores are 1 /
     0."""
     desc = {"phase": EnginePhase.FC.value, "baseline": 0, "n": layer.batch, "c": layer.inputs,

@@ -1,10 +1,10 @@
 """GEMM driver: tile any problem onto an R x C array and stream it through a dataflow.
 
-A *program* is the cycle-by-cycle input of :class:`bpsa.gateware.array.SystolicArray` for one
+A *program* is the cycle-by-cycle input of :class:`bpsa.gateware.array.systolic.SystolicArray` for one
 problem plus the plan that puts the array's output vectors back into result matrices. Testbenches
 (Amaranth simulator, cocotb/Verilator) and, later, the controller share this one tiling logic.
 
-Dataflows (see ``src/bpsa/gateware/array.py`` for the port-level contract):
+Dataflows (see ``src/bpsa/gateware/array/systolic.py`` for the port-level contract):
 
 ``os``
     ``C = A @ B``; one context per (R-row, C-column) output tile, streaming all of K.

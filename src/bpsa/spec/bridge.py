@@ -1,6 +1,6 @@
 """The UART bridge's byte protocol: command bytes, argument lengths and status bytes.
 
-The gateware (:mod:`bpsa.gateware.uart_bridge`) and the host's serial transport
+The gateware (:mod:`bpsa.gateware.bus.uart_bridge`) and the host's serial transport
 (:mod:`bpsa.host.serial_transport`) both read these definitions.
 
 Protocol

@@ -77,7 +77,7 @@ def pool_divide_widths(config):
 
 
 def pool_divide_cycles(config):
-    """Cycles of the pooling unit's division (:mod:`bpsa.gateware.engines.pool`): the
+    """Cycles of the pooling unit's division (:mod:`bpsa.gateware.frontends.pool.pool`): the
     numerator, the pieces' products (:data:`POOL_DIVIDE_CHUNK` bits each operand), their sum
     and the negative quotient's ``-1`` term in pairs (one level of the tree a cycle)."""
     a, b = pool_divide_widths(config)

@@ -1,5 +1,5 @@
 """The register map of the accelerator: layer descriptor, control, status, configuration words
-and performance counters. Pure Python: the register file (:mod:`bpsa.gateware.axi_lite`)
+and performance counters. Pure Python: the register file (:mod:`bpsa.gateware.bus.axi_lite`)
 decodes this table and the host driver reads it, as :data:`REGISTER_MAP` (name -> byte
 offset) or as :func:`register_map` (a JSON-ready dict with access, reset values and field
 descriptions), so both sides read the same truth.

@@ -1,4 +1,4 @@
-"""Area and timing of the floating-point multiply-add (:class:`bpsa.gateware.fpu.FloatMac`) on
+"""Area and timing of the floating-point multiply-add (:class:`bpsa.gateware.fp.fpu.FloatMac`) on
 the ECP5-85F, out of context, until the configuration takes a floating-point arithmetic and
 ``bpsa synth --top`` can build it::
 
@@ -17,7 +17,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from bpsa.gateware.fpu import FloatMac
+from bpsa.gateware.fp.fpu import FloatMac
 from bpsa.spec.numeric import FLOAT_FORMATS, float_format
 from bpsa.tools.yosys import ecp5_timing
 

@@ -1,5 +1,5 @@
 """The pooling unit driven run by run, as the controller drives it, for its testbenches (the
-Amaranth simulator's in ``tests/test_gateware_engines_pool.py``, Verilator's in
+Amaranth simulator's in ``tests/test_gateware_frontends_pool_pool.py``, Verilator's in
 :mod:`bpsa.sim.testbenches.tb_pool`): each run's buffer words and its ``pool_run_layout``
 fields from :func:`bpsa.plan.tiling.pool_plan`, and the output tensor gathered from the result
 vectors added into P (integers, or the contract's fp32 addition from ``+0``)."""

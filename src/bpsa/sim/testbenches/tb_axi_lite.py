@@ -4,7 +4,7 @@ cocotbext-axi's ``AxiLiteMaster`` with random pauses on every channel.
 Checks every register's reset value, write / read-back of the descriptor registers (field
 widths), read-only registers ignoring writes, SLVERR on unmapped addresses, byte strobes, the
 START / CLEAR pulses with the descriptor copy, STATUS (busy, sticky done, error code) and the
-64-bit counters read as consistent halves. Expectations come from ``bpsa.gateware.axi_lite``'s
+64-bit counters read as consistent halves. Expectations come from ``bpsa.gateware.bus.axi_lite``'s
 table.
 
 cocotbext-axi 0.1.28 under cocotb 2: it works unchanged. Amaranth joins interface members with
@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbex
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp  # noqa: E402
 
 from bpsa.config import Config  # noqa: E402
-from bpsa.gateware.axi_lite import descriptor_layout  # noqa: E402
+from bpsa.gateware.bus.axi_lite import descriptor_layout  # noqa: E402
 from bpsa.spec.regmap import (  # noqa: E402
     COUNTERS,
     REGISTER_MAP,

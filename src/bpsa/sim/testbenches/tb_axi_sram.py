@@ -1,4 +1,4 @@
-"""cocotb testbench of the on-chip SRAM (``bpsa.gateware.axi_sram.AxiSram``, generated Verilog under
+"""cocotb testbench of the on-chip SRAM (``bpsa.gateware.bus.axi_sram.AxiSram``, generated Verilog under
 Verilator): cocotbext-axi's ``AxiMaster`` with random pauses on every channel and a word-port
 driver, both checked against a ``bytearray`` model.
 

@@ -20,7 +20,7 @@ from cocotb.triggers import ClockCycles
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi(\..*)?")
 
 from bpsa.config import Config  # noqa: E402
-from bpsa.gateware.dma import DmaError  # noqa: E402
+from bpsa.gateware.bus.dma import DmaError  # noqa: E402
 from bpsa.host.serial_transport import AsyncTransport, BridgeError, SimSerialLine  # noqa: E402
 from bpsa.spec.bridge import Status  # noqa: E402
 from bpsa.spec.regmap import ID_VALUE, REGISTER_MAP, STATUS_FIELDS, config_words  # noqa: E402

@@ -25,7 +25,7 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from bpsa.config import Config
-from bpsa.gateware.engines.conv_backward import (
+from bpsa.gateware.frontends.bp_im2col.conv_backward import (
     COUNTERS,
     backward_layout,
     drain_layout,

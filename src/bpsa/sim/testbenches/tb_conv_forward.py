@@ -20,7 +20,8 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from bpsa.config import Config
-from bpsa.gateware.engines.conv_forward import COUNTERS, conv_layer_layout, y_layout
+from bpsa.gateware.frontends.conv_forward import COUNTERS, conv_layer_layout
+from bpsa.gateware.frontends.drain import y_layout
 from bpsa.spec.layer import ConvLayer
 from bpsa.sim.conv_forward_run import (
     assemble,

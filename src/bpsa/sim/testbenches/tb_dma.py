@@ -3,7 +3,7 @@
 memory on the engine's read / write ports.
 
 Random loads and stores (both element kinds, random alignments, lanes and lengths, long ones
-across 4 KiB boundaries) are checked bit-exactly against ``bpsa.gateware.dma.reference`` on both the
+across 4 KiB boundaries) are checked bit-exactly against ``bpsa.gateware.bus.dma.reference`` on both the
 RAM and the buffer; commands outside the window, misaligned or overrunning the buffer end with
 their error and no bus traffic; SLVERR read beats and write responses (injected into the RAM
 model) end the command with SLVERR and no hang; counters add up.
@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbex
 from cocotbext.axi import AxiBus, AxiRam  # noqa: E402
 
 from bpsa.config import Config  # noqa: E402
-from bpsa.gateware.dma import (  # noqa: E402
+from bpsa.gateware.bus.dma import (  # noqa: E402
     Direction,
     DmaError,
     ElementKind,

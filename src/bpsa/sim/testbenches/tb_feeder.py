@@ -16,7 +16,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from bpsa.config import Config
-from bpsa.gateware.feeder import feed_layout, layer_layout
+from bpsa.gateware.frontends.feeder.feeder import feed_layout, layer_layout
 from bpsa.models.feeder_model import (
     FeederDescriptor,
     expected_streams,

@@ -13,8 +13,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from bpsa.config import Config
-from bpsa.gateware.controller.psum_buffer import accumulate_layout
-from bpsa.gateware.engines.pool import pool_run_layout
+from bpsa.gateware.results.psum_buffer import accumulate_layout
+from bpsa.gateware.frontends.pool.pool import pool_run_layout
 from bpsa.models import float_pool, golden
 from bpsa.sim.gemm import random_float_operands
 from bpsa.sim.runner import load_config_json

@@ -1,4 +1,4 @@
-"""cocotb testbench of the UART bridge (``bpsa.gateware.uart_bridge.UartBridge``, generated Verilog
+"""cocotb testbench of the UART bridge (``bpsa.gateware.bus.uart_bridge.UartBridge``, generated Verilog
 under Verilator) through a simulated serial line (``bpsa.host.serial_transport.SimSerialLine``)
 driven by the host protocol code (``AsyncTransport``), the same code that drives the board.
 

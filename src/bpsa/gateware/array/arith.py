@@ -1,0 +1,196 @@
+"""Arithmetic behind one interface, so that PEs and arrays never touch number formats.
+
+A format supplies the shapes of operands and accumulators and builds the expressions the PE
+needs (product, accumulate, zero test, scaled update). Integer formats exist now; a
+floating-point format is a second class with the same methods.
+"""
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
+    unsigned
+
+from bpsa.spec.numeric import float_format
+
+__all__ = ["FloatArith", "IntArith", "arith_for"]
+
+
+class IntArith:
+    """Two's-complement integer arithmetic.
+
+    Operands are ``operand_width`` bits, signed or unsigned; accumulators are ``acc_width`` bits,
+    always signed, and wrap modulo ``2**acc_width``.
+    """
+
+    def __init__(self, *, operand_width, operand_signed, acc_width):
+        self.operand_shape = Shape(operand_width, operand_signed)
+        self.acc_shape = signed(acc_width)
+        self.shift_shape = unsigned(max(1, (acc_width - 1).bit_length()))
+
+    def zero(self, x):
+        """1 when the operand ``x`` is zero."""
+        return x == 0
+
+    def as_operand(self, x):
+        """The low bits of a wider value (for example a shared vertical channel) as an operand."""
+        return x.as_unsigned()[:self.operand_shape.width].as_signed() \
+            if self.operand_shape.signed else x.as_unsigned()[:self.operand_shape.width]
+
+    def mul(self, a, b):
+        """The exact product of two operands."""
+        return a * b
+
+    def multiplier(self, m, a, b, fire, *, latency=4, platform=None):
+        """The PE's pipelined multiplier, built into ``m``. The operands ``a`` and ``b`` are
+        taken into fabric registers at the end of a cycle in which ``fire`` is high (they keep
+        their values otherwise: operand isolation), one cycle later into the multiplier's
+        input registers, and their product is registered one cycle after that, zero when the
+        slot did not fire, then delayed by ``latency - 3`` more registers in the fabric (the
+        fabric registers on both sides of the DSP block take the long routes to and from it
+        off the logic's paths). Returns ``(product, (mul_a, mul_b))``: the last product
+        register (the product of the operands presented ``latency`` cycles before) and the
+        operands' fabric registers.
+
+        On an ECP5 (``platform.family == "ecp5"``, as Amaranth's ``LatticePlatform`` and the
+        synthesis flow's target say) with operands of at most 18 bits, the input and product
+        registers are the ``MULT18X18D``'s own: its input registers clock-enabled by the
+        slot's fire bit, its output register reset synchronously when the slot did not fire.
+        Yosys maps an inferred multiply to a ``MULT18X18D`` without its registers, so the
+        block is instantiated. Elsewhere all registers are flip-flops around an inferred
+        multiply."""
+        if latency < 3:
+            raise ValueError(f"latency must be at least 3 (operand, input and product "
+                             f"registers), not {latency}")
+        width = self.operand_shape.width
+        mul_a, mul_b = Signal(self.operand_shape), Signal(self.operand_shape)
+        fire0, fire1 = Signal(), Signal()
+        with m.If(fire):
+            m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+        m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
+        product = Signal(signed(2 * width + 1))
+        fits = width <= 17 or (self.operand_shape.signed and width <= 18)
+        if getattr(platform, "family", None) == "ecp5" and fits:
+            a18, b18 = Signal(signed(18)), Signal(signed(18))
+            p36 = Signal(36)
+            m.d.comb += [a18.eq(mul_a), b18.eq(mul_b)]
+            ports = {f"i_A{k}": a18[k] for k in range(18)}
+            ports.update({f"i_B{k}": b18[k] for k in range(18)})
+            ports.update({f"i_C{k}": 0 for k in range(18)})
+            ports.update({f"o_P{k}": p36[k] for k in range(36)})
+            m.submodules.dsp = Instance(
+                "MULT18X18D",
+                p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+                p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+                p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+                p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE1", p_REG_OUTPUT_RST="RST1",
+                p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+                p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
+                i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
+                i_CE0=fire0, i_CE1=1, i_CE2=0, i_CE3=0,
+                i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~fire1, i_RST2=0, i_RST3=0,
+                i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+                **ports)
+            m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
+        else:
+            in_a, in_b = Signal(self.operand_shape), Signal(self.operand_shape)
+            with m.If(fire0):
+                m.d.sync += [in_a.eq(mul_a), in_b.eq(mul_b)]
+            m.d.sync += product.eq(Mux(fire1, self.mul(in_a, in_b), 0))
+        for k in range(latency - 3):
+            later = Signal.like(product, name=f"product_d{k + 1}")
+            m.d.sync += later.eq(product)
+            product = later
+        return product, (mul_a, mul_b)
+
+    def add(self, acc, x):
+        """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""
+        return acc + x
+
+    def requantize(self, acc, shift):
+        """An accumulator to an operand: ``acc`` shifted right by ``shift`` (arithmetic),
+        rounded half up, saturated to the operand range (``bpsa.models.golden.requantize``).
+
+        Built that narrow: ``acc`` plus half an output step, then a logarithmic shifter that
+        keeps only the ``operand_width`` bits the result can take, and the saturation from a
+        thermometer mask of ``shift``: the result fits when the sum's bits from ``shift +
+        operand_width - 1`` up all equal its sign bit (unsigned operands: the sum is not
+        negative and its bits from ``shift + operand_width`` up are 0). No comparison of the
+        shifted value, no shifter of the accumulator's width.
+        """
+        aw, w = self.acc_shape.width, self.operand_shape.width
+        signed_op = self.operand_shape.signed
+        half = (Const(1, aw + 1) << shift)[1:]                  # 2 ** (shift - 1) or 0
+        total = acc.as_signed() + half
+        x = total.as_signed()
+        for k in reversed(range(len(shift))):
+            keep = min(aw + 1, w + (1 << k) - 1)
+            x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
+        low = x[:w]
+        # the bits that must equal the sign (unsigned operands: be 0): from shift + (w - 1
+        # if signed else w) up
+        first = shift + (w - 1 if signed_op else w)
+        above = Cat(*[(Const(j, len(first) + 1) >= first) for j in range(aw + 1)])
+        sign = total.as_signed()[aw]
+        bits = total.as_unsigned()[:aw + 1]
+        if signed_op:
+            out = (bits ^ sign.replicate(aw + 1)) & above
+            lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
+            return Mux(out.any(), Mux(sign, Const(lo, signed(w)), Const(hi, signed(w))),
+                       low)[:w]
+        # unsigned operands: a negative result is 0, any bit above the range saturates
+        return Mux(sign, 0, Mux((bits & above).any(), (1 << w) - 1, low))[:w]
+
+    def scaled_gradient(self, g, shift):
+        """The low operand-width bits of ``g >> shift`` (arithmetic), the part of the scaled
+        gradient an SGD step uses (its result wraps to the operand width), built that wide: a
+        logarithmic shifter that keeps only the bits later stages can reach, not a barrel
+        shifter of the accumulator's width."""
+        width = self.operand_shape.width
+        x = g.as_signed()
+        for k in reversed(range(len(shift))):
+            # after this stage at most 2**k - 1 more bits shift in: keep what they can reach
+            keep = min(len(x), width + (1 << k) - 1)
+            x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
+        return x[:width]
+
+    def step(self, w, scaled):
+        """``w - scaled`` wrapped to the operand shape (``scaled`` from
+        :meth:`scaled_gradient`)."""
+        return (w - scaled)[:self.operand_shape.width]
+
+    def update(self, w, g, shift):
+        """SGD step ``w - (g >> shift)`` with an arithmetic shift, wrapped to the operand
+        shape."""
+        return self.step(w, self.scaled_gradient(g, shift))
+
+
+class FloatArith:
+    """Floating-point operands (``bf16``, ``fp16``) with fp32 accumulators, as encodings
+    (``docs/architecture/floating_point.md``): operands and accumulators are unsigned bit patterns;
+    the
+    arithmetic itself is :mod:`bpsa.gateware.fp.fpu`'s."""
+
+    def __init__(self, fmt):
+        self.fmt = float_format(fmt)
+        self.operand_shape = unsigned(self.fmt.bits)
+        self.acc_shape = unsigned(32)
+        #: the descriptors' shift fields keep their width (an integer's requantization and
+        #: SGD shifts; not used in floating point)
+        self.shift_shape = unsigned(5)
+
+    def zero(self, x):
+        """1 when the operand ``x`` reads as zero: a zero of either sign or a subnormal (its
+        exponent field is 0)."""
+        f = self.fmt
+        return x[f.man_bits:f.man_bits + f.exp_bits] == 0
+
+    def as_operand(self, x):
+        """The low bits of a wider value as an operand encoding."""
+        return x.as_unsigned()[:self.operand_shape.width]
+
+
+def arith_for(config):
+    """The arithmetic object for a :class:`~bpsa.config.Config`."""
+    if config.arithmetic == "int":
+        return IntArith(operand_width=config.operand_width,
+                        operand_signed=config.operand_signed,
+                        acc_width=config.acc_width)
+    return FloatArith(config.arithmetic)

@@ -1,0 +1,254 @@
+"""The host register interface: an AXI4-Lite slave with layer descriptor, control, status and
+performance counters, decoding the register map of :mod:`bpsa.spec.regmap`.
+
+Control and status
+    Writing CONTROL with START = 1 (byte lane 0 enabled) while ``busy`` is low copies the
+    descriptor registers to the ``desc`` output and raises ``start`` for one cycle (both in the
+    cycle after the write), and clears DONE and ERROR. While ``busy`` is high START is ignored,
+    so the host may stage the next descriptor while a layer runs. CLEAR = 1 clears DONE and
+    ERROR and raises ``clear`` for one cycle (the counter owners reset their counters on it).
+    DONE is set by a ``done`` pulse and stays set; ERROR holds the ``error`` input sampled at
+    that pulse. BUSY is the ``busy`` input. WINDOW_LO / WINDOW_HI drive the ``window_lo`` /
+    ``window_hi`` outputs directly (not copied at START).
+
+Counters
+    ``counters`` (:data:`COUNTERS`, 64 bits each) are read as two halves: reading
+    ``<name>_LO`` latches the high half of the same counter, and ``<name>_HI`` read right after
+    it returns the latched half, so the pair is one consistent 64-bit sample. A ``_HI`` read
+    without a preceding ``_LO`` read of the same counter returns the live high half.
+
+Bus behaviour
+    Responses are OKAY except for an address that names no register: reads return 0 with
+    SLVERR, writes are dropped with SLVERR. Writes to read-only registers are dropped with
+    OKAY. Address bits [1:0] are ignored (word access). ``wstrb`` selects the byte lanes
+    written. AWPROT/ARPROT are not ports (the slave would ignore them). One write and one read
+    are handled at a time; the two run independently.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from bpsa.config import require_config
+from bpsa.gateware.common.enums import hw_enum
+from bpsa.spec import regmap
+from bpsa.spec.regmap import (
+    ADDR_WIDTH,
+    CONTROL_BITS,
+    COUNTERS,
+    DESCRIPTOR_FIELDS,
+    REGISTERS,
+    config_words,
+    field_bits,
+)
+
+__all__ = ["ADDR_WIDTH", "AxiResp", "Phase", "RegisterFile", "axi_lite_signature",
+           "counter_layout", "descriptor_layout"]
+
+#: The PHASE descriptor field (:class:`bpsa.spec.regmap.Phase`) as a hardware enum.
+Phase = hw_enum(regmap.Phase, regmap.PHASE_BITS)
+
+
+class AxiResp(enum.Enum, shape=2):
+    """AXI response codes (BRESP / RRESP)."""
+    OKAY = 0
+    EXOKAY = 1
+    SLVERR = 2
+    DECERR = 3
+
+
+def axi_lite_signature(addr_width, data_width=32):
+    """An AXI4-Lite bus as seen by the master (flip it for a slave).
+
+    Members use the AXI names in lower case (``awaddr``, ``awvalid``, ``awready``, ``wdata``,
+    ``wstrb``, ``wvalid``, ``wready``, ``bresp``, ``bvalid``, ``bready``, ``araddr``,
+    ``arvalid``, ``arready``, ``rdata``, ``rresp``, ``rvalid``, ``rready``), so an interface
+    member ``axil`` becomes the Verilog ports ``axil__awaddr`` and so on, which cocotbext-axi
+    finds with ``AxiLiteBus.from_prefix(dut, "axil", bus_separator="__")``. No PROT signals.
+    """
+    if not isinstance(addr_width, int) or not 1 <= addr_width <= 64:
+        raise TypeError(f"addr_width must be an integer in [1, 64], not {addr_width!r}")
+    if data_width not in (32, 64):
+        raise TypeError(f"data_width must be 32 or 64, not {data_width!r}")
+    return wiring.Signature({
+        "awaddr": Out(addr_width), "awvalid": Out(1), "awready": In(1),
+        "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+        "wready": In(1),
+        "bresp": In(AxiResp), "bvalid": In(1), "bready": Out(1),
+        "araddr": Out(addr_width), "arvalid": Out(1), "arready": In(1),
+        "rdata": In(data_width), "rresp": In(AxiResp), "rvalid": In(1), "rready": Out(1),
+    })
+
+
+def descriptor_layout(config):
+    """Layout of the ``desc`` output: the fields of :data:`DESCRIPTOR_FIELDS` in order (first
+    at bit 0); ``phase`` is a :class:`Phase`, shapes ``dim_width`` bits, addresses 32 bits, all
+    unsigned."""
+    require_config(config)
+    return data.StructLayout({
+        field: (Phase if width == "phase" else unsigned(field_bits(config, width)))
+        for field, _, width, _, _ in DESCRIPTOR_FIELDS
+    })
+
+
+def counter_layout():
+    """Layout of the ``counters`` input: one unsigned 64-bit field per :data:`COUNTERS` name."""
+    return data.StructLayout({name: unsigned(64) for name, _ in COUNTERS})
+
+
+# --- the hardware ----------------------------------------------------------------------------
+
+class RegisterFile(wiring.Component):
+    """AXI4-Lite slave with the register map of this module (see the module docstring for
+    every register and for the bus behaviour).
+
+    Members
+    -------
+    axil : In(axi_lite_signature(ADDR_WIDTH, 32))
+        The host bus (Verilog ports ``axil__awaddr`` ...). ``bvalid`` and ``rvalid`` are
+        registers and never depend on ``bready`` / ``rready``.
+    desc : Out(descriptor_layout(config))
+        The descriptor, copied from the descriptor registers when START is accepted; stable
+        until the next accepted START.
+    start : Out(1)
+        One-cycle pulse in the cycle after an accepted START (``desc`` already holds the new
+        descriptor in that cycle).
+    clear : Out(1)
+        One-cycle pulse in the cycle after a CLEAR write.
+    busy : In(1)
+        The controller runs a descriptor. It must rise no later than the cycle after ``start``.
+    done : In(1)
+        One-cycle pulse: the descriptor finished (successfully or not).
+    error : In(8)
+        Error code, sampled with ``done`` (0 = no error).
+    counters : In(counter_layout())
+        Performance counter values.
+    window_lo, window_hi : Out(32)
+        The WINDOW_LO / WINDOW_HI registers (for the DMA engine's address window).
+    prog_addr, prog_words : Out(32)
+        The PROG_ADDR / PROG_WORDS registers (the layer's program, taken at START).
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        super().__init__({
+            "axil": In(axi_lite_signature(ADDR_WIDTH, 32)),
+            "desc": Out(descriptor_layout(config)),
+            "start": Out(1),
+            "clear": Out(1),
+            "busy": In(1),
+            "done": In(1),
+            "error": In(8),
+            "counters": In(counter_layout()),
+            **{r.field: Out(field_bits(config, r.width)) for r in REGISTERS
+               if r.kind == "setting"},
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        bus = self.axil
+        m = Module()
+        consts = config_words(cfg)
+
+        # Descriptor registers (staging copy, visible to the host) and settings.
+        regs = {}
+        for r in REGISTERS:
+            if r.kind in ("desc", "setting"):
+                regs[r.field] = Signal(field_bits(cfg, r.width), init=r.reset,
+                                       name=f"reg_{r.field}")
+        settings = [r.field for r in REGISTERS if r.kind == "setting"]
+        m.d.comb += [getattr(self, f).eq(regs[f]) for f in settings]
+
+        done_flag = Signal()
+        error_code = Signal(8)
+        snap_hi = Signal(32)
+        snap_idx = Signal(range(len(COUNTERS) + 1), init=len(COUNTERS))
+
+        m.d.sync += [self.start.eq(0), self.clear.eq(0)]
+        with m.If(self.done):
+            m.d.sync += [done_flag.eq(1), error_code.eq(self.error)]
+
+        # --- write channel: AW and W are taken independently, then the write is done -------
+        aw_held = Signal()
+        aw_word = Signal(ADDR_WIDTH - 2)
+        w_held = Signal()
+        w_data = Signal(32)
+        w_strb = Signal(4)
+        b_valid = Signal()
+        b_resp = Signal(AxiResp)
+        m.d.comb += [
+            bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
+            bus.bvalid.eq(b_valid), bus.bresp.eq(b_resp),
+        ]
+        with m.If(bus.awvalid & ~aw_held):
+            m.d.sync += [aw_held.eq(1), aw_word.eq(bus.awaddr[2:])]
+        with m.If(bus.wvalid & ~w_held):
+            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        with m.If(b_valid & bus.bready):
+            m.d.sync += b_valid.eq(0)
+
+        with m.If(aw_held & w_held & ~b_valid):
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), b_valid.eq(1), b_resp.eq(AxiResp.OKAY)]
+            with m.Switch(aw_word):
+                for r in REGISTERS:
+                    with m.Case(r.offset >> 2):
+                        if r.kind in ("desc", "setting"):
+                            reg = regs[r.field]
+                            for lane in range(4):
+                                lo, hi = 8 * lane, min(8 * lane + 8, len(reg))
+                                if lo >= hi:
+                                    continue
+                                with m.If(w_strb[lane]):
+                                    m.d.sync += reg[lo:hi].eq(w_data[lo:hi])
+                        elif r.kind == "control":
+                            with m.If(w_strb[0]):
+                                with m.If(w_data[CONTROL_BITS["START"]] & ~self.busy):
+                                    m.d.sync += [self.start.eq(1), done_flag.eq(0),
+                                                 error_code.eq(0)]
+                                    m.d.sync += [getattr(self.desc, f).eq(v)
+                                                 for f, v in regs.items()
+                                                 if f not in settings]
+                                with m.If(w_data[CONTROL_BITS["CLEAR"]]):
+                                    m.d.sync += [self.clear.eq(1), done_flag.eq(0),
+                                                 error_code.eq(0)]
+                with m.Default():
+                    m.d.sync += b_resp.eq(AxiResp.SLVERR)
+
+        # --- read channel ---------------------------------------------------------------
+        r_valid = Signal()
+        r_data = Signal(32)
+        r_resp = Signal(AxiResp)
+        m.d.comb += [
+            bus.arready.eq(~r_valid),
+            bus.rvalid.eq(r_valid), bus.rdata.eq(r_data), bus.rresp.eq(r_resp),
+        ]
+        with m.If(r_valid & bus.rready):
+            m.d.sync += r_valid.eq(0)
+        counter_index = {name: i for i, (name, _) in enumerate(COUNTERS)}
+        with m.If(bus.arvalid & ~r_valid):
+            m.d.sync += [r_valid.eq(1), r_resp.eq(AxiResp.OKAY), r_data.eq(0),
+                         snap_idx.eq(len(COUNTERS))]
+            with m.Switch(bus.araddr[2:]):
+                for r in REGISTERS:
+                    with m.Case(r.offset >> 2):
+                        if r.kind == "const":
+                            m.d.sync += r_data.eq(Const(consts[r.name], 32))
+                        elif r.kind == "status":
+                            m.d.sync += r_data.eq(Cat(self.busy, done_flag, Const(0, 6),
+                                                      error_code))
+                        elif r.kind in ("desc", "setting"):
+                            m.d.sync += r_data.eq(regs[r.field])
+                        elif r.kind == "counter_lo":
+                            value = getattr(self.counters, r.field)
+                            m.d.sync += [r_data.eq(value[:32]), snap_hi.eq(value[32:]),
+                                         snap_idx.eq(counter_index[r.field])]
+                        elif r.kind == "counter_hi":
+                            value = getattr(self.counters, r.field)
+                            with m.If(snap_idx == counter_index[r.field]):
+                                m.d.sync += r_data.eq(snap_hi)
+                            with m.Else():
+                                m.d.sync += r_data.eq(value[32:])
+                        # "control" (write-only) reads 0.
+                with m.Default():
+                    m.d.sync += r_resp.eq(AxiResp.SLVERR)
+        return m

@@ -1,0 +1,1 @@
+"""Blocks every room uses: checked components, hardware enums, the skid buffer."""

@@ -1,0 +1,3 @@
+"""The instruction-driven controller: fetch, dispatcher, load unit, step scheduler, result
+addressing, counters.
+"""

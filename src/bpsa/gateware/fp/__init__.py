@@ -1,0 +1,1 @@
+"""The floating-point units: bf16 / fp16 multipliers, the fp32 adder and conversions."""

@@ -1,0 +1,1 @@
+"""Channel-first implicit im2col (forward, weight-stationary)."""

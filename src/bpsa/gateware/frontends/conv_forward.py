@@ -1,0 +1,711 @@
+"""The forward convolution: data feeder + weight fetcher + output-stationary systolic array.
+
+Source: Fornt et al., Sec. II (Fig. 1): the feeder lowers X on the fly for the array rows, the
+weight fetcher streams W to the columns, the array holds the Y sums and drains them through
+its reserve registers while the next context computes.
+
+Buffers (written by the host through the write ports while the top is idle)
+    *X SRAM*: ``buf_a_depth`` words of ``B = feeder_bus_width`` operands. X (N x C x H x W)
+    is flattened ``[N, C, Y, X]`` (X contiguous) from element address ``x_base`` (word
+    ``a // B``, position ``a % B``), as :mod:`bpsa.gateware.frontends.feeder.feeder` reads it.
+    *W buffer*: ``buf_b_depth`` words of ``cols`` operands. Output-channel tile ``t`` (``k0 =
+    t * cols``) occupies the ``CRS = C*R*S`` words from ``w_base + t * CRS``; word ``e = (c*R +
+    r)*S + q`` (the feeder's element order) holds ``W[k0 + j, c, r, q]`` in lane ``j`` (0 for
+    ``k0 + j >= K``). ``ceil(K / cols) * CRS`` words in all.
+
+Schedule
+    For each output-channel tile, in order ``k0 = 0, cols, ..``, the feeder runs the whole layer
+    once: contexts ``(n, oh, ow0)`` in that order, ``ow0`` stepping by ``rows`` (see
+    :mod:`bpsa.gateware.frontends.feeder.feeder`). A context is one output-stationary tile of depth ``CRS``: the
+    feeder's vector ``e`` (element ``e`` of the context for every lane) meets W word ``e`` of the
+    tile in the same cycle, and ``a_last`` marks ``e = CRS - 1``. Array row ``i`` computes pixel
+    ``ow0 + i``, column ``j`` output channel ``k0 + j``. Contexts closer than ``2 * rows`` cycles
+    (short contexts, ``CRS < 2 * rows``) are spaced by holding the context's last vector back (idle
+    cycles, no refusal); feeder stalls become bubbles (valid bits travel with the data).
+
+Refusals
+    :func:`check_layer` names the reason; the hardware raises ``error`` (with ``done``) for the
+    same descriptors, without computing: no output channel, W not fitting the W buffer (checked
+    here, before the feeder starts) and everything the feeder refuses (X not fitting the X
+    SRAM, a dilated kernel wider than ``feeder_pattern_width`` or larger than the padded input,
+    zero sizes, strides or dilations).
+"""
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory, ReadPort, WritePort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from bpsa.gateware.array.arith import arith_for
+from bpsa.gateware.array.systolic import COUNTER_WIDTH, Dataflow, SystolicArray, array_signature
+from bpsa.config import require_config
+from bpsa.gateware.frontends.feeder.feeder import DataFeeder, addr_width, coord_width, ptr_width
+from bpsa.gateware.frontends.feeder.feeder import check_layer as feeder_check_layer
+from bpsa.gateware.frontends.zero_free.gradient import ZeroFreeGradientWalker, zf_gradient_layout
+from bpsa.gateware.frontends.zero_free.loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
+from bpsa.gateware.common.skid import SkidBuffer
+from bpsa.gateware.frontends.drain import y_layout, zg_layout
+
+__all__ = [
+    "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "weight_layout",
+    "check_config", "check_layer", "layer_value", "feeder_fields", "weight_words", "ConvState",
+    "WeightFetcher", "ConvForward",
+]
+
+#: Shape fields shared with the feeder's descriptor (same names and meaning).
+_SHAPE_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
+                 "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w", "pad_bottom")
+
+#: Fields of the layer descriptor (:func:`conv_layer_layout`).
+CONV_FIELDS = _SHAPE_FIELDS + ("out_channels", "x_base", "w_base")
+
+#: Counter outputs of :class:`ConvForward`, all ``COUNTER_WIDTH`` bits.
+COUNTERS = ("cycles", "words_read", "w_words_read", "stall_cycles", "fifo_stall_cycles",
+            "vectors", "gap_cycles", "y_vectors", "array_cycles", "fired", "gated", "drained")
+
+
+# --- layouts -------------------------------------------------------------------------------
+
+def _waddr_width(config):
+    """Bits of a W buffer word address."""
+    return ceil_log2(config.buf_b_depth)
+
+
+def conv_layer_layout(config):
+    """Layout of the layer descriptor (``ConvLayer``), all fields unsigned.
+
+    ``batch`` .. ``dil_w`` and ``pad_bottom`` (as in :func:`bpsa.gateware.frontends.feeder.feeder.layer_layout`:
+    ``pad_h`` is the top padding, ``pad_bottom`` the bottom one) and ``out_channels`` (K):
+    ``dim_width`` bits. ``x_base``: element address of ``X[0, 0, 0, 0]`` in the X SRAM.
+    ``w_base``: word address of the first W word in the W buffer.
+    """
+    dim = unsigned(config.dim_width)
+    fields = {name: dim for name in _SHAPE_FIELDS}
+    fields["out_channels"] = dim
+    fields["x_base"] = unsigned(ptr_width(config))
+    fields["w_base"] = unsigned(_waddr_width(config))
+    return data.StructLayout(fields)
+
+
+def weight_layout(config):
+    """Payload of the :class:`WeightFetcher` stream: one W word (``data``, ``cols`` operands)
+    and ``last`` (the word is the context's last, ``e = CRS - 1``)."""
+    op = arith_for(config).operand_shape
+    return data.StructLayout({"data": data.ArrayLayout(op, config.cols), "last": unsigned(1)})
+
+
+# --- the Python view: checks ---------------------------------------------------------------
+
+def check_config(config):
+    """Return ``config`` when a :class:`ConvForward` can be generated for it; otherwise raise
+    :exc:`TypeError` (not a :class:`~bpsa.config.Config`) or :exc:`ValueError` naming the
+    parameter: the ``os`` dataflow and the reserve registers are needed."""
+    require_config(config)
+    if not config.has("os"):
+        raise ValueError(f"ConvForward needs the 'os' dataflow, not dataflows "
+                         f"{list(config.dataflows)!r}")
+    if not config.reserve_registers:
+        raise ValueError("ConvForward needs reserve_registers (the drain overlaps the next "
+                         "context), not reserve_registers = false")
+    return config
+
+
+def _fields(layer):
+    if isinstance(layer, dict):
+        get = layer.get
+    else:
+        def get(name):
+            return getattr(layer, name, None)
+    values = {}
+    for name in CONV_FIELDS:
+        v = get(name)
+        if v is None and name in ("pad_h", "pad_w", "x_base", "w_base"):
+            v = 0
+        if v is None and name == "pad_bottom":
+            v = values["pad_h"]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"layer field {name} must be an integer, not {v!r}")
+        values[name] = v
+    return values
+
+
+def feeder_fields(layer):
+    """The :class:`~bpsa.gateware.frontends.feeder.feeder.DataFeeder` descriptor (a dict) that runs the whole
+    layer."""
+    f = _fields(layer)
+    out = {name: f[name] for name in _SHAPE_FIELDS}
+    out.update(base=f["x_base"], ctx_n=0, ctx_oh=0, ctx_ow=0, ctx_count=0)
+    return out
+
+
+def weight_words(config, layer):
+    """``(tiles, crs)``: output-channel tiles ``ceil(K / cols)`` and words per tile
+    ``C*R*S``; the layer occupies ``tiles * crs`` W buffer words from ``w_base``."""
+    f = _fields(layer)
+    crs = f["channels"] * f["kernel_h"] * f["kernel_w"]
+    return -(-f["out_channels"] // config.cols), crs
+
+
+def check_layer(config, layer):
+    """Raise :exc:`ValueError` with the reason when the :class:`ConvForward` generated for
+    ``config`` cannot run ``layer`` (an object with the attributes :data:`CONV_FIELDS`, or a
+    dict; missing ``pad_h``, ``pad_w``, ``x_base`` and ``w_base`` mean 0, a missing
+    ``pad_bottom`` means ``pad_h``). The hardware refuses the same
+    descriptors with ``error``, except those whose values do not fit the descriptor fields."""
+    require_config(config)
+    f = _fields(layer)
+    layout = conv_layer_layout(config)
+    for name in CONV_FIELDS:
+        width = layout.members[name].width
+        if not 0 <= f[name] < 1 << width:
+            raise ValueError(f"layer field {name} must be in [0, {(1 << width) - 1}] "
+                             f"({width} bits), not {f[name]}")
+    if f["out_channels"] == 0:
+        raise ValueError("layer field out_channels must be at least 1, not 0")
+    feeder_check_layer(config, feeder_fields(f))
+    tiles, crs = weight_words(config, f)
+    if f["w_base"] + tiles * crs > config.buf_b_depth:
+        raise ValueError(f"W ({tiles} output-channel tiles x {crs} words from word "
+                         f"{f['w_base']}) does not fit the W buffer of {config.buf_b_depth} "
+                         f"words")
+
+
+def layer_value(config, layer):
+    """The descriptor value (a dict for ``Simulator.set``) of a checked layer."""
+    check_layer(config, layer)
+    return _fields(layer)
+
+
+# --- the weight fetcher --------------------------------------------------------------------
+
+class WeightFetcher(wiring.Component):
+    """Streams the W words of one output-channel tile, context after context.
+
+    ``start`` loads ``base`` and ``length`` (``CRS``, the words of a context); the fetcher then
+    reads words ``base, base + 1, .., base + length - 1`` and starts again at ``base`` for the
+    next context, until the next ``start`` (which drops a word not yet taken). Word ``e`` of a
+    context is the ``b`` vector for the feeder's vector ``e``: the consumer takes both in the
+    same cycle. ``length = 0`` stops the fetcher.
+
+    Throughput: one word per cycle while ``ready``; the first word is valid two cycles after
+    ``start``. ``valid`` never depends on ``ready``; the payload holds while not taken.
+
+    Members
+    -------
+    start : In(1)
+    base : In(log2(buf_b_depth)), length : In(range(buf_b_depth + 1))
+        Sampled with ``start``.
+    mem : In(ReadPort.Signature(addr_width=log2(buf_b_depth), shape=ArrayLayout(operand, cols)))
+        A synchronous read port of the W buffer (connect ``Memory.read_port()``); ``data``
+        must hold while ``en`` is low.
+    b : Out(stream.Signature(weight_layout))
+        The W words, ``last`` on the context's last.
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        op = arith_for(config).operand_shape
+        aw = _waddr_width(config)
+        super().__init__({
+            "start": In(1), "base": In(aw), "length": In(range(config.buf_b_depth + 1)),
+            "mem": In(ReadPort.Signature(addr_width=aw,
+                                         shape=data.ArrayLayout(op, config.cols))),
+            "b": Out(stream.Signature(weight_layout(config))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        base = Signal.like(self.base)
+        length = Signal.like(self.length)
+        nxt = Signal.like(self.length)       # index of the next word to read
+        running = Signal()
+        valid = Signal()
+        last = Signal()
+        fetch = Signal()
+        m.d.comb += [
+            fetch.eq(running & (~valid | self.b.ready) & ~self.start),
+            self.mem.addr.eq(base + nxt), self.mem.en.eq(fetch),
+            self.b.valid.eq(valid), self.b.p.data.eq(self.mem.data), self.b.p.last.eq(last),
+        ]
+        end = nxt == length - 1
+        with m.If(self.start):
+            m.d.sync += [base.eq(self.base), length.eq(self.length), nxt.eq(0),
+                         running.eq(self.length != 0), valid.eq(0)]
+        with m.Elif(fetch):
+            m.d.sync += [valid.eq(1), last.eq(end), nxt.eq(Mux(end, 0, nxt + 1))]
+        with m.Elif(self.b.ready):
+            m.d.sync += valid.eq(0)
+        return m
+
+
+# --- the top -------------------------------------------------------------------------------
+
+class ConvState(enum.Enum, shape=3):
+    """State of the :class:`ConvForward` control (``PRIME``, ``RUN`` and ``DRAIN`` serve both
+    the forward and the zero-free gradient)."""
+    IDLE = 0
+    SETUP = 1
+    CHECK = 2
+    PRIME = 3
+    RUN = 4
+    DRAIN = 5
+
+
+class ConvForward(wiring.Component):
+    """Forward convolution ``Y = conv2d(X, W)`` on the output-stationary array (see the module
+    docstring for the buffer layouts and the schedule).
+
+    Accepts a descriptor with ``start`` when idle. Setup (``SETUP``, ``CHECK``: 6 cycles)
+    derives ``CRS``, the number of output-channel tiles and the W footprint and checks the W
+    buffer; the reserve chains are then zeroed (``rows`` cycles) while the feeder sets up
+    (``max(15, 6 + rows) + max(7, kernel_w + 2)`` cycles to its first X read, again for every
+    output-channel tile), and the layer runs.
+    ``busy`` stays high until the last Y row has left on ``y``; ``done`` then rises and holds
+    until the next ``start``.
+
+    A refused layer (see the module docstring) raises ``error`` and ``done`` without any Y
+    output or X SRAM read (a layer the feeder refuses may have cost one W word read: the
+    fetcher starts with the feeder). ``error`` also latches an array protocol error or a
+    misalignment of the feeder and W streams (neither happens by construction); it holds until
+    ``start``.
+
+    Output: every drained row whose pixel exists (``ow0 + row < OW``) appears on ``y`` for one
+    cycle (``valid``; no backpressure: the array cannot stall), rows ``rows - 1`` down to 0 of
+    each context, contexts in the schedule's order. ``N * OH * OW * ceil(K / cols)`` rows in all.
+
+    Members
+    -------
+    layer : In(conv_layer_layout)
+        Sampled with ``start``.
+    start : In(1)
+    busy, done, error : Out(1)
+    x_write : Out(WritePort.Signature(addr_width=log2(buf_a_depth), shape=ArrayLayout(op, B)))
+        Write port of the X SRAM (``en``, ``addr``, ``data``).
+    w_write : Out(WritePort.Signature(addr_width=log2(buf_b_depth), shape=ArrayLayout(op, C)))
+        Write port of the W buffer.
+    y : Out(Signature(valid: Out(1), payload: Out(y_layout)))
+        The drained Y rows.
+    zg_layer : In(zf_gradient_layout), zg_start : In(1), zg : Out(Signature(valid, payload:
+    zg_layout))
+        With the ``zero_free`` backward mode: a zero-free gradient run
+        (:class:`bpsa.gateware.frontends.zero_free.gradient.ZeroFreeGradientWalker` feeds the array from
+        the X SRAM, holding channel-blocked X, and the W buffer, holding channel-blocked dY),
+        started by ``zg_start`` when idle; its drained rows of input channels inside the block
+        leave on ``zg``. ``busy``, ``done`` and the counters as for a forward run.
+    zl_layer : In(zf_loss_layout), zl_start : In(1), zl : Out(Signature(valid, payload:
+    zg_layout))
+        The same for a zero-free loss run
+        (:class:`bpsa.gateware.frontends.zero_free.loss.ZeroFreeLossWalker`: dY channel-blocked in the X
+        SRAM, W with the input channels as lanes in the W buffer); ``zl`` carries each drained
+        pixel's ``cols`` input channels and its P offset ``h W + w`` in the band.
+    cycles, words_read, w_words_read, stall_cycles, fifo_stall_cycles, vectors, gap_cycles,
+    y_vectors, array_cycles, fired, gated, drained : Out(COUNTER_WIDTH)
+        Counters of the current (or last) run, cleared by ``start``: busy cycles; X SRAM words
+        read (all tiles); W words read (including one prefetch per tile past its last
+        context); feeder stall cycles (a word held because a lane lacks free registers) and,
+        of those, cycles a lane waited for FIFO space; vectors issued into the array; cycles a
+        context's last vector waited for the ``2 * rows`` spacing; ``y`` rows; and the array's
+        ``cycles``, ``fired``, ``gated``, ``drained`` counters.
+    array : In(array_signature)
+        With ``shared_array=True``: the engine drives an array outside it (the accelerator's
+        one array, :func:`bpsa.gateware.array.systolic.share_array`) instead of holding its own.
+    cfw_sel, cfw_addr, cfw_en : In, cfw_data : Out
+        With the channel-first front end generated: while ``cfw_sel`` is high, the W buffer's
+        read port serves :class:`bpsa.gateware.frontends.channel_first.channel_first.ChannelFirst`.
+    """
+
+    def __init__(self, config, *, shared_array=False):
+        self.config = check_config(config)
+        self.shared_array = shared_array
+        op = arith_for(config).operand_shape
+        members = {
+            "layer": In(conv_layer_layout(config)), "start": In(1),
+            "busy": Out(1), "done": Out(1), "error": Out(1),
+            "x_write": Out(WritePort.Signature(
+                addr_width=addr_width(config),
+                shape=data.ArrayLayout(op, config.feeder_bus_width))),
+            "w_write": Out(WritePort.Signature(
+                addr_width=_waddr_width(config), shape=data.ArrayLayout(op, config.cols))),
+            "y": Out(wiring.Signature({"valid": Out(1), "payload": Out(y_layout(config))})),
+        }
+        self.has_zf = config.has_mode("zero_free")
+        if self.has_zf:
+            members.update({
+                "zg_layer": In(zf_gradient_layout(config)), "zg_start": In(1),
+                "zg": Out(wiring.Signature({"valid": Out(1),
+                                            "payload": Out(zg_layout(config))})),
+                "zl_layer": In(zf_loss_layout(config)), "zl_start": In(1),
+                "zl": Out(wiring.Signature({"valid": Out(1),
+                                            "payload": Out(zg_layout(config))})),
+            })
+        self.has_cf = config.has_frontend("channel_first")
+        if self.has_cf:
+            members.update({"cfw_sel": In(1), "cfw_addr": In(_waddr_width(config)),
+                            "cfw_en": In(1), "cfw_data": Out(data.ArrayLayout(op, config.cols))})
+        for name in COUNTERS:
+            members[name] = Out(COUNTER_WIDTH)
+        if shared_array:
+            members["array"] = In(array_signature(config))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        R, C, B = cfg.rows, cfg.cols, cfg.feeder_bus_width
+        dim, cw = cfg.dim_width, coord_width(cfg)
+        op = arith_for(cfg).operand_shape
+
+        # --- buffers and blocks -------------------------------------------------------------
+        xmem = m.submodules.x_sram = Memory(shape=data.ArrayLayout(op, B),
+                                            depth=cfg.buf_a_depth, init=[])
+        wmem = m.submodules.w_buf = Memory(shape=data.ArrayLayout(op, C),
+                                           depth=cfg.buf_b_depth, init=[])
+        for mem, port in ((xmem, self.x_write), (wmem, self.w_write)):
+            wp = mem.write_port()
+            m.d.comb += [wp.en.eq(port.en), wp.addr.eq(port.addr), wp.data.eq(port.data)]
+        feeder = m.submodules.feeder = DataFeeder(cfg)
+        fetch = m.submodules.weights = WeightFetcher(cfg)
+        zmode = Signal()                      # the run is a zero-free gradient
+        lmode = Signal()                      # the run is a zero-free loss
+        x_rp, w_rp = xmem.read_port(), wmem.read_port()
+        if self.has_zf:
+            zf = m.submodules.zf_gradient = ZeroFreeGradientWalker(cfg)
+            zlw = m.submodules.zf_loss = ZeroFreeLossWalker(cfg)
+            for rp, a, b, c in ((x_rp, zf.x_mem, feeder.sram, zlw.x_mem),
+                                (w_rp, zf.dy_mem, fetch.mem, zlw.w_mem)):
+                m.d.comb += [rp.addr.eq(Mux(lmode, c.addr, Mux(zmode, a.addr, b.addr))),
+                             rp.en.eq(Mux(lmode, c.en, Mux(zmode, a.en, b.en))),
+                             a.data.eq(rp.data), b.data.eq(rp.data), c.data.eq(rp.data)]
+        else:
+            wiring.connect(m, feeder.sram, x_rp)
+            wiring.connect(m, fetch.mem, w_rp)
+        if self.has_cf:            # the channel-first front end reads W through the same port
+            m.d.comb += self.cfw_data.eq(w_rp.data)
+            with m.If(self.cfw_sel):
+                m.d.comb += [w_rp.addr.eq(self.cfw_addr), w_rp.en.eq(self.cfw_en)]
+        if self.shared_array:
+            arr = self.array
+        else:
+            arr = m.submodules.array = SystolicArray(cfg)
+        m.d.comb += arr.dataflow.eq(Dataflow.OS)
+
+        state = Signal(ConvState)
+        lay = Signal(conv_layer_layout(cfg))
+        for name in _SHAPE_FIELDS:
+            m.d.comb += getattr(feeder.layer, name).eq(getattr(lay, name))
+        m.d.comb += feeder.layer.base.eq(lay.x_base)
+
+        # --- setup: products on one shared multiplier, two cycles each (operands registered,
+        # then the product), saturated at ``pw`` bits: W words past the buffer are refused
+        # anyway, and the spans of a layer the feeder accepts fit its padded input
+        ktiles = Signal(dim + 1)
+        if C & (C - 1) == 0:
+            m.d.sync += ktiles.eq((lay.out_channels + (C - 1)) >> ceil_log2(C))
+        else:
+            m.d.sync += ktiles.eq((lay.out_channels + (C - 1)) // C)
+        pw = max(cfg.buf_b_depth.bit_length() + 1, dim + 2)
+        rs_k, crs, wwords, span_w_m1, span_h_m1 = (
+            Signal(pw, name=n) for n in ("rs_k", "crs", "wwords", "span_w_m1", "span_h_m1"))
+        products = [
+            (rs_k, lay.kernel_h, lay.kernel_w),
+            (crs, lay.channels, rs_k),
+            (wwords, ktiles, crs),
+            (span_w_m1, lay.kernel_w - 1, lay.dil_w),
+            (span_h_m1, lay.kernel_h - 1, lay.dil_h),
+        ]
+        mul_a, mul_b = Signal(dim + 1), Signal(pw)
+        mul_p = Signal(dim + 1 + pw)
+        m.d.comb += mul_p.eq(mul_a * mul_b)
+        saturated = Mux(mul_p[pw:].any(), (1 << pw) - 1, mul_p[:pw])
+        setup_idx = Signal(range(len(products)))
+        setup_mul = Signal()                  # the second cycle of a product
+        for i, (dest, a, b) in enumerate(products):
+            with m.If((state == ConvState.SETUP) & (setup_idx == i)):
+                with m.If(setup_mul):
+                    m.d.sync += dest.eq(saturated)
+                with m.Else():
+                    m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+
+        w_end = Signal(pw + 1)
+        m.d.comb += w_end.eq(lay.w_base + wwords)
+        refused = Signal()          # registered: wwords is set up four cycles before CHECK
+        m.d.sync += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
+
+        # Geometry of the drain side (valid once the feeder has accepted the layer).
+        # Registered from the layer and the spans (set up before CHECK, used from the drain on).
+        sc = signed(cw + 2)
+        rs = Signal(cw)                       # rows * s_w: x step between contexts
+        lim_x, lim_y = Signal(sc), Signal(sc)  # last output pixel's x / y in padded coordinates
+        # ... and the drain's end-of-row / column / image / block tests as compares of registers
+        rs_m_s, lim_xm, lim_ym = Signal(sc), Signal(sc), Signal(sc)
+        batch_m1, k_last = Signal(dim), Signal(signed(dim + 2))
+        m.d.sync += [
+            rs.eq(lay.stride_w * R),
+            lim_x.eq(lay.width + 2 * lay.pad_w - span_w_m1 - 1),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h_m1 - 1),
+            rs_m_s.eq(rs - lay.stride_w), lim_xm.eq(lim_x - lay.stride_w),
+            lim_ym.eq(lim_y - lay.stride_h), batch_m1.eq(lay.batch - 1),
+            k_last.eq(lay.out_channels - C),
+        ]
+
+        # --- issue: feeder vector e + W word e -> array edge (registered) ------------------
+        # the feeder's vectors through a register slice: its FIFOs advance on a registered
+        # ready (the W words stay direct: a tile's start drops the fetcher's word ahead)
+        fskid = m.submodules.feeder_skid = SkidBuffer(feeder.feed.payload.shape())
+        wiring.connect(m, feeder.feed, fskid.i)
+        fv, bv = fskid.o, fetch.b
+        a_r = Signal(data.ArrayLayout(op, R))
+        b_r = Signal(data.ArrayLayout(op, C))
+        iv = Signal()
+        il = Signal()
+        # cycles since a_last was presented, up to the array's context gap (2R; 2R + 5 in
+        # floating point)
+        G = cfg.context_gap
+        gap = Signal(range(G + 1), init=G)
+        allow = Signal()
+        take = Signal()
+        src_valid, src_last = Signal(), Signal()
+        src_a = Signal(data.ArrayLayout(op, R))
+        src_b = Signal(data.ArrayLayout(op, C))
+        m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
+                     src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
+        if self.has_zf:
+            # the walkers' feeds through register slices: their pipelines advance on a ready
+            # from a register, not on this engine's issue logic
+            zskid = m.submodules.zf_gradient_skid = SkidBuffer(zf.feed.payload.shape())
+            lskid = m.submodules.zf_loss_skid = SkidBuffer(zlw.feed.payload.shape())
+            wiring.connect(m, zf.feed, zskid.i)
+            wiring.connect(m, zlw.feed, lskid.i)
+            zfeed, lfeed = zskid.o, lskid.o
+            with m.If(zmode):
+                m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
+                             src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
+            with m.If(lmode):
+                m.d.comb += [src_valid.eq(lfeed.valid), src_last.eq(lfeed.p.last),
+                             src_a.eq(lfeed.p.a), src_b.eq(lfeed.p.b)]
+        walker_mode = zmode | lmode
+        m.d.comb += [
+            allow.eq(~src_last | (~(iv & il) & (gap >= G - 1))),
+            take.eq((state == ConvState.RUN) & src_valid & allow),
+            fv.ready.eq(take & ~walker_mode), bv.ready.eq(take & ~walker_mode),
+        ]
+        if self.has_zf:
+            m.d.comb += [zfeed.ready.eq(take & zmode), lfeed.ready.eq(take & lmode)]
+        m.d.sync += [iv.eq(take), il.eq(take & src_last)]
+        with m.If(take):
+            m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
+        with m.If(iv & il):
+            m.d.sync += gap.eq(1)
+        with m.Elif(gap != G):
+            m.d.sync += gap.eq(gap + 1)
+        m.d.comb += [arr.a_data.eq(a_r), arr.a_valid.eq(iv), arr.a_last.eq(il),
+                     arr.b_valid.eq(iv)]
+        for j in range(C):
+            m.d.comb += arr.b_data[j].eq(b_r[j])
+        m.d.comb += arr.chain_shift.eq(state == ConvState.PRIME)   # preload is 0
+        misaligned = take & ~walker_mode & (fv.p.last != bv.p.last)
+
+        # --- drain: position of every drained row ------------------------------------------
+        dk0, dn, doh, dow0 = (Signal(dim, name=f"drain_{k}") for k in ("k0", "n", "oh", "ow0"))
+        dcy = Signal(cw)                      # output row y (oh * s_h)
+        xfirst = Signal(sc)                   # x of the context's first drained row: ow0 s_w +
+        xrow = Signal(sc)                     # (R - 1) s_w
+        xr = Signal(sc)                       # x of the drained row's pixel
+        drained_all = Signal()
+        first = arr.drain_row == R - 1
+        m.d.comb += xr.eq(Mux(first, xfirst, xrow))
+        with m.If(arr.drain_valid):
+            m.d.sync += xrow.eq(xr - lay.stride_w)
+        y = self.y
+        m.d.comb += [
+            y.valid.eq(arr.drain_valid & (xr <= lim_x) & ~walker_mode),
+            y.payload.data.eq(arr.drain_data), y.payload.n.eq(dn), y.payload.k0.eq(dk0),
+            y.payload.oh.eq(doh), y.payload.ow0.eq(dow0), y.payload.row.eq(arr.drain_row),
+        ]
+        with m.If(arr.drain_valid & (arr.drain_row == 0)):
+            with m.If(xfirst > lim_xm):          # the next context's x, xfirst + s_w, is past
+                m.d.sync += [xfirst.eq(rs_m_s), dow0.eq(0)]
+                with m.If(dcy > lim_ym):
+                    m.d.sync += [dcy.eq(0), doh.eq(0)]
+                    with m.If(dn >= batch_m1):
+                        m.d.sync += [dn.eq(0), dk0.eq(dk0 + C)]
+                        with m.If(dk0 >= k_last):
+                            m.d.sync += drained_all.eq(1)
+                    with m.Else():
+                        m.d.sync += dn.eq(dn + 1)
+                with m.Else():
+                    m.d.sync += [dcy.eq(dcy + lay.stride_h), doh.eq(doh + 1)]
+            with m.Else():
+                m.d.sync += [xfirst.eq(xfirst + rs), dow0.eq(dow0 + R)]
+
+        # --- zero-free gradient drain: P offset of every drained row --------------------------
+        if self.has_zf:
+            # The drained row ``row`` of channel group ``dg`` and tap ``dtap`` goes to P word
+            # (dg + row) R S + dtap = ``tbase`` + ``rowoff[row]``: by additions, no product
+            # on the drain (``rowoff[i]`` = i R S builds up by one addition a cycle after the
+            # run's start, long before its first drain).
+            zl = Signal(zf_gradient_layout(cfg))
+            zw = 2 * (dim + 2)
+            zrs = Signal(zw)                  # R S of the run (registered from zl)
+            dtap = Signal(zw)
+            tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # dg R S + dtap; dg R S
+            crem = Signal(signed(dim + 3))    # channels - dg: the group's rows with a channel
+            rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
+                Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
+            m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
+            m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
+            zdrained_all = Signal()
+            zg = self.zg
+            m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (crem > arr.drain_row)),
+                         zg.payload.data.eq(arr.drain_data),
+                         zg.payload.addr.eq(tbase + Array(rowoff[:R])[arr.drain_row])]
+            with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
+                with m.If(dtap + 1 == zrs):
+                    m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]),
+                                 gbase.eq(gbase + rowoff[R]), crem.eq(crem - R)]
+                    with m.If(crem <= R):
+                        m.d.sync += zdrained_all.eq(1)
+                with m.Else():
+                    m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
+
+            # zero-free loss: the walker's tags give each drained row's P offset
+            lctx = Signal(range(TAG_SLOTS))   # tag slot of the draining context
+            l_issued, l_drained = Signal(32), Signal(32)
+            zlo = self.zl
+            m.d.comb += [zlw.tag_ctx.eq(lctx), zlw.tag_row.eq(arr.drain_row),
+                         zlo.valid.eq(arr.drain_valid & lmode & zlw.tag.ok),
+                         zlo.payload.data.eq(arr.drain_data),
+                         zlo.payload.addr.eq(zlw.tag.addr)]
+            l_ctx_end = arr.drain_valid & lmode & (arr.drain_row == 0)
+            m.d.comb += zlw.ctx_done.eq(l_ctx_end)
+            with m.If(l_ctx_end):
+                m.d.sync += [lctx.eq(lctx + 1), l_drained.eq(l_drained + 1)]
+            with m.If(take & src_last & lmode):
+                m.d.sync += l_issued.eq(l_issued + 1)
+
+        # --- counters -----------------------------------------------------------------------
+        cnt = {name: getattr(self, name) for name in COUNTERS}
+        # The feeder clears its counters at every start (every tile): fold them into bases.
+        folded = ("stall_cycles", "fifo_stall_cycles")
+        fbase = {name: Signal(COUNTER_WIDTH, name=f"{name}_base") for name in folded}
+        fused = Signal()
+        for name in folded:
+            m.d.comb += cnt[name].eq(fbase[name] + Mux(fused, getattr(feeder, name), 0))
+        array_counts = {"array_cycles": arr.cycles, "fired": arr.fired, "gated": arr.gated,
+                        "drained": arr.drained}
+        for name, value in array_counts.items():
+            m.d.comb += cnt[name].eq(value)
+        # the buffers' read enables end long paths (the fetcher's start, the walkers'
+        # addresses): counted a cycle late, from registers (the reads end before the drain)
+        ev_x, ev_w = Signal(), Signal()
+        m.d.sync += [ev_x.eq(x_rp.en), ev_w.eq(w_rp.en)]
+        incs = {
+            "cycles": self.busy,
+            "words_read": ev_x,
+            "w_words_read": ev_w,
+            "vectors": take,
+            "gap_cycles": (state == ConvState.RUN) & src_valid & ~allow,
+            "y_vectors": y.valid,
+        }
+        with m.If(self.busy):
+            for name, inc in incs.items():
+                m.d.sync += cnt[name].eq(cnt[name] + inc)
+
+        def start_feeder(base):
+            """Start the feeder and the fetcher on the tile whose W words start at ``base``."""
+            m.d.comb += [feeder.start.eq(1), fetch.start.eq(1), fetch.base.eq(base),
+                         fetch.length.eq(crs)]
+            m.d.sync += fused.eq(1)
+            for name in folded:
+                m.d.sync += fbase[name].eq(fbase[name]
+                                           + Mux(fused, getattr(feeder, name), 0))
+
+        # --- control ------------------------------------------------------------------------
+        # the next tile's first channel and W base, and whether it exists, kept in registers
+        # a tile ahead (the feeder's set-up leaves many cycles between a start and the next)
+        k_next = Signal(dim + 2)
+        base_next = Signal(_waddr_width(cfg) + 1)
+        more = Signal()
+        m.d.sync += more.eq(k_next < lay.out_channels)
+        prime = Signal(range(R))
+        err = Signal()
+        done = Signal()
+        m.d.comb += [self.busy.eq(state != ConvState.IDLE), self.error.eq(err),
+                     self.done.eq(done)]
+        running = (state == ConvState.PRIME) | (state == ConvState.RUN) \
+            | (state == ConvState.DRAIN)
+        with m.If(running & (arr.error | misaligned)):
+            m.d.sync += err.eq(1)
+
+        with m.Switch(state):
+            with m.Case(ConvState.IDLE):
+                with m.If(self.start):
+                    m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), setup_mul.eq(0),
+                                 err.eq(0), done.eq(0),
+                                 fused.eq(0), zmode.eq(0), lmode.eq(0),
+                                 state.eq(ConvState.SETUP)]
+                    m.d.sync += [cnt[name].eq(0) for name in incs]
+                    m.d.sync += [fbase[name].eq(0) for name in folded]
+                if self.has_zf:
+                    with m.Elif(self.zg_start):
+                        zlay = self.zg_layer
+                        m.d.comb += [zf.start.eq(1), zf.layer.eq(zlay), arr.clear.eq(1)]
+                        m.d.sync += [zl.eq(zlay), dtap.eq(0), tbase.eq(0), gbase.eq(0),
+                                     crem.eq(zlay.channels), zdrained_all.eq(0),
+                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
+                                     lmode.eq(0),
+                                     prime.eq(0), gap.eq(G), state.eq(ConvState.PRIME)]
+                        m.d.sync += [cnt[name].eq(0) for name in incs]
+                        m.d.sync += [fbase[name].eq(0) for name in folded]
+                    with m.Elif(self.zl_start):
+                        m.d.comb += [zlw.start.eq(1), zlw.layer.eq(self.zl_layer),
+                                     arr.clear.eq(1)]
+                        m.d.sync += [lctx.eq(0), l_issued.eq(0), l_drained.eq(0),
+                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(0),
+                                     lmode.eq(1), prime.eq(0), gap.eq(G),
+                                     state.eq(ConvState.PRIME)]
+                        m.d.sync += [cnt[name].eq(0) for name in incs]
+                        m.d.sync += [fbase[name].eq(0) for name in folded]
+            with m.Case(ConvState.SETUP):
+                m.d.sync += setup_mul.eq(~setup_mul)
+                with m.If(setup_mul):
+                    m.d.sync += setup_idx.eq(setup_idx + 1)
+                    with m.If(setup_idx == len(products) - 1):
+                        m.d.sync += state.eq(ConvState.CHECK)
+            with m.Case(ConvState.CHECK):
+                with m.If(refused):
+                    m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
+                with m.Else():
+                    start_feeder(lay.w_base)
+                    m.d.comb += arr.clear.eq(1)
+                    m.d.sync += [
+                        prime.eq(0), gap.eq(G),
+                        k_next.eq(C), base_next.eq(lay.w_base + crs),
+                        dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
+                        dcy.eq(0),
+                        drained_all.eq(0), state.eq(ConvState.PRIME),
+                    ]
+            with m.Case(ConvState.PRIME):
+                m.d.sync += prime.eq(prime + 1)
+                with m.If(prime == R - 1):
+                    m.d.sync += state.eq(ConvState.RUN)
+            with m.Case(ConvState.RUN):
+                if self.has_zf:
+                    with m.If(zmode & ~zf.busy & ~zfeed.valid
+                              | lmode & ~zlw.busy & ~lfeed.valid):
+                        m.d.sync += state.eq(ConvState.DRAIN)
+                with m.If(~feeder.busy & ~fv.valid & ~walker_mode):
+                    with m.If(feeder.error):
+                        m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
+                    with m.Elif(more):
+                        start_feeder(base_next)
+                        m.d.sync += [k_next.eq(k_next + C), base_next.eq(base_next + crs)]
+                    with m.Else():
+                        m.d.sync += state.eq(ConvState.DRAIN)
+            with m.Case(ConvState.DRAIN):
+                with m.If(Mux(lmode, l_issued == l_drained,
+                              Mux(zmode, zdrained_all, drained_all)) if self.has_zf
+                          else drained_all):
+                    m.d.sync += [done.eq(1), state.eq(ConvState.IDLE)]
+        return m

@@ -1,0 +1,1 @@
+"""The Fornt data feeder (forward): kernel-pattern shifters and feed lanes."""

@@ -1,0 +1,1264 @@
+"""The data feeder: on-the-fly im2col for the output-stationary forward convolution.
+
+Source: Fornt et al., Sec. II-B and Figs. 3-4. The input feature map X (N x C x H x W) sits in an
+SRAM of ``B = feeder_bus_width`` elements per word, flattened ``[N, C, Y, X]`` (X contiguous)
+from element address ``base``; no im2col matrix and no padding zero is ever stored.
+
+Mapping onto the array (``R = rows`` feed lanes, lane ``i`` feeds array row ``i``)
+    Output pixels are taken in the order ``(n, oh, ow)``. One *context* holds ``R``
+    consecutive pixels ``ow0 .. ow0+R-1`` of one output row ``(n, oh)``; lane ``i`` computes
+    pixel ``ow0 + i``. A row's contexts start at ``ow0 = 0`` (the first context of a run at
+    ``ctx_ow``) and step by ``R``, so the last context of a row may have lanes past ``OW - 1``:
+    those lanes are *masked* (mask bit 0, elements 0). Over one context every lane receives its
+    pixel's im2col row: ``X[n, c, oh*s + r*d - p, ow*s + q*d - p]`` (0 in the padding) for
+    ``c``, then ``r``, then ``q`` (the order of the columns of
+    :func:`bpsa.models.golden.lower_forward`), ``C*R*S`` elements.
+
+Pieces (each a small component)
+    :class:`StepCounter` one counter with a coordinate and a pointer step and a limit (the
+    plain form of the counters);
+    :class:`IndexCounters` six counters: the paper's five (x, y, channel over the interest
+    region; x, y moving the region) and an image counter after the region's y (the batch), the
+    pointer split into SRAM word address and global word offset; pipelined for one word a
+    cycle (registered ``last`` flags, a pointer register per level, rows through pipeline
+    registers to the word counter), steps presented from registers;
+    :class:`KernelPatternShifter` the kernel pattern shifted by a lane's word offset (the
+    counters present every lane's shift amount with each step);
+    :class:`FeedLane` selection into M intermediate registers, pushed as one FIFO entry when
+    full or when they hold the context's last element (entries never straddle contexts, so the
+    entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
+    kM+M-1`` in every lane); made of :class:`LaneSelect` (the pattern's shift),
+    :class:`LaneRanks` (the selected positions and their ranks) and :class:`LaneRegisters`;
+    :class:`DataFeeder` setup of a layer descriptor, the pipeline (counters; stage 0: step,
+    lane shifts, SRAM address; stage 1: data word, lane selections and the lanes), lane FIFOs
+    and the lane-aligned output stream.
+
+Differences from the paper
+    The feed registers do not skew the rows: the output is lane-aligned (the array skews
+    internally). Words that hold no element of an active lane inside the tensor (padding rows
+    and columns) are stepped over without an SRAM read; their elements are zeros made here.
+    Lanes past the end of an output row still select (so that all lanes stay in step) but are
+    masked at the output.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import ReadPort
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from bpsa.config import require_config
+from bpsa.gateware.array.arith import arith_for
+
+__all__ = [
+    "LAYER_FIELDS", "layer_layout", "entry_layout", "feed_layout", "counter_setup_layout",
+    "step_layout", "rank_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
+    "StepCounter", "IndexCounters", "KernelPatternShifter", "LaneSelect", "LaneRanks",
+    "LaneRegisters", "FeedLane", "DataFeeder",
+]
+
+#: Fields of the layer descriptor (:func:`layer_layout`), also the attribute names that
+#: :func:`check_layer` reads (``bpsa.models.feeder_model.FeederDescriptor`` has exactly these).
+LAYER_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
+                "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+                "base", "ctx_n", "ctx_oh", "ctx_ow", "ctx_count", "pad_bottom")
+
+_SHAPE_FIELDS = LAYER_FIELDS[:12] + ("ctx_n", "ctx_oh", "ctx_ow", "pad_bottom")
+_NONZERO_FIELDS = ("batch", "channels", "height", "width", "kernel_h", "kernel_w",
+                   "stride_h", "stride_w", "dil_h", "dil_w")
+
+
+# --- widths and layouts --------------------------------------------------------------------
+
+def addr_width(config):
+    """Bits of an SRAM word address (the SRAM is ``buf_a_depth`` words deep)."""
+    return ceil_log2(config.buf_a_depth)
+
+
+def ptr_width(config):
+    """Bits of an element address; pointer arithmetic is modulo ``2**ptr_width``."""
+    return addr_width(config) + exact_log2(config.feeder_bus_width)
+
+
+def coord_width(config):
+    """Bits of the (signed) coordinates and counter values: room for ``rows * 2**dim_width``
+    plus padding and the pattern width."""
+    return config.dim_width + ceil_log2(config.rows + 1) + 4
+
+
+def layer_layout(config):
+    """Layout of the layer descriptor (``FeederLayer``).
+
+    All fields unsigned. ``batch`` .. ``dil_w``, ``ctx_n``, ``ctx_oh``, ``ctx_ow`` and
+    ``pad_bottom``: ``dim_width`` bits. ``pad_h`` pads the top of the input, ``pad_bottom`` its
+    bottom (asymmetric padding; the Python helpers take ``pad_bottom = pad_h`` when it is
+    missing), so ``OH = (H + pad_h + pad_bottom - d_h(R-1) - 1) // s_h + 1``. ``base``: element
+    address of ``X[0, 0, 0, 0]`` (``log2(buf_a_depth *
+    feeder_bus_width)`` bits). ``ctx_count``: ``2 * dim_width`` bits, 0 means "to the end of
+    the layer".
+    """
+    dim = unsigned(config.dim_width)
+    fields = {name: dim for name in _SHAPE_FIELDS}
+    fields["base"] = unsigned(ptr_width(config))
+    fields["ctx_count"] = unsigned(2 * config.dim_width)
+    return data.StructLayout({name: fields[name] for name in LAYER_FIELDS})
+
+
+def entry_layout(config):
+    """Layout of one lane FIFO entry: ``data`` (M elements), ``count`` (1..M elements valid,
+    from index 0), ``last`` (the entry ends a context), ``active`` (the lane's pixel exists)."""
+    op = arith_for(config).operand_shape
+    m = config.feeder_lane_regs
+    return data.StructLayout({
+        "data": data.ArrayLayout(op, m), "count": unsigned(ceil_log2(m + 1)),
+        "last": unsigned(1), "active": unsigned(1),
+    })
+
+
+def feed_layout(config):
+    """Payload of the feeder's output stream: one element for every lane.
+
+    ``data[i]``: lane ``i``'s element (0 when masked); ``mask`` bit ``i``: lane ``i``'s pixel
+    exists in this context; ``last``: the vector is the context's last (element ``C*R*S-1``).
+    """
+    op = arith_for(config).operand_shape
+    return data.StructLayout({
+        "data": data.ArrayLayout(op, config.rows), "mask": unsigned(config.rows),
+        "last": unsigned(1),
+    })
+
+
+def counter_setup_layout(config):
+    """Per-layer values of :class:`IndexCounters`, derived from the descriptor by
+    :func:`counter_setup` (Python) or the :class:`DataFeeder`'s setup (hardware)."""
+    cw, pw, dim = coord_width(config), ptr_width(config), config.dim_width
+    cu, pu, du = unsigned(cw), unsigned(pw), unsigned(dim)
+    return data.StructLayout({
+        "span_all": cu,      # (R-1)*s_w + (S-1)*d_w + 1: columns of an interest-region row
+        "span_w": cu,        # (S-1)*d_w + 1
+        "stride_w": du,      # local offset step between lanes
+        "y_step": du, "y_limit": cu, "y_pstep": pu,           # d_h; (R-1)*d_h; d_h*W
+        "c_limit": du, "c_pstep": pu,                         # C-1; H*W
+        "cx_step": cu, "cx_limit": cu,                        # rows*s_w; W + 2p_w - span_w
+        "cy_step": du, "cy_limit": cu, "cy_pstep": pu,        # s_h; H + p_h + p_bottom - span_h; s_h*W
+        "n_limit": du, "n_pstep": pu,                         # N-1; C*H*W
+        "ptr0": pu,                                           # base - p_h*W - p_w
+        "pad_h": du, "pad_w": du, "height": du, "width": du,
+        "cx_init": cu, "cy_init": cu, "cy_pinit": pu,         # ow0*s_w; oh0*s_h; oh0*s_h*W
+        "n_init": du, "n_pinit": pu,                          # n0; n0*C*H*W
+        "ctx_count": unsigned(2 * dim),
+        "lane_off": data.ArrayLayout(cu, config.rows),   # i*s_w, lane i's local offset
+        "lane_end": data.ArrayLayout(cu, config.rows),   # i*s_w + span_w
+    })
+
+
+def step_layout(config):
+    """One step of :class:`IndexCounters`: one SRAM word of an interest-region row.
+
+    ``addr``: word address (meaningful when ``read``); ``goff``: global word offset;
+    ``offset``: lane 0's word offset, ``goff - k*B`` for the ``k``-th word of the row (lane
+    ``i`` adds ``i*s_w``); ``read``: the word holds data of an active lane and is read;
+    ``lo``, ``hi``: positions ``[lo, hi)`` of the word hold real data, the rest is padding
+    (both 0 when not read); ``row_last``, ``ctx_last_row`` (last channel and kernel row),
+    ``ctx_last``, ``last`` (of the run); ``active``: the context's lane mask.
+    """
+    bw = config.feeder_bus_width
+    return data.StructLayout({
+        "addr": unsigned(addr_width(config)), "goff": unsigned(exact_log2(bw)),
+        "offset": signed(coord_width(config)), "read": unsigned(1),
+        "lo": unsigned(ceil_log2(bw + 1)), "hi": unsigned(ceil_log2(bw + 1)),
+        "row_last": unsigned(1), "ctx_last_row": unsigned(1), "ctx_last": unsigned(1),
+        "last": unsigned(1), "active": unsigned(config.rows),
+    })
+
+
+# --- the Python view: checks and derived values ----------------------------------------------
+
+def _fields(layer):
+    if isinstance(layer, dict):
+        get = layer.get
+    else:
+        def get(name):
+            return getattr(layer, name, None)
+    values = {}
+    for name in LAYER_FIELDS:
+        v = get(name)
+        if v is None and name in ("pad_h", "pad_w", "base", "ctx_n", "ctx_oh", "ctx_ow",
+                                  "ctx_count"):
+            v = 0
+        if v is None and name == "pad_bottom":
+            v = values["pad_h"]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"layer field {name} must be an integer, not {v!r}")
+        values[name] = v
+    return values
+
+
+def check_layer(config, layer):
+    """Raise :exc:`ValueError` with the reason when the feeder generated for ``config`` cannot
+    run ``layer`` (an object with the attributes :data:`LAYER_FIELDS`, or a dict; missing
+    ``pad_*``, ``base`` and ``ctx_*`` mean 0). The hardware refuses the same descriptors with
+    its ``error`` output, except those whose values do not fit the descriptor's fields."""
+    f = _fields(layer)
+    layout = layer_layout(config)
+    for name in LAYER_FIELDS:
+        width = layout.members[name].width
+        if not 0 <= f[name] < 1 << width:
+            raise ValueError(f"layer field {name} must be in [0, {(1 << width) - 1}] "
+                             f"({width} bits), not {f[name]}")
+    for name in _NONZERO_FIELDS:
+        if f[name] == 0:
+            raise ValueError(f"layer field {name} must be at least 1, not 0")
+    span_w = (f["kernel_w"] - 1) * f["dil_w"] + 1
+    span_h = (f["kernel_h"] - 1) * f["dil_h"] + 1
+    if span_w > config.feeder_pattern_width:
+        raise ValueError(
+            f"kernel width {f['kernel_w']} with dilation {f['dil_w']} spans {span_w} columns, "
+            f"more than feeder_pattern_width {config.feeder_pattern_width}")
+    padded_h = f["height"] + f["pad_h"] + f["pad_bottom"]
+    if span_h > padded_h or span_w > f["width"] + 2 * f["pad_w"]:
+        raise ValueError(
+            f"dilated kernel {span_h} x {span_w} does not fit the padded input "
+            f"{padded_h} x {f['width'] + 2 * f['pad_w']}")
+    size = f["batch"] * f["channels"] * f["height"] * f["width"]
+    capacity = config.buf_a_depth * config.feeder_bus_width
+    if f["base"] + size > capacity:
+        raise ValueError(f"X ({size} elements from element {f['base']}) does not fit the "
+                         f"SRAM of {capacity} elements")
+    oh_n = (padded_h - span_h) // f["stride_h"] + 1
+    ow_n = (f["width"] + 2 * f["pad_w"] - span_w) // f["stride_w"] + 1
+    if f["ctx_n"] >= f["batch"] or f["ctx_oh"] >= oh_n or f["ctx_ow"] >= ow_n:
+        raise ValueError(f"first context (n, oh, ow) = ({f['ctx_n']}, {f['ctx_oh']}, "
+                         f"{f['ctx_ow']}) is outside the output ({f['batch']}, {oh_n}, {ow_n})")
+
+
+def layer_value(config, layer):
+    """The descriptor value (a dict for ``Simulator.set`` / a ``Const`` of :func:`layer_layout`)
+    of a checked layer."""
+    check_layer(config, layer)
+    return _fields(layer)
+
+
+def counter_setup(config, layer):
+    """The :func:`counter_setup_layout` values of a checked layer, as a dict (the hardware
+    derives the same values in its setup)."""
+    f = layer_value(config, layer)
+    pmask = (1 << ptr_width(config)) - 1
+    span_w = (f["kernel_w"] - 1) * f["dil_w"] + 1
+    span_h = (f["kernel_h"] - 1) * f["dil_h"] + 1
+    h, w = f["height"], f["width"]
+    chw = f["channels"] * h * w
+    return {
+        "span_all": (config.rows - 1) * f["stride_w"] + span_w, "span_w": span_w,
+        "stride_w": f["stride_w"],
+        "y_step": f["dil_h"], "y_limit": span_h - 1, "y_pstep": (f["dil_h"] * w) & pmask,
+        "c_limit": f["channels"] - 1, "c_pstep": (h * w) & pmask,
+        "cx_step": config.rows * f["stride_w"], "cx_limit": w + 2 * f["pad_w"] - span_w,
+        "cy_step": f["stride_h"], "cy_limit": h + f["pad_h"] + f["pad_bottom"] - span_h,
+        "cy_pstep": (f["stride_h"] * w) & pmask,
+        "n_limit": f["batch"] - 1, "n_pstep": chw & pmask,
+        "ptr0": (f["base"] - f["pad_h"] * w - f["pad_w"]) & pmask,
+        "pad_h": f["pad_h"], "pad_w": f["pad_w"], "height": h, "width": w,
+        "cx_init": f["ctx_ow"] * f["stride_w"], "cy_init": f["ctx_oh"] * f["stride_h"],
+        "cy_pinit": (f["ctx_oh"] * f["stride_h"] * w) & pmask,
+        "n_init": f["ctx_n"], "n_pinit": (f["ctx_n"] * chw) & pmask,
+        "ctx_count": f["ctx_count"],
+        "lane_off": [i * f["stride_w"] for i in range(config.rows)],
+        "lane_end": [i * f["stride_w"] + span_w for i in range(config.rows)],
+    }
+
+
+# --- index counters ------------------------------------------------------------------------
+
+class StepCounter(wiring.Component):
+    """A counter with a coordinate and a pointer contribution.
+
+    ``value`` takes ``0, step, 2*step, ..`` while it is at most ``limit``, then wraps to 0;
+    ``pvalue`` moves with it by ``pstep`` (modulo ``2**pwidth``) and wraps with it.
+
+    Members
+    -------
+    step, limit, pstep : In
+        Static while counting.
+    load, init, pinit : In
+        ``load`` sets ``value``/``pvalue`` to ``init``/``pinit`` (it has priority over ``en``).
+    en : In(1)
+        Advance by one step (or wrap).
+    value, pvalue : Out
+        The registered state.
+    last : Out(1)
+        Combinational: ``value + step > limit``; with ``en`` the counter wraps.
+    """
+
+    def __init__(self, *, width, pwidth):
+        if not isinstance(width, int) or width < 1:
+            raise TypeError(f"width must be a positive integer, not {width!r}")
+        if not isinstance(pwidth, int) or pwidth < 1:
+            raise TypeError(f"pwidth must be a positive integer, not {pwidth!r}")
+        self.width = width
+        self.pwidth = pwidth
+        super().__init__({
+            "step": In(width), "limit": In(width), "pstep": In(pwidth),
+            "load": In(1), "init": In(width), "pinit": In(pwidth), "en": In(1),
+            "value": Out(width), "pvalue": Out(pwidth), "last": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.last.eq(self.value + self.step > self.limit)
+        with m.If(self.load):
+            m.d.sync += [self.value.eq(self.init), self.pvalue.eq(self.pinit)]
+        with m.Elif(self.en):
+            with m.If(self.last):
+                m.d.sync += [self.value.eq(0), self.pvalue.eq(0)]
+            with m.Else():
+                m.d.sync += [self.value.eq(self.value + self.step),
+                             self.pvalue.eq(self.pvalue + self.pstep)]
+        return m
+
+
+def _one_hot(choices):
+    """The value of the one true condition of ``(condition, value)`` pairs (an AND-OR, 0 when
+    none is true)."""
+    out = 0
+    for cond, value in choices:
+        out = out | Mux(cond, value, 0)
+    return out
+
+
+class IndexCounters(wiring.Component):
+    """The index counters: the sequence of SRAM words of a run, one :func:`step_layout` step
+    per advance, presented from registers.
+
+    The counters of the paper, innermost first: ``x`` (``k*B`` along an interest-region row,
+    up to the row's last interest element), ``y`` (kernel row ``r*d_h``), ``c`` (channel),
+    then ``cx`` (context x, ``ow0*s_w`` by ``R*s_w``), ``cy`` (output row ``oh*s_h``) and
+    ``n`` (image) moving the region. With ``ctx_count`` non-zero the run ends after that many
+    contexts.
+
+    Built for one row a cycle with short paths: the row counters (all but ``x``) keep each
+    ``limit - value`` and their ``last`` flags in registers (the flag of the next value is
+    compared when the value is computed), and the pointer as registers, one a level (the
+    pointer where the level's counter last moved): a row's pointer is the level's pointer plus
+    its step, the level the registered flags select, never a sum of six terms. A row then goes
+    through three pipeline registers (word address, global word offset and word count; the
+    lane mask and the real-data window) to the word counter (``x``), which writes its words
+    into two output registers in turn while they are not both full; ``en`` moves only their
+    read pointer and count.
+
+    Latency: the first step is presented 6 cycles after ``start``; then one a cycle while
+    ``en`` is high (a step taken in every cycle keeps ``valid`` high to the run's last step).
+
+    Members
+    -------
+    setup : In(counter_setup_layout)
+        Static from ``start`` to the end of the run.
+    start : In(1)
+        Load the first context (``*_init``) and start presenting steps (clears the pipeline).
+    valid : Out(1)
+        A step is presented.
+    step : Out(step_layout)
+        From registers (one of the two output registers).
+    en : In(1)
+        Take the presented step (only with ``valid``); after the ``last`` step ``valid`` falls.
+    busy : Out(1)
+        From ``start`` until the run's last step is taken.
+    lane_shift, lane_tap : Out
+        With ``step``, from registers: every lane's :class:`LaneSelect` ``shift`` and
+        ``tap_last`` for the lane's word offset ``step.offset + i*s_w`` (and ``last_tap =
+        span_w - 1``), computed in the word counter's stage from per-lane constants.
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        super().__init__({
+            "setup": In(counter_setup_layout(config)), "start": In(1), "en": In(1),
+            "valid": Out(1), "step": Out(step_layout(config)), "busy": Out(1),
+            "lane_shift": Out(data.ArrayLayout(
+                range(config.feeder_bus_width + config.feeder_pattern_width + 1), config.rows)),
+            "lane_tap": Out(config.rows),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        su = self.setup
+        cw, pw = coord_width(cfg), ptr_width(cfg)
+        bw, lb, r_n = cfg.feeder_bus_width, exact_log2(cfg.feeder_bus_width), cfg.rows
+        sc = signed(cw + 2)
+
+        # --- per-layer constants derived from the setup (registered; valid from the cycle
+        # after start, the setup being static from the start cycle on) -------------------------
+        sa_m1 = Signal(cw)          # span_all - 1
+        levels = {                  # name: (step, limit)
+            "y": (su.y_step, su.y_limit), "c": (Const(1, 1), su.c_limit),
+            "cx": (su.cx_step, su.cx_limit), "cy": (su.cy_step, su.cy_limit),
+            "n": (Const(1, 1), su.n_limit),
+        }
+        names = tuple(levels)
+        wrap_last = {k: Signal(name=f"{k}_wrap_last") for k in names}
+        m.d.sync += sa_m1.eq(su.span_all - 1)
+        for k, (step, limit) in levels.items():
+            m.d.sync += wrap_last[k].eq(limit < step)
+
+        # --- the row counters: room (limit - value) and registered last flag per level ----
+        room = {k: Signal(cw, name=f"{k}_room") for k in names}
+        last = {k: Signal(name=f"{k}_last") for k in names}
+        ptr = {k: Signal(pw, name=f"{k}_ptr") for k in ("row",) + names[1:]}
+        pstep = {"row": su.y_pstep, "c": su.c_pstep, "cx": su.cx_step, "cy": su.cy_pstep,
+                 "n": su.n_pstep}
+        psum = {}
+        for k in ptr:
+            psum[k] = Signal(pw, name=f"{k}_ptr_next")
+            m.d.comb += psum[k].eq(ptr[k] + pstep[k])
+        x0 = Signal(sc)             # cx - pad_w: x of the interest region's first column
+        yrow = Signal(sc)           # cy + y - pad_h: the row's y in X
+        ybase = Signal(sc)          # cy - pad_h
+        ctx_left = Signal.like(su.ctx_count)
+        ctx_one = Signal()
+        limited = Signal()
+        running = Signal()
+
+        # The level a step moves (one-hot over y, c, cx, cy, n; the others wrap to 0).
+        moves = [~last["y"],
+                 last["y"] & ~last["c"],
+                 last["y"] & last["c"] & ~last["cx"],
+                 last["y"] & last["c"] & last["cx"] & ~last["cy"],
+                 last["y"] & last["c"] & last["cx"] & last["cy"]]
+        ctx_end = last["y"] & last["c"]
+        run_end = ctx_end & ((last["cx"] & last["cy"] & last["n"]) | (limited & ctx_one))
+
+        # Row pipeline: state -> A -> B -> C -> word counter; all move together.
+        a_valid, b_valid, c_valid = Signal(), Signal(), Signal()
+        w_valid, w_last = Signal(), Signal()
+        full = Signal()
+        word_adv = Signal()
+        row_adv = Signal()
+        m.d.comb += [
+            word_adv.eq(~full),
+            row_adv.eq((word_adv & (~w_valid | w_last)) | ~c_valid),
+        ]
+
+        with m.If(self.start):
+            # the first context's row: sums of at most two levels of adders
+            init = {"y": 0, "c": 0, "cx": su.cx_init, "cy": su.cy_init, "n": su.n_init}
+            p_n = su.ptr0 + su.n_pinit
+            p_cy = p_n + su.cy_pinit
+            first = p_n + (su.cy_pinit + su.cx_init)
+            m.d.sync += [
+                running.eq(1),
+                x0.eq(su.cx_init - su.pad_w),
+                ybase.eq(su.cy_init - su.pad_h), yrow.eq(su.cy_init - su.pad_h),
+                ptr["n"].eq(p_n), ptr["cy"].eq(p_cy),
+                ptr["cx"].eq(first), ptr["c"].eq(first), ptr["row"].eq(first),
+                ctx_left.eq(su.ctx_count), limited.eq(su.ctx_count != 0),
+                ctx_one.eq(su.ctx_count == 1),
+            ]
+            for k, (step, limit) in levels.items():
+                r0 = Signal(cw, name=f"{k}_room_init")
+                m.d.comb += r0.eq(limit - init[k])
+                m.d.sync += [room[k].eq(r0), last[k].eq(r0 < step)]
+        with m.Elif(row_adv & running):
+            with m.If(run_end):
+                m.d.sync += running.eq(0)
+            # rooms and flags: a level steps when all inner levels are last
+            inner = Const(1, 1)
+            for k, (step, limit) in levels.items():
+                with m.If(inner):
+                    with m.If(last[k]):
+                        m.d.sync += [room[k].eq(limit), last[k].eq(wrap_last[k])]
+                    with m.Else():
+                        m.d.sync += [room[k].eq(room[k] - step),
+                                     last[k].eq(room[k] < (step << 1))]
+                inner = inner & last[k]
+            # pointers: the moving level's pointer plus its step, copied to all inner levels
+            # (one-hot selections of sums computed apart: no adder after a selection)
+            order = ("row", "c", "cx", "cy", "n")
+            for lvl, k in enumerate(order):
+                m.d.sync += ptr[k].eq(_one_hot(
+                    (moves[sel], ptr[k] if sel < lvl else psum[order[sel]])
+                    for sel in range(len(order))))
+            with m.If(ctx_end):
+                m.d.sync += [ctx_left.eq(ctx_left - 1), ctx_one.eq(ctx_left == 2)]
+                with m.If(last["cx"]):
+                    m.d.sync += x0.eq(-su.pad_w)
+                with m.Else():
+                    m.d.sync += x0.eq(x0 + su.cx_step)
+            y_next, ybase_next = Signal(sc), Signal(sc)
+            m.d.comb += [y_next.eq(yrow + su.y_step), ybase_next.eq(ybase + su.cy_step)]
+            m.d.sync += [
+                yrow.eq(_one_hot([(moves[0], y_next), (moves[1] | moves[2], ybase),
+                                  (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+                ybase.eq(_one_hot([(moves[0] | moves[1] | moves[2], ybase),
+                                   (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+            ]
+
+        # --- A: word address, global word offset, words - 1, lane mask, window ends --------
+        a_addr, a_goff = Signal(addr_width(cfg)), Signal(lb)
+        a_wm1 = Signal(cw)
+        a_active = Signal(r_n)
+        a_row_ok, a_ctx_last_row, a_last = Signal(), Signal(), Signal()
+        a_lo, a_hw = Signal(sc), Signal(sc)     # max(0, -x0); W - x0
+        # --- B: window in word positions of the row's first word --------------------------
+        b_addr, b_goff, b_wm1 = Signal.like(a_addr), Signal.like(a_goff), Signal.like(a_wm1)
+        b_active = Signal(r_n)
+        b_row_ok, b_ctx_last_row, b_last, b_one = Signal(), Signal(), Signal(), Signal()
+        b_lo, b_hw, b_end = Signal(sc), Signal(sc), Signal(sc)
+        # --- C: the window's end ------------------------------------------------------------
+        c_addr, c_goff, c_wm1 = Signal.like(a_addr), Signal.like(a_goff), Signal.like(a_wm1)
+        c_active = Signal(r_n)
+        c_row_ok, c_ctx_last_row, c_last, c_one = Signal(), Signal(), Signal(), Signal()
+        c_lo, c_hi = Signal(sc), Signal(sc)
+
+        highest = Signal(r_n)       # the last active lane (lane 0 always is)
+        for i in range(r_n):
+            above = a_active[i + 1] if i + 1 < r_n else 0
+            m.d.comb += highest[i].eq(a_active[i] & ~above)
+        end_sel = 0
+        for i in range(r_n):
+            end_sel = end_sel | Mux(highest[i], su.lane_end[i], 0)
+
+        with m.If(row_adv):
+            m.d.sync += [
+                a_valid.eq(running),
+                a_addr.eq(ptr["row"][lb:]), a_goff.eq(ptr["row"][:lb]),
+                a_wm1.eq((ptr["row"][:lb] + sa_m1) >> lb),
+                a_row_ok.eq((yrow >= 0) & (yrow < su.height)),
+                a_ctx_last_row.eq(ctx_end), a_last.eq(run_end),
+                a_lo.eq(Mux(x0 < 0, -x0, 0)), a_hw.eq(su.width - x0),
+                b_valid.eq(a_valid), b_addr.eq(a_addr), b_goff.eq(a_goff), b_wm1.eq(a_wm1),
+                b_active.eq(a_active), b_row_ok.eq(a_row_ok),
+                b_ctx_last_row.eq(a_ctx_last_row), b_last.eq(a_last), b_one.eq(a_wm1 == 0),
+                b_lo.eq(a_lo + a_goff), b_hw.eq(a_hw + a_goff), b_end.eq(end_sel + a_goff),
+                c_valid.eq(b_valid), c_addr.eq(b_addr), c_goff.eq(b_goff), c_wm1.eq(b_wm1),
+                c_active.eq(b_active), c_row_ok.eq(b_row_ok),
+                c_ctx_last_row.eq(b_ctx_last_row), c_last.eq(b_last), c_one.eq(b_one),
+                c_lo.eq(b_lo), c_hi.eq(Mux(b_hw < b_end, b_hw, b_end)),
+            ]
+            for i in range(r_n):
+                m.d.sync += a_active[i].eq(su.lane_off[i] <= room["cx"])
+
+        # --- the word counter: k*B along the row --------------------------------------------
+        w_addr = Signal.like(a_addr)
+        w_off = Signal(signed(cw))          # goff - k*B
+        w_lo, w_hi = Signal(sc), Signal(sc)  # window - k*B
+        w_left = Signal(cw)
+        w_active = Signal(r_n)
+        w_row_ok, w_ctx_last_row, w_run_last = Signal(), Signal(), Signal()
+        with m.If(word_adv):
+            with m.If(~w_valid | w_last):
+                m.d.sync += [
+                    w_valid.eq(c_valid), w_addr.eq(c_addr), w_off.eq(c_goff),
+                    w_lo.eq(c_lo), w_hi.eq(c_hi), w_left.eq(c_wm1), w_last.eq(c_one),
+                    w_active.eq(c_active), w_row_ok.eq(c_row_ok),
+                    w_ctx_last_row.eq(c_ctx_last_row), w_run_last.eq(c_last),
+                ]
+            with m.Else():
+                m.d.sync += [
+                    w_addr.eq(w_addr + 1), w_off.eq(w_off - bw),
+                    w_lo.eq(w_lo - bw), w_hi.eq(w_hi - bw),
+                    w_left.eq(w_left - 1), w_last.eq(w_left == 1),
+                ]
+
+        def clamp(v):
+            return Mux(v < 0, 0, Mux(v > bw, bw, v))
+        lo, hi = Signal(range(bw + 1)), Signal(range(bw + 1))
+        read = Signal()
+        m.d.comb += [lo.eq(clamp(w_lo)), hi.eq(clamp(w_hi)), read.eq(w_row_ok & (lo < hi))]
+        wstep = Signal(step_layout(cfg))
+        m.d.comb += [
+            wstep.addr.eq(w_addr), wstep.goff.eq(w_off[:lb]), wstep.offset.eq(w_off),
+            wstep.read.eq(read), wstep.lo.eq(Mux(read, lo, 0)), wstep.hi.eq(Mux(read, hi, 0)),
+            wstep.row_last.eq(w_last), wstep.ctx_last_row.eq(w_ctx_last_row),
+            wstep.ctx_last.eq(w_ctx_last_row & w_last), wstep.last.eq(w_run_last & w_last),
+            wstep.active.eq(w_active),
+        ]
+
+        # every lane's pattern shift (:class:`LaneSelect`'s, for the offset ``w_off + i*s_w``)
+        # from per-lane constants: one subtraction and the clamp
+        pwid = cfg.feeder_pattern_width
+        kshape = signed(cw + 3)
+        lshift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        ltap = Signal(r_n)
+        for i in range(r_n):
+            kb = Signal(kshape, name=f"lane{i}_kb")     # B - i*s_w
+            kt = Signal(kshape, name=f"lane{i}_kt")     # i*s_w + span_w - 1
+            m.d.sync += [kb.eq(bw - su.lane_off[i]), kt.eq(su.lane_off[i] + su.span_w - 1)]
+            v, tap = Signal(kshape, name=f"lane{i}_v"), Signal(kshape, name=f"lane{i}_tap")
+            m.d.comb += [
+                v.eq(kb - w_off), tap.eq(w_off + kt),
+                lshift[i].eq(Mux(v < 0, 0, Mux(v > bw + pwid, bw + pwid, v))),
+                ltap[i].eq((tap >= 0) & (tap < bw)),
+            ]
+
+        # --- output: two entries written in turn while not both full, read in turn --------
+        # (``en`` moves only the read pointer and the count)
+        entries = [Signal(step_layout(cfg), name=f"out{e}") for e in range(2)]
+        e_shift = [Signal.like(lshift, name=f"out{e}_shift") for e in range(2)]
+        e_tap = [Signal(r_n, name=f"out{e}_tap") for e in range(2)]
+        wp, rp = Signal(), Signal()
+        count = Signal(range(3))
+        write = Signal()
+        read = Signal()
+        m.d.comb += [write.eq(word_adv & w_valid), read.eq(self.en & (count != 0))]
+        for e in range(2):
+            with m.If(write & (wp == e)):
+                m.d.sync += [entries[e].eq(wstep), e_shift[e].eq(lshift), e_tap[e].eq(ltap)]
+        with m.If(write):
+            m.d.sync += wp.eq(~wp)
+        with m.If(read):
+            m.d.sync += rp.eq(~rp)
+        m.d.sync += [count.eq(count + write - read), full.eq(count + write - read == 2)]
+
+        with m.If(self.start):
+            m.d.sync += [a_valid.eq(0), b_valid.eq(0), c_valid.eq(0), w_valid.eq(0),
+                         wp.eq(0), rp.eq(0), count.eq(0), full.eq(0)]
+        m.d.comb += [
+            self.valid.eq(count != 0),
+            self.step.eq(Mux(rp, entries[1], entries[0])),
+            self.lane_shift.eq(Mux(rp, e_shift[1], e_shift[0])),
+            self.lane_tap.eq(Mux(rp, e_tap[1], e_tap[0])),
+            self.busy.eq(running | a_valid | b_valid | c_valid | w_valid | (count != 0)),
+        ]
+        return m
+
+
+# --- feed lanes ----------------------------------------------------------------------------
+
+def _shift_amount(m, offset, bw, pw):
+    """The pattern's shift for a word offset: ``u = B - offset`` clamped to ``[0, B + PW]`` (bit
+    ``j`` of the selection is bit ``u + j`` of the pattern with B zeros at both ends; both ends of
+    the clamp select only zeros)."""
+    u = Signal(range(bw + pw + 1))
+    v = Signal(signed(len(offset) + 2))
+    m.d.comb += [v.eq(bw - offset), u.eq(Mux(v < 0, 0, Mux(v > bw + pw, bw + pw, v)))]
+    return u
+
+
+def _window(pattern, u, bw):
+    """The ``bw`` pattern bits that :func:`_shift_amount`'s ``u`` selects."""
+    return (Cat(Const(0, bw), pattern, Const(0, bw)) >> u)[:bw]
+
+
+def _check_offset_width(offset_width):
+    if not isinstance(offset_width, int) or offset_width < 2:
+        raise TypeError(f"offset_width must be an integer of at least 2, not "
+                        f"{offset_width!r}")
+
+
+class KernelPatternShifter(wiring.Component):
+    """The kernel pattern aligned with the data word (combinational).
+
+    ``sel`` bit ``j`` is ``pattern`` bit ``j - offset`` (0 outside the pattern): the pattern
+    shifted right by ``offset`` word positions, left when ``offset`` is negative.
+
+    Members
+    -------
+    pattern : In(feeder_pattern_width)
+        Bit ``b``: the kernel has a tap ``b`` columns after its first (``0, d, .., (S-1)d``).
+    offset : In(signed(offset_width))
+        The lane's word offset.
+    sel : Out(feeder_bus_width)
+        The word positions holding the lane's interest elements.
+    """
+
+    def __init__(self, config, *, offset_width):
+        _check_offset_width(offset_width)
+        self.config = require_config(config)
+        super().__init__({
+            "pattern": In(config.feeder_pattern_width), "offset": In(signed(offset_width)),
+            "sel": Out(config.feeder_bus_width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bw, pw = self.config.feeder_bus_width, self.config.feeder_pattern_width
+        u = _shift_amount(m, self.offset, bw, pw)
+        m.d.comb += self.sel.eq(_window(self.pattern, u, bw))
+        return m
+
+
+class LaneSelect(wiring.Component):
+    """A lane's word offset turned into what the lane takes of the word (combinational), in two
+    steps that the :class:`DataFeeder` registers apart: the offset to the pattern's shift
+    (``shift``, ``tap_last``), the shift to the selected positions and their ranks
+    (:class:`LaneRanks`).
+
+    Members
+    -------
+    offset : In(signed(offset_width))
+        The lane's word offset (global word offset + local offset - bus widths already read).
+    last_tap : In
+        The position of the pattern's last bit, ``(S-1)*d``.
+    shift : Out
+        The pattern's shift, ``B - offset`` clamped to ``[0, B + feeder_pattern_width]``
+        (:class:`KernelPatternShifter`'s).
+    tap_last : Out(1)
+        Word position ``offset + last_tap`` is in the word.
+    """
+
+    def __init__(self, config, *, offset_width):
+        _check_offset_width(offset_width)
+        self.config = require_config(config)
+        self.offset_width = offset_width
+        bw, pw = config.feeder_bus_width, config.feeder_pattern_width
+        super().__init__({
+            "offset": In(signed(offset_width)), "last_tap": In(range(pw)),
+            "shift": Out(range(bw + pw + 1)), "tap_last": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bw, pw = self.config.feeder_bus_width, self.config.feeder_pattern_width
+        m.d.comb += self.shift.eq(_shift_amount(m, self.offset, bw, pw))
+        tap = Signal(signed(self.offset_width + 1))
+        m.d.comb += [tap.eq(self.offset + self.last_tap),
+                     self.tap_last.eq((tap >= 0) & (tap < bw))]
+        return m
+
+
+def rank_layout(config):
+    """Ranks of a lane's selection: element ``j`` counts the selected positions before ``j``,
+    element ``B`` all of them."""
+    bw = config.feeder_bus_width
+    return data.ArrayLayout(unsigned(ceil_log2(bw + 1)), bw + 1)
+
+
+class LaneRanks(wiring.Component):
+    """The pattern shifted by ``shift`` (the selected word positions) and their ranks
+    (combinational; the ranks by a log-depth prefix count).
+
+    Members
+    -------
+    pattern : In(feeder_pattern_width)
+    shift : In
+        :class:`LaneSelect`'s.
+    sel : Out(feeder_bus_width)
+    rank : Out(rank_layout)
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        bw, pw = config.feeder_bus_width, config.feeder_pattern_width
+        super().__init__({
+            "pattern": In(pw), "shift": In(range(bw + pw + 1)),
+            "sel": Out(bw), "rank": Out(rank_layout(config)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bw = self.config.feeder_bus_width
+        rw = ceil_log2(bw + 1)
+        m.d.comb += self.sel.eq(_window(self.pattern, self.shift, bw))
+        # Inclusive prefix counts, doubling the span each level.
+        level = [self.sel[j] for j in range(bw)]
+        span = 1
+        while span < bw:
+            nxt = []
+            for j in range(bw):
+                v = Signal(rw, name=f"count{span}_{j}")
+                m.d.comb += v.eq(level[j] + level[j - span] if j >= span else level[j])
+                nxt.append(v)
+            level, span = nxt, span * 2
+        m.d.comb += self.rank[0].eq(0)
+        for j in range(bw):
+            m.d.comb += self.rank[j + 1].eq(level[j])
+        return m
+
+
+class LaneRegisters(wiring.Component):
+    """A lane's M intermediate registers: places the word's selected elements and pushes them,
+    M at a time, as FIFO entries (the part of :class:`FeedLane` after :class:`LaneRanks`).
+
+    The elements of the word placed so far are the first ``t`` selected ones (a register);
+    ``done`` (``rank[B] - t`` at most the free registers) comes from registers and the FIFO's
+    ``ready``, which only selects among precomputed cases.
+
+    Members
+    -------
+    word, word_valid, active, next, done, blocked, empty, entries
+        As :class:`FeedLane`'s.
+    sel : In(feeder_bus_width), rank : In(rank_layout)
+        The word positions holding the lane's interest elements, and their ranks.
+    closes : In(1)
+        The word holds the lane's last element of the context (the context's last row and
+        :class:`LaneSelect`'s ``tap_last``).
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        op = arith_for(config).operand_shape
+        super().__init__({
+            "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
+            "sel": In(config.feeder_bus_width), "rank": In(rank_layout(config)),
+            "closes": In(1), "active": In(1), "next": In(1),
+            "done": Out(1), "blocked": Out(1), "empty": Out(1),
+            "entries": Out(stream.Signature(entry_layout(config))),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        bw, mr = cfg.feeder_bus_width, cfg.feeder_lane_regs
+
+        regs = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, mr))
+        fill = Signal(range(mr + 1))
+        close = Signal()
+        act = Signal()
+        out = self.entries
+        push = out.valid & out.ready
+        m.d.comb += [
+            out.valid.eq((fill == mr) | close),
+            out.p.data.eq(regs), out.p.count.eq(fill), out.p.last.eq(close),
+            out.p.active.eq(act),
+            self.empty.eq((fill == 0) & ~close),
+        ]
+
+        # Fill level the new elements start from: offered registers take elements only in the
+        # cycle they are pushed (then all are free).
+        accept = Signal()
+        base = Signal(range(mr + 1))
+        free = Signal(range(mr + 1))
+        m.d.comb += [accept.eq(~out.valid | out.ready), base.eq(Mux(out.valid, 0, fill)),
+                     free.eq(Mux(accept, mr - base, 0))]
+
+        # The first t selected elements of the word are placed; register k >= base takes the
+        # selected element of rank t + k - base, if there is one (both cases of base computed
+        # apart, the registers' state selecting last).
+        t = Signal(range(bw + 1))
+        cnt = Signal(range(bw + 1))         # selected elements left
+        m.d.comb += cnt.eq(Mux(self.word_valid, self.rank[bw] - t, 0))
+        placed = Signal(range(mr + 1))
+        m.d.comb += placed.eq(Mux(cnt < free, cnt, free))
+        for k in range(mr):
+            takes, srcs = [], []
+            for case, b in (("pushed", 0), ("open", fill)):
+                q = Signal(range(-mr, bw + mr + 1), name=f"rank_for{k}_{case}")
+                m.d.comb += q.eq(t + k - b)
+                src = 0
+                for j in range(bw):
+                    src = src | Mux(self.sel[j] & (self.rank[j] == q),
+                                    Value.cast(self.word[j]), 0)
+                takes.append((k >= b) & (q < self.rank[bw]))
+                srcs.append(src)
+            with m.If(self.word_valid & Mux(out.valid, out.ready & takes[0], takes[1])):
+                m.d.sync += regs[k].eq(Mux(out.valid, srcs[0], srcs[1]))
+
+        # done is cnt <= free, i.e. rank[B] <= t + free: the bounds t + M and t + M - fill are
+        # kept in registers (no subtraction before the comparisons), the cases of the
+        # registers' state compared apart and selected last (the FIFO's ready arrives late)
+        t_mr = Signal(range(bw + mr + 1), init=mr)          # t + M
+        t_room = Signal(range(bw + mr + 1), init=mr)        # t + M - fill
+        total = self.rank[bw]
+        m.d.comb += [
+            self.done.eq(~self.word_valid | Mux(out.valid,
+                                                Mux(out.ready, total <= t_mr, total == t),
+                                                total <= t_room)),
+            self.blocked.eq(self.word_valid & (total != t) & out.valid & ~out.ready),
+        ]
+        with m.If(accept):
+            m.d.sync += fill.eq(base + placed)
+        with m.If(placed != 0):
+            m.d.sync += act.eq(self.active)
+        with m.If(self.next):
+            m.d.sync += [t.eq(0), t_mr.eq(mr),
+                         t_room.eq(Mux(accept, mr - base - placed, mr - fill))]
+        with m.Else():
+            m.d.sync += [t.eq(t + placed), t_mr.eq(t_mr + placed),
+                         t_room.eq(Mux(accept, t_mr - base, t_room))]
+
+        # The lane's last element of the context is in this word when its last tap is.
+        closes = self.closes & (cnt != 0) & self.done
+        m.d.sync += close.eq(closes | (close & ~push))
+        return m
+
+
+class FeedLane(wiring.Component):
+    """One feed lane: selects its interest elements from the data words into M intermediate
+    registers and pushes them, M at a time, as FIFO entries (:class:`LaneSelect`,
+    :class:`LaneRanks` and :class:`LaneRegisters`; the :class:`DataFeeder` puts a register
+    after each of the first two).
+
+    Per cycle the lane places, in word order, as many of the word's not yet taken interest
+    elements as it has free registers. Registers that are full, or that hold the context's
+    last element (*closed*), are offered on ``entries`` from the next cycle; while offered they
+    take nothing, except in the cycle they are accepted, when all M are free again. ``done``
+    says that all remaining interest elements of the word are placed this cycle; the feeder
+    holds the word (a stall) until every lane is done, then asserts ``next``.
+
+    Members
+    -------
+    word : In(ArrayLayout(operand, B))
+        The data word, padding positions already 0.
+    word_valid : In(1)
+        ``word`` and the controls below are meaningful.
+    offset : In(signed)
+        The lane's word offset (global word offset + local offset - bus widths already read).
+    pattern : In(feeder_pattern_width), last_tap : In
+        Kernel pattern and the position of its last bit, ``(S-1)*d``.
+    ctx_end : In(1)
+        The word belongs to the context's last interest-region row.
+    active : In(1)
+        The lane's pixel exists in this context (carried into the entries).
+    next : In(1)
+        The word is replaced at the end of this cycle.
+    done : Out(1)
+        Combinational: the lane has nothing left of this word after this cycle.
+    blocked : Out(1)
+        Combinational: interest elements wait while the registers wait for the FIFO.
+    empty : Out(1)
+        No element in the registers.
+    entries : Out(stream.Signature(entry_layout))
+        ``valid`` is registered and never depends on ``ready``.
+    """
+
+    def __init__(self, config, *, offset_width):
+        _check_offset_width(offset_width)
+        self.config = require_config(config)
+        self.offset_width = offset_width
+        op = arith_for(config).operand_shape
+        pw = config.feeder_pattern_width
+        super().__init__({
+            "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
+            "offset": In(signed(offset_width)), "pattern": In(pw), "last_tap": In(range(pw)),
+            "ctx_end": In(1), "active": In(1), "next": In(1),
+            "done": Out(1), "blocked": Out(1), "empty": Out(1),
+            "entries": Out(stream.Signature(entry_layout(config))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        sel = m.submodules.select = LaneSelect(self.config, offset_width=self.offset_width)
+        ranks = m.submodules.ranks = LaneRanks(self.config)
+        regs = m.submodules.regs = LaneRegisters(self.config)
+        m.d.comb += [
+            sel.offset.eq(self.offset), sel.last_tap.eq(self.last_tap),
+            ranks.pattern.eq(self.pattern), ranks.shift.eq(sel.shift),
+            regs.word.eq(self.word), regs.word_valid.eq(self.word_valid),
+            regs.sel.eq(ranks.sel), regs.rank.eq(ranks.rank),
+            regs.closes.eq(self.ctx_end & sel.tap_last), regs.active.eq(self.active),
+            regs.next.eq(self.next),
+            self.done.eq(regs.done), self.blocked.eq(regs.blocked), self.empty.eq(regs.empty),
+        ]
+        wiring.connect(m, wiring.flipped(self.entries), regs.entries)
+        return m
+
+
+# --- the feeder ----------------------------------------------------------------------------
+
+class FeederState(enum.Enum, shape=3):
+    """State of the :class:`DataFeeder`'s control."""
+    IDLE = 0
+    SETUP = 1
+    CHECK = 2
+    PATTERN = 3
+    RUN = 4
+
+
+class DataFeeder(wiring.Component):
+    """The data feeder for the output-stationary forward convolution.
+
+    Accepts a layer descriptor with ``start`` when idle; derives the index-counter values and
+    the kernel pattern (``SETUP``: ``max(15, 6 + rows)`` cycles, ``CHECK``: 1, ``PATTERN``:
+    ``kernel_w``; the index counters start in ``CHECK`` and present their first step 6 cycles
+    later, so the first SRAM read comes ``max(7, kernel_w + 2)`` cycles after ``CHECK``), then
+    reads every SRAM word of each context's interest region once, in the order of
+    ``bpsa.models.feeder_model.index_steps``, and produces the lane streams on ``feed`` (see the
+    module docstring for the pixel mapping and element order). ``busy`` stays high until the last
+    element has been accepted on ``feed``.
+
+    Output timing: lane-aligned (no row skew): every ``feed`` transfer carries element ``e`` of
+    the current context for all lanes at once; the array skews internally.
+
+    Illegal descriptors (what :func:`check_layer` refuses, except out-of-range field values,
+    which the fields cannot hold) raise ``error`` after ``CHECK``: the feeder returns to idle
+    without reading or producing anything. ``error`` holds until the next ``start``.
+
+    Pipeline: the index counters' step (registered) goes to stage 0 with every lane's pattern
+    shift; stage 0 addresses the SRAM (``sram.en`` with the word's address) and moves to stage
+    1 with every lane's selection and ranks; the word arrives there (synchronous read port;
+    ``data`` holds while ``en`` is low), padding positions are zeroed, and every lane places
+    its elements. Both stages move together; the word is held (a *stall*) until all lanes have
+    placed their interest elements. Every cycle's logic starts at registers: one word a cycle
+    in steady state.
+
+    Members
+    -------
+    layer : In(layer_layout)
+        Sampled with ``start``.
+    start : In(1)
+    busy, error : Out(1)
+    sram : In(ReadPort.Signature(addr_width=log2(buf_a_depth), shape=ArrayLayout(operand, B)))
+        A synchronous read port (connect ``Memory.read_port()``).
+    feed : Out(stream.Signature(feed_layout))
+        The lane streams; ``valid`` never depends on ``ready``; nothing is lost while
+        ``ready`` is low.
+    words_read, stall_cycles, fifo_stall_cycles, busy_cycles : Out(32)
+        Counters of the current (or last) run, cleared by ``start``: SRAM words read; cycles a
+        word is held because a lane has not placed all its interest elements; of those, cycles
+        in which a lane waits for FIFO space (backpressure); cycles busy. The first three
+        count an event the cycle after it (all have landed when ``busy`` falls).
+    """
+
+    def __init__(self, config):
+        self.config = require_config(config)
+        op = arith_for(config).operand_shape
+        super().__init__({
+            "layer": In(layer_layout(config)), "start": In(1),
+            "busy": Out(1), "error": Out(1),
+            "sram": In(ReadPort.Signature(addr_width=addr_width(config),
+                                          shape=data.ArrayLayout(op, config.feeder_bus_width))),
+            "feed": Out(stream.Signature(feed_layout(config))),
+            "words_read": Out(32), "stall_cycles": Out(32), "fifo_stall_cycles": Out(32),
+            "busy_cycles": Out(32),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        bw, r_n, mr = cfg.feeder_bus_width, cfg.rows, cfg.feeder_lane_regs
+        pwid = cfg.feeder_pattern_width
+        cw, ptrw, dim = coord_width(cfg), ptr_width(cfg), cfg.dim_width
+
+        state = Signal(FeederState)
+        lay = Signal(layer_layout(cfg))
+        su = Signal(counter_setup_layout(cfg))      # registered in SETUP
+        ic = m.submodules.counters = IndexCounters(cfg)
+        m.d.comb += ic.setup.eq(su)
+
+        # --- setup: products on one shared multiplier, pipelined (operands, product), one a
+        # cycle; a product that uses another comes at least 3 places after it ------------------
+        hw_ = Signal(2 * dim)
+        chw = Signal(3 * dim)
+        total = Signal(4 * dim + 1)
+        span_w_m1 = Signal(2 * dim)
+        span_h_m1 = Signal(2 * dim)
+        pad_row = Signal(2 * dim)
+        cx0 = Signal(2 * dim)
+        cy0 = Signal(2 * dim)
+        dil_row = Signal(2 * dim)
+        stride_row = Signal(2 * dim)
+        cy0p = Signal(ptrw)
+        n0p = Signal(ptrw)
+        products = [
+            (hw_, lay.height, lay.width),
+            (stride_row, lay.stride_h, lay.width),
+            (span_w_m1, lay.kernel_w - 1, lay.dil_w),
+            (chw, lay.channels, hw_),
+            (cy0p, lay.ctx_oh, stride_row),
+            (span_h_m1, lay.kernel_h - 1, lay.dil_h),
+            (total, lay.batch, chw),
+            (n0p, lay.ctx_n, chw),
+            (dil_row, lay.dil_h, lay.width),
+            (pad_row, lay.pad_h, lay.width),
+            (cx0, lay.ctx_ow, lay.stride_w),
+            (cy0, lay.ctx_oh, lay.stride_h),
+        ]
+        mul_a = Signal(max(dim, ceil_log2(r_n + 1)))
+        mul_b = Signal(3 * dim)
+        mul_p = Signal(4 * dim + 8)
+        # SETUP's cycles: the products' and the lane ends' (span_w - 1 lands in cycle 5), and
+        # one more for the counters' setup registered from them (values derived from the
+        # products land two cycles after them: none of those products comes last)
+        setup_cycles = max(len(products) + 3, 6 + r_n)
+        setup_idx = Signal(range(setup_cycles))
+        m.d.sync += mul_p.eq(mul_a * mul_b)
+        for i, (dest, a, b) in enumerate(products):
+            with m.If((state == FeederState.SETUP) & (setup_idx == i)):
+                m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+            with m.If((state == FeederState.SETUP) & (setup_idx == i + 2)):
+                m.d.sync += dest.eq(mul_p)
+
+        # Lane offsets i*s_w, ends i*s_w + span_w and rows*s_w: each register adds s_w to its
+        # neighbour's every cycle, right r_n cycles after its first term.
+        rs = Signal(cw)
+        lane_off = [Const(0, cw)]
+        lane_end = [Signal(cw, name="lane_end0")]
+        m.d.comb += lane_end[0].eq(span_w_m1 + 1)
+        for i in range(1, r_n):
+            o = Signal(cw, name=f"lane_off{i}")
+            e = Signal(cw, name=f"lane_end{i}")
+            m.d.sync += [o.eq(lane_off[-1] + lay.stride_w), e.eq(lane_end[-1] + lay.stride_w)]
+            lane_off.append(o)
+            lane_end.append(e)
+        m.d.sync += rs.eq(lane_off[-1] + lay.stride_w)
+
+        # Derived values, registered in every cycle (final two cycles after their products),
+        # and registered into the counters' setup in every cycle of SETUP: final in CHECK,
+        # where the counters start.
+        span_w = Signal(2 * dim + 1)
+        span_h = Signal(2 * dim + 1)
+        lim_x = Signal(signed(2 * dim + 3))
+        lim_y = Signal(signed(2 * dim + 3))
+        x_end = Signal(4 * dim + 2)         # base + N*C*H*W
+        m.d.sync += [
+            span_w.eq(span_w_m1 + 1), span_h.eq(span_h_m1 + 1),
+            lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
+            x_end.eq(lay.base + total),
+        ]
+        with m.If(state == FeederState.SETUP):
+            m.d.sync += [
+                su.span_all.eq(lane_end[-1]), su.span_w.eq(span_w),
+                su.stride_w.eq(lay.stride_w),
+                su.y_step.eq(lay.dil_h), su.y_limit.eq(span_h_m1), su.y_pstep.eq(dil_row),
+                su.cy_pstep.eq(stride_row), su.cy_pinit.eq(cy0p), su.n_pinit.eq(n0p),
+                su.c_limit.eq(lay.channels - 1), su.c_pstep.eq(hw_),
+                su.cx_step.eq(rs), su.cx_limit.eq(lim_x),
+                su.cy_step.eq(lay.stride_h), su.cy_limit.eq(lim_y),
+                su.n_limit.eq(lay.batch - 1), su.n_pstep.eq(chw),
+                su.ptr0.eq(lay.base - pad_row - lay.pad_w),
+                su.pad_h.eq(lay.pad_h), su.pad_w.eq(lay.pad_w),
+                su.height.eq(lay.height), su.width.eq(lay.width),
+                su.cx_init.eq(cx0), su.cy_init.eq(cy0), su.n_init.eq(lay.ctx_n),
+                su.ctx_count.eq(lay.ctx_count),
+            ]
+            for i in range(r_n):
+                m.d.sync += [su.lane_off[i].eq(lane_off[i]), su.lane_end[i].eq(lane_end[i])]
+
+        # Legality (from registered products; final in CHECK).
+        zero = 0
+        for name in _NONZERO_FIELDS:
+            zero = zero | (getattr(lay, name) == 0)
+        illegal = Signal()      # registered in SETUP, like the counters' setup
+        with m.If(state == FeederState.SETUP):
+            m.d.sync += illegal.eq(
+                zero
+                | (span_w > pwid)
+                | (lim_x < 0) | (lim_y < 0)
+                | (x_end > cfg.buf_a_depth * bw)
+                | (lay.ctx_n >= lay.batch) | (cy0 > lim_y) | (cx0 > lim_x))
+
+        # Kernel pattern: S times pattern = (pattern << d_w) | 1.
+        pattern = Signal(pwid)
+        pat_left = Signal(dim)
+        d_clamped = Signal(range(pwid + 1))
+        m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
+
+        # --- pipeline -----------------------------------------------------------------------
+        # Stage 0: the counters' step and every lane's pattern shift; it addresses the SRAM.
+        # Stage 1: the word (read), what each lane takes of it and its real-data positions.
+        # Both move together, when stage 1 is free or all lanes are done with its word.
+        fifos = []
+        s0_valid = Signal()
+        s0 = Signal(step_layout(cfg))
+        s0_shift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        s0_tap = Signal(r_n)
+        s1_valid = Signal()
+        s1 = Signal(step_layout(cfg))
+        all_done = Signal()
+        adv = Signal()
+        running = Signal()      # state RUN (the counters start earlier, in CHECK)
+        m.d.comb += [running.eq(state == FeederState.RUN),
+                     adv.eq((~s1_valid | all_done) & running)]
+        m.d.comb += [
+            ic.en.eq(adv),
+            self.sram.addr.eq(s0.addr),
+            self.sram.en.eq(adv & s0_valid & s0.read),
+        ]
+        s1_sel = Signal(data.ArrayLayout(bw, r_n))
+        s1_rank = Signal(data.ArrayLayout(rank_layout(cfg), r_n))
+        s1_closes = Signal(r_n)
+        s1_keep = Signal(bw)
+        with m.If(adv):
+            m.d.sync += [s0_valid.eq(ic.valid), s0.eq(ic.step),
+                         s1_valid.eq(s0_valid), s1.eq(s0)]
+            for j in range(bw):
+                m.d.sync += s1_keep[j].eq((s0.lo <= j) & (j < s0.hi))
+        for i in range(r_n):
+            ranks = LaneRanks(cfg)
+            m.submodules[f"ranks{i}"] = ranks
+            m.d.comb += [ranks.pattern.eq(pattern), ranks.shift.eq(s0_shift[i])]
+            with m.If(adv):
+                m.d.sync += [s0_shift[i].eq(ic.lane_shift[i]), s0_tap[i].eq(ic.lane_tap[i]),
+                             s1_sel[i].eq(ranks.sel), s1_rank[i].eq(ranks.rank),
+                             s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
+
+        word = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, bw))
+        for j in range(bw):
+            m.d.comb += word[j].eq(Mux(s1_keep[j], self.sram.data[j], 0))
+
+        dones, blocks, empties = [], [], []
+        for i in range(r_n):
+            lane = LaneRegisters(cfg)
+            m.submodules[f"lane{i}"] = lane
+            fifo = SyncFIFOBuffered(width=entry_layout(cfg).size, depth=cfg.feeder_fifo_depth)
+            m.submodules[f"fifo{i}"] = fifo
+            m.d.comb += [
+                lane.word.eq(word), lane.word_valid.eq(s1_valid),
+                lane.sel.eq(s1_sel[i]), lane.rank.eq(s1_rank[i]), lane.closes.eq(s1_closes[i]),
+                lane.active.eq(s1.active[i]),
+                lane.next.eq(adv),
+                fifo.w_data.eq(lane.entries.payload), fifo.w_en.eq(lane.entries.valid),
+                lane.entries.ready.eq(fifo.w_rdy),
+            ]
+            dones.append(lane.done)
+            blocks.append(lane.blocked)
+            empties.append(lane.empty & (fifo.level == 0))
+            fifos.append(fifo)
+        m.d.comb += all_done.eq(Cat(dones).all())
+
+        # --- output: one element of every lane per transfer --------------------------------
+        heads = [data.View(entry_layout(cfg), f.r_data) for f in fifos]
+        idx = Signal(range(mr))
+        at_end = Signal()
+        m.d.comb += [
+            self.feed.valid.eq(Cat(f.r_rdy for f in fifos).all()),
+            at_end.eq(idx == heads[0].count - 1),
+            self.feed.p.last.eq(heads[0].last & at_end),
+        ]
+        for i, h in enumerate(heads):
+            m.d.comb += [
+                self.feed.p.data[i].eq(Mux(h.active, h.data[idx], 0)),
+                self.feed.p.mask[i].eq(h.active),
+            ]
+        take = self.feed.valid & self.feed.ready
+        for f in fifos:
+            m.d.comb += f.r_en.eq(take & at_end)
+        with m.If(take):
+            m.d.sync += idx.eq(Mux(at_end, 0, idx + 1))
+
+        # --- control ------------------------------------------------------------------------
+        m.d.comb += self.busy.eq(state != FeederState.IDLE)
+        stall = s1_valid & ~all_done
+        # The run's counters count a cycle late (registered events; all land before idle).
+        ev_read, ev_stall, ev_fifo = Signal(), Signal(), Signal()
+        m.d.sync += [ev_read.eq(self.sram.en), ev_stall.eq(stall),
+                     ev_fifo.eq(stall & Cat(blocks).any())]
+        with m.If(self.busy):
+            m.d.sync += [
+                self.busy_cycles.eq(self.busy_cycles + 1),
+                self.words_read.eq(self.words_read + ev_read),
+                self.stall_cycles.eq(self.stall_cycles + ev_stall),
+                self.fifo_stall_cycles.eq(self.fifo_stall_cycles + ev_fifo),
+            ]
+        with m.Switch(state):
+            with m.Case(FeederState.IDLE):
+                with m.If(self.start):
+                    m.d.sync += [
+                        lay.eq(self.layer), setup_idx.eq(0), self.error.eq(0),
+                        self.words_read.eq(0), self.stall_cycles.eq(0),
+                        self.fifo_stall_cycles.eq(0), self.busy_cycles.eq(0),
+                        state.eq(FeederState.SETUP),
+                    ]
+            with m.Case(FeederState.SETUP):
+                m.d.sync += setup_idx.eq(setup_idx + 1)
+                with m.If(setup_idx == setup_cycles - 1):
+                    m.d.sync += state.eq(FeederState.CHECK)
+            with m.Case(FeederState.CHECK):
+                with m.If(illegal):
+                    m.d.sync += [self.error.eq(1), state.eq(FeederState.IDLE)]
+                with m.Else():
+                    m.d.sync += [pattern.eq(0), pat_left.eq(lay.kernel_w),
+                                 state.eq(FeederState.PATTERN)]
+                    m.d.comb += ic.start.eq(1)
+            with m.Case(FeederState.PATTERN):
+                m.d.sync += [pattern.eq((pattern << d_clamped)[:pwid] | 1),
+                             pat_left.eq(pat_left - 1)]
+                with m.If(pat_left == 1):
+                    m.d.sync += state.eq(FeederState.RUN)
+            with m.Case(FeederState.RUN):
+                with m.If(~ic.busy & ~s0_valid & ~s1_valid & Cat(empties).all()):
+                    m.d.sync += state.eq(FeederState.IDLE)
+        return m

@@ -1,0 +1,1 @@
+"""The pooling unit (im2col / col2im pooling, forward and backward)."""

@@ -1,0 +1,1 @@
+"""The zero-free loss and gradient walkers: no inserted zero is read, sent or multiplied."""

@@ -1,0 +1,1 @@
+"""Where results go: the partial-sum buffer P and the requantizer."""

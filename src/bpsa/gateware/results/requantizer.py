@@ -1,0 +1,79 @@
+"""The store path's requantization: a P word of accumulators to the word the DMA stores.
+
+With ``enable`` (the descriptor's REQUANT), each of the ``cols`` accumulators of a P word
+becomes an ``operand_width``-bit operand (:meth:`bpsa.gateware.array.arith.IntArith.requantize`:
+shifted right by ``shift``, rounded half up, saturated) packed from bit 0, lane ``j`` at bits
+``[j operand_width, (j + 1) operand_width)``, as the DMA reads operands from a buffer word;
+without it, the word passes unchanged. With ``relu`` (the descriptor's RELU on a forward
+phase) every element that leaves is ``max(0, v)`` (after the requantization). The word
+leaves registered, one cycle after it came (:data:`LATENCY`): on the store path between the
+P buffer's registered read and the DMA.
+
+Floating point: with ``enable`` each fp32 sum is rounded to the operand format
+(:func:`bpsa.gateware.fp.fpu.fp32_to`, the contract's conversion; ``shift`` is not used), and
+``relu`` is the contract's ReLU (a set sign bit gives ``+0``, a NaN stays).
+"""
+
+from amaranth.hdl import Cat, Module, Mux
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from bpsa.config import require_config
+from bpsa.gateware.array.arith import arith_for
+from bpsa.gateware.fp.fpu import fp32_relu, fp32_to
+
+__all__ = ["LATENCY", "Requantizer"]
+
+#: Cycles from ``word`` to ``out``.
+LATENCY = 1
+
+
+class Requantizer(wiring.Component):
+    """See the module docstring.
+
+    Members
+    -------
+    word : In(ArrayLayout(acc_shape, cols))
+        A P word.
+    enable : In(1)
+    shift : In(IntArith.shift_shape)
+    relu : In(1)
+    out : Out(cols * acc_width)
+        The word to store.
+    """
+
+    def __init__(self, config):
+        require_config(config)
+        self.config = config
+        ar = arith_for(config)
+        super().__init__({"word": In(data.ArrayLayout(ar.acc_shape, config.cols)),
+                          "enable": In(1), "shift": In(ar.shift_shape), "relu": In(1),
+                          "out": Out(config.cols * config.acc_width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.config.is_float:
+            return self._float(m)
+        ar = arith_for(self.config)
+        ow = ar.operand_shape.width
+        lanes_q, lanes_a = [], []
+        for j in range(self.config.cols):
+            q = ar.requantize(self.word[j], self.shift)
+            if ar.operand_shape.signed:
+                q = Mux(self.relu & q[ow - 1], 0, q)
+            lanes_q.append(q)
+            a = self.word[j]
+            lanes_a.append(Mux(self.relu & (a < 0), 0, a))
+        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+        return m
+
+    def _float(self, m):
+        """Floating point: fp32 sums, or rounded to the operand format; the contract's ReLU."""
+        fmt = self.config.arithmetic
+        lanes_q, lanes_a = [], []
+        for j in range(self.config.cols):
+            lanes_q.append(Mux(self.relu, fp32_relu(fp32_to(m, self.word[j], fmt, f"q{j}"), fmt),
+                               fp32_to(m, self.word[j], fmt, f"r{j}")))
+            lanes_a.append(Mux(self.relu, fp32_relu(self.word[j], "fp32"), self.word[j]))
+        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+        return m

@@ -1,0 +1,355 @@
+"""The channel-first front end alone (:mod:`bpsa.gateware.frontends.channel_first.channel_first`) with the
+array weight-stationary, in the Amaranth simulator (the whole accelerator runs it as Verilog
+under Verilator in ``tests/test_gateware_accelerator.py``), and a bounded formal check of its
+address cursor:
+
+- the operands each array row receives, cycle by cycle, against the naive address model
+  :func:`bpsa.models.channel_first.row_addresses` (X filled with each element's HWC address
+  plus one, so a row's operand names the word it read; 0 is padding), on random layers and
+  both array shapes' multi-tile cases;
+- Y against :func:`bpsa.models.golden.conv2d` on random layers: strides 1-4, dilations 1-3,
+  padding 0-2, rectangular kernels, C from 1 to three times the rows (channel blocks), K
+  past the columns, batch 1-2, row bands, nonzero bank and W bases, operands at the range's
+  edges.
+"""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Const, Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
+
+from bpsa.config import Config
+from bpsa.gateware.array.systolic import SystolicArray, share_array
+from bpsa.gateware.frontends.channel_first.channel_first import ChannelFirst, lane_of_bank
+from bpsa.models import channel_first as cfm
+from bpsa.models.golden import conv2d
+
+CFG = Config(name="cf_test", rows=4, cols=3, dataflows=["os", "ws"], dim_width=8,
+             buf_a_depth=64, buf_b_depth=256, buf_p_depth=64, buf_cf_depth=256,
+             forward_frontends=["feeder", "channel_first"])
+#: 16-bit operands: X elements can carry their own address.
+CFG16 = CFG.replace(name="cf_test16", rows=8, cols=2, operand_width=16, acc_width=40)
+
+
+class _Harness(wiring.Component):
+    """The front end, an array and a W buffer with a write port for the bench."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.cf = ChannelFirst(cfg)
+        self.w_mem = Memory(shape=self.cf.w_data.shape(), depth=cfg.buf_b_depth, init=[])
+        self.arr = SystolicArray(cfg)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.cf, m.submodules.w_mem, m.submodules.arr = self.cf, self.w_mem, self.arr
+        share_array(m, self.arr, [(self.cf.array, Const(1))])
+        rp = self.w_mem.read_port()
+        m.d.comb += [rp.addr.eq(self.cf.w_addr), rp.en.eq(self.cf.w_en),
+                     self.cf.w_data.eq(rp.data)]
+        self.w_wp = self.w_mem.write_port()
+        return m
+
+
+def _out(size, k, s, p, d):
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
+    """The runs a controller would make: images, output-channel blocks, channel blocks (all
+    of C when it fits the rows), row bands of the output."""
+    R = cfg.rows
+    oh = _out(h, r, stride[0], pad[0], dil[0])
+    cb = c if c <= R else R
+    edges = np.linspace(0, oh, bands + 1).astype(int)
+    for img in range(n):
+        for k0 in range(0, k, cfg.cols):
+            for c0 in range(0, c, cb):
+                for o0, o1 in zip(edges[:-1], edges[1:]):
+                    if o1 > o0:
+                        first = o0 * stride[0] - pad[0]
+                        lo = max(0, first)
+                        hi = min(h, (o1 - 1) * stride[0] - pad[0] + dil[0] * (r - 1) + 1)
+                        yield dict(n=img, k0=k0, c0=c0, cn=min(cb, c - c0), o0=int(o0),
+                                   o1=int(o1), lo=int(lo), hi=int(max(hi, lo)),
+                                   pt=int(lo - first))
+
+
+def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace=None):
+    """Every run of the layer through the front end; Y (N x K x OH x OW). ``trace``: a list
+    that receives, per run, the vectors the array's left edge received."""
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    stride, pad, dil = (tuple(int(v) for v in (t if isinstance(t, tuple) else (t, t)))
+                        for t in (stride, pad, dil))
+    oh, ow = _out(h, r, stride[0], pad[0], dil[0]), _out(wd, s, stride[1], pad[1], dil[1])
+    y = np.zeros((n, k, oh, ow), dtype=np.int64)
+    dut = _Harness(cfg)
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    opmask = (1 << cfg.operand_width) - 1
+    accw = cfg.acc_width
+
+    def wrap(v):
+        v &= (1 << accw) - 1
+        return v - (1 << accw) if v >> (accw - 1) else v
+
+    async def bench(ctx):
+        cf = dut.cf
+        for run in _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
+            fields = dict(channels=run["cn"], layer_channels=c, height=run["hi"] - run["lo"],
+                          out_rows=run["o1"] - run["o0"], width=wd, out_width=ow,
+                          kernel_h=r, kernel_w=s, stride_h=stride[0], stride_w=stride[1],
+                          dil_h=dil[0], dil_w=dil[1], pad_top=run["pt"], pad_w=pad[1],
+                          x_base=x_base, w_base=w_base)
+            for name, v in fields.items():
+                ctx.set(getattr(cf.run, name), v)
+            await ctx.tick().repeat(cfg.rows + 1)        # the banks' lane rule settles
+            c0, cn, k0 = run["c0"], run["cn"], run["k0"]
+            for ci in range(cn):                          # W words of the block
+                for tr in range(r):
+                    for tq in range(s):
+                        lanes = [int(w[k0 + j, c0 + ci, tr, tq]) if k0 + j < k else 0
+                                 for j in range(cfg.cols)]
+                        ctx.set(dut.w_wp.addr, w_base + (ci * r + tr) * s + tq)
+                        ctx.set(dut.w_wp.data, [v & opmask for v in lanes])
+                        ctx.set(dut.w_wp.en, 1)
+                        await ctx.tick()
+            ctx.set(dut.w_wp.en, 0)
+            band = x[run["n"], c0:c0 + cn, run["lo"]:run["hi"]]
+            for yy in range(band.shape[1]):               # X words: one pixel, the block's
+                for xx in range(wd):                      # channels in lanes 0..cn-1
+                    lanes = [int(band[ci, yy, xx]) if ci < cn else 0 for ci in range(cfg.rows)]
+                    ctx.set(cf.x_write.addr, x_base + yy * wd + xx)
+                    ctx.set(cf.x_write.data, [v & opmask for v in lanes])
+                    ctx.set(cf.x_write.en, 1)
+                    await ctx.tick()
+            ctx.set(cf.x_write.en, 0)
+            ctx.set(cf.start, 1)
+            await ctx.tick()
+            ctx.set(cf.start, 0)
+            edge = []
+            for _ in range(200000):
+                if ctx.get(cf.y.valid):
+                    p = cf.y.payload
+                    oy, ox = ctx.get(p.oh), ctx.get(p.ow0)
+                    for j in range(min(cfg.cols, k - k0)):
+                        y[run["n"], k0 + j, run["o0"] + oy, ox] = wrap(
+                            y[run["n"], k0 + j, run["o0"] + oy, ox] + ctx.get(p.data[j]))
+                if trace is not None and ctx.get(cf.array.a_valid):
+                    edge.append([ctx.get(cf.array.a_data[i]) for i in range(cfg.rows)])
+                assert not ctx.get(cf.error)
+                if ctx.get(cf.done):
+                    break
+                await ctx.tick()
+            else:
+                raise AssertionError("the front end did not finish")
+            assert not ctx.get(dut.arr.error)
+            if trace is not None:
+                trace.append((run, edge))
+
+    sim.add_testbench(bench)
+    sim.run()
+    return y
+
+
+def _layer(rng, cfg, *, cmax=None):
+    while True:
+        r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        sh, sw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        dh, dw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        ph, pw = int(rng.integers(0, 3)), int(rng.integers(0, 3))
+        h, wd = int(rng.integers(1, 10)), int(rng.integers(1, 10))
+        c = int(rng.integers(1, cmax or 3 * cfg.rows + 1))
+        k = int(rng.integers(1, 2 * cfg.cols + 2))
+        n = int(rng.integers(1, 3))
+        if _out(h, r, sh, ph, dh) >= 1 and _out(wd, s, sw, pw, dw) >= 1:
+            return dict(n=n, c=c, h=h, w=wd, k=k, r=r, s=s, stride=(sh, sw), pad=(ph, pw),
+                        dil=(dh, dw))
+
+
+def _operands(rng, cfg, lay, edge=False):
+    lo, hi = (-(1 << (cfg.operand_width - 1)), 1 << (cfg.operand_width - 1))
+    if not edge:
+        lo, hi = -8, 8
+    x = rng.integers(lo, hi, size=(lay["n"], lay["c"], lay["h"], lay["w"]))
+    w = rng.integers(lo, hi, size=(lay["k"], lay["c"], lay["r"], lay["s"]))
+    if edge:                                  # the range's ends and zeros
+        x.flat[::3] = lo
+        w.flat[::2] = lo
+        x.flat[1::5] = 0
+    return x, w
+
+
+def test_lane_of_bank():
+    """Bank i keeps lane i mod C: every lane of a word once in the first C banks."""
+    assert [lane_of_bank(i, 3) for i in range(8)] == [0, 1, 2, 0, 1, 2, 0, 1]
+    assert [lane_of_bank(i, 9) for i in range(8)] == list(range(8))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rows_read_the_model_addresses(seed):
+    """Each row's operand in each streamed cycle is the element the naive model's
+    ``row_addresses`` names (X holds its HWC address + 1; padding and idle rows are 0),
+    through channel blocks and multi-tile."""
+    rng = np.random.default_rng(100 + seed)
+    cfg = CFG16
+    lay = _layer(rng, cfg, cmax=cfg.rows + 4 if seed % 2 else 4)
+    lay["n"], lay["k"] = 1, 1
+    n, c, h, wd = 1, lay["c"], lay["h"], lay["w"]
+    x = (np.arange(h * wd * c).reshape(h, wd, c).transpose(2, 0, 1) + 1)[None]
+    w = np.ones((1, c, lay["r"], lay["s"]), dtype=np.int64)
+    trace = []
+    _simulate(cfg, x, w, lay["stride"], lay["pad"], lay["dil"], trace=trace)
+    oh = _out(h, lay["r"], lay["stride"][0], lay["pad"][0], lay["dil"][0])
+    ow = _out(wd, lay["s"], lay["stride"][1], lay["pad"][1], lay["dil"][1])
+    passes = cfm.passes(cfg.rows, cfg.cols, c, 1, lay["r"], lay["s"])
+    streamed = [v for _, edge in trace for v in edge]
+    pix = oh * ow
+    assert len(streamed) == len(passes) * pix
+    for t, p in enumerate(passes):
+        rows = cfm.row_addresses(p, h, wd, c, oh, ow, lay["stride"], lay["pad"], lay["dil"])
+        for i in range(cfg.rows):
+            want = (np.asarray(rows[i]) + 1) if i < len(rows) else np.zeros(pix, dtype=int)
+            got = [streamed[t * pix + j][i] for j in range(pix)]
+            assert got == list(want), (lay, t, i)
+
+
+# seeds past the first ones in make test-long (the same checks on more random layers)
+@pytest.mark.parametrize("seed", [*range(8), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(8, 16))])
+def test_forward_equals_golden(seed):
+    """Y of random layers (every run: images, output-channel blocks, channel blocks, bands)
+    equals the golden convolution."""
+    rng = np.random.default_rng(seed)
+    lay = _layer(rng, CFG)
+    x, w = _operands(rng, CFG, lay, edge=seed % 4 == 3)
+    got = _simulate(CFG, x, w, lay["stride"], lay["pad"], lay["dil"], bands=1 + seed % 3,
+                    x_base=(seed % 2) * 128, w_base=(seed % 3) * 80)
+    want = conv2d(x, w, lay["stride"], lay["pad"], lay["dil"])
+    assert np.array_equal(got, want), lay
+
+
+def test_first_layer_multi_tile():
+    """C = 3 on 8 rows with a 7 x 7 / 2 kernel (ResNet-50's conv1 shape, scaled): two taps a
+    tile, and Y equals the golden convolution."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(-8, 8, size=(1, 3, 11, 11))
+    w = rng.integers(-8, 8, size=(2, 3, 7, 7))
+    trace = []
+    got = _simulate(CFG16, x, w, 2, 3, 1, trace=trace)
+    assert np.array_equal(got, conv2d(x, w, 2, 3, 1))
+    assert len(cfm.passes(8, 2, 3, 2, 7, 7)) == 7 * 4           # 28 tiles, not 49
+    assert sum(len(e) for _, e in trace) == 28 * 6 * 6
+
+
+def test_short_tiles_are_spaced():
+    """One output pixel a tile (fewer than 2 rows of cycles): the next tile's weights still
+    arrive before the switch."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-8, 8, size=(1, 6, 3, 3))
+    w = rng.integers(-8, 8, size=(4, 6, 3, 3))
+    got = _simulate(CFG, x, w, 1, 0, 1)
+    assert np.array_equal(got, conv2d(x, w, 1, 0, 1))
+
+
+# --- bounded formal check of the address cursor ------------------------------------------------
+#
+# The cursor (tile, output pixel, and the input coordinates and bank address it keeps by
+# additions only) against its definition by multiplication, for every run whose fields are
+# below 2**FORMAL_DW and every position: the origin is position 0, and one step from any
+# position but the run's last is the next position of the loop nest (ow fastest, then oh, then
+# q0 by T, then r). Each property is combinational, so a depth-1 BMC proves it for all
+# values. By induction over the stream, row i of every vector reads input pixel (oh s_h + r d_h
+# - pad_top, ow s_w + (q0 + g_i) d_w - pad_w) at bank word x_base + y W + x: the naive model of
+# `bpsa.models.channel_first.row_addresses`.
+
+CFG_F = Config(name="cf_formal", rows=2, cols=2, dim_width=4, buf_a_depth=16, buf_b_depth=16,
+               buf_p_depth=16, buf_cf_depth=16, dataflows=["os", "ws"],
+               forward_frontends=["feeder", "channel_first"])
+FORMAL_DW = 3
+
+
+class _CursorProof(wiring.Component):
+    """Free run, products and position; Assume a valid run and position, Assert one
+    property (``origin`` / ``step``)."""
+
+    def __init__(self, prop):
+        from amaranth.lib.wiring import In
+        from amaranth.hdl import unsigned
+        from amaranth.lib import data
+        from bpsa.gateware.frontends.channel_first.channel_first import cf_run_layout, products_layout
+        self.prop = prop
+        super().__init__({
+            "run": In(cf_run_layout(CFG_F)), "k": In(products_layout(CFG_F)),
+            "pos": In(data.StructLayout({x: unsigned(FORMAL_DW) for x in ("r", "q", "oh",
+                                                                          "ow")})),
+        })
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Assert, Assume, Module, Mux, Signal
+        from bpsa.gateware.frontends.channel_first.channel_first import (cursor_layout, cursor_origin,
+                                                         cursor_step)
+        m = Module()
+        run, k, pos = self.run, self.k, self.pos
+        lim = 2 ** FORMAL_DW
+        for name in ("out_rows", "out_width", "kernel_h", "kernel_w", "stride_h", "stride_w",
+                     "dil_h", "dil_w", "width"):
+            m.d.comb += Assume((getattr(run, name) > 0) & (getattr(run, name) < lim))
+        m.d.comb += Assume((run.pad_top < lim) & (run.pad_w < lim) & (k.taps > 0)
+                           & (k.taps <= run.kernel_w)
+                           & (k.sh_w == run.stride_h * run.width)
+                           & (k.dh_w == run.dil_h * run.width)
+                           & (k.t_dw == k.taps * run.dil_w)
+                           & (k.ptw == run.pad_top * run.width))
+        # the position: q0 a multiple of T below S
+        q0 = Signal(2 * FORMAL_DW + 2)
+        m.d.comb += [q0.eq(pos.q * k.taps),
+                     Assume((pos.r < run.kernel_h) & (q0 < run.kernel_w)
+                            & (pos.oh < run.out_rows) & (pos.ow < run.out_width))]
+
+        def state_of(r, qq, oh, ow, name):
+            st = Signal(cursor_layout(CFG_F), name=name)
+            y0 = r * run.dil_h - run.pad_top
+            xq0 = qq * run.dil_w - run.pad_w
+            m.d.comb += [st.r.eq(r), st.q0.eq(qq), st.oh.eq(oh), st.ow.eq(ow),
+                         st.y0.eq(y0), st.ra0.eq(y0 * run.width), st.xq0.eq(xq0),
+                         st.y.eq(y0 + oh * run.stride_h),
+                         st.ra.eq((y0 + oh * run.stride_h) * run.width),
+                         st.xq.eq(xq0 + ow * run.stride_w)]
+            return st
+
+        if self.prop == "origin":
+            org = Signal(cursor_layout(CFG_F))
+            m.d.comb += cursor_origin(run, k, org)
+            m.d.comb += Assert(org.as_value() == state_of(0, 0, 0, 0, "zero").as_value())
+            return m
+        cur = state_of(pos.r, q0, pos.oh, pos.ow, "cur")
+        nxt = Signal(cursor_layout(CFG_F))
+        tile_end, last_tile = cursor_step(m, run, k, cur, nxt)
+        row_end = pos.ow + 1 == run.out_width
+        t_end = row_end & (pos.oh + 1 == run.out_rows)
+        q_wrap = q0 + k.taps >= run.kernel_w
+        last = t_end & q_wrap & (pos.r + 1 == run.kernel_h)
+        succ = (Mux(t_end & q_wrap, pos.r + 1, pos.r),
+                Mux(t_end, Mux(q_wrap, 0, q0 + k.taps), q0),
+                Mux(row_end, Mux(t_end, 0, pos.oh + 1), pos.oh),
+                Mux(row_end, 0, pos.ow + 1))
+        m.d.comb += [Assert(tile_end == t_end, "tile end"),
+                     Assert(last_tile == (q_wrap & (pos.r + 1 == run.kernel_h)), "last tile")]
+        with m.If(~last):
+            m.d.comb += Assert(nxt.as_value() == state_of(*succ, "succ").as_value(), "step")
+        return m
+
+
+@pytest.mark.formal
+@pytest.mark.parametrize("prop", ["origin", "step"])
+def test_cursor_formally_equals_its_definition(prop, tmp_path):
+    """Every run with fields below 2**FORMAL_DW, every position: the cursor's origin and its
+    step equal the index map by multiplication (see above)."""
+    from bpsa.verify.formal import prove
+    passed, log = prove(_CursorProof(prop), f"channel_first_{prop}", tmp_path)
+    assert passed, log
