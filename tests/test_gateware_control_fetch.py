@@ -126,7 +126,7 @@ def test_fetch_through_the_dma_engine():
     several rings arrives word for word under back-pressure."""
     from amaranth.hdl import Module
     from amaranth.lib import wiring
-    from test_gateware_dma import AxiRamModel, ByteMemory
+    from test_gateware_bus_dma import AxiRamModel, ByteMemory
 
     from bpsa.gateware.bus.dma import DmaEngine
 
