@@ -123,7 +123,8 @@ def test_regmap_writes_the_map(capsys, tmp_path):
     data = json.loads(out.read_text())
     assert data["config"] == "paper16" and data["version"] == list(regmap.MAP_VERSION)
     assert main(["regmap", "--format", "c"]) == 0
-    assert "#define BPSA_ADDR_OUT 0x084u" in capsys.readouterr().out
+    header = capsys.readouterr().out
+    assert "#define BPSA_PROG_ADDR 0x030u" in header and "BPSA_ADDR_OUT " not in header
 
 
 def test_make_help_lists_every_target():

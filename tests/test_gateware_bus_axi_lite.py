@@ -17,10 +17,11 @@ from bpsa.gateware.bus.axi_lite import (
     AxiResp,
     Phase,
     RegisterFile,
-    descriptor_layout,
 )
 from bpsa.spec.regmap import (
     COUNTERS,
+    LAYER_FIELDS,
+    MAP_VERSION,
     REGISTER_MAP,
     REGISTERS,
     STATUS_FIELDS,
@@ -103,7 +104,8 @@ def run(dut, testbench):
 
 def test_register_table():
     """Offsets are unique, word aligned and inside the aperture; the host map agrees with the
-    table and is JSON; the counters and descriptor are complete."""
+    table and is JSON; the counters are complete; the layer's fields are not registers (map
+    version 3: nothing between the program's registers and the counters)."""
     offsets = [r.offset for r in REGISTERS]
     assert len(set(offsets)) == len(offsets)
     assert all(o % 4 == 0 and o < 2 ** ADDR_WIDTH for o in offsets)
@@ -112,8 +114,13 @@ def test_register_table():
     json.dumps(hmap)
     assert {k: v["offset"] for k, v in hmap["registers"].items()} == REGISTER_MAP
     assert hmap["registers"]["ID"]["reset"] == 0x42505341
-    assert hmap["registers"]["STRIDE_H"]["reset"] == 1
-    assert hmap["registers"]["N"]["bits"] == 12
+    assert MAP_VERSION[0] == 3 and hmap["version"] == list(MAP_VERSION)
+    assert not [r.name for r in REGISTERS if 0x038 <= r.offset < 0x100]
+    assert {r.kind for r in REGISTERS} == {"const", "control", "status", "setting",
+                                           "counter_lo", "counter_hi"}
+    assert hmap["registers"]["PROG_WORDS"]["bits"] == 32
+    assert hmap["descriptor"] == {field: key for field, key, *_ in LAYER_FIELDS}
+    assert hmap["descriptor"]["stride_h"] == "STRIDE_H"
     assert hmap["registers"]["WINDOW_HI"]["reset"] == 0xFFFF_FFFF
     assert len(hmap["counters"]) == len(COUNTERS)
     for name, _ in COUNTERS:
@@ -164,7 +171,8 @@ def test_registers(name, delay):
         expect = {r.name: consts.get(r.name, r.reset) for r in REGISTERS}
         for r in REGISTERS:
             assert await bus.read(r.offset) == (expect[r.name], AxiResp.OKAY), r.name
-        for off in (0x014, 0x038, 0x0FC, 0x188, 0xFFC):
+        # 0x040, 0x088, 0x098: descriptor registers of map versions 1 and 2, gone in 3.0
+        for off in (0x014, 0x038, 0x040, 0x088, 0x098, 0x0FC, 0x188, 0xFFC):
             assert await bus.read(off) == (0, AxiResp.SLVERR)
             assert await bus.write(off, 0x12345678) == AxiResp.SLVERR
         rng = random.Random(5)
@@ -179,52 +187,43 @@ def test_registers(name, delay):
         assert ctx.get(dut.window_lo) == expect["WINDOW_LO"]
         assert ctx.get(dut.window_hi) == expect["WINDOW_HI"]
         # Byte strobes on a 32-bit register.
-        off = REGISTER_MAP["ADDR_W"]
+        off = REGISTER_MAP["PROG_ADDR"]
         await bus.write(off, 0x11223344)
         await bus.write(off, 0xAABBCCDD, strb=0b0101)
         assert (await bus.read(off))[0] == 0x11BB33DD
         await bus.write(off, 0xAABBCCDD, strb=0b1000)
         assert (await bus.read(off))[0] == 0xAABB33DD
-        # A shape register: bytes past dim_width are dropped.
-        off = REGISTER_MAP["C"]
-        await bus.write(off, 0xFFFFFFFF, strb=0b0010)
-        assert (await bus.read(off))[0] == (0xFF00 & ((1 << cfg.dim_width) - 1)) \
-            | (expect["C"] & 0xFF)
+        assert ctx.get(dut.prog_addr) == 0xAABB33DD
 
     run(dut, tb)
 
 
 def test_start_status_counters():
-    """START copies the descriptor and pulses once (not while busy); done / error are sticky
+    """START pulses once (not while busy); done / error are sticky
     in STATUS until CLEAR or START; counters read as consistent halves."""
     cfg = CONFIGS["default"]
     dut = RegisterFile(cfg)
     starts, clears = [], []
 
     async def monitor(ctx):
-        async for clk_edge, rst, start, clear, desc in ctx.tick().sample(
-                dut.start, dut.clear, dut.desc):
+        async for clk_edge, rst, start, clear, prog_addr in ctx.tick().sample(
+                dut.start, dut.clear, dut.prog_addr):
             if start:
-                starts.append({f: desc[f] for f, _ in descriptor_layout(cfg)})
+                starts.append(prog_addr)
             if clear:
                 clears.append(1)
 
     async def tb(ctx):
         bus = LiteMaster(ctx, dut.axil, random.Random(1), 0.3)
-        await bus.write(REGISTER_MAP["PHASE"], Phase.GRADIENT.value)
-        await bus.write(REGISTER_MAP["K"], 77)
-        await bus.write(REGISTER_MAP["ADDR_OUT"], 0x8000_0040)
+        await bus.write(REGISTER_MAP["PROG_ADDR"], 0x8000_0040)
         await bus.write(REGISTER_MAP["CONTROL"], 1)
         await ctx.tick().repeat(2)
-        assert len(starts) == 1
-        assert starts[0]["phase"] == Phase.GRADIENT
-        assert starts[0]["k"] == 77 and starts[0]["addr_out"] == 0x8000_0040
-        assert starts[0]["stride_h"] == 1 and starts[0]["n"] == 0
+        assert starts == [0x8000_0040]
         ctx.set(dut.busy, 1)
-        await bus.write(REGISTER_MAP["K"], 5)
+        await bus.write(REGISTER_MAP["PROG_ADDR"], 0x40)
         await bus.write(REGISTER_MAP["CONTROL"], 1)
         await ctx.tick().repeat(2)
-        assert len(starts) == 1 and ctx.get(dut.desc.k) == 77
+        assert starts == [0x8000_0040] and ctx.get(dut.prog_addr) == 0x40
         status = REGISTER_MAP["STATUS"]
         assert await bus.read(status) == (1, AxiResp.OKAY)
         ctx.set(dut.busy, 0)
@@ -243,7 +242,7 @@ def test_start_status_counters():
         ctx.set(dut.done, 0)
         assert (await bus.read(status))[0] == done
         await bus.write(REGISTER_MAP["CONTROL"], 1)
-        assert (await bus.read(status))[0] == 0 and len(starts) == 2 and starts[1]["k"] == 5
+        assert (await bus.read(status))[0] == 0 and starts == [0x8000_0040, 0x40]
         # Counters.
         values = {name: random.Random(i).getrandbits(64) for i, (name, _) in enumerate(COUNTERS)}
         for name, v in values.items():

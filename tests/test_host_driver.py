@@ -17,7 +17,7 @@ from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
 from bpsa.spec import isa
-from bpsa.spec.regmap import (CONTROL_BITS, DESCRIPTOR_FIELDS,
+from bpsa.spec.regmap import (CONTROL_BITS, LAYER_FIELDS,
                               REGISTER_MAP, config_words)
 
 TINY = load_config("small").replace(buf_a_depth=128, buf_b_depth=128, buf_p_depth=128,
@@ -62,7 +62,7 @@ class GoldenTransport:
         trace, code = isa.execute(self.cfg, words)
         assert code == 0, code
         state = trace[0][1]
-        return {reg: state[f"layer.{field}"] for field, reg, *_ in DESCRIPTOR_FIELDS}
+        return {reg: state[f"layer.{field}"] for field, reg, *_ in LAYER_FIELDS}
 
     async def read_mem(self, addr, nbytes):
         return bytes(self.mem[addr:addr + nbytes])

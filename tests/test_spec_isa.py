@@ -68,14 +68,12 @@ def test_execute_follows_order_and_end():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
 def test_fields_fit_what_reads_them(config):
-    """No load, store or descriptor field is wider than the hardware input it drives (a SET
-    would be cut short): the load unit's loads, the step scheduler's stores, the register
-    file's descriptor."""
-    from bpsa.gateware.bus.axi_lite import descriptor_layout
+    """No load or store field is wider than the hardware input it drives (a SET would be cut
+    short): the load unit's loads, the step scheduler's stores."""
     from bpsa.gateware.control.load_unit import load_layout
     from bpsa.gateware.control.step_scheduler import store2_layout, store_layout
     readers = {"load": load_layout(config), "load1": load_layout(config), "save": store_layout(),
-               "save2": store2_layout(), "layer": descriptor_layout(config)}
+               "save2": store2_layout()}
     checked = 0
     for f in isa.fields(config):
         layout = readers.get(f.struct)
@@ -84,4 +82,4 @@ def test_fields_fit_what_reads_them(config):
             continue
         assert f.bits <= Shape.cast(layout[f.name].shape).width, f.key
         checked += 1
-    assert checked >= 40
+    assert checked >= 30          # every load and store field

@@ -14,7 +14,8 @@ methods.
 
 The driver lays tensors out as :mod:`bpsa.gateware.accelerator` documents (forward W and Y blocked
 by ``cols`` output channels, everything else dense NCHW / KCRS), places them one after the other
-in a memory region, writes the descriptor, starts the layer, waits for DONE, raises
+in a memory region, writes the layer's program (its descriptor planned into instructions)
+and PROG_ADDR / PROG_WORDS, starts the layer, waits for DONE, raises
 :exc:`AcceleratorError` when STATUS.ERROR is set, reads the result and the counters.
 A layer whose rows are too wide for the controller (one row band must fit a bank) runs as
 column strips, one descriptor each (:func:`bpsa.plan.tiling.column_strips`).
@@ -40,7 +41,7 @@ from bpsa.spec.regmap import (
     ARITHMETIC_CODES,
     ARITHMETIC_SHIFT,
     CONTROL_BITS,
-    DESCRIPTOR_FIELDS,
+    LAYER_FIELDS,
     COUNTERS,
     ID_VALUE,
     MAP_VERSION,
@@ -264,8 +265,8 @@ class Driver:
         return out
 
     async def start(self, desc, budget=None):
-        """Plan the layer ``desc`` (descriptor register name -> value) into its program
-        (:func:`bpsa.plan.program.program_words`), write it to the top of the memory region
+        """Plan the layer ``desc`` (key of :data:`~bpsa.spec.regmap.LAYER_FIELDS` -> value)
+        into its program (:func:`bpsa.plan.program.program_words`), write it to the top of the memory region
         (above the tensors), clear DONE, ERROR and the counters, START, wait for DONE. Returns
         STATUS.ERROR (0: success), or the planner's refusal code without touching the
         hardware; the counters then describe this layer alone. ``budget``: the cycles to wait
@@ -276,7 +277,7 @@ class Driver:
         await self.t.write32(REGISTER_MAP["CONTROL"], 1 << CONTROL_BITS["CLEAR"])
         # a field a descriptor leaves out must not keep an earlier layer's value
         desc = {"REQUANT": 0, "OUT_SHIFT": 0, "RELU": 0, "POOL_KIND": 0, "MODE": 0, **desc}
-        fields = {reg: field for field, reg, *_ in DESCRIPTOR_FIELDS}
+        fields = {key: field for field, key, *_ in LAYER_FIELDS}
         layer = {fields[name]: int(value) for name, value in desc.items()}
         layer.update(window_lo=self.mem_base, window_hi=self.mem_base + self.mem_size - 1)
         try:

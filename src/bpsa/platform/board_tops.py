@@ -4,8 +4,9 @@ bitstreams.
 
 ``StandInCore(config)`` has the accelerator's interface (``axil``, ``mem``, ``irq``): the real
 register file (:class:`bpsa.gateware.bus.axi_lite.RegisterFile`) and the real DMA engine
-(:class:`bpsa.gateware.bus.dma.DmaEngine`) with a buffer of the default geometry. START copies ``N``
-operand elements from ADDR_X to ADDR_OUT through the buffer (a DMA load, then a store); DONE and
+(:class:`bpsa.gateware.bus.dma.DmaEngine`) with a buffer of the default geometry. START copies
+PROG_WORDS operand elements from PROG_ADDR to PROG_ADDR + :data:`STANDIN_COPY_OFFSET` through
+the buffer (a DMA load, then a store; it runs no program); DONE and
 ERROR (the first DMA error) show in STATUS, the DMA byte and busy counters and a cycle counter
 in the counter registers, and ``irq`` is STATUS.DONE.
 
@@ -28,7 +29,8 @@ from bpsa.gateware.bus.dma import (
     axi4_signature,
 )
 
-__all__ = ["SIM_DIVISOR", "SIM_SRAM_BYTES", "SIM_TIMEOUT", "StandInCore", "register_tops"]
+__all__ = ["SIM_DIVISOR", "SIM_SRAM_BYTES", "SIM_TIMEOUT", "STANDIN_COPY_OFFSET", "StandInCore",
+           "register_tops"]
 
 #: UART bit time of the simulation tops (clock cycles).
 SIM_DIVISOR = 8
@@ -36,6 +38,8 @@ SIM_DIVISOR = 8
 SIM_SRAM_BYTES = 4096
 #: Bridge timeout of the simulation tops (cycles).
 SIM_TIMEOUT = 4000
+#: Where the stand-in core's copy lands: this many bytes above its source (PROG_ADDR).
+STANDIN_COPY_OFFSET = 0x800
 
 
 class StandInCore(wiring.Component):
@@ -72,7 +76,8 @@ class StandInCore(wiring.Component):
         with m.If(regs.clear):
             m.d.sync += cycles.eq(0)
 
-        desc = regs.desc
+        src = Signal(32)
+        length = Signal.like(dma.cmd.payload.length)
         error = Signal(8)
         done = Signal()
         irq = Signal()
@@ -84,15 +89,15 @@ class StandInCore(wiring.Component):
             m.d.sync += irq.eq(1)
         cmd = dma.cmd.payload
         m.d.comb += [cmd.kind.eq(ElementKind.OPERAND), cmd.buf_addr.eq(0), cmd.lanes.eq(0),
-                     cmd.length.eq(desc.n)]
+                     cmd.length.eq(length)]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(regs.start):
-                    m.d.sync += error.eq(0)
+                    m.d.sync += [error.eq(0), src.eq(regs.prog_addr), length.eq(regs.prog_words)]
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += [regs.busy.eq(1), dma.cmd.valid.eq(1),
-                             cmd.direction.eq(Direction.LOAD), cmd.addr.eq(desc.addr_x)]
+                             cmd.direction.eq(Direction.LOAD), cmd.addr.eq(src)]
                 with m.If(dma.cmd.ready):
                     m.next = "LOAD_WAIT"
             with m.State("LOAD_WAIT"):
@@ -105,7 +110,7 @@ class StandInCore(wiring.Component):
                         m.next = "STORE"
             with m.State("STORE"):
                 m.d.comb += [regs.busy.eq(1), dma.cmd.valid.eq(1),
-                             cmd.direction.eq(Direction.STORE), cmd.addr.eq(desc.addr_out)]
+                             cmd.direction.eq(Direction.STORE), cmd.addr.eq(src + STANDIN_COPY_OFFSET)]
                 with m.If(dma.cmd.ready):
                     m.next = "STORE_WAIT"
             with m.State("STORE_WAIT"):

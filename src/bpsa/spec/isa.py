@@ -150,7 +150,7 @@ def fields(config):
     # the descriptor: the engines read its shape fields; N and the addresses (which the loads
     # and stores carry) make the program self-describing
     add("layer", [(name, regmap.field_bits(config, width), doc)
-                  for name, _, width, _, doc in regmap.DESCRIPTOR_FIELDS])
+                  for name, _, width, _, doc in regmap.LAYER_FIELDS])
     add("layer", [
         ("oh", dim, "output height of the layer"), ("ow", dim, "output width of the layer"),
         ("dbl", 1, "P is double-buffered: a step's store overlaps the next step"),

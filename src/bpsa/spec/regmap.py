@@ -1,8 +1,13 @@
-"""The register map of the accelerator: layer descriptor, control, status, configuration words
-and performance counters. Pure Python: the register file (:mod:`bpsa.gateware.bus.axi_lite`)
-decodes this table and the host driver reads it, as :data:`REGISTER_MAP` (name -> byte
-offset) or as :func:`register_map` (a JSON-ready dict with access, reset values and field
-descriptions), so both sides read the same truth.
+"""The register map of the accelerator: identification and configuration words, control,
+status, the DMA window, the layer's program and the performance counters: what the hardware
+reads and what it reports, nothing else. Pure Python: the register file
+(:mod:`bpsa.gateware.bus.axi_lite`) decodes this table and the host driver reads it, as
+:data:`REGISTER_MAP` (name -> byte offset) or as :func:`register_map` (a JSON-ready dict with
+access, reset values and field descriptions), so both sides read the same truth.
+
+A layer reaches the hardware only as its program (:mod:`bpsa.spec.isa`): its fields
+(:data:`LAYER_FIELDS`) are SET instructions, not registers. Map version 3.0 dropped the
+descriptor registers (0x040-0x098 of versions 1 and 2) that the hardware no longer read.
 
 Register map (byte offsets; all registers 32 bits, accessed as aligned words):
 
@@ -16,62 +21,45 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                zero_gating [5], reserve_registers [6], dim_width [12:8],
                                log2(feeder_bus_width) [18:16], backward modes generated:
                                BP-im2col [20], zero-free [21]; pooling kinds: max [22],
-                               avg [23] (map version 1.5); channel-first forward
-                               front end [24] (map version 1.6); arithmetic [26:25]:
-                               0 int, 1 bf16, 2 fp16 (map version 2.1); pooling unit of
-                               ``cols`` lanes [27] (``pool_lanes``; map version 2.2)
+                               avg [23]; channel-first forward front end [24]; arithmetic
+                               [26:25]: 0 int, 1 bf16, 2 fp16; pooling unit of ``cols``
+                               lanes [27] (``pool_lanes``)
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
-                               log2(dma_data_width / 64) [25:24] (map version 1.3);
-                               log2(buf_pool_depth) [31:27] (map version 1.5)
+                               log2(dma_data_width / 64) [25:24]; log2(buf_pool_depth) [31:27]
 CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
 STATUS         0x024   RO      BUSY [0], DONE [1], ERROR [15:8]
 WINDOW_LO      0x028   RW      lowest external byte address the DMA may touch (reset 0)
 WINDOW_HI      0x02C   RW      highest such address, inclusive (reset 0xFFFFFFFF)
-PROG_ADDR      0x030   RW      byte address of the layer's program (map version 2.0)
+PROG_ADDR      0x030   RW      byte address of the layer's program
 PROG_WORDS     0x034   RW      its length in instructions (:mod:`bpsa.spec.isa`)
-PHASE .. DIL_W 0x040.. RW      the layer descriptor, one field per register (see below)
-ADDR_X ..      0x078.. RW      32-bit external byte addresses of X, W, dY and the output
-MODE           0x088   RW      how the phase runs (:class:`Mode`): loss / gradient 0 BP-im2col,
-                               1 zero-free; forward 0 the feeder, 2 channel-first (map 1.6)
-REQUANT        0x08C   RW      1: the output leaves as operands (forward, zero-free loss)
-OUT_SHIFT      0x090   RW      the requantization's right shift, 0 .. acc_width - 1
-RELU           0x094   RW      1: forward phases store max(0, y); the pooling backward masks dX
-                               where X <= 0 (the ReLU's backward)
-POOL_KIND      0x098   RW      pooling phases: :class:`PoolKind` (0 max, 1 avg)
 <counter>_LO   0x100.. RO      low half of 64-bit counter ``i`` at ``0x100 + 8 i``
 <counter>_HI   +4      RO      high half (see "Counters")
 ============== ======= ======  =================================================================
 
-Descriptor registers, 4 bytes apart from 0x040: PHASE, N, C, H, W, K, R, S, STRIDE_H,
-STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, ADDR_X (0x078), ADDR_W, ADDR_DY, ADDR_OUT (0x084),
-MODE (0x088; map version 1.2), REQUANT, OUT_SHIFT (0x08C, 0x090; map version 1.4), RELU,
-POOL_KIND (0x094, 0x098; map version 1.5).
-
-Requantization (REQUANT = 1; the forward and the zero-free loss, whose outputs feed the next
-layer, and the pooling phases; other phases refuse it with ``REQUANT``): every accumulator of the output leaves as an
-``operand_width``-bit operand, ``round(acc / 2**OUT_SHIFT)`` with halves rounded up, saturated
-to the operand range (:func:`bpsa.models.golden.requantize`), ``element_bytes(operand_width)``
-bytes an element in the output's layout instead of ``element_bytes(acc_width)``.
-ReLU (RELU = 1; the forward and the pooling phases, others refuse it with ``RELU``): the
-forward and the pooling forward store ``max(0, v)`` of every output element (after the
-requantization); the pooling backward sets dX to 0 wherever its X is not positive (the
-ReLU's backward when X is the ReLU's output), and stores the rest unchanged.
 Counters, 8 bytes apart from 0x100 (:data:`COUNTERS`): CYCLES, BUSY_CYCLES, COMPUTE_CYCLES,
 STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES,
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
-OVERLAP_CYCLES (0x178; map version 1.1), PROG_READ_BYTES (0x180; map version 2.0; from START).
+OVERLAP_CYCLES, PROG_READ_BYTES (from START).
 
-Descriptor registers hold only their field's bits (``dim_width`` bits for shapes, 4 for
-PHASE, 2 for MODE, 32 for addresses): bits above the field are dropped on write and read back as 0, so a
-driver detects a value too large for this configuration by reading it back. Reset values:
-STRIDE_* and DIL_* are 1, everything else 0.
+The layer's fields (:data:`LAYER_FIELDS`; the driver's descriptor names them by their key,
+``PHASE``, ``N``, ...): requantization (REQUANT = 1; the forward and the zero-free loss,
+whose outputs feed the next layer, and the pooling phases; other phases refuse it with
+``REQUANT``): every accumulator of the output leaves as an ``operand_width``-bit operand,
+``round(acc / 2**OUT_SHIFT)`` with halves rounded up, saturated to the operand range
+(:func:`bpsa.models.golden.requantize`), ``element_bytes(operand_width)`` bytes an element in
+the output's layout instead of ``element_bytes(acc_width)``. ReLU (RELU = 1; the forward and
+the pooling phases, others refuse it with ``RELU``): the forward and the pooling forward
+store ``max(0, v)`` of every output element (after the requantization); the pooling backward
+sets dX to 0 wherever its X is not positive (the ReLU's backward when X is the ReLU's
+output), and stores the rest unchanged.
 """
 
 import enum
 from dataclasses import dataclass
 
 __all__ = [
-    "ADDR_WIDTH", "ARITHMETIC_CODES", "ARITHMETIC_SHIFT", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "DESCRIPTOR_FIELDS", "ID_VALUE",
+    "ADDR_WIDTH", "ARITHMETIC_CODES", "ARITHMETIC_SHIFT", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "ID_VALUE",
+    "LAYER_DEFAULTS", "LAYER_FIELDS",
     "FORWARD_MODE_NAMES", "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
     "PoolKind", "REGISTERS", "REGISTER_MAP", "Register",
     "STATUS_FIELDS", "config_words", "field_bits", "register_map",
@@ -84,7 +72,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (2, 2)
+MAP_VERSION = (3, 0)
 
 
 class Phase(enum.IntEnum):
@@ -150,10 +138,12 @@ ARITHMETIC_SHIFT = 25
 POOL_LANES_BIT = 27
 
 
-#: Descriptor fields in register order: (field name, register name, width kind, reset, doc).
-#: Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"mode"`` 2 bits,
+#: The layer's fields, in the order of the program's ``layer`` struct (:mod:`bpsa.spec.isa`):
+#: (field name, descriptor key, width kind, default, doc). The key names the field in the
+#: driver's descriptor (:meth:`bpsa.host.driver.Driver.start`); a field the descriptor leaves
+#: out takes its default. They are not registers (map version 3.0). Width kind ``"dim"`` is ``dim_width`` bits, ``"phase"`` 4 bits, ``"mode"`` 2 bits,
 #: ``"addr"`` 32 bits, ``"flag"`` 1 bit, ``"shift"`` the bits of ``acc_width - 1``.
-DESCRIPTOR_FIELDS = (
+LAYER_FIELDS = (
     ("phase", "PHASE", "phase", 0,
      "Phase: 0 forward, 1 loss, 2 gradient, 3 FC backward, 4 pooling forward, "
      "5 pooling backward"),
@@ -184,10 +174,13 @@ DESCRIPTOR_FIELDS = (
     ("pool_kind", "POOL_KIND", "mode", 0, "pooling phases: 0 max, 1 avg"),
 )
 
+#: Descriptor key -> default of every layer field.
+LAYER_DEFAULTS = {key: default for _, key, _, default, _ in LAYER_FIELDS}
+
 #: Performance counters, 64 bits each, in register order (fed from the ``counters`` input).
 COUNTERS = (
     ("cycles", "cycles since the counters were cleared"),
-    ("busy_cycles", "cycles with a descriptor running"),
+    ("busy_cycles", "cycles with a layer running"),
     ("compute_cycles", "cycles the array computed (any valid slot)"),
     ("stall_cycles", "cycles the operand paths stalled the array"),
     ("macs", "multiply-accumulates performed"),
@@ -205,7 +198,6 @@ COUNTERS = (
     ("prog_read_bytes", "bytes of the layer's program the DMA fetched (not in DMA_READ_BYTES)"),
 )
 
-_DESC_BASE = 0x040
 _COUNTER_BASE = 0x100
 
 
@@ -215,8 +207,7 @@ class Register:
 
     ``kind`` says where its value comes from: ``"const"`` (ID, VERSION, CFG_*: ``reset`` is
     the value, which may depend on the configuration), ``"control"``, ``"status"``,
-    ``"desc"`` (``field`` names the descriptor field), ``"setting"`` (a read-write register
-    driving the output ``field`` directly), ``"counter_lo"`` / ``"counter_hi"`` (``field``
+    ``"setting"`` (a read-write register driving the output ``field`` directly), ``"counter_lo"`` / ``"counter_hi"`` (``field``
     names the counter).
     """
     name: str
@@ -225,7 +216,7 @@ class Register:
     kind: str
     doc: str
     field: str = None
-    width: str = None   # descriptor and setting registers: "dim", "phase" or "addr"
+    width: str = None   # setting registers: their width kind (:func:`field_bits`)
     reset: int = 0
 
 
@@ -261,9 +252,6 @@ def _build_registers():
                  "instructions in the layer's program", field="prog_words", width="addr",
                  reset=0),
     ]
-    for i, (field, name, width, reset, doc) in enumerate(DESCRIPTOR_FIELDS):
-        regs.append(Register(name, _DESC_BASE + 4 * i, "rw", "desc", doc, field=field,
-                             width=width, reset=reset))
     for i, (name, doc) in enumerate(COUNTERS):
         off = _COUNTER_BASE + 8 * i
         regs.append(Register(f"{name.upper()}_LO", off, "ro", "counter_lo",
@@ -318,7 +306,7 @@ def config_words(config):
 
 
 def field_bits(config, width):
-    """Bits of a descriptor or setting register of width kind ``width`` (``"dim"``,
+    """Bits of a layer field or setting register of width kind ``width`` (``"dim"``,
     ``"phase"``, ``"mode"``, ``"addr"``, ``"flag"`` or ``"shift"``)."""
     return {"dim": config.dim_width, "phase": PHASE_BITS, "mode": MODE_BITS, "addr": 32,
             "flag": 1, "shift": (config.acc_width - 1).bit_length()}[width]
@@ -326,15 +314,16 @@ def field_bits(config, width):
 
 def register_map(config):
     """The register map as a JSON-ready dict for a host driver: ``registers`` (name ->
-    offset, access, reset value, doc, and ``bits`` for descriptor registers), ``status`` and
-    ``control`` bit fields, ``descriptor`` (field -> register), ``counters`` (names in order),
+    offset, access, reset value, doc, and ``bits`` for the settings), ``status`` and
+    ``control`` bit fields, ``descriptor`` (layer field -> its descriptor key), ``counters``
+    (names in order),
     ``addr_width``, ``id``, ``version``."""
     consts = config_words(config)
     regs = {}
     for r in REGISTERS:
         entry = {"offset": r.offset, "access": r.access, "doc": r.doc,
                  "reset": consts.get(r.name, r.reset)}
-        if r.kind in ("desc", "setting"):
+        if r.kind == "setting":
             entry["bits"] = field_bits(config, r.width)
         regs[r.name] = entry
     return {
@@ -344,7 +333,7 @@ def register_map(config):
         "registers": regs,
         "status": {k: list(v) for k, v in STATUS_FIELDS.items()},
         "control": dict(CONTROL_BITS),
-        "descriptor": {field: name for field, name, _, _, _ in DESCRIPTOR_FIELDS},
+        "descriptor": {field: key for field, key, _, _, _ in LAYER_FIELDS},
         "counters": [name for name, _ in COUNTERS],
         "phases": {p.name.lower(): p.value for p in Phase},
         "modes": {MODE_NAMES[m]: m.value for m in MODE_NAMES},

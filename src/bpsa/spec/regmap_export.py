@@ -5,7 +5,7 @@ in the formats integrators use: JSON for tools, a C header for firmware, Markdow
 All three are generated from :func:`bpsa.spec.regmap.register_map` (the one definition the
 register file and the host driver read), :func:`bpsa.spec.isa.isa_map` and
 :mod:`bpsa.spec.errors`; nothing here restates a fact of the map or of the instruction set. They name the configuration they were made for: the constant registers
-(``CFG_*``) and the descriptor field widths depend on it.
+(``CFG_*``) and the instruction fields' widths depend on it.
 """
 
 import json
@@ -44,8 +44,8 @@ def to_json(config):
 
 def to_c_header(config):
     """The map as a C header: ``BPSA_<REGISTER>`` byte offsets, STATUS / CONTROL fields,
-    PHASE and MODE values, error codes, descriptor field widths and the constant registers'
-    values of this configuration."""
+    PHASE and MODE values, error codes, the read-write registers' widths and the constant
+    registers' values of this configuration."""
     m = regmap.register_map(config)
     guard = "BPSA_REGMAP_H"
     out = [f"/* backprop-systolic register map version {m['version'][0]}.{m['version'][1]}, "
@@ -72,7 +72,7 @@ def to_c_header(config):
     out += [f"#define BPSA_MODE_{k.upper()} {v}u" for k, v in m["modes"].items()]
     out += ["", "/* STATUS.ERROR codes */"]
     out += [f"#define BPSA_{k} 0x{v:02X}u" for k, v in _error_codes().items()]
-    out += ["", f"/* descriptor field widths (bits) of configuration '{config.name}' */"]
+    out += ["", f"/* read-write register widths (bits) of configuration '{config.name}' */"]
     for name, r in sorted(m["registers"].items(), key=lambda kv: kv[1]["offset"]):
         if "bits" in r:
             out.append(f"#define BPSA_{name}_BITS {r['bits']}u")

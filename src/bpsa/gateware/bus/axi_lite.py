@@ -1,15 +1,16 @@
-"""The host register interface: an AXI4-Lite slave with layer descriptor, control, status and
-performance counters, decoding the register map of :mod:`bpsa.spec.regmap`.
+"""The host register interface: an AXI4-Lite slave with control, status, the DMA window, the
+layer's program and the performance counters, decoding the register map of
+:mod:`bpsa.spec.regmap` (a layer's fields reach the hardware as its program, not here).
 
 Control and status
-    Writing CONTROL with START = 1 (byte lane 0 enabled) while ``busy`` is low copies the
-    descriptor registers to the ``desc`` output and raises ``start`` for one cycle (both in the
-    cycle after the write), and clears DONE and ERROR. While ``busy`` is high START is ignored,
-    so the host may stage the next descriptor while a layer runs. CLEAR = 1 clears DONE and
+    Writing CONTROL with START = 1 (byte lane 0 enabled) while ``busy`` is low raises ``start``
+    for one cycle (in the cycle after the write) and clears DONE and ERROR. While ``busy`` is
+    high START is ignored, so the host may write the next program while a layer runs. CLEAR = 1 clears DONE and
     ERROR and raises ``clear`` for one cycle (the counter owners reset their counters on it).
     DONE is set by a ``done`` pulse and stays set; ERROR holds the ``error`` input sampled at
     that pulse. BUSY is the ``busy`` input. WINDOW_LO / WINDOW_HI drive the ``window_lo`` /
-    ``window_hi`` outputs directly (not copied at START).
+    ``window_hi`` outputs directly, as PROG_ADDR / PROG_WORDS drive ``prog_addr`` /
+    ``prog_words`` (the fetch unit takes them at ``start``).
 
 Counters
     ``counters`` (:data:`COUNTERS`, 64 bits each) are read as two halves: reading
@@ -36,14 +37,13 @@ from bpsa.spec.regmap import (
     ADDR_WIDTH,
     CONTROL_BITS,
     COUNTERS,
-    DESCRIPTOR_FIELDS,
     REGISTERS,
     config_words,
     field_bits,
 )
 
 __all__ = ["ADDR_WIDTH", "AxiResp", "Phase", "RegisterFile", "axi_lite_signature",
-           "counter_layout", "descriptor_layout"]
+           "counter_layout"]
 
 #: The PHASE descriptor field (:class:`bpsa.spec.regmap.Phase`) as a hardware enum.
 Phase = hw_enum(regmap.Phase, regmap.PHASE_BITS)
@@ -80,17 +80,6 @@ def axi_lite_signature(addr_width, data_width=32):
     })
 
 
-def descriptor_layout(config):
-    """Layout of the ``desc`` output: the fields of :data:`DESCRIPTOR_FIELDS` in order (first
-    at bit 0); ``phase`` is a :class:`Phase`, shapes ``dim_width`` bits, addresses 32 bits, all
-    unsigned."""
-    require_config(config)
-    return data.StructLayout({
-        field: (Phase if width == "phase" else unsigned(field_bits(config, width)))
-        for field, _, width, _, _ in DESCRIPTOR_FIELDS
-    })
-
-
 def counter_layout():
     """Layout of the ``counters`` input: one unsigned 64-bit field per :data:`COUNTERS` name."""
     return data.StructLayout({name: unsigned(64) for name, _ in COUNTERS})
@@ -107,18 +96,14 @@ class RegisterFile(wiring.Component):
     axil : In(axi_lite_signature(ADDR_WIDTH, 32))
         The host bus (Verilog ports ``axil__awaddr`` ...). ``bvalid`` and ``rvalid`` are
         registers and never depend on ``bready`` / ``rready``.
-    desc : Out(descriptor_layout(config))
-        The descriptor, copied from the descriptor registers when START is accepted; stable
-        until the next accepted START.
     start : Out(1)
-        One-cycle pulse in the cycle after an accepted START (``desc`` already holds the new
-        descriptor in that cycle).
+        One-cycle pulse in the cycle after an accepted START.
     clear : Out(1)
         One-cycle pulse in the cycle after a CLEAR write.
     busy : In(1)
-        The controller runs a descriptor. It must rise no later than the cycle after ``start``.
+        The controller runs a layer. It must rise no later than the cycle after ``start``.
     done : In(1)
-        One-cycle pulse: the descriptor finished (successfully or not).
+        One-cycle pulse: the layer finished (successfully or not).
     error : In(8)
         Error code, sampled with ``done`` (0 = no error).
     counters : In(counter_layout())
@@ -133,7 +118,6 @@ class RegisterFile(wiring.Component):
         self.config = require_config(config)
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH, 32)),
-            "desc": Out(descriptor_layout(config)),
             "start": Out(1),
             "clear": Out(1),
             "busy": In(1),
@@ -150,14 +134,13 @@ class RegisterFile(wiring.Component):
         m = Module()
         consts = config_words(cfg)
 
-        # Descriptor registers (staging copy, visible to the host) and settings.
+        # The settings: read-write registers that drive their outputs.
         regs = {}
         for r in REGISTERS:
-            if r.kind in ("desc", "setting"):
+            if r.kind == "setting":
                 regs[r.field] = Signal(field_bits(cfg, r.width), init=r.reset,
                                        name=f"reg_{r.field}")
-        settings = [r.field for r in REGISTERS if r.kind == "setting"]
-        m.d.comb += [getattr(self, f).eq(regs[f]) for f in settings]
+        m.d.comb += [getattr(self, f).eq(reg) for f, reg in regs.items()]
 
         done_flag = Signal()
         error_code = Signal(8)
@@ -192,7 +175,7 @@ class RegisterFile(wiring.Component):
             with m.Switch(aw_word):
                 for r in REGISTERS:
                     with m.Case(r.offset >> 2):
-                        if r.kind in ("desc", "setting"):
+                        if r.kind == "setting":
                             reg = regs[r.field]
                             for lane in range(4):
                                 lo, hi = 8 * lane, min(8 * lane + 8, len(reg))
@@ -205,9 +188,6 @@ class RegisterFile(wiring.Component):
                                 with m.If(w_data[CONTROL_BITS["START"]] & ~self.busy):
                                     m.d.sync += [self.start.eq(1), done_flag.eq(0),
                                                  error_code.eq(0)]
-                                    m.d.sync += [getattr(self.desc, f).eq(v)
-                                                 for f, v in regs.items()
-                                                 if f not in settings]
                                 with m.If(w_data[CONTROL_BITS["CLEAR"]]):
                                     m.d.sync += [self.clear.eq(1), done_flag.eq(0),
                                                  error_code.eq(0)]
@@ -236,7 +216,7 @@ class RegisterFile(wiring.Component):
                         elif r.kind == "status":
                             m.d.sync += r_data.eq(Cat(self.busy, done_flag, Const(0, 6),
                                                       error_code))
-                        elif r.kind in ("desc", "setting"):
+                        elif r.kind == "setting":
                             m.d.sync += r_data.eq(regs[r.field])
                         elif r.kind == "counter_lo":
                             value = getattr(self.counters, r.field)

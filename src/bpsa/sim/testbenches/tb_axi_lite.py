@@ -1,9 +1,10 @@
 """cocotb testbench of the AXI4-Lite register file (generated Verilog under Verilator), driven by
 cocotbext-axi's ``AxiLiteMaster`` with random pauses on every channel.
 
-Checks every register's reset value, write / read-back of the descriptor registers (field
-widths), read-only registers ignoring writes, SLVERR on unmapped addresses, byte strobes, the
-START / CLEAR pulses with the descriptor copy, STATUS (busy, sticky done, error code) and the
+Checks every register's reset value, write / read-back of the read-write registers (field
+widths), read-only registers ignoring writes, SLVERR on unmapped addresses (the descriptor
+registers of map versions 1 and 2 among them), byte strobes, the START / CLEAR pulses (with
+PROG_ADDR as ``start`` sees it), STATUS (busy, sticky done, error code) and the
 64-bit counters read as consistent halves. Expectations come from ``bpsa.gateware.bus.axi_lite``'s
 table.
 
@@ -18,7 +19,6 @@ import random
 import warnings
 
 import cocotb
-from amaranth.hdl import Shape
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
@@ -27,7 +27,6 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbex
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp  # noqa: E402
 
 from bpsa.config import Config  # noqa: E402
-from bpsa.gateware.bus.axi_lite import descriptor_layout  # noqa: E402
 from bpsa.spec.regmap import (  # noqa: E402
     COUNTERS,
     REGISTER_MAP,
@@ -38,7 +37,8 @@ from bpsa.spec.regmap import (  # noqa: E402
 )
 from bpsa.sim.runner import load_config_json  # noqa: E402
 
-UNMAPPED = (0x014, 0x01C, 0x038, 0x03C, 0x0FC, 0x188, 0x7F0, 0xFFC)
+#: Addresses of no register: 0x040, 0x060 and 0x098 held the descriptor before map version 3.
+UNMAPPED = (0x014, 0x01C, 0x038, 0x03C, 0x040, 0x060, 0x098, 0x0FC, 0x188, 0x7F0, 0xFFC)
 
 
 def _config():
@@ -51,7 +51,7 @@ class Harness:
     def __init__(self, dut, pauses):
         self.dut = dut
         self.cfg = _config()
-        self.starts = []     # descriptor value at each start pulse
+        self.starts = []     # PROG_ADDR at each start pulse
         self.clears = 0
         self.rng = random.Random(int(os.environ.get("BPSA_SEED", "1")))
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
@@ -87,7 +87,7 @@ class Harness:
             await RisingEdge(dut.clk)
             await ReadOnly()
             if int(dut.start.value):
-                self.starts.append(int(dut.desc.value))
+                self.starts.append(int(dut.prog_addr.value))
             if int(dut.clear.value):
                 self.clears += 1
 
@@ -124,11 +124,6 @@ def _rw_masks(cfg):
     return {r.name: (1 << regs[r.name]["bits"]) - 1 for r in REGISTERS if r.access == "rw"}
 
 
-def _field_bits(cfg):
-    layout = descriptor_layout(cfg)
-    return {name: (field.offset, Shape.cast(field.shape).width) for name, field in layout}
-
-
 def _expected_reset(cfg):
     consts = config_words(cfg)
     return {r.name: consts.get(r.name, r.reset) for r in REGISTERS
@@ -160,7 +155,7 @@ async def reset_values_and_unmapped(dut, pauses):
 @cocotb.test()
 @cocotb.parametrize(pauses=[False, True])
 async def write_read_back(dut, pauses):
-    """Descriptor registers keep exactly their field's bits; read-only registers ignore writes
+    """Read-write registers keep exactly their field's bits; read-only registers ignore writes
     (OKAY); CONTROL reads 0."""
     h = Harness(dut, pauses)
     await h.reset()
@@ -208,44 +203,31 @@ async def byte_strobes(dut, pauses):
                                  f"0x{got:08x}, expected 0x{value:08x}"
 
 
-def _decode_desc(cfg, raw):
-    return {name: (raw >> off) & ((1 << width) - 1) for name, (off, width)
-            in _field_bits(cfg).items()}
-
-
 @cocotb.test()
 @cocotb.parametrize(pauses=[False, True])
 async def start_clear_status(dut, pauses):
-    """START copies the descriptor and pulses once; START while busy is ignored; done with an
-    error code sets the sticky DONE and ERROR; CLEAR and START clear them."""
+    """START pulses once with PROG_ADDR already written; START while busy is ignored; done
+    with an error code sets the sticky DONE and ERROR; CLEAR and START clear them."""
     h = Harness(dut, pauses)
     await h.reset()
-    cfg = h.cfg
-    bits = _field_bits(cfg)
-    descs = [r for r in REGISTERS if r.kind == "desc"]
     status = REGISTER_MAP["STATUS"]
     done_bit = 1 << STATUS_FIELDS["DONE"][0]
     err_lsb = STATUS_FIELDS["ERROR"][0]
-    staged = {}
-    for r in descs:
-        staged[r.field] = h.rng.getrandbits(32) & ((1 << bits[r.field][1]) - 1)
-        await h.write(r.offset, staged[r.field])
+    first = h.rng.getrandbits(32) & ~7
+    await h.write(REGISTER_MAP["PROG_ADDR"], first)
+    await h.write(REGISTER_MAP["PROG_WORDS"], h.rng.getrandbits(12))
     assert await h.write(REGISTER_MAP["CONTROL"], 1) == AxiResp.OKAY
     await h.cycles(3)
-    assert len(h.starts) == 1, f"{len(h.starts)} start pulses"
-    assert _decode_desc(cfg, h.starts[0]) == staged
-    # The controller runs: START and descriptor writes do not disturb desc.
+    assert h.starts == [first], f"start pulses with PROG_ADDR {h.starts}"
+    # The controller runs: START is ignored; the host may write the next program's address.
     dut.busy.value = 1
     await h.cycles(1)
     assert await h.read_ok(status) & 1 == 1
-    first = dict(staged)
-    for r in descs[:5]:
-        staged[r.field] = h.rng.getrandbits(32) & ((1 << bits[r.field][1]) - 1)
-        await h.write(r.offset, staged[r.field])
+    staged = h.rng.getrandbits(32) & ~7
+    await h.write(REGISTER_MAP["PROG_ADDR"], staged)
     await h.write(REGISTER_MAP["CONTROL"], 1)
     await h.cycles(3)
-    assert len(h.starts) == 1, "START while busy must be ignored"
-    assert _decode_desc(cfg, int(dut.desc.value)) == first
+    assert h.starts == [first], "START while busy must be ignored"
     # Done with an error code.
     dut.busy.value = 0
     await h.done(0x5A)
@@ -257,12 +239,12 @@ async def start_clear_status(dut, pauses):
     await h.cycles(2)
     assert h.clears == 1
     assert await h.read_ok(status) == 0
-    # START with the staged descriptor, done without error, START again clears DONE.
+    # START with the staged program, done without error, START again clears DONE.
     await h.done(0x33)
     assert await h.read_ok(status) == done_bit | 0x33 << err_lsb
     await h.write(REGISTER_MAP["CONTROL"], 1)
     await h.cycles(2)
-    assert len(h.starts) == 2 and _decode_desc(cfg, h.starts[1]) == staged
+    assert h.starts == [first, staged]
     assert await h.read_ok(status) == 0
     await h.done(0)
     assert await h.read_ok(status) == done_bit
@@ -300,7 +282,7 @@ async def counters_read_in_halves(dut, pauses):
 
 @cocotb.test()
 async def concurrent_traffic(dut):
-    """Several tasks, each owning some descriptor registers, write and read them at once
+    """Several tasks, each owning some read-write registers, write and read them at once
     through the master's queues (random pauses on every channel): every read returns the
     last value its task wrote."""
     h = Harness(dut, True)

@@ -3,7 +3,8 @@
 serial line and the host protocol code.
 
 The host reads the ID and configuration registers, loads a tensor into the on-chip SRAM,
-programs a descriptor (N elements from ADDR_X to ADDR_OUT), starts it, waits for ``irq`` and
+programs a copy (PROG_WORDS elements from PROG_ADDR to ``STANDIN_COPY_OFFSET`` bytes above it),
+starts it, waits for ``irq`` and
 STATUS.DONE, and reads the result back: it must equal the tensor (the stand-in copies through
 its DMA: AXI4 bursts into the SRAM's slave port while the bridge uses the word port). A DMA
 window violation ends with the DMA's error code in STATUS; unmapped registers answer SLVERR.
@@ -24,7 +25,11 @@ from bpsa.gateware.bus.dma import DmaError  # noqa: E402
 from bpsa.host.serial_transport import AsyncTransport, BridgeError, SimSerialLine  # noqa: E402
 from bpsa.spec.bridge import Status  # noqa: E402
 from bpsa.spec.regmap import ID_VALUE, REGISTER_MAP, STATUS_FIELDS, config_words  # noqa: E402
-from bpsa.platform.board_tops import SIM_DIVISOR, SIM_SRAM_BYTES  # noqa: E402
+from bpsa.platform.board_tops import (  # noqa: E402
+    SIM_DIVISOR,
+    SIM_SRAM_BYTES,
+    STANDIN_COPY_OFFSET,
+)
 from bpsa.sim.runner import load_config_json  # noqa: E402
 
 R = REGISTER_MAP
@@ -43,10 +48,10 @@ async def setup(dut):
     return host
 
 
-async def run_copy(dut, host, n, src, dst):
-    await host.write32(R["N"], n)
-    await host.write32(R["ADDR_X"], src)
-    await host.write32(R["ADDR_OUT"], dst)
+async def run_copy(dut, host, n, src):
+    """The stand-in core copies ``n`` elements from ``src`` to ``src + STANDIN_COPY_OFFSET``."""
+    await host.write32(R["PROG_WORDS"], n)
+    await host.write32(R["PROG_ADDR"], src)
     await host.write32(R["CONTROL"], 1)
     for _ in range(200):
         status = await host.read32(R["STATUS"])
@@ -73,12 +78,13 @@ async def test_end_to_end(dut):
         raise AssertionError("unmapped register answered OK")
 
     n = 300                                      # int8 operands: 300 bytes
-    src, dst = 0x105, 0x800                      # unaligned source: partial beats
+    src = 0x105                                  # unaligned source and copy: partial beats
+    dst = src + STANDIN_COPY_OFFSET
     tensor = bytes(rng.getrandbits(8) for _ in range(n))
     await host.write_mem(src, tensor)
     await host.write_mem(dst - 8, bytes(n + 16))
     assert int(dut.irq.value) == 0
-    assert await run_copy(dut, host, n, src, dst) == 0
+    assert await run_copy(dut, host, n, src) == 0
     assert await host.read_mem(dst, n) == tensor
     assert await host.read_mem(dst - 8, 8) == bytes(8)          # nothing outside written
     assert await host.read_mem(dst + n, 8) == bytes(8)
@@ -88,9 +94,9 @@ async def test_end_to_end(dut):
     await host.write32(R["CONTROL"], 2)
     assert await host.read32(R["STATUS"]) == 0 and int(dut.irq.value) == 0
 
-    # The window stops a command that would leave it.
-    await host.write32(R["WINDOW_HI"], 0x7FF)
-    assert await run_copy(dut, host, 16, 0, 0x7F8) == DmaError.WINDOW.value
+    # The window stops a command that would leave it (the store, at 0x800).
+    await host.write32(R["WINDOW_HI"], STANDIN_COPY_OFFSET - 1)
+    assert await run_copy(dut, host, 16, 0) == DmaError.WINDOW.value
     await host.write32(R["WINDOW_HI"], 0xFFFF_FFFF)
     # Past the SRAM's end: the SRAM answers DECERR.
-    assert await run_copy(dut, host, 16, 0, SIM_SRAM_BYTES - 8) == DmaError.DECERR.value
+    assert await run_copy(dut, host, 16, SIM_SRAM_BYTES - 8) == DmaError.DECERR.value
