@@ -163,8 +163,56 @@ class PE(wiring.Component):
         cfg, ar = self.config, self.arith
         m = Module()
 
-        # Stage 0: which behaviour this slot has; modes that are not generated are constant 0,
-        # and with one mode generated it is constant 1 (the mode input is not decoded).
+        is_os, is_hold, il_os, il_hold = self._decode_mode()
+        accumulate = is_os | il_os           # the product goes into the accumulator
+        use_w = is_hold | il_hold            # the product of h and the held operand joins p
+
+        acc = Signal(ar.acc_shape) if cfg.has_accumulator else None
+        res = Signal(ar.acc_shape) if cfg.reserve_registers else None
+        w = Signal(ar.operand_shape) if cfg.has_held_operand else None
+
+        a = self.h_in
+        if w is not None and acc is not None:
+            b = Mux(use_w, w, self.v_in)
+        else:
+            b = w if w is not None else self.v_in
+        fire, w_zero = self._zero_gating(m, use_w, acc, w)
+        m.d.sync += self.fired.eq(fire)
+
+        # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation);
+        # then the product registers, zero for a slot that did not fire.
+        product, operands = ar.multiplier(m, a, b, fire, latency=cfg.mac_latency,
+                                          platform=platform)
+        m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
+
+        self._pass_through(m, acc)
+        # Add stage: the partial sum adds the registered product (zero unless the slot fired).
+        if w is not None:
+            m.d.sync += self.p_out.eq(ar.add(self.p_in, product))
+        acc_en, acc_sum, acc_next = self._accumulator_update(m, accumulate, acc, product)
+
+        if not cfg.reserve_registers:
+            # Plain OS PE: the accumulator is the chain register.
+            m.d.comb += self.chain_out.eq(acc)
+            with m.If(self.shift):
+                m.d.sync += acc.eq(self.chain_in)
+            with m.Else():
+                m.d.sync += acc.eq(acc_next)
+            return m
+
+        m.d.comb += self.chain_out.eq(res)
+        end = self.h_valid_in & self.h_last_in
+        if acc is not None:
+            with m.If(acc_en):
+                m.d.sync += acc.eq(acc_sum)
+        self._context_ends(m, end, is_os, il_hold, use_w, acc, res, acc_next, w, w_zero)
+        return m
+
+    def _decode_mode(self):
+        """Stage 0: which behaviour this slot has, ``(is_os, is_hold, il_os, il_hold)``; modes
+        that are not generated are constant 0, and with one mode generated it is constant 1
+        (the mode input is not decoded)."""
+        cfg = self.config
         generated = {PEMode.OS: cfg.has("os"), PEMode.HOLD: cfg.has("ws") or cfg.has("is"),
                      PEMode.INTERLEAVED: cfg.has("interleaved")}
 
@@ -179,19 +227,15 @@ class PE(wiring.Component):
             il_hold = is_il & self.v_tag_in
         else:
             il_os = il_hold = 0
-        accumulate = is_os | il_os           # the product goes into the accumulator
-        use_w = is_hold | il_hold            # the product of h and the held operand joins p
+        return is_os, is_hold, il_os, il_hold
 
-        acc = Signal(ar.acc_shape) if cfg.has_accumulator else None
-        res = Signal(ar.acc_shape) if cfg.reserve_registers else None
-        w = Signal(ar.operand_shape) if cfg.has_held_operand else None
-
-        a = self.h_in
-        if w is not None and acc is not None:
-            b = Mux(use_w, w, self.v_in)
-        else:
-            b = w if w is not None else self.v_in
+    def _zero_gating(self, m, use_w, acc, w):
+        """Stage 0: whether the slot fires (active and, with zero gating, no zero operand) and
+        the held operand's zero flag (``None`` without zero gating or a held operand); drives
+        the registered zero flags and ``gated``."""
+        cfg, ar = self.config, self.arith
         active = self.h_valid_in & self.v_valid_in
+        w_zero = None
         if cfg.zero_gating:
             # The operands' zero flags travel with them, computed a cycle ahead (the
             # neighbours', the held operand's when it is written): no zero test on this path.
@@ -210,23 +254,18 @@ class PE(wiring.Component):
             m.d.sync += self.gated.eq(active & zero)
         else:
             fire = active
-        m.d.sync += self.fired.eq(fire)
+        return fire, w_zero
 
-        # Stage 0 -> 1: the operand registers (clock-enabled by fire: operand isolation);
-        # then the product registers, zero for a slot that did not fire.
-        product, operands = ar.multiplier(m, a, b, fire, latency=cfg.mac_latency,
-                                          platform=platform)
-        m.d.comb += [self.mul_a.eq(operands[0]), self.mul_b.eq(operands[1])]
+    def _add_stage(self, m, value, name):
+        """``value`` of a slot, delayed to the slot's add stage (L registers)."""
+        for k in range(1, self.config.mac_latency + 1):
+            nxt = Signal(name=f"{name}_s{k}")
+            m.d.sync += nxt.eq(value)
+            value = nxt
+        return value
 
-        def add_stage(value, name):
-            """``value`` of a slot, delayed to the slot's add stage (L registers)."""
-            for k in range(1, cfg.mac_latency + 1):
-                nxt = Signal(name=f"{name}_s{k}")
-                m.d.sync += nxt.eq(value)
-                value = nxt
-            return value
-
-        # Systolic pass-through (one cycle a hop).
+    def _pass_through(self, m, acc):
+        """Systolic pass-through (one cycle a hop)."""
         m.d.sync += [
             self.h_out.eq(self.h_in),
             self.h_valid_out.eq(self.h_valid_in),
@@ -235,46 +274,35 @@ class PE(wiring.Component):
         ]
         if acc is not None:
             m.d.sync += self.v_out.eq(self.v_in)
-        if cfg.has("interleaved"):
+        if self.config.has("interleaved"):
             m.d.sync += self.v_tag_out.eq(self.v_tag_in)
-        # Add stage: the partial sum adds the registered product (zero unless the slot fired).
-        if w is not None:
-            m.d.sync += self.p_out.eq(ar.add(self.p_in, product))
 
-        # Add stage: the accumulator's update (clock-enabled: no multiplexer after the adder's
-        # carry chain when only the accumulating dataflow is generated).
-        if acc is not None:
-            acc_en = add_stage(accumulate, "acc_en") if not isinstance(accumulate, int) \
-                else accumulate
-            acc_sum = Signal(ar.acc_shape)
-            acc_next = Signal(ar.acc_shape)
-            m.d.comb += [acc_sum.eq(ar.add(acc, product)),
-                         acc_next.eq(Mux(acc_en, acc_sum, acc))]
+    def _accumulator_update(self, m, accumulate, acc, product):
+        """Add stage: the accumulator's update, ``(acc_en, acc_sum, acc_next)`` (all ``None``
+        without an accumulator); clock-enabled: no multiplexer after the adder's carry chain
+        when only the accumulating dataflow is generated."""
+        if acc is None:
+            return None, None, None
+        ar = self.arith
+        acc_en = self._add_stage(m, accumulate, "acc_en") if not isinstance(accumulate, int) \
+            else accumulate
+        acc_sum = Signal(ar.acc_shape)
+        acc_next = Signal(ar.acc_shape)
+        m.d.comb += [acc_sum.eq(ar.add(acc, product)),
+                     acc_next.eq(Mux(acc_en, acc_sum, acc))]
+        return acc_en, acc_sum, acc_next
 
-        if not cfg.reserve_registers:
-            # Plain OS PE: the accumulator is the chain register.
-            m.d.comb += self.chain_out.eq(acc)
-            with m.If(self.shift):
-                m.d.sync += acc.eq(self.chain_in)
-            with m.Else():
-                m.d.sync += acc.eq(acc_next)
-            return m
-
-        m.d.comb += self.chain_out.eq(res)
-        end = self.h_valid_in & self.h_last_in
-        if acc is not None:
-            with m.If(acc_en):
-                m.d.sync += acc.eq(acc_sum)
-
-        # Context ends. Add stage (OS, interleaved): the result goes to the reserve register; the
-        # accumulator takes the preload (OS) or clears (interleaved). Stage 0 (held operand,
-        # interleaved): the held operand takes the next operand from the reserve register; an
-        # interleaved context's weights go to the weight chain.
+    def _context_ends(self, m, end, is_os, il_hold, use_w, acc, res, acc_next, w, w_zero):
+        """Context ends and the chains. Add stage (OS, interleaved): the result goes to the
+        reserve register; the accumulator takes the preload (OS) or clears (interleaved).
+        Stage 0 (held operand, interleaved): the held operand takes the next operand from the
+        reserve register; an interleaved context's weights go to the weight chain."""
+        cfg, ar = self.config, self.arith
         late = []
         if cfg.has("os"):
-            late.append((add_stage(end & is_os, "os_end"), res))
+            late.append((self._add_stage(m, end & is_os, "os_end"), res))
         if cfg.has("interleaved"):
-            late.append((add_stage(end & il_hold, "il_end"), 0))
+            late.append((self._add_stage(m, end & il_hold, "il_end"), 0))
         for i, (cond, start) in enumerate(late):
             with (m.If if i == 0 else m.Elif)(cond):
                 m.d.sync += [res.eq(acc_next), acc.eq(start)]
@@ -298,7 +326,6 @@ class PE(wiring.Component):
                 m.d.sync += wchain.eq(w)
             with m.Elif(self.shift):
                 m.d.sync += wchain.eq(self.wchain_in)
-        return m
 
 
 def _any(conds):
