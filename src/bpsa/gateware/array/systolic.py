@@ -209,7 +209,30 @@ class SystolicArray(wiring.Component):
             for j in range(C):
                 m.submodules[f"pe_{i}_{j}"] = pes[i][j]
 
-        # Dataflow -> PE mode; dataflows that are not generated map to a harmless mode.
+        pe_mode = self._pe_mode(m)
+        is_il = (self.dataflow == Dataflow.INTERLEAVED) if cfg.has("interleaved") else 0
+        cnt, auto_shift, load = self._drain_control(m, is_il)
+        shift = auto_shift | self.chain_shift
+
+        self._left_edge(m, pes)
+        self._top_edge(m, pes, shift, load)
+        self._mesh(m, pes, pe_mode)
+
+        # Drain output: column j shifts at edge time + j; deskew by C-1-j.
+        if cfg.is_float:
+            dv_stages = self._float_drain(m, pes, auto_shift)
+        else:
+            dv_stages = self._drain(m, pes, auto_shift, cnt, is_il)
+
+        if cfg.has_held_operand:
+            self._psum_output(m, pes, is_il)
+
+        busy = self._busy(m, pes, cnt, dv_stages, load)
+        self._counters(m, pes, busy)
+        return m
+
+    def _pe_mode(self, m):
+        """Dataflow -> PE mode; dataflows that are not generated map to a harmless mode."""
         pe_mode = Signal(PEMode)
         with m.Switch(self.dataflow):
             with m.Case(Dataflow.OS):
@@ -218,10 +241,16 @@ class SystolicArray(wiring.Component):
                 m.d.comb += pe_mode.eq(PEMode.HOLD)
             with m.Case(Dataflow.INTERLEAVED):
                 m.d.comb += pe_mode.eq(PEMode.INTERLEAVED)
-        is_il = (self.dataflow == Dataflow.INTERLEAVED) if cfg.has("interleaved") else 0
+        return pe_mode
+
+    def _drain_control(self, m, is_il):
+        """Automatic drain after a context end (edge time), ``drain_shift`` and the collision
+        ``error``. Returns the drain counter ``cnt``, ``auto_shift`` (the drain's chain shift)
+        and the chain-load command (``Const(0)`` without a held operand)."""
+        cfg = self.config
+        R, L = cfg.rows, cfg.mac_latency
         drains = (self.dataflow == Dataflow.OS) | is_il if cfg.has_accumulator else Const(0)
 
-        # Automatic drain after a context end (edge time).
         tag = self.b_tag if cfg.has("interleaved") else 0
         ctx_end = self.a_valid & self.a_last & drains & Mux(is_il, tag, 1)
         # The PEs swap LATENCY cycles after the slot that ends a context: so does the drain.
@@ -254,11 +283,12 @@ class SystolicArray(wiring.Component):
             m.d.sync += self.error.eq(0)
         with m.Elif(collide):
             m.d.sync += self.error.eq(1)
+        return cnt, auto_shift, load
 
-        shift = auto_shift | self.chain_shift
-
-        # Left edge: row i delayed by i.
-        for i in range(R):
+    def _left_edge(self, m, pes):
+        """Left edge: row i delayed by i."""
+        cfg = self.config
+        for i in range(cfg.rows):
             pe = pes[i][0]
             if cfg.zero_gating:
                 m.d.comb += pe.h_zero_in.eq(_delay(m, self.arith.zero(self.a_data[i]), i,
@@ -268,8 +298,12 @@ class SystolicArray(wiring.Component):
                 pe.h_valid_in.eq(_delay(m, self.a_valid, i, f"av{i}")),
                 pe.h_last_in.eq(_delay(m, self.a_last, i, f"al{i}")),
             ]
-        # Top edge and chain commands: column j delayed by j.
-        for j in range(C):
+
+    def _top_edge(self, m, pes, shift, load):
+        """Top edge and chain commands: column j delayed by j."""
+        cfg = self.config
+        R, L = cfg.rows, cfg.mac_latency
+        for j in range(cfg.cols):
             pe = pes[0][j]
             b_col = _delay(m, self.b_data[j], j, f"b{j}")
             m.d.comb += [
@@ -297,7 +331,10 @@ class SystolicArray(wiring.Component):
                 if col_load is not None:
                     m.d.comb += pes[i][j].load.eq(col_load)
 
-        # Mesh connections and broadcast controls.
+    def _mesh(self, m, pes, pe_mode):
+        """Mesh connections and broadcast controls."""
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
         for i in range(R):
             for j in range(C):
                 pe = pes[i][j]
@@ -322,38 +359,37 @@ class SystolicArray(wiring.Component):
                         m.d.comb += [down.v_tag_in.eq(pe.v_tag_out),
                                      down.wchain_in.eq(pe.wchain_out)]
 
-        # Drain output: column j shifts at edge time + j; deskew by C-1-j.
-        if cfg.is_float:
-            dv_stages = self._float_drain(m, pes, auto_shift)
-        else:
-            dv_stages = self._drain(m, pes, auto_shift, cnt, is_il)
+    def _psum_output(self, m, pes, is_il):
+        """(held-operand dataflows) Partial-sum output: bottom of column j at edge time
+        + R + j; deskew by C-1-j."""
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
+        holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
+        for j in range(C):
+            bottom = pes[R - 1][j]
+            m.d.comb += self.psum_data[j].eq(_delay(m, bottom.p_out, C - 1 - j, f"pd{j}"))
+        bottom = pes[R - 1][C - 1]
+        tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
+        slot_out = Signal()
+        m.d.comb += slot_out.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
+        m.d.comb += self.psum_valid.eq(_delay(m, slot_out, cfg.mac_latency, "psv"))
 
-        # Partial-sum output: bottom of column j at edge time + R + j; deskew by C-1-j.
-        if cfg.has_held_operand:
-            holds = (self.dataflow == Dataflow.WS) | (self.dataflow == Dataflow.IS) | is_il
-            for j in range(C):
-                bottom = pes[R - 1][j]
-                m.d.comb += self.psum_data[j].eq(_delay(m, bottom.p_out, C - 1 - j, f"pd{j}"))
-            bottom = pes[R - 1][C - 1]
-            tag_ok = bottom.v_tag_out if cfg.has("interleaved") else 1
-            slot_out = Signal()
-            m.d.comb += slot_out.eq(bottom.v_valid_out & holds & Mux(is_il, tag_ok, 1))
-            m.d.comb += self.psum_valid.eq(_delay(m, slot_out, L, "psv"))
-
-        # Busy: anything valid inside, an edge input, or a drain pending.
+    def _busy(self, m, pes, cnt, dv_stages, load):
+        """Busy: anything valid inside, an edge input, or a drain pending. Drives ``busy`` and
+        returns it."""
+        cfg = self.config
+        R, C = cfg.rows, cfg.cols
         inside = [pes[i][j].h_valid_out | pes[i][j].v_valid_out
                   for i in range(R) for j in range(C)]
         # A slot stays in a PE's pipeline LATENCY cycles after it has moved on.
         inside_any = Signal()
         m.d.comb += inside_any.eq(_popcount_any(inside))
-        in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, L + 1)]
+        in_pipeline = [_delay(m, inside_any, k, "inside") for k in range(1, cfg.mac_latency + 1)]
         busy = Signal()
         m.d.comb += busy.eq(self.a_valid | self.b_valid | (cnt != 0) | _popcount_any(dv_stages)
                             | self.chain_shift | load | inside_any | _popcount_any(in_pipeline))
         m.d.comb += self.busy.eq(busy)
-
-        self._counters(m, pes, busy)
-        return m
+        return busy
 
     def _drain(self, m, pes, auto_shift, cnt, is_il):
         """The integer drain: each column's chain word, (interleaved) the SGD step, deskewed.
