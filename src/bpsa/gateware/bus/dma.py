@@ -293,11 +293,29 @@ class DmaEngine(wiring.Component):
         len_w = Shape.cast(lay["length"].shape).width
         beats_w = len_w + 1
         beat_w = ADDR_WIDTH - self.beat_shift
-        s = SimpleNamespace()      # signals shared by the sections below
+        s = SimpleNamespace()      # signals shared by the methods below
 
-        # --- the command, its derived values and checks ---------------------------------------
+        max_lanes, lanes_in, end, before = self._command(m, s, beats_w, beat_w)
+        self._address_state(m, s, beats_w, beat_w)
+        init, init2 = self._setup(s, end, before, beats_w)
+        m.d.comb += [axi.wvalid.eq(s.w_valid), axi.wdata.eq(s.w_data), axi.wstrb.eq(s.w_strb),
+                     axi.wlast.eq(s.w_last), axi.bready.eq(1)]
+
+        done = Signal()
+        m.d.comb += [self.done.eq(done), self.error.eq(s.err)]
+        m.d.sync += [done.eq(0), s.read_inc.eq(0), s.write_inc.eq(0)]
+
+        self._control(m, s, done, init, init2, max_lanes, lanes_in)
+        self._counters(m, s)
+        return m
+
+    def _command(self, m, s, beats_w, beat_w):
+        """The command, its derived values and checks (into ``s``). Returns the command's
+        most lanes (``max_lanes``), the offered command's (``lanes_in``), its last byte
+        (``end``) and the elements the words before ``buf_addr`` hold (``before``)."""
+        lay = self.layout
         s.c = c = Signal(lay)
-        s.err = err = Signal(DmaError)
+        s.err = Signal(DmaError)
         s.lanes = Signal.like(c.lanes)          # effective lanes per word (taken with the command)
         s.nbytes = Signal(4)                    # bytes per element in memory
         s.first_slot = Signal(self.beat_shift + 1)  # element slot of the first element in its beat
@@ -334,8 +352,12 @@ class DmaEngine(wiring.Component):
             s.last_end.eq((s.end_r[:self.beat_shift] >> size) + 1),
         ]
         s.is_store = c.direction == Direction.STORE
+        return max_lanes, lanes_in, end, before
 
-        # --- state of the address channel (AR for loads, AW for stores) ---------------------
+    def _address_state(self, m, s, beats_w, beat_w):
+        """State of the address channel (AR for loads, AW for stores), into ``s``, and its
+        AXI outputs."""
+        axi = self.axi
         s.ax_valid = Signal()
         s.ax_addr = Signal(ADDR_WIDTH)
         s.ax_len = Signal(8)
@@ -355,8 +377,11 @@ class DmaEngine(wiring.Component):
                 getattr(axi, f"{p}cache").eq(0b0011),     # normal, bufferable
                 getattr(axi, f"{p}valid").eq(s.ax_valid & active),
             ]
-        # Registers set in CHECK (``init``; harmless when the command is refused) and in the
-        # first cycle of RUN (``init2``, from those), before any beat can come or go.
+
+    def _setup(self, s, end, before, beats_w):
+        """Registers set in CHECK (``init``; harmless when the command is refused) and in the
+        first cycle of RUN (``init2``, from those), before any beat can come or go; declares
+        the load's and the store's state (into ``s``). Returns ``(init, init2)``."""
         s.first = Signal()                      # the first cycle of RUN
         s.refuse_r = Signal(DmaError)           # the window or buffer check failed
         s.ok = Signal()                         # ... did not fail (from the second cycle)
@@ -379,13 +404,13 @@ class DmaEngine(wiring.Component):
         for part in (self._declare_load(s, beats_w), self._declare_store(s, beats_w)):
             init += part[0]
             init2 += part[1]
-        m.d.comb += [axi.wvalid.eq(s.w_valid), axi.wdata.eq(s.w_data), axi.wstrb.eq(s.w_strb),
-                     axi.wlast.eq(s.w_last), axi.bready.eq(1)]
+        return init, init2
 
-        done = Signal()
-        m.d.comb += [self.done.eq(done), self.error.eq(err)]
-        m.d.sync += [done.eq(0), s.read_inc.eq(0), s.write_inc.eq(0)]
-
+    def _control(self, m, s, done, init, init2, max_lanes, lanes_in):
+        """The command's state machine: IDLE takes a command, CHECK sets it up (``init``) and
+        ends an empty or misaligned one, RUN checks the window and the buffer and runs the
+        load or the store until it ends (``done``)."""
+        axi, c, err = self.axi, s.c, s.err
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -439,8 +464,9 @@ class DmaEngine(wiring.Component):
                         m.d.sync += done.eq(1)
                         m.next = "IDLE"
 
-        # Counters (a clear wins over a count in the same cycle; the bytes moved are added a
-        # cycle after they are counted, before ``done``).
+    def _counters(self, m, s):
+        """Counters (a clear wins over a count in the same cycle; the bytes moved are added a
+        cycle after they are counted, before ``done``)."""
         m.d.sync += [self.read_bytes.eq(self.read_bytes + s.read_inc),
                      self.write_bytes.eq(self.write_bytes + s.write_inc)]
         with m.If(self.busy):
@@ -448,7 +474,6 @@ class DmaEngine(wiring.Component):
         with m.If(self.clear_counters):
             m.d.sync += [self.read_bytes.eq(0), self.write_bytes.eq(0),
                          self.busy_cycles.eq(0), s.read_inc.eq(0), s.write_inc.eq(0)]
-        return m
 
     def _burst_len(self, beat, left):
         """Beats of the next burst starting at beat address ``beat`` with ``left`` beats to go:
