@@ -4,6 +4,8 @@ of the on-chip memory (bulk tensor loads and result reads).
 The protocol (command bytes, arguments, status bytes) is :mod:`bpsa.spec.bridge`.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -78,193 +80,220 @@ class UartBridgeCore(CheckedComponent):
 
     def elaborate(self, platform):
         m = Module()
-        rx, tx, bus, mem = self.rx, self.tx, self.axil, self.mem
-
-        cmd = Signal(8)
-        args = Signal(64)                   # argument bytes, first at bit 0
-        idx = Signal(range(9))              # argument / data byte index
-        nargs = Signal(range(9))
-        addr = args[0:32]
-        wdata = args[32:64]
-        count = args[32:48]
-        timer = Signal(range(self.timeout + 1))
-        status = Signal(4)
-        post = Signal(2)                    # after the status byte: 0 idle, 1 data, 2 mem read
-        shreg = Signal(64)                  # data bytes to send, first at bit 0
-        left = Signal(range(9))             # of them still to send
-        word = Signal(self.mem_addr_width + 17)
-        words = Signal(17)                  # words still to move
-        bad = Signal()
-        wbuf = Signal(64)
+        rx, bus, mem = self.rx, self.axil, self.mem
+        r = self._registers()
 
         m.d.comb += [
-            bus.awaddr.eq(addr), bus.araddr.eq(addr), bus.wdata.eq(wdata), bus.wstrb.eq(0xF),
-            mem.addr.eq(word), mem.wdata.eq(wbuf), mem.wstrb.eq(0xFF),
+            bus.awaddr.eq(r.addr), bus.araddr.eq(r.addr), bus.wdata.eq(r.wdata),
+            bus.wstrb.eq(0xF),
+            mem.addr.eq(r.word), mem.wdata.eq(r.wbuf), mem.wstrb.eq(0xFF),
         ]
+        rx_take = rx.valid & rx.ready
+        timed_out = r.timer == self.timeout
+
+        with m.FSM():
+            self._command(m, r, rx_take, timed_out)
+            self._register_access(m, r)
+            self._memory_write(m, r, rx_take, timed_out)
+            self._memory_read(m, r)
+            self._answer(m, r)
+        return m
+
+    def _registers(self):
+        """The engine's registers (and the argument fields, slices of ``args``), as a
+        namespace the states share."""
+        r = SimpleNamespace()
+        r.cmd = Signal(8)
+        r.args = args = Signal(64)          # argument bytes, first at bit 0
+        r.idx = Signal(range(9))            # argument / data byte index
+        r.nargs = Signal(range(9))
+        r.addr = args[0:32]
+        r.wdata = args[32:64]
+        r.count = args[32:48]
+        r.timer = Signal(range(self.timeout + 1))
+        r.status = Signal(4)
+        r.post = Signal(2)                  # after the status byte: 0 idle, 1 data, 2 mem read
+        r.shreg = Signal(64)                # data bytes to send, first at bit 0
+        r.left = Signal(range(9))           # of them still to send
+        r.word = Signal(self.mem_addr_width + 17)
+        r.words = Signal(17)                # words still to move
+        r.bad = Signal()
+        r.wbuf = Signal(64)
+        return r
+
+    def _command(self, m, r, rx_take, timed_out):
+        """States IDLE (the command byte), ARGS (its argument bytes) and DISPATCH (the
+        arguments checked, the command started)."""
+        rx = self.rx
+        addr, count = r.addr, r.count
         depth = 1 << self.mem_addr_width
         reg_bad = (addr[0:2] != 0) | (addr[self.axil_addr_width:] != 0) \
             if self.axil_addr_width < 32 else addr[0:2] != 0
         mem_bad = (addr[0:3] != 0) | (addr[3:] + count > depth)
 
-        rx_take = rx.valid & rx.ready
-        timed_out = timer == self.timeout
-
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += rx.ready.eq(1)
-                m.d.sync += [idx.eq(0), timer.eq(0), post.eq(0), args.eq(0)]
-                with m.If(rx.valid):
-                    m.d.sync += cmd.eq(rx.payload)
-                    with m.Switch(rx.payload):
-                        with m.Case(Command.SYNC):
-                            m.d.sync += status.eq(Status.OK)
-                            m.next = "STATUS"
-                        for c in (Command.READ32, Command.WRITE32, Command.MEM_READ,
-                                  Command.MEM_WRITE):
-                            with m.Case(c):
-                                m.d.sync += nargs.eq(bridge.ARG_BYTES[bridge.Command(c.value)])
-                                m.next = "ARGS"
-                        with m.Default():
-                            m.d.sync += status.eq(Status.BAD_CMD)
-                            m.next = "STATUS"
-
-            with m.State("ARGS"):
-                m.d.comb += rx.ready.eq(1)
-                m.d.sync += timer.eq(timer + 1)
-                with m.If(rx_take):
-                    m.d.sync += [timer.eq(0), idx.eq(idx + 1)]
-                    with m.Switch(idx):
-                        for i in range(8):
-                            with m.Case(i):
-                                m.d.sync += args[8 * i:8 * i + 8].eq(rx.payload)
-                    with m.If(idx == nargs - 1):
-                        m.next = "DISPATCH"
-                with m.Elif(timed_out):
-                    m.d.sync += status.eq(Status.TIMEOUT)
-                    m.next = "STATUS"
-
-            with m.State("DISPATCH"):
-                m.d.sync += [idx.eq(0), timer.eq(0), word.eq(addr[3:]), words.eq(count),
-                             bad.eq(mem_bad)]
-                with m.Switch(cmd):
-                    with m.Case(Command.READ32):
-                        with m.If(reg_bad):
-                            m.d.sync += status.eq(Status.BAD_ARG)
-                            m.next = "STATUS"
-                        with m.Else():
-                            m.next = "AR"
-                    with m.Case(Command.WRITE32):
-                        with m.If(reg_bad):
-                            m.d.sync += status.eq(Status.BAD_ARG)
-                            m.next = "STATUS"
-                        with m.Else():
-                            m.next = "AW_W"
-                    with m.Case(Command.MEM_READ):
-                        with m.If(mem_bad):
-                            m.d.sync += status.eq(Status.BAD_ARG)
-                        with m.Else():
-                            m.d.sync += [status.eq(Status.OK), post.eq(2)]
+        with m.State("IDLE"):
+            m.d.comb += rx.ready.eq(1)
+            m.d.sync += [r.idx.eq(0), r.timer.eq(0), r.post.eq(0), r.args.eq(0)]
+            with m.If(rx.valid):
+                m.d.sync += r.cmd.eq(rx.payload)
+                with m.Switch(rx.payload):
+                    with m.Case(Command.SYNC):
+                        m.d.sync += r.status.eq(Status.OK)
                         m.next = "STATUS"
-                    with m.Default():         # MEM_WRITE
-                        with m.If(count == 0):
-                            m.d.sync += status.eq(_ok_or_bad(mem_bad))
-                            m.next = "STATUS"
-                        with m.Else():
-                            m.next = "MW_DATA"
+                    for c in (Command.READ32, Command.WRITE32, Command.MEM_READ,
+                              Command.MEM_WRITE):
+                        with m.Case(c):
+                            m.d.sync += r.nargs.eq(bridge.ARG_BYTES[bridge.Command(c.value)])
+                            m.next = "ARGS"
+                    with m.Default():
+                        m.d.sync += r.status.eq(Status.BAD_CMD)
+                        m.next = "STATUS"
 
-            # --- register read ---------------------------------------------------------------
-            with m.State("AR"):
-                m.d.comb += bus.arvalid.eq(1)
-                with m.If(bus.arready):
-                    m.next = "R"
-            with m.State("R"):
-                m.d.comb += bus.rready.eq(1)
-                with m.If(bus.rvalid):
-                    m.d.sync += [shreg.eq(bus.rdata), left.eq(4),
-                                 status.eq(_resp_status(bus.rresp)),
-                                 post.eq(bus.rresp == AxiResp.OKAY)]
-                    m.next = "STATUS"
+        with m.State("ARGS"):
+            m.d.comb += rx.ready.eq(1)
+            m.d.sync += r.timer.eq(r.timer + 1)
+            with m.If(rx_take):
+                m.d.sync += [r.timer.eq(0), r.idx.eq(r.idx + 1)]
+                with m.Switch(r.idx):
+                    for i in range(8):
+                        with m.Case(i):
+                            m.d.sync += r.args[8 * i:8 * i + 8].eq(rx.payload)
+                with m.If(r.idx == r.nargs - 1):
+                    m.next = "DISPATCH"
+            with m.Elif(timed_out):
+                m.d.sync += r.status.eq(Status.TIMEOUT)
+                m.next = "STATUS"
 
-            # --- register write --------------------------------------------------------------
-            aw_done = Signal()
-            w_done = Signal()
-            with m.State("AW_W"):
-                m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
-                aw_now = aw_done | bus.awready
-                w_now = w_done | bus.wready
-                m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
-                with m.If(aw_now & w_now):
-                    m.d.sync += [aw_done.eq(0), w_done.eq(0)]
-                    m.next = "B"
-            with m.State("B"):
-                m.d.comb += bus.bready.eq(1)
-                with m.If(bus.bvalid):
-                    m.d.sync += status.eq(_resp_status(bus.bresp))
+        with m.State("DISPATCH"):
+            m.d.sync += [r.idx.eq(0), r.timer.eq(0), r.word.eq(addr[3:]), r.words.eq(count),
+                         r.bad.eq(mem_bad)]
+            with m.Switch(r.cmd):
+                with m.Case(Command.READ32):
+                    with m.If(reg_bad):
+                        m.d.sync += r.status.eq(Status.BAD_ARG)
+                        m.next = "STATUS"
+                    with m.Else():
+                        m.next = "AR"
+                with m.Case(Command.WRITE32):
+                    with m.If(reg_bad):
+                        m.d.sync += r.status.eq(Status.BAD_ARG)
+                        m.next = "STATUS"
+                    with m.Else():
+                        m.next = "AW_W"
+                with m.Case(Command.MEM_READ):
+                    with m.If(mem_bad):
+                        m.d.sync += r.status.eq(Status.BAD_ARG)
+                    with m.Else():
+                        m.d.sync += [r.status.eq(Status.OK), r.post.eq(2)]
                     m.next = "STATUS"
+                with m.Default():         # MEM_WRITE
+                    with m.If(count == 0):
+                        m.d.sync += r.status.eq(_ok_or_bad(mem_bad))
+                        m.next = "STATUS"
+                    with m.Else():
+                        m.next = "MW_DATA"
 
-            # --- memory write: collect 8 bytes, write the word -------------------------------
-            with m.State("MW_DATA"):
-                m.d.comb += rx.ready.eq(1)
-                m.d.sync += timer.eq(timer + 1)
-                with m.If(rx_take):
-                    m.d.sync += [timer.eq(0), idx.eq(idx + 1),
-                                 wbuf.eq(Cat(wbuf[8:], rx.payload))]
-                    with m.If(idx == 7):
-                        m.d.sync += idx.eq(0)
-                        with m.If(bad):
-                            m.next = "MW_NEXT"
-                        with m.Else():
-                            m.next = "MW_WRITE"
-                with m.Elif(timed_out):
-                    m.d.sync += status.eq(Status.TIMEOUT)
-                    m.next = "STATUS"
-            with m.State("MW_WRITE"):
-                m.d.comb += [mem.valid.eq(1), mem.we.eq(1)]
+    def _register_access(self, m, r):
+        """States AR, R (register read) and AW_W, B (register write)."""
+        bus = self.axil
+        # --- register read -------------------------------------------------------------------
+        with m.State("AR"):
+            m.d.comb += bus.arvalid.eq(1)
+            with m.If(bus.arready):
+                m.next = "R"
+        with m.State("R"):
+            m.d.comb += bus.rready.eq(1)
+            with m.If(bus.rvalid):
+                m.d.sync += [r.shreg.eq(bus.rdata), r.left.eq(4),
+                             r.status.eq(_resp_status(bus.rresp)),
+                             r.post.eq(bus.rresp == AxiResp.OKAY)]
+                m.next = "STATUS"
+
+        # --- register write ------------------------------------------------------------------
+        aw_done = Signal()
+        w_done = Signal()
+        with m.State("AW_W"):
+            m.d.comb += [bus.awvalid.eq(~aw_done), bus.wvalid.eq(~w_done)]
+            aw_now = aw_done | bus.awready
+            w_now = w_done | bus.wready
+            m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
+            with m.If(aw_now & w_now):
+                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                m.next = "B"
+        with m.State("B"):
+            m.d.comb += bus.bready.eq(1)
+            with m.If(bus.bvalid):
+                m.d.sync += r.status.eq(_resp_status(bus.bresp))
+                m.next = "STATUS"
+
+    def _memory_write(self, m, r, rx_take, timed_out):
+        """States MW_DATA, MW_WRITE and MW_NEXT: collect 8 bytes, write the word."""
+        rx, mem = self.rx, self.mem
+        with m.State("MW_DATA"):
+            m.d.comb += rx.ready.eq(1)
+            m.d.sync += r.timer.eq(r.timer + 1)
+            with m.If(rx_take):
+                m.d.sync += [r.timer.eq(0), r.idx.eq(r.idx + 1),
+                             r.wbuf.eq(Cat(r.wbuf[8:], rx.payload))]
+                with m.If(r.idx == 7):
+                    m.d.sync += r.idx.eq(0)
+                    with m.If(r.bad):
+                        m.next = "MW_NEXT"
+                    with m.Else():
+                        m.next = "MW_WRITE"
+            with m.Elif(timed_out):
+                m.d.sync += r.status.eq(Status.TIMEOUT)
+                m.next = "STATUS"
+        with m.State("MW_WRITE"):
+            m.d.comb += [mem.valid.eq(1), mem.we.eq(1)]
+            with m.If(mem.ready):
+                m.next = "MW_NEXT"
+        with m.State("MW_NEXT"):
+            m.d.sync += [r.word.eq(r.word + 1), r.words.eq(r.words - 1)]
+            with m.If(r.words == 1):
+                m.d.sync += r.status.eq(_ok_or_bad(r.bad))
+                m.next = "STATUS"
+            with m.Else():
+                m.next = "MW_DATA"
+
+    def _memory_read(self, m, r):
+        """States MR_REQ and MR_WAIT: read one word, then send its 8 bytes (DATA)."""
+        mem = self.mem
+        with m.State("MR_REQ"):
+            with m.If(r.words == 0):
+                m.next = "IDLE"
+            with m.Else():
+                m.d.comb += mem.valid.eq(1)
                 with m.If(mem.ready):
-                    m.next = "MW_NEXT"
-            with m.State("MW_NEXT"):
-                m.d.sync += [word.eq(word + 1), words.eq(words - 1)]
-                with m.If(words == 1):
-                    m.d.sync += status.eq(_ok_or_bad(bad))
-                    m.next = "STATUS"
-                with m.Else():
-                    m.next = "MW_DATA"
+                    m.next = "MR_WAIT"
+        with m.State("MR_WAIT"):
+            with m.If(mem.rvalid):
+                m.d.sync += [r.shreg.eq(mem.rdata), r.left.eq(8), r.word.eq(r.word + 1),
+                             r.words.eq(r.words - 1)]
+                m.next = "DATA"
 
-            # --- memory read: one word, then its 8 bytes -------------------------------------
-            with m.State("MR_REQ"):
-                with m.If(words == 0):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += mem.valid.eq(1)
-                    with m.If(mem.ready):
-                        m.next = "MR_WAIT"
-            with m.State("MR_WAIT"):
-                with m.If(mem.rvalid):
-                    m.d.sync += [shreg.eq(mem.rdata), left.eq(8), word.eq(word + 1),
-                                 words.eq(words - 1)]
-                    m.next = "DATA"
-
-            # --- answers ---------------------------------------------------------------------
-            with m.State("STATUS"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(Cat(status, Const(0xA, 4)))]
-                with m.If(tx.ready):
-                    with m.Switch(post):
-                        with m.Case(1):
-                            m.next = "DATA"
-                        with m.Case(2):
-                            m.next = "MR_REQ"
-                        with m.Default():
-                            m.next = "IDLE"
-            with m.State("DATA"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(shreg[0:8])]
-                with m.If(tx.ready):
-                    m.d.sync += [shreg.eq(shreg >> 8), left.eq(left - 1)]
-                    with m.If(left == 1):
-                        with m.If(post == 2):
-                            m.next = "MR_REQ"
-                        with m.Else():
-                            m.next = "IDLE"
-        return m
+    def _answer(self, m, r):
+        """States STATUS (the status byte) and DATA (the data bytes after it)."""
+        tx = self.tx
+        with m.State("STATUS"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(Cat(r.status, Const(0xA, 4)))]
+            with m.If(tx.ready):
+                with m.Switch(r.post):
+                    with m.Case(1):
+                        m.next = "DATA"
+                    with m.Case(2):
+                        m.next = "MR_REQ"
+                    with m.Default():
+                        m.next = "IDLE"
+        with m.State("DATA"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(r.shreg[0:8])]
+            with m.If(tx.ready):
+                m.d.sync += [r.shreg.eq(r.shreg >> 8), r.left.eq(r.left - 1)]
+                with m.If(r.left == 1):
+                    with m.If(r.post == 2):
+                        m.next = "MR_REQ"
+                    with m.Else():
+                        m.next = "IDLE"
 
 
 def _resp_status(resp):
