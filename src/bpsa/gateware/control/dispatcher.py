@@ -96,7 +96,15 @@ class Dispatcher(wiring.Component):
         take = Signal()                     # the instruction on ``insn`` is executed now
         m.d.comb += take.eq(self.insn.valid & self.insn.ready)
 
-        # the instruction's own checks (bpsa.spec.isa.check)
+        is_set, stepped, ran, code = self._check(m, table, opcode, index, value, reserved)
+        slot, hold = self._staging(m, table, take, is_set, index, value, code)
+        self._sequence(m, opcode, value, code, stepped, ran, slot, hold)
+        return m
+
+    def _check(self, m, table, opcode, index, value, reserved):
+        """The instruction's own checks (bpsa.spec.isa.check). Returns ``is_set`` (the
+        instruction is a SET), the order flags ``stepped`` (a STEP since start) and ``ran`` (a
+        RUN since the last STEP), which the sequence sets, and ``code`` (its ProgramError)."""
         is_set = Signal()
         m.d.comb += is_set.eq(opcode == isa.Opcode.SET)
         fits = Signal()                     # SET's index names a field and its value fits
@@ -130,10 +138,12 @@ class Dispatcher(wiring.Component):
                                 m.d.comb += code.eq(ProgramError.ORDER)
             with m.Default():
                 m.d.comb += code.eq(ProgramError.OPCODE)
+        return is_set, stepped, ran, code
 
-
-        # the staging registers: written by SET, cleared at start; LOAD hands on the fields of
-        # the slot it names
+    def _staging(self, m, table, take, is_set, index, value, code):
+        """The staging registers: written by SET, cleared at start; LOAD hands on the fields of
+        the slot it names. Returns the LOAD's ``slot`` and the RUN's ``hold`` registers, which
+        the sequence sets."""
         slots = {s: Signal(struct_layout(self.config, "load"), name=f"{s}_slot")
                  for s in ("load", "load1")}
         slot = Signal()
@@ -147,11 +157,16 @@ class Dispatcher(wiring.Component):
                 m.d.sync += reg.eq(0)
             with m.Elif(take & is_set & (index == i) & (code == ProgramError.NONE)):
                 m.d.sync += reg.eq(value[:f.bits])
+        return slot, hold
 
-        def fail(code_value):
-            m.d.comb += [self.fail.eq(1), self.fail_code.eq(code_value)]
-            m.next = "IDLE"
+    def _fail(self, m, code_value):
+        """End the layer with ``fail`` and ``fail_code`` = ``code_value``."""
+        m.d.comb += [self.fail.eq(1), self.fail_code.eq(code_value)]
+        m.next = "IDLE"
 
+    def _sequence(self, m, opcode, value, code, stepped, ran, slot, hold):
+        """The instructions' state machine (IDLE, EXEC, LOAD, LOAD_WAIT, RUN, LAST) and
+        ``busy``."""
         with m.FSM(name="dispatch") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -161,7 +176,7 @@ class Dispatcher(wiring.Component):
                 m.d.comb += self.insn.ready.eq(1)
                 with m.If(self.insn.valid):
                     with m.If(code != ProgramError.NONE):
-                        fail(ERROR_PROGRAM | code)
+                        self._fail(m, ERROR_PROGRAM | code)
                     with m.Else():
                         with m.Switch(opcode):
                             with m.Case(isa.Opcode.LOAD):
@@ -181,7 +196,7 @@ class Dispatcher(wiring.Component):
                             with m.Case(isa.Opcode.END):
                                 m.next = "LAST"
                 with m.Elif(self.insn_end):
-                    fail(ERROR_PROGRAM | ProgramError.END)
+                    self._fail(m, ERROR_PROGRAM | ProgramError.END)
             with m.State("LOAD"):
                 m.d.comb += self.load.valid.eq(1)
                 with m.If(self.load.ready):
@@ -189,22 +204,21 @@ class Dispatcher(wiring.Component):
             with m.State("LOAD_WAIT"):
                 with m.If(self.load_done):
                     with m.If(self.load_error != DmaError.NONE):
-                        fail(ERROR_DMA_BUS | self.load_error.as_value())
+                        self._fail(m, ERROR_DMA_BUS | self.load_error.as_value())
                     with m.Else():
                         m.next = "EXEC"
             with m.State("RUN"):
                 m.d.comb += self.run_req.eq(1)
                 with m.If(self.sched_fail):
-                    fail(self.sched_code)
+                    self._fail(m, self.sched_code)
                 with m.Elif(self.started):
                     m.d.sync += ran.eq(1)
                     m.next = "EXEC"
             with m.State("LAST"):
                 m.d.comb += self.last.eq(1)
                 with m.If(self.sched_fail):
-                    fail(self.sched_code)
+                    self._fail(m, self.sched_code)
                 with m.Elif(self.finished):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        return m
