@@ -144,13 +144,25 @@ class StepScheduler(wiring.Component):
 
         fail_code = Signal(8)
         store_fail = Signal()                    # the store machine's failure, for the FSM
+        kick, store_idle = self._store_machine(m, st, st2, st2_pend, pend_store, row, pword,
+                                               p_half, store_fail, fail_code)
+        self._step_machine(m, new_step, pend_store, bank, p_half, kick, store_idle,
+                           store_fail, fail_code)
+        return m
 
-        def fail(code):
-            m.d.comb += [self.fail.eq(1), self.fail_code.eq(code)]
-            m.next = "IDLE"
+    def _fail(self, m, code):
+        """End the layer with ``fail`` and ``fail_code`` = ``code``."""
+        m.d.comb += [self.fail.eq(1), self.fail_code.eq(code)]
+        m.next = "IDLE"
 
-        # --- the store machine: a finished step's P rows through the DMA, in the background
-        # with a double-buffered P (the next step accumulates in the other half) ---------------
+    def _store_machine(self, m, st, st2, st2_pend, pend_store, row, pword, p_half, store_fail,
+                       fail_code):
+        """The store machine: a finished step's P rows through the DMA, in the background
+        with a double-buffered P (the next step accumulates in the other half). Sets
+        ``store_fail`` and ``fail_code`` on a DMA error; returns ``kick`` (start storing the
+        saved step, driven by the step machine) and ``store_idle``."""
+        cfg = self.config
+        half = cfg.buf_p_depth // 2
         # a failed layer stores nothing more (a chunk on the bus ends, no further one starts)
         aborted = Signal()
         with m.If(self.fail | self.abort):
@@ -227,6 +239,13 @@ class StepScheduler(wiring.Component):
                         m.next = "S_STORE"
                     with m.Else():
                         m.next = "S_IDLE"
+        return kick, store_idle
+
+    def _step_machine(self, m, new_step, pend_store, bank, p_half, kick, store_idle, store_fail,
+                      fail_code):
+        """The step machine: a run waits for the engine's previous run; a new step (or the
+        layer's last) first waits for the accumulations, kicks the saved step's store and
+        clears P; ``finished`` once the last store is done."""
         # the engine's error is this layer's only once this layer has started a run (a failed
         # layer may leave its engine flagging the run it started last)
         ran = Signal()
@@ -236,17 +255,17 @@ class StepScheduler(wiring.Component):
         with m.FSM(name="step"):
             with m.State("IDLE"):                # the engine's previous run has ended?
                 with m.If(store_fail):
-                    fail(fail_code)
+                    self._fail(m, fail_code)
                 with m.Elif((self.run | self.last) & ~self.eng_busy):
                     with m.If(self.eng_error & ran):
-                        fail(ERROR_ENGINE | self.eng_code)
+                        self._fail(m, ERROR_ENGINE | self.eng_code)
                     with m.Elif(self.last | new_step):
                         m.next = "FLUSH"
                     with m.Else():
                         m.next = "RUN"
             with m.State("FLUSH"):               # the accumulations have landed, and the
                 with m.If(store_fail):           # store before has read its half
-                    fail(fail_code)
+                    self._fail(m, fail_code)
                 with m.Elif(~self.p_busy & store_idle):
                     m.d.comb += kick.eq(pend_store)
                     with m.If(self.last):
@@ -258,7 +277,7 @@ class StepScheduler(wiring.Component):
                         m.next = "WAIT_STORE"
             with m.State("WAIT_STORE"):          # P has one copy: the store first
                 with m.If(store_fail):
-                    fail(fail_code)
+                    self._fail(m, fail_code)
                 with m.Elif(store_idle & ~kick):
                     m.next = "CLEAR"
             with m.State("CLEAR"):
@@ -271,8 +290,7 @@ class StepScheduler(wiring.Component):
                 m.next = "IDLE"
             with m.State("DRAIN"):               # the layer's last store
                 with m.If(store_fail):
-                    fail(fail_code)
+                    self._fail(m, fail_code)
                 with m.Elif(store_idle & ~kick):
                     m.d.comb += self.finished.eq(1)
                     m.next = "IDLE"
-        return m
