@@ -161,12 +161,23 @@ class FloatAdder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        pw = self.width                          # the addend's significand
-        q = max(24, pw)                          # both left-aligned in q bits
+        q = max(24, self.width)                  # both left-aligned in q bits
         fw = q + 3                               # and guard, round, sticky below
-        prod = self.product
+        cap = fw + 1                 # a shift this far leaves only the sticky bit
+        # each stage registers its own values and the ones carried on to the later stages:
+        # (sign, exponent, special case, sign of the infinity, acc)
+        big, small, amount, sub, carried = self._order(m, q, fw, cap)
+        big, small, sub, carried = self._align(m, fw, cap, big, small, amount, sub, carried)
+        total, lz, carried = self._add(m, fw, big, small, sub, carried)
+        self._round(m, *self._normalize(m, fw, total, lz, carried))
+        return m
 
-        # --- stage 1: decode, special cases, order by magnitude ---------------------------------
+    def _order(self, m, q, fw, cap):
+        """Stage 1: decode, special cases, order by magnitude. Returns the stage's registers:
+        the larger and the smaller significand, the shift that aligns the smaller, whether
+        they subtract, and the carried values."""
+        pw = self.width                          # the addend's significand
+        prod = self.product
         ka, sa, ea, ma = _decode(m, self.acc, F32, "acc")
         a_val = Signal(q)
         b_val = Signal(q)
@@ -181,7 +192,6 @@ class FloatAdder(wiring.Component):
         e_big = Signal(EXP_SHAPE)
         # the shift, clamped to cap: both differences and their comparisons with cap side by
         # side (four short carry chains), chosen by a_big last
-        cap = fw + 1                 # a shift this far leaves only the sticky bit
         w = EXP_SHAPE.width + 1
         ndiff = Signal(signed(w))
         far, nfar = Signal(), Signal()
@@ -194,7 +204,23 @@ class FloatAdder(wiring.Component):
             e_big.eq(Mux(a_big, ea, prod.exp)),
             amount.eq(Mux(a_big, Mux(far, cap, diff), Mux(nfar, cap, ndiff))),
         ]
-        # special cases, decided here, applied in stage 5
+        special, inf_sign = self._special_cases(m, ka, sa)
+
+        o_big, o_small = Signal(q), Signal(q)
+        o_amount = Signal(range(cap + 1))
+        o_sub, o_sign, o_exp = Signal(), Signal(), Signal(EXP_SHAPE)
+        o_special, o_inf_sign, o_acc = Signal(2), Signal(), Signal(32)
+        m.d.sync += [
+            o_big.eq(big), o_small.eq(small), o_amount.eq(amount),
+            o_sub.eq(s_big ^ s_small), o_sign.eq(s_big), o_exp.eq(e_big),
+            o_special.eq(special), o_inf_sign.eq(inf_sign), o_acc.eq(self.acc),
+        ]
+        return o_big, o_small, o_amount, o_sub, (o_sign, o_exp, o_special, o_inf_sign, o_acc)
+
+    def _special_cases(self, m, ka, sa):
+        """Special cases, decided in stage 1, applied in stage 5: ``(special, inf_sign)``,
+        ``special`` 0 none, 1 pass acc, 2 NaN, 3 infinity of ``inf_sign``."""
+        prod = self.product
         special = Signal(2)         # 0 none, 1 pass acc, 2 NaN, 3 infinity of inf_sign
         inf_sign = Signal()
         with m.If(prod.kind == FloatKind.ZERO):
@@ -206,18 +232,13 @@ class FloatAdder(wiring.Component):
                          inf_sign.eq(prod.sign)]
         with m.Elif(ka == FloatKind.INF):
             m.d.comb += special.eq(1)
+        return special, inf_sign
 
-        o_big, o_small = Signal(q), Signal(q)
-        o_amount = Signal(range(cap + 1))
-        o_sub, o_sign, o_exp = Signal(), Signal(), Signal(EXP_SHAPE)
-        o_special, o_inf_sign, o_acc = Signal(2), Signal(), Signal(32)
-        m.d.sync += [
-            o_big.eq(big), o_small.eq(small), o_amount.eq(amount),
-            o_sub.eq(s_big ^ s_small), o_sign.eq(s_big), o_exp.eq(e_big),
-            o_special.eq(special), o_inf_sign.eq(inf_sign), o_acc.eq(self.acc),
-        ]
-
-        # --- stage 2: align the smaller one; what falls off is the sticky bit ------------------
+    def _align(self, m, fw, cap, o_big, o_small, o_amount, o_sub, carried):
+        """Stage 2: align the smaller one; what falls off is the sticky bit. Returns the
+        stage's registers: the two ``fw``-bit operands, whether they subtract, and the carried
+        values."""
+        o_sign, o_exp, o_special, o_inf_sign, o_acc = carried
         wide = Signal(fw + cap)
         m.d.comb += wide.eq(Cat(Const(0, cap), Const(0, 3), o_small) >> o_amount)
         aligned = Signal(fw)
@@ -230,8 +251,12 @@ class FloatAdder(wiring.Component):
             s1_sub.eq(o_sub), s1_sign.eq(o_sign), s1_exp.eq(o_exp),
             s1_special.eq(o_special), s1_inf_sign.eq(o_inf_sign), s1_acc.eq(o_acc),
         ]
+        return s1_big, s1_small, s1_sub, (s1_sign, s1_exp, s1_special, s1_inf_sign, s1_acc)
 
-        # --- stage 3: add or subtract, count leading zeros ------------------------------------
+    def _add(self, m, fw, s1_big, s1_small, s1_sub, carried):
+        """Stage 3: add or subtract, count leading zeros. Returns the stage's registers: the
+        sum, its leading zeros, and the carried values."""
+        s1_sign, s1_exp, s1_special, s1_inf_sign, s1_acc = carried
         total = Signal(fw + 1)
         m.d.comb += total.eq(Mux(s1_sub, s1_big - s1_small, s1_big + s1_small))
         lz = _leading_zeros(m, total, "lz")
@@ -242,8 +267,12 @@ class FloatAdder(wiring.Component):
             s2_total.eq(total), s2_lz.eq(lz), s2_sign.eq(s1_sign), s2_exp.eq(s1_exp),
             s2_special.eq(s1_special), s2_inf_sign.eq(s1_inf_sign), s2_acc.eq(s1_acc),
         ]
+        return s2_total, s2_lz, (s2_sign, s2_exp, s2_special, s2_inf_sign, s2_acc)
 
-        # --- stage 4: normalize; the exponent and its range checks for both roundings ----------
+    def _normalize(self, m, fw, s2_total, s2_lz, carried):
+        """Stage 4: normalize; the exponent and its range checks for both roundings. Returns
+        the stage's registers, in :meth:`_round`'s order."""
+        s2_sign, s2_exp, s2_special, s2_inf_sign, s2_acc = carried
         norm = Signal(fw + 1)
         m.d.comb += norm.eq(s2_total << s2_lz)          # leading one at bit fw
         # bit fw of total weighs 2**(e_big + 1): the leading bit's exponent is e_big + 1 - lz,
@@ -263,8 +292,13 @@ class FloatAdder(wiring.Component):
             n_zero.eq(s2_total == 0), n_sign.eq(s2_sign), n_special.eq(s2_special),
             n_inf_sign.eq(s2_inf_sign), n_acc.eq(s2_acc),
         ]
+        return (n_keep, n_guard, n_sticky, n_exp, n_tiny, n_tiny_up, n_huge, n_huge_up, n_zero,
+                n_sign, n_special, n_inf_sign, n_acc)
 
-        # --- stage 5: round to nearest even, pack --------------------------------------------
+    def _round(self, m, n_keep, n_guard, n_sticky, n_exp, n_tiny, n_tiny_up, n_huge, n_huge_up,
+               n_zero, n_sign, n_special, n_inf_sign, n_acc):
+        """Stage 5: round to nearest even, pack, apply the special cases; registers
+        ``result``."""
         rounded = Signal(25)
         m.d.comb += rounded.eq(n_keep + (n_guard & (n_sticky | n_keep[0])))
         carry = rounded[24]
@@ -285,7 +319,6 @@ class FloatAdder(wiring.Component):
         with m.Else():
             m.d.comb += res.eq(Cat(frac, (n_exp + carry)[:8], n_sign))
         m.d.sync += self.result.eq(res)
-        return m
 
 
 class FloatMac(wiring.Component):
