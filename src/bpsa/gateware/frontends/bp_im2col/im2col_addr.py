@@ -112,12 +112,19 @@ class Im2colAddressGenerator(CheckedComponent):
 
     def elaborate(self, platform):
         m = Module()
-        cfg, mw = self.config, self.mw
-        rows, cols = cfg.rows, cfg.cols
-        aw_a, aw_b = self.aw_a, self.aw_b
-        d = Signal(desc_layout(cfg))
+        d = Signal(desc_layout(self.config))
         start = Signal()
 
+        code = self._check(m, d)
+        b_masks = self._stream_b(m, d, start)
+        a_masks = self._stream_a(m, d, start)
+        counters = {name: getattr(self, f"count_{name}") for name in COUNTERS}
+        seen_b = self._control(m, d, start, code, counters)
+        self._counters(m, counters, seen_b, a_masks, b_masks)
+        return m
+
+    def _check(self, m, d):
+        """The descriptor ``d``'s error code (``Im2colError.NONE`` when it is accepted)."""
         code = Signal(Im2colError)
         with m.If((d.m == 0) | (d.k == 0) | (d.n == 0)):
             m.d.comb += code.eq(Im2colError.ZERO_SIZE)
@@ -125,8 +132,12 @@ class Im2colAddressGenerator(CheckedComponent):
             m.d.comb += code.eq(Im2colError.BAD_LD)
         with m.Else():
             m.d.comb += code.eq(Im2colError.NONE)
+        return code
 
-        # --- stream b: rows of B tiles -----------------------------------------------------------
+    def _stream_b(self, m, d, start):
+        """Stream b: rows of B tiles, from ``start`` on. Returns the beat's lane masks."""
+        cfg, mw, aw_b = self.config, self.mw, self.aw_b
+        rows, cols = cfg.rows, cfg.cols
         b = self.b
         ldb = d.ldb[:aw_b]
         b_row = Signal(aw_b)          # base_b + (k0 + r)*ldb + n0
@@ -158,8 +169,12 @@ class Im2colAddressGenerator(CheckedComponent):
                              b_col.eq(b_col + cols), b_row.eq(b_col + cols)]
             with m.Else():
                 m.d.sync += b.valid.eq(0)
+        return b_masks
 
-        # --- stream a: slices of A -------------------------------------------------------------
+    def _stream_a(self, m, d, start):
+        """Stream a: slices of A, from ``start`` on. Returns the beat's lane masks."""
+        cfg, mw, aw_a = self.config, self.mw, self.aw_a
+        rows, cols = cfg.rows, cfg.cols
         a = self.a
         lda = d.lda[:aw_a]
         a_row = Signal(aw_a)          # base_a + m*lda + k0
@@ -192,9 +207,12 @@ class Im2colAddressGenerator(CheckedComponent):
                              a_tile.eq(d.base_a), a_row.eq(d.base_a)]
             with m.Else():
                 m.d.sync += a.valid.eq(0)
+        return a_masks
 
-        # --- control -----------------------------------------------------------------------------
-        counters = {name: getattr(self, f"count_{name}") for name in COUNTERS}
+    def _control(self, m, d, start, code, counters):
+        """The control FSM: IDLE takes a descriptor into ``d`` (clearing the counters), CHECK
+        refuses it (``code``) or pulses ``start``, RUN waits for both streams to end. Returns
+        ``seen_b`` (a b beat since the descriptor)."""
         seen_b = Signal()
         m.d.sync += self.done.eq(0)
         with m.FSM():
@@ -215,13 +233,17 @@ class Im2colAddressGenerator(CheckedComponent):
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(~a.valid & ~b.valid):
+                with m.If(~self.a.valid & ~self.b.valid):
                     m.d.sync += self.done.eq(1)
                     m.next = "IDLE"
+        return seen_b
 
+    def _counters(self, m, counters, seen_b, a_masks, b_masks):
+        """The performance counters: cycles, prologue, and per stream stalls, beats, addresses
+        and words."""
         with m.If(self.busy):
             m.d.sync += counters["cycles"].eq(counters["cycles"] + 1)
-            with m.If(b.valid):
+            with m.If(self.b.valid):
                 m.d.sync += seen_b.eq(1)
             with m.Elif(~seen_b):
                 m.d.sync += counters["prologue"].eq(counters["prologue"] + 1)
@@ -235,4 +257,3 @@ class Im2colAddressGenerator(CheckedComponent):
                 for name, inc in (("beats", 1), ("addrs", words), ("words", words)):
                     c = counters[f"{side}_{name}"]
                     m.d.sync += c.eq(c + inc)
-        return m
