@@ -157,15 +157,45 @@ class PoolEngine(CheckedComponent):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
+        rp, rword = self._buffer(m)      # the read's data registered: two cycles after its address
+        L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
+        v = self._registers(m, L, rp, rword)
+        setup = self._setup_multiplier(m, L, v)
+        pend1, pend2, paddr1, paddr2, xget, apend, xval = (v[n] for n in (
+            "pend1", "pend2", "paddr1", "paddr2", "xget", "apend", "xval"))
+        m.d.sync += [pend2.eq(pend1), paddr2.eq(paddr1), pend1.eq(0), xget.eq(0),
+                     apend.eq(0)]
+        with m.If(xget):
+            m.d.sync += [xv.eq(d) for xv, d in zip(xval, v["lanes_of"](rp.data))]
+        v["mac"], v["scaling"] = self._tap_data(m, L, v)
+
+        with m.FSM(name="pool") as fsm:
+            self._run_states(m, L, v, setup)
+            self._candidates(m, L, v)
+            # --- backward, max: the windows of the band's dY rows, scattered -----------------
+            if v["has_max"]:
+                self._scatter(m, L, v)
+            self._pixel_end(m, L, v)
+            self._window_scan(m, L, v)
+            self._emit(m, L, v)
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        return self._one_hot_self_reset(m, fsm)
+
+    def _registers(self, m, L, rp, rword):
+        """The run's registers and the values the states share: the configuration's (``cfg``,
+        ``op``, ``has_avg``, ``has_max``, ``fp``), the buffer's read (``rp``, ``rdata``, a
+        word's lanes), the loop, window-scan and result registers, ``start_scan`` (the
+        statements that start a window's scan) and ``put`` / ``emit`` (:meth:`_results`).
+        Returns them by name (this method's locals): the ``v`` the state methods take, to
+        which :meth:`elaborate` adds ``mac`` and ``scaling`` (:meth:`_tap_data`)."""
+        cfg = self.config
         ar = arith_for(cfg)
         op = ar.operand_shape
         has_avg, has_max = cfg.has_pool("avg"), cfg.has_pool("max")
         fp = cfg.is_float
-        rp, rword = self._buffer(m)      # the read's data registered: two cycles after its address
         lanes_of, per_lane = partial(_lanes_of, cfg), partial(_per_lane, cfg)
         rdata = lanes_of(rword)
 
-        L = Signal(pool_run_layout(cfg))          # the run's layer, latched at start
         co = signed(cfg.dim_width + 4)             # coordinates (padding makes them negative)
         ad = signed(2 * cfg.dim_width + 8)         # buffer addresses and their offsets
         acc_w = cfg.acc_width + 2
@@ -234,9 +264,16 @@ class PoolEngine(CheckedComponent):
                     first.eq(1), *(t.eq(0) for t in total), scan_done.eq(0)]
 
         put, emit = self._results(m, ppb, word, lane)
+        return locals()
 
-        # the set-up's products on one multiplier, registered on both sides: (a, b, the
-        # register that gets a b + add); an operand may be an earlier product (two cycles on)
+    def _setup_multiplier(self, m, L, v):
+        """The set-up's products on one multiplier, registered on both sides. Returns ``(mk,
+        ma, mb, mp, products)``: the product's index, the multiplier's operand and product
+        registers, and the products ``(a, b, the register that gets a b + add, add)``; an
+        operand may be an earlier product (two cycles on)."""
+        cfg = self.config
+        top0, dtop0, shw, wrow0, dwrow0, remhw0, xrow0, drow0, xbend0 = (v[n] for n in (
+            "top0", "dtop0", "shw", "wrow0", "dwrow0", "remhw0", "xrow0", "drow0", "xbend0"))
         mw = cfg.dim_width + 4
         mk = Signal(range(16))
         ma, mb = Signal(signed(mw)), Signal(signed(mw))
@@ -253,89 +290,97 @@ class PoolEngine(CheckedComponent):
             (L.q0.as_signed() - L.dlo, L.ow, drow0, 0),
             (L.rows, L.w, xbend0, xrow0),
         ]
-        m.d.sync += [pend2.eq(pend1), paddr2.eq(paddr1), pend1.eq(0), xget.eq(0),
-                     apend.eq(0)]
-        with m.If(xget):
-            m.d.sync += [xv.eq(d) for xv, d in zip(xval, lanes_of(rp.data))]
-        mac, scaling = self._tap_data(m, L, locals())
+        return mk, ma, mb, mp, products
 
-        with m.FSM(name="pool") as fsm:
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [L.eq(self.layer), reads.eq(0), mk.eq(0)]
-                    m.next = "SETUP"
-            with m.State("SETUP"):           # the run's constant products, one a cycle
-                m.d.sync += mk.eq(mk + 1)
-                with m.Switch(mk):
-                    for i, (a, b, _, _) in enumerate(products):
-                        with m.Case(i):
-                            m.d.sync += [ma.eq(a), mb.eq(b)]
-                with m.Switch(mk):
-                    for i, (_, _, dest, add) in enumerate(products):
-                        with m.Case(i + 2):
-                            m.d.sync += dest.eq(mp + add)
-                with m.If(mk == len(products) + 1):
-                    m.d.sync += [pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
-                    m.next = "PLANE"
-            with m.State("PLANE"):
-                m.d.sync += [word.eq(0), lane.eq(0), oy.eq(0)]
-                xlim = Mux(L.backward & L.avg, L.w, L.ow)   # the columns ox counts
-                ylim = Mux(L.backward & ~L.avg, L.drows, L.rows)  # the rows oy counts
-                m.d.sync += [ymore.eq(ylim > 0), ym1.eq(ylim - 1)]
-                m.d.sync += [rmsh.eq(L.r - L.stride_h), smsw.eq(L.s - L.stride_w),
-                             rm2.eq(L.r - 2), sm2.eq(L.s - 2), xm2.eq(xlim - 2),
-                             hm1.eq(L.h - 1), wm1.eq(L.w - 1), shm1.eq(L.stride_h - 1),
-                             swm1.eq(L.stride_w - 1), rone.eq(L.r <= 1), sone.eq(L.s <= 1),
-                             xone.eq(xlim <= 1), more.eq(pl + 1 < L.planes)]
-                m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
-                             qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
-                             drow.eq(dpb + drow0), remhw.eq(remhw0),
-                             xband.eq(xpb + xrow0), xbend.eq(xpb + xbend0)]
-                with m.If(L.planes == 0):
-                    m.next = "IDLE"
-                with m.Elif(L.backward & ~L.avg):
-                    m.d.sync += [wtop.eq(dtop0), wrow.eq(xpb + dwrow0), dro.eq(dpb), oy.eq(0)]
-                    m.next = "SROW" if has_max else "IDLE"
-                with m.Else():
-                    m.next = "ROW"
-            with m.State("ROW"):
-                m.d.sync += [ox.eq(0), xlast.eq(xone), left.eq(-L.pad_w.as_signed()),
-                             qw.eq(L.qw0), remw.eq(L.remw0)]
-                m.next = "PIXEL"
-            with m.State("PIXEL"):
-                m.d.sync += [mk_.eq(0) for mk_ in mask]
-                with m.If(L.backward):
-                    m.d.sync += [*(a.eq(0) for a in acc), offh.eq(remh), ohc.eq(qh),
-                                 dro.eq(drow), rend.eq((remh >= L.r) | (qh < 0)),
-                                 rout.eq(qh >= L.oh)]
-                    with m.If(L.relu):       # the element's X, for the mask at PIXEL_END
-                        m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
-                        m.d.sync += [reads.eq(reads + 1), xget.eq(1)]
-                    m.next = "CAND_ROW"
-                with m.Else():
-                    m.d.sync += start_scan(wtop, left, wrow)
-                    m.next = "SCAN"
+    def _run_states(self, m, L, v, setup):
+        """The run's outer states: IDLE (takes the layer at ``start``), SETUP (the plane's
+        constant products, :meth:`_setup_multiplier`), PLANE, ROW and PIXEL (starts an
+        element's candidate windows, backward, or an output's window scan, forward)."""
+        mk, ma, mb, mp, products = setup
+        (has_max, reads, pl, xpb, dpb, ppb, word, lane, oy, ymore, ym1, rmsh, smsw, rm2, sm2,
+         xm2, hm1, wm1, shm1, swm1, rone, sone, xone, more, wtop, wrow, top0, wrow0, qh, remh,
+         xrow, xrow0, drow, drow0, remhw, remhw0, xband, xbend, xbend0, dtop0, dwrow0, dro, ox,
+         xlast, left, qw, remw, mask, acc, offh, ohc, rend, rout, rp, xget,
+         start_scan) = (v[n] for n in (
+            "has_max", "reads", "pl", "xpb", "dpb", "ppb", "word", "lane", "oy", "ymore", "ym1",
+            "rmsh", "smsw", "rm2", "sm2", "xm2", "hm1", "wm1", "shm1", "swm1", "rone", "sone",
+            "xone", "more", "wtop", "wrow", "top0", "wrow0", "qh", "remh", "xrow", "xrow0",
+            "drow", "drow0", "remhw", "remhw0", "xband", "xbend", "xbend0", "dtop0", "dwrow0",
+            "dro", "ox", "xlast", "left", "qw", "remw", "mask", "acc", "offh", "ohc", "rend",
+            "rout", "rp", "xget", "start_scan"))
+        with m.State("IDLE"):
+            with m.If(self.start):
+                m.d.sync += [L.eq(self.layer), reads.eq(0), mk.eq(0)]
+                m.next = "SETUP"
+        with m.State("SETUP"):           # the run's constant products, one a cycle
+            m.d.sync += mk.eq(mk + 1)
+            with m.Switch(mk):
+                for i, (a, b, _, _) in enumerate(products):
+                    with m.Case(i):
+                        m.d.sync += [ma.eq(a), mb.eq(b)]
+            with m.Switch(mk):
+                for i, (_, _, dest, add) in enumerate(products):
+                    with m.Case(i + 2):
+                        m.d.sync += dest.eq(mp + add)
+            with m.If(mk == len(products) + 1):
+                m.d.sync += [pl.eq(0), xpb.eq(L.x_base), dpb.eq(L.d_base), ppb.eq(0)]
+                m.next = "PLANE"
+        with m.State("PLANE"):
+            m.d.sync += [word.eq(0), lane.eq(0), oy.eq(0)]
+            xlim = Mux(L.backward & L.avg, L.w, L.ow)   # the columns ox counts
+            ylim = Mux(L.backward & ~L.avg, L.drows, L.rows)  # the rows oy counts
+            m.d.sync += [ymore.eq(ylim > 0), ym1.eq(ylim - 1)]
+            m.d.sync += [rmsh.eq(L.r - L.stride_h), smsw.eq(L.s - L.stride_w),
+                         rm2.eq(L.r - 2), sm2.eq(L.s - 2), xm2.eq(xlim - 2),
+                         hm1.eq(L.h - 1), wm1.eq(L.w - 1), shm1.eq(L.stride_h - 1),
+                         swm1.eq(L.stride_w - 1), rone.eq(L.r <= 1), sone.eq(L.s <= 1),
+                         xone.eq(xlim <= 1), more.eq(pl + 1 < L.planes)]
+            m.d.sync += [wtop.eq(top0), wrow.eq(xpb + wrow0),
+                         qh.eq(L.q0), remh.eq(L.rem0), xrow.eq(xpb + xrow0),
+                         drow.eq(dpb + drow0), remhw.eq(remhw0),
+                         xband.eq(xpb + xrow0), xbend.eq(xpb + xbend0)]
+            with m.If(L.planes == 0):
+                m.next = "IDLE"
+            with m.Elif(L.backward & ~L.avg):
+                m.d.sync += [wtop.eq(dtop0), wrow.eq(xpb + dwrow0), dro.eq(dpb), oy.eq(0)]
+                m.next = "SROW" if has_max else "IDLE"
+            with m.Else():
+                m.next = "ROW"
+        with m.State("ROW"):
+            m.d.sync += [ox.eq(0), xlast.eq(xone), left.eq(-L.pad_w.as_signed()),
+                         qw.eq(L.qw0), remw.eq(L.remw0)]
+            m.next = "PIXEL"
+        with m.State("PIXEL"):
+            m.d.sync += [mk_.eq(0) for mk_ in mask]
+            with m.If(L.backward):
+                m.d.sync += [*(a.eq(0) for a in acc), offh.eq(remh), ohc.eq(qh),
+                             dro.eq(drow), rend.eq((remh >= L.r) | (qh < 0)),
+                             rout.eq(qh >= L.oh)]
+                with m.If(L.relu):       # the element's X, for the mask at PIXEL_END
+                    m.d.comb += [rp.addr.eq(xrow + ox), rp.en.eq(1)]
+                    m.d.sync += [reads.eq(reads + 1), xget.eq(1)]
+                m.next = "CAND_ROW"
+            with m.Else():
+                m.d.sync += start_scan(wtop, left, wrow)
+                m.next = "SCAN"
 
-            self._candidates(m, L, locals())
-            # --- backward, max: the windows of the band's dY rows, scattered -----------------
-            if has_max:
-                self._scatter(m, L, locals())
-            with m.State("PIXEL_END"):
-                for xv, mk_, va, a in zip(xval, mask, value, acc):
-                    positive = (is_positive(xv, cfg.arithmetic) if fp else
-                                (xv > 0) if op.signed else (xv != 0))
-                    m.d.sync += [mk_.eq(L.relu & ~positive), va.eq(a)]
-                m.next = "PIXEL_VAL"
-            with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
-                m.next = "EMIT"
-                if has_avg:
-                    with m.If(L.avg):
-                        m.next = "SCALE" if fp else "DIV0"
-
-            self._window_scan(m, L, locals())
-            self._emit(m, L, locals())
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        return self._one_hot_self_reset(m, fsm)
+    def _pixel_end(self, m, L, v):
+        """Backward: the element's mask (relu) and value (PIXEL_END), then its division (avg)
+        or straight to EMIT (PIXEL_VAL)."""
+        cfg = self.config
+        xval, mask, value, acc, op, fp, has_avg = (v[n] for n in (
+            "xval", "mask", "value", "acc", "op", "fp", "has_avg"))
+        with m.State("PIXEL_END"):
+            for xv, mk_, va, a in zip(xval, mask, value, acc):
+                positive = (is_positive(xv, cfg.arithmetic) if fp else
+                            (xv > 0) if op.signed else (xv != 0))
+                m.d.sync += [mk_.eq(L.relu & ~positive), va.eq(a)]
+            m.next = "PIXEL_VAL"
+        with m.State("PIXEL_VAL"):       # backward: divide (avg), mask (relu)
+            m.next = "EMIT"
+            if has_avg:
+                with m.If(L.avg):
+                    m.next = "SCALE" if fp else "DIV0"
 
     def _buffer(self, m):
         """The operand buffer: the DMA's writes, a read port and its data registered.
@@ -424,7 +469,8 @@ class PoolEngine(CheckedComponent):
 
     def _candidates(self, m, L, v):
         """Backward: the windows covering each element (CAND_ROW, CAND_COL, CAND_D;
-        floating point CAND_WAIT), their dY summed. ``v``: elaborate's locals."""
+        floating point CAND_WAIT), their dY summed. ``v``: the shared values
+        (:meth:`_registers`)."""
         (acc, apend, cend, cout, dro, fp, mac, offh, offw, ohc, owc, qw, rdata, reads,
          remw, rend, rmsh, rout, rp, smsw, wait) = (v.get(n) for n in (
             'acc', 'apend', 'cend', 'cout', 'dro', 'fp', 'mac', 'offh', 'offw', 'ohc',
@@ -486,7 +532,7 @@ class PoolEngine(CheckedComponent):
     def _window_scan(self, m, L, v):
         """The window scan, one tap a cycle (SCAN to FWD_VAL; floating point SCAN_WAIT,
         SCAN_END3), and the average's division (DIV*) or scaling (SCALE, SCALE_WAIT).
-        ``v``: elaborate's locals."""
+        ``v``: the shared values (:meth:`_registers`)."""
         (best, ccol, cfg, colok, crow, fp, has_avg, hm1, lok, mac, paddr1, pend1, qlast,
          reads, rlast, rm2, rowok, rp, rstart, scaling, scan_done, sleft, sm2, sone,
          taddr, total, tq, tr, value, wait, wm1) = (v.get(n) for n in (
@@ -565,8 +611,8 @@ class PoolEngine(CheckedComponent):
 
 
     def _emit(self, m, L, v):
-        """A result into P (EMIT) and the next element, output or row (NEXT_ROW). ``v``:
-        elaborate's locals."""
+        """A result into P (EMIT) and the next element, output or row (NEXT_ROW). ``v``: the
+        shared values (:meth:`_registers`)."""
         (dpb, drow, emit, left, mask, more, ox, oy, pl, ppb, qh, qw, remh, remhw, remw,
          shm1, shw, swm1, value, wrow, wtop, xlast, xm2, xpb, xrow, ym1,
          ymore) = (v.get(n) for n in (
