@@ -52,6 +52,8 @@ Refusals
     (:mod:`bpsa.plan.setup`).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory, WritePort
@@ -198,20 +200,31 @@ class ChannelFirst(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        R, Cc = cfg.rows, cfg.cols
-        ar = arith_for(cfg)
-        arr, live = self.array, self.run
         run = Signal(cf_run_layout(cfg))       # the run's fields, taken at its start
         with m.If(self.start):
-            m.d.sync += run.eq(live)
-        dim = cfg.dim_width + 2
-        xaw = ceil_log2(cfg.buf_cf_depth)
-        wide = signed(2 * dim + 2)
+            m.d.sync += run.eq(self.run)
+        # the signals the methods below share
+        s = SimpleNamespace(run=run, live=self.run, dim=cfg.dim_width + 2)
+        self._row_chain(m, s)
+        banks = self._banks(m, s)
+        self._run_constants(m, s)
+        self._cursor(m, s)
+        self._w_preload(m, s)
+        reads = self._stream(m, s, banks)
+        self._outputs(m, s)
+        self._counters(m, s, reads)
+        with m.FSM(name="cf"):
+            self._setup_states(m, s)
+            self._tile_states(m, s)
+        return m
 
-        # --- the banks' lane rule and each row's channel / tap column, from C (a chain) ------
-        # c[i] = i mod C, g[i] = i div C, off[i] = g[i] d_w: each stage registered from the
-        # previous row's, settled `rows` cycles after C and d_w are set; wr[i] = c[i] R S +
-        # g[i] (the row's W word in a tile) is computed at the run's start
+    def _row_chain(self, m, s):
+        """The banks' lane rule and each row's channel / tap column, from C (a chain): c[i] =
+        i mod C, g[i] = i div C, off[i] = g[i] d_w: each stage registered from the previous
+        row's, settled ``rows`` cycles after C and d_w are set; wr[i] = c[i] R S + g[i] (the
+        row's W word in a tile) is computed at the run's start (SETUP, from ``rs`` = R S).
+        Sets ``s.rs``, ``s.ci``, ``s.gi``, ``s.offi``, ``s.wri``."""
+        R, dim, live = self.config.rows, s.dim, s.live
         rs = Signal(2 * dim)
         ci = [Signal(dim, name=f"c{i}") for i in range(R)]
         gi = [Signal(dim, name=f"g{i}") for i in range(R)]
@@ -221,39 +234,57 @@ class ChannelFirst(wiring.Component):
             wrap = ci[i - 1] + 1 == live.layer_channels
             m.d.sync += [ci[i].eq(Mux(wrap, 0, ci[i - 1] + 1)), gi[i].eq(gi[i - 1] + wrap),
                          offi[i].eq(offi[i - 1] + Mux(wrap, live.dil_w, 0))]
+        s.rs, s.ci, s.gi, s.offi, s.wri = rs, ci, gi, offi, wri
 
-        # --- X banks -------------------------------------------------------------------------
+    def _banks(self, m, s):
+        """The X banks: each takes its lane (``c[i]``) of every buffer write. Returns their
+        read ports."""
+        cfg = self.config
+        ar = arith_for(cfg)
         banks = []
-        for i in range(R):
+        for i in range(cfg.rows):
             mem = m.submodules[f"x_bank{i}"] = Memory(shape=ar.operand_shape,
                                                        depth=cfg.buf_cf_depth, init=[])
             wp = mem.write_port()
             lane = Signal(ar.operand_shape, name=f"wlane{i}")
-            with m.Switch(ci[i]):
+            with m.Switch(s.ci[i]):
                 for c in range(i + 1):
                     with m.Case(c):
                         m.d.comb += lane.eq(self.x_write.data[c])
             m.d.comb += [wp.en.eq(self.x_write.en), wp.addr.eq(self.x_write.addr),
                          wp.data.eq(lane)]
             banks.append(mem.read_port())
+        return banks
 
-        # --- run constants (SETUP, one multiplier) -------------------------------------------
+    def _run_constants(self, m, s):
+        """The run constants' registers (set in SETUP, one multiplier) and the multiplier.
+        Sets ``s.kp`` (the cursor's products and T), ``s.pix``, ``s.taps``, ``s.complete``,
+        ``s.mt_ok``, ``s.mul_a``, ``s.mul_b``, ``s.mul_p``, ``s.step``."""
+        cfg = self.config
+        R, dim, run, live = cfg.rows, s.dim, s.run, s.live
         kp = Signal(products_layout(cfg))      # the cursor's products and T
         pix = Signal(2 * dim)                  # P: pixels a tile
         taps = kp.taps
         complete = Signal(dim + 1)             # rows // C (complete channel groups)
-        m.d.comb += complete.eq(gi[R - 1] + (ci[R - 1] + 1 == live.layer_channels))
+        m.d.comb += complete.eq(s.gi[R - 1] + (s.ci[R - 1] + 1 == live.layer_channels))
         mt_ok = (run.channels == run.layer_channels) & (2 * run.channels <= R)
         mul_a, mul_b = Signal(dim), Signal(2 * dim)
         mul_p = Signal(3 * dim)
         m.d.comb += mul_p.eq(mul_a * mul_b)
         step = Signal(range(8 + R))
+        s.kp, s.pix, s.taps, s.complete, s.mt_ok = kp, pix, taps, complete, mt_ok
+        s.mul_a, s.mul_b, s.mul_p, s.step = mul_a, mul_b, mul_p, step
 
-        # --- cursor ----------------------------------------------------------------------------
+    def _cursor(self, m, s):
+        """The address cursor and the next tile (its weights are preloaded during this one's
+        stream): ``r S + q0`` of both (``toff``, ``ntoff``), the tile's cycle count ``tc`` and
+        its ``length``. Sets ``s.cur``, ``s.nxt``, ``s.tile_end``, ``s.last_tile``,
+        ``s.has_next``, ``s.nq0``, ``s.toff``, ``s.ntoff``, ``s.tc``, ``s.length``."""
+        cfg = self.config
+        R, dim, run, kp, taps = cfg.rows, s.dim, s.run, s.kp, s.taps
         cur = Signal(cursor_layout(cfg))
         nxt = Signal(cursor_layout(cfg))
         tile_end, last_tile = cursor_step(m, run, kp, cur, nxt)
-        q0, y, ra, xq = cur.q0, cur.y, cur.ra, cur.xq
         has_next = ~last_tile
         # the next tile (its weights are preloaded during this one's stream); r S + q0 of both
         wrapq = cur.q0 + taps >= run.kernel_w
@@ -263,66 +294,94 @@ class ChannelFirst(wiring.Component):
         m.d.comb += ntoff.eq(Mux(wrapq, toff + run.kernel_w - cur.q0, toff + taps))
         tc = Signal(2 * dim + 1)               # cycles since the tile's first issue
         length = Signal(2 * dim + 1)           # max(P, 2 rows)
-        m.d.comb += length.eq(Mux(pix > 2 * R, pix, 2 * R))
+        m.d.comb += length.eq(Mux(s.pix > 2 * R, s.pix, 2 * R))
+        s.cur, s.nxt, s.tile_end, s.last_tile, s.has_next = cur, nxt, tile_end, last_tile, \
+            has_next
+        s.nq0, s.toff, s.ntoff, s.tc, s.length = nq0, toff, ntoff, tc, length
 
-        def active(i, q0v):
-            return (ci[i] < run.channels) & (gi[i] < taps) & (q0v + gi[i] < run.kernel_w)
+    def _active(self, s, i, q0v):
+        """Row ``i`` is active in a tile whose first tap column is ``q0v``."""
+        return (s.ci[i] < s.run.channels) & (s.gi[i] < s.taps) & (q0v + s.gi[i] < s.run.kernel_w)
 
-        # --- the W preload (tile 0 before the stream, the next tile during it) --------------
+    def _w_preload(self, m, s):
+        """The W preload (tile 0 before the stream, the next tile during it): the row
+        ``wrow`` whose word is read (R-1 first) when ``wreq``, of the next tile when
+        ``wnext``; stage B shifts it into the reserve chains. Sets ``s.wrow``, ``s.wreq``,
+        ``s.wnext``, ``s.shift_b``."""
+        cfg = self.config
+        R, dim, run, arr = cfg.rows, s.dim, s.run, self.array
         wrow = Signal(range(R))                # the row whose word is read (R-1 first)
         wreq, wnext = Signal(), Signal()      # a W read; of the next tile (else the current)
         wtile_toff, wtile_q0 = Signal(3 * dim), Signal(dim)
-        m.d.comb += [wtile_toff.eq(Mux(wnext, ntoff, toff)), wtile_q0.eq(Mux(wnext, nq0, q0))]
+        m.d.comb += [wtile_toff.eq(Mux(wnext, s.ntoff, s.toff)),
+                     wtile_q0.eq(Mux(wnext, s.nq0, s.cur.q0))]
         waddr = Signal(3 * dim + 2)
         wact = Signal()
         with m.Switch(wrow):
             for i in range(R):
                 with m.Case(i):
-                    m.d.comb += [waddr.eq(run.w_base + wri[i] + wtile_toff),
-                                 wact.eq(active(i, wtile_q0))]
+                    m.d.comb += [waddr.eq(run.w_base + s.wri[i] + wtile_toff),
+                                 wact.eq(self._active(s, i, wtile_q0))]
         m.d.comb += [self.w_addr.eq(waddr), self.w_en.eq(wreq)]
         shift_b, act_b = Signal(), Signal()    # stage B: the word is on w_data
         m.d.sync += [shift_b.eq(wreq), act_b.eq(wact)]
         m.d.comb += arr.chain_shift.eq(shift_b)
-        for j in range(Cc):
+        for j in range(cfg.cols):
             m.d.comb += arr.preload[j].eq(Mux(act_b, self.w_data[j], 0))
+        s.wrow, s.wreq, s.wnext, s.shift_b = wrow, wreq, wnext, shift_b
 
-        # --- the stream: stage A reads the banks, stage B presents the vector ----------------
+    def _stream(self, m, s, banks):
+        """The stream: stage A reads the banks, stage B presents the vector. Sets
+        ``s.issue``, ``s.last_a`` (driven by the STREAM state) and ``s.valid_b``; returns
+        each row's read flag (a bank word read this cycle)."""
+        cfg = self.config
+        R, run, arr, cur = cfg.rows, s.run, self.array, s.cur
+        xaw = ceil_log2(cfg.buf_cf_depth)
+        wide = signed(2 * s.dim + 2)
         issue, last_a = Signal(), Signal()
         valid_b, last_b = Signal(), Signal()
         rowok_b = Signal(R)
         m.d.sync += [valid_b.eq(issue), last_b.eq(last_a)]
-        yin = (y >= 0) & (y < run.height)
+        yin = (cur.y >= 0) & (cur.y < run.height)
         reads = []
         for i in range(R):
             x = Signal(wide, name=f"x{i}")
             ok = Signal(name=f"rowok{i}")
-            m.d.comb += [x.eq(xq + offi[i]),
-                         ok.eq(issue & active(i, q0) & yin & (x >= 0) & (x < run.width)),
-                         banks[i].addr.eq((run.x_base + ra + x)[:xaw]), banks[i].en.eq(1)]
+            m.d.comb += [x.eq(cur.xq + s.offi[i]),
+                         ok.eq(issue & self._active(s, i, cur.q0) & yin & (x >= 0)
+                               & (x < run.width)),
+                         banks[i].addr.eq((run.x_base + cur.ra + x)[:xaw]), banks[i].en.eq(1)]
             m.d.sync += rowok_b[i].eq(ok)
             m.d.comb += arr.a_data[i].eq(Mux(rowok_b[i], banks[i].data, 0))
             reads.append(ok)
         m.d.comb += [arr.dataflow.eq(Dataflow.WS), arr.a_valid.eq(valid_b),
                      arr.a_last.eq(last_b), arr.b_valid.eq(valid_b)]
-        for j in range(Cc):
+        for j in range(cfg.cols):
             m.d.comb += arr.b_data[j].eq(0)
+        s.issue, s.last_a, s.valid_b = issue, last_a, valid_b
+        return reads
 
-        # --- outputs: one pixel a partial-sum vector, raster order -------------------------
-        ooh, oow = Signal(dim), Signal(dim)
+    def _outputs(self, m, s):
+        """Outputs: one pixel a partial-sum vector, raster order. Sets ``s.ooh``, ``s.oow``
+        (the next output pixel)."""
+        run, arr = s.run, self.array
+        ooh, oow = Signal(s.dim), Signal(s.dim)
         m.d.comb += [self.y.valid.eq(arr.psum_valid), self.y.payload.oh.eq(ooh),
                      self.y.payload.ow0.eq(oow)]
-        for j in range(Cc):
+        for j in range(self.config.cols):
             m.d.comb += self.y.payload.data[j].eq(arr.psum_data[j])
         with m.If(arr.psum_valid):
             with m.If(oow + 1 == run.out_width):
                 m.d.sync += [oow.eq(0), ooh.eq(Mux(ooh + 1 == run.out_rows, 0, ooh + 1))]
             with m.Else():
                 m.d.sync += oow.eq(oow + 1)
+        s.ooh, s.oow = ooh, oow
 
-        # --- counters ----------------------------------------------------------------------
-        counts = {"cycles": self.busy, "words_read": sum(reads), "w_words_read": wreq,
-                  "vectors": issue, "tiles": Const(0)}
+    def _counters(self, m, s, reads):
+        """The counters, cleared at ``start``. Sets ``s.tile_done`` (driven by the STREAM
+        state: a tile's last vector)."""
+        counts = {"cycles": self.busy, "words_read": sum(reads), "w_words_read": s.wreq,
+                  "vectors": s.issue, "tiles": Const(0)}
         tile_done = Signal()
         counts["tiles"] = tile_done
         for name, inc in counts.items():
@@ -331,84 +390,94 @@ class ChannelFirst(wiring.Component):
                 m.d.sync += ctr.eq(0)
             with m.Else():
                 m.d.sync += ctr.eq(ctr + inc)
+        s.tile_done = tile_done
 
-        with m.FSM(name="cf"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    bad = ((live.channels == 0) | (live.channels > R) | (live.out_rows == 0)
-                           | (live.out_width == 0))
-                    with m.If(bad):
-                        m.d.comb += [self.error.eq(1), self.done.eq(1)]
-                    with m.Else():
-                        m.d.sync += [step.eq(0), ooh.eq(0), oow.eq(0)]
-                        m.d.comb += arr.clear.eq(1)
-                        m.next = "SETUP"
-            with m.State("SETUP"):               # products of run constants, one a cycle
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += step.eq(step + 1)
-                with m.Switch(step):
-                    with m.Case(0):
-                        m.d.comb += [mul_a.eq(run.kernel_h), mul_b.eq(run.kernel_w)]
-                        m.d.sync += [rs.eq(mul_p),
-                                     taps.eq(Mux(mt_ok & (complete > 1),
-                                                 Mux(complete < run.kernel_w, complete,
-                                                     run.kernel_w), 1))]
-                    with m.Case(1):
-                        m.d.comb += [mul_a.eq(run.stride_h), mul_b.eq(run.width)]
-                        m.d.sync += kp.sh_w.eq(mul_p)
-                    with m.Case(2):
-                        m.d.comb += [mul_a.eq(run.dil_h), mul_b.eq(run.width)]
-                        m.d.sync += kp.dh_w.eq(mul_p)
-                    with m.Case(3):
-                        m.d.comb += [mul_a.eq(taps), mul_b.eq(run.dil_w)]
-                        m.d.sync += kp.t_dw.eq(mul_p)
-                    with m.Case(4):
-                        m.d.comb += [mul_a.eq(run.out_rows), mul_b.eq(run.out_width)]
-                        m.d.sync += pix.eq(mul_p)
-                    with m.Case(5):
-                        m.d.comb += [mul_a.eq(run.pad_top), mul_b.eq(run.width)]
-                        m.d.sync += kp.ptw.eq(mul_p)
-                    for i in range(R):       # each row's W word in a tile
-                        with m.Case(6 + i):
-                            m.d.comb += [mul_a.eq(ci[i]), mul_b.eq(rs)]
-                            m.d.sync += wri[i].eq(mul_p + gi[i])
-                    with m.Case(6 + R):      # the first tile
-                        m.d.sync += cursor_origin(run, kp, cur)
-                        m.d.sync += [toff.eq(0), tc.eq(0), wrow.eq(R - 1)]
-                        m.next = "PRE"
-            with m.State("PRE"):                 # tile 0's weights, row R-1 first
-                m.d.comb += [self.busy.eq(1), wreq.eq(1)]
+    def _setup_states(self, m, s):
+        """States IDLE (a run's start, refused or taken) and SETUP (the products of run
+        constants, one a cycle, then the cursor's origin)."""
+        R, run, live, arr = self.config.rows, s.run, s.live, self.array
+        step, mul_a, mul_b, mul_p, kp, taps = s.step, s.mul_a, s.mul_b, s.mul_p, s.kp, s.taps
+        with m.State("IDLE"):
+            with m.If(self.start):
+                bad = ((live.channels == 0) | (live.channels > R) | (live.out_rows == 0)
+                       | (live.out_width == 0))
+                with m.If(bad):
+                    m.d.comb += [self.error.eq(1), self.done.eq(1)]
+                with m.Else():
+                    m.d.sync += [step.eq(0), s.ooh.eq(0), s.oow.eq(0)]
+                    m.d.comb += arr.clear.eq(1)
+                    m.next = "SETUP"
+        with m.State("SETUP"):               # products of run constants, one a cycle
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += step.eq(step + 1)
+            with m.Switch(step):
+                with m.Case(0):
+                    m.d.comb += [mul_a.eq(run.kernel_h), mul_b.eq(run.kernel_w)]
+                    m.d.sync += [s.rs.eq(mul_p),
+                                 taps.eq(Mux(s.mt_ok & (s.complete > 1),
+                                             Mux(s.complete < run.kernel_w, s.complete,
+                                                 run.kernel_w), 1))]
+                with m.Case(1):
+                    m.d.comb += [mul_a.eq(run.stride_h), mul_b.eq(run.width)]
+                    m.d.sync += kp.sh_w.eq(mul_p)
+                with m.Case(2):
+                    m.d.comb += [mul_a.eq(run.dil_h), mul_b.eq(run.width)]
+                    m.d.sync += kp.dh_w.eq(mul_p)
+                with m.Case(3):
+                    m.d.comb += [mul_a.eq(taps), mul_b.eq(run.dil_w)]
+                    m.d.sync += kp.t_dw.eq(mul_p)
+                with m.Case(4):
+                    m.d.comb += [mul_a.eq(run.out_rows), mul_b.eq(run.out_width)]
+                    m.d.sync += s.pix.eq(mul_p)
+                with m.Case(5):
+                    m.d.comb += [mul_a.eq(run.pad_top), mul_b.eq(run.width)]
+                    m.d.sync += kp.ptw.eq(mul_p)
+                for i in range(R):       # each row's W word in a tile
+                    with m.Case(6 + i):
+                        m.d.comb += [mul_a.eq(s.ci[i]), mul_b.eq(s.rs)]
+                        m.d.sync += s.wri[i].eq(mul_p + s.gi[i])
+                with m.Case(6 + R):      # the first tile
+                    m.d.sync += cursor_origin(run, kp, s.cur)
+                    m.d.sync += [s.toff.eq(0), s.tc.eq(0), s.wrow.eq(R - 1)]
+                    m.next = "PRE"
+
+    def _tile_states(self, m, s):
+        """States PRE, PRE_END and LOAD (tile 0's weights), STREAM (the tiles' pixels, the
+        next tile's weights alongside) and DRAIN (the last partial sums leave the array)."""
+        R, arr = self.config.rows, self.array
+        wrow, wreq, tc = s.wrow, s.wreq, s.tc
+        with m.State("PRE"):                 # tile 0's weights, row R-1 first
+            m.d.comb += [self.busy.eq(1), wreq.eq(1)]
+            m.d.sync += wrow.eq(wrow - 1)
+            with m.If(wrow == 0):
+                m.next = "PRE_END"
+        with m.State("PRE_END"):             # the last shift (stage B)
+            m.d.comb += self.busy.eq(1)
+            m.next = "LOAD"
+        with m.State("LOAD"):                # chain -> held weights; the next tile
+            m.d.comb += [self.busy.eq(1), arr.chain_load.eq(1)]
+            m.d.sync += wrow.eq(R - 1)
+            m.next = "STREAM"
+        with m.State("STREAM"):
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += tc.eq(tc + 1)
+            lastv = s.tile_end
+            go = ~lastv | (tc + 1 >= s.length)
+            # the next tile's weights: reads at tc in [R - 1, 2R - 1), row R-1 first
+            m.d.comb += s.wnext.eq(1)
+            with m.If(s.has_next & (tc >= R - 1) & (tc < 2 * R - 1)):
+                m.d.comb += wreq.eq(1)
                 m.d.sync += wrow.eq(wrow - 1)
-                with m.If(wrow == 0):
-                    m.next = "PRE_END"
-            with m.State("PRE_END"):             # the last shift (stage B)
-                m.d.comb += self.busy.eq(1)
-                m.next = "LOAD"
-            with m.State("LOAD"):                # chain -> held weights; the next tile
-                m.d.comb += [self.busy.eq(1), arr.chain_load.eq(1)]
-                m.d.sync += wrow.eq(R - 1)
-                m.next = "STREAM"
-            with m.State("STREAM"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += tc.eq(tc + 1)
-                lastv = tile_end
-                go = ~lastv | (tc + 1 >= length)
-                # the next tile's weights: reads at tc in [R - 1, 2R - 1), row R-1 first
-                m.d.comb += wnext.eq(1)
-                with m.If(has_next & (tc >= R - 1) & (tc < 2 * R - 1)):
-                    m.d.comb += wreq.eq(1)
-                    m.d.sync += wrow.eq(wrow - 1)
-                with m.If(go):
-                    m.d.comb += [issue.eq(1), last_a.eq(lastv)]
-                    m.d.sync += cur.eq(nxt)
-                    with m.If(lastv):
-                        m.d.comb += tile_done.eq(1)
-                        m.d.sync += [tc.eq(0), toff.eq(ntoff), wrow.eq(R - 1)]
-                        with m.If(last_tile):
-                            m.next = "DRAIN"
-            with m.State("DRAIN"):               # the last partial sums leave the array
-                m.d.comb += self.busy.eq(1)
-                with m.If(~arr.busy & ~valid_b & ~shift_b):
-                    m.d.comb += self.done.eq(1)
-                    m.next = "IDLE"
-        return m
+            with m.If(go):
+                m.d.comb += [s.issue.eq(1), s.last_a.eq(lastv)]
+                m.d.sync += s.cur.eq(s.nxt)
+                with m.If(lastv):
+                    m.d.comb += s.tile_done.eq(1)
+                    m.d.sync += [tc.eq(0), s.toff.eq(s.ntoff), wrow.eq(R - 1)]
+                    with m.If(s.last_tile):
+                        m.next = "DRAIN"
+        with m.State("DRAIN"):               # the last partial sums leave the array
+            m.d.comb += self.busy.eq(1)
+            with m.If(~arr.busy & ~s.valid_b & ~s.shift_b):
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
