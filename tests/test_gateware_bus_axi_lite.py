@@ -95,9 +95,31 @@ class LiteMaster:
         return data, resp
 
 
+def counter_responder(dut, live, asked=None, seed=7):
+    """The counter port's other side, as a background testbench: answers each request 2-6
+    cycles later with ``live[name]`` (0 when absent) at that time; the names asked go to
+    ``asked``."""
+    names = [name for name, _ in COUNTERS]
+
+    async def responder(ctx):
+        rng = random.Random(seed)
+        while True:
+            _, _, req, index = await ctx.tick().sample(dut.counter.req, dut.counter.index)
+            if req:
+                if asked is not None:
+                    asked.append(names[index])
+                await ctx.tick().repeat(rng.randrange(1, 6))
+                ctx.set(dut.counter.value, live.get(names[index], 0))
+                ctx.set(dut.counter.valid, 1)
+                await ctx.tick()
+                ctx.set(dut.counter.valid, 0)
+    return responder
+
+
 def run(dut, testbench):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
+    sim.add_testbench(counter_responder(dut, {}), background=True)
     sim.add_testbench(testbench)
     sim.run()
 
@@ -243,21 +265,24 @@ def test_start_status_counters():
         assert (await bus.read(status))[0] == done
         await bus.write(REGISTER_MAP["CONTROL"], 1)
         assert (await bus.read(status))[0] == 0 and starts == [0x8000_0040, 0x40]
-        # Counters.
+        # Counters: asked through the counter port, answered by ``responder``.
         values = {name: random.Random(i).getrandbits(64) for i, (name, _) in enumerate(COUNTERS)}
+        live.update(values)
         for name, v in values.items():
-            ctx.set(getattr(dut.counters, name), v)
-        for name, v in values.items():
-            lo, _ = await bus.read(REGISTER_MAP[f"{name.upper()}_LO"])
-            ctx.set(getattr(dut.counters, name), v ^ (0xFFFF << 32))
+            lo, resp = await bus.read(REGISTER_MAP[f"{name.upper()}_LO"])
+            assert resp == AxiResp.OKAY
+            live[name] = v ^ (0xFFFF << 32)             # the counter moves on
             hi, _ = await bus.read(REGISTER_MAP[f"{name.upper()}_HI"])
-            assert lo | hi << 32 == v, name
+            assert lo | hi << 32 == v, name               # one sample
             hi, _ = await bus.read(REGISTER_MAP[f"{name.upper()}_HI"])
-            assert hi == (v ^ (0xFFFF << 32)) >> 32, name
+            assert hi == (v ^ (0xFFFF << 32)) >> 32, name  # a new sample
+        assert asked == [name for name in values for _ in range(2)]
 
+    live, asked = {}, []
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_process(monitor)
+    sim.add_testbench(counter_responder(dut, live, asked), background=True)
     sim.add_testbench(tb)
     sim.run()
 

@@ -172,7 +172,7 @@ from bpsa.gateware.bus.dma import (
     DmaEngine,
     axi4_signature,
 )
-from bpsa.gateware.control.counters import COUNTED, Counters
+from bpsa.gateware.control.counters import Counters
 from bpsa.gateware.control.interfaces import AccelError
 from bpsa.gateware.control.load_unit import LoadUnit, Target
 from bpsa.gateware.results import psum_buffer, requantizer
@@ -267,7 +267,7 @@ class Accelerator(CheckedComponent):
         pbuf = m.submodules.buf_p = PsumBuffer(cfg)
         sched = m.submodules.steps = StepScheduler(cfg)
         load = m.submodules.load = LoadUnit(cfg)
-        counters = m.submodules.counters = Counters()
+        counters = m.submodules.counters = Counters(cfg)
         # stores of P: accumulators, or operands when the descriptor requantizes (REQUANT)
         requant = m.submodules.requantizer = Requantizer(cfg)
         busy, done, err = Signal(), Signal(), Signal(8)
@@ -347,12 +347,9 @@ class Accelerator(CheckedComponent):
         (m, rf, dma, fetch, counters, busy, done, err) = (
             h.m, h.rf, h.dma, h.fetch, h.counters, h.busy, h.done, h.err
         )
-        for name in COUNTED:
-            m.d.comb += getattr(rf.counters, name).eq(getattr(counters.counts, name))
-        m.d.comb += [rf.counters.dma_read_bytes.eq(dma.read_bytes),
-                     rf.counters.dma_write_bytes.eq(dma.write_bytes),
-                     rf.counters.dma_busy_cycles.eq(dma.busy_cycles),
-                     rf.counters.prog_read_bytes.eq(fetch.fetched << 3),
+        wiring.connect(m, rf.counter, counters.read)
+        m.d.comb += [counters.dma_read.eq(dma.read_inc), counters.dma_write.eq(dma.write_inc),
+                     counters.prog_read_bytes.eq(fetch.fetched << 3),
                      dma.uncounted.eq(fetch.fetching)]
 
         m.d.comb += [rf.busy.eq(busy), rf.done.eq(done), rf.error.eq(err)]

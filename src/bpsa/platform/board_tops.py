@@ -7,8 +7,9 @@ register file (:class:`bpsa.gateware.bus.axi_lite.RegisterFile`) and the real DM
 (:class:`bpsa.gateware.bus.dma.DmaEngine`) with a buffer of the default geometry. START copies
 PROG_WORDS operand elements from PROG_ADDR to PROG_ADDR + :data:`STANDIN_COPY_OFFSET` through
 the buffer (a DMA load, then a store; it runs no program); DONE and
-ERROR (the first DMA error) show in STATUS, the DMA byte and busy counters and a cycle counter
-in the counter registers, and ``irq`` is STATUS.DONE.
+ERROR (the first DMA error) show in STATUS, the accelerator's counters
+(:class:`bpsa.gateware.control.counters.Counters`: cycles, busy cycles, the DMA's bytes and busy
+cycles; the rest stay 0) in the counter registers, and ``irq`` is STATUS.DONE.
 
 :func:`register_tops` adds the tops below to ``bpsa.platform.verilog.TOPS`` (in this process), so
 ``bpsa.sim.runner.run_cocotb`` builds them like any other top.
@@ -28,6 +29,7 @@ from bpsa.gateware.bus.dma import (
     ElementKind,
     axi4_signature,
 )
+from bpsa.gateware.control.counters import Counters
 
 __all__ = ["SIM_DIVISOR", "SIM_SRAM_BYTES", "SIM_TIMEOUT", "STANDIN_COPY_OFFSET", "StandInCore",
            "register_tops"]
@@ -63,18 +65,14 @@ class StandInCore(wiring.Component):
         wiring.connect(m, dma.buf_read, buf.read_port())
         wiring.connect(m, dma.buf_write, buf.write_port())
 
-        cycles = Signal(64)
-        m.d.sync += cycles.eq(cycles + 1)
+        m.submodules.counters = counters = Counters(self.config)
+        wiring.connect(m, regs.counter, counters.read)
         m.d.comb += [
             dma.window_lo.eq(regs.window_lo), dma.window_hi.eq(regs.window_hi),
-            dma.clear_counters.eq(regs.clear),
-            regs.counters.cycles.eq(cycles),
-            regs.counters.dma_read_bytes.eq(dma.read_bytes),
-            regs.counters.dma_write_bytes.eq(dma.write_bytes),
-            regs.counters.dma_busy_cycles.eq(dma.busy_cycles),
+            dma.clear_counters.eq(regs.clear), counters.clear.eq(regs.clear),
+            counters.busy.eq(regs.busy), counters.dma_busy.eq(dma.busy),
+            counters.dma_read.eq(dma.read_inc), counters.dma_write.eq(dma.write_inc),
         ]
-        with m.If(regs.clear):
-            m.d.sync += cycles.eq(0)
 
         src = Signal(32)
         length = Signal.like(dma.cmd.payload.length)

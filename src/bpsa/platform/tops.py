@@ -19,6 +19,7 @@ TOPS = {
     "pool": "bpsa.gateware.frontends.pool.pool:PoolEngine",
     "channel_first": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirst",
     "axil_regs": "bpsa.gateware.bus.axi_lite:RegisterFile",
+    "counters": "bpsa.gateware.control.counters:Counters",
     "dma": "bpsa.gateware.bus.dma:DmaEngine",
     "accelerator": "bpsa.gateware.accelerator:Accelerator",
     "dispatcher": "bpsa.gateware.control.dispatcher:Dispatcher",

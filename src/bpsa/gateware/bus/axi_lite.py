@@ -5,18 +5,21 @@ layer's program and the performance counters, decoding the register map of
 Control and status
     Writing CONTROL with START = 1 (byte lane 0 enabled) while ``busy`` is low raises ``start``
     for one cycle (in the cycle after the write) and clears DONE and ERROR. While ``busy`` is
-    high START is ignored, so the host may write the next program while a layer runs. CLEAR = 1 clears DONE and
-    ERROR and raises ``clear`` for one cycle (the counter owners reset their counters on it).
+    high START is ignored, so the host may write the next program while a layer runs. CLEAR =
+    1 clears DONE and ERROR and raises ``clear`` for one cycle (the counter owners reset their counters on it).
     DONE is set by a ``done`` pulse and stays set; ERROR holds the ``error`` input sampled at
     that pulse. BUSY is the ``busy`` input. WINDOW_LO / WINDOW_HI drive the ``window_lo`` /
     ``window_hi`` outputs directly, as PROG_ADDR / PROG_WORDS drive ``prog_addr`` /
     ``prog_words`` (the fetch unit takes them at ``start``).
 
 Counters
-    ``counters`` (:data:`COUNTERS`, 64 bits each) are read as two halves: reading
-    ``<name>_LO`` latches the high half of the same counter, and ``<name>_HI`` read right after
-    it returns the latched half, so the pair is one consistent 64-bit sample. A ``_HI`` read
-    without a preceding ``_LO`` read of the same counter returns the live high half.
+    The counters (:data:`COUNTERS`, 64 bits each) live elsewhere (a
+    :class:`~bpsa.gateware.control.counter_bank.CounterBank`): the register file asks for one
+    through its ``counter`` port (:func:`counter_port_signature`) and answers the read when
+    the value comes. They are read as two halves: reading ``<name>_LO`` latches the high half
+    of the same sample, and ``<name>_HI`` read right after it returns the latched half, so the
+    pair is one consistent 64-bit sample. A ``_HI`` read without a preceding ``_LO`` read of
+    the same counter asks for a new sample.
 
 Bus behaviour
     Responses are OKAY except for an address that names no register: reads return 0 with
@@ -26,8 +29,8 @@ Bus behaviour
     are handled at a time; the two run independently.
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal, unsigned
-from amaranth.lib import data, enum, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.config import require_config
@@ -43,7 +46,7 @@ from bpsa.spec.regmap import (
 )
 
 __all__ = ["ADDR_WIDTH", "AxiResp", "Phase", "RegisterFile", "axi_lite_signature",
-           "counter_layout"]
+           "counter_port_signature"]
 
 #: The PHASE descriptor field (:class:`bpsa.spec.regmap.Phase`) as a hardware enum.
 Phase = hw_enum(regmap.Phase, regmap.PHASE_BITS)
@@ -80,9 +83,12 @@ def axi_lite_signature(addr_width, data_width=32):
     })
 
 
-def counter_layout():
-    """Layout of the ``counters`` input: one unsigned 64-bit field per :data:`COUNTERS` name."""
-    return data.StructLayout({name: unsigned(64) for name, _ in COUNTERS})
+def counter_port_signature(count=len(COUNTERS)):
+    """The counter read port as the reader sees it: ``index`` (``count`` counters) and a
+    one-cycle ``req`` out; ``valid`` (a one-cycle pulse, any number of cycles later) and the
+    64-bit ``value`` in. One read at a time."""
+    return wiring.Signature({"index": Out(range(count)), "req": Out(1), "valid": In(1),
+                             "value": In(64)})
 
 
 # --- the hardware ----------------------------------------------------------------------------
@@ -106,8 +112,8 @@ class RegisterFile(wiring.Component):
         One-cycle pulse: the layer finished (successfully or not).
     error : In(8)
         Error code, sampled with ``done`` (0 = no error).
-    counters : In(counter_layout())
-        Performance counter values.
+    counter : Out(counter_port_signature())
+        Reads a performance counter (:data:`COUNTERS` order).
     window_lo, window_hi : Out(32)
         The WINDOW_LO / WINDOW_HI registers (for the DMA engine's address window).
     prog_addr, prog_words : Out(32)
@@ -123,7 +129,7 @@ class RegisterFile(wiring.Component):
             "busy": In(1),
             "done": In(1),
             "error": In(8),
-            "counters": In(counter_layout()),
+            "counter": Out(counter_port_signature()),
             **{r.field: Out(field_bits(config, r.width)) for r in REGISTERS
                if r.kind == "setting"},
         })
@@ -144,8 +150,6 @@ class RegisterFile(wiring.Component):
 
         done_flag = Signal()
         error_code = Signal(8)
-        snap_hi = Signal(32)
-        snap_idx = Signal(range(len(COUNTERS) + 1), init=len(COUNTERS))
 
         m.d.sync += [self.start.eq(0), self.clear.eq(0)]
         with m.If(self.done):
@@ -194,18 +198,30 @@ class RegisterFile(wiring.Component):
                 with m.Default():
                     m.d.sync += b_resp.eq(AxiResp.SLVERR)
 
-        # --- read channel ---------------------------------------------------------------
+        self._read_channel(m, consts, regs, Cat(self.busy, done_flag, Const(0, 6), error_code))
+        return m
+
+    def _read_channel(self, m, consts, regs, status):
+        """Reads: a register answers the cycle after AR; a counter half asks the counter port
+        and answers when its value comes (a ``_HI`` right after its ``_LO`` answers at once
+        from the latched half)."""
+        bus = self.axil
+        port = self.counter
         r_valid = Signal()
         r_data = Signal(32)
         r_resp = Signal(AxiResp)
+        waiting = Signal()                  # a counter half asked for, not yet answered
+        want_hi = Signal()
+        snap_hi = Signal(32)
+        snap_idx = Signal(range(len(COUNTERS) + 1), init=len(COUNTERS))
         m.d.comb += [
-            bus.arready.eq(~r_valid),
+            bus.arready.eq(~r_valid & ~waiting),
             bus.rvalid.eq(r_valid), bus.rdata.eq(r_data), bus.rresp.eq(r_resp),
         ]
         with m.If(r_valid & bus.rready):
             m.d.sync += r_valid.eq(0)
         counter_index = {name: i for i, (name, _) in enumerate(COUNTERS)}
-        with m.If(bus.arvalid & ~r_valid):
+        with m.If(bus.arvalid & ~r_valid & ~waiting):
             m.d.sync += [r_valid.eq(1), r_resp.eq(AxiResp.OKAY), r_data.eq(0),
                          snap_idx.eq(len(COUNTERS))]
             with m.Switch(bus.araddr[2:]):
@@ -214,21 +230,26 @@ class RegisterFile(wiring.Component):
                         if r.kind == "const":
                             m.d.sync += r_data.eq(Const(consts[r.name], 32))
                         elif r.kind == "status":
-                            m.d.sync += r_data.eq(Cat(self.busy, done_flag, Const(0, 6),
-                                                      error_code))
+                            m.d.sync += r_data.eq(status)
                         elif r.kind == "setting":
                             m.d.sync += r_data.eq(regs[r.field])
-                        elif r.kind == "counter_lo":
-                            value = getattr(self.counters, r.field)
-                            m.d.sync += [r_data.eq(value[:32]), snap_hi.eq(value[32:]),
-                                         snap_idx.eq(counter_index[r.field])]
-                        elif r.kind == "counter_hi":
-                            value = getattr(self.counters, r.field)
-                            with m.If(snap_idx == counter_index[r.field]):
-                                m.d.sync += r_data.eq(snap_hi)
+                        elif r.kind in ("counter_lo", "counter_hi"):
+                            i = counter_index[r.field]
+                            hi = r.kind == "counter_hi"
+                            ask = Const(1) if not hi else snap_idx != i
+                            with m.If(ask):
+                                m.d.comb += [port.req.eq(1), port.index.eq(i)]
+                                m.d.sync += [r_valid.eq(0), waiting.eq(1), want_hi.eq(hi)]
+                                if not hi:
+                                    m.d.sync += snap_idx.eq(i)
                             with m.Else():
-                                m.d.sync += r_data.eq(value[32:])
+                                m.d.sync += r_data.eq(snap_hi)
                         # "control" (write-only) reads 0.
                 with m.Default():
                     m.d.sync += r_resp.eq(AxiResp.SLVERR)
-        return m
+        with m.If(waiting & port.valid):
+            m.d.sync += [waiting.eq(0), r_valid.eq(1),
+                         r_data.eq(Mux(want_hi, port.value[32:], port.value[:32])),
+                         snap_hi.eq(port.value[32:])]
+            with m.If(want_hi):
+                m.d.sync += snap_idx.eq(len(COUNTERS))

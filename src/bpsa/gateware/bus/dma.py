@@ -217,6 +217,9 @@ class DmaEngine(wiring.Component):
         Element bytes moved from / to external memory (the payload, not whole beats): read
         bytes counted as their beat arrives, written bytes as they are placed into a beat,
         each added the cycle after (a command's bytes are all counted when ``done`` pulses).
+    read_inc, write_inc : Out(beat bytes' bits + 1)
+        The bytes ``read_bytes`` / ``write_bytes`` add next: what a counter kept elsewhere (the
+        accelerator's :class:`~bpsa.gateware.control.counters.Counters`) adds each cycle.
     busy_cycles : Out(64)
         Cycles with ``busy`` high.
     clear_counters : In(1)
@@ -267,6 +270,8 @@ class DmaEngine(wiring.Component):
             "buf_write": In(WritePort.Signature(addr_width=aw, shape=word_width)),
             "read_bytes": Out(64),
             "write_bytes": Out(64),
+            "read_inc": Out(self.beat_shift + 1),
+            "write_inc": Out(self.beat_shift + 1),
             "busy_cycles": Out(64),
             "clear_counters": In(1),
             "uncounted": In(1),
@@ -467,6 +472,7 @@ class DmaEngine(wiring.Component):
     def _counters(self, m, s):
         """Counters (a clear wins over a count in the same cycle; the bytes moved are added a
         cycle after they are counted, before ``done``)."""
+        m.d.comb += [self.read_inc.eq(s.read_inc), self.write_inc.eq(s.write_inc)]
         m.d.sync += [self.read_bytes.eq(self.read_bytes + s.read_inc),
                      self.write_bytes.eq(self.write_bytes + s.write_inc)]
         with m.If(self.busy):

@@ -52,6 +52,7 @@ class Harness:
         self.dut = dut
         self.cfg = _config()
         self.starts = []     # PROG_ADDR at each start pulse
+        self.counters = [0] * len(COUNTERS)     # what the counter port answers
         self.clears = 0
         self.rng = random.Random(int(os.environ.get("BPSA_SEED", "1")))
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
@@ -74,12 +75,31 @@ class Harness:
         dut.busy.value = 0
         dut.done.value = 0
         dut.error.value = 0
-        dut.counters.value = 0
+        dut.counter__valid.value = 0
+        dut.counter__value.value = 0
         for _ in range(3):
             await RisingEdge(dut.clk)
         dut.rst.value = 0
         await RisingEdge(dut.clk)
         cocotb.start_soon(self._monitor())
+        cocotb.start_soon(self._counter_port())
+
+    async def _counter_port(self):
+        """The counter port's other side: each request answered 1-5 cycles later with the
+        counter's value in ``self.counters`` at that time."""
+        dut = self.dut
+        rng = random.Random(self.rng.random())
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(dut.counter__req.value):
+                index = int(dut.counter__index.value)
+                for _ in range(1 + rng.randrange(5)):
+                    await RisingEdge(dut.clk)
+                dut.counter__value.value = self.counters[index]
+                dut.counter__valid.value = 1
+                await RisingEdge(dut.clk)
+                dut.counter__valid.value = 0
 
     async def _monitor(self):
         dut = self.dut
@@ -258,26 +278,23 @@ async def start_clear_status(dut, pauses):
 @cocotb.parametrize(pauses=[False, True])
 async def counters_read_in_halves(dut, pauses):
     """Counters read as LO then HI give one consistent 64-bit sample even when the counter
-    changes in between; HI alone gives the live high half."""
+    changes in between; HI alone asks the counter port for a new sample."""
     h = Harness(dut, pauses)
     await h.reset()
     width = 64
     for trial in range(3):
         values = [h.rng.getrandbits(width) for _ in COUNTERS]
-        dut.counters.value = sum(v << (width * i) for i, v in enumerate(values))
-        await h.cycles(1)
+        h.counters[:] = values
         for i, (name, _) in enumerate(COUNTERS):
             lo = await h.read_ok(REGISTER_MAP[f"{name.upper()}_LO"])
-            changed = list(values)
-            changed[i] = h.rng.getrandbits(width)
-            dut.counters.value = sum(v << (width * j) for j, v in enumerate(changed))
+            changed = h.rng.getrandbits(width)
+            h.counters[i] = changed
             hi = await h.read_ok(REGISTER_MAP[f"{name.upper()}_HI"])
             assert lo | hi << 32 == values[i], f"{name}: 0x{hi:08x}{lo:08x}, " \
                                                f"expected 0x{values[i]:016x}"
-            # Without a preceding LO read, HI is live.
-            assert await h.read_ok(REGISTER_MAP[f"{name.upper()}_HI"]) == changed[i] >> 32
-            dut.counters.value = sum(v << (width * j) for j, v in enumerate(values))
-            await h.cycles(1)
+            # Without a preceding LO read, HI asks for a new sample.
+            assert await h.read_ok(REGISTER_MAP[f"{name.upper()}_HI"]) == changed >> 32
+            h.counters[i] = values[i]
 
 
 @cocotb.test()
