@@ -121,7 +121,7 @@ comma := ,
 # hours in all), each report copied into docs/synth/<block>/; then docs/results/area.md from
 # every report under docs/synth/ (make area-page alone: seconds)
 AREA_CONFIG ?= ecp5_train
-AREA_BLOCKS ?= pe array feeder zf_loss zf_gradient conv_forward pool psum_buffer requantizer load_unit dma fetch dispatcher accelerator
+AREA_BLOCKS ?= pe array feeder zf_loss zf_gradient conv_forward pool psum_buffer requantizer load_unit dma fetch dispatcher axil_regs counters accelerator
 .PHONY: area area-page
 area:
 	set -e; for b in $(AREA_BLOCKS); do \

@@ -26,7 +26,8 @@ Bus behaviour
     SLVERR, writes are dropped with SLVERR. Writes to read-only registers are dropped with
     OKAY. Address bits [1:0] are ignored (word access). ``wstrb`` selects the byte lanes
     written. AWPROT/ARPROT are not ports (the slave would ignore them). One write and one read
-    are handled at a time; the two run independently.
+    are handled at a time; the two run independently. A read's address is registered before
+    it is decoded: a register's RVALID rises two cycles after the AR handshake.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -202,51 +203,66 @@ class RegisterFile(wiring.Component):
         return m
 
     def _read_channel(self, m, consts, regs, status):
-        """Reads: a register answers the cycle after AR; a counter half asks the counter port
-        and answers when its value comes (a ``_HI`` right after its ``_LO`` answers at once
-        from the latched half)."""
+        """Reads: AR's address is registered, then a register answers the next cycle; a counter
+        half asks the counter port and answers when its value comes (a ``_HI`` right after its
+        ``_LO`` answers at once from the latched half)."""
         bus = self.axil
         port = self.counter
         r_valid = Signal()
         r_data = Signal(32)
         r_resp = Signal(AxiResp)
+        ar_held = Signal()                  # an address taken, decoded this cycle
+        ar_word = Signal(ADDR_WIDTH - 2)
         waiting = Signal()                  # a counter half asked for, not yet answered
         want_hi = Signal()
         snap_hi = Signal(32)
         snap_idx = Signal(range(len(COUNTERS) + 1), init=len(COUNTERS))
         m.d.comb += [
-            bus.arready.eq(~r_valid & ~waiting),
+            bus.arready.eq(~ar_held & ~r_valid & ~waiting),
             bus.rvalid.eq(r_valid), bus.rdata.eq(r_data), bus.rresp.eq(r_resp),
         ]
         with m.If(r_valid & bus.rready):
             m.d.sync += r_valid.eq(0)
-        counter_index = {name: i for i, (name, _) in enumerate(COUNTERS)}
-        with m.If(bus.arvalid & ~r_valid & ~waiting):
-            m.d.sync += [r_valid.eq(1), r_resp.eq(AxiResp.OKAY), r_data.eq(0),
+        # AR: the address is taken and a counter half decoded (which counter, which half,
+        # whether its high half is the latched one); the next cycle answers or asks
+        counter_words = [r.offset >> 2 for r in REGISTERS if r.kind == "counter_lo"]
+        base = counter_words[0]
+        assert counter_words == list(range(base, base + 2 * len(COUNTERS), 2))
+        in_word = bus.araddr[2:]
+        in_offset = Signal(ADDR_WIDTH - 2)
+        m.d.comb += in_offset.eq(in_word - base)
+        c_hit, c_hi, c_latched = Signal(), Signal(), Signal()
+        c_index = Signal(range(len(COUNTERS)))
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += [ar_held.eq(1), ar_word.eq(in_word),
+                         c_hit.eq((in_word >= base) & (in_offset < 2 * len(COUNTERS))),
+                         c_hi.eq(in_offset[0]), c_index.eq(in_offset[1:]),
+                         c_latched.eq(snap_idx == in_offset[1:])]
+        with m.If(ar_held):
+            m.d.sync += [ar_held.eq(0), r_valid.eq(1), r_resp.eq(AxiResp.OKAY), r_data.eq(0),
                          snap_idx.eq(len(COUNTERS))]
-            with m.Switch(bus.araddr[2:]):
-                for r in REGISTERS:
-                    with m.Case(r.offset >> 2):
-                        if r.kind == "const":
-                            m.d.sync += r_data.eq(Const(consts[r.name], 32))
-                        elif r.kind == "status":
-                            m.d.sync += r_data.eq(status)
-                        elif r.kind == "setting":
-                            m.d.sync += r_data.eq(regs[r.field])
-                        elif r.kind in ("counter_lo", "counter_hi"):
-                            i = counter_index[r.field]
-                            hi = r.kind == "counter_hi"
-                            ask = Const(1) if not hi else snap_idx != i
-                            with m.If(ask):
-                                m.d.comb += [port.req.eq(1), port.index.eq(i)]
-                                m.d.sync += [r_valid.eq(0), waiting.eq(1), want_hi.eq(hi)]
-                                if not hi:
-                                    m.d.sync += snap_idx.eq(i)
-                            with m.Else():
-                                m.d.sync += r_data.eq(snap_hi)
-                        # "control" (write-only) reads 0.
-                with m.Default():
-                    m.d.sync += r_resp.eq(AxiResp.SLVERR)
+            with m.If(c_hit & c_hi & c_latched):
+                m.d.sync += r_data.eq(snap_hi)
+            with m.Elif(c_hit):
+                m.d.comb += [port.req.eq(1), port.index.eq(c_index)]
+                m.d.sync += [r_valid.eq(0), waiting.eq(1), want_hi.eq(c_hi)]
+                with m.If(~c_hi):
+                    m.d.sync += snap_idx.eq(c_index)
+            with m.Else():
+                with m.Switch(ar_word):
+                    for r in REGISTERS:
+                        if r.kind in ("counter_lo", "counter_hi"):
+                            continue
+                        with m.Case(r.offset >> 2):
+                            if r.kind == "const":
+                                m.d.sync += r_data.eq(Const(consts[r.name], 32))
+                            elif r.kind == "status":
+                                m.d.sync += r_data.eq(status)
+                            elif r.kind == "setting":
+                                m.d.sync += r_data.eq(regs[r.field])
+                            # "control" (write-only) reads 0.
+                    with m.Default():
+                        m.d.sync += r_resp.eq(AxiResp.SLVERR)
         with m.If(waiting & port.valid):
             m.d.sync += [waiting.eq(0), r_valid.eq(1),
                          r_data.eq(Mux(want_hi, port.value[32:], port.value[:32])),

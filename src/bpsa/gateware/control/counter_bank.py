@@ -90,8 +90,10 @@ class CounterBank(wiring.Component):
         valid_b = Signal()
         pend_b = Signal(width)
         stale = Signal(n, init=(1 << n) - 1)
+        stale_b = Signal()                  # the slot's word is stale (taken in stage A)
         m.d.comb += [rd.addr.eq(k), rd.en.eq(1)]
-        m.d.sync += [k.eq(Mux(k == n - 1, 0, k + 1)), k_b.eq(k), valid_b.eq(1)]
+        m.d.sync += [k.eq(Mux(k == n - 1, 0, k + 1)), k_b.eq(k), valid_b.eq(1),
+                     stale_b.eq(stale.bit_select(k, 1))]
         pend = []
         for slot, (name, w) in enumerate(self.swept):
             p = Signal(w + pend_extra, name=f"pend_{name}")
@@ -110,12 +112,12 @@ class CounterBank(wiring.Component):
 
         # --- stage B: the word plus the pending count goes back -------------------------
         word = Signal(64)
-        m.d.comb += [word.eq(Mux(stale.bit_select(k_b, 1), 0, rd.data) + pend_b),
+        m.d.comb += [word.eq(Mux(stale_b, 0, rd.data) + pend_b),
                      wr.addr.eq(k_b), wr.data.eq(word), wr.en.eq(valid_b)]
         with m.If(valid_b):
             m.d.sync += stale.eq(stale & ~(Const(1, n) << k_b))
         with m.If(self.clear):
-            m.d.sync += [pend_b.eq(0), stale.eq((1 << n) - 1)]
+            m.d.sync += [pend_b.eq(0), stale_b.eq(1), stale.eq((1 << n) - 1)]
 
         self._reads(m, k, word)
         return m
