@@ -41,7 +41,7 @@ STALL_CYCLES, MACS, GATED_MACS, DMA_READ_BYTES, DMA_WRITE_BYTES, DMA_BUSY_CYCLES
 BUF_A_READS, BUF_A_WRITES, BUF_B_READS, BUF_B_WRITES, BUF_P_READS, BUF_P_WRITES,
 OVERLAP_CYCLES, PROG_READ_BYTES (from START). A ``_LO`` read returns a sample the counter
 held between the read's address and its data (the counters live in a RAM swept one a cycle,
-:mod:`bpsa.gateware.control.counter_bank`: the answer takes up to ``len(COUNTERS) + 4``
+:mod:`bpsa.gateware.control.counter_bank`: the answer takes up to ``len(COUNTERS) + 6``
 cycles) and latches its high half for the ``_HI`` read right after; counters that stopped
 (after DONE) read exactly. CLEAR zeroes them, dropping the events of its own cycle.
 

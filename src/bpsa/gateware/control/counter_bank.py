@@ -6,11 +6,15 @@ LUT4s). Here each counter has only a short *pending* register that adds its even
 64-bit word in a RAM. A sweeper visits one counter a cycle, in order: it reads the counter's
 word, takes its pending count (the pending register restarts from the cycle's events), and a
 cycle later writes the word plus the pending count back. Every counter is visited every ``N``
-cycles, so a pending register needs only ``log2(N + 1)`` bits more than its increments.
+cycles, so a pending register needs only ``log2(N + 1)`` bits more than its increments (a
+few more when ``N < 3``).
+
+The write-back takes two cycles (the low half's carry into the high half is registered), so
+the sweep has at least three slots: a word is written before it is read again.
 
 Reading: a request names a counter; the answer is the word the sweeper writes at its next
-visit that starts after the request (``N + 2`` cycles at most), so the value counts every event
-before the request and none after the answer. Counters given as *totals* (kept elsewhere, 64
+visit that starts after the request (``max(N, 3) + 3`` cycles at most), so the value counts
+every event before the request and none after the answer. Counters given as *totals* (kept elsewhere, 64
 bits) are answered the cycle after the request.
 
 Clearing: ``clear`` drops every pending count (the clear cycle's events too) and marks every
@@ -18,7 +22,7 @@ word stale; the sweeper writes a stale word as its pending count alone. A read i
 already sees the cleared value.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -76,24 +80,24 @@ class CounterBank(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = len(self.swept)
-        pend_extra = (n + 1).bit_length()
+        slots = max(n, 3)           # the sweep's length: a word is written before it is read
+        pend_extra = (slots + 1).bit_length()
         width = max(w for _, w in self.swept) + pend_extra
-        m.submodules.mem = mem = Memory(shape=64, depth=max(n, 2), init=[])
+        m.submodules.mem = mem = Memory(shape=64, depth=slots, init=[])
         wr = mem.write_port()
-        # two or more counters: the slot read is never the slot written in the same cycle;
-        # one counter: it is, and the read must see the write
-        rd = mem.read_port(transparent_for=(wr,) if n == 1 else ())
+        rd = mem.read_port(transparent_for=())
 
-        # --- the sweep: stage A reads slot k and takes its pending count ---------------
-        k = Signal(range(n), name="sweep_slot")
-        k_b = Signal(range(n), name="write_slot")
-        valid_b = Signal()
+        # --- stage A: read slot k, take its pending count and whether its word is stale --
+        k = Signal(range(slots), name="sweep_slot")
+        k_b = Signal(range(slots), name="add_slot")
+        k_c = Signal(range(slots), name="write_slot")
+        valid_b, valid_c = Signal(), Signal()
         pend_b = Signal(width)
-        stale = Signal(n, init=(1 << n) - 1)
-        stale_b = Signal()                  # the slot's word is stale (taken in stage A)
+        stale = Signal(slots, init=(1 << slots) - 1)
+        stale_b = Signal()
         m.d.comb += [rd.addr.eq(k), rd.en.eq(1)]
-        m.d.sync += [k.eq(Mux(k == n - 1, 0, k + 1)), k_b.eq(k), valid_b.eq(1),
-                     stale_b.eq(stale.bit_select(k, 1))]
+        m.d.sync += [k.eq(Mux(k == slots - 1, 0, k + 1)), k_b.eq(k), valid_b.eq(1),
+                     k_c.eq(k_b), valid_c.eq(valid_b), stale_b.eq(stale.bit_select(k, 1))]
         pend = []
         for slot, (name, w) in enumerate(self.swept):
             p = Signal(w + pend_extra, name=f"pend_{name}")
@@ -109,31 +113,41 @@ class CounterBank(wiring.Component):
             for slot, p in enumerate(pend):
                 with m.Case(slot):
                     m.d.sync += pend_b.eq(p)
+            with m.Default():               # the slots past the counters: nothing pends
+                m.d.sync += pend_b.eq(0)
 
-        # --- stage B: the word plus the pending count goes back -------------------------
-        word = Signal(64)
-        m.d.comb += [word.eq(Mux(stale_b, 0, rd.data) + pend_b),
-                     wr.addr.eq(k_b), wr.data.eq(word), wr.en.eq(valid_b)]
+        # --- stage B: the two halves of word + pending, the low half's carry kept --------
+        base = Signal(64)
+        lo_c = Signal(33)
+        hi_c = Signal(32)
+        m.d.comb += base.eq(Mux(stale_b, 0, rd.data))
+        m.d.sync += [lo_c.eq(base[:32] + pend_b[:32]), hi_c.eq(base[32:] + pend_b[32:])]
         with m.If(valid_b):
-            m.d.sync += stale.eq(stale & ~(Const(1, n) << k_b))
+            m.d.sync += stale.eq(stale & ~(Const(1, slots) << k_b))
         with m.If(self.clear):
-            m.d.sync += [pend_b.eq(0), stale_b.eq(1), stale.eq((1 << n) - 1)]
+            m.d.sync += [pend_b.eq(0), stale_b.eq(1), stale.eq((1 << slots) - 1)]
+
+        # --- stage C: the carry into the high half; the word goes back ------------------
+        word = Signal(64)
+        m.d.comb += [word.eq(Cat(lo_c[:32], hi_c + lo_c[32])),
+                     wr.addr.eq(k_c), wr.data.eq(word), wr.en.eq(valid_c)]
 
         self._reads(m, k, word)
         return m
 
     def _reads(self, m, k, word):
-        """A read waits for its counter's next visit (stage A after the request arms it,
-        stage B answers with the word written back); a total answers at once."""
+        """A read waits for its counter's next visit: stage A after the request arms it, and
+        stage C two cycles later answers with the word written back; a total answers at
+        once."""
         port = self.read
         slot_of = {name: slot for slot, (name, _) in enumerate(self.swept)}
         index = Signal.like(port.index)
         waiting = Signal()
-        armed = Signal()
+        arm_b, arm_c = Signal(), Signal()   # the armed slot is in stage B / C
         hit = Signal()
         is_total = Signal()
         total = Signal(64)
-        m.d.sync += port.valid.eq(0)
+        m.d.sync += [port.valid.eq(0), arm_b.eq(0), arm_c.eq(arm_b)]
         with m.Switch(index):
             for i, (name, width) in enumerate(self.spec):
                 with m.Case(i):
@@ -143,10 +157,10 @@ class CounterBank(wiring.Component):
                     else:
                         m.d.comb += hit.eq(k == slot_of[name])
         with m.If(port.req & ~waiting):
-            m.d.sync += [index.eq(port.index), waiting.eq(1), armed.eq(0)]
+            m.d.sync += [index.eq(port.index), waiting.eq(1)]
         with m.If(waiting & is_total):
             m.d.sync += [port.value.eq(total), port.valid.eq(1), waiting.eq(0)]
-        with m.Elif(waiting & armed):
-            m.d.sync += [port.value.eq(word), port.valid.eq(1), waiting.eq(0), armed.eq(0)]
-        with m.Elif(waiting & hit):
-            m.d.sync += armed.eq(1)
+        with m.Elif(waiting & arm_c):
+            m.d.sync += [port.value.eq(word), port.valid.eq(1), waiting.eq(0)]
+        with m.Elif(waiting & hit & ~arm_b):
+            m.d.sync += arm_b.eq(1)
