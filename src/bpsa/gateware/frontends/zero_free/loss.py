@@ -47,6 +47,8 @@ Tags
     ``ctx_done`` when a context has drained, which frees its slot.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort
@@ -135,16 +137,40 @@ class ZeroFreeLossWalker(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        R, C = cfg.rows, cfg.cols
-        op = arith_for(cfg).operand_shape
         dim = cfg.dim_width + 2
-        xa, wa = ceil_log2(cfg.buf_a_depth), ceil_log2(cfg.buf_b_depth)
         lay = Signal(zf_loss_layout(cfg))
-        sd = signed(dim + 2)                     # remainders and quotients
-        sb = signed(dim + 4)                     # dY row / column bounds of a tap
-        ta = 2 * dim                             # tag (P offset) bits
+        # the signals the methods below share, and the widths they take them with
+        s = SimpleNamespace(lay=lay, dim=dim, op=arith_for(cfg).operand_shape,
+                            xa=ceil_log2(cfg.buf_a_depth), wa=ceil_log2(cfg.buf_b_depth),
+                            sd=signed(dim + 2),    # remainders and quotients
+                            sb=signed(dim + 4),    # dY row / column bounds of a tap
+                            ta=2 * dim)            # tag (P offset) bits
+        s.slot_data, s.slot_full, s.slot_w, s.slot_kv, s.slot_last = self._transposer(s.op, s.wa)
+        self._tags(m, s)
+        self._run_constant_registers(s)
+        self._class_registers(s)
+        self._tap_registers(m, s)
+        self._pixel_cursor(s)
+        self._loader_registers(s)
+        self._item_register(m, s)
+        self._transposer_write(m, s)
+        self._item_load(m, s)
+        self._loader(m, s)
+        self._context_count(m, s)
+        self._emitter(m, s)
 
-        # --- the transposer: SLOTS slots of rows x cols operands, with their block data -----
+        any_full = 0
+        for f in s.slot_full:
+            any_full = any_full | f
+        m.d.comb += self.busy.eq(s.setup | s.setup2 | s.cinit | s.scan | s.load | ~s.loader_done
+                                 | s.bv | s.wr_en | any_full | s.valid)
+        return m
+
+    def _transposer(self, op, wa):
+        """The transposer: ``SLOTS`` slots of rows x cols operands, with their block data (the
+        W word of t = 0, the block's channels, the run's last block). Returns the slots' data,
+        full flags, W words, channel counts and last flags."""
+        R, C = self.config.rows, self.config.cols
         S = SLOTS
         slot_data = [[Signal(data.ArrayLayout(op, C), name=f"slot{s}_row{i}")
                       for i in range(R)] for s in range(S)]
@@ -152,17 +178,25 @@ class ZeroFreeLossWalker(wiring.Component):
         slot_w = [Signal(wa, name=f"slot{s}_w") for s in range(S)]        # W word of t = 0
         slot_kv = [Signal(range(C + 1), name=f"slot{s}_kv") for s in range(S)]
         slot_last = [Signal(name=f"slot{s}_last") for s in range(S)]
+        return slot_data, slot_full, slot_w, slot_kv, slot_last
 
-        def pick(signals, index):
-            out = signals[0]
-            for k in range(1, S):
-                out = Mux(index == k, signals[k], out)
-            return out
+    @staticmethod
+    def _pick(signals, index):
+        """``signals[index]``, one signal per transposer slot."""
+        out = signals[0]
+        for k in range(1, SLOTS):
+            out = Mux(index == k, signals[k], out)
+        return out
 
-        def succ(index):
-            return Mux(index == S - 1, 0, index + 1)
+    @staticmethod
+    def _succ(index):
+        """The transposer slot after ``index``."""
+        return Mux(index == SLOTS - 1, 0, index + 1)
 
-        # --- tags ------------------------------------------------------------------------------
+    def _tags(self, m, s):
+        """The tags, ``TAG_SLOTS`` contexts of one per row, and their read
+        (``tag_ctx``, ``tag_row``). Sets ``s.tags``, ``s.ctx_in_flight``, ``s.ctx_slot``."""
+        cfg, R = self.config, self.config.rows
         tags = [[Signal(tag_layout(cfg), name=f"tag{c}_{i}") for i in range(R)]
                 for c in range(TAG_SLOTS)]
         for c in range(TAG_SLOTS):
@@ -171,8 +205,14 @@ class ZeroFreeLossWalker(wiring.Component):
                     m.d.comb += self.tag.eq(tags[c][i])
         ctx_in_flight = Signal(range(TAG_SLOTS + 1))
         ctx_slot = Signal(range(TAG_SLOTS))       # tag slot of the context being issued
+        s.tags, s.ctx_in_flight, s.ctx_slot = tags, ctx_in_flight, ctx_slot
 
-        # --- run constants (the set-up's two cycles; products here only) ---------------------
+    def _run_constant_registers(self, s):
+        """The run constants' registers, set in the run's two set-up cycles (``setup``,
+        ``setup2``; products there only). Sets ``s.setup``, ``s.setup2`` and each constant in
+        ``s`` under its name (``s.rs_w``, ``s.crs_w``, ``s.ow_x``, ... ``s.dwq1``,
+        ``s.dhq1``)."""
+        dim, xa, wa, ta = s.dim, s.xa, s.wa, s.ta
         setup, setup2 = Signal(name="setup"), Signal(name="setup2")
         # R S, C R S (W words, modulo the buffer)
         rs_w, crs_w = Signal(wa, name="rs_w"), Signal(wa, name="crs_w")
@@ -195,8 +235,21 @@ class ZeroFreeLossWalker(wiring.Component):
                                           for n in ("bq_lt1", "bq_lt2", "br_lt1", "br_lt2"))
         # dw_q + 1, dh_q + 1
         dwq1, dhq1 = Signal(dim + 1, name="dwq1"), Signal(dim + 1, name="dhq1")
+        s.setup, s.setup2, s.rs_w, s.crs_w, s.ow_x, s.plane_x = (
+            setup, setup2, rs_w, crs_w, ow_x, plane_x)
+        s.ow_dhq, s.ow_dhq1, s.pt_ow, s.xrow0, s.shw, s.w_less_sw = (
+            ow_dhq, ow_dhq1, pt_ow, xrow0, shw, w_less_sw)
+        s.swm1, s.shm1, s.kwm1, s.khm1, s.kbm1, s.kw1, s.kh1, s.kb1 = (
+            swm1, shm1, kwm1, khm1, kbm1, kw1, kh1, kb1)
+        s.sw_dwr, s.sh_dhr, s.bq_lt1, s.bq_lt2, s.br_lt1, s.br_lt2, s.dwq1, s.dhq1 = (
+            sw_dwr, sh_dhr, bq_lt1, bq_lt2, br_lt1, br_lt2, dwq1, dhq1)
 
-        # --- class (a, b): (rem, quo) of a + pad_top by s_h and of b + pad_w by s_w ---------
+    def _class_registers(self, s):
+        """The class (a, b): (rem, quo) of a + pad_top by s_h and of b + pad_w by s_w, what
+        the class's set-up cycle (``cinit``) derives from them (``c_*``, and ``f_*`` for its
+        first tap), and the loader's phases (``loader_done``, ``cinit``, ``scan``, ``load``).
+        Sets each in ``s`` under its name."""
+        dim, xa, sd, sb, ta = s.dim, s.xa, s.sd, s.sb, s.ta
         loader_done = Signal(init=1)
         cinit, scan, load = (Signal(name=n) for n in ("cinit", "scan", "load"))
         a, b = Signal(dim, name="a"), Signal(dim, name="b")
@@ -218,12 +271,24 @@ class ZeroFreeLossWalker(wiring.Component):
         f_toff = Signal(xa)
         f_loi, f_hii = Signal(sb, name="f_loi"), Signal(sb, name="f_hii")
         f_rrzero = Signal()
+        s.loader_done, s.cinit, s.scan, s.load = loader_done, cinit, scan, load
+        s.a, s.b, s.ra_rem, s.ra_quo, s.rb_rem, s.rb_quo = a, b, ra_rem, ra_quo, rb_rem, rb_quo
+        s.a_w, s.a_shw, s.ra_ow = a_w, a_shw, ra_ow
+        s.c_blast, s.c_alast, s.c_has, s.c_rawrap, s.c_rbwrap, s.c_rbzero = (
+            c_blast, c_alast, c_has, c_rawrap, c_rbwrap, c_rbzero)
+        s.c_bq0, s.f_br0, s.c_loj, s.c_hij, s.c_bsw, s.c_col1 = (
+            c_bq0, f_br0, c_loj, c_hij, c_bsw, c_col1)
+        s.f_toff, s.f_loi, s.f_hii, s.f_rrzero = f_toff, f_loi, f_hii, f_rrzero
 
-        # --- the tap (r, q), walked in raster order ------------------------------------------
-        # remainders and quotients of a + pad_top - r d_h (rr) and b + pad_w - q d_w (rq), and
-        # what follows from the quotients: the dY offset toff = rr_quo out_width + rq_quo
-        # (roff: that of q = 0) and the class pixels (i, j) whose dY pixel (i + rr_quo,
-        # j + rq_quo) lies in dY: lo_i <= i < hi_i, lo_j <= j < hi_j
+    def _tap_registers(self, m, s):
+        """The tap (r, q), walked in raster order: remainders and quotients of a + pad_top -
+        r d_h (rr) and b + pad_w - q d_w (rq), and what follows from the quotients: the dY
+        offset toff = rr_quo out_width + rq_quo (roff: that of q = 0) and the class pixels
+        (i, j) whose dY pixel (i + rr_quo, j + rq_quo) lies in dY: lo_i <= i < hi_i, lo_j <=
+        j < hi_j; the next column / row step's borrows (``bq``, ``br``) and remainders
+        (``nq_rem``, ``nr_rem``), ``n_roff`` and ``n_toff`` (the offset of the next tap).
+        Sets each in ``s`` under its name."""
+        dim, xa, wa, sd, sb, lay = s.dim, s.xa, s.wa, s.sd, s.sb, s.lay
         rr_rem, rq_rem = Signal(sd, name="rr_rem"), Signal(sd, name="rq_rem")
         rr_zero, rq_zero = Signal(name="rr_zero"), Signal(name="rq_zero")
         # taps left in the row / rows left
@@ -238,47 +303,59 @@ class ZeroFreeLossWalker(wiring.Component):
         # the next column / row step borrows (rq_rem < dw_r, rr_rem < dh_r), registered: after
         # a step of rem to rem - d (+ s on a borrow) it is rem < 2 d (- s)
         bq, br = Signal(name="bq"), Signal(name="br")
-        nq_rem, _ = sub_divmod(rq_rem, 0, lay.dw_r, 0, lay.stride_w, stride_less_d=sw_dwr,
+        nq_rem, _ = sub_divmod(rq_rem, 0, lay.dw_r, 0, lay.stride_w, stride_less_d=s.sw_dwr,
                                borrow=bq)
-        nr_rem, _ = sub_divmod(rr_rem, 0, lay.dh_r, 0, lay.stride_h, stride_less_d=sh_dhr,
+        nr_rem, _ = sub_divmod(rr_rem, 0, lay.dh_r, 0, lay.stride_h, stride_less_d=s.sh_dhr,
                                borrow=br)
-        n_roff = Mux(br, roff - ow_dhq1, roff - ow_dhq)
+        n_roff = Mux(br, roff - s.ow_dhq1, roff - s.ow_dhq)
         n_toff = Signal(xa)                        # the offset of the next tap
-        m.d.comb += n_toff.eq(Mux(q_last, n_roff, Mux(bq, toff - dwq1, toff - lay.dw_q)))
+        m.d.comb += n_toff.eq(Mux(q_last, n_roff, Mux(bq, toff - s.dwq1, toff - lay.dw_q)))
+        s.rr_rem, s.rq_rem, s.rr_zero, s.rq_zero = rr_rem, rq_rem, rr_zero, rq_zero
+        s.r_left, s.q_left, s.r_last, s.q_last = r_left, q_left, r_last, q_last
+        s.toff, s.roff, s.lo_i, s.hi_i, s.lo_j, s.hi_j = toff, roff, lo_i, hi_i, lo_j, hi_j
+        s.wtap, s.tap_ok, s.bq, s.br = wtap, tap_ok, bq, br
+        s.nq_rem, s.nr_rem, s.n_roff, s.n_toff = nq_rem, nr_rem, n_roff, n_toff
 
-        def tap_first():
-            """The class's first tap (0, 0)."""
-            return [r_left.eq(khm1), r_last.eq(kh1), q_left.eq(kwm1), q_last.eq(kw1),
-                    rr_rem.eq(ra_rem), rq_rem.eq(rb_rem),
-                    rr_zero.eq(f_rrzero), rq_zero.eq(c_rbzero), bq.eq(c_bq0), br.eq(f_br0),
-                    toff.eq(f_toff), roff.eq(f_toff), lo_i.eq(f_loi), hi_i.eq(f_hii),
-                    lo_j.eq(c_loj), hi_j.eq(c_hij), wtap.eq(lay.w_base)]
+    def _tap_first(self, s):
+        """The class's first tap (0, 0)."""
+        return [s.r_left.eq(s.khm1), s.r_last.eq(s.kh1), s.q_left.eq(s.kwm1),
+                s.q_last.eq(s.kw1), s.rr_rem.eq(s.ra_rem), s.rq_rem.eq(s.rb_rem),
+                s.rr_zero.eq(s.f_rrzero), s.rq_zero.eq(s.c_rbzero), s.bq.eq(s.c_bq0),
+                s.br.eq(s.f_br0), s.toff.eq(s.f_toff), s.roff.eq(s.f_toff), s.lo_i.eq(s.f_loi),
+                s.hi_i.eq(s.f_hii), s.lo_j.eq(s.c_loj), s.hi_j.eq(s.c_hij),
+                s.wtap.eq(s.lay.w_base)]
 
-        def tap_next():
-            """The next tap in raster order (never past the last)."""
-            with m.If(~q_last):
-                m.d.sync += [q_left.eq(q_left - 1), q_last.eq(q_left == 1),
-                             rq_rem.eq(nq_rem),
-                             rq_zero.eq(rq_rem == lay.dw_r),
-                             bq.eq(Mux(bq, rq_rem < bq_lt1, rq_rem < bq_lt2)),
-                             lo_j.eq(Mux(bq, lo_j + dwq1, lo_j + lay.dw_q)),
-                             hi_j.eq(Mux(bq, hi_j + dwq1, hi_j + lay.dw_q))]
-            with m.Else():
-                m.d.sync += [q_left.eq(kwm1), q_last.eq(kw1), rq_rem.eq(rb_rem),
-                             rq_zero.eq(c_rbzero), bq.eq(c_bq0), lo_j.eq(c_loj),
-                             hi_j.eq(c_hij),
-                             r_left.eq(r_left - 1), r_last.eq(r_left == 1),
-                             rr_rem.eq(nr_rem),
-                             rr_zero.eq(rr_rem == lay.dh_r), roff.eq(n_roff),
-                             br.eq(Mux(br, rr_rem < br_lt1, rr_rem < br_lt2)),
-                             lo_i.eq(Mux(br, lo_i + dhq1, lo_i + lay.dh_q)),
-                             hi_i.eq(Mux(br, hi_i + dhq1, hi_i + lay.dh_q))]
-            m.d.sync += [toff.eq(n_toff), wtap.eq(wtap + 1)]
+    def _tap_next(self, m, s):
+        """The next tap in raster order (never past the last)."""
+        lay, bq, br, rq_rem, rr_rem = s.lay, s.bq, s.br, s.rq_rem, s.rr_rem
+        lo_i, hi_i, lo_j, hi_j = s.lo_i, s.hi_i, s.lo_j, s.hi_j
+        with m.If(~s.q_last):
+            m.d.sync += [s.q_left.eq(s.q_left - 1), s.q_last.eq(s.q_left == 1),
+                         rq_rem.eq(s.nq_rem),
+                         s.rq_zero.eq(rq_rem == lay.dw_r),
+                         bq.eq(Mux(bq, rq_rem < s.bq_lt1, rq_rem < s.bq_lt2)),
+                         lo_j.eq(Mux(bq, lo_j + s.dwq1, lo_j + lay.dw_q)),
+                         hi_j.eq(Mux(bq, hi_j + s.dwq1, hi_j + lay.dw_q))]
+        with m.Else():
+            m.d.sync += [s.q_left.eq(s.kwm1), s.q_last.eq(s.kw1), rq_rem.eq(s.rb_rem),
+                         s.rq_zero.eq(s.c_rbzero), bq.eq(s.c_bq0), lo_j.eq(s.c_loj),
+                         hi_j.eq(s.c_hij),
+                         s.r_left.eq(s.r_left - 1), s.r_last.eq(s.r_left == 1),
+                         rr_rem.eq(s.nr_rem),
+                         s.rr_zero.eq(rr_rem == lay.dh_r), s.roff.eq(s.n_roff),
+                         br.eq(Mux(br, rr_rem < s.br_lt1, rr_rem < s.br_lt2)),
+                         lo_i.eq(Mux(br, lo_i + s.dhq1, lo_i + lay.dh_q)),
+                         hi_i.eq(Mux(br, hi_i + s.dhq1, hi_i + lay.dh_q))]
+        m.d.sync += [s.toff.eq(s.n_toff), s.wtap.eq(s.wtap + 1)]
 
-        # --- the pixel cursor: class pixel (i, j), dX row ph2 - s_h, column pw2 - s_w ----------
-        # col_last: pw2 >= width (registered: the next pixel's is pw2 >= width - s_w);
-        # exists: ph < height; tag: the P offset ph width + pw; trow2: that of the next class
-        # row's first pixel; xpix = x_base + i out_width + j, xrow2 that of (i + 1, 0)
+    def _pixel_cursor(self, s):
+        """The pixel cursor: class pixel (i, j), dX row ph2 - s_h, column pw2 - s_w;
+        col_last: pw2 >= width (registered: the next pixel's is pw2 >= width - s_w); exists:
+        ph < height; tag: the P offset ph width + pw; trow2: that of the next class row's
+        first pixel; xpix = x_base + i out_width + j, xrow2 that of (i + 1, 0). Sets ``s.p``
+        (the pixel being loaded), ``s.t`` (the tile's first pixel), ``s.p_next`` (the next
+        pixel of the class, raster order) and ``s.cur_names``."""
+        dim, xa, ta, lay = s.dim, s.xa, s.ta, s.lay
         cur_names = ("i", "j", "pw2", "col_last", "ph2", "exists", "tag", "trow2", "xpix",
                      "xrow2")
         cur_shapes = (dim, dim, dim + 1, 1, dim + 1, 1, ta, ta, xa, xa)
@@ -292,26 +369,32 @@ class ZeroFreeLossWalker(wiring.Component):
         p_next = {                                # the next pixel of the class, raster order
             "i": Mux(col_last, p["i"] + 1, p["i"]),
             "j": Mux(col_last, 0, p["j"] + 1),
-            "pw2": Mux(col_last, c_bsw, p["pw2"] + lay.stride_w),
-            "col_last": Mux(col_last, c_col1, p["pw2"] >= w_less_sw),
+            "pw2": Mux(col_last, s.c_bsw, p["pw2"] + lay.stride_w),
+            "col_last": Mux(col_last, s.c_col1, p["pw2"] >= s.w_less_sw),
             "ph2": Mux(col_last, p["ph2"] + lay.stride_h, p["ph2"]),
             "exists": Mux(col_last, p["ph2"] < lay.height, p["exists"]),
             "tag": Mux(col_last, p["trow2"], p["tag"] + lay.stride_w),
-            "trow2": Mux(col_last, p["trow2"] + shw, p["trow2"]),
+            "trow2": Mux(col_last, p["trow2"] + s.shw, p["trow2"]),
             "xpix": Mux(col_last, p["xrow2"], p["xpix"] + 1),
-            "xrow2": Mux(col_last, p["xrow2"] + ow_x, p["xrow2"]),
+            "xrow2": Mux(col_last, p["xrow2"] + s.ow_x, p["xrow2"]),
         }
+        s.cur_names, s.p, s.t, s.p_next = cur_names, p, t, p_next
 
-        def cursor_first():
-            """The class's first pixel (a, b), into the cursor and the tile start."""
-            first = {"i": 0, "j": 0, "pw2": b + lay.stride_w, "col_last": b >= w_less_sw,
-                     "ph2": a + lay.stride_h,
-                     "exists": a < lay.height, "tag": a_w + b, "trow2": a_shw + b,
-                     "xpix": lay.x_base, "xrow2": xrow0}
-            return [p[n].eq(v) for n, v in first.items()] + [t[n].eq(v)
-                                                             for n, v in first.items()]
+    def _cursor_first(self, s):
+        """The class's first pixel (a, b), into the cursor and the tile start."""
+        a, b, lay = s.a, s.b, s.lay
+        first = {"i": 0, "j": 0, "pw2": b + lay.stride_w, "col_last": b >= s.w_less_sw,
+                 "ph2": a + lay.stride_h,
+                 "exists": a < lay.height, "tag": s.a_w + b, "trow2": s.a_shw + b,
+                 "xpix": lay.x_base, "xrow2": s.xrow0}
+        return [s.p[n].eq(v) for n, v in first.items()] + [s.t[n].eq(v)
+                                                           for n, v in first.items()]
 
-        # --- loader (stage A): one pixel a cycle into the item register ----------------------
+    def _loader_registers(self, s):
+        """The loader's (stage A: one pixel a cycle into the item register) walk of lane,
+        slot, block and tap. Sets each in ``s`` under its name (``s.lane`` ... ``s.wk``)."""
+        R, dim, xa, wa = self.config.rows, s.dim, s.xa, s.wa
+        S = SLOTS
         lane = Signal(range(R))
         fill = Signal(range(S))                   # slot the loader fills
         first_block = Signal()                    # the context's first block (tap 0, kb 0)
@@ -322,8 +405,17 @@ class ZeroFreeLossWalker(wiring.Component):
         taps_m1, taps_one = Signal(2 * dim, name="taps_m1"), Signal(name="taps_one")
         koff = Signal(xa)                         # kb plane + toff
         wk = Signal(wa)                           # w_base + kb C R S + r S + q
+        s.lane, s.fill, s.first_block, s.new_tile = lane, fill, first_block, new_tile
+        s.kb_left, s.tap_left, s.kb_last, s.tap_last = kb_left, tap_left, kb_last, tap_last
+        s.taps, s.taps_m1, s.taps_one, s.koff, s.wk = taps, taps_m1, taps_one, koff, wk
 
-        # --- item register (stage B): one read, issued when its slot is free ----------------
+    def _item_register(self, m, s):
+        """The item register (stage B): one read, issued when its slot is free (and, for a
+        context's first read, a tag slot). Sets the item's fields ``s.bv``, ``s.b_addr`` ...
+        ``s.b_kv``, ``s.b_ctx_start``, ``s.issue`` and ``s.adv`` (the item register takes
+        the next item)."""
+        R, C, xa, wa, ta = self.config.rows, self.config.cols, s.xa, s.wa, s.ta
+        S = SLOTS
         bv = Signal()
         b_addr, b_wk = Signal(xa, name="b_addr"), Signal(wa, name="b_wk")
         b_inb, b_first, b_end, b_exists, b_last = (Signal(name=f"item_{n}") for n in
@@ -331,203 +423,259 @@ class ZeroFreeLossWalker(wiring.Component):
         b_slot, b_lane = Signal(range(S), name="b_slot"), Signal(range(R), name="b_lane")
         b_tag = Signal(ta)
         b_kv = Signal(range(C + 1))
-        tag_room = ctx_in_flight < TAG_SLOTS
+        tag_room = s.ctx_in_flight < TAG_SLOTS
         b_ctx_start = b_first & (b_lane == 0)
         issue, adv = Signal(name="issue"), Signal(name="adv")
         m.d.comb += [
-            issue.eq(bv & ~pick(slot_full, b_slot) & (tag_room | ~b_ctx_start)),
+            issue.eq(bv & ~self._pick(s.slot_full, b_slot) & (tag_room | ~b_ctx_start)),
             adv.eq(~bv | issue),
             self.x_mem.addr.eq(b_addr),
             self.x_mem.en.eq(issue & b_inb),
         ]
+        s.bv, s.b_addr, s.b_wk, s.b_inb, s.b_first, s.b_end = (
+            bv, b_addr, b_wk, b_inb, b_first, b_end)
+        s.b_exists, s.b_last, s.b_slot, s.b_lane, s.b_tag, s.b_kv = (
+            b_exists, b_last, b_slot, b_lane, b_tag, b_kv)
+        s.b_ctx_start, s.issue, s.adv = b_ctx_start, issue, adv
 
-        # the read issued last cycle lands in the transposer this cycle
+    def _transposer_write(self, m, s):
+        """The read issued last cycle lands in the transposer this cycle (the block's last
+        fills its slot); an issue writes the context's tags (its first block) and the slot's
+        block data (the block's last read). Sets ``s.wr_en``."""
+        R, C = self.config.rows, self.config.cols
+        S = SLOTS
+        slot_data, slot_full, issue = s.slot_data, s.slot_full, s.issue
+        b_first, b_end, b_slot, b_lane = s.b_first, s.b_end, s.b_slot, s.b_lane
         wr_en, wr_inb = Signal(name="wr_en"), Signal(name="wr_inb")
         wr_lane = Signal(range(R), name="wr_lane")
         wr_slot = Signal(range(SLOTS))
         wr_done = Signal()                        # ... and completes the block
-        m.d.sync += [wr_en.eq(issue), wr_inb.eq(b_inb), wr_lane.eq(b_lane),
+        m.d.sync += [wr_en.eq(issue), wr_inb.eq(s.b_inb), wr_lane.eq(b_lane),
                      wr_slot.eq(b_slot), wr_done.eq(issue & b_end)]
-        for s in range(S):
+        for slot in range(S):
             for i in range(R):
-                with m.If(wr_en & (wr_slot == s) & (wr_lane == i)):
+                with m.If(wr_en & (wr_slot == slot) & (wr_lane == i)):
                     for j in range(C):
-                        m.d.sync += slot_data[s][i][j].eq(Mux(wr_inb, self.x_mem.data[j], 0))
+                        m.d.sync += slot_data[slot][i][j].eq(Mux(wr_inb, self.x_mem.data[j], 0))
         with m.If(wr_done):
-            for s in range(S):
-                with m.If(wr_slot == s):
-                    m.d.sync += slot_full[s].eq(1)
+            for slot in range(S):
+                with m.If(wr_slot == slot):
+                    m.d.sync += slot_full[slot].eq(1)
 
         with m.If(issue):
             with m.If(b_first):
                 for c in range(TAG_SLOTS):
                     for i in range(R):
-                        with m.If((ctx_slot == c) & (b_lane == i)):
-                            m.d.sync += [tags[c][i].ok.eq(b_exists), tags[c][i].addr.eq(b_tag)]
+                        with m.If((s.ctx_slot == c) & (b_lane == i)):
+                            m.d.sync += [s.tags[c][i].ok.eq(s.b_exists),
+                                         s.tags[c][i].addr.eq(s.b_tag)]
             with m.If(b_end):
-                for s in range(S):
-                    with m.If(b_slot == s):
-                        m.d.sync += [slot_w[s].eq(b_wk), slot_kv[s].eq(b_kv),
-                                     slot_last[s].eq(b_last)]
+                for slot in range(S):
+                    with m.If(b_slot == slot):
+                        m.d.sync += [s.slot_w[slot].eq(s.b_wk), s.slot_kv[slot].eq(s.b_kv),
+                                     s.slot_last[slot].eq(s.b_last)]
                 with m.If(b_first):
-                    m.d.sync += ctx_slot.eq(ctx_slot + 1)
+                    m.d.sync += s.ctx_slot.eq(s.ctx_slot + 1)
+        s.wr_en = wr_en
 
-        # the item of the pixel p under the tap: its dY word and whether it is inside dY
+    def _item_load(self, m, s):
+        """The item of the pixel p under the tap, into the item register when it advances:
+        its dY word and whether it is inside dY."""
+        R, C, lay, p = self.config.rows, self.config.cols, s.lay, s.p
         produce = Signal()
-        m.d.comb += produce.eq(load & tap_ok & ~(new_tile & ~p["exists"]))
-        with m.If(adv):
+        m.d.comb += produce.eq(s.load & s.tap_ok & ~(s.new_tile & ~p["exists"]))
+        with m.If(s.adv):
             m.d.sync += [
-                bv.eq(produce),
-                b_addr.eq(p["xpix"] + koff),
-                b_inb.eq(p["exists"] & (p["i"] >= lo_i) & (p["i"] < hi_i)
-                         & (p["j"] >= lo_j) & (p["j"] < hi_j)),
-                b_first.eq(first_block), b_end.eq(lane == R - 1), b_exists.eq(p["exists"]),
-                b_last.eq(kb_last & tap_last), b_slot.eq(fill), b_lane.eq(lane),
-                b_tag.eq(p["tag"]), b_wk.eq(wk), b_kv.eq(Mux(kb_last, lay.kvalid, C)),
+                s.bv.eq(produce),
+                s.b_addr.eq(p["xpix"] + s.koff),
+                s.b_inb.eq(p["exists"] & (p["i"] >= s.lo_i) & (p["i"] < s.hi_i)
+                           & (p["j"] >= s.lo_j) & (p["j"] < s.hi_j)),
+                s.b_first.eq(s.first_block), s.b_end.eq(s.lane == R - 1),
+                s.b_exists.eq(p["exists"]),
+                s.b_last.eq(s.kb_last & s.tap_last), s.b_slot.eq(s.fill), s.b_lane.eq(s.lane),
+                s.b_tag.eq(p["tag"]), s.b_wk.eq(s.wk),
+                s.b_kv.eq(Mux(s.kb_last, lay.kvalid, C)),
             ]
 
-        def class_next():
-            """The next class (b fastest), or the run's end."""
-            with m.If(~c_blast):
-                n_rem, n_quo = inc_divmod(rb_rem, rb_quo, lay.stride_w, wraps=c_rbwrap)
-                m.d.sync += [b.eq(b + 1), rb_rem.eq(n_rem), rb_quo.eq(n_quo), cinit.eq(1)]
-            with m.Elif(~c_alast):
-                n_rem, n_quo = inc_divmod(ra_rem, ra_quo, lay.stride_h, wraps=c_rawrap)
-                m.d.sync += [a.eq(a + 1), b.eq(0), ra_rem.eq(n_rem), ra_quo.eq(n_quo),
-                             rb_rem.eq(lay.pw_r), rb_quo.eq(lay.pw_q),
-                             a_w.eq(a_w + lay.width), a_shw.eq(a_shw + lay.width),
-                             ra_ow.eq(Mux(c_rawrap, ra_ow + ow_x, ra_ow)), cinit.eq(1)]
-            with m.Else():
-                m.d.sync += loader_done.eq(1)
+    def _class_next(self, m, s):
+        """The next class (b fastest), or the run's end."""
+        lay, a, b, ra_rem, ra_quo, rb_rem, rb_quo = (s.lay, s.a, s.b, s.ra_rem, s.ra_quo,
+                                                     s.rb_rem, s.rb_quo)
+        with m.If(~s.c_blast):
+            n_rem, n_quo = inc_divmod(rb_rem, rb_quo, lay.stride_w, wraps=s.c_rbwrap)
+            m.d.sync += [b.eq(b + 1), rb_rem.eq(n_rem), rb_quo.eq(n_quo), s.cinit.eq(1)]
+        with m.Elif(~s.c_alast):
+            n_rem, n_quo = inc_divmod(ra_rem, ra_quo, lay.stride_h, wraps=s.c_rawrap)
+            m.d.sync += [a.eq(a + 1), b.eq(0), ra_rem.eq(n_rem), ra_quo.eq(n_quo),
+                         rb_rem.eq(lay.pw_r), rb_quo.eq(lay.pw_q),
+                         s.a_w.eq(s.a_w + lay.width), s.a_shw.eq(s.a_shw + lay.width),
+                         s.ra_ow.eq(Mux(s.c_rawrap, s.ra_ow + s.ow_x, s.ra_ow)), s.cinit.eq(1)]
+        with m.Else():
+            m.d.sync += s.loader_done.eq(1)
 
-        def block_start(first_tap):
-            """kb 0 of the tap (the first tap's after a scan or a context)."""
-            stmts = [kb_left.eq(kbm1), kb_last.eq(kb1)]
-            if first_tap:
-                return stmts + [koff.eq(f_toff), wk.eq(lay.w_base)]
-            return stmts + [koff.eq(n_toff), wk.eq(wtap + 1)]
+    def _block_start(self, s, first_tap):
+        """kb 0 of the tap (the first tap's after a scan or a context)."""
+        stmts = [s.kb_left.eq(s.kbm1), s.kb_last.eq(s.kb1)]
+        if first_tap:
+            return stmts + [s.koff.eq(s.f_toff), s.wk.eq(s.lay.w_base)]
+        return stmts + [s.koff.eq(s.n_toff), s.wk.eq(s.wtap + 1)]
 
+    def _loader(self, m, s):
+        """The loader's phases: a run's start, its two set-up cycles, then per class its
+        set-up cycle (``cinit``), the tap scan and the load."""
         with m.If(self.start & ~self.busy):
-            m.d.sync += [lay.eq(self.layer), setup.eq(1), loader_done.eq(0)]
-        with m.Elif(setup):
-            zero = ((lay.height == 0) | (lay.width == 0) | (lay.out_height == 0)
-                    | (lay.out_width == 0) | (lay.kernel_h == 0) | (lay.kernel_w == 0)
-                    | (lay.kblocks == 0) | (lay.stride_h == 0) | (lay.stride_w == 0))
+            m.d.sync += [s.lay.eq(self.layer), s.setup.eq(1), s.loader_done.eq(0)]
+        with m.Elif(s.setup):
+            self._setup_first(m, s)
+        with m.Elif(s.setup2):                    # class (0, 0)
+            lay = s.lay
             m.d.sync += [
-                setup.eq(0), setup2.eq(~zero), loader_done.eq(zero),
-                rs_w.eq(lay.kernel_h[:wa] * lay.kernel_w[:wa]),
-                ow_x.eq(lay.out_width), plane_x.eq(lay.plane),
-                ow_dhq.eq(lay.dh_q[:xa] * lay.out_width[:xa]),
-                pt_ow.eq(lay.pt_q[:xa] * lay.out_width[:xa]),
-                xrow0.eq(lay.x_base + lay.out_width),
-                shw.eq(lay.stride_h * lay.width), w_less_sw.eq(lay.width - lay.stride_w),
-                swm1.eq(lay.stride_w - 1), shm1.eq(lay.stride_h - 1),
-                kwm1.eq(lay.kernel_w - 1), khm1.eq(lay.kernel_h - 1),
-                kbm1.eq(lay.kblocks - 1),
-                kw1.eq(lay.kernel_w == 1), kh1.eq(lay.kernel_h == 1),
-                kb1.eq(lay.kblocks == 1),
-                sw_dwr.eq(lay.stride_w - lay.dw_r), sh_dhr.eq(lay.stride_h - lay.dh_r),
-                dwq1.eq(lay.dw_q + 1), dhq1.eq(lay.dh_q + 1),
-                bq_lt1.eq(2 * lay.dw_r - lay.stride_w), bq_lt2.eq(2 * lay.dw_r),
-                br_lt1.eq(2 * lay.dh_r - lay.stride_h), br_lt2.eq(2 * lay.dh_r),
-                fill.eq(0),
+                s.setup2.eq(0), s.crs_w.eq(s.rs_w * self.config.cols),
+                s.ow_dhq1.eq(s.ow_dhq + s.ow_x),
+                s.a.eq(0), s.b.eq(0), s.ra_rem.eq(lay.pt_r), s.ra_quo.eq(lay.pt_q),
+                s.rb_rem.eq(lay.pw_r), s.rb_quo.eq(lay.pw_q), s.a_w.eq(0), s.a_shw.eq(s.shw),
+                s.ra_ow.eq(s.pt_ow), s.cinit.eq(1),
             ]
-        with m.Elif(setup2):                      # class (0, 0)
-            m.d.sync += [
-                setup2.eq(0), crs_w.eq(rs_w * C), ow_dhq1.eq(ow_dhq + ow_x),
-                a.eq(0), b.eq(0), ra_rem.eq(lay.pt_r), ra_quo.eq(lay.pt_q),
-                rb_rem.eq(lay.pw_r), rb_quo.eq(lay.pw_q), a_w.eq(0), a_shw.eq(shw),
-                ra_ow.eq(pt_ow), cinit.eq(1),
-            ]
-        with m.Elif(cinit):                       # the class's constants, its first tap and pixel
-            m.d.sync += [
-                cinit.eq(0), scan.eq(1), taps.eq(0),
-                c_blast.eq(b == swm1), c_alast.eq(a == shm1), c_rawrap.eq(ra_rem == shm1),
-                c_rbwrap.eq(rb_rem == swm1),
-                c_has.eq((a < lay.height) & (b < lay.width)),
-                c_rbzero.eq(rb_rem == 0), f_rrzero.eq(ra_rem == 0),
-                c_bq0.eq(rb_rem < lay.dw_r), f_br0.eq(ra_rem < lay.dh_r),
-                bq.eq(rb_rem < lay.dw_r), br.eq(ra_rem < lay.dh_r),
-                c_loj.eq(-rb_quo), c_hij.eq(lay.out_width - rb_quo),
-                f_loi.eq(-ra_quo), f_hii.eq(lay.out_height - ra_quo),
-                f_toff.eq(ra_ow + rb_quo), c_bsw.eq(b + lay.stride_w),
-                c_col1.eq(b >= w_less_sw),
-                # the first tap, from the class registers directly
-                r_left.eq(khm1), r_last.eq(kh1), q_left.eq(kwm1), q_last.eq(kw1),
-                rr_rem.eq(ra_rem), rq_rem.eq(rb_rem),
-                rr_zero.eq(ra_rem == 0), rq_zero.eq(rb_rem == 0),
-                toff.eq(ra_ow + rb_quo), roff.eq(ra_ow + rb_quo),
-                lo_i.eq(-ra_quo), hi_i.eq(lay.out_height - ra_quo),
-                lo_j.eq(-rb_quo), hi_j.eq(lay.out_width - rb_quo), wtap.eq(lay.w_base),
-            ] + cursor_first()
-        with m.Elif(scan):                        # count the class's valid taps, one a cycle
-            m.d.sync += taps.eq(taps + tap_ok)
-            with m.If(~(q_last & r_last)):
-                tap_next()
+        with m.Elif(s.cinit):                     # the class's constants, its first tap and pixel
+            self._class_init(m, s)
+        with m.Elif(s.scan):                      # count the class's valid taps, one a cycle
+            self._scan(m, s)
+        with m.Elif(s.load & s.adv):
+            self._load(m, s)
+
+    def _setup_first(self, m, s):
+        """The run's first set-up cycle: a run with a zero size ends; the run constants."""
+        lay, xa, wa = s.lay, s.xa, s.wa
+        zero = ((lay.height == 0) | (lay.width == 0) | (lay.out_height == 0)
+                | (lay.out_width == 0) | (lay.kernel_h == 0) | (lay.kernel_w == 0)
+                | (lay.kblocks == 0) | (lay.stride_h == 0) | (lay.stride_w == 0))
+        m.d.sync += [
+            s.setup.eq(0), s.setup2.eq(~zero), s.loader_done.eq(zero),
+            s.rs_w.eq(lay.kernel_h[:wa] * lay.kernel_w[:wa]),
+            s.ow_x.eq(lay.out_width), s.plane_x.eq(lay.plane),
+            s.ow_dhq.eq(lay.dh_q[:xa] * lay.out_width[:xa]),
+            s.pt_ow.eq(lay.pt_q[:xa] * lay.out_width[:xa]),
+            s.xrow0.eq(lay.x_base + lay.out_width),
+            s.shw.eq(lay.stride_h * lay.width), s.w_less_sw.eq(lay.width - lay.stride_w),
+            s.swm1.eq(lay.stride_w - 1), s.shm1.eq(lay.stride_h - 1),
+            s.kwm1.eq(lay.kernel_w - 1), s.khm1.eq(lay.kernel_h - 1),
+            s.kbm1.eq(lay.kblocks - 1),
+            s.kw1.eq(lay.kernel_w == 1), s.kh1.eq(lay.kernel_h == 1),
+            s.kb1.eq(lay.kblocks == 1),
+            s.sw_dwr.eq(lay.stride_w - lay.dw_r), s.sh_dhr.eq(lay.stride_h - lay.dh_r),
+            s.dwq1.eq(lay.dw_q + 1), s.dhq1.eq(lay.dh_q + 1),
+            s.bq_lt1.eq(2 * lay.dw_r - lay.stride_w), s.bq_lt2.eq(2 * lay.dw_r),
+            s.br_lt1.eq(2 * lay.dh_r - lay.stride_h), s.br_lt2.eq(2 * lay.dh_r),
+            s.fill.eq(0),
+        ]
+
+    def _class_init(self, m, s):
+        """The class's set-up cycle: its constants, its first tap and pixel."""
+        lay, a, b, ra_rem, ra_quo, rb_rem, rb_quo = (s.lay, s.a, s.b, s.ra_rem, s.ra_quo,
+                                                     s.rb_rem, s.rb_quo)
+        m.d.sync += [
+            s.cinit.eq(0), s.scan.eq(1), s.taps.eq(0),
+            s.c_blast.eq(b == s.swm1), s.c_alast.eq(a == s.shm1),
+            s.c_rawrap.eq(ra_rem == s.shm1),
+            s.c_rbwrap.eq(rb_rem == s.swm1),
+            s.c_has.eq((a < lay.height) & (b < lay.width)),
+            s.c_rbzero.eq(rb_rem == 0), s.f_rrzero.eq(ra_rem == 0),
+            s.c_bq0.eq(rb_rem < lay.dw_r), s.f_br0.eq(ra_rem < lay.dh_r),
+            s.bq.eq(rb_rem < lay.dw_r), s.br.eq(ra_rem < lay.dh_r),
+            s.c_loj.eq(-rb_quo), s.c_hij.eq(lay.out_width - rb_quo),
+            s.f_loi.eq(-ra_quo), s.f_hii.eq(lay.out_height - ra_quo),
+            s.f_toff.eq(s.ra_ow + rb_quo), s.c_bsw.eq(b + lay.stride_w),
+            s.c_col1.eq(b >= s.w_less_sw),
+            # the first tap, from the class registers directly
+            s.r_left.eq(s.khm1), s.r_last.eq(s.kh1), s.q_left.eq(s.kwm1), s.q_last.eq(s.kw1),
+            s.rr_rem.eq(ra_rem), s.rq_rem.eq(rb_rem),
+            s.rr_zero.eq(ra_rem == 0), s.rq_zero.eq(rb_rem == 0),
+            s.toff.eq(s.ra_ow + rb_quo), s.roff.eq(s.ra_ow + rb_quo),
+            s.lo_i.eq(-ra_quo), s.hi_i.eq(lay.out_height - ra_quo),
+            s.lo_j.eq(-rb_quo), s.hi_j.eq(lay.out_width - rb_quo), s.wtap.eq(lay.w_base),
+        ] + self._cursor_first(s)
+
+    def _scan(self, m, s):
+        """The tap scan: count the class's valid taps, one a cycle; at its end the first tap
+        again, and the load (or the next class, for a class with no context)."""
+        taps, tap_ok = s.taps, s.tap_ok
+        m.d.sync += taps.eq(taps + tap_ok)
+        with m.If(~(s.q_last & s.r_last)):
+            self._tap_next(m, s)
+        with m.Else():
+            m.d.sync += self._tap_first(s)
+            m.d.sync += [s.scan.eq(0), s.lane.eq(0), s.first_block.eq(1), s.new_tile.eq(0),
+                         s.taps_m1.eq(Mux(tap_ok, taps, taps - 1)),
+                         s.tap_left.eq(Mux(tap_ok, taps, taps - 1)),
+                         s.taps_one.eq(Mux(tap_ok, taps == 0, taps == 1)),
+                         s.tap_last.eq(Mux(tap_ok, taps == 0, taps == 1))]
+            m.d.sync += self._block_start(s, True)
+            # a class with no tap or no pixel has no context
+            with m.If(~s.c_has | ((taps == 0) & ~tap_ok)):
+                self._class_next(m, s)
             with m.Else():
-                m.d.sync += tap_first()
-                m.d.sync += [scan.eq(0), lane.eq(0), first_block.eq(1), new_tile.eq(0),
-                             taps_m1.eq(Mux(tap_ok, taps, taps - 1)),
-                             tap_left.eq(Mux(tap_ok, taps, taps - 1)),
-                             taps_one.eq(Mux(tap_ok, taps == 0, taps == 1)),
-                             tap_last.eq(Mux(tap_ok, taps == 0, taps == 1))]
-                m.d.sync += block_start(True)
-                # a class with no tap or no pixel has no context
-                with m.If(~c_has | ((taps == 0) & ~tap_ok)):
-                    class_next()
-                with m.Else():
-                    m.d.sync += load.eq(1)
-        with m.Elif(load & adv):
-            with m.If(new_tile & ~p["exists"]):   # the class's pixels are done
-                m.d.sync += load.eq(0)
-                class_next()
-            with m.Elif(~tap_ok):                 # skip a tap the class does not have
-                m.d.sync += new_tile.eq(0)
-                tap_next()
-                m.d.sync += block_start(False)
-            with m.Else():                        # one pixel read
-                m.d.sync += new_tile.eq(0)
-                with m.If(lane != R - 1):
-                    m.d.sync += lane.eq(lane + 1)
+                m.d.sync += s.load.eq(1)
+
+    def _load(self, m, s):
+        """The load, when the item register advances: the class's end, a tap the class does
+        not have, or one pixel read (then the next pixel, block, tap or tile)."""
+        R, p, t, p_next, cur_names = self.config.rows, s.p, s.t, s.p_next, s.cur_names
+        lane, kb_left, tap_left = s.lane, s.kb_left, s.tap_left
+        with m.If(s.new_tile & ~p["exists"]):   # the class's pixels are done
+            m.d.sync += s.load.eq(0)
+            self._class_next(m, s)
+        with m.Elif(~s.tap_ok):                 # skip a tap the class does not have
+            m.d.sync += s.new_tile.eq(0)
+            self._tap_next(m, s)
+            m.d.sync += self._block_start(s, False)
+        with m.Else():                          # one pixel read
+            m.d.sync += s.new_tile.eq(0)
+            with m.If(lane != R - 1):
+                m.d.sync += lane.eq(lane + 1)
+                m.d.sync += [p[n].eq(v) for n, v in p_next.items()]
+            with m.Else():                      # the block is read: next slot
+                m.d.sync += [lane.eq(0), s.fill.eq(self._succ(s.fill)), s.first_block.eq(0)]
+                with m.If(~s.kb_last):          # same pixels, next block of k
+                    m.d.sync += [kb_left.eq(kb_left - 1), s.kb_last.eq(kb_left == 1),
+                                 s.koff.eq(s.koff + s.plane_x), s.wk.eq(s.wk + s.crs_w)]
+                    m.d.sync += [p[n].eq(t[n]) for n in cur_names]
+                with m.Elif(~s.tap_last):       # next tap, same pixels
+                    m.d.sync += [tap_left.eq(tap_left - 1), s.tap_last.eq(tap_left == 1)]
+                    self._tap_next(m, s)
+                    m.d.sync += self._block_start(s, False)
+                    m.d.sync += [p[n].eq(t[n]) for n in cur_names]
+                with m.Else():                  # the context is loaded: next tile
+                    m.d.sync += [tap_left.eq(s.taps_m1), s.tap_last.eq(s.taps_one),
+                                 s.first_block.eq(1), s.new_tile.eq(1)]
+                    m.d.sync += self._tap_first(s)
+                    m.d.sync += self._block_start(s, True)
                     m.d.sync += [p[n].eq(v) for n, v in p_next.items()]
-                with m.Else():                    # the block is read: next slot
-                    m.d.sync += [lane.eq(0), fill.eq(succ(fill)), first_block.eq(0)]
-                    with m.If(~kb_last):          # same pixels, next block of k
-                        m.d.sync += [kb_left.eq(kb_left - 1), kb_last.eq(kb_left == 1),
-                                     koff.eq(koff + plane_x), wk.eq(wk + crs_w)]
-                        m.d.sync += [p[n].eq(t[n]) for n in cur_names]
-                    with m.Elif(~tap_last):       # next tap, same pixels
-                        m.d.sync += [tap_left.eq(tap_left - 1), tap_last.eq(tap_left == 1)]
-                        tap_next()
-                        m.d.sync += block_start(False)
-                        m.d.sync += [p[n].eq(t[n]) for n in cur_names]
-                    with m.Else():                # the context is loaded: next tile
-                        m.d.sync += [tap_left.eq(taps_m1), tap_last.eq(taps_one),
-                                     first_block.eq(1), new_tile.eq(1)]
-                        m.d.sync += tap_first()
-                        m.d.sync += block_start(True)
-                        m.d.sync += [p[n].eq(v) for n, v in p_next.items()]
-                        m.d.sync += [t[n].eq(v) for n, v in p_next.items()]
+                    m.d.sync += [t[n].eq(v) for n, v in p_next.items()]
 
-        # contexts whose tags are held: +1 when a context's first read issues, -1 when one
-        # has drained
-        m.d.sync += ctx_in_flight.eq(ctx_in_flight + (issue & b_ctx_start) - self.ctx_done)
+    def _context_count(self, m, s):
+        """Contexts whose tags are held: +1 when a context's first read issues, -1 when one
+        has drained."""
+        ctx_in_flight = s.ctx_in_flight
+        m.d.sync += ctx_in_flight.eq(ctx_in_flight + (s.issue & s.b_ctx_start) - self.ctx_done)
         with m.If(self.start & ~self.busy):
-            m.d.sync += [ctx_in_flight.eq(0), ctx_slot.eq(0)]
+            m.d.sync += [ctx_in_flight.eq(0), s.ctx_slot.eq(0)]
 
-        # --- emitter: the slot's columns with their W words ----------------------------------
+    def _emitter(self, m, s):
+        """The emitter: the slot's columns with their W words. Sets ``s.valid``."""
+        R, C, op, wa = self.config.rows, self.config.cols, s.op, s.wa
+        S, pick, slot_full = SLOTS, self._pick, s.slot_full
         emit = Signal(range(S))                  # slot the emitter drains
         t_col = Signal(range(C + 1))
         valid, last = Signal(name="valid"), Signal(name="last")
         out_a = Signal(data.ArrayLayout(op, R))
         full = pick(slot_full, emit)
-        kv = pick(slot_kv, emit)
+        kv = pick(s.slot_kv, emit)
         fetch = Signal()
         # W word of column t_col; that of t_col + 1
         w_addr, w_next = Signal(wa, name="w_addr"), Signal(wa, name="w_next")
         m.d.comb += [
             fetch.eq(full & (~valid | self.feed.ready)),
-            w_addr.eq(Mux(t_col == 0, pick(slot_w, emit), w_next)),
+            w_addr.eq(Mux(t_col == 0, pick(s.slot_w, emit), w_next)),
             self.w_mem.addr.eq(w_addr),
             self.w_mem.en.eq(fetch),
             self.feed.valid.eq(valid), self.feed.p.a.eq(out_a), self.feed.p.b.eq(self.w_mem.data),
@@ -538,30 +686,24 @@ class ZeroFreeLossWalker(wiring.Component):
             for i in range(R):
                 col = 0
                 for j in range(C):
-                    col = Mux(t_col == j, pick([slot_data[k][i][j] for k in range(S)], emit),
+                    col = Mux(t_col == j, pick([s.slot_data[k][i][j] for k in range(S)], emit),
                               col)
                 m.d.sync += out_a[i].eq(col)
             m.d.sync += [valid.eq(1),
-                         last.eq(end & pick(slot_last, emit)),
+                         last.eq(end & pick(s.slot_last, emit)),
                          t_col.eq(Mux(end, 0, t_col + 1)),
-                         w_next.eq(w_addr + rs_w)]
+                         w_next.eq(w_addr + s.rs_w)]
             with m.If(end):
-                for s in range(S):
-                    with m.If(emit == s):
-                        m.d.sync += slot_full[s].eq(0)
-                m.d.sync += emit.eq(succ(emit))
+                for slot in range(S):
+                    with m.If(emit == slot):
+                        m.d.sync += slot_full[slot].eq(0)
+                m.d.sync += emit.eq(self._succ(emit))
         with m.Elif(self.feed.ready):
             m.d.sync += valid.eq(0)
         with m.If(self.start & ~self.busy):
             m.d.sync += [emit.eq(0), t_col.eq(0), valid.eq(0)]
             m.d.sync += [f.eq(0) for f in slot_full]
-
-        any_full = 0
-        for f in slot_full:
-            any_full = any_full | f
-        m.d.comb += self.busy.eq(setup | setup2 | cinit | scan | load | ~loader_done | bv
-                                 | wr_en | any_full | valid)
-        return m
+        s.valid = valid
 
 
 # --- the index map's arithmetic (proved against floor division in the walker's tests) -------
