@@ -31,6 +31,8 @@ Refusals
     zero sizes, strides or dilations).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
@@ -352,11 +354,35 @@ class ConvForward(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        R, C, B = cfg.rows, cfg.cols, cfg.feeder_bus_width
-        dim, cw = cfg.dim_width, coord_width(cfg)
-        op = arith_for(cfg).operand_shape
+        # the blocks and signals the methods below share
+        s = SimpleNamespace(dim=cfg.dim_width, cw=coord_width(cfg),
+                            op=arith_for(cfg).operand_shape, G=cfg.context_gap)
+        self._blocks(m, s)
+        state = Signal(ConvState)
+        lay = Signal(conv_layer_layout(cfg))
+        for name in _SHAPE_FIELDS:
+            m.d.comb += getattr(s.feeder.layer, name).eq(getattr(lay, name))
+        m.d.comb += s.feeder.layer.base.eq(lay.x_base)
+        s.state, s.lay = state, lay
+        self._setup_products(m, s)
+        self._drain_geometry(m, s)
+        self._issue(m, s)
+        self._drain(m, s)
+        if self.has_zf:
+            self._zf_gradient_drain(m, s)
+            self._zf_loss_drain(m, s)
+        self._counters(m, s)
+        self._control(m, s)
+        return m
 
-        # --- buffers and blocks -------------------------------------------------------------
+    def _blocks(self, m, s):
+        """The buffers (their host write ports) and the blocks: the feeder, the weight
+        fetcher, the walkers (with the ``zero_free`` mode; the buffers' read ports go to the
+        run's reader) and the array. Sets ``s.feeder``, ``s.fetch``, ``s.zmode``,
+        ``s.lmode``, ``s.x_rp``, ``s.w_rp``, ``s.arr`` and, with the walkers, ``s.zf`` and
+        ``s.zlw``."""
+        cfg = self.config
+        C, B, op = cfg.cols, cfg.feeder_bus_width, s.op
         xmem = m.submodules.x_sram = Memory(shape=data.ArrayLayout(op, B),
                                             depth=cfg.buf_a_depth, init=[])
         wmem = m.submodules.w_buf = Memory(shape=data.ArrayLayout(op, C),
@@ -377,6 +403,7 @@ class ConvForward(wiring.Component):
                 m.d.comb += [rp.addr.eq(Mux(lmode, c.addr, Mux(zmode, a.addr, b.addr))),
                              rp.en.eq(Mux(lmode, c.en, Mux(zmode, a.en, b.en))),
                              a.data.eq(rp.data), b.data.eq(rp.data), c.data.eq(rp.data)]
+            s.zf, s.zlw = zf, zlw
         else:
             wiring.connect(m, feeder.sram, x_rp)
             wiring.connect(m, fetch.mem, w_rp)
@@ -389,16 +416,18 @@ class ConvForward(wiring.Component):
         else:
             arr = m.submodules.array = SystolicArray(cfg)
         m.d.comb += arr.dataflow.eq(Dataflow.OS)
+        s.feeder, s.fetch, s.zmode, s.lmode, s.x_rp, s.w_rp, s.arr = (
+            feeder, fetch, zmode, lmode, x_rp, w_rp, arr)
 
-        state = Signal(ConvState)
-        lay = Signal(conv_layer_layout(cfg))
-        for name in _SHAPE_FIELDS:
-            m.d.comb += getattr(feeder.layer, name).eq(getattr(lay, name))
-        m.d.comb += feeder.layer.base.eq(lay.x_base)
-
-        # --- setup: products on one shared multiplier, two cycles each (operands registered,
-        # then the product), saturated at ``pw`` bits: W words past the buffer are refused
-        # anyway, and the spans of a layer the feeder accepts fit its padded input
+    def _setup_products(self, m, s):
+        """Setup: products on one shared multiplier, two cycles each (operands registered,
+        then the product), saturated at ``pw`` bits: W words past the buffer are refused
+        anyway, and the spans of a layer the feeder accepts fit its padded input; ``refused``
+        (registered: ``wwords`` is set up four cycles before CHECK). Sets ``s.products``,
+        ``s.crs``, ``s.span_w_m1``, ``s.span_h_m1``, ``s.setup_idx``, ``s.setup_mul`` and
+        ``s.refused``."""
+        cfg, dim, lay, state = self.config, s.dim, s.lay, s.state
+        C = cfg.cols
         ktiles = Signal(dim + 1)
         if C & (C - 1) == 0:
             m.d.sync += ktiles.eq((lay.out_channels + (C - 1)) >> ceil_log2(C))
@@ -431,9 +460,15 @@ class ConvForward(wiring.Component):
         m.d.comb += w_end.eq(lay.w_base + wwords)
         refused = Signal()          # registered: wwords is set up four cycles before CHECK
         m.d.sync += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
+        s.products, s.crs, s.span_w_m1, s.span_h_m1 = products, crs, span_w_m1, span_h_m1
+        s.setup_idx, s.setup_mul, s.refused = setup_idx, setup_mul, refused
 
-        # Geometry of the drain side (valid once the feeder has accepted the layer).
-        # Registered from the layer and the spans (set up before CHECK, used from the drain on).
+    def _drain_geometry(self, m, s):
+        """Geometry of the drain side (valid once the feeder has accepted the layer),
+        registered from the layer and the spans (set up before CHECK, used from the drain
+        on). Sets ``s.sc`` (its signed shape), ``s.rs``, ``s.lim_x``, ``s.rs_m_s``,
+        ``s.lim_xm``, ``s.lim_ym``, ``s.batch_m1`` and ``s.k_last``."""
+        dim, cw, lay, R, C = s.dim, s.cw, s.lay, self.config.rows, self.config.cols
         sc = signed(cw + 2)
         rs = Signal(cw)                       # rows * s_w: x step between contexts
         lim_x, lim_y = Signal(sc), Signal(sc)  # last output pixel's x / y in padded coordinates
@@ -442,26 +477,33 @@ class ConvForward(wiring.Component):
         batch_m1, k_last = Signal(dim), Signal(signed(dim + 2))
         m.d.sync += [
             rs.eq(lay.stride_w * R),
-            lim_x.eq(lay.width + 2 * lay.pad_w - span_w_m1 - 1),
-            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h_m1 - 1),
+            lim_x.eq(lay.width + 2 * lay.pad_w - s.span_w_m1 - 1),
+            lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - s.span_h_m1 - 1),
             rs_m_s.eq(rs - lay.stride_w), lim_xm.eq(lim_x - lay.stride_w),
             lim_ym.eq(lim_y - lay.stride_h), batch_m1.eq(lay.batch - 1),
             k_last.eq(lay.out_channels - C),
         ]
+        s.sc, s.rs, s.lim_x, s.rs_m_s, s.lim_xm, s.lim_ym = sc, rs, lim_x, rs_m_s, lim_xm, lim_ym
+        s.batch_m1, s.k_last = batch_m1, k_last
 
-        # --- issue: feeder vector e + W word e -> array edge (registered) ------------------
+    def _issue(self, m, s):
+        """Issue: feeder vector e + W word e (or a walker's vector) -> array edge
+        (registered), a context's last vector held back until the array's context gap has
+        passed. Sets ``s.fv``, ``s.take``, ``s.src_valid``, ``s.src_last``, ``s.allow``,
+        ``s.gap``, ``s.walker_mode`` and ``s.misaligned``."""
+        R, C, op, G = self.config.rows, self.config.cols, s.op, s.G
+        feeder, arr, state = s.feeder, s.arr, s.state
         # the feeder's vectors through a register slice: its FIFOs advance on a registered
         # ready (the W words stay direct: a tile's start drops the fetcher's word ahead)
         fskid = m.submodules.feeder_skid = SkidBuffer(feeder.feed.payload.shape())
         wiring.connect(m, feeder.feed, fskid.i)
-        fv, bv = fskid.o, fetch.b
+        fv, bv = fskid.o, s.fetch.b
         a_r = Signal(data.ArrayLayout(op, R))
         b_r = Signal(data.ArrayLayout(op, C))
         iv = Signal()
         il = Signal()
         # cycles since a_last was presented, up to the array's context gap (2R; 2R + 5 in
         # floating point)
-        G = cfg.context_gap
         gap = Signal(range(G + 1), init=G)
         allow = Signal()
         take = Signal()
@@ -471,27 +513,15 @@ class ConvForward(wiring.Component):
         m.d.comb += [src_valid.eq(fv.valid & bv.valid), src_last.eq(fv.p.last),
                      src_a.eq(fv.p.data), src_b.eq(bv.p.data)]
         if self.has_zf:
-            # the walkers' feeds through register slices: their pipelines advance on a ready
-            # from a register, not on this engine's issue logic
-            zskid = m.submodules.zf_gradient_skid = SkidBuffer(zf.feed.payload.shape())
-            lskid = m.submodules.zf_loss_skid = SkidBuffer(zlw.feed.payload.shape())
-            wiring.connect(m, zf.feed, zskid.i)
-            wiring.connect(m, zlw.feed, lskid.i)
-            zfeed, lfeed = zskid.o, lskid.o
-            with m.If(zmode):
-                m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
-                             src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
-            with m.If(lmode):
-                m.d.comb += [src_valid.eq(lfeed.valid), src_last.eq(lfeed.p.last),
-                             src_a.eq(lfeed.p.a), src_b.eq(lfeed.p.b)]
-        walker_mode = zmode | lmode
+            self._walker_feeds(m, s, src_valid, src_last, src_a, src_b)
+        walker_mode = s.zmode | s.lmode
         m.d.comb += [
             allow.eq(~src_last | (~(iv & il) & (gap >= G - 1))),
             take.eq((state == ConvState.RUN) & src_valid & allow),
             fv.ready.eq(take & ~walker_mode), bv.ready.eq(take & ~walker_mode),
         ]
         if self.has_zf:
-            m.d.comb += [zfeed.ready.eq(take & zmode), lfeed.ready.eq(take & lmode)]
+            m.d.comb += [s.zfeed.ready.eq(take & s.zmode), s.lfeed.ready.eq(take & s.lmode)]
         m.d.sync += [iv.eq(take), il.eq(take & src_last)]
         with m.If(take):
             m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
@@ -505,8 +535,33 @@ class ConvForward(wiring.Component):
             m.d.comb += arr.b_data[j].eq(b_r[j])
         m.d.comb += arr.chain_shift.eq(state == ConvState.PRIME)   # preload is 0
         misaligned = take & ~walker_mode & (fv.p.last != bv.p.last)
+        s.fv, s.take, s.src_valid, s.src_last, s.allow, s.gap = (fv, take, src_valid, src_last,
+                                                                 allow, gap)
+        s.walker_mode, s.misaligned = walker_mode, misaligned
 
-        # --- drain: position of every drained row ------------------------------------------
+    def _walker_feeds(self, m, s, src_valid, src_last, src_a, src_b):
+        """The walkers' feeds through register slices (their pipelines advance on a ready
+        from a register, not on this engine's issue logic), the issue's source in their
+        modes. Sets ``s.zfeed`` and ``s.lfeed``."""
+        zf, zlw = s.zf, s.zlw
+        zskid = m.submodules.zf_gradient_skid = SkidBuffer(zf.feed.payload.shape())
+        lskid = m.submodules.zf_loss_skid = SkidBuffer(zlw.feed.payload.shape())
+        wiring.connect(m, zf.feed, zskid.i)
+        wiring.connect(m, zlw.feed, lskid.i)
+        zfeed, lfeed = zskid.o, lskid.o
+        with m.If(s.zmode):
+            m.d.comb += [src_valid.eq(zfeed.valid), src_last.eq(zfeed.p.last),
+                         src_a.eq(zfeed.p.a), src_b.eq(zfeed.p.b)]
+        with m.If(s.lmode):
+            m.d.comb += [src_valid.eq(lfeed.valid), src_last.eq(lfeed.p.last),
+                         src_a.eq(lfeed.p.a), src_b.eq(lfeed.p.b)]
+        s.zfeed, s.lfeed = zfeed, lfeed
+
+    def _drain(self, m, s):
+        """Drain: the position of every drained row, and ``y``. Sets ``s.dk0``, ``s.dn``,
+        ``s.doh``, ``s.dow0``, ``s.dcy``, ``s.xfirst`` and ``s.drained_all``."""
+        R, C, dim, cw, sc = self.config.rows, self.config.cols, s.dim, s.cw, s.sc
+        arr, lay = s.arr, s.lay
         dk0, dn, doh, dow0 = (Signal(dim, name=f"drain_{k}") for k in ("k0", "n", "oh", "ow0"))
         dcy = Signal(cw)                      # output row y (oh * s_h)
         xfirst = Signal(sc)                   # x of the context's first drained row: ow0 s_w +
@@ -519,72 +574,88 @@ class ConvForward(wiring.Component):
             m.d.sync += xrow.eq(xr - lay.stride_w)
         y = self.y
         m.d.comb += [
-            y.valid.eq(arr.drain_valid & (xr <= lim_x) & ~walker_mode),
+            y.valid.eq(arr.drain_valid & (xr <= s.lim_x) & ~s.walker_mode),
             y.payload.data.eq(arr.drain_data), y.payload.n.eq(dn), y.payload.k0.eq(dk0),
             y.payload.oh.eq(doh), y.payload.ow0.eq(dow0), y.payload.row.eq(arr.drain_row),
         ]
         with m.If(arr.drain_valid & (arr.drain_row == 0)):
-            with m.If(xfirst > lim_xm):          # the next context's x, xfirst + s_w, is past
-                m.d.sync += [xfirst.eq(rs_m_s), dow0.eq(0)]
-                with m.If(dcy > lim_ym):
+            with m.If(xfirst > s.lim_xm):      # the next context's x, xfirst + s_w, is past
+                m.d.sync += [xfirst.eq(s.rs_m_s), dow0.eq(0)]
+                with m.If(dcy > s.lim_ym):
                     m.d.sync += [dcy.eq(0), doh.eq(0)]
-                    with m.If(dn >= batch_m1):
+                    with m.If(dn >= s.batch_m1):
                         m.d.sync += [dn.eq(0), dk0.eq(dk0 + C)]
-                        with m.If(dk0 >= k_last):
+                        with m.If(dk0 >= s.k_last):
                             m.d.sync += drained_all.eq(1)
                     with m.Else():
                         m.d.sync += dn.eq(dn + 1)
                 with m.Else():
                     m.d.sync += [dcy.eq(dcy + lay.stride_h), doh.eq(doh + 1)]
             with m.Else():
-                m.d.sync += [xfirst.eq(xfirst + rs), dow0.eq(dow0 + R)]
+                m.d.sync += [xfirst.eq(xfirst + s.rs), dow0.eq(dow0 + R)]
+        s.dk0, s.dn, s.doh, s.dow0, s.dcy, s.xfirst = dk0, dn, doh, dow0, dcy, xfirst
+        s.drained_all = drained_all
 
-        # --- zero-free gradient drain: P offset of every drained row --------------------------
-        if self.has_zf:
-            # The drained row ``row`` of channel group ``dg`` and tap ``dtap`` goes to P word
-            # (dg + row) R S + dtap = ``tbase`` + ``rowoff[row]``: by additions, no product
-            # on the drain (``rowoff[i]`` = i R S builds up by one addition a cycle after the
-            # run's start, long before its first drain).
-            zl = Signal(zf_gradient_layout(cfg))
-            zw = 2 * (dim + 2)
-            zrs = Signal(zw)                  # R S of the run (registered from zl)
-            dtap = Signal(zw)
-            tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # dg R S + dtap; dg R S
-            crem = Signal(signed(dim + 3))    # channels - dg: the group's rows with a channel
-            rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
-                Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
-            m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
-            m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
-            zdrained_all = Signal()
-            zg = self.zg
-            m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (crem > arr.drain_row)),
-                         zg.payload.data.eq(arr.drain_data),
-                         zg.payload.addr.eq(tbase + Array(rowoff[:R])[arr.drain_row])]
-            with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
-                with m.If(dtap + 1 == zrs):
-                    m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]),
-                                 gbase.eq(gbase + rowoff[R]), crem.eq(crem - R)]
-                    with m.If(crem <= R):
-                        m.d.sync += zdrained_all.eq(1)
-                with m.Else():
-                    m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
+    def _zf_gradient_drain(self, m, s):
+        """Zero-free gradient drain: the P offset of every drained row. The drained row
+        ``row`` of channel group ``dg`` and tap ``dtap`` goes to P word (dg + row) R S + dtap
+        = ``tbase`` + ``rowoff[row]``: by additions, no product on the drain (``rowoff[i]`` =
+        i R S builds up by one addition a cycle after the run's start, long before its first
+        drain). Sets ``s.zl``, ``s.dtap``, ``s.tbase``, ``s.gbase``, ``s.crem`` and
+        ``s.zdrained_all``."""
+        cfg, dim, arr, zmode = self.config, s.dim, s.arr, s.zmode
+        R = cfg.rows
+        zl = Signal(zf_gradient_layout(cfg))
+        zw = 2 * (dim + 2)
+        zrs = Signal(zw)                  # R S of the run (registered from zl)
+        dtap = Signal(zw)
+        tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # dg R S + dtap; dg R S
+        crem = Signal(signed(dim + 3))    # channels - dg: the group's rows with a channel
+        rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
+            Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
+        m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
+        m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
+        zdrained_all = Signal()
+        zg = self.zg
+        m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (crem > arr.drain_row)),
+                     zg.payload.data.eq(arr.drain_data),
+                     zg.payload.addr.eq(tbase + Array(rowoff[:R])[arr.drain_row])]
+        with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
+            with m.If(dtap + 1 == zrs):
+                m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]),
+                             gbase.eq(gbase + rowoff[R]), crem.eq(crem - R)]
+                with m.If(crem <= R):
+                    m.d.sync += zdrained_all.eq(1)
+            with m.Else():
+                m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
+        s.zl, s.dtap, s.tbase, s.gbase, s.crem = zl, dtap, tbase, gbase, crem
+        s.zdrained_all = zdrained_all
 
-            # zero-free loss: the walker's tags give each drained row's P offset
-            lctx = Signal(range(TAG_SLOTS))   # tag slot of the draining context
-            l_issued, l_drained = Signal(32), Signal(32)
-            zlo = self.zl
-            m.d.comb += [zlw.tag_ctx.eq(lctx), zlw.tag_row.eq(arr.drain_row),
-                         zlo.valid.eq(arr.drain_valid & lmode & zlw.tag.ok),
-                         zlo.payload.data.eq(arr.drain_data),
-                         zlo.payload.addr.eq(zlw.tag.addr)]
-            l_ctx_end = arr.drain_valid & lmode & (arr.drain_row == 0)
-            m.d.comb += zlw.ctx_done.eq(l_ctx_end)
-            with m.If(l_ctx_end):
-                m.d.sync += [lctx.eq(lctx + 1), l_drained.eq(l_drained + 1)]
-            with m.If(take & src_last & lmode):
-                m.d.sync += l_issued.eq(l_issued + 1)
+    def _zf_loss_drain(self, m, s):
+        """Zero-free loss drain: the walker's tags give each drained row's P offset; the
+        contexts issued and drained are counted (the run ends when they meet). Sets
+        ``s.lctx``, ``s.l_issued`` and ``s.l_drained``."""
+        arr, lmode, zlw = s.arr, s.lmode, s.zlw
+        lctx = Signal(range(TAG_SLOTS))   # tag slot of the draining context
+        l_issued, l_drained = Signal(32), Signal(32)
+        zlo = self.zl
+        m.d.comb += [zlw.tag_ctx.eq(lctx), zlw.tag_row.eq(arr.drain_row),
+                     zlo.valid.eq(arr.drain_valid & lmode & zlw.tag.ok),
+                     zlo.payload.data.eq(arr.drain_data),
+                     zlo.payload.addr.eq(zlw.tag.addr)]
+        l_ctx_end = arr.drain_valid & lmode & (arr.drain_row == 0)
+        m.d.comb += zlw.ctx_done.eq(l_ctx_end)
+        with m.If(l_ctx_end):
+            m.d.sync += [lctx.eq(lctx + 1), l_drained.eq(l_drained + 1)]
+        with m.If(s.take & s.src_last & lmode):
+            m.d.sync += l_issued.eq(l_issued + 1)
+        s.lctx, s.l_issued, s.l_drained = lctx, l_issued, l_drained
 
-        # --- counters -----------------------------------------------------------------------
+    def _counters(self, m, s):
+        """The counters. Sets ``s.cnt`` (the outputs by name), ``s.incs`` (the counts kept
+        here, by name: cleared at a start), ``s.folded``, ``s.fbase`` and ``s.fused`` (the
+        feeder's counters, which it clears at every start, folded into bases)."""
+        feeder, arr = s.feeder, s.arr
         cnt = {name: getattr(self, name) for name in COUNTERS}
         # The feeder clears its counters at every start (every tile): fold them into bases.
         folded = ("stall_cycles", "fifo_stall_cycles")
@@ -599,35 +670,42 @@ class ConvForward(wiring.Component):
         # the buffers' read enables end long paths (the fetcher's start, the walkers'
         # addresses): counted a cycle late, from registers (the reads end before the drain)
         ev_x, ev_w = Signal(), Signal()
-        m.d.sync += [ev_x.eq(x_rp.en), ev_w.eq(w_rp.en)]
+        m.d.sync += [ev_x.eq(s.x_rp.en), ev_w.eq(s.w_rp.en)]
         incs = {
             "cycles": self.busy,
             "words_read": ev_x,
             "w_words_read": ev_w,
-            "vectors": take,
-            "gap_cycles": (state == ConvState.RUN) & src_valid & ~allow,
-            "y_vectors": y.valid,
+            "vectors": s.take,
+            "gap_cycles": (s.state == ConvState.RUN) & s.src_valid & ~s.allow,
+            "y_vectors": self.y.valid,
         }
         with m.If(self.busy):
             for name, inc in incs.items():
                 m.d.sync += cnt[name].eq(cnt[name] + inc)
+        s.cnt, s.incs, s.folded, s.fbase, s.fused = cnt, incs, folded, fbase, fused
 
-        def start_feeder(base):
-            """Start the feeder and the fetcher on the tile whose W words start at ``base``."""
-            m.d.comb += [feeder.start.eq(1), fetch.start.eq(1), fetch.base.eq(base),
-                         fetch.length.eq(crs)]
-            m.d.sync += fused.eq(1)
-            for name in folded:
-                m.d.sync += fbase[name].eq(fbase[name]
-                                           + Mux(fused, getattr(feeder, name), 0))
+    def _start_feeder(self, m, s, base):
+        """Start the feeder and the fetcher on the tile whose W words start at ``base``."""
+        feeder, fetch, fused, fbase = s.feeder, s.fetch, s.fused, s.fbase
+        m.d.comb += [feeder.start.eq(1), fetch.start.eq(1), fetch.base.eq(base),
+                     fetch.length.eq(s.crs)]
+        m.d.sync += fused.eq(1)
+        for name in s.folded:
+            m.d.sync += fbase[name].eq(fbase[name]
+                                       + Mux(fused, getattr(feeder, name), 0))
 
-        # --- control ------------------------------------------------------------------------
-        # the next tile's first channel and W base, and whether it exists, kept in registers
-        # a tile ahead (the feeder's set-up leaves many cycles between a start and the next)
+    def _control(self, m, s):
+        """The control: its registers, the error latch and the states (IDLE, SETUP, CHECK,
+        PRIME, RUN, DRAIN). The next tile's first channel and W base, and whether it exists,
+        are kept in registers a tile ahead (the feeder's set-up leaves many cycles between a
+        start and the next). Sets ``s.k_next``, ``s.base_next``, ``s.more``, ``s.prime``,
+        ``s.err`` and ``s.done``."""
+        cfg, dim, arr, state = self.config, s.dim, s.arr, s.state
+        R = cfg.rows
         k_next = Signal(dim + 2)
         base_next = Signal(_waddr_width(cfg) + 1)
         more = Signal()
-        m.d.sync += more.eq(k_next < lay.out_channels)
+        m.d.sync += more.eq(k_next < s.lay.out_channels)
         prime = Signal(range(R))
         err = Signal()
         done = Signal()
@@ -635,77 +713,99 @@ class ConvForward(wiring.Component):
                      self.done.eq(done)]
         running = (state == ConvState.PRIME) | (state == ConvState.RUN) \
             | (state == ConvState.DRAIN)
-        with m.If(running & (arr.error | misaligned)):
+        with m.If(running & (arr.error | s.misaligned)):
             m.d.sync += err.eq(1)
+        s.k_next, s.base_next, s.more, s.prime, s.err, s.done = (k_next, base_next, more, prime,
+                                                                 err, done)
 
         with m.Switch(state):
             with m.Case(ConvState.IDLE):
-                with m.If(self.start):
-                    m.d.sync += [lay.eq(self.layer), setup_idx.eq(0), setup_mul.eq(0),
-                                 err.eq(0), done.eq(0),
-                                 fused.eq(0), zmode.eq(0), lmode.eq(0),
-                                 state.eq(ConvState.SETUP)]
-                    m.d.sync += [cnt[name].eq(0) for name in incs]
-                    m.d.sync += [fbase[name].eq(0) for name in folded]
-                if self.has_zf:
-                    with m.Elif(self.zg_start):
-                        zlay = self.zg_layer
-                        m.d.comb += [zf.start.eq(1), zf.layer.eq(zlay), arr.clear.eq(1)]
-                        m.d.sync += [zl.eq(zlay), dtap.eq(0), tbase.eq(0), gbase.eq(0),
-                                     crem.eq(zlay.channels), zdrained_all.eq(0),
-                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
-                                     lmode.eq(0),
-                                     prime.eq(0), gap.eq(G), state.eq(ConvState.PRIME)]
-                        m.d.sync += [cnt[name].eq(0) for name in incs]
-                        m.d.sync += [fbase[name].eq(0) for name in folded]
-                    with m.Elif(self.zl_start):
-                        m.d.comb += [zlw.start.eq(1), zlw.layer.eq(self.zl_layer),
-                                     arr.clear.eq(1)]
-                        m.d.sync += [lctx.eq(0), l_issued.eq(0), l_drained.eq(0),
-                                     err.eq(0), done.eq(0), fused.eq(0), zmode.eq(0),
-                                     lmode.eq(1), prime.eq(0), gap.eq(G),
-                                     state.eq(ConvState.PRIME)]
-                        m.d.sync += [cnt[name].eq(0) for name in incs]
-                        m.d.sync += [fbase[name].eq(0) for name in folded]
+                self._idle_state(m, s)
             with m.Case(ConvState.SETUP):
-                m.d.sync += setup_mul.eq(~setup_mul)
-                with m.If(setup_mul):
-                    m.d.sync += setup_idx.eq(setup_idx + 1)
-                    with m.If(setup_idx == len(products) - 1):
+                m.d.sync += s.setup_mul.eq(~s.setup_mul)
+                with m.If(s.setup_mul):
+                    m.d.sync += s.setup_idx.eq(s.setup_idx + 1)
+                    with m.If(s.setup_idx == len(s.products) - 1):
                         m.d.sync += state.eq(ConvState.CHECK)
             with m.Case(ConvState.CHECK):
-                with m.If(refused):
-                    m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
-                with m.Else():
-                    start_feeder(lay.w_base)
-                    m.d.comb += arr.clear.eq(1)
-                    m.d.sync += [
-                        prime.eq(0), gap.eq(G),
-                        k_next.eq(C), base_next.eq(lay.w_base + crs),
-                        dk0.eq(0), dn.eq(0), doh.eq(0), dow0.eq(0), xfirst.eq(rs_m_s),
-                        dcy.eq(0),
-                        drained_all.eq(0), state.eq(ConvState.PRIME),
-                    ]
+                self._check_state(m, s)
             with m.Case(ConvState.PRIME):
                 m.d.sync += prime.eq(prime + 1)
                 with m.If(prime == R - 1):
                     m.d.sync += state.eq(ConvState.RUN)
             with m.Case(ConvState.RUN):
-                if self.has_zf:
-                    with m.If(zmode & ~zf.busy & ~zfeed.valid
-                              | lmode & ~zlw.busy & ~lfeed.valid):
-                        m.d.sync += state.eq(ConvState.DRAIN)
-                with m.If(~feeder.busy & ~fv.valid & ~walker_mode):
-                    with m.If(feeder.error):
-                        m.d.sync += [err.eq(1), done.eq(1), state.eq(ConvState.IDLE)]
-                    with m.Elif(more):
-                        start_feeder(base_next)
-                        m.d.sync += [k_next.eq(k_next + C), base_next.eq(base_next + crs)]
-                    with m.Else():
-                        m.d.sync += state.eq(ConvState.DRAIN)
+                self._run_state(m, s)
             with m.Case(ConvState.DRAIN):
-                with m.If(Mux(lmode, l_issued == l_drained,
-                              Mux(zmode, zdrained_all, drained_all)) if self.has_zf
-                          else drained_all):
+                with m.If(Mux(s.lmode, s.l_issued == s.l_drained,
+                              Mux(s.zmode, s.zdrained_all, s.drained_all)) if self.has_zf
+                          else s.drained_all):
                     m.d.sync += [done.eq(1), state.eq(ConvState.IDLE)]
-        return m
+
+    def _idle_state(self, m, s):
+        """State IDLE: a forward run's start (its descriptor, then SETUP) or, with the
+        ``zero_free`` mode, a walker run's (its walker started, the array cleared, then
+        PRIME); the counters are cleared."""
+        state, err, done, fused, zmode, lmode = s.state, s.err, s.done, s.fused, s.zmode, s.lmode
+        cnt, incs, fbase, folded = s.cnt, s.incs, s.fbase, s.folded
+        with m.If(self.start):
+            m.d.sync += [s.lay.eq(self.layer), s.setup_idx.eq(0), s.setup_mul.eq(0),
+                         err.eq(0), done.eq(0),
+                         fused.eq(0), zmode.eq(0), lmode.eq(0),
+                         state.eq(ConvState.SETUP)]
+            m.d.sync += [cnt[name].eq(0) for name in incs]
+            m.d.sync += [fbase[name].eq(0) for name in folded]
+        if self.has_zf:
+            with m.Elif(self.zg_start):
+                zlay = self.zg_layer
+                m.d.comb += [s.zf.start.eq(1), s.zf.layer.eq(zlay), s.arr.clear.eq(1)]
+                m.d.sync += [s.zl.eq(zlay), s.dtap.eq(0), s.tbase.eq(0), s.gbase.eq(0),
+                             s.crem.eq(zlay.channels), s.zdrained_all.eq(0),
+                             err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
+                             lmode.eq(0),
+                             s.prime.eq(0), s.gap.eq(s.G), state.eq(ConvState.PRIME)]
+                m.d.sync += [cnt[name].eq(0) for name in incs]
+                m.d.sync += [fbase[name].eq(0) for name in folded]
+            with m.Elif(self.zl_start):
+                m.d.comb += [s.zlw.start.eq(1), s.zlw.layer.eq(self.zl_layer),
+                             s.arr.clear.eq(1)]
+                m.d.sync += [s.lctx.eq(0), s.l_issued.eq(0), s.l_drained.eq(0),
+                             err.eq(0), done.eq(0), fused.eq(0), zmode.eq(0),
+                             lmode.eq(1), s.prime.eq(0), s.gap.eq(s.G),
+                             state.eq(ConvState.PRIME)]
+                m.d.sync += [cnt[name].eq(0) for name in incs]
+                m.d.sync += [fbase[name].eq(0) for name in folded]
+
+    def _check_state(self, m, s):
+        """State CHECK: a refused layer ends with ``error``; else the first tile starts, the
+        drain's position is reset and the reserve chains are zeroed (PRIME)."""
+        lay, state = s.lay, s.state
+        with m.If(s.refused):
+            m.d.sync += [s.err.eq(1), s.done.eq(1), state.eq(ConvState.IDLE)]
+        with m.Else():
+            self._start_feeder(m, s, lay.w_base)
+            m.d.comb += s.arr.clear.eq(1)
+            m.d.sync += [
+                s.prime.eq(0), s.gap.eq(s.G),
+                s.k_next.eq(self.config.cols), s.base_next.eq(lay.w_base + s.crs),
+                s.dk0.eq(0), s.dn.eq(0), s.doh.eq(0), s.dow0.eq(0), s.xfirst.eq(s.rs_m_s),
+                s.dcy.eq(0),
+                s.drained_all.eq(0), state.eq(ConvState.PRIME),
+            ]
+
+    def _run_state(self, m, s):
+        """State RUN: a walker run drains once its walker and feed are empty; a forward run
+        starts the next tile when the feeder is done with one (or ends: refused by the
+        feeder, or the last tile)."""
+        state, C = s.state, self.config.cols
+        if self.has_zf:
+            with m.If(s.zmode & ~s.zf.busy & ~s.zfeed.valid
+                      | s.lmode & ~s.zlw.busy & ~s.lfeed.valid):
+                m.d.sync += state.eq(ConvState.DRAIN)
+        with m.If(~s.feeder.busy & ~s.fv.valid & ~s.walker_mode):
+            with m.If(s.feeder.error):
+                m.d.sync += [s.err.eq(1), s.done.eq(1), state.eq(ConvState.IDLE)]
+            with m.Elif(s.more):
+                self._start_feeder(m, s, s.base_next)
+                m.d.sync += [s.k_next.eq(s.k_next + C), s.base_next.eq(s.base_next + s.crs)]
+            with m.Else():
+                m.d.sync += state.eq(ConvState.DRAIN)
