@@ -41,6 +41,8 @@ Differences from the paper
     masked at the output.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -383,13 +385,29 @@ class IndexCounters(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        su = self.setup
-        cw, pw = coord_width(cfg), ptr_width(cfg)
-        bw, lb, r_n = cfg.feeder_bus_width, exact_log2(cfg.feeder_bus_width), cfg.rows
-        sc = signed(cw + 2)
+        cw, lb = coord_width(cfg), exact_log2(cfg.feeder_bus_width)
+        # the setup, the widths and the signals the methods below share
+        s = SimpleNamespace(su=self.setup, cw=cw, pw=ptr_width(cfg), bw=cfg.feeder_bus_width,
+                            lb=lb, r_n=cfg.rows, sc=signed(cw + 2))
+        self._layer_constants(m, s)
+        self._row_registers(m, s)
+        self._row_advance(m, s)
+        with m.If(self.start):
+            self._first_row(m, s)
+        with m.Elif(s.row_adv & s.running):
+            self._next_row(m, s)
+        self._row_pipeline(m, s)
+        wstep = self._word_counter(m, s)
+        lshift, ltap = self._lane_shifts(m, s)
+        self._output(m, s, wstep, lshift, ltap)
+        return m
 
-        # --- per-layer constants derived from the setup (registered; valid from the cycle
-        # after start, the setup being static from the start cycle on) -------------------------
+    def _layer_constants(self, m, s):
+        """Per-layer constants derived from the setup (registered; valid from the cycle after
+        start, the setup being static from the start cycle on). Sets ``s.sa_m1`` (span_all -
+        1), ``s.levels`` (the row counters' (step, limit) by name), ``s.names`` and
+        ``s.wrap_last`` (a level's last flag after it wraps)."""
+        su, cw = s.su, s.cw
         sa_m1 = Signal(cw)          # span_all - 1
         levels = {                  # name: (step, limit)
             "y": (su.y_step, su.y_limit), "c": (Const(1, 1), su.c_limit),
@@ -401,8 +419,15 @@ class IndexCounters(wiring.Component):
         m.d.sync += sa_m1.eq(su.span_all - 1)
         for k, (step, limit) in levels.items():
             m.d.sync += wrap_last[k].eq(limit < step)
+        s.sa_m1, s.levels, s.names, s.wrap_last = sa_m1, levels, names, wrap_last
 
-        # --- the row counters: room (limit - value) and registered last flag per level ----
+    def _row_registers(self, m, s):
+        """The row counters: room (limit - value) and registered last flag per level, the
+        pointer per level (and its sum with the level's pointer step), the region's x and y,
+        the context count; the level a step moves (``s.moves``, one-hot over y, c, cx, cy, n;
+        the others wrap to 0), ``s.ctx_end`` and ``s.run_end``. Sets each in ``s`` under its
+        name."""
+        su, cw, pw, sc, names = s.su, s.cw, s.pw, s.sc, s.names
         room = {k: Signal(cw, name=f"{k}_room") for k in names}
         last = {k: Signal(name=f"{k}_last") for k in names}
         ptr = {k: Signal(pw, name=f"{k}_ptr") for k in ("row",) + names[1:]}
@@ -428,8 +453,16 @@ class IndexCounters(wiring.Component):
                  last["y"] & last["c"] & last["cx"] & last["cy"]]
         ctx_end = last["y"] & last["c"]
         run_end = ctx_end & ((last["cx"] & last["cy"] & last["n"]) | (limited & ctx_one))
+        s.room, s.last, s.ptr, s.psum, s.x0, s.yrow, s.ybase = (room, last, ptr, psum, x0, yrow,
+                                                                ybase)
+        s.ctx_left, s.ctx_one, s.limited, s.running = ctx_left, ctx_one, limited, running
+        s.moves, s.ctx_end, s.run_end = moves, ctx_end, run_end
 
-        # Row pipeline: state -> A -> B -> C -> word counter; all move together.
+    def _row_advance(self, m, s):
+        """Row pipeline: state -> A -> B -> C -> word counter; all move together. Sets the
+        stages' valid flags (``s.a_valid``, ``s.b_valid``, ``s.c_valid``, ``s.w_valid``),
+        ``s.w_last``, ``s.full`` (both output registers full), ``s.word_adv`` (the word
+        counter moves) and ``s.row_adv`` (a row moves into A)."""
         a_valid, b_valid, c_valid = Signal(), Signal(), Signal()
         w_valid, w_last = Signal(), Signal()
         full = Signal()
@@ -439,61 +472,78 @@ class IndexCounters(wiring.Component):
             word_adv.eq(~full),
             row_adv.eq((word_adv & (~w_valid | w_last)) | ~c_valid),
         ]
+        s.a_valid, s.b_valid, s.c_valid, s.w_valid, s.w_last = (a_valid, b_valid, c_valid,
+                                                                w_valid, w_last)
+        s.full, s.word_adv, s.row_adv = full, word_adv, row_adv
 
-        with m.If(self.start):
-            # the first context's row: sums of at most two levels of adders
-            init = {"y": 0, "c": 0, "cx": su.cx_init, "cy": su.cy_init, "n": su.n_init}
-            p_n = su.ptr0 + su.n_pinit
-            p_cy = p_n + su.cy_pinit
-            first = p_n + (su.cy_pinit + su.cx_init)
-            m.d.sync += [
-                running.eq(1),
-                x0.eq(su.cx_init - su.pad_w),
-                ybase.eq(su.cy_init - su.pad_h), yrow.eq(su.cy_init - su.pad_h),
-                ptr["n"].eq(p_n), ptr["cy"].eq(p_cy),
-                ptr["cx"].eq(first), ptr["c"].eq(first), ptr["row"].eq(first),
-                ctx_left.eq(su.ctx_count), limited.eq(su.ctx_count != 0),
-                ctx_one.eq(su.ctx_count == 1),
-            ]
-            for k, (step, limit) in levels.items():
-                r0 = Signal(cw, name=f"{k}_room_init")
-                m.d.comb += r0.eq(limit - init[k])
-                m.d.sync += [room[k].eq(r0), last[k].eq(r0 < step)]
-        with m.Elif(row_adv & running):
-            with m.If(run_end):
-                m.d.sync += running.eq(0)
-            # rooms and flags: a level steps when all inner levels are last
-            inner = Const(1, 1)
-            for k, (step, limit) in levels.items():
-                with m.If(inner):
-                    with m.If(last[k]):
-                        m.d.sync += [room[k].eq(limit), last[k].eq(wrap_last[k])]
-                    with m.Else():
-                        m.d.sync += [room[k].eq(room[k] - step),
-                                     last[k].eq(room[k] < (step << 1))]
-                inner = inner & last[k]
-            # pointers: the moving level's pointer plus its step, copied to all inner levels
-            # (one-hot selections of sums computed apart: no adder after a selection)
-            order = ("row", "c", "cx", "cy", "n")
-            for lvl, k in enumerate(order):
-                m.d.sync += ptr[k].eq(_one_hot(
-                    (moves[sel], ptr[k] if sel < lvl else psum[order[sel]])
-                    for sel in range(len(order))))
-            with m.If(ctx_end):
-                m.d.sync += [ctx_left.eq(ctx_left - 1), ctx_one.eq(ctx_left == 2)]
-                with m.If(last["cx"]):
-                    m.d.sync += x0.eq(-su.pad_w)
+    def _first_row(self, m, s):
+        """At start: the first context's row, by sums of at most two levels of adders."""
+        su, cw, ptr, room, last = s.su, s.cw, s.ptr, s.room, s.last
+        init = {"y": 0, "c": 0, "cx": su.cx_init, "cy": su.cy_init, "n": su.n_init}
+        p_n = su.ptr0 + su.n_pinit
+        p_cy = p_n + su.cy_pinit
+        first = p_n + (su.cy_pinit + su.cx_init)
+        m.d.sync += [
+            s.running.eq(1),
+            s.x0.eq(su.cx_init - su.pad_w),
+            s.ybase.eq(su.cy_init - su.pad_h), s.yrow.eq(su.cy_init - su.pad_h),
+            ptr["n"].eq(p_n), ptr["cy"].eq(p_cy),
+            ptr["cx"].eq(first), ptr["c"].eq(first), ptr["row"].eq(first),
+            s.ctx_left.eq(su.ctx_count), s.limited.eq(su.ctx_count != 0),
+            s.ctx_one.eq(su.ctx_count == 1),
+        ]
+        for k, (step, limit) in s.levels.items():
+            r0 = Signal(cw, name=f"{k}_room_init")
+            m.d.comb += r0.eq(limit - init[k])
+            m.d.sync += [room[k].eq(r0), last[k].eq(r0 < step)]
+
+    def _next_row(self, m, s):
+        """A row moves into A: the rooms and flags, the pointers, the context count and the
+        region's x and y step to the next row (the run ends after its last)."""
+        su, sc, room, last, ptr, moves = s.su, s.sc, s.room, s.last, s.ptr, s.moves
+        x0, yrow, ybase, ctx_left = s.x0, s.yrow, s.ybase, s.ctx_left
+        with m.If(s.run_end):
+            m.d.sync += s.running.eq(0)
+        # rooms and flags: a level steps when all inner levels are last
+        inner = Const(1, 1)
+        for k, (step, limit) in s.levels.items():
+            with m.If(inner):
+                with m.If(last[k]):
+                    m.d.sync += [room[k].eq(limit), last[k].eq(s.wrap_last[k])]
                 with m.Else():
-                    m.d.sync += x0.eq(x0 + su.cx_step)
-            y_next, ybase_next = Signal(sc), Signal(sc)
-            m.d.comb += [y_next.eq(yrow + su.y_step), ybase_next.eq(ybase + su.cy_step)]
-            m.d.sync += [
-                yrow.eq(_one_hot([(moves[0], y_next), (moves[1] | moves[2], ybase),
-                                  (moves[3], ybase_next), (moves[4], -su.pad_h)])),
-                ybase.eq(_one_hot([(moves[0] | moves[1] | moves[2], ybase),
-                                   (moves[3], ybase_next), (moves[4], -su.pad_h)])),
-            ]
+                    m.d.sync += [room[k].eq(room[k] - step),
+                                 last[k].eq(room[k] < (step << 1))]
+            inner = inner & last[k]
+        # pointers: the moving level's pointer plus its step, copied to all inner levels
+        # (one-hot selections of sums computed apart: no adder after a selection)
+        order = ("row", "c", "cx", "cy", "n")
+        for lvl, k in enumerate(order):
+            m.d.sync += ptr[k].eq(_one_hot(
+                (moves[sel], ptr[k] if sel < lvl else s.psum[order[sel]])
+                for sel in range(len(order))))
+        with m.If(s.ctx_end):
+            m.d.sync += [ctx_left.eq(ctx_left - 1), s.ctx_one.eq(ctx_left == 2)]
+            with m.If(last["cx"]):
+                m.d.sync += x0.eq(-su.pad_w)
+            with m.Else():
+                m.d.sync += x0.eq(x0 + su.cx_step)
+        y_next, ybase_next = Signal(sc), Signal(sc)
+        m.d.comb += [y_next.eq(yrow + su.y_step), ybase_next.eq(ybase + su.cy_step)]
+        m.d.sync += [
+            yrow.eq(_one_hot([(moves[0], y_next), (moves[1] | moves[2], ybase),
+                              (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+            ybase.eq(_one_hot([(moves[0] | moves[1] | moves[2], ybase),
+                               (moves[3], ybase_next), (moves[4], -su.pad_h)])),
+        ]
 
+    def _row_pipeline(self, m, s):
+        """The row's pipeline registers. A: word address, global word offset, words - 1, lane
+        mask, window ends; B: window in word positions of the row's first word; C: the
+        window's end. Sets C's registers in ``s`` under their names (``s.c_addr`` ...
+        ``s.c_hi``) and ``s.a_addr``."""
+        cfg, su, cw, sc, lb, r_n = self.config, s.su, s.cw, s.sc, s.lb, s.r_n
+        ptr, yrow, x0 = s.ptr, s.yrow, s.x0
+        a_valid, b_valid = s.a_valid, s.b_valid
         # --- A: word address, global word offset, words - 1, lane mask, window ends --------
         a_addr, a_goff = Signal(addr_width(cfg)), Signal(lb)
         a_wm1 = Signal(cw)
@@ -519,40 +569,49 @@ class IndexCounters(wiring.Component):
         for i in range(r_n):
             end_sel = end_sel | Mux(highest[i], su.lane_end[i], 0)
 
-        with m.If(row_adv):
+        with m.If(s.row_adv):
             m.d.sync += [
-                a_valid.eq(running),
+                a_valid.eq(s.running),
                 a_addr.eq(ptr["row"][lb:]), a_goff.eq(ptr["row"][:lb]),
-                a_wm1.eq((ptr["row"][:lb] + sa_m1) >> lb),
+                a_wm1.eq((ptr["row"][:lb] + s.sa_m1) >> lb),
                 a_row_ok.eq((yrow >= 0) & (yrow < su.height)),
-                a_ctx_last_row.eq(ctx_end), a_last.eq(run_end),
+                a_ctx_last_row.eq(s.ctx_end), a_last.eq(s.run_end),
                 a_lo.eq(Mux(x0 < 0, -x0, 0)), a_hw.eq(su.width - x0),
                 b_valid.eq(a_valid), b_addr.eq(a_addr), b_goff.eq(a_goff), b_wm1.eq(a_wm1),
                 b_active.eq(a_active), b_row_ok.eq(a_row_ok),
                 b_ctx_last_row.eq(a_ctx_last_row), b_last.eq(a_last), b_one.eq(a_wm1 == 0),
                 b_lo.eq(a_lo + a_goff), b_hw.eq(a_hw + a_goff), b_end.eq(end_sel + a_goff),
-                c_valid.eq(b_valid), c_addr.eq(b_addr), c_goff.eq(b_goff), c_wm1.eq(b_wm1),
+                s.c_valid.eq(b_valid), c_addr.eq(b_addr), c_goff.eq(b_goff), c_wm1.eq(b_wm1),
                 c_active.eq(b_active), c_row_ok.eq(b_row_ok),
                 c_ctx_last_row.eq(b_ctx_last_row), c_last.eq(b_last), c_one.eq(b_one),
                 c_lo.eq(b_lo), c_hi.eq(Mux(b_hw < b_end, b_hw, b_end)),
             ]
             for i in range(r_n):
-                m.d.sync += a_active[i].eq(su.lane_off[i] <= room["cx"])
+                m.d.sync += a_active[i].eq(su.lane_off[i] <= s.room["cx"])
+        s.a_addr = a_addr
+        s.c_addr, s.c_goff, s.c_wm1, s.c_active, s.c_row_ok = (c_addr, c_goff, c_wm1, c_active,
+                                                               c_row_ok)
+        s.c_ctx_last_row, s.c_last, s.c_one, s.c_lo, s.c_hi = (c_ctx_last_row, c_last, c_one,
+                                                               c_lo, c_hi)
 
-        # --- the word counter: k*B along the row --------------------------------------------
+    def _word_counter(self, m, s):
+        """The word counter: k*B along the row, from stage C. Sets ``s.w_off`` (goff - k*B);
+        returns the step it presents (a :func:`step_layout` signal)."""
+        cfg, cw, sc, bw, lb, r_n = self.config, s.cw, s.sc, s.bw, s.lb, s.r_n
+        w_valid, w_last, a_addr = s.w_valid, s.w_last, s.a_addr
         w_addr = Signal.like(a_addr)
         w_off = Signal(signed(cw))          # goff - k*B
         w_lo, w_hi = Signal(sc), Signal(sc)  # window - k*B
         w_left = Signal(cw)
         w_active = Signal(r_n)
         w_row_ok, w_ctx_last_row, w_run_last = Signal(), Signal(), Signal()
-        with m.If(word_adv):
+        with m.If(s.word_adv):
             with m.If(~w_valid | w_last):
                 m.d.sync += [
-                    w_valid.eq(c_valid), w_addr.eq(c_addr), w_off.eq(c_goff),
-                    w_lo.eq(c_lo), w_hi.eq(c_hi), w_left.eq(c_wm1), w_last.eq(c_one),
-                    w_active.eq(c_active), w_row_ok.eq(c_row_ok),
-                    w_ctx_last_row.eq(c_ctx_last_row), w_run_last.eq(c_last),
+                    w_valid.eq(s.c_valid), w_addr.eq(s.c_addr), w_off.eq(s.c_goff),
+                    w_lo.eq(s.c_lo), w_hi.eq(s.c_hi), w_left.eq(s.c_wm1), w_last.eq(s.c_one),
+                    w_active.eq(s.c_active), w_row_ok.eq(s.c_row_ok),
+                    w_ctx_last_row.eq(s.c_ctx_last_row), w_run_last.eq(s.c_last),
                 ]
             with m.Else():
                 m.d.sync += [
@@ -574,10 +633,16 @@ class IndexCounters(wiring.Component):
             wstep.ctx_last.eq(w_ctx_last_row & w_last), wstep.last.eq(w_run_last & w_last),
             wstep.active.eq(w_active),
         ]
+        s.w_off = w_off
+        return wstep
 
-        # every lane's pattern shift (:class:`LaneSelect`'s, for the offset ``w_off + i*s_w``)
-        # from per-lane constants: one subtraction and the clamp
+    def _lane_shifts(self, m, s):
+        """Every lane's pattern shift (:class:`LaneSelect`'s, for the offset ``w_off +
+        i*s_w``) from per-lane constants: one subtraction and the clamp. Returns the lanes'
+        shifts and ``tap_last`` flags."""
+        cfg, su, bw, r_n, w_off = self.config, s.su, s.bw, s.r_n, s.w_off
         pwid = cfg.feeder_pattern_width
+        cw = s.cw
         kshape = signed(cw + 3)
         lshift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
         ltap = Signal(r_n)
@@ -591,9 +656,13 @@ class IndexCounters(wiring.Component):
                 lshift[i].eq(Mux(v < 0, 0, Mux(v > bw + pwid, bw + pwid, v))),
                 ltap[i].eq((tap >= 0) & (tap < bw)),
             ]
+        return lshift, ltap
 
-        # --- output: two entries written in turn while not both full, read in turn --------
-        # (``en`` moves only the read pointer and the count)
+    def _output(self, m, s, wstep, lshift, ltap):
+        """Output: two entries written in turn while not both full, read in turn (``en``
+        moves only the read pointer and the count); a start clears the pipeline."""
+        cfg, r_n, full = self.config, s.r_n, s.full
+        a_valid, b_valid, c_valid, w_valid = s.a_valid, s.b_valid, s.c_valid, s.w_valid
         entries = [Signal(step_layout(cfg), name=f"out{e}") for e in range(2)]
         e_shift = [Signal.like(lshift, name=f"out{e}_shift") for e in range(2)]
         e_tap = [Signal(r_n, name=f"out{e}_tap") for e in range(2)]
@@ -601,7 +670,7 @@ class IndexCounters(wiring.Component):
         count = Signal(range(3))
         write = Signal()
         read = Signal()
-        m.d.comb += [write.eq(word_adv & w_valid), read.eq(self.en & (count != 0))]
+        m.d.comb += [write.eq(s.word_adv & w_valid), read.eq(self.en & (count != 0))]
         for e in range(2):
             with m.If(write & (wp == e)):
                 m.d.sync += [entries[e].eq(wstep), e_shift[e].eq(lshift), e_tap[e].eq(ltap)]
@@ -619,9 +688,8 @@ class IndexCounters(wiring.Component):
             self.step.eq(Mux(rp, entries[1], entries[0])),
             self.lane_shift.eq(Mux(rp, e_shift[1], e_shift[0])),
             self.lane_tap.eq(Mux(rp, e_tap[1], e_tap[0])),
-            self.busy.eq(running | a_valid | b_valid | c_valid | w_valid | (count != 0)),
+            self.busy.eq(s.running | a_valid | b_valid | c_valid | w_valid | (count != 0)),
         ]
-        return m
 
 
 # --- feed lanes ----------------------------------------------------------------------------
@@ -1017,18 +1085,40 @@ class DataFeeder(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        bw, r_n, mr = cfg.feeder_bus_width, cfg.rows, cfg.feeder_lane_regs
-        pwid = cfg.feeder_pattern_width
-        cw, ptrw, dim = coord_width(cfg), ptr_width(cfg), cfg.dim_width
-
         state = Signal(FeederState)
         lay = Signal(layer_layout(cfg))
         su = Signal(counter_setup_layout(cfg))      # registered in SETUP
         ic = m.submodules.counters = IndexCounters(cfg)
         m.d.comb += ic.setup.eq(su)
+        # the widths and the signals the methods below share
+        s = SimpleNamespace(bw=cfg.feeder_bus_width, r_n=cfg.rows, mr=cfg.feeder_lane_regs,
+                            pwid=cfg.feeder_pattern_width, cw=coord_width(cfg),
+                            ptrw=ptr_width(cfg), dim=cfg.dim_width, state=state, lay=lay,
+                            su=su, ic=ic)
+        self._setup_products(m, s)
+        self._lane_ends(m, s)
+        self._counter_setup(m, s)
+        self._legality(m, s)
+        # Kernel pattern: S times pattern = (pattern << d_w) | 1.
+        pwid, dim = s.pwid, s.dim
+        pattern = Signal(pwid)
+        pat_left = Signal(dim)
+        d_clamped = Signal(range(pwid + 1))
+        m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
+        s.pattern, s.pat_left, s.d_clamped = pattern, pat_left, d_clamped
+        self._stages(m, s)
+        fifos = self._lanes(m, s)
+        self._output(m, s, fifos)
+        self._counters(m, s)
+        self._control(m, s)
+        return m
 
-        # --- setup: products on one shared multiplier, pipelined (operands, product), one a
-        # cycle; a product that uses another comes at least 3 places after it ------------------
+    def _setup_products(self, m, s):
+        """Setup: products on one shared multiplier, pipelined (operands, product), one a
+        cycle; a product that uses another comes at least 3 places after it. Sets each
+        product's register in ``s`` under its name (``s.hw_`` ... ``s.n0p``), ``s.setup_idx``
+        and ``s.setup_cycles`` (SETUP's)."""
+        dim, ptrw, r_n, lay, state = s.dim, s.ptrw, s.r_n, s.lay, s.state
         hw_ = Signal(2 * dim)
         chw = Signal(3 * dim)
         total = Signal(4 * dim + 1)
@@ -1069,78 +1159,92 @@ class DataFeeder(wiring.Component):
                 m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
             with m.If((state == FeederState.SETUP) & (setup_idx == i + 2)):
                 m.d.sync += dest.eq(mul_p)
+        s.hw_, s.chw, s.total, s.span_w_m1, s.span_h_m1, s.pad_row = (hw_, chw, total,
+                                                                      span_w_m1, span_h_m1,
+                                                                      pad_row)
+        s.cx0, s.cy0, s.dil_row, s.stride_row, s.cy0p, s.n0p = (cx0, cy0, dil_row, stride_row,
+                                                                cy0p, n0p)
+        s.setup_idx, s.setup_cycles = setup_idx, setup_cycles
 
-        # Lane offsets i*s_w, ends i*s_w + span_w and rows*s_w: each register adds s_w to its
-        # neighbour's every cycle, right r_n cycles after its first term.
+    def _lane_ends(self, m, s):
+        """Lane offsets i*s_w, ends i*s_w + span_w and rows*s_w: each register adds s_w to
+        its neighbour's every cycle, right r_n cycles after its first term. Sets ``s.rs``,
+        ``s.lane_off`` and ``s.lane_end``."""
+        cw, lay = s.cw, s.lay
         rs = Signal(cw)
         lane_off = [Const(0, cw)]
         lane_end = [Signal(cw, name="lane_end0")]
-        m.d.comb += lane_end[0].eq(span_w_m1 + 1)
-        for i in range(1, r_n):
+        m.d.comb += lane_end[0].eq(s.span_w_m1 + 1)
+        for i in range(1, s.r_n):
             o = Signal(cw, name=f"lane_off{i}")
             e = Signal(cw, name=f"lane_end{i}")
             m.d.sync += [o.eq(lane_off[-1] + lay.stride_w), e.eq(lane_end[-1] + lay.stride_w)]
             lane_off.append(o)
             lane_end.append(e)
         m.d.sync += rs.eq(lane_off[-1] + lay.stride_w)
+        s.rs, s.lane_off, s.lane_end = rs, lane_off, lane_end
 
-        # Derived values, registered in every cycle (final two cycles after their products),
-        # and registered into the counters' setup in every cycle of SETUP: final in CHECK,
-        # where the counters start.
+    def _counter_setup(self, m, s):
+        """Derived values, registered in every cycle (final two cycles after their
+        products), and registered into the counters' setup in every cycle of SETUP: final in
+        CHECK, where the counters start. Sets ``s.span_w``, ``s.lim_x``, ``s.lim_y`` and
+        ``s.x_end``."""
+        dim, lay, su, lane_off, lane_end = s.dim, s.lay, s.su, s.lane_off, s.lane_end
         span_w = Signal(2 * dim + 1)
         span_h = Signal(2 * dim + 1)
         lim_x = Signal(signed(2 * dim + 3))
         lim_y = Signal(signed(2 * dim + 3))
         x_end = Signal(4 * dim + 2)         # base + N*C*H*W
         m.d.sync += [
-            span_w.eq(span_w_m1 + 1), span_h.eq(span_h_m1 + 1),
+            span_w.eq(s.span_w_m1 + 1), span_h.eq(s.span_h_m1 + 1),
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
             lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
-            x_end.eq(lay.base + total),
+            x_end.eq(lay.base + s.total),
         ]
-        with m.If(state == FeederState.SETUP):
+        with m.If(s.state == FeederState.SETUP):
             m.d.sync += [
                 su.span_all.eq(lane_end[-1]), su.span_w.eq(span_w),
                 su.stride_w.eq(lay.stride_w),
-                su.y_step.eq(lay.dil_h), su.y_limit.eq(span_h_m1), su.y_pstep.eq(dil_row),
-                su.cy_pstep.eq(stride_row), su.cy_pinit.eq(cy0p), su.n_pinit.eq(n0p),
-                su.c_limit.eq(lay.channels - 1), su.c_pstep.eq(hw_),
-                su.cx_step.eq(rs), su.cx_limit.eq(lim_x),
+                su.y_step.eq(lay.dil_h), su.y_limit.eq(s.span_h_m1), su.y_pstep.eq(s.dil_row),
+                su.cy_pstep.eq(s.stride_row), su.cy_pinit.eq(s.cy0p), su.n_pinit.eq(s.n0p),
+                su.c_limit.eq(lay.channels - 1), su.c_pstep.eq(s.hw_),
+                su.cx_step.eq(s.rs), su.cx_limit.eq(lim_x),
                 su.cy_step.eq(lay.stride_h), su.cy_limit.eq(lim_y),
-                su.n_limit.eq(lay.batch - 1), su.n_pstep.eq(chw),
-                su.ptr0.eq(lay.base - pad_row - lay.pad_w),
+                su.n_limit.eq(lay.batch - 1), su.n_pstep.eq(s.chw),
+                su.ptr0.eq(lay.base - s.pad_row - lay.pad_w),
                 su.pad_h.eq(lay.pad_h), su.pad_w.eq(lay.pad_w),
                 su.height.eq(lay.height), su.width.eq(lay.width),
-                su.cx_init.eq(cx0), su.cy_init.eq(cy0), su.n_init.eq(lay.ctx_n),
+                su.cx_init.eq(s.cx0), su.cy_init.eq(s.cy0), su.n_init.eq(lay.ctx_n),
                 su.ctx_count.eq(lay.ctx_count),
             ]
-            for i in range(r_n):
+            for i in range(s.r_n):
                 m.d.sync += [su.lane_off[i].eq(lane_off[i]), su.lane_end[i].eq(lane_end[i])]
+        s.span_w, s.lim_x, s.lim_y, s.x_end = span_w, lim_x, lim_y, x_end
 
-        # Legality (from registered products; final in CHECK).
+    def _legality(self, m, s):
+        """Legality (from registered products; final in CHECK). Sets ``s.illegal``."""
+        cfg, lay, lim_x, lim_y = self.config, s.lay, s.lim_x, s.lim_y
         zero = 0
         for name in _NONZERO_FIELDS:
             zero = zero | (getattr(lay, name) == 0)
         illegal = Signal()      # registered in SETUP, like the counters' setup
-        with m.If(state == FeederState.SETUP):
+        with m.If(s.state == FeederState.SETUP):
             m.d.sync += illegal.eq(
                 zero
-                | (span_w > pwid)
+                | (s.span_w > s.pwid)
                 | (lim_x < 0) | (lim_y < 0)
-                | (x_end > cfg.buf_a_depth * bw)
-                | (lay.ctx_n >= lay.batch) | (cy0 > lim_y) | (cx0 > lim_x))
+                | (s.x_end > cfg.buf_a_depth * s.bw)
+                | (lay.ctx_n >= lay.batch) | (s.cy0 > lim_y) | (s.cx0 > lim_x))
+        s.illegal = illegal
 
-        # Kernel pattern: S times pattern = (pattern << d_w) | 1.
-        pattern = Signal(pwid)
-        pat_left = Signal(dim)
-        d_clamped = Signal(range(pwid + 1))
-        m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
-
-        # --- pipeline -----------------------------------------------------------------------
-        # Stage 0: the counters' step and every lane's pattern shift; it addresses the SRAM.
-        # Stage 1: the word (read), what each lane takes of it and its real-data positions.
-        # Both move together, when stage 1 is free or all lanes are done with its word.
-        fifos = []
+    def _stages(self, m, s):
+        """The pipeline's stages. Stage 0: the counters' step and every lane's pattern shift;
+        it addresses the SRAM. Stage 1: the word (read), what each lane takes of it and its
+        real-data positions. Both move together (``s.adv``), when stage 1 is free or all
+        lanes are done with its word (``s.all_done``, driven by :meth:`_lanes`). Sets
+        ``s.s0_valid``, ``s.s1_valid``, ``s.s1``, ``s.s1_sel``, ``s.s1_rank``,
+        ``s.s1_closes``, ``s.s1_keep``, ``s.all_done`` and ``s.adv``."""
+        cfg, bw, r_n, pwid, ic = self.config, s.bw, s.r_n, s.pwid, s.ic
         s0_valid = Signal()
         s0 = Signal(step_layout(cfg))
         s0_shift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
@@ -1150,7 +1254,7 @@ class DataFeeder(wiring.Component):
         all_done = Signal()
         adv = Signal()
         running = Signal()      # state RUN (the counters start earlier, in CHECK)
-        m.d.comb += [running.eq(state == FeederState.RUN),
+        m.d.comb += [running.eq(s.state == FeederState.RUN),
                      adv.eq((~s1_valid | all_done) & running)]
         m.d.comb += [
             ic.en.eq(adv),
@@ -1169,27 +1273,37 @@ class DataFeeder(wiring.Component):
         for i in range(r_n):
             ranks = LaneRanks(cfg)
             m.submodules[f"ranks{i}"] = ranks
-            m.d.comb += [ranks.pattern.eq(pattern), ranks.shift.eq(s0_shift[i])]
+            m.d.comb += [ranks.pattern.eq(s.pattern), ranks.shift.eq(s0_shift[i])]
             with m.If(adv):
                 m.d.sync += [s0_shift[i].eq(ic.lane_shift[i]), s0_tap[i].eq(ic.lane_tap[i]),
                              s1_sel[i].eq(ranks.sel), s1_rank[i].eq(ranks.rank),
                              s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
+        s.s0_valid, s.s1_valid, s.s1, s.s1_sel, s.s1_rank, s.s1_closes, s.s1_keep = (
+            s0_valid, s1_valid, s1, s1_sel, s1_rank, s1_closes, s1_keep)
+        s.all_done, s.adv = all_done, adv
 
+    def _lanes(self, m, s):
+        """Stage 1's word (padding positions zeroed) into every lane's registers, and each
+        lane's FIFO. Drives ``s.all_done``; sets ``s.blocks`` (a lane waits for FIFO space)
+        and ``s.empties`` (a lane and its FIFO are empty); returns the FIFOs."""
+        cfg, bw, s1_valid, s1_keep = self.config, s.bw, s.s1_valid, s.s1_keep
+        fifos = []
         word = Signal(data.ArrayLayout(arith_for(cfg).operand_shape, bw))
         for j in range(bw):
             m.d.comb += word[j].eq(Mux(s1_keep[j], self.sram.data[j], 0))
 
         dones, blocks, empties = [], [], []
-        for i in range(r_n):
+        for i in range(s.r_n):
             lane = LaneRegisters(cfg)
             m.submodules[f"lane{i}"] = lane
             fifo = SyncFIFOBuffered(width=entry_layout(cfg).size, depth=cfg.feeder_fifo_depth)
             m.submodules[f"fifo{i}"] = fifo
             m.d.comb += [
                 lane.word.eq(word), lane.word_valid.eq(s1_valid),
-                lane.sel.eq(s1_sel[i]), lane.rank.eq(s1_rank[i]), lane.closes.eq(s1_closes[i]),
-                lane.active.eq(s1.active[i]),
-                lane.next.eq(adv),
+                lane.sel.eq(s.s1_sel[i]), lane.rank.eq(s.s1_rank[i]),
+                lane.closes.eq(s.s1_closes[i]),
+                lane.active.eq(s.s1.active[i]),
+                lane.next.eq(s.adv),
                 fifo.w_data.eq(lane.entries.payload), fifo.w_en.eq(lane.entries.valid),
                 lane.entries.ready.eq(fifo.w_rdy),
             ]
@@ -1197,9 +1311,13 @@ class DataFeeder(wiring.Component):
             blocks.append(lane.blocked)
             empties.append(lane.empty & (fifo.level == 0))
             fifos.append(fifo)
-        m.d.comb += all_done.eq(Cat(dones).all())
+        m.d.comb += s.all_done.eq(Cat(dones).all())
+        s.blocks, s.empties = blocks, empties
+        return fifos
 
-        # --- output: one element of every lane per transfer --------------------------------
+    def _output(self, m, s, fifos):
+        """Output: one element of every lane per transfer, from the FIFOs' head entries."""
+        cfg, mr = self.config, s.mr
         heads = [data.View(entry_layout(cfg), f.r_data) for f in fifos]
         idx = Signal(range(mr))
         at_end = Signal()
@@ -1219,13 +1337,15 @@ class DataFeeder(wiring.Component):
         with m.If(take):
             m.d.sync += idx.eq(Mux(at_end, 0, idx + 1))
 
-        # --- control ------------------------------------------------------------------------
-        m.d.comb += self.busy.eq(state != FeederState.IDLE)
-        stall = s1_valid & ~all_done
+    def _counters(self, m, s):
+        """``busy`` and the run's counters (``words_read``, ``stall_cycles``,
+        ``fifo_stall_cycles``, ``busy_cycles``)."""
+        m.d.comb += self.busy.eq(s.state != FeederState.IDLE)
+        stall = s.s1_valid & ~s.all_done
         # The run's counters count a cycle late (registered events; all land before idle).
         ev_read, ev_stall, ev_fifo = Signal(), Signal(), Signal()
         m.d.sync += [ev_read.eq(self.sram.en), ev_stall.eq(stall),
-                     ev_fifo.eq(stall & Cat(blocks).any())]
+                     ev_fifo.eq(stall & Cat(s.blocks).any())]
         with m.If(self.busy):
             m.d.sync += [
                 self.busy_cycles.eq(self.busy_cycles + 1),
@@ -1233,6 +1353,14 @@ class DataFeeder(wiring.Component):
                 self.stall_cycles.eq(self.stall_cycles + ev_stall),
                 self.fifo_stall_cycles.eq(self.fifo_stall_cycles + ev_fifo),
             ]
+
+    def _control(self, m, s):
+        """The control's states: IDLE (a start takes the descriptor and clears the
+        counters), SETUP, CHECK (an illegal descriptor raises ``error``; else the counters
+        start), PATTERN (the kernel pattern, one tap a cycle) and RUN (until the counters,
+        the stages, the lanes and the FIFOs are empty)."""
+        state, lay, setup_idx = s.state, s.lay, s.setup_idx
+        pattern, pat_left = s.pattern, s.pat_left
         with m.Switch(state):
             with m.Case(FeederState.IDLE):
                 with m.If(self.start):
@@ -1244,21 +1372,20 @@ class DataFeeder(wiring.Component):
                     ]
             with m.Case(FeederState.SETUP):
                 m.d.sync += setup_idx.eq(setup_idx + 1)
-                with m.If(setup_idx == setup_cycles - 1):
+                with m.If(setup_idx == s.setup_cycles - 1):
                     m.d.sync += state.eq(FeederState.CHECK)
             with m.Case(FeederState.CHECK):
-                with m.If(illegal):
+                with m.If(s.illegal):
                     m.d.sync += [self.error.eq(1), state.eq(FeederState.IDLE)]
                 with m.Else():
                     m.d.sync += [pattern.eq(0), pat_left.eq(lay.kernel_w),
                                  state.eq(FeederState.PATTERN)]
-                    m.d.comb += ic.start.eq(1)
+                    m.d.comb += s.ic.start.eq(1)
             with m.Case(FeederState.PATTERN):
-                m.d.sync += [pattern.eq((pattern << d_clamped)[:pwid] | 1),
+                m.d.sync += [pattern.eq((pattern << s.d_clamped)[:s.pwid] | 1),
                              pat_left.eq(pat_left - 1)]
                 with m.If(pat_left == 1):
                     m.d.sync += state.eq(FeederState.RUN)
             with m.Case(FeederState.RUN):
-                with m.If(~ic.busy & ~s0_valid & ~s1_valid & Cat(empties).all()):
+                with m.If(~s.ic.busy & ~s.s0_valid & ~s.s1_valid & Cat(s.empties).all()):
                     m.d.sync += state.eq(FeederState.IDLE)
-        return m
