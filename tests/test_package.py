@@ -388,19 +388,9 @@ def test_no_import_cycle():
 #: The longest ``elaborate()`` a component may have (the rest goes into methods with one job).
 ELABORATE_MAX_LINES = 120
 
-#: The ``elaborate()`` methods still longer (issue 50), at most as long as they are now: the
-#: list only shrinks.
-ELABORATE_TOO_LONG = {
-    "bpsa.gateware.frontends.zero_free.loss.ZeroFreeLossWalker": 430,
-    "bpsa.gateware.frontends.conv_forward.ConvForward": 360,
-    "bpsa.gateware.frontends.feeder.feeder.DataFeeder": 248,
-    "bpsa.gateware.frontends.feeder.feeder.IndexCounters": 242,
-}
-
-
 def test_no_elaborate_over_120_lines():
     """Every ``elaborate()`` of the package, from its ``def`` to its last line, is at most
-    :data:`ELABORATE_MAX_LINES` long, but for :data:`ELABORATE_TOO_LONG`, which may not grow."""
+    :data:`ELABORATE_MAX_LINES` long."""
     import ast
     wrong, lengths = [], {}
     for name, path in _modules().items():
@@ -411,7 +401,7 @@ def test_no_elaborate_over_120_lines():
                 if isinstance(item, ast.FunctionDef) and item.name == "elaborate":
                     lengths[f"{name}.{node.name}"] = item.end_lineno - item.lineno + 1
     for key, lines in lengths.items():
-        if lines > ELABORATE_TOO_LONG.get(key, ELABORATE_MAX_LINES):
+        if lines > ELABORATE_MAX_LINES:
             wrong.append(f"{key}.elaborate() is {lines} lines")
-    assert set(ELABORATE_TOO_LONG) <= set(lengths), "ELABORATE_TOO_LONG names no component"
+    assert len(lengths) > 30, "the check found too few components"
     assert not wrong, "\n".join(wrong)
