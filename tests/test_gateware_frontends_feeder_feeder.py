@@ -238,6 +238,7 @@ def test_feed_lane_selection_and_stalls(cfg, layer, lane, ready):
     async def tb(ctx):
         ctx.set(dut.pattern, pattern)
         ctx.set(dut.last_tap, layer.span_w - 1)
+        ctx.set(dut.dil, min(layer.dil_w, pw))
         ctx.set(dut.active, 1)
         entries = []
         state = (0, False)

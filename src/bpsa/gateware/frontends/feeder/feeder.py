@@ -28,7 +28,8 @@ Pieces (each a small component)
     full or when they hold the context's last element (entries never straddle contexts, so the
     entries of all lanes stay aligned: entry ``k`` of a context holds elements ``kM ..
     kM+M-1`` in every lane); made of :class:`LaneSelect` (the pattern's shift),
-    :class:`LaneRanks` (the selected positions and their ranks) and :class:`LaneRegisters`;
+    :class:`LaneTaps` (the first selected position and their count) and
+    :class:`LaneRegisters` (each register addresses the word at ``first + rank * d``);
     :class:`DataFeeder` setup of a layer descriptor, the pipeline (counters; stage 0: step,
     lane shifts, SRAM address; stage 1: data word, lane selections and the lanes), lane FIFOs
     and the lane-aligned output stream.
@@ -55,8 +56,8 @@ from bpsa.gateware.array.arith import arith_for
 
 __all__ = [
     "LAYER_FIELDS", "layer_layout", "entry_layout", "feed_layout", "counter_setup_layout",
-    "step_layout", "rank_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
-    "StepCounter", "IndexCounters", "KernelPatternShifter", "LaneSelect", "LaneRanks",
+    "step_layout", "check_layer", "layer_value", "counter_setup", "FeederState",
+    "StepCounter", "IndexCounters", "KernelPatternShifter", "LaneSelect", "LaneTaps",
     "LaneRegisters", "FeedLane", "DataFeeder",
 ]
 
@@ -750,8 +751,8 @@ class KernelPatternShifter(wiring.Component):
 class LaneSelect(wiring.Component):
     """A lane's word offset turned into what the lane takes of the word (combinational), in two
     steps that the :class:`DataFeeder` registers apart: the offset to the pattern's shift
-    (``shift``, ``tap_last``), the shift to the selected positions and their ranks
-    (:class:`LaneRanks`).
+    (``shift``, ``tap_last``), the shift to the first selected position and their count
+    (:class:`LaneTaps`).
 
     Members
     -------
@@ -786,24 +787,21 @@ class LaneSelect(wiring.Component):
         return m
 
 
-def rank_layout(config):
-    """Ranks of a lane's selection: element ``j`` counts the selected positions before ``j``,
-    element ``B`` all of them."""
-    bw = config.feeder_bus_width
-    return data.ArrayLayout(unsigned(ceil_log2(bw + 1)), bw + 1)
-
-
-class LaneRanks(wiring.Component):
-    """The pattern shifted by ``shift`` (the selected word positions) and their ranks
-    (combinational; the ranks by a log-depth prefix count).
+class LaneTaps(wiring.Component):
+    """The pattern shifted by ``shift`` (the selected word positions), reduced to what the
+    lane's registers address the word with (combinational): the first selected position and
+    how many there are. The selected positions are an arithmetic progression (the kernel's
+    taps, ``d_w`` apart), so ``first`` and the count name all of them.
 
     Members
     -------
     pattern : In(feeder_pattern_width)
     shift : In
         :class:`LaneSelect`'s.
-    sel : Out(feeder_bus_width)
-    rank : Out(rank_layout)
+    first : Out(range(B + 1))
+        The first selected position (``B`` when there is none).
+    count : Out(range(B + 1))
+        The number of selected positions.
     """
 
     def __init__(self, config):
@@ -811,44 +809,46 @@ class LaneRanks(wiring.Component):
         bw, pw = config.feeder_bus_width, config.feeder_pattern_width
         super().__init__({
             "pattern": In(pw), "shift": In(range(bw + pw + 1)),
-            "sel": Out(bw), "rank": Out(rank_layout(config)),
+            "first": Out(range(bw + 1)), "count": Out(range(bw + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
         bw = self.config.feeder_bus_width
-        rw = ceil_log2(bw + 1)
-        m.d.comb += self.sel.eq(_window(self.pattern, self.shift, bw))
-        # Inclusive prefix counts, doubling the span each level.
-        level = [self.sel[j] for j in range(bw)]
-        span = 1
-        while span < bw:
-            nxt = []
-            for j in range(bw):
-                v = Signal(rw, name=f"count{span}_{j}")
-                m.d.comb += v.eq(level[j] + level[j - span] if j >= span else level[j])
-                nxt.append(v)
-            level, span = nxt, span * 2
-        m.d.comb += self.rank[0].eq(0)
-        for j in range(bw):
-            m.d.comb += self.rank[j + 1].eq(level[j])
+        sel = Signal(bw)
+        m.d.comb += sel.eq(_window(self.pattern, self.shift, bw))
+        # population count by a balanced adder tree; first position by priority (last wins)
+        level = [sel[j] for j in range(bw)]
+        while len(level) > 1:
+            level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i]
+                     for i in range(0, len(level), 2)]
+        m.d.comb += [self.count.eq(level[0]), self.first.eq(bw)]
+        for j in reversed(range(bw)):
+            with m.If(sel[j]):
+                m.d.comb += self.first.eq(j)
         return m
 
 
 class LaneRegisters(wiring.Component):
     """A lane's M intermediate registers: places the word's selected elements and pushes them,
-    M at a time, as FIFO entries (the part of :class:`FeedLane` after :class:`LaneRanks`).
+    M at a time, as FIFO entries (the part of :class:`FeedLane` after :class:`LaneTaps`).
 
     The elements of the word placed so far are the first ``t`` selected ones (a register);
-    ``done`` (``rank[B] - t`` at most the free registers) comes from registers and the FIFO's
-    ``ready``, which only selects among precomputed cases.
+    ``done`` (``count - t`` at most the free registers) comes from registers and the FIFO's
+    ``ready``, which only selects among precomputed cases. Each register *addresses* the word:
+    the selected element of rank ``q`` sits at ``first + q * dil`` (a register keeps
+    ``t * dil``, advanced by adding ``placed * dil``), so a register reads one position of the
+    word through one ``B``-way multiplexer.
 
     Members
     -------
     word, word_valid, active, next, done, blocked, empty, entries
         As :class:`FeedLane`'s.
-    sel : In(feeder_bus_width), rank : In(rank_layout)
-        The word positions holding the lane's interest elements, and their ranks.
+    first, count : In(range(B + 1))
+        :class:`LaneTaps`'s: the first word position holding one of the lane's interest
+        elements and how many there are.
+    dil : In(range(feeder_pattern_width + 1))
+        The positions' spacing (the kernel's column dilation).
     closes : In(1)
         The word holds the lane's last element of the context (the context's last row and
         :class:`LaneSelect`'s ``tap_last``).
@@ -859,7 +859,9 @@ class LaneRegisters(wiring.Component):
         op = arith_for(config).operand_shape
         super().__init__({
             "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
-            "sel": In(config.feeder_bus_width), "rank": In(rank_layout(config)),
+            "first": In(range(config.feeder_bus_width + 1)),
+            "count": In(range(config.feeder_bus_width + 1)),
+            "dil": In(range(config.feeder_pattern_width + 1)),
             "closes": In(1), "active": In(1), "next": In(1),
             "done": Out(1), "blocked": Out(1), "empty": Out(1),
             "entries": Out(stream.Signature(entry_layout(config))),
@@ -892,33 +894,32 @@ class LaneRegisters(wiring.Component):
                      free.eq(Mux(accept, mr - base, 0))]
 
         # The first t selected elements of the word are placed; register k >= base takes the
-        # selected element of rank t + k - base, if there is one (both cases of base computed
-        # apart, the registers' state selecting last).
+        # selected element of rank t + k - base, if there is one: the word position
+        # pos[k - base] (both cases of base computed apart, the registers' state selecting
+        # last).
         t = Signal(range(bw + 1))
         cnt = Signal(range(bw + 1))         # selected elements left
-        m.d.comb += cnt.eq(Mux(self.word_valid, self.rank[bw] - t, 0))
+        total = self.count
+        m.d.comb += cnt.eq(Mux(self.word_valid, total - t, 0))
         placed = Signal(range(mr + 1))
         m.d.comb += placed.eq(Mux(cnt < free, cnt, free))
+        pos = self._positions(m, placed)
         for k in range(mr):
-            takes, srcs = [], []
-            for case, b in (("pushed", 0), ("open", fill)):
-                q = Signal(range(-mr, bw + mr + 1), name=f"rank_for{k}_{case}")
-                m.d.comb += q.eq(t + k - b)
-                src = 0
-                for j in range(bw):
-                    src = src | Mux(self.sel[j] & (self.rank[j] == q),
-                                    Value.cast(self.word[j]), 0)
-                takes.append((k >= b) & (q < self.rank[bw]))
-                srcs.append(src)
-            with m.If(self.word_valid & Mux(out.valid, out.ready & takes[0], takes[1])):
-                m.d.sync += regs[k].eq(Mux(out.valid, srcs[0], srcs[1]))
+            open_pos = pos[k]
+            for f in range(1, k + 1):
+                open_pos = Mux(fill == f, pos[k - f], open_pos)
+            idx = Signal(range(bw), name=f"idx{k}")
+            m.d.comb += idx.eq(Mux(out.valid, pos[k], open_pos))
+            take_pushed = t + k < total
+            take_open = (k >= fill) & (t + k - fill < total)
+            with m.If(self.word_valid & Mux(out.valid, out.ready & take_pushed, take_open)):
+                m.d.sync += regs[k].eq(self.word[idx])
 
-        # done is cnt <= free, i.e. rank[B] <= t + free: the bounds t + M and t + M - fill are
+        # done is cnt <= free, i.e. count <= t + free: the bounds t + M and t + M - fill are
         # kept in registers (no subtraction before the comparisons), the cases of the
         # registers' state compared apart and selected last (the FIFO's ready arrives late)
         t_mr = Signal(range(bw + mr + 1), init=mr)          # t + M
         t_room = Signal(range(bw + mr + 1), init=mr)        # t + M - fill
-        total = self.rank[bw]
         m.d.comb += [
             self.done.eq(~self.word_valid | Mux(out.valid,
                                                 Mux(out.ready, total <= t_mr, total == t),
@@ -940,6 +941,35 @@ class LaneRegisters(wiring.Component):
         closes = self.closes & (cnt != 0) & self.done
         m.d.sync += close.eq(closes | (close & ~push))
         return m
+
+    def _positions(self, m, placed):
+        """The word positions of the selected elements of ranks ``t .. t + M - 1``
+        (``first + (t + k) * dil``; meaningful where such an element exists, truncated to
+        the word's position bits); keeps ``t * dil`` in a register, advanced by
+        ``placed * dil``."""
+        bw, mr, pw = self.config.feeder_bus_width, self.config.feeder_lane_regs, \
+            self.config.feeder_pattern_width
+        dk = [Const(0, 1)]
+        for k in range(1, mr + 1):
+            v = Signal(range(k * pw + 1), name=f"dil_x{k}")
+            m.d.comb += v.eq(dk[-1] + self.dil)
+            dk.append(v)
+        tp = Signal(range(bw + pw + 1))     # t * dil (at most first + count * dil < B + dil)
+        base = Signal(range(2 * bw + pw + 1))
+        m.d.comb += base.eq(self.first + tp)
+        pos = []
+        for k in range(mr):
+            p = Signal(range(bw), name=f"pos{k}")
+            m.d.comb += p.eq(base + dk[k])
+            pos.append(p)
+        step = dk[0]
+        for k in range(1, mr + 1):
+            step = Mux(placed == k, dk[k], step)
+        with m.If(self.next):
+            m.d.sync += tp.eq(0)
+        with m.Else():
+            m.d.sync += tp.eq(tp + step)
+        return pos
 
 
 class FeedLane(wiring.Component):
@@ -963,8 +993,8 @@ class FeedLane(wiring.Component):
         ``word`` and the controls below are meaningful.
     offset : In(signed)
         The lane's word offset (global word offset + local offset - bus widths already read).
-    pattern : In(feeder_pattern_width), last_tap : In
-        Kernel pattern and the position of its last bit, ``(S-1)*d``.
+    pattern : In(feeder_pattern_width), last_tap : In, dil : In
+        Kernel pattern, the position of its last bit, ``(S-1)*d``, and its spacing ``d``.
     ctx_end : In(1)
         The word belongs to the context's last interest-region row.
     active : In(1)
@@ -990,7 +1020,7 @@ class FeedLane(wiring.Component):
         super().__init__({
             "word": In(data.ArrayLayout(op, config.feeder_bus_width)), "word_valid": In(1),
             "offset": In(signed(offset_width)), "pattern": In(pw), "last_tap": In(range(pw)),
-            "ctx_end": In(1), "active": In(1), "next": In(1),
+            "dil": In(range(pw + 1)), "ctx_end": In(1), "active": In(1), "next": In(1),
             "done": Out(1), "blocked": Out(1), "empty": Out(1),
             "entries": Out(stream.Signature(entry_layout(config))),
         })
@@ -998,13 +1028,13 @@ class FeedLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         sel = m.submodules.select = LaneSelect(self.config, offset_width=self.offset_width)
-        ranks = m.submodules.ranks = LaneRanks(self.config)
+        taps = m.submodules.taps = LaneTaps(self.config)
         regs = m.submodules.regs = LaneRegisters(self.config)
         m.d.comb += [
             sel.offset.eq(self.offset), sel.last_tap.eq(self.last_tap),
-            ranks.pattern.eq(self.pattern), ranks.shift.eq(sel.shift),
+            taps.pattern.eq(self.pattern), taps.shift.eq(sel.shift),
             regs.word.eq(self.word), regs.word_valid.eq(self.word_valid),
-            regs.sel.eq(ranks.sel), regs.rank.eq(ranks.rank),
+            regs.first.eq(taps.first), regs.count.eq(taps.count), regs.dil.eq(self.dil),
             regs.closes.eq(self.ctx_end & sel.tap_last), regs.active.eq(self.active),
             regs.next.eq(self.next),
             self.done.eq(regs.done), self.blocked.eq(regs.blocked), self.empty.eq(regs.empty),
@@ -1045,7 +1075,7 @@ class DataFeeder(wiring.Component):
 
     Pipeline: the index counters' step (registered) goes to stage 0 with every lane's pattern
     shift; stage 0 addresses the SRAM (``sram.en`` with the word's address) and moves to stage
-    1 with every lane's selection and ranks; the word arrives there (synchronous read port;
+    1 with every lane's first selected position and count; the word arrives there (synchronous read port;
     ``data`` holds while ``en`` is low), padding positions are zeroed, and every lane places
     its elements. Both stages move together; the word is held (a *stall*) until all lanes have
     placed their interest elements. Every cycle's logic starts at registers: one word a cycle
@@ -1242,7 +1272,7 @@ class DataFeeder(wiring.Component):
         it addresses the SRAM. Stage 1: the word (read), what each lane takes of it and its
         real-data positions. Both move together (``s.adv``), when stage 1 is free or all
         lanes are done with its word (``s.all_done``, driven by :meth:`_lanes`). Sets
-        ``s.s0_valid``, ``s.s1_valid``, ``s.s1``, ``s.s1_sel``, ``s.s1_rank``,
+        ``s.s0_valid``, ``s.s1_valid``, ``s.s1``, ``s.s1_first``, ``s.s1_count``,
         ``s.s1_closes``, ``s.s1_keep``, ``s.all_done`` and ``s.adv``."""
         cfg, bw, r_n, pwid, ic = self.config, s.bw, s.r_n, s.pwid, s.ic
         s0_valid = Signal()
@@ -1261,8 +1291,8 @@ class DataFeeder(wiring.Component):
             self.sram.addr.eq(s0.addr),
             self.sram.en.eq(adv & s0_valid & s0.read),
         ]
-        s1_sel = Signal(data.ArrayLayout(bw, r_n))
-        s1_rank = Signal(data.ArrayLayout(rank_layout(cfg), r_n))
+        s1_first = Signal(data.ArrayLayout(range(bw + 1), r_n))
+        s1_count = Signal(data.ArrayLayout(range(bw + 1), r_n))
         s1_closes = Signal(r_n)
         s1_keep = Signal(bw)
         with m.If(adv):
@@ -1271,15 +1301,15 @@ class DataFeeder(wiring.Component):
             for j in range(bw):
                 m.d.sync += s1_keep[j].eq((s0.lo <= j) & (j < s0.hi))
         for i in range(r_n):
-            ranks = LaneRanks(cfg)
-            m.submodules[f"ranks{i}"] = ranks
-            m.d.comb += [ranks.pattern.eq(s.pattern), ranks.shift.eq(s0_shift[i])]
+            taps = LaneTaps(cfg)
+            m.submodules[f"taps{i}"] = taps
+            m.d.comb += [taps.pattern.eq(s.pattern), taps.shift.eq(s0_shift[i])]
             with m.If(adv):
                 m.d.sync += [s0_shift[i].eq(ic.lane_shift[i]), s0_tap[i].eq(ic.lane_tap[i]),
-                             s1_sel[i].eq(ranks.sel), s1_rank[i].eq(ranks.rank),
+                             s1_first[i].eq(taps.first), s1_count[i].eq(taps.count),
                              s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
-        s.s0_valid, s.s1_valid, s.s1, s.s1_sel, s.s1_rank, s.s1_closes, s.s1_keep = (
-            s0_valid, s1_valid, s1, s1_sel, s1_rank, s1_closes, s1_keep)
+        s.s0_valid, s.s1_valid, s.s1, s.s1_first, s.s1_count, s.s1_closes, s.s1_keep = (
+            s0_valid, s1_valid, s1, s1_first, s1_count, s1_closes, s1_keep)
         s.all_done, s.adv = all_done, adv
 
     def _lanes(self, m, s):
@@ -1300,7 +1330,8 @@ class DataFeeder(wiring.Component):
             m.submodules[f"fifo{i}"] = fifo
             m.d.comb += [
                 lane.word.eq(word), lane.word_valid.eq(s1_valid),
-                lane.sel.eq(s.s1_sel[i]), lane.rank.eq(s.s1_rank[i]),
+                lane.first.eq(s.s1_first[i]), lane.count.eq(s.s1_count[i]),
+                lane.dil.eq(s.d_clamped),
                 lane.closes.eq(s.s1_closes[i]),
                 lane.active.eq(s.s1.active[i]),
                 lane.next.eq(s.adv),
