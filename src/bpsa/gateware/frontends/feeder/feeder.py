@@ -31,8 +31,9 @@ Pieces (each a small component)
     :class:`LaneTaps` (the first selected position and their count) and
     :class:`LaneRegisters` (each register addresses the word at ``first + rank * d``);
     :class:`DataFeeder` setup of a layer descriptor, the pipeline (counters; stage 0: step,
-    lane shifts, SRAM address; stage 1: data word, lane selections and the lanes), lane FIFOs
-    and the lane-aligned output stream.
+    every lane's shifted pattern, SRAM address; stage 1: data word, every lane's first
+    selected position and count, and the lanes), lane FIFOs and the lane-aligned output
+    stream.
 
 Differences from the paper
     The feed registers do not skew the rows: the output is lane-aligned (the array skews
@@ -788,16 +789,15 @@ class LaneSelect(wiring.Component):
 
 
 class LaneTaps(wiring.Component):
-    """The pattern shifted by ``shift`` (the selected word positions), reduced to what the
-    lane's registers address the word with (combinational): the first selected position and
-    how many there are. The selected positions are an arithmetic progression (the kernel's
-    taps, ``d_w`` apart), so ``first`` and the count name all of them.
+    """The selected word positions (the shifted kernel pattern) reduced to what the lane's
+    registers address the word with (combinational): the first selected position and how
+    many there are. The selected positions are an arithmetic progression (the kernel's taps,
+    ``d_w`` apart), so ``first`` and the count name all of them.
 
     Members
     -------
-    pattern : In(feeder_pattern_width)
-    shift : In
-        :class:`LaneSelect`'s.
+    sel : In(feeder_bus_width)
+        The selected word positions (:class:`KernelPatternShifter`'s ``sel``).
     first : Out(range(B + 1))
         The first selected position (``B`` when there is none).
     count : Out(range(B + 1))
@@ -806,17 +806,14 @@ class LaneTaps(wiring.Component):
 
     def __init__(self, config):
         self.config = require_config(config)
-        bw, pw = config.feeder_bus_width, config.feeder_pattern_width
+        bw = config.feeder_bus_width
         super().__init__({
-            "pattern": In(pw), "shift": In(range(bw + pw + 1)),
-            "first": Out(range(bw + 1)), "count": Out(range(bw + 1)),
+            "sel": In(bw), "first": Out(range(bw + 1)), "count": Out(range(bw + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        bw = self.config.feeder_bus_width
-        sel = Signal(bw)
-        m.d.comb += sel.eq(_window(self.pattern, self.shift, bw))
+        bw, sel = self.config.feeder_bus_width, self.sel
         # population count by a balanced adder tree; first position by priority (last wins)
         level = [sel[j] for j in range(bw)]
         while len(level) > 1:
@@ -1032,7 +1029,7 @@ class FeedLane(wiring.Component):
         regs = m.submodules.regs = LaneRegisters(self.config)
         m.d.comb += [
             sel.offset.eq(self.offset), sel.last_tap.eq(self.last_tap),
-            taps.pattern.eq(self.pattern), taps.shift.eq(sel.shift),
+            taps.sel.eq(_window(self.pattern, sel.shift, self.config.feeder_bus_width)),
             regs.word.eq(self.word), regs.word_valid.eq(self.word_valid),
             regs.first.eq(taps.first), regs.count.eq(taps.count), regs.dil.eq(self.dil),
             regs.closes.eq(self.ctx_end & sel.tap_last), regs.active.eq(self.active),
@@ -1073,10 +1070,10 @@ class DataFeeder(wiring.Component):
     which the fields cannot hold) raise ``error`` after ``CHECK``: the feeder returns to idle
     without reading or producing anything. ``error`` holds until the next ``start``.
 
-    Pipeline: the index counters' step (registered) goes to stage 0 with every lane's pattern
-    shift; stage 0 addresses the SRAM (``sram.en`` with the word's address) and moves to stage
-    1 with every lane's first selected position and count; the word arrives there (synchronous read port;
-    ``data`` holds while ``en`` is low), padding positions are zeroed, and every lane places
+    Pipeline: the index counters' step (registered) goes to stage 0 with every lane's shifted
+    pattern; stage 0 addresses the SRAM (``sram.en`` with the word's address) and moves to
+    stage 1 with every lane's first selected position and count; the word arrives there
+    (synchronous read port; ``data`` holds while ``en`` is low), padding positions are zeroed, and every lane places
     its elements. Both stages move together; the word is held (a *stall*) until all lanes have
     placed their interest elements. Every cycle's logic starts at registers: one word a cycle
     in steady state.
@@ -1268,16 +1265,16 @@ class DataFeeder(wiring.Component):
         s.illegal = illegal
 
     def _stages(self, m, s):
-        """The pipeline's stages. Stage 0: the counters' step and every lane's pattern shift;
-        it addresses the SRAM. Stage 1: the word (read), what each lane takes of it and its
+        """The pipeline's stages. Stage 0: the counters' step and every lane's shifted
+        pattern (its selected word positions); it addresses the SRAM. Stage 1: the word (read), what each lane takes of it and its
         real-data positions. Both move together (``s.adv``), when stage 1 is free or all
         lanes are done with its word (``s.all_done``, driven by :meth:`_lanes`). Sets
         ``s.s0_valid``, ``s.s1_valid``, ``s.s1``, ``s.s1_first``, ``s.s1_count``,
         ``s.s1_closes``, ``s.s1_keep``, ``s.all_done`` and ``s.adv``."""
-        cfg, bw, r_n, pwid, ic = self.config, s.bw, s.r_n, s.pwid, s.ic
+        cfg, bw, r_n, ic = self.config, s.bw, s.r_n, s.ic
         s0_valid = Signal()
         s0 = Signal(step_layout(cfg))
-        s0_shift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        s0_sel = Signal(data.ArrayLayout(bw, r_n))     # every lane's shifted pattern
         s0_tap = Signal(r_n)
         s1_valid = Signal()
         s1 = Signal(step_layout(cfg))
@@ -1303,9 +1300,10 @@ class DataFeeder(wiring.Component):
         for i in range(r_n):
             taps = LaneTaps(cfg)
             m.submodules[f"taps{i}"] = taps
-            m.d.comb += [taps.pattern.eq(s.pattern), taps.shift.eq(s0_shift[i])]
+            m.d.comb += taps.sel.eq(s0_sel[i])
             with m.If(adv):
-                m.d.sync += [s0_shift[i].eq(ic.lane_shift[i]), s0_tap[i].eq(ic.lane_tap[i]),
+                m.d.sync += [s0_sel[i].eq(_window(s.pattern, ic.lane_shift[i], bw)),
+                             s0_tap[i].eq(ic.lane_tap[i]),
                              s1_first[i].eq(taps.first), s1_count[i].eq(taps.count),
                              s1_closes[i].eq(s0.ctx_last_row & s0_tap[i])]
         s.s0_valid, s.s1_valid, s.s1, s.s1_first, s.s1_count, s.s1_closes, s.s1_keep = (
