@@ -12,6 +12,7 @@ from amaranth.sim import Simulator
 
 from bpsa.config import Config
 from bpsa.gateware.frontends.pool.pool import PoolEngine
+from bpsa.gateware.results.psum_buffer import FLOAT_SPACING
 from bpsa.models import float_pool, floating
 from bpsa.models.golden import pool2d, pool2d_backward
 from bpsa.sim.testbenches.pool_runs import PoolRuns
@@ -30,6 +31,8 @@ CFG_U = CFG.replace(name="pool_test_u", operand_width=6, operand_signed=False, a
 CFG_L = CFG.replace(name="pool_test_lanes", pool_lanes=3)
 #: The same in bf16.
 CFG_BF16_L = CFG_BF16.replace(name="pool_test_bf16_lanes", pool_lanes=3)
+#: And in fp16.
+CFG_FP16_L = CFG_BF16_L.replace(name="pool_test_fp16_lanes", arithmetic="fp16")
 
 
 def _layer(rng, cfg):
@@ -62,10 +65,14 @@ def _run_engine(cfg, phase, x, dy, lay, relu):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            got = {}
-            for _ in range(200_000):
+            got, last = {}, {}
+            for cycle in range(200_000):
                 if ctx.get(dut.acc.valid):
                     addr = ctx.get(dut.acc.payload.addr)
+                    if cfg.is_float:     # P's fp32 adders do not forward a word's sum
+                        assert cycle - last.get(addr, -FLOAT_SPACING) >= FLOAT_SPACING, \
+                            f"two vectors for P word {addr} {cycle - last[addr]} cycles apart"
+                        last[addr] = cycle
                     vec = [ctx.get(dut.acc.payload.data[j]) for j in range(cfg.cols)]
                     if cfg.pool_lanes == 1:
                         assert sum(v != 0 for v in vec) <= 1, "one element a vector"
@@ -182,6 +189,31 @@ def test_float_pool_forward_backward_random(cfg, seed):
     want = float_pool.pool2d_backward(dy, x, *args, relu=relu)
     got, _ = _run_engine(cfg, "pool_backward", x, dy, lay, relu)
     np.testing.assert_array_equal(got & 0xFFFFFFFF, want, err_msg=f"backward {lay} relu {relu}")
+
+
+@pytest.mark.parametrize("cfg", [CFG_BF16_L, CFG_FP16_L], ids=lambda c: c.name)
+def test_float_pool_backward_lanes(cfg):
+    """Floating point with ``pool_lanes``, max backward: the lanes whose maxima are the same
+    element reach P as one vector (P's fp32 adders take a word's vectors FLOAT_SPACING cycles
+    apart, which _run_engine checks; the unit used to send a lane a cycle, so P kept only the
+    last lane's dY of a word). 1 x 1 windows (every lane's maximum the same element, the
+    fuzzer's layer that found it: dX was 0 but in the last lane), then 2 x 2 windows whose
+    lanes' maxima differ, overlapping (stride 1) and not, with and without ReLU, against
+    bpsa.models.float_pool."""
+    fmt = cfg.arithmetic
+    rng = np.random.default_rng(514377414)
+    for lay, relu in ((dict(n=2, c=5, h=14, w=1, r=1, s=1, stride=(1, 2), pad=(0, 0)), True),
+                      (dict(n=1, c=4, h=3, w=4, r=1, s=1, stride=(1, 1), pad=(0, 0)), False),
+                      (dict(n=1, c=3, h=4, w=5, r=2, s=2, stride=(1, 1), pad=(1, 0)), True),
+                      (dict(n=2, c=3, h=5, w=4, r=2, s=2, stride=(2, 2), pad=(0, 1)), False)):
+        lay["kind"] = "max"
+        x = _float_operands(rng, fmt, (lay["n"], lay["c"], lay["h"], lay["w"]))
+        args = ("max", (lay["r"], lay["s"]), lay["stride"], lay["pad"], fmt)
+        dy = _float_operands(rng, fmt, float_pool.pool2d(x, *args, requant=False).shape)
+        want = float_pool.pool2d_backward(dy, x, *args, relu=relu)
+        got, _ = _run_engine(cfg, "pool_backward", x, dy, lay, relu)
+        np.testing.assert_array_equal(got & 0xFFFFFFFF, want,
+                                      err_msg=f"backward {lay} relu {relu}")
 
 
 def test_float_pool_sums_in_the_documented_order():

@@ -11,7 +11,9 @@ the datapath below is one a lane (the maximum and where it is, the sums, the div
 ReLU mask), the walk is the one plane's, and a result leaves a vector of the ``L`` planes:
 block ``i`` of a run from P word ``i p_row``, element ``e`` in word ``e``, plane ``j`` of the
 block in lane ``j``. Max backward then adds each lane's dY at its own maximum, a lane a cycle
-(SCATTER takes ``L`` cycles a window).
+(SCATTER takes ``L`` cycles a window); in floating point the lanes whose maxima are the same
+element leave as one vector (P's fp32 adders need a word's vectors
+:data:`bpsa.gateware.results.psum_buffer.FLOAT_SPACING` cycles apart).
 
 Forward (im2col order, Rohwedder Ch. 4)
     For each plane of the run, output row of the band and output column: the window's taps
@@ -769,7 +771,13 @@ class PoolEngine(CheckedComponent):
     def _scatter(self, m, L, v):
         """Backward, max: states SROW (a row of windows), SPIX (read its dY), SPIX_D (scan the
         window), SCATTER (add dY at the maximum when it lies in the band; with
-        ``pool_lanes``, a lane a cycle, each at its own maximum), SNEXT."""
+        ``pool_lanes``, a lane a cycle, each at its own maximum), SNEXT.
+
+        Floating point with ``pool_lanes``: P's fp32 adders do not forward a word's sum to
+        the next vector for it (:data:`bpsa.gateware.results.psum_buffer.FLOAT_SPACING`), so
+        the lanes whose maxima are the same element (the same P word) go into P as one
+        vector, in the cycle of the first of them (:meth:`_float_lanes_put`); SCATTER still
+        takes ``L`` cycles."""
         cfg = self.config
         NL = cfg.pool_lanes
         rp = v["rp"]
@@ -780,6 +788,10 @@ class PoolEngine(CheckedComponent):
         fp = cfg.is_float
         if NL == 1:
             am, bst, dsv = amaddr[0], best[0], dsave[0]
+        elif fp:                         # the lane whose cycle it is: its maximum
+            sl = Signal(range(NL))
+            am = Signal.like(amaddr[0], name="am_sel")
+            m.d.comb += am.eq(Array(amaddr)[sl])
         else:                            # the lane SCATTER adds: its maximum, dY
             sl = Signal(range(NL))
             am, bst, dsv = Signal.like(amaddr[0], name="am_sel"), Signal(op, name="best_sel"), \
@@ -802,9 +814,12 @@ class PoolEngine(CheckedComponent):
             m.d.comb += ln.eq(e - wq * cfg.cols)
         else:
             wq, ln = e, sl
-        inside = (am >= xband) & (am < v["xbend"])
-        positive = (is_positive(bst, cfg.arithmetic) if fp else
-                    (bst > 0) if op.signed else (bst != 0))
+        if fp and NL > 1:
+            lanes_put = self._float_lanes_put(m, L, v, sl, am, wq)
+        else:
+            inside = (am >= xband) & (am < v["xbend"])
+            positive = (is_positive(bst, cfg.arithmetic) if fp else
+                        (bst > 0) if op.signed else (bst != 0))
         with m.State("SROW"):
             with m.If(~v["ymore"]):          # the plane's windows are done
                 with m.If(v["more"]):
@@ -826,8 +841,11 @@ class PoolEngine(CheckedComponent):
                          *v["start_scan"](wtop, left, wrow)]
             m.next = "SCAN"
         with m.State("SCATTER"):
-            with m.If(inside & (~L.relu | positive)):
-                v["put"](widen(m, dsv, cfg.arithmetic, "dy32") if fp else dsv, wq, ln)
+            if fp and NL > 1:
+                lanes_put()
+            else:
+                with m.If(inside & (~L.relu | positive)):
+                    v["put"](widen(m, dsv, cfg.arithmetic, "dy32") if fp else dsv, wq, ln)
             def next_window():
                 with m.If(~v["xlast"]):
                     m.d.sync += [ox.eq(ox + 1), v["xlast"].eq(ox >= v["xm2"]),
@@ -845,3 +863,36 @@ class PoolEngine(CheckedComponent):
                 with m.If(sl == NL - 1):
                     m.d.sync += sl.eq(0)
                     next_window()
+
+    def _float_lanes_put(self, m, L, v, sl, am, wq):
+        """Floating point with ``pool_lanes``: SCATTER's vector in its cycle ``sl`` (a
+        function adding it, called in the state). Lane ``j`` adds (``ok``) when its maximum
+        lies in the band and, with ``relu``, is positive. The cycle of lane ``sl`` puts one
+        vector into P word ``wq`` (``sl``'s maximum, ``am``) when ``sl`` adds and no earlier
+        lane adding has the same maximum: every lane adding at that element, its dY in its
+        own lane (the others 0). Each P word so gets at most one vector a window (P's fp32
+        adders need a word's vectors ``FLOAT_SPACING`` cycles apart; the next window's come
+        seven cycles after the last lane's), and each lane's additions keep their order. (The
+        function widens the dY in the state: :func:`widen` switches, which an FSM takes only
+        inside a state.)"""
+        cfg = self.config
+        NL = cfg.pool_lanes
+        amaddr, best, dsave = v["amaddr"], v["best"], v["dsave"]
+        ok = [Signal(name=f"sok{j}") for j in range(NL)]
+        same = [Signal(name=f"ssame{j}") for j in range(NL)]
+        for j in range(NL):
+            inside = (amaddr[j] >= v["xband"]) & (amaddr[j] < v["xbend"])
+            m.d.comb += [ok[j].eq(inside & (~L.relu | is_positive(best[j], cfg.arithmetic))),
+                         same[j].eq(amaddr[j] == am)]
+        lead = Signal(name="slead")      # lane sl adds, and no earlier lane at its element
+        m.d.comb += lead.eq(Array(ok)[sl] & ~Cat(*(ok[i] & same[i] & (i < sl)
+                                                   for i in range(NL))).any())
+
+        def put():
+            dy32 = [widen(m, d, cfg.arithmetic, f"dy32_{j}") for j, d in enumerate(dsave)]
+            with m.If(lead):
+                m.d.comb += [self.acc.valid.eq(1),
+                             self.acc.payload.addr.eq(v["ppb"] + wq)]
+                for j in range(NL):
+                    m.d.comb += self.acc.payload.data[j].eq(Mux(ok[j] & same[j], dy32[j], 0))
+        return put
