@@ -49,9 +49,9 @@ Tags
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import ReadPort
+from amaranth.lib.memory import Memory, ReadPort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -194,15 +194,17 @@ class ZeroFreeLossWalker(wiring.Component):
         return Mux(index == SLOTS - 1, 0, index + 1)
 
     def _tags(self, m, s):
-        """The tags, ``TAG_SLOTS`` contexts of one per row, and their read
-        (``tag_ctx``, ``tag_row``). Sets ``s.tags``, ``s.ctx_in_flight``, ``s.ctx_slot``."""
+        """The tags, ``TAG_SLOTS`` contexts of one per row, in a small RAM (LUT RAM: one
+        write a cycle, read asynchronously at ``tag_ctx``, ``tag_row``; a tag is read only
+        after its context was issued). Sets ``s.tags`` (the write port), ``s.ctx_in_flight``,
+        ``s.ctx_slot``."""
         cfg, R = self.config, self.config.rows
-        tags = [[Signal(tag_layout(cfg), name=f"tag{c}_{i}") for i in range(R)]
-                for c in range(TAG_SLOTS)]
-        for c in range(TAG_SLOTS):
-            for i in range(R):
-                with m.If((self.tag_ctx == c) & (self.tag_row == i)):
-                    m.d.comb += self.tag.eq(tags[c][i])
+        rb = ceil_log2(R)
+        m.submodules.tag_ram = ram = Memory(shape=tag_layout(cfg), depth=TAG_SLOTS << rb,
+                                            init=[])
+        tags = ram.write_port()
+        read = ram.read_port(domain="comb")
+        m.d.comb += [read.addr.eq(Cat(self.tag_row, self.tag_ctx)), self.tag.eq(read.data)]
         ctx_in_flight = Signal(range(TAG_SLOTS + 1))
         ctx_slot = Signal(range(TAG_SLOTS))       # tag slot of the context being issued
         s.tags, s.ctx_in_flight, s.ctx_slot = tags, ctx_in_flight, ctx_slot
@@ -462,13 +464,11 @@ class ZeroFreeLossWalker(wiring.Component):
                 with m.If(wr_slot == slot):
                     m.d.sync += slot_full[slot].eq(1)
 
+        m.d.comb += s.tags.addr.eq(Cat(b_lane, s.ctx_slot))
         with m.If(issue):
             with m.If(b_first):
-                for c in range(TAG_SLOTS):
-                    for i in range(R):
-                        with m.If((s.ctx_slot == c) & (b_lane == i)):
-                            m.d.sync += [s.tags[c][i].ok.eq(s.b_exists),
-                                         s.tags[c][i].addr.eq(s.b_tag)]
+                m.d.comb += [s.tags.en.eq(1), s.tags.data.ok.eq(s.b_exists),
+                             s.tags.data.addr.eq(s.b_tag)]
             with m.If(b_end):
                 for slot in range(S):
                     with m.If(b_slot == slot):
