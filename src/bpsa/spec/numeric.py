@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FLOAT_FORMATS", "FloatFormat", "float_format", "POOL_DIVIDE_CHUNK",
+__all__ = ["FLOAT_FORMATS", "FloatFormat", "float_format", "MX_BLOCK", "MX_FORMATS",
+           "MX_SCALE_BIAS", "MX_SCALE_NAN", "MX_SCALE_RULES", "MxFormat", "mx_format", "POOL_DIVIDE_CHUNK",
            "POOL_FLOAT_MAC_LATENCY", "POOL_RECIP_SHIFT", "element_bytes", "operand_range",
            "pool_divide_cycles", "pool_divide_widths", "pool_window_limit", "wrap", "wrap_array"]
 
@@ -147,3 +148,91 @@ def float_format(fmt):
     except (KeyError, TypeError):
         raise ValueError(f"floating-point format must be one of {list(FLOAT_FORMATS)}, "
                          f"not {fmt!r}") from None
+
+
+#: Elements per block of an OCP MX (Microscaling v1.0) format: each block shares one scale.
+MX_BLOCK = 32
+#: The E8M0 scale: code ``c`` in ``[0, 254]`` is ``2**(c - MX_SCALE_BIAS)``; ``MX_SCALE_NAN``
+#: makes the whole block NaN.
+MX_SCALE_BIAS = 127
+MX_SCALE_NAN = 255
+#: How a block's scale is chosen (``docs/architecture/mx.md``): ``"floor"`` is OCP MX 6.3
+#: (``floor(log2(amax)) - emax`` of the element type; the largest elements may saturate);
+#: ``"ceil"`` is the smallest scale at which no element saturates (the scale "rounded up" of
+#: NVIDIA's MXFP8 training recipe).
+MX_SCALE_RULES = ("floor", "ceil")
+
+
+@dataclass(frozen=True)
+class MxFormat:
+    """An OCP MX block format: :data:`MX_BLOCK` 8-bit elements sharing an E8M0 scale.
+
+    An element's value is ``I * 2**quantum_exp`` with ``I`` an integer (:attr:`max_int` at
+    most in magnitude): for ``int8`` the two's-complement code itself (an implicit scale of
+    2^-6); for the FP8 elements ``(-1)**s * M << max(E - 1, 0)`` with ``M`` the significand
+    (the stored fraction, plus the hidden bit when the exponent field ``E`` is not 0).
+    ``exp_bits = 0`` marks the integer element."""
+    name: str
+    exp_bits: int
+    man_bits: int
+    #: the element's largest finite magnitude's code (sign bit clear)
+    max_code: int
+
+    bits = 8
+
+    @property
+    def is_int(self):
+        return self.exp_bits == 0
+
+    @property
+    def bias(self):
+        return (1 << (self.exp_bits - 1)) - 1 if self.exp_bits else 0
+
+    @property
+    def emin(self):
+        """The exponent of the element's smallest normal number (``int8``: its one step's
+        exponent plus its fraction bits, so that :attr:`quantum_exp` is ``-6``)."""
+        return 1 - self.bias if self.exp_bits else 0
+
+    @property
+    def quantum_exp(self):
+        """The exponent of the element's smallest step: every element is a multiple of
+        ``2**quantum_exp``."""
+        return self.emin - self.man_bits
+
+    @property
+    def max_int(self):
+        """The largest element magnitude in steps of ``2**quantum_exp``."""
+        if self.is_int:
+            return self.max_code
+        e, f = self.max_code >> self.man_bits, self.max_code & ((1 << self.man_bits) - 1)
+        return (f | (1 << self.man_bits)) << (e - 1)
+
+    @property
+    def emax(self):
+        """``floor(log2)`` of the largest finite element: OCP MX 6.3's ``emax_elem``."""
+        return (self.max_int.bit_length() - 1) + self.quantum_exp
+
+    @property
+    def max_value(self):
+        return self.max_int * 2.0 ** self.quantum_exp
+
+
+#: The MX formats by name. ``mxint8``: elements -127..127 (two's complement, implicit scale
+#: 2^-6; conversion saturates to +-127 steps, the code 0x80 reads as -2); ``mxfp8_e4m3``: OCP
+#: FP8 E4M3 (bias 7, largest 448, S.1111.111 NaN, no infinities); ``mxfp8_e5m2``: OCP FP8
+#: E5M2 (bias 15, largest 57344, IEEE-style infinities and NaNs).
+MX_FORMATS = {f.name: f for f in (MxFormat("mxint8", 0, 6, 127),
+                                  MxFormat("mxfp8_e4m3", 4, 3, 0x7E),
+                                  MxFormat("mxfp8_e5m2", 5, 2, 0x7B))}
+
+
+def mx_format(fmt):
+    """The :class:`MxFormat` ``fmt`` (itself, or its name in :data:`MX_FORMATS`); anything
+    else is refused with the names allowed."""
+    if isinstance(fmt, MxFormat):
+        return fmt
+    try:
+        return MX_FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"MX format must be one of {list(MX_FORMATS)}, not {fmt!r}") from None

@@ -1,0 +1,338 @@
+"""OCP MX block formats (``docs/architecture/mx.md``): the public quantizer and the golden
+model of the block dot product, in integers.
+
+:func:`quantize` converts ``float32`` values to element codes and E8M0 scale codes, blocks of
+:data:`~bpsa.spec.numeric.MX_BLOCK` along one axis, per OCP MX v1.0 section 6.3 (the
+``"floor"`` scale) or with the scale rounded up (``"ceil"``, a named option); :func:`dequantize`
+inverts it exactly. :func:`matmul` is the contract's block dot product: each block's products
+summed exactly in integers, the block's sum scaled by its two exponents and added into an fp32
+accumulator, rounded once per block, blocks in order along the reduction axis.
+
+The conversion in short (the document has the reasons):
+
+- a block's scale ``X``: ``floor(log2(amax)) - emax`` of the element type (``"floor"``), or the
+  smallest ``X`` with ``amax <= max_value * 2**X`` (``"ceil"``); clamped to ``[-127, 127]``;
+  an all-zero block has ``X = -127`` (code 0);
+- each element ``x / 2**X`` rounded to nearest even on the element's grid (its subnormals
+  included), saturated to the element's largest finite magnitude (``int8``: +-127 steps);
+  a result that rounds to zero keeps the sign in FP8 (``-0`` is ``0x80``);
+- a block with a NaN or an infinity: scale code 255 (NaN), element codes 0;
+- ``float32`` subnormal inputs are read exactly; other inputs are first cast to ``float32``.
+"""
+
+import numpy as np
+
+from bpsa.models.floating import round_to
+from bpsa.spec.layer import conv_params, output_hw
+from bpsa.spec.numeric import (FLOAT_FORMATS, MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN,
+                               MX_SCALE_RULES, mx_format)
+
+__all__ = ["block_values", "conv_forward", "conv_gradient", "conv_loss", "dequantize",
+           "element_ints", "matmul", "quantize"]
+
+_F32 = FLOAT_FORMATS["fp32"]
+
+
+def _blocked(x, axis):
+    """``x`` moved so that ``axis`` is last, zero-padded to whole blocks and split: shape
+    ``(..., blocks, MX_BLOCK)``; and the unpadded length."""
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    nb = -(-n // MX_BLOCK)
+    pad = np.zeros(x.shape[:-1] + (nb * MX_BLOCK - n,), dtype=x.dtype)
+    return np.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (nb, MX_BLOCK)), n
+
+
+def _floor_log2(a):
+    """``floor(log2(a))`` of positive float64 values, exactly (``frexp``)."""
+    return np.frexp(a)[1].astype(np.int64) - 1
+
+
+def _scales(blocks, f, rule):
+    """Per block: the scale exponent ``X`` (int64) and whether the block has a NaN or inf."""
+    special = ~np.isfinite(blocks).all(axis=-1)
+    amax = np.where(special, 0.0, np.abs(np.where(np.isfinite(blocks), blocks, 0.0)).max(axis=-1))
+    zero = amax == 0
+    safe = np.where(zero, 1.0, amax)
+    x = _floor_log2(safe) - f.emax
+    if rule == "ceil":
+        x = x + (safe > f.max_value * np.ldexp(1.0, x)).astype(np.int64)
+    x = np.clip(np.where(zero, -MX_SCALE_BIAS, x), -MX_SCALE_BIAS, MX_SCALE_BIAS)
+    return x, special
+
+
+def _round_elements(v, f):
+    """``v`` (float64, already divided by the scale) rounded to nearest even on the element
+    grid and saturated: the signed integer number of steps ``2**quantum_exp`` (int64)."""
+    if f.is_int:
+        q = np.full(v.shape, f.quantum_exp, dtype=np.int64)
+    else:
+        mag = np.where(v == 0, 1.0, np.abs(v))
+        q = np.maximum(_floor_log2(mag), f.emin) - f.man_bits
+    n = np.rint(np.ldexp(v, -q))                    # exact: v has <= 24 significant bits
+    steps = np.ldexp(np.abs(n), q - f.quantum_exp)  # in units of 2**quantum_exp, exact
+    steps = np.minimum(steps, float(f.max_int)).astype(np.int64)
+    return np.where(n < 0, -steps, steps)
+
+
+def _encode(ints, negative, f):
+    """Element codes (uint8) of signed step counts; ``negative`` keeps FP8's ``-0``."""
+    if f.is_int:
+        return (ints & 0xFF).astype(np.uint8)
+    mag = np.abs(ints)
+    # mag = M << (E - 1) with M in [2**m, 2**(m+1)) for E >= 1, or mag = M (E = 0)
+    top = np.where(mag == 0, 0, np.frexp(np.maximum(mag, 1).astype(np.float64))[1] - 1)
+    e_field = np.maximum(top - f.man_bits + 1, 0)
+    man = np.where(e_field > 0, (mag >> np.maximum(e_field - 1, 0)) - (1 << f.man_bits), mag)
+    code = (e_field << f.man_bits) | man
+    sign = np.where(mag == 0, negative, ints < 0)
+    return (code | (sign.astype(np.int64) << 7)).astype(np.uint8)
+
+
+def quantize(x, fmt, axis=-1, *, scale_rule="floor"):
+    """``(codes, scales)``: ``x`` in the MX format ``fmt`` (a name of
+    :data:`~bpsa.spec.numeric.MX_FORMATS`), blocks of 32 along ``axis`` (a shorter last block
+    is padded with zeros for its scale).
+
+    ``codes`` are the element codes (``uint8``, the shape of ``x``); ``scales`` the E8M0 codes
+    (``uint8``, the shape of ``x`` with ``axis`` of length ``ceil(n / 32)``). ``scale_rule``:
+    ``"floor"`` (OCP MX 6.3, the default) or ``"ceil"`` (:data:`MX_SCALE_RULES`)."""
+    f = mx_format(fmt)
+    if scale_rule not in MX_SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {list(MX_SCALE_RULES)}, not {scale_rule!r}")
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise ValueError("quantize takes an array of at least one dimension")
+    blocks, n = _blocked(x.astype(np.float32).astype(np.float64), axis)
+    xs, special = _scales(blocks, f, scale_rule)
+    v = np.where(np.isfinite(blocks), blocks, 0.0)
+    v = np.ldexp(v, -xs[..., None])
+    v = np.where(special[..., None], 0.0, v)
+    codes = _encode(_round_elements(v, f), np.signbit(v), f)
+    codes = codes.reshape(codes.shape[:-2] + (-1,))[..., :n]
+    scales = np.where(special, MX_SCALE_NAN, xs + MX_SCALE_BIAS).astype(np.uint8)
+    return np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis)
+
+
+def element_ints(codes, fmt):
+    """``(ints, nan, inf)``: each element code's value in steps of ``2**quantum_exp``
+    (int64, signed), and masks of the codes that are NaN or infinite (their ``ints`` are 0)."""
+    f = mx_format(fmt)
+    c = np.asarray(codes).astype(np.int64)
+    if f.is_int:
+        return np.where(c >= 128, c - 256, c), np.zeros(c.shape, bool), np.zeros(c.shape, bool)
+    mag, neg = c & 0x7F, c >> 7
+    e_field, man = mag >> f.man_bits, mag & ((1 << f.man_bits) - 1)
+    top = (1 << f.exp_bits) - 1
+    if f.name == "mxfp8_e4m3":
+        nan, inf = mag == 0x7F, np.zeros(c.shape, bool)
+    else:
+        nan, inf = (e_field == top) & (man != 0), (e_field == top) & (man == 0)
+    ints = np.where(e_field > 0, (man | (1 << f.man_bits)) << np.maximum(e_field - 1, 0), man)
+    ints = np.where(nan | inf, 0, ints)
+    return np.where(neg == 1, -ints, ints), nan, inf
+
+
+def dequantize(codes, scales, fmt, axis=-1):
+    """The values of MX ``codes`` with their ``scales`` (as :func:`quantize` returns them),
+    exactly, as float64: NaN where the scale or the element is NaN, +-inf for E5M2's
+    infinities."""
+    f = mx_format(fmt)
+    codes, scales = np.asarray(codes), np.asarray(scales)
+    ints, nan, inf = element_ints(codes, f)
+    s = np.repeat(np.moveaxis(scales, axis, -1).astype(np.int64), MX_BLOCK, axis=-1)
+    s = np.moveaxis(s[..., :codes.shape[axis]], -1, axis)
+    val = np.ldexp(ints.astype(np.float64), s - MX_SCALE_BIAS + f.quantum_exp)
+    neg = (codes.astype(np.int64) >> 7) == 1
+    val = np.where(inf, np.where(neg, -np.inf, np.inf), val)
+    return np.where(nan | (s == MX_SCALE_NAN), np.nan, val)
+
+
+def block_values(codes, scales, fmt):
+    """Per block of a blocked operand (last axis the elements, ``(..., blocks, 32)`` codes and
+    ``(..., blocks)`` scales): the element step counts, the block exponent ``X + quantum_exp``
+    and whether the block is NaN (a NaN scale, or a NaN or infinite element)."""
+    f = mx_format(fmt)
+    ints, nan, inf = element_ints(codes, f)
+    scales = np.asarray(scales).astype(np.int64)
+    bad = (scales == MX_SCALE_NAN) | (nan | inf).any(axis=-1)
+    return ints, scales - MX_SCALE_BIAS + f.quantum_exp, bad
+
+
+def _accumulate(acc, s, e, bad):
+    """One block into an fp32 encoding under the contract: NaN block -> canonical NaN; a zero
+    block sum leaves ``acc``; otherwise ``acc + s * 2**e`` exactly, rounded once."""
+    if bad:
+        return _F32.nan
+    if s == 0:
+        return acc
+    exp_field, frac, sign = (acc >> 23) & 0xFF, acc & 0x7FFFFF, acc >> 31
+    if exp_field == 0xFF:
+        return _F32.nan if frac else acc
+    if exp_field == 0:                                   # zero (or a subnormal: zero)
+        return round_to(int(s < 0), abs(s), e, _F32)
+    ma, ea = frac | (1 << 23), exp_field - 127 - 23
+    e0 = min(ea, e)
+    total = (-1) ** sign * (ma << (ea - e0)) + s * (1 << (e - e0))
+    if total == 0:
+        return 0
+    return round_to(int(total < 0), abs(total), e0, _F32)
+
+
+def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
+    """The contract's block dot product of ``A`` (``M x K`` codes, ``M x ceil(K/32)`` scales,
+    blocked along K) and ``B`` (``K x N`` codes, ``ceil(K/32) x N`` scales, blocked along K):
+    the ``M x N`` fp32 encodings (``uint32``). Blocks are added in order of K, each one
+    rounding, into ``acc`` (fp32 encodings; ``+0`` when not given). Integers only: a block's
+    sum is exact (Python integers where int64 could overflow)."""
+    f = mx_format(fmt)
+    a_codes, b_codes = np.asarray(a_codes), np.asarray(b_codes)
+    m, k = a_codes.shape
+    k2, n = b_codes.shape
+    if k != k2:
+        raise ValueError(f"A is {m} x {k} but B is {k2} x {n}")
+    nb = -(-k // MX_BLOCK)
+    if np.shape(a_scales) != (m, nb) or np.shape(b_scales) != (nb, n):
+        raise ValueError(f"scales must be {m} x {nb} (A) and {nb} x {n} (B), not "
+                         f"{np.shape(a_scales)} and {np.shape(b_scales)}")
+    ai, ae, abad = block_values(_blocked(a_codes, 1)[0], a_scales, f)
+    bi, be, bbad = block_values(_blocked(b_codes, 0)[0], np.asarray(b_scales).T, f)
+    wide = 2 * f.max_int.bit_length() + 6 > 62
+    if wide:
+        ai, bi = ai.astype(object), bi.astype(object)
+    sums = np.einsum("mjk,njk->mnj", ai, bi) if not wide else np.array(
+        [[(ai[r] * bi[c]).sum(axis=-1) for c in range(n)] for r in range(m)], dtype=object)
+    out = np.zeros((m, n), np.uint32) if acc is None else np.array(acc, np.uint32)
+    for r in range(m):
+        for c in range(n):
+            v = int(out[r, c])
+            for j in range(nb):
+                v = _accumulate(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
+                                bool(abad[r, j] or bbad[c, j]))
+            out[r, c] = v
+    return out
+
+
+# --- the convolution phases (docs/architecture/mx.md, "Each phase's blocks") ---------------
+
+def _float_tensor(a, name):
+    a = np.asarray(a)
+    if a.ndim != 4 or a.dtype.kind != "f":
+        raise ValueError(f"{name} must be a 4-dimensional floating-point array, not "
+                         f"{a.dtype} of shape {a.shape}")
+    return a.astype(np.float32)
+
+
+def _pad_axis(a, axis, to):
+    """``a`` zero-padded along ``axis`` to length ``to``."""
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, to - a.shape[axis])
+    return np.pad(a, pad)
+
+
+def _tap_major(codes, scales, axis):
+    """A blocked axis split into whole blocks: codes padded to ``32 * blocks`` along ``axis``."""
+    return _pad_axis(codes, axis, scales.shape[axis] * MX_BLOCK), scales
+
+
+def _tap_view(a, r, q, s, d, out_hw):
+    """The positions of a padded N x C x H x W array that tap ``(r, q)`` reads for an
+    ``out_hw`` output at stride ``s`` and dilation ``d``."""
+    oh, ow = out_hw
+    return a[:, :, r * d[0]:r * d[0] + s[0] * (oh - 1) + 1:s[0],
+             q * d[1]:q * d[1] + s[1] * (ow - 1) + 1:s[1]]
+
+
+def _geometry(stride, padding, dilation):
+    return conv_params(stride, padding, dilation)
+
+
+def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floor"):
+    """The forward ``Y`` (N x K x OH x OW fp32 encodings, ``uint32``) of ``x`` (N x C x H x W)
+    by ``w`` (K x C x R x S) under the MX contract: X quantized along C at every pixel, W along
+    C at every ``(k, r, s)``; each output's blocks are the channel blocks of each tap, taps in
+    raster order."""
+    x, w = _float_tensor(x, "x"), _float_tensor(w, "w")
+    (s, p, d) = _geometry(stride, padding, dilation)
+    n, c, h, wd = x.shape
+    k, c2, r_n, q_n = w.shape
+    if c2 != c:
+        raise ValueError(f"x has {c} channels but w has {c2}")
+    oh, ow = output_hw((h, wd), (r_n, q_n), s, p, d)
+    xc, xs = _tap_major(*quantize(x, fmt, axis=1, scale_rule=scale_rule), 1)
+    wc, ws = _tap_major(*quantize(w, fmt, axis=1, scale_rule=scale_rule), 1)
+    xc = np.pad(xc, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    xs = np.pad(xs, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    a_codes, a_scales, b_codes, b_scales = [], [], [], []
+    for r in range(r_n):
+        for q in range(q_n):
+            for dst, src in ((a_codes, xc), (a_scales, xs)):
+                dst.append(_tap_view(src, r, q, s, d, (oh, ow)).transpose(0, 2, 3, 1)
+                           .reshape(n * oh * ow, -1))
+            b_codes.append(wc[:, :, r, q].T)
+            b_scales.append(ws[:, :, r, q].T)
+    y = matmul(np.concatenate(a_codes, 1), np.concatenate(a_scales, 1),
+               np.concatenate(b_codes, 0), np.concatenate(b_scales, 0), fmt)
+    return np.ascontiguousarray(y.reshape(n, oh, ow, k).transpose(0, 3, 1, 2))
+
+
+def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_rule="floor"):
+    """The loss ``dX`` (N x C x H x W fp32 encodings) from ``dy`` (N x K x OH x OW) and ``w``
+    (K x C x R x S) under the MX contract: dY quantized along K at every pixel, W along K at
+    every ``(c, r, s)``; each input pixel's blocks are the K blocks of each tap, taps in raster
+    order, a tap that reaches no dY position (off the stride grid, or outside dY) a zero
+    block."""
+    dy, w = _float_tensor(dy, "dy"), _float_tensor(w, "w")
+    (s, p, d) = _geometry(stride, padding, dilation)
+    h, wd = (input_hw, input_hw) if np.ndim(input_hw) == 0 else input_hw
+    n, k, oh, ow = dy.shape
+    k2, c, r_n, q_n = w.shape
+    if k2 != k or output_hw((h, wd), (r_n, q_n), s, p, d) != (oh, ow):
+        raise ValueError(f"dy {dy.shape} is not the output of a {h} x {wd} input by w "
+                         f"{w.shape} at stride {s}, padding {p}, dilation {d}")
+    gc, gs = _tap_major(*quantize(dy, fmt, axis=1, scale_rule=scale_rule), 1)
+    wc, ws = _tap_major(*quantize(w, fmt, axis=0, scale_rule=scale_rule), 0)
+    iy, ix = np.arange(h), np.arange(wd)
+    a_codes, a_scales, b_codes, b_scales = [], [], [], []
+    for r in range(r_n):
+        for q in range(q_n):
+            ty, tx = iy + p[0] - r * d[0], ix + p[1] - q * d[1]
+            vy = (ty % s[0] == 0) & (ty >= 0) & (ty // s[0] < oh)
+            vx = (tx % s[1] == 0) & (tx >= 0) & (tx // s[1] < ow)
+            yy, xx = np.clip(ty // s[0], 0, oh - 1), np.clip(tx // s[1], 0, ow - 1)
+            ok = (vy[:, None] & vx[None, :])[None, None]
+            codes = np.where(ok, gc[:, :, yy][:, :, :, xx], 0)
+            a_codes.append(codes.transpose(0, 2, 3, 1).reshape(n * h * wd, -1))
+            scales = np.where(ok, gs[:, :, yy][:, :, :, xx], 0)      # never a NaN there
+            a_scales.append(scales.transpose(0, 2, 3, 1).reshape(n * h * wd, -1))
+            b_codes.append(wc[:, :, r, q])
+            b_scales.append(ws[:, :, r, q])
+    dx = matmul(np.concatenate(a_codes, 1), np.concatenate(a_scales, 1),
+                np.concatenate(b_codes, 0), np.concatenate(b_scales, 0), fmt)
+    return np.ascontiguousarray(dx.reshape(n, h, wd, c).transpose(0, 3, 1, 2))
+
+
+def conv_gradient(x, dy, fmt, kernel_hw, stride=1, padding=0, dilation=1, *,
+                  scale_rule="floor"):
+    """The gradient ``dW`` (K x C x R x S fp32 encodings) from ``x`` (N x C x H x W) and
+    ``dy`` (N x K x OH x OW) under the MX contract: dY quantized along the flattened ``(n, oh,
+    ow)`` for every ``k``; each tap's view of X (``X[n, c, oh s + r d - p, ow s + q d - p]``,
+    zeros in the padding) quantized along the same axis for every ``c``."""
+    x, dy = _float_tensor(x, "x"), _float_tensor(dy, "dy")
+    (s, p, d) = _geometry(stride, padding, dilation)
+    r_n, q_n = (kernel_hw, kernel_hw) if np.ndim(kernel_hw) == 0 else kernel_hw
+    n, c, h, wd = x.shape
+    n2, k, oh, ow = dy.shape
+    if n2 != n or output_hw((h, wd), (r_n, q_n), s, p, d) != (oh, ow):
+        raise ValueError(f"dy {dy.shape} is not the output of x {x.shape} by a {r_n} x {q_n} "
+                         f"kernel at stride {s}, padding {p}, dilation {d}")
+    gc, gs = quantize(dy.transpose(1, 0, 2, 3).reshape(k, -1), fmt, axis=1,
+                      scale_rule=scale_rule)
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    dw = np.zeros((k, c, r_n, q_n), np.uint32)
+    for r in range(r_n):
+        for q in range(q_n):
+            view = _tap_view(xp, r, q, s, d, (oh, ow)).transpose(1, 0, 2, 3).reshape(c, -1)
+            vc, vs = quantize(view, fmt, axis=1, scale_rule=scale_rule)
+            dw[:, :, r, q] = matmul(gc, gs, vc.T, vs.T, fmt)
+    return dw
