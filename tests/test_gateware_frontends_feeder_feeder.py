@@ -160,8 +160,19 @@ def _step_fields(cfg, st):
             "ctx_last": st["ctx_last"], "last": st["last"], "active": st["active"]}
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_NARROW], ids=lambda c: c.name)
-def test_index_counter_sequence_whole_layers(cfg):
+#: Layers at the bounds of :data:`CFG` (``dim_width`` 8): strides, paddings and row dilations
+#: of 255, the widest kernel row (span 16), the largest coordinates and lane offsets that the
+#: counters' narrowed widths must hold.
+EXTREME_LAYERS = [
+    _desc(1, 1, 8, 255, 2, 2, 255, 255, (255, 15)),
+    _desc(1, 1, 255, 8, 2, 2, 255, 255, (255, 15), pad_bottom=100, ctx_oh=1, ctx_ow=1),
+    _desc(1, 2, 4, 255, 2, 2, (64, 255), (0, 255), (3, 15), pad_bottom=255, base=7),
+]
+
+
+@pytest.mark.parametrize("cfg,layers", [(CFG, COUNTER_LAYERS), (CFG_NARROW, COUNTER_LAYERS),
+                                        (CFG, EXTREME_LAYERS)], ids=["r4", "r3", "extreme"])
+def test_index_counter_sequence_whole_layers(cfg, layers):
     """For whole layers and partial runs (start position, context count), with random holds,
     the counters present exactly the model's sequence of steps from 6 cycles after start, with
     no gap, then stop (``busy`` falls with the last step)."""
@@ -169,7 +180,7 @@ def test_index_counter_sequence_whole_layers(cfg):
     rng = np.random.default_rng(len(cfg.name))
 
     async def tb(ctx):
-        for layer in COUNTER_LAYERS:
+        for layer in layers:
             expected = [_step_fields(cfg, vars(st)) for st in index_steps(cfg, layer)]
             ctx.set(dut.setup, counter_setup(cfg, layer))
             ctx.set(dut.start, 1)
@@ -388,7 +399,7 @@ FEEDER_LAYERS = [
     (CFG_NARROW, _desc(1, 2, 8, 9, 5, 5, 2, 2, 1, base=7), 1.0),
     (CFG_WIDE, _desc(1, 3, 6, 9, 3, 3, 1, 1, 1), 1.0),            # one-deep FIFOs
     (CFG_WIDE, _desc(1, 1, 7, 26, 1, 9, 1, (0, 1), (1, 2)), 0.5), # 1x9 dilated
-]
+] + [(CFG, layer, 0.8) for layer in EXTREME_LAYERS]                 # at the bounds
 
 
 @pytest.mark.parametrize("cfg,layer,ready", FEEDER_LAYERS,

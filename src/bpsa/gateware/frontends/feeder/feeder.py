@@ -91,6 +91,57 @@ def coord_width(config):
     return config.dim_width + ceil_log2(config.rows + 1) + 4
 
 
+def _counter_widths(config):
+    """Bits ``(uw, sw)`` of the :class:`IndexCounters`' internal unsigned and signed values.
+
+    The counters run only layers that :func:`check_layer` accepts (the :class:`DataFeeder`
+    starts them after its legality check), whose values are bounded by the configuration.
+    With ``M = 2**dim_width - 1``, ``R`` rows, ``PW = feeder_pattern_width`` and ``B =
+    feeder_bus_width``:
+
+    * unsigned values are at most ``U = max(3M, R*M, (R-1)*M + PW)``: ``span_all = (R-1)*s_w
+      + span_w <= (R-1)*M + PW`` (``span_w <= PW``), ``cx_step = R*s_w <= R*M``, the limits
+      (``y_limit = span_h - 1 < H + p_h + p_bottom <= 3M``, ``cx_limit = W + 2p_w - span_w <
+      3M``, ``cy_limit < 3M``, ``c_limit``, ``n_limit < M``) and the rooms and inits (at most
+      their limits), the steps ``d_h``, ``s_h <= M``, ``lane_off <= (R-1)*M``, ``lane_end <=
+      span_all`` and a row's word count ``<= span_all``;
+    * signed values are within ``[-S, S]``, ``S = (R+3)*M + PW + 2B``: ``x0 = cx - p_w`` in
+      ``[-M, 3M]``, ``yrow`` and ``ybase`` in ``[-M, 3M]``, the window ends (``a_hw = W - x0
+      >= span_w - p_w``, ``b_end <= span_all + B``), the word counter's values (``goff -
+      k*B``, the window ends less ``k*B`` with ``k*B <= goff + span_all - 1``) and a lane's
+      offset plus ``PW`` (``<= B + (R-1)*M + PW``).
+
+    Neither is wider than the layouts' :func:`coord_width` (and ``+ 2`` for the signed
+    values) that the counters used before: a configuration where the bound needs more keeps
+    those widths, values identical."""
+    big = (1 << config.dim_width) - 1
+    r_n, pwid, bw = config.rows, config.feeder_pattern_width, config.feeder_bus_width
+    u = max(3 * big, r_n * big, (r_n - 1) * big + pwid)
+    s = (r_n + 3) * big + pwid + 2 * bw
+    cw = coord_width(config)
+    return min(u.bit_length(), cw), min(s.bit_length() + 1, cw + 2)
+
+
+#: The :func:`counter_setup_layout` fields of ``coord_width`` bits (the lane arrays included).
+_COORD_SETUP_FIELDS = ("span_all", "span_w", "y_limit", "cx_step", "cx_limit", "cy_limit",
+                       "cx_init", "cy_init", "lane_off", "lane_end")
+
+
+def _narrow_setup(setup, uw):
+    """The fields of a :func:`counter_setup_layout` value with the coordinate fields cut to
+    ``uw`` bits (:func:`_counter_widths`: no legal value needs more)."""
+    fields = {}
+    for name, shape in setup.shape().members.items():
+        value = getattr(setup, name)
+        if name in ("lane_off", "lane_end"):
+            fields[name] = [value[i][:uw] for i in range(shape.length)]
+        elif name in _COORD_SETUP_FIELDS:
+            fields[name] = value[:uw]
+        else:
+            fields[name] = value
+    return SimpleNamespace(**fields)
+
+
 def layer_layout(config):
     """Layout of the layer descriptor (``FeederLayer``).
 
@@ -387,10 +438,12 @@ class IndexCounters(wiring.Component):
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
-        cw, lb = coord_width(cfg), exact_log2(cfg.feeder_bus_width)
-        # the setup, the widths and the signals the methods below share
-        s = SimpleNamespace(su=self.setup, cw=cw, pw=ptr_width(cfg), bw=cfg.feeder_bus_width,
-                            lb=lb, r_n=cfg.rows, sc=signed(cw + 2))
+        lb = exact_log2(cfg.feeder_bus_width)
+        uw, sw = _counter_widths(cfg)
+        # the setup (coordinates cut to the widths legal layers need), the widths and the
+        # signals the methods below share
+        s = SimpleNamespace(su=_narrow_setup(self.setup, uw), cw=uw, pw=ptr_width(cfg),
+                            bw=cfg.feeder_bus_width, lb=lb, r_n=cfg.rows, sc=signed(sw))
         self._layer_constants(m, s)
         self._row_registers(m, s)
         self._row_advance(m, s)
@@ -602,7 +655,8 @@ class IndexCounters(wiring.Component):
         cfg, cw, sc, bw, lb, r_n = self.config, s.cw, s.sc, s.bw, s.lb, s.r_n
         w_valid, w_last, a_addr = s.w_valid, s.w_last, s.a_addr
         w_addr = Signal.like(a_addr)
-        w_off = Signal(signed(cw))          # goff - k*B
+        w_off = Signal(sc)                  # goff - k*B
+        w_offp = Signal(sc)                 # goff - k*B + feeder_pattern_width
         w_lo, w_hi = Signal(sc), Signal(sc)  # window - k*B
         w_left = Signal(cw)
         w_active = Signal(r_n)
@@ -611,13 +665,14 @@ class IndexCounters(wiring.Component):
             with m.If(~w_valid | w_last):
                 m.d.sync += [
                     w_valid.eq(s.c_valid), w_addr.eq(s.c_addr), w_off.eq(s.c_goff),
+                    w_offp.eq(s.c_goff + cfg.feeder_pattern_width),
                     w_lo.eq(s.c_lo), w_hi.eq(s.c_hi), w_left.eq(s.c_wm1), w_last.eq(s.c_one),
                     w_active.eq(s.c_active), w_row_ok.eq(s.c_row_ok),
                     w_ctx_last_row.eq(s.c_ctx_last_row), w_run_last.eq(s.c_last),
                 ]
             with m.Else():
                 m.d.sync += [
-                    w_addr.eq(w_addr + 1), w_off.eq(w_off - bw),
+                    w_addr.eq(w_addr + 1), w_off.eq(w_off - bw), w_offp.eq(w_offp - bw),
                     w_lo.eq(w_lo - bw), w_hi.eq(w_hi - bw),
                     w_left.eq(w_left - 1), w_last.eq(w_left == 1),
                 ]
@@ -635,28 +690,36 @@ class IndexCounters(wiring.Component):
             wstep.ctx_last.eq(w_ctx_last_row & w_last), wstep.last.eq(w_run_last & w_last),
             wstep.active.eq(w_active),
         ]
-        s.w_off = w_off
+        s.w_off, s.w_offp = w_off, w_offp
         return wstep
 
     def _lane_shifts(self, m, s):
-        """Every lane's pattern shift (:class:`LaneSelect`'s, for the offset ``w_off +
-        i*s_w``) from per-lane constants: one subtraction and the clamp. Returns the lanes'
-        shifts and ``tap_last`` flags."""
-        cfg, su, bw, r_n, w_off = self.config, s.su, s.bw, s.r_n, s.w_off
+        """Every lane's pattern shift (:class:`LaneSelect`'s, for the lane's word offset ``o =
+        w_off + i*s_w``) and ``tap_last`` flag, from one sum a lane: ``z = o + PW`` (the word
+        counter keeps ``w_off + PW``). Both depend on ``o`` only inside the window ``-PW <= o
+        <= B`` (``0 <= z <= B + PW``): below it the shift is ``B + PW``, above it 0, and the
+        last tap ``o + span_w - 1`` (``span_w <= PW``) is outside the word on both sides;
+        inside it the shift is ``B - o = B + PW - z`` and the tap test runs on ``z``'s low
+        bits. Returns the lanes' shifts and ``tap_last`` flags."""
+        cfg, su, bw, r_n = self.config, s.su, s.bw, s.r_n
         pwid = cfg.feeder_pattern_width
-        cw = s.cw
-        kshape = signed(cw + 3)
-        lshift = Signal(data.ArrayLayout(range(bw + pwid + 1), r_n))
+        top = bw + pwid
+        kb = ceil_log2(top + 1)             # bits of z inside the window
+        span_w = su.span_w[:ceil_log2(pwid + 1)]        # at most PW in a legal layer
+        lshift = Signal(data.ArrayLayout(range(top + 1), r_n))
         ltap = Signal(r_n)
         for i in range(r_n):
-            kb = Signal(kshape, name=f"lane{i}_kb")     # B - i*s_w
-            kt = Signal(kshape, name=f"lane{i}_kt")     # i*s_w + span_w - 1
-            m.d.sync += [kb.eq(bw - su.lane_off[i]), kt.eq(su.lane_off[i] + su.span_w - 1)]
-            v, tap = Signal(kshape, name=f"lane{i}_v"), Signal(kshape, name=f"lane{i}_tap")
+            z = Signal(s.sc, name=f"lane{i}_z")             # w_off + i*s_w + PW
+            below, above = Signal(name=f"lane{i}_below"), Signal(name=f"lane{i}_above")
+            zl = Signal(kb, name=f"lane{i}_zl")
+            tap = Signal(range(top + pwid), name=f"lane{i}_tap")   # zl + span_w - 1
             m.d.comb += [
-                v.eq(kb - w_off), tap.eq(w_off + kt),
-                lshift[i].eq(Mux(v < 0, 0, Mux(v > bw + pwid, bw + pwid, v))),
-                ltap[i].eq((tap >= 0) & (tap < bw)),
+                z.eq(s.w_offp + su.lane_off[i]), zl.eq(z[:kb]),
+                below.eq(z < 0),
+                above.eq(~below & ((z[kb:] != 0) | (zl > top))),
+                tap.eq(zl + span_w - 1),
+                lshift[i].eq(Mux(below, top, Mux(above, 0, top - zl))),
+                ltap[i].eq(~below & ~above & (tap >= pwid) & (tap < top)),
             ]
         return lshift, ltap
 
