@@ -1177,14 +1177,12 @@ class DataFeeder(wiring.Component):
         m = Module()
         state = Signal(FeederState)
         lay = Signal(layer_layout(cfg))
-        su = Signal(counter_setup_layout(cfg))      # registered in SETUP
         ic = m.submodules.counters = IndexCounters(cfg)
-        m.d.comb += ic.setup.eq(su)
         # the widths and the signals the methods below share
         s = SimpleNamespace(bw=cfg.feeder_bus_width, r_n=cfg.rows, mr=cfg.feeder_lane_regs,
                             pwid=cfg.feeder_pattern_width, cw=coord_width(cfg),
                             ptrw=ptr_width(cfg), dim=cfg.dim_width, state=state, lay=lay,
-                            su=su, ic=ic)
+                            ic=ic)
         self._setup_products(m, s)
         self._lane_ends(m, s)
         self._counter_setup(m, s)
@@ -1276,39 +1274,43 @@ class DataFeeder(wiring.Component):
 
     def _counter_setup(self, m, s):
         """Derived values, registered in every cycle (final two cycles after their
-        products), and registered into the counters' setup in every cycle of SETUP: final in
-        CHECK, where the counters start. Sets ``s.span_w``, ``s.lim_x``, ``s.lim_y`` and
-        ``s.x_end``."""
-        dim, lay, su, lane_off, lane_end = s.dim, s.lay, s.su, s.lane_off, s.lane_end
+        products), and the counters' setup: the held descriptor's fields, the products and
+        the derived values, all static from their last write in SETUP (the descriptor from the
+        start) to the end of the run, so none is copied: final in CHECK, where the counters
+        start. Sets ``s.span_w``, ``s.lim_x``, ``s.lim_y`` and ``s.x_end``."""
+        dim, lay, su, lane_off, lane_end = s.dim, s.lay, s.ic.setup, s.lane_off, s.lane_end
         span_w = Signal(2 * dim + 1)
         span_h = Signal(2 * dim + 1)
         lim_x = Signal(signed(2 * dim + 3))
         lim_y = Signal(signed(2 * dim + 3))
         x_end = Signal(4 * dim + 2)         # base + N*C*H*W
+        ptr0 = Signal(s.ptrw)               # base - p_h*W - p_w
+        c_lim, n_lim = Signal(dim), Signal(dim)
         m.d.sync += [
             span_w.eq(s.span_w_m1 + 1), span_h.eq(s.span_h_m1 + 1),
             lim_x.eq(lay.width + 2 * lay.pad_w - span_w),
             lim_y.eq(lay.height + lay.pad_h + lay.pad_bottom - span_h),
             x_end.eq(lay.base + s.total),
+            ptr0.eq(lay.base - s.pad_row - lay.pad_w),
+            c_lim.eq(lay.channels - 1), n_lim.eq(lay.batch - 1),
         ]
-        with m.If(s.state == FeederState.SETUP):
-            m.d.sync += [
-                su.span_all.eq(lane_end[-1]), su.span_w.eq(span_w),
-                su.stride_w.eq(lay.stride_w),
-                su.y_step.eq(lay.dil_h), su.y_limit.eq(s.span_h_m1), su.y_pstep.eq(s.dil_row),
-                su.cy_pstep.eq(s.stride_row), su.cy_pinit.eq(s.cy0p), su.n_pinit.eq(s.n0p),
-                su.c_limit.eq(lay.channels - 1), su.c_pstep.eq(s.hw_),
-                su.cx_step.eq(s.rs), su.cx_limit.eq(lim_x),
-                su.cy_step.eq(lay.stride_h), su.cy_limit.eq(lim_y),
-                su.n_limit.eq(lay.batch - 1), su.n_pstep.eq(s.chw),
-                su.ptr0.eq(lay.base - s.pad_row - lay.pad_w),
-                su.pad_h.eq(lay.pad_h), su.pad_w.eq(lay.pad_w),
-                su.height.eq(lay.height), su.width.eq(lay.width),
-                su.cx_init.eq(s.cx0), su.cy_init.eq(s.cy0), su.n_init.eq(lay.ctx_n),
-                su.ctx_count.eq(lay.ctx_count),
-            ]
-            for i in range(s.r_n):
-                m.d.sync += [su.lane_off[i].eq(lane_off[i]), su.lane_end[i].eq(lane_end[i])]
+        m.d.comb += [
+            su.span_all.eq(lane_end[-1]), su.span_w.eq(span_w),
+            su.stride_w.eq(lay.stride_w),
+            su.y_step.eq(lay.dil_h), su.y_limit.eq(s.span_h_m1), su.y_pstep.eq(s.dil_row),
+            su.cy_pstep.eq(s.stride_row), su.cy_pinit.eq(s.cy0p), su.n_pinit.eq(s.n0p),
+            su.c_limit.eq(c_lim), su.c_pstep.eq(s.hw_),
+            su.cx_step.eq(s.rs), su.cx_limit.eq(lim_x),
+            su.cy_step.eq(lay.stride_h), su.cy_limit.eq(lim_y),
+            su.n_limit.eq(n_lim), su.n_pstep.eq(s.chw),
+            su.ptr0.eq(ptr0),
+            su.pad_h.eq(lay.pad_h), su.pad_w.eq(lay.pad_w),
+            su.height.eq(lay.height), su.width.eq(lay.width),
+            su.cx_init.eq(s.cx0), su.cy_init.eq(s.cy0), su.n_init.eq(lay.ctx_n),
+            su.ctx_count.eq(lay.ctx_count),
+        ]
+        for i in range(s.r_n):
+            m.d.comb += [su.lane_off[i].eq(lane_off[i]), su.lane_end[i].eq(lane_end[i])]
         s.span_w, s.lim_x, s.lim_y, s.x_end = span_w, lim_x, lim_y, x_end
 
     def _legality(self, m, s):
