@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, UnusedElaboratable
+from amaranth.hdl import Module, ResetInserter, Signal, UnusedElaboratable
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
@@ -22,6 +22,7 @@ from bpsa.gateware.frontends.feeder.feeder import (
     StepCounter,
     check_layer,
     counter_setup,
+    layer_layout,
     layer_value,
 )
 from bpsa.models.feeder_model import (
@@ -571,6 +572,72 @@ def test_hardware_refuses_illegal_descriptors():
         assert counters["words_read"] == traffic(CFG, legal)["words_read"]
 
     run(top, tb)
+
+
+def _raw_descriptors(cfg, rng, n):
+    """``n`` descriptors as field dicts, each field within its width: values near 0, small,
+    anywhere and near the largest, and legal layers with one field moved a little (across
+    the limits: pattern width, padded input, SRAM size, first context)."""
+    widths = {name: shape.width for name, shape in layer_layout(cfg).members.items()}
+    out = []
+    while len(out) < n:
+        if rng.random() < 0.5:
+            f = {}
+            for name, w in widths.items():
+                r = rng.random()
+                top = (1 << w) - 1
+                f[name] = int(rng.integers(0, 4) if r < 0.3 else rng.integers(1, 24) if r < 0.6
+                              else rng.integers(0, top + 1) if r < 0.85
+                              else top - rng.integers(0, 3))
+        else:
+            f = random_descriptor(cfg, rng, max_kernel=12, max_stride=200, max_pad=200,
+                                  max_dil=16).fields()
+            for name in rng.choice(list(widths), int(rng.integers(1, 3))):
+                top = (1 << widths[name]) - 1
+                f[name] = int(top - rng.integers(0, 3) if rng.random() < 0.3 else
+                              min(max(f[name] + int(rng.integers(-3, 4)) * int(
+                                  rng.choice([1, 1, 7, 64])), 0), top))
+        out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_NARROW], ids=lambda c: c.name)
+def test_hardware_legality_equals_check_layer(cfg):
+    """On random descriptors (any field values, legal layers moved across a limit) the
+    feeder raises ``error`` exactly when :func:`check_layer` refuses the descriptor; a legal one
+    goes on to run (the feeder is reset after its check)."""
+    rng = np.random.default_rng(cfg.rows)
+    descs = _raw_descriptors(cfg, rng, 400)
+    legal = []
+    for f in descs:
+        try:
+            check_layer(cfg, f)
+            legal.append(True)
+        except ValueError:
+            legal.append(False)
+    assert 30 < sum(legal) < len(legal) - 30
+    rst = Signal()
+    feeder = DataFeeder(cfg)
+    dut = Module()
+    dut.submodules.feeder = ResetInserter(rst)(feeder)
+
+    async def tb(ctx):
+        for i, (f, ok) in enumerate(zip(descs, legal)):
+            ctx.set(feeder.layer, f)
+            ctx.set(feeder.start, 1)
+            await ctx.tick()
+            ctx.set(feeder.start, 0)
+            for _ in range(21):
+                if not ctx.get(feeder.busy):
+                    break
+                await ctx.tick()
+            assert (ctx.get(feeder.error), ctx.get(feeder.busy)) == (int(not ok), int(ok)), \
+                f"descriptor {i}: {f}, legal {ok}"
+            ctx.set(rst, 1)
+            await ctx.tick()
+            ctx.set(rst, 0)
+
+    run(dut, tb)
 
 
 # --- generated Verilog under Verilator -----------------------------------------------------

@@ -373,6 +373,18 @@ class StepCounter(wiring.Component):
         return m
 
 
+def _below(value, step, times=1):
+    """``value < times * step``; for a constant power-of-two bound a test of the high bits
+    (no comparator)."""
+    if isinstance(step, Const):
+        bound = step.value * times
+        if bound > 0 and bound & (bound - 1) == 0:
+            lb = exact_log2(bound)
+            return value[lb:] == 0 if lb < len(value) else Const(1, 1)
+        return value < bound
+    return value < (step << exact_log2(times))
+
+
 def _one_hot(choices):
     """The value of the one true condition of ``(condition, value)`` pairs (an AND-OR, 0 when
     none is true)."""
@@ -1204,54 +1216,65 @@ class DataFeeder(wiring.Component):
     def _setup_products(self, m, s):
         """Setup: products on one shared multiplier, pipelined (operands, product), one a
         cycle; a product that uses another comes at least 3 places after it. Sets each
-        product's register in ``s`` under its name (``s.hw_`` ... ``s.n0p``), ``s.setup_idx``
-        and ``s.setup_cycles`` (SETUP's)."""
+        product's register in ``s`` under its name (``s.hw_`` ... ``s.n0p``), the flags
+        ``s.big`` (by name), ``s.kw``, ``s.setup_idx`` and ``s.setup_cycles`` (SETUP's).
+
+        A product is kept modulo ``2**kw``, ``kw = max(ptr_width + 1, dim_width + 2,
+        bits(feeder_pattern_width) + 1)``, with a flag "at least ``2**kw``" where legality
+        needs more (``big``: a product with a flagged operand is flagged too; exact when the
+        operands are not 0, and a zero field makes the descriptor illegal anyway). ``2**kw``
+        exceeds the SRAM's elements, ``3 * (2**dim_width - 1)`` (a padded extent, so every
+        legal limit) and the pattern width, so a flagged product makes the descriptor
+        illegal, as its exact value did; the pointer products need only ``ptr_width``
+        bits."""
         dim, ptrw, r_n, lay, state = s.dim, s.ptrw, s.r_n, s.lay, s.state
-        hw_ = Signal(2 * dim)
-        chw = Signal(3 * dim)
-        total = Signal(4 * dim + 1)
-        span_w_m1 = Signal(2 * dim)
-        span_h_m1 = Signal(2 * dim)
-        pad_row = Signal(2 * dim)
-        cx0 = Signal(2 * dim)
-        cy0 = Signal(2 * dim)
-        dil_row = Signal(2 * dim)
-        stride_row = Signal(2 * dim)
+        kw = max(ptrw + 1, dim + 2, s.pwid.bit_length() + 1)
+        assert (1 << kw) > max(self.config.buf_a_depth * s.bw, 3 * ((1 << dim) - 1), s.pwid)
+        hw_, chw, total = Signal(kw), Signal(kw), Signal(kw)
+        span_w_m1, span_h_m1 = Signal(kw), Signal(kw)
+        cx0, cy0 = Signal(kw), Signal(kw)
+        pad_row, dil_row, stride_row = Signal(ptrw), Signal(ptrw), Signal(ptrw)
         cy0p = Signal(ptrw)
         n0p = Signal(ptrw)
-        products = [
-            (hw_, lay.height, lay.width),
-            (stride_row, lay.stride_h, lay.width),
-            (span_w_m1, lay.kernel_w - 1, lay.dil_w),
-            (chw, lay.channels, hw_),
-            (cy0p, lay.ctx_oh, stride_row),
-            (span_h_m1, lay.kernel_h - 1, lay.dil_h),
-            (total, lay.batch, chw),
-            (n0p, lay.ctx_n, chw),
-            (dil_row, lay.dil_h, lay.width),
-            (pad_row, lay.pad_h, lay.width),
-            (cx0, lay.ctx_ow, lay.stride_w),
-            (cy0, lay.ctx_oh, lay.stride_h),
+        big = {name: Signal(name=f"{name}_big")
+               for name in ("hw", "chw", "total", "span_w", "span_h", "cx0", "cy0")}
+        products = [        # (product, a, b, its flag, b's flag)
+            (hw_, lay.height, lay.width, "hw", None),
+            (stride_row, lay.stride_h, lay.width, None, None),
+            (span_w_m1, lay.kernel_w - 1, lay.dil_w, "span_w", None),
+            (chw, lay.channels, hw_, "chw", "hw"),
+            (cy0p, lay.ctx_oh, stride_row, None, None),
+            (span_h_m1, lay.kernel_h - 1, lay.dil_h, "span_h", None),
+            (total, lay.batch, chw, "total", "chw"),
+            (n0p, lay.ctx_n, chw, None, None),
+            (dil_row, lay.dil_h, lay.width, None, None),
+            (pad_row, lay.pad_h, lay.width, None, None),
+            (cx0, lay.ctx_ow, lay.stride_w, "cx0", None),
+            (cy0, lay.ctx_oh, lay.stride_h, "cy0", None),
         ]
         mul_a = Signal(max(dim, ceil_log2(r_n + 1)))
-        mul_b = Signal(3 * dim)
-        mul_p = Signal(4 * dim + 8)
+        mul_b = Signal(kw)
+        mul_p = Signal(len(mul_a) + kw)
         # SETUP's cycles: the products' and the lane ends' (span_w - 1 lands in cycle 5), and
         # one more for the counters' setup registered from them (values derived from the
         # products land two cycles after them: none of those products comes last)
         setup_cycles = max(len(products) + 3, 6 + r_n)
         setup_idx = Signal(range(setup_cycles))
         m.d.sync += mul_p.eq(mul_a * mul_b)
-        for i, (dest, a, b) in enumerate(products):
+        for i, (dest, a, b, flag, b_flag) in enumerate(products):
             with m.If((state == FeederState.SETUP) & (setup_idx == i)):
                 m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
             with m.If((state == FeederState.SETUP) & (setup_idx == i + 2)):
                 m.d.sync += dest.eq(mul_p)
+                if flag is not None:
+                    m.d.sync += big[flag].eq((mul_p[kw:] != 0)
+                                             | (big[b_flag] if b_flag else 0))
         s.hw_, s.chw, s.total, s.span_w_m1, s.span_h_m1, s.pad_row = (hw_, chw, total,
                                                                       span_w_m1, span_h_m1,
                                                                       pad_row)
         s.cx0, s.cy0, s.dil_row, s.stride_row, s.cy0p, s.n0p = (cx0, cy0, dil_row, stride_row,
                                                                 cy0p, n0p)
+        s.big, s.kw = big, kw
         s.setup_idx, s.setup_cycles = setup_idx, setup_cycles
 
     def _lane_ends(self, m, s):
@@ -1279,11 +1302,13 @@ class DataFeeder(wiring.Component):
         start) to the end of the run, so none is copied: final in CHECK, where the counters
         start. Sets ``s.span_w``, ``s.lim_x``, ``s.lim_y`` and ``s.x_end``."""
         dim, lay, su, lane_off, lane_end = s.dim, s.lay, s.ic.setup, s.lane_off, s.lane_end
-        span_w = Signal(2 * dim + 1)
-        span_h = Signal(2 * dim + 1)
-        lim_x = Signal(signed(2 * dim + 3))
-        lim_y = Signal(signed(2 * dim + 3))
-        x_end = Signal(4 * dim + 2)         # base + N*C*H*W
+        kw = s.kw
+        # (the products modulo 2**kw: exact unless their flags make the descriptor illegal)
+        span_w = Signal(kw + 1)
+        span_h = Signal(kw + 1)
+        lim_x = Signal(signed(kw + 2))      # W + 2p_w < 2**kw; span_w <= 2**kw
+        lim_y = Signal(signed(kw + 2))
+        x_end = Signal(kw + 1)              # base + N*C*H*W
         ptr0 = Signal(s.ptrw)               # base - p_h*W - p_w
         c_lim, n_lim = Signal(dim), Signal(dim)
         m.d.sync += [
@@ -1319,14 +1344,19 @@ class DataFeeder(wiring.Component):
         zero = 0
         for name in _NONZERO_FIELDS:
             zero = zero | (getattr(lay, name) == 0)
-        illegal = Signal()      # registered in SETUP, like the counters' setup
+        big = s.big
+        illegal = Signal()      # registered in SETUP
+        # a flagged product (at least 2**kw) makes its comparison true, as its exact value:
+        # 2**kw exceeds the pattern width, the SRAM and every padded extent (lim_x and lim_y
+        # are below it and exact unless span_w's or span_h's flag already refuses)
         with m.If(s.state == FeederState.SETUP):
             m.d.sync += illegal.eq(
                 zero
-                | (s.span_w > s.pwid)
-                | (lim_x < 0) | (lim_y < 0)
-                | (s.x_end > cfg.buf_a_depth * s.bw)
-                | (lay.ctx_n >= lay.batch) | (s.cy0 > lim_y) | (s.cx0 > lim_x))
+                | big["span_w"] | (s.span_w > s.pwid)
+                | (lim_x < 0) | big["span_h"] | (lim_y < 0)
+                | big["total"] | (s.x_end > cfg.buf_a_depth * s.bw)
+                | (lay.ctx_n >= lay.batch)
+                | big["cy0"] | (s.cy0 > lim_y) | big["cx0"] | (s.cx0 > lim_x))
         s.illegal = illegal
 
     def _stages(self, m, s):
