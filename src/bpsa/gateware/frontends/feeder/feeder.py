@@ -377,6 +377,7 @@ def _below(value, step, times=1):
     """``value < times * step``; for a constant power-of-two bound a test of the high bits
     (no comparator)."""
     if isinstance(step, Const):
+        assert not Value.cast(value).shape().signed     # (the high bits of an unsigned value)
         bound = step.value * times
         if bound > 0 and bound & (bound - 1) == 0:
             lb = exact_log2(bound)
@@ -485,7 +486,7 @@ class IndexCounters(wiring.Component):
         wrap_last = {k: Signal(name=f"{k}_wrap_last") for k in names}
         m.d.sync += sa_m1.eq(su.span_all - 1)
         for k, (step, limit) in levels.items():
-            m.d.sync += wrap_last[k].eq(limit < step)
+            m.d.sync += wrap_last[k].eq(_below(limit, step))
         s.sa_m1, s.levels, s.names, s.wrap_last = sa_m1, levels, names, wrap_last
 
     def _row_registers(self, m, s):
@@ -562,7 +563,7 @@ class IndexCounters(wiring.Component):
         for k, (step, limit) in s.levels.items():
             r0 = Signal(cw, name=f"{k}_room_init")
             m.d.comb += r0.eq(limit - init[k])
-            m.d.sync += [room[k].eq(r0), last[k].eq(r0 < step)]
+            m.d.sync += [room[k].eq(r0), last[k].eq(_below(r0, step))]
 
     def _next_row(self, m, s):
         """A row moves into A: the rooms and flags, the pointers, the context count and the
@@ -579,7 +580,7 @@ class IndexCounters(wiring.Component):
                     m.d.sync += [room[k].eq(limit), last[k].eq(s.wrap_last[k])]
                 with m.Else():
                     m.d.sync += [room[k].eq(room[k] - step),
-                                 last[k].eq(room[k] < (step << 1))]
+                                 last[k].eq(_below(room[k], step, 2))]
             inner = inner & last[k]
         # pointers: the moving level's pointer plus its step, copied to all inner levels
         # (one-hot selections of sums computed apart: no adder after a selection)
