@@ -28,7 +28,7 @@ def test_defaults_are_valid():
     ("dataflows", [], r"dataflows must be a non-empty list"),
     ("dataflows", ["os", "xs"], r"dataflows must be .*not \['os', 'xs'\]"),
     ("dataflows", ["os", "os"], r"dataflows must be .*distinct"),
-    ("arithmetic", "fp8", r"arithmetic must be one of \['int', 'bf16', 'fp16'\], not 'fp8'"),
+    ("arithmetic", "fp8", r"arithmetic must be one of \['int', 'bf16', 'fp16', 'mxint8', 'mxfp8_e4m3'\], not 'fp8'"),
     ("zero_gating", "yes", r"zero_gating must be true or false"),
     ("feeder_bus_width", 12, r"feeder_bus_width must be a power of two in \[1, 64\], not 12"),
     ("feeder_lane_regs", 0, r"feeder_lane_regs must be in \[1, 16\], not 0"),

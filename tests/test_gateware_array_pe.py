@@ -23,6 +23,15 @@ CONFIGS = {
                                 operand_width=16, acc_width=40),
 }
 
+#: MX PEs (docs/architecture/mx.md): element codes of every kind (zeros, NaN codes) against
+#: the cycle model's block sums; the directed numpy streams are integer-only
+MX_CONFIGS = {
+    "mxint8": Config(name="mxint8_pe", arithmetic="mxint8", operand_width=8, acc_width=21,
+                     dataflows=["os", "ws", "is"]),
+    "mxfp8_e4m3": Config(name="mxfp8_pe", arithmetic="mxfp8_e4m3", operand_width=8,
+                         operand_signed=False, acc_width=43, dataflows=["os", "ws", "is"]),
+}
+
 
 def modes_of(cfg):
     modes = []
@@ -36,6 +45,7 @@ def modes_of(cfg):
 
 
 CASES = [(name, mode) for name in sorted(CONFIGS) for mode in modes_of(CONFIGS[name])]
+MX_CASES = [(name, mode) for name in sorted(MX_CONFIGS) for mode in modes_of(MX_CONFIGS[name])]
 
 
 def run(dut, testbench):
@@ -53,11 +63,11 @@ def drive(ctx, dut, c):
         ctx.set(getattr(dut, PORTS[k]), v)
 
 
-@pytest.mark.parametrize("name,mode", CASES)
+@pytest.mark.parametrize("name,mode", CASES + MX_CASES)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_streams_match_model(name, mode, seed):
     """Every output, every cycle, equals the cycle model on a random stream."""
-    cfg = CONFIGS[name]
+    cfg = {**CONFIGS, **MX_CONFIGS}[name]
     dut = PE(cfg)
 
     async def tb(ctx):

@@ -305,3 +305,17 @@ def test_conv_loss_nan_reaches_only_the_pixels_its_taps_reach():
     assert nan[0, 0, 2, 2] and nan.sum() == 1
     assert (dx[0, 0, ::2, ::2].view(np.float32)[~nan[0, 0, ::2, ::2]] == 2).all()
     assert (dx[0, 0, 1::2, :] == 0).all() and (dx[0, 0, :, 1::2] == 0).all()
+
+
+def test_matmul_nan_element_times_zero_is_skipped():
+    """A NaN element code meets a zero in one product and a non-zero in another."""
+    a = np.zeros((2, 32), np.uint8)
+    a[:, 0] = 0x7F                                  # E4M3 NaN in every row
+    a[:, 1] = 0x38                                  # 1.0
+    b = np.zeros((32, 2), np.uint8)
+    b[1, :] = 0x38
+    b[0, 1] = 0x38                                  # column 1 meets the NaN with a 1.0
+    scales = np.full((2, 1), 127, np.uint8)
+    out = matmul(a, scales, b, scales.T.copy(), "mxfp8_e4m3")
+    assert list(out[:, 0]) == [0x3F800000] * 2      # NaN x 0 skipped: 1 x 1 = 1
+    assert list(out[:, 1]) == [0x7FC00000] * 2

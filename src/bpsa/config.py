@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["ARITHMETICS", "BACKWARD_MODES", "Config", "ConfigError", "DATAFLOWS",
            "DRAIN_REGISTERS", "FLOAT_PARTIALS", "FLOAT_TOP_NAMES", "FLOAT_REDUCE_LATENCY", "FLOAT_WIDTHS", "FORWARD_FRONTENDS",
-           "MAC_LATENCY", "POOL_KINDS", "PRESET_DIR", "context_gap", "load_config",
+           "MAC_LATENCY", "MX_TOP_NAMES", "MX_WIDTHS", "POOL_KINDS", "PRESET_DIR", "context_gap", "load_config",
            "os_partials", "preset_names", "require_config"]
 
 #: Dataflows the array can be generated with.
@@ -34,7 +34,15 @@ FORWARD_FRONTENDS = ("feeder", "channel_first")
 #: Arithmetic formats: two's-complement integers, or floating-point operands (``bf16``,
 #: ``fp16``) with fp32 accumulators under the numeric contract of
 #: ``docs/architecture/floating_point.md``.
-ARITHMETICS = ("int", "bf16", "fp16")
+ARITHMETICS = ("int", "bf16", "fp16", "mxint8", "mxfp8_e4m3")
+
+#: The OCP MX block formats (``docs/architecture/mx.md``) and what they fix: operand bits (the
+#: element codes), accumulator bits: a block's exact sum of at most 32 products (``mxint8``:
+#: 21-bit two's complement; ``mxfp8_e4m3``: 42 bits and, above them, a NaN flag).
+MX_WIDTHS = {"mxint8": (8, 21), "mxfp8_e4m3": (8, 43)}
+
+#: The tops built in an MX format so far; every other top refuses an MX configuration.
+MX_TOP_NAMES = ("pe", "array")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
@@ -73,7 +81,7 @@ FLOAT_REDUCE_LATENCY = 16
 #: Floating point: the operands registered, the multiplier's two stages (``FloatMultiplier``),
 #: the adder's five (``FloatAdder``): the sum of a context's last slot is in the reserve
 #: registers eight cycles after the plain systolic timing.
-MAC_LATENCY = {"int": 4, "bf16": 8, "fp16": 8}
+MAC_LATENCY = {"int": 4, "bf16": 8, "fp16": 8, "mxint8": 4, "mxfp8_e4m3": 4}
 
 #: Registers between the bottom of a reserve chain and the array's drain outputs (the
 #: deskew's first stage included): the chain's value, then the drained result (with the
@@ -132,13 +140,16 @@ class Config:
     Array
         ``rows``, ``cols``: array size, 1..64 each.
     Arithmetic
-        ``arithmetic``: number format, ``"int"``, ``"bf16"`` or ``"fp16"``. Integers:
+        ``arithmetic``: number format, ``"int"``, ``"bf16"``, ``"fp16"`` or an MX format. Integers:
         ``operand_width`` 2..32 bits, ``operand_signed``; ``acc_width``: accumulator bits,
         from ``2 * operand_width`` to 64 (accumulation wraps modulo ``2**acc_width``, two's
         complement). Floating point (``docs/architecture/floating_point.md``): ``operand_width`` 16
         and
         ``acc_width`` 32 (fp32 accumulators); built so far for the ``os`` dataflow with
         reserve registers only, the PE and the array (the front ends are integer only).
+        OCP MX (``"mxint8"``, ``"mxfp8_e4m3"``; ``docs/architecture/mx.md``): ``operand_width``
+        8 and ``acc_width`` a block's exact sum (:data:`MX_WIDTHS`); built so far in the PE
+        and the array (not the interleaved dataflow).
     Dataflows and PE features
         ``dataflows``: a non-empty subset of ``os``, ``ws``, ``is``, ``interleaved``.
         ``zero_gating``: skip (and count) MACs with a zero operand.
@@ -245,6 +256,8 @@ class Config:
         _check_int("acc_width", self.acc_width, 2 * self.operand_width, 64)
         if self.is_float:
             self._validate_float()
+        if self.is_mx:
+            self._validate_mx()
         if not self.dataflows or any(d not in DATAFLOWS for d in self.dataflows) \
                 or len(set(self.dataflows)) != len(self.dataflows):
             raise ConfigError(f"dataflows must be a non-empty list of distinct values from "
@@ -297,16 +310,18 @@ class Config:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, not {self.name!r}")
 
+    def _fixed_widths(self, widths, op_why, acc_why):
+        """Refuse an ``operand_width`` or ``acc_width`` other than the arithmetic's
+        ``widths``."""
+        for name, want, why in zip(("operand_width", "acc_width"), widths, (op_why, acc_why)):
+            if getattr(self, name) != want:
+                raise ConfigError(f"{name} must be {want} with arithmetic {self.arithmetic!r} "
+                                  f"({why}), not {getattr(self, name)!r}")
+
     def _validate_float(self):
         """The fields a floating-point arithmetic fixes or does not build yet."""
-        op, acc = FLOAT_WIDTHS[self.arithmetic]
         a = self.arithmetic
-        if self.operand_width != op:
-            raise ConfigError(f"operand_width must be {op} with arithmetic {a!r} (the "
-                              f"format's width), not {self.operand_width!r}")
-        if self.acc_width != acc:
-            raise ConfigError(f"acc_width must be {acc} with arithmetic {a!r} (fp32 "
-                              f"accumulators), not {self.acc_width!r}")
+        self._fixed_widths(FLOAT_WIDTHS[a], "the format's width", "fp32 accumulators")
         if self.dataflows != ("os",):
             raise ConfigError(f"dataflows must be ['os'] with arithmetic {a!r} (the ws, is "
                               f"and interleaved dataflows are not built in floating point "
@@ -315,12 +330,31 @@ class Config:
             raise ConfigError(f"reserve_registers must be true with arithmetic {a!r} (the "
                               f"partial sums drain through the reserve chains)")
 
+    def _validate_mx(self):
+        """The fields an MX format fixes or does not build yet."""
+        a = self.arithmetic
+        self._fixed_widths(MX_WIDTHS[a], "8-bit element codes", "a block's exact sum")
+        signed = a == "mxint8"
+        if self.operand_signed != signed:
+            codes = "two's-complement integers" if signed else "bit patterns"
+            raise ConfigError(f"operand_signed must be {signed} with arithmetic {a!r} (the "
+                              f"element codes are {codes})")
+        if "interleaved" in self.dataflows:
+            raise ConfigError(f"dataflows may not hold 'interleaved' with arithmetic {a!r} (the "
+                              f"interleaved pass's SGD step is not built in MX yet), not "
+                              f"{list(self.dataflows)!r}")
+
     # Derived values -----------------------------------------------------------------------
 
     @property
     def is_float(self):
         """Whether the arithmetic is a floating-point format."""
         return self.arithmetic in FLOAT_WIDTHS
+
+    @property
+    def is_mx(self):
+        """Whether the arithmetic is an OCP MX block format (:data:`MX_WIDTHS`)."""
+        return self.arithmetic in MX_WIDTHS
 
     def require_int(self, block):
         """Refuse to build ``block`` (a name) in a floating-point configuration: raises
@@ -330,6 +364,15 @@ class Config:
                               f"yet (integer only); floating point builds the tops "
                               f"{', '.join(FLOAT_TOP_NAMES)} (bpsa sim --gemm, bpsa sim --engine "
                               f"--phase forward)")
+        self.require_not_mx(block)
+
+    def require_not_mx(self, block):
+        """Refuse ``block`` (a name) in an MX configuration: raises :class:`ConfigError`
+        naming what is built in MX so far."""
+        if self.is_mx:
+            raise ConfigError(f"arithmetic {self.arithmetic!r} is not built in the {block} yet; "
+                              f"MX builds the tops {', '.join(MX_TOP_NAMES)} so far (bpsa "
+                              f"verilog, bpsa synth; docs/architecture/mx.md)")
 
     @property
     def os_partials(self):

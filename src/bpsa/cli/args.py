@@ -11,7 +11,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from bpsa.config import ARITHMETICS, FLOAT_WIDTHS, ConfigError, load_config
+from bpsa.config import ARITHMETICS, FLOAT_WIDTHS, MX_WIDTHS, ConfigError, load_config
 
 __all__ = ["PLOT_SUFFIXES", "Parser", "UserError", "add_config", "bounded", "config_of",
            "float_above", "int_at_least", "network_names", "out_dir", "parent_dir",
@@ -81,8 +81,10 @@ def add_config(sp):
                     help="the configuration's number format replaced: int, or bf16 / fp16 "
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
                          "docs/architecture/floating_point.md; the dataflows and front ends not "
-                         "built in floating point yet are left out, with a note). Default: "
-                         "the configuration's own")
+                         "built in floating point yet are left out, with a note), or an OCP MX "
+                         "format (docs/architecture/mx.md; built in the PE and the array only "
+                         "so far: bpsa verilog and bpsa synth --top pe|array). Default: the "
+                         "configuration's own")
 
 
 def out_dir(path):
@@ -124,9 +126,19 @@ def version():
         return "unknown"
 
 
-def config_of(args):
+def config_of(args, *, mx=False):
     """The configuration of ``args.config`` (:func:`bpsa.config.load_config`), or
-    :class:`UserError` ``invalid configuration: ...``."""
+    :class:`UserError` ``invalid configuration: ...``. An MX configuration is refused unless
+    ``mx`` (the commands that generate the blocks built in MX)."""
+    config = _config_of(args)
+    if config.is_mx and not mx:
+        raise UserError(f"arithmetic {config.arithmetic!r} is built in the PE and the array "
+                        f"only so far: bpsa verilog and bpsa synth take it "
+                        f"(docs/architecture/mx.md)")
+    return config
+
+
+def _config_of(args):
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -135,7 +147,15 @@ def config_of(args):
     if arithmetic is None or arithmetic == config.arithmetic:
         return config
     changes = {"arithmetic": arithmetic, "name": f"{config.name}_{arithmetic}"}
-    if arithmetic in FLOAT_WIDTHS:
+    if arithmetic in MX_WIDTHS:
+        changes.update(zip(("operand_width", "acc_width"), MX_WIDTHS[arithmetic]))
+        changes.update(operand_signed=arithmetic == "mxint8")
+        if "interleaved" in config.dataflows:
+            changes.update(dataflows=tuple(d for d in config.dataflows if d != "interleaved")
+                           or ("os",))
+            print(f"bpsa: --arithmetic {arithmetic}: {config.name}'s interleaved dataflow not "
+                  f"built in MX yet; left out", file=sys.stderr)
+    elif arithmetic in FLOAT_WIDTHS:
         changes.update(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
         # what floating point does not build yet is left out, and said so
         dropped = [d for d in config.dataflows if d != "os"] + \
@@ -146,8 +166,8 @@ def config_of(args):
             print(f"bpsa: --arithmetic {arithmetic}: {config.name}'s "
                   f"{', '.join(dropped)} not built in floating point yet; left out",
                   file=sys.stderr)
-    elif config.is_float:
-        changes.update(operand_width=16, acc_width=32)
+    elif config.is_float or config.is_mx:
+        changes.update(operand_width=16, acc_width=32, operand_signed=True)
     try:
         return dataclasses.replace(config, **changes)
     except ConfigError as e:

@@ -52,7 +52,7 @@ def run(args):
     from bpsa.tools.yosys import ToolError
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
-    config = config_of(args)
+    config = config_of(args, mx=True)
     if args.pe_overheads + args.array_overheads + args.report > 1:
         raise UserError("give only one of --report, --pe-overheads and --array-overheads")
     if args.blocks and not args.report:

@@ -26,7 +26,7 @@ def run(args):
     from bpsa.platform.verilog import TOPS, write_verilog
     if args.top not in TOPS:
         raise UserError(f"--top must be one of {sorted(TOPS)}, not {args.top!r}")
-    config = config_of(args)
+    config = config_of(args, mx=True)
     out = out_dir(args.output or f"build/{config.name}")
     # elaborating the accelerator takes a minute: say what is going on
     print(f"bpsa: generating the Verilog of {args.top} for {config.name} ({config.rows}x"

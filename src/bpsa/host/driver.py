@@ -206,6 +206,7 @@ class Driver:
 
     def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64,
                  check=True, max_polls=1_000_000):
+        config.require_not_mx("driver")
         self.t = transport
         self.config = config
         self.mem_base = mem_base

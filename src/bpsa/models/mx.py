@@ -148,6 +148,12 @@ def dequantize(codes, scales, fmt, axis=-1):
     return np.where(nan | (s == MX_SCALE_NAN), np.nan, val)
 
 
+def _zero_codes(codes, f):
+    """Masks of the element codes that are zeros (FP8: of either sign)."""
+    c = np.asarray(codes).astype(np.int64)
+    return c == 0 if f.is_int else (c & 0x7F) == 0
+
+
 def block_values(codes, scales, fmt):
     """Per block of a blocked operand (last axis the elements, ``(..., blocks, 32)`` codes and
     ``(..., blocks)`` scales): the element step counts, the block exponent ``X + quantum_exp``
@@ -195,8 +201,18 @@ def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
     if np.shape(a_scales) != (m, nb) or np.shape(b_scales) != (nb, n):
         raise ValueError(f"scales must be {m} x {nb} (A) and {nb} x {n} (B), not "
                          f"{np.shape(a_scales)} and {np.shape(b_scales)}")
-    ai, ae, abad = block_values(_blocked(a_codes, 1)[0], a_scales, f)
-    bi, be, bbad = block_values(_blocked(b_codes, 0)[0], np.asarray(b_scales).T, f)
+    a_blocks, b_blocks = _blocked(a_codes, 1)[0], _blocked(b_codes, 0)[0]
+    ai, ae, abad = block_values(a_blocks, a_scales, f)
+    bi, be, bbad = block_values(b_blocks, np.asarray(b_scales).T, f)
+    # a NaN or infinite element makes its block NaN unless its partner element is a zero
+    # (a product with a zero element is skipped); a NaN scale always does
+    _, an, ainf = element_ints(a_blocks, f)
+    _, bn, binf = element_ints(b_blocks, f)
+    azero, bzero = _zero_codes(a_blocks, f), _zero_codes(b_blocks, f)
+    special = (np.einsum("mjk,njk->mnj", (an | ainf).astype(np.int64), (~bzero).astype(np.int64))
+               + np.einsum("mjk,njk->mnj", (~azero).astype(np.int64), (bn | binf).astype(np.int64))) > 0
+    abad = np.asarray(a_scales) == MX_SCALE_NAN
+    bbad = np.asarray(b_scales).T == MX_SCALE_NAN
     wide = 2 * f.max_int.bit_length() + 6 > 62
     if wide:
         ai, bi = ai.astype(object), bi.astype(object)
@@ -208,7 +224,7 @@ def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
             v = int(out[r, c])
             for j in range(nb):
                 v = _accumulate(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
-                                bool(abad[r, j] or bbad[c, j]))
+                                bool(abad[r, j] or bbad[c, j] or special[r, c, j]))
             out[r, c] = v
     return out
 

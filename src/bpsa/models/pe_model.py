@@ -7,10 +7,12 @@ the RTL and this model with the same stimulus and compare every output every cyc
 
 from dataclasses import dataclass
 
-from bpsa.config import FLOAT_WIDTHS, MAC_LATENCY, context_gap, os_partials
-from bpsa.spec.numeric import wrap
+import numpy as np
 
-__all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "random_stimulus",
+from bpsa.config import FLOAT_WIDTHS, MAC_LATENCY, context_gap, os_partials
+from bpsa.spec.numeric import wrap, wrap_array
+
+__all__ = ["MODES", "OUTPUTS", "PORTS", "PEModel", "PEParams", "pe_matmul", "random_stimulus",
            "with_zero_flags", "wrap"]
 
 #: PE mode encodings (the RTL's ``PEMode``).
@@ -29,11 +31,11 @@ OUTPUTS = ("h_out", "h_valid_out", "h_last_out", "v_out", "v_valid_out", "v_tag_
 
 def with_zero_flags(p, c):
     """The inputs ``c`` of a cycle with the operands' zero flags a zero-gating PE takes beside
-    them (``h_zero``, ``v_zero``: 1 when ``h`` / ``v`` is 0)."""
+    them (``h_zero``, ``v_zero``: 1 when ``h`` / ``v`` is zero)."""
     if p.zero_gating:
-        c["h_zero"] = int(c.get("h", 0) == 0)
+        c["h_zero"] = int(p.zero(c.get("h", 0)))
         if "os" in p.dataflows or "interleaved" in p.dataflows:
-            c["v_zero"] = int(c.get("v", 0) == 0)
+            c["v_zero"] = int(p.zero(c.get("v", 0)))
     return c
 
 
@@ -65,6 +67,37 @@ class PEParams:
         return self.arithmetic in FLOAT_WIDTHS
 
     @property
+    def fp8_blocks(self):
+        """MX with FP8 elements (``docs/architecture/mx.md``): operands are element codes, an
+        accumulator a block's exact sum in ``acc_width - 1`` bits with a NaN flag above it
+        (unsigned as a whole)."""
+        return self.arithmetic == "mxfp8_e4m3"
+
+    def zero(self, x):
+        """Whether the operand ``x`` is a zero (an FP8 code of either sign)."""
+        return (x & 0x7F) == 0 if self.fp8_blocks else x == 0
+
+    def mul(self, a, b):
+        """The product the multiplier gives for the operands ``a`` and ``b``."""
+        if not self.fp8_blocks:
+            return a * b
+        return int(self.matmul(np.array([[a]]), np.array([[b]]))[0, 0])
+
+    def matmul(self, a, b):
+        """The accumulators of ``a @ b`` as the PEs hold them (:func:`pe_matmul`)."""
+        return pe_matmul(a, b, self.arithmetic, self.acc_width)
+
+    def add(self, x, y):
+        """``x + y`` as the accumulator adds (FP8 blocks: the sums wrapped below the NaN
+        flags, which are or-ed; the result unsigned)."""
+        if not self.fp8_blocks:
+            return wrap(x + y, self.acc_width)
+        w = self.acc_width - 1
+        x, y = x % (1 << self.acc_width), y % (1 << self.acc_width)
+        total = (wrap(x, w) + wrap(y, w)) % (1 << w)
+        return total | ((x | y) >> w << w)
+
+    @property
     def os_partials(self):
         """Words an output-stationary PE drains (``bpsa.config.os_partials``)."""
         return os_partials(self.arithmetic)
@@ -79,12 +112,13 @@ class PEParams:
 
     @property
     def vertical_signed(self):
-        return True if self.held else self.operand_signed
+        return (not self.fp8_blocks) if self.held else self.operand_signed
 
     @property
     def acc_signed(self):
-        """Accumulators read as signed integers, or (floating point) unsigned encodings."""
-        return not self.is_float
+        """Accumulators read as signed integers, or (floating point, FP8 blocks) unsigned
+        encodings."""
+        return not (self.is_float or self.fp8_blocks)
 
 
 class PEModel:
@@ -132,7 +166,7 @@ class PEModel:
         a = g("h")
         b = self.w if use_w else self._op(g("v"))
         active = bool(g("h_valid") and g("v_valid"))
-        zero = p.zero_gating and (a == 0 or b == 0)
+        zero = p.zero_gating and (p.zero(a) or p.zero(b))
         fire = active and not zero
         end = bool(g("h_valid") and g("h_last"))
         flags0 = (is_os or il_os, end and is_os, end and il_hold)
@@ -146,16 +180,17 @@ class PEModel:
         out["v_valid_out"] = g("v_valid")
         out["v_out"] = self._op(g("v")) if (has("os") or has("interleaved")) else 0
         out["v_tag_out"] = g("v_tag") if has("interleaved") else 0
-        out["h_zero_out"] = int(a == 0) if p.zero_gating else 0
-        out["v_zero_out"] = int(self._op(g("v")) == 0) if p.zero_gating else 0
-        out["p_out"] = wrap(g("p") + product, p.acc_width) if p.held else 0
+        out["h_zero_out"] = int(p.zero(a)) if p.zero_gating else 0
+        out["v_zero_out"] = int(p.zero(self._op(g("v")))) if p.zero_gating else 0
+        out["p_out"] = wrap(p.add(g("p"), product), p.acc_width, not p.fp8_blocks) \
+            if p.held else 0
         out["fired"] = int(fire)
         out["gated"] = int(active and zero)
 
-        acc_next = wrap(self.acc + product, p.acc_width) if accumulate2 else self.acc
+        acc_next = p.add(self.acc, product) if accumulate2 else self.acc
 
         # The pipeline registers.
-        self.products = self.products[1:] + [a * b if fire else 0]
+        self.products = self.products[1:] + [p.mul(a, b) if fire else 0]
         self.flags = self.flags[1:] + [flags0]
 
         if not p.reserve_registers:
@@ -184,6 +219,31 @@ class PEModel:
         return out
 
 
+def _fp8_ints(codes, arithmetic):
+    from bpsa.models.mx import element_ints
+    codes = np.asarray(codes, dtype=np.int64)
+    ints, nan, _ = element_ints(codes, arithmetic)
+    # a NaN code (S.1111.111) multiplies as its bits read, +-15 << 14, and sets the flag:
+    # the block is NaN whatever its sum
+    return np.where(nan, np.where(codes >> 7 == 1, -1, 1) * (15 << 14), ints), nan
+
+
+def pe_matmul(a, b, arithmetic, acc_width):
+    """The accumulators of ``a @ b`` as the PEs hold them (``a``: M x K and ``b``: K x N
+    operands): integer sums wrapped to ``acc_width`` bits; in ``mxfp8_e4m3`` each a block's
+    sum of element integers in ``acc_width - 1`` bits (wrapped) with the NaN flag above it,
+    set by a product of a NaN code with a non-zero element (a product with a zero element is
+    skipped)."""
+    if arithmetic != "mxfp8_e4m3":
+        return wrap_array(np.asarray(a, np.int64) @ np.asarray(b, np.int64), acc_width)
+    (ia, na), (ib, nb) = _fp8_ints(a, arithmetic), _fp8_ints(b, arithmetic)
+    w = acc_width - 1
+    total = (ia.astype(object) @ ib.astype(object)) % (1 << w)
+    live = (ia != 0)[:, :, None] & (ib != 0)[None, :, :]
+    nan = ((na[:, :, None] | nb[None, :, :]) & live).any(axis=1)
+    return (total | (nan.astype(object) << w)).astype(np.int64)
+
+
 def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
     """``n`` cycles of random inputs for ``mode`` (a key of :data:`MODES`), with zeros in the
     operands at ``zero_prob`` and context ends at ``last_prob``. ``rng`` is a
@@ -192,6 +252,7 @@ def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
     ow = p.operand_width
     lo, hi = (-(1 << (ow - 1)), (1 << (ow - 1))) if p.operand_signed else (0, 1 << ow)
     alo, ahi = -(1 << (p.acc_width - 1)), 1 << (p.acc_width - 1)
+    clo, chi = (0, 1 << p.acc_width) if p.fp8_blocks else (alo, ahi)   # the chain: acc_shape
 
     def operand():
         return 0 if rng.random() < zero_prob else int(rng.integers(lo, hi))
@@ -211,7 +272,7 @@ def random_stimulus(cfg, mode, n, rng, *, zero_prob=0.25, last_prob=0.15):
         if "interleaved" in p.dataflows:
             c["v_tag"] = tag
             c["wchain"] = operand()
-        c["chain_in"] = int(rng.integers(alo, ahi))
+        c["chain_in"] = int(rng.integers(clo, chi))
         c["shift"] = int(rng.random() < 0.3)
         if p.held:
             c["load"] = int(rng.random() < 0.1)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
-from bpsa.config import Config
+from bpsa.config import MX_TOP_NAMES, Config
 from bpsa.platform.tops import FLOAT_TOPS, TOPS
 
 __all__ = ["DEVICE_TARGETS", "TOPS", "TRIGGER", "describe", "elaborate_top", "executable_constants",
@@ -21,6 +21,8 @@ def elaborate_top(config, top):
         raise ValueError(f"top must be one of {sorted(TOPS)}, not {top!r}")
     if config.is_float and top not in FLOAT_TOPS:
         config.require_int(f"{top} top")
+    if config.is_mx and top not in MX_TOP_NAMES:
+        config.require_not_mx(f"{top} top")
     module, cls = (FLOAT_TOPS if config.is_float else TOPS)[top].split(":")
     return getattr(importlib.import_module(module), cls)(config)
 

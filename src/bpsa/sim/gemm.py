@@ -30,7 +30,7 @@ import numpy as np
 
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY, context_gap
 from bpsa.models import floating
-from bpsa.models.pe_model import PEParams
+from bpsa.models.pe_model import PEParams, pe_matmul
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
 from bpsa.sim.lanes import pack, unpack
 
@@ -111,18 +111,19 @@ class Program:
                                          f"expected {R - 1 - k}")
                 _place(out[kind], r0 + row, c0, lanes, add=False)
         for (kind, row, c0), lanes in zip(self.psum_targets, psums):
-            _place(out[kind], row, c0, lanes, add=True, bits=self.shape.acc_width)
+            _place(out[kind], row, c0, lanes, add=True, bits=self.shape.acc_width,
+                   signed=self.shape.vertical_signed)
         return out
 
 
-def _place(mat, row, c0, lanes, *, add, bits=None):
+def _place(mat, row, c0, lanes, *, add, bits=None, signed=True):
     if row >= mat.shape[0]:
         return
     n = min(len(lanes), mat.shape[1] - c0)
     vals = np.asarray(lanes[:n], dtype=np.int64)
     if add:
         s = mat[row, c0:c0 + n] + vals
-        mat[row, c0:c0 + n] = [wrap(int(x), bits) for x in s]
+        mat[row, c0:c0 + n] = [wrap(int(x), bits, signed) for x in s]
     else:
         mat[row, c0:c0 + n] = vals
 
@@ -335,10 +336,10 @@ def expected(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_s
     def wr(t):
         return wrap_array(t, s.acc_width)
 
-    if flow in ("os", "is"):
-        return {"c": wr(np.asarray(a, dtype=np.int64) @ np.asarray(b, dtype=np.int64))}
-    if flow == "ws":
-        return {"ct": wr((np.asarray(a, dtype=np.int64) @ np.asarray(b, dtype=np.int64)).T)}
+    if flow in ("os", "is", "ws"):
+        # integers, or an MX format's block sums as the PEs hold them
+        c = pe_matmul(a, b, s.arithmetic, s.acc_width)
+        return {"ct": c.T} if flow == "ws" else {"c": c}
     w, delta, act = (np.asarray(x, dtype=np.int64) for x in (w, delta, act))
     g = wr(delta @ act.T)
     out = {"da_t": wr((w.T @ delta).T)}

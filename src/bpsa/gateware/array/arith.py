@@ -10,7 +10,16 @@ from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Sh
 
 from bpsa.spec.numeric import float_format
 
-__all__ = ["FloatArith", "IntArith", "arith_for"]
+__all__ = ["FloatArith", "IntArith", "arith_for", "delayed"]
+
+
+def delayed(m, product, n):
+    """``product`` through ``n`` more registers (``product_d1``, ...), built into ``m``."""
+    for k in range(n):
+        later = Signal.like(product, name=f"product_d{k + 1}")
+        m.d.sync += later.eq(product)
+        product = later
+    return product
 
 
 class IntArith:
@@ -94,11 +103,7 @@ class IntArith:
             with m.If(fire0):
                 m.d.sync += [in_a.eq(mul_a), in_b.eq(mul_b)]
             m.d.sync += product.eq(Mux(fire1, self.mul(in_a, in_b), 0))
-        for k in range(latency - 3):
-            later = Signal.like(product, name=f"product_d{k + 1}")
-            m.d.sync += later.eq(product)
-            product = later
-        return product, (mul_a, mul_b)
+        return delayed(m, product, latency - 3), (mul_a, mul_b)
 
     def add(self, acc, x):
         """``acc + x``, wrapped to the accumulator shape (the caller assigns it to one)."""
@@ -189,6 +194,9 @@ class FloatArith:
 
 def arith_for(config):
     """The arithmetic object for a :class:`~bpsa.config.Config`."""
+    if config.is_mx:
+        from bpsa.gateware.array.mx_arith import MxArith
+        return MxArith(config.arithmetic)
     if config.arithmetic == "int":
         return IntArith(operand_width=config.operand_width,
                         operand_signed=config.operand_signed,

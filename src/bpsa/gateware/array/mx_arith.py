@@ -1,0 +1,115 @@
+"""The PE's arithmetic in an OCP MX block format (``docs/architecture/mx.md``): element codes
+in, a block's exact integer sum out.
+
+The PE (:class:`bpsa.gateware.array.pe.PE`) is the integer PE: it multiplies, accumulates and
+drains through :class:`MxArith` as it does through
+:class:`~bpsa.gateware.array.arith.IntArith`. What the contract puts outside the per-MAC loop
+(each block's two scales, and the block's sum added into an fp32 sum with one rounding) is
+not here: one output-stationary context is one block, and its accumulator leaves as the
+block's exact sum.
+
+- ``mxint8``: the code is the element as a two's-complement integer (steps of 2^-6); the
+  product is the integer product on the PE's multiplier, the sum 21 bits (32 products of at
+  most 2^14 each, the code -128 included).
+- ``mxfp8_e4m3``: the code is decoded into a sign, a 4-bit significand ``M`` (the hidden bit
+  set for a non-zero exponent field ``E``) and a shift ``max(E - 1, 0)``: the element is
+  ``+-M << shift`` steps of 2^-9. The product is ``Ma x Mb`` (8 bits, in the fabric) shifted
+  by ``shift_a + shift_b`` (up to 28): an exact integer of 36 bits and a sign; the
+  accumulator is 42 bits (32 products) with a NaN flag above them, set by the product of a
+  NaN element code (``S.1111.111``, multiplied as its bits read: +-15 << 14) with a non-zero
+  element, and kept until the context ends; a product with a zero element is skipped, as in
+  the floating-point contract, NaN or not.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+
+from bpsa.config import MX_WIDTHS
+from bpsa.gateware.array.arith import IntArith, delayed
+from bpsa.spec.numeric import mx_format
+
+__all__ = ["MxArith"]
+
+
+class MxArith:
+    """Arithmetic of the MX format ``fmt`` behind the PE's interface (see the module
+    docstring): operands are element codes, accumulators a block's exact sum."""
+
+    def __init__(self, fmt):
+        self.fmt = mx_format(fmt)
+        op, acc = MX_WIDTHS[self.fmt.name]
+        if self.fmt.is_int:
+            self._int = IntArith(operand_width=op, operand_signed=True, acc_width=acc)
+            self.operand_shape = self._int.operand_shape
+        else:
+            self._int = None
+            self.operand_shape = unsigned(op)
+        #: the exact sum's bits (below the NaN flag, for FP8 elements)
+        self.sum_width = acc if self.fmt.is_int else acc - 1
+        self.acc_shape = signed(acc) if self.fmt.is_int else unsigned(acc)
+        #: not used in MX (requantization and SGD steps are integer features)
+        self.shift_shape = unsigned(5)
+
+    def zero(self, x):
+        """1 when the element code ``x`` is a zero (FP8: of either sign)."""
+        if self.fmt.is_int:
+            return x == 0
+        return x[:7] == 0
+
+    def as_operand(self, x):
+        """The low 8 bits of a wider value as an element code."""
+        return x.as_unsigned()[:8].as_signed() if self.fmt.is_int else x.as_unsigned()[:8]
+
+    def add(self, acc, x):
+        """``acc + x``: the exact sums added (FP8: the NaN flags or-ed above them)."""
+        if self.fmt.is_int:
+            return acc + x
+        w = self.sum_width
+        return Cat((acc[:w].as_signed() + x[:w].as_signed())[:w], acc[w] | x[w])
+
+    def multiplier(self, m, a, b, fire, *, latency=4, platform=None):
+        """The PE's pipelined multiplier (the contract of
+        :meth:`~bpsa.gateware.array.arith.IntArith.multiplier`): operands taken into fabric
+        registers when ``fire``, the product of the operands presented ``latency`` cycles
+        before out of the last register, zero for a slot that did not fire. ``mxint8`` is
+        the integer multiplier; FP8: the codes decoded and registered (cycle 2), the
+        significands' product and the shifts' sum registered, zero when the slot did not
+        fire (cycle 3), the shifted, signed product registered (cycle 4) and then delayed."""
+        if self.fmt.is_int:
+            return self._int.multiplier(m, a, b, fire, latency=latency, platform=platform)
+        if latency < 4:
+            raise ValueError(f"latency must be at least 4 (operand, decode, product and shift "
+                             f"registers), not {latency}")
+        f = self.fmt
+        mul_a, mul_b = Signal(8), Signal(8)
+        fire0, fire1 = Signal(), Signal()
+        with m.If(fire):
+            m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
+        m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
+        decoded = []
+        for name, code in (("a", mul_a), ("b", mul_b)):
+            e = code[f.man_bits:7]
+            sig, shift = Signal(f.man_bits + 1, name=f"sig_{name}"), Signal(4, name=f"sh_{name}")
+            neg, nan = Signal(name=f"neg_{name}"), Signal(name=f"nan_{name}")
+            with m.If(fire0):
+                m.d.sync += [sig.eq(Cat(code[:f.man_bits], e != 0)),
+                             shift.eq(Mux(e != 0, e - 1, 0)),
+                             neg.eq(code[7]), nan.eq(code[:7] == 0x7F)]
+            decoded.append((sig, shift, neg, nan))
+        (sa, sha, na, xa), (sb, shb, nb, xb) = decoded
+        mag8, shifts = Signal(2 * (f.man_bits + 1)), Signal(5)
+        neg, nan = Signal(), Signal()
+        m.d.sync += [mag8.eq(Mux(fire1, sa * sb, 0)), shifts.eq(Mux(fire1, sha + shb, 0)),
+                     neg.eq(fire1 & (na ^ nb)),
+                     nan.eq(fire1 & (xa | xb) & (sa != 0) & (sb != 0))]
+        w = self.sum_width
+        product = Signal(self.acc_shape)
+        mag = Signal(len(mag8) + 28)
+        m.d.comb += mag.eq(mag8 << shifts)
+        m.d.sync += product.eq(Cat(_signed(mag, neg, w), nan))
+        return delayed(m, product, latency - 4), (mul_a, mul_b)
+
+
+def _signed(mag, neg, width):
+    """``-mag`` when ``neg``, else ``mag``, as ``width`` bits of two's complement."""
+    wide = Cat(mag, Const(0, width - len(mag))).as_signed()
+    return Mux(neg, -wide, wide)[:width]

@@ -1,0 +1,131 @@
+"""The PE's arithmetic in an MX format (bpsa.gateware.array.mx_arith): its multiplier against
+the MX golden model's element values, and the array built on it against the block sums, every
+dataflow, in the Amaranth simulator and as Verilog under Verilator (the PE itself, every output
+every cycle against its cycle model: tests/test_gateware_array_pe.py)."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from bpsa.config import Config, ConfigError
+from bpsa.gateware.array.mx_arith import MxArith
+from bpsa.models.mx import element_ints
+
+MX_CONFIGS = {  # the 4x4 arrays of test_array_*
+    "mxint8": Config(name="mxint8_pe", arithmetic="mxint8", operand_width=8, acc_width=21,
+                     dataflows=["os", "ws", "is"]),
+    "mxfp8_e4m3": Config(name="mxfp8_pe", arithmetic="mxfp8_e4m3", operand_width=8,
+                         operand_signed=False, acc_width=43, dataflows=["os", "ws", "is"]),
+}
+
+
+class _Multiplier(wiring.Component):
+    def __init__(self, fmt):
+        self.arith = MxArith(fmt)
+        super().__init__({"a": In(8), "b": In(8), "fire": In(1),
+                          "product": Out(self.arith.acc_shape)})
+
+    def elaborate(self, platform):
+        m = Module()
+        product, _ = self.arith.multiplier(m, self.a, self.b, self.fire)
+        m.d.comb += self.product.eq(product)
+        return m
+
+
+@pytest.mark.parametrize("fmt", ["mxint8", "mxfp8_e4m3"])
+def test_multiplier_gives_the_exact_element_products(fmt):
+    """Random pairs of codes (every kind: zeros, NaN codes, the largest, subnormals), four
+    registers later: the product of the two elements' integers (FP8: and the NaN flag of a
+    NaN code); 0 when not fired."""
+    dut = _Multiplier(fmt)
+    rng = np.random.default_rng(31)
+    pairs = rng.integers(0, 256, size=(4000, 2))
+    pairs[:300] = [[c, d] for c in (0x00, 0x80, 0x7F, 0xFF, 0x7E, 0xFE, 0x01, 0x81, 0x08, 0x88)
+                   for d in rng.integers(0, 256, size=30)]
+    fires = rng.random(len(pairs)) < 0.8
+    ints, nan, _ = element_ints(pairs, fmt)
+    # a NaN code multiplies as its bits read (+-15 << 14) and sets the NaN flag
+    ints = np.where(nan, np.where(pairs >> 7 == 1, -1, 1) * (15 << 14), ints)
+    w = 21 if fmt == "mxint8" else 42
+    want = []
+    for (x, y), f, n in zip(ints, fires, nan.any(axis=1)):
+        v = int(x) * int(y) if f else 0
+        want.append(v if fmt == "mxint8" else (v % (1 << w)) | (int(n and f) << w))
+    signed = fmt == "mxint8"
+
+    async def tb(ctx):
+        slots = list(zip(pairs, fires)) + [((0, 0), False)] * 3
+        for k, ((a, b), f) in enumerate(slots):
+            ctx.set(dut.a, int(np.int8(np.uint8(a))) if signed else int(a))
+            ctx.set(dut.b, int(np.int8(np.uint8(b))) if signed else int(b))
+            ctx.set(dut.fire, int(f))
+            await ctx.tick()
+            if k >= 3:                 # the slot of three cycles before, four registers on
+                assert ctx.get(dut.product) == want[k - 3], f"slot {k - 3}: {pairs[k - 3]}"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+
+
+def test_mx_configurations_are_checked():
+    with pytest.raises(ConfigError, match="acc_width must be 43 with arithmetic 'mxfp8_e4m3'"):
+        Config(arithmetic="mxfp8_e4m3", operand_width=8, operand_signed=False, acc_width=32)
+    with pytest.raises(ConfigError, match="operand_signed must be False"):
+        Config(arithmetic="mxfp8_e4m3", operand_width=8, acc_width=43)
+    with pytest.raises(ConfigError, match="operand_width must be 8"):
+        Config(arithmetic="mxint8", operand_width=16, acc_width=32, dataflows=["os"])
+    with pytest.raises(ConfigError, match="may not hold 'interleaved'"):
+        Config(arithmetic="mxint8", operand_width=8, acc_width=21, dataflows=["interleaved"])
+    cfg = MX_CONFIGS["mxint8"]
+    with pytest.raises(ConfigError, match="MX builds the tops pe, array so far"):
+        cfg.require_int("feeder")
+
+
+@pytest.mark.parametrize("name", sorted(MX_CONFIGS))
+@pytest.mark.parametrize("flow,dims", [("os", (5, 32, 6)), ("os", (9, 7, 4)), ("ws", (8, 4, 5)),
+                                       ("is", (6, 3, 5)), ("ws", (5, 2, 9))])
+def test_array_gemm_gives_block_sums(name, flow, dims):
+    """The 4x4 array in an MX format, every dataflow: each output the exact block sum (FP8:
+    with the NaN flag) of its row of A and column of B (random codes, NaN codes and zeros
+    among them). An output-stationary context is one block (at most 32 products); the held
+    dataflows sum at most ``rows`` products down a column in one pass (the harness adds the
+    passes of a longer K as integers, which MX leaves to the block accumulation outside the
+    array)."""
+    from test_gateware_array_systolic import run_program
+    from bpsa.sim.gemm import ArrayShape, expected, program, random_problem
+    cfg = MX_CONFIGS[name]
+    import dataclasses
+    cfg = dataclasses.replace(cfg, rows=4, cols=4)
+    shape = ArrayShape.of(cfg)
+    rng = np.random.default_rng([len(name), dims[1]])
+    ops = random_problem(shape, flow, dims, rng)
+    if name == "mxfp8_e4m3":                # NaN codes beside non-zero and zero partners
+        ops["a"][0, 0], ops["a"][-1, -1] = 0x7F, 0xFF
+        ops["b"][0, 0], ops["b"][-1, :] = 0, 0x38
+    got, counters = run_program(cfg, program(flow, shape, **ops))
+    for key, mat in expected(flow, shape, **ops).items():
+        np.testing.assert_array_equal(got[key], mat, err_msg=f"{name} {flow} {dims}: {key}")
+    if name == "mxfp8_e4m3":                # some outputs carry the NaN flag, some not
+        flags = np.concatenate([m.ravel() for m in got.values()]) >> 42 == 1
+        assert flags.any() and not flags.all()
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("name,flow,dims", [("mxfp8_e4m3", "os", (9, 30, 7)),
+                                            ("mxfp8_e4m3", "ws", (7, 4, 6))])
+def test_array_verilator(name, flow, dims):
+    """The MX array's generated Verilog under Verilator (cocotb tb_array): random codes,
+    every output equal to the block sums of bpsa.models.pe_model.pe_matmul (``mxint8`` is
+    the integer PE at 8 bits, whose Verilog the integer array tests run)."""
+    import dataclasses
+
+    from bpsa.sim.simcmd import run_gemm
+    cfg = dataclasses.replace(MX_CONFIGS[name], rows=4, cols=4)
+    result = run_gemm(cfg, flow, dims, seed=4, progress=False)
+    assert result["match"] is True
+    assert result["useful_macs"] == int(np.prod(dims))
