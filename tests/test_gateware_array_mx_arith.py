@@ -82,7 +82,7 @@ def test_mx_configurations_are_checked():
     with pytest.raises(ConfigError, match="may not hold 'interleaved'"):
         Config(arithmetic="mxint8", operand_width=8, acc_width=21, dataflows=["interleaved"])
     cfg = MX_CONFIGS["mxint8"]
-    with pytest.raises(ConfigError, match="MX builds the tops pe, array so far"):
+    with pytest.raises(ConfigError, match="MX builds the tops pe, array, mx_accumulate so far"):
         cfg.require_int("feeder")
 
 

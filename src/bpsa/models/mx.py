@@ -27,8 +27,8 @@ from bpsa.spec.layer import conv_params, output_hw
 from bpsa.spec.numeric import (FLOAT_FORMATS, MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN,
                                MX_SCALE_RULES, mx_format)
 
-__all__ = ["block_values", "conv_forward", "conv_gradient", "conv_loss", "dequantize",
-           "element_ints", "matmul", "quantize"]
+__all__ = ["accumulate_block", "block_values", "conv_forward", "conv_gradient", "conv_loss",
+           "dequantize", "element_ints", "matmul", "quantize"]
 
 _F32 = FLOAT_FORMATS["fp32"]
 
@@ -165,7 +165,7 @@ def block_values(codes, scales, fmt):
     return ints, scales - MX_SCALE_BIAS + f.quantum_exp, bad
 
 
-def _accumulate(acc, s, e, bad):
+def accumulate_block(acc, s, e, bad):
     """One block into an fp32 encoding under the contract: NaN block -> canonical NaN; a zero
     block sum leaves ``acc``; otherwise ``acc + s * 2**e`` exactly, rounded once."""
     if bad:
@@ -223,7 +223,7 @@ def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
         for c in range(n):
             v = int(out[r, c])
             for j in range(nb):
-                v = _accumulate(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
+                v = accumulate_block(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
                                 bool(abad[r, j] or bbad[c, j] or special[r, c, j]))
             out[r, c] = v
     return out

@@ -30,6 +30,7 @@ TOPS = {
     "psum_buffer": "bpsa.gateware.results.psum_buffer:PsumBuffer",
     "zf_loss": "bpsa.gateware.frontends.zero_free.loss:ZeroFreeLossWalker",
     "zf_gradient": "bpsa.gateware.frontends.zero_free.gradient:ZeroFreeGradientWalker",
+    "mx_accumulate": "bpsa.gateware.results.mx_accumulate:MxBlockAccumulator",
 }
 
 #: The tops built in floating point (``Config.is_float``; ``bpsa.config.FLOAT_TOP_NAMES``), with
