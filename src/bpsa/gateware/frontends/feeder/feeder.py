@@ -1200,13 +1200,15 @@ class DataFeeder(wiring.Component):
         self._lane_ends(m, s)
         self._counter_setup(m, s)
         self._legality(m, s)
-        # Kernel pattern: S times pattern = (pattern << d_w) | 1.
+        # Kernel pattern: bits 0, d_w, .., (S-1)*d_w, one a cycle at pat_pos (S cycles; in a
+        # legal layer (S-1)*d_w < feeder_pattern_width, so every one is in the pattern).
         pwid, dim = s.pwid, s.dim
         pattern = Signal(pwid)
         pat_left = Signal(dim)
+        pat_pos = Signal(range(2 * pwid + 1))
         d_clamped = Signal(range(pwid + 1))
         m.d.comb += d_clamped.eq(Mux(lay.dil_w > pwid, pwid, lay.dil_w))
-        s.pattern, s.pat_left, s.d_clamped = pattern, pat_left, d_clamped
+        s.pattern, s.pat_left, s.pat_pos, s.d_clamped = pattern, pat_left, pat_pos, d_clamped
         self._stages(m, s)
         fifos = self._lanes(m, s)
         self._output(m, s, fifos)
@@ -1485,7 +1487,7 @@ class DataFeeder(wiring.Component):
         start), PATTERN (the kernel pattern, one tap a cycle) and RUN (until the counters,
         the stages, the lanes and the FIFOs are empty)."""
         state, lay, setup_idx = s.state, s.lay, s.setup_idx
-        pattern, pat_left = s.pattern, s.pat_left
+        pattern, pat_left, pat_pos = s.pattern, s.pat_left, s.pat_pos
         with m.Switch(state):
             with m.Case(FeederState.IDLE):
                 with m.If(self.start):
@@ -1503,12 +1505,14 @@ class DataFeeder(wiring.Component):
                 with m.If(s.illegal):
                     m.d.sync += [self.error.eq(1), state.eq(FeederState.IDLE)]
                 with m.Else():
-                    m.d.sync += [pattern.eq(0), pat_left.eq(lay.kernel_w),
+                    m.d.sync += [pattern.eq(0), pat_left.eq(lay.kernel_w), pat_pos.eq(0),
                                  state.eq(FeederState.PATTERN)]
                     m.d.comb += s.ic.start.eq(1)
             with m.Case(FeederState.PATTERN):
-                m.d.sync += [pattern.eq((pattern << s.d_clamped)[:s.pwid] | 1),
-                             pat_left.eq(pat_left - 1)]
+                m.d.sync += [pat_left.eq(pat_left - 1), pat_pos.eq(pat_pos + s.d_clamped)]
+                for b in range(s.pwid):
+                    with m.If(pat_pos == b):
+                        m.d.sync += pattern[b].eq(1)
                 with m.If(pat_left == 1):
                     m.d.sync += state.eq(FeederState.RUN)
             with m.Case(FeederState.RUN):
