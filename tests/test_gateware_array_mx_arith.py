@@ -5,7 +5,7 @@ every cycle against its cycle model: tests/test_gateware_array_pe.py)."""
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -25,8 +25,8 @@ MX_CONFIGS = {  # the 4x4 arrays of test_array_*
 class _Multiplier(wiring.Component):
     def __init__(self, fmt):
         self.arith = MxArith(fmt)
-        super().__init__({"a": In(8), "b": In(8), "fire": In(1),
-                          "product": Out(self.arith.acc_shape)})
+        shape = signed(21) if fmt == "mxint8" else self.arith.product_width + 2
+        super().__init__({"a": In(8), "b": In(8), "fire": In(1), "product": Out(shape)})
 
     def elaborate(self, platform):
         m = Module()
@@ -38,8 +38,8 @@ class _Multiplier(wiring.Component):
 @pytest.mark.parametrize("fmt", ["mxint8", "mxfp8_e4m3"])
 def test_multiplier_gives_the_exact_element_products(fmt):
     """Random pairs of codes (every kind: zeros, NaN codes, the largest, subnormals), four
-    registers later: the product of the two elements' integers (FP8: and the NaN flag of a
-    NaN code); 0 when not fired."""
+    registers later: the product of the two elements' integers (FP8: as a magnitude, its
+    one's complement when negative, and a sign, and the NaN flag of a NaN code times a non-zero element); 0 when not fired."""
     dut = _Multiplier(fmt)
     rng = np.random.default_rng(31)
     pairs = rng.integers(0, 256, size=(4000, 2))
@@ -49,11 +49,10 @@ def test_multiplier_gives_the_exact_element_products(fmt):
     ints, nan, _ = element_ints(pairs, fmt)
     # a NaN code multiplies as its bits read (+-15 << 14) and sets the NaN flag
     ints = np.where(nan, np.where(pairs >> 7 == 1, -1, 1) * (15 << 14), ints)
-    w = 21 if fmt == "mxint8" else 42
     want = []
     for (x, y), f, n in zip(ints, fires, nan.any(axis=1)):
-        v = int(x) * int(y) if f else 0
-        want.append(v if fmt == "mxint8" else (v % (1 << w)) | (int(n and f) << w))
+        live = f and x != 0 and y != 0
+        want.append((int(x) * int(y) if f else 0, bool(n and live)))
     signed = fmt == "mxint8"
 
     async def tb(ctx):
@@ -64,7 +63,14 @@ def test_multiplier_gives_the_exact_element_products(fmt):
             ctx.set(dut.fire, int(f))
             await ctx.tick()
             if k >= 3:                 # the slot of three cycles before, four registers on
-                assert ctx.get(dut.product) == want[k - 3], f"slot {k - 3}: {pairs[k - 3]}"
+                p = ctx.get(dut.product)
+                if signed:
+                    got = (p, False)
+                else:        # the magnitude (one's complement when negative), sign, NaN flag
+                    pw = dut.arith.product_width
+                    low, neg = p & ((1 << pw) - 1), p >> pw & 1
+                    got = (-(low ^ ((1 << pw) - 1)) if neg else low, bool(p >> (pw + 1) & 1))
+                assert got == want[k - 3], f"slot {k - 3}: {pairs[k - 3]}"
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -45,6 +45,8 @@ class MxArith:
             self.operand_shape = unsigned(op)
         #: the exact sum's bits (below the NaN flag, for FP8 elements)
         self.sum_width = acc if self.fmt.is_int else acc - 1
+        #: FP8: a product's magnitude bits (the significands' product shifted by up to 28)
+        self.product_width = 2 * (self.fmt.man_bits + 1) + 2 * ((1 << self.fmt.exp_bits) - 2)
         self.acc_shape = signed(acc) if self.fmt.is_int else unsigned(acc)
         #: not used in MX (requantization and SGD steps are integer features)
         self.shift_shape = unsigned(5)
@@ -63,8 +65,14 @@ class MxArith:
         """``acc + x``: the exact sums added (FP8: the NaN flags or-ed above them)."""
         if self.fmt.is_int:
             return acc + x
-        w = self.sum_width
-        return Cat((acc[:w].as_signed() + x[:w].as_signed())[:w], acc[w] | x[w])
+        # x is a product (:meth:`multiplier`): its magnitude's one's complement when
+        # negative, the sign and the NaN flag. The sign's +1 joins the add as one adder a bit
+        # wider: (2 acc + neg) + (2 ~mag + neg) is 2 (acc - mag) + 2 neg, so its bits 1..w
+        # are the signed sum
+        w, pw = self.sum_width, self.product_width
+        flipped, neg, nan = x[:pw], x[pw], x[pw + 1]
+        total = Cat(neg, acc[:w]) + Cat(neg, flipped, neg.replicate(w - pw))
+        return Cat(total[1:w + 1], acc[w] | nan)
 
     def multiplier(self, m, a, b, fire, *, latency=4, platform=None):
         """The PE's pipelined multiplier (the contract of
@@ -73,7 +81,9 @@ class MxArith:
         before out of the last register, zero for a slot that did not fire. ``mxint8`` is
         the integer multiplier; FP8: the codes decoded and registered (cycle 2), the
         significands' product and the shifts' sum registered, zero when the slot did not
-        fire (cycle 3), the shifted, signed product registered (cycle 4) and then delayed."""
+        fire (cycle 3), the shifted product's magnitude (its one's complement when negative),
+        its sign and its NaN flag registered (cycle 4) and then delayed; :meth:`add` adds the
+        sign's +1 in the accumulator's adder."""
         if self.fmt.is_int:
             return self._int.multiplier(m, a, b, fire, latency=latency, platform=platform)
         if latency < 4:
@@ -98,18 +108,15 @@ class MxArith:
         (sa, sha, na, xa), (sb, shb, nb, xb) = decoded
         mag8, shifts = Signal(2 * (f.man_bits + 1)), Signal(5)
         neg, nan = Signal(), Signal()
-        m.d.sync += [mag8.eq(Mux(fire1, sa * sb, 0)), shifts.eq(Mux(fire1, sha + shb, 0)),
+        # the significands' product from its partial products, in the fabric (an inferred
+        # multiply would take a DSP block without its registers: a 4 ns path)
+        partial = [Mux(sb[i], sa, 0) << i for i in range(len(sb))]
+        m.d.sync += [mag8.eq(Mux(fire1, sum(partial[1:], partial[0]), 0)),
+                     shifts.eq(Mux(fire1, sha + shb, 0)),
                      neg.eq(fire1 & (na ^ nb)),
                      nan.eq(fire1 & (xa | xb) & (sa != 0) & (sb != 0))]
-        w = self.sum_width
-        product = Signal(self.acc_shape)
-        mag = Signal(len(mag8) + 28)
-        m.d.comb += mag.eq(mag8 << shifts)
-        m.d.sync += product.eq(Cat(_signed(mag, neg, w), nan))
+        product = Signal(self.product_width + 2)
+        pw = self.product_width
+        m.d.sync += product.eq(Cat((mag8 << shifts)[:pw] ^ neg.replicate(pw), neg, nan))
         return delayed(m, product, latency - 4), (mul_a, mul_b)
 
-
-def _signed(mag, neg, width):
-    """``-mag`` when ``neg``, else ``mag``, as ``width`` bits of two's complement."""
-    wide = Cat(mag, Const(0, width - len(mag))).as_signed()
-    return Mux(neg, -wide, wide)[:width]
