@@ -150,7 +150,7 @@ roofline:
 
 # seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/results/rtl_layers.md
 mx-check:
-	$(BIN)/python -m bpsa.tools.mx_check -o docs/results
+	$(BIN)/python -m bpsa.verify.mx_check -o docs/results
 
 rtl-layers:
 	$(BIN)/python -m bpsa.tools.rtl_layers --config paper16 -o docs/results

@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from bpsa.config import Config, ConfigError
+from bpsa.gateware.array.arith import IntArith, arith_for
 from bpsa.gateware.array.mx_arith import MxArith
 from bpsa.models.mx import element_ints
 
@@ -24,7 +25,7 @@ MX_CONFIGS = {  # the 4x4 arrays of test_array_*
 
 class _Multiplier(wiring.Component):
     def __init__(self, fmt):
-        self.arith = MxArith(fmt)
+        self.arith = arith_for(MX_CONFIGS[fmt])         # mxint8: IntArith at 8 bits
         shape = signed(21) if fmt == "mxint8" else self.arith.product_width + 2
         super().__init__({"a": In(8), "b": In(8), "fire": In(1), "product": Out(shape)})
 
@@ -76,6 +77,15 @@ def test_multiplier_gives_the_exact_element_products(fmt):
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
+
+
+def test_arithmetic_of_each_format():
+    assert isinstance(arith_for(MX_CONFIGS["mxfp8_e4m3"]), MxArith)
+    ar = arith_for(MX_CONFIGS["mxint8"])
+    assert isinstance(ar, IntArith) and ar.operand_shape == signed(8)
+    assert ar.acc_shape == signed(21)
+    with pytest.raises(ValueError, match="mxint8 is the integer arithmetic"):
+        MxArith("mxint8")
 
 
 def test_mx_configurations_are_checked():

@@ -1,7 +1,7 @@
 """Independent references for the MX contract (``docs/architecture/mx.md``), sharing no code
 with :mod:`bpsa.models.mx`: Graphcore's ``gfloat`` for the conversion, ``ml_dtypes`` for the
 element and scale decodings, and exact rationals for the block dot product. Used by the tests
-and by ``make mx-check`` (:mod:`bpsa.tools.mx_check`)."""
+and by ``make mx-check`` (:mod:`bpsa.verify.mx_check`)."""
 
 from fractions import Fraction
 

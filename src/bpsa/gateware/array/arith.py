@@ -8,18 +8,10 @@ floating-point format is a second class with the same methods.
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
     unsigned
 
+from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import float_format
 
-__all__ = ["FloatArith", "IntArith", "arith_for", "delayed"]
-
-
-def delayed(m, product, n):
-    """``product`` through ``n`` more registers (``product_d1``, ...), built into ``m``."""
-    for k in range(n):
-        later = Signal.like(product, name=f"product_d{k + 1}")
-        m.d.sync += later.eq(product)
-        product = later
-    return product
+__all__ = ["FloatArith", "IntArith", "arith_for"]
 
 
 class IntArith:
@@ -194,10 +186,11 @@ class FloatArith:
 
 def arith_for(config):
     """The arithmetic object for a :class:`~bpsa.config.Config`."""
-    if config.is_mx:
+    if config.arithmetic == "mxfp8_e4m3":
         from bpsa.gateware.array.mx_arith import MxArith
         return MxArith(config.arithmetic)
-    if config.arithmetic == "int":
+    if config.arithmetic in ("int", "mxint8"):
+        # mxint8: the element codes are the integers, a block's sum an integer sum
         return IntArith(operand_width=config.operand_width,
                         operand_signed=config.operand_signed,
                         acc_width=config.acc_width)

@@ -2,15 +2,15 @@
 in, a block's exact integer sum out.
 
 The PE (:class:`bpsa.gateware.array.pe.PE`) is the integer PE: it multiplies, accumulates and
-drains through :class:`MxArith` as it does through
-:class:`~bpsa.gateware.array.arith.IntArith`. What the contract puts outside the per-MAC loop
+drains through :class:`MxArith` (FP8 elements) as it does through
+:class:`~bpsa.gateware.array.arith.IntArith` (integers, and ``mxint8``). What the contract puts outside the per-MAC loop
 (each block's two scales, and the block's sum added into an fp32 sum with one rounding) is
 not here: one output-stationary context is one block, and its accumulator leaves as the
 block's exact sum.
 
-- ``mxint8``: the code is the element as a two's-complement integer (steps of 2^-6); the
-  product is the integer product on the PE's multiplier, the sum 21 bits (32 products of at
-  most 2^14 each, the code -128 included).
+- ``mxint8`` needs no class of its own: the code is the element as a two's-complement
+  integer (steps of 2^-6), so it is ``IntArith`` at 8 bits with a 21-bit sum (32 products of
+  at most 2^14 each, the code -128 included).
 - ``mxfp8_e4m3``: the code is decoded into a sign, a 4-bit significand ``M`` (the hidden bit
   set for a non-zero exponent field ``E``) and a shift ``max(E - 1, 0)``: the element is
   ``+-M << shift`` steps of 2^-9. The product is ``Ma x Mb`` (8 bits, in the fabric) shifted
@@ -21,50 +21,46 @@ block's exact sum.
   the floating-point contract, NaN or not.
 """
 
-from amaranth.hdl import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Mux, Signal, unsigned
 
 from bpsa.config import MX_WIDTHS
-from bpsa.gateware.array.arith import IntArith, delayed
+from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import mx_format
 
 __all__ = ["MxArith"]
 
 
 class MxArith:
-    """Arithmetic of the MX format ``fmt`` behind the PE's interface (see the module
-    docstring): operands are element codes, accumulators a block's exact sum."""
+    """Arithmetic of an MX format with FP8 elements behind the PE's interface (see the
+    module docstring): operands are element codes, accumulators a block's exact sum with the
+    NaN flag above it. (``mxint8`` is :class:`~bpsa.gateware.array.arith.IntArith` at 8 bits:
+    ``bpsa.gateware.array.arith.arith_for``.)"""
 
     def __init__(self, fmt):
         self.fmt = mx_format(fmt)
-        op, acc = MX_WIDTHS[self.fmt.name]
         if self.fmt.is_int:
-            self._int = IntArith(operand_width=op, operand_signed=True, acc_width=acc)
-            self.operand_shape = self._int.operand_shape
-        else:
-            self._int = None
-            self.operand_shape = unsigned(op)
-        #: the exact sum's bits (below the NaN flag, for FP8 elements)
-        self.sum_width = acc if self.fmt.is_int else acc - 1
-        #: FP8: a product's magnitude bits (the significands' product shifted by up to 28)
+            raise ValueError(f"{self.fmt.name} is the integer arithmetic (IntArith at 8 bits, "
+                             f"bpsa.gateware.array.arith.arith_for); MxArith is for FP8 elements")
+        op, acc = MX_WIDTHS[self.fmt.name]
+        self.operand_shape = unsigned(op)
+        #: the exact sum's bits (below the NaN flag)
+        self.sum_width = acc - 1
+        #: a product's magnitude bits (the significands' product shifted by up to 28)
         self.product_width = 2 * (self.fmt.man_bits + 1) + 2 * ((1 << self.fmt.exp_bits) - 2)
-        self.acc_shape = signed(acc) if self.fmt.is_int else unsigned(acc)
+        self.acc_shape = unsigned(acc)
         #: not used in MX (requantization and SGD steps are integer features)
         self.shift_shape = unsigned(5)
 
     def zero(self, x):
-        """1 when the element code ``x`` is a zero (FP8: of either sign)."""
-        if self.fmt.is_int:
-            return x == 0
+        """1 when the element code ``x`` is a zero (of either sign)."""
         return x[:7] == 0
 
     def as_operand(self, x):
         """The low 8 bits of a wider value as an element code."""
-        return x.as_unsigned()[:8].as_signed() if self.fmt.is_int else x.as_unsigned()[:8]
+        return x.as_unsigned()[:8]
 
     def add(self, acc, x):
-        """``acc + x``: the exact sums added (FP8: the NaN flags or-ed above them)."""
-        if self.fmt.is_int:
-            return acc + x
+        """``acc + x``: the exact sums added, the NaN flags or-ed above them."""
         # x is a product (:meth:`multiplier`): its magnitude's one's complement when
         # negative, the sign and the NaN flag. The sign's +1 joins the add as one adder a bit
         # wider: (2 acc + neg) + (2 ~mag + neg) is 2 (acc - mag) + 2 neg, so its bits 1..w
@@ -84,8 +80,6 @@ class MxArith:
         fire (cycle 3), the shifted product's magnitude (its one's complement when negative),
         its sign and its NaN flag registered (cycle 4) and then delayed; :meth:`add` adds the
         sign's +1 in the accumulator's adder."""
-        if self.fmt.is_int:
-            return self._int.multiplier(m, a, b, fire, latency=latency, platform=platform)
         if latency < 4:
             raise ValueError(f"latency must be at least 4 (operand, decode, product and shift "
                              f"registers), not {latency}")

@@ -1,4 +1,4 @@
-"""make mx-check's tool (bpsa.tools.mx_check): a small run writes the page and its JSON with
+"""make mx-check's tool (bpsa.verify.mx_check): a small run writes the page and its JSON with
 zero mismatches, and a quantizer that disagrees with the references is counted and fails the
 command."""
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from bpsa.tools import mx_check
+from bpsa.verify import mx_check
 
 
 def test_small_run_writes_the_page(tmp_path, capsys):
