@@ -202,8 +202,8 @@ def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
         raise ValueError(f"scales must be {m} x {nb} (A) and {nb} x {n} (B), not "
                          f"{np.shape(a_scales)} and {np.shape(b_scales)}")
     a_blocks, b_blocks = _blocked(a_codes, 1)[0], _blocked(b_codes, 0)[0]
-    ai, ae, abad = block_values(a_blocks, a_scales, f)
-    bi, be, bbad = block_values(b_blocks, np.asarray(b_scales).T, f)
+    ai, ae, _ = block_values(a_blocks, a_scales, f)
+    bi, be, _ = block_values(b_blocks, np.asarray(b_scales).T, f)
     # a NaN or infinite element makes its block NaN unless its partner element is a zero
     # (a product with a zero element is skipped); a NaN scale always does
     _, an, ainf = element_ints(a_blocks, f)
