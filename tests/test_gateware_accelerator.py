@@ -559,12 +559,13 @@ def test_cli_refuses_layers_it_cannot_tile(capsys):
 
 
 @pytest.mark.cocotb
-def test_cli_step(capsys):
+@pytest.mark.parametrize("preset", ["small", "small_bf16"])
+def test_cli_step(capsys, preset):
     """``bpsa sim --phase step`` runs forward, loss and gradient through the top and prints
-    cycles and DMA bytes per phase."""
+    cycles and DMA bytes per phase, in integers and in floating point."""
     from bpsa.cli import main
-    assert main(["sim", "--phase", "step", "--layer", "C=3,H=9,K=5,R=3,stride=2,pad=1,N=2",
-                 "--json"]) == 0
+    assert main(["sim", "--config", preset, "--phase", "step", "--layer",
+                 "C=3,H=9,K=5,R=3,stride=2,pad=1,N=2", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["match"] is True
     for p in ("forward", "loss", "gradient"):

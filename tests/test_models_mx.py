@@ -319,3 +319,44 @@ def test_matmul_nan_element_times_zero_is_skipped():
     out = matmul(a, scales, b, scales.T.copy(), "mxfp8_e4m3")
     assert list(out[:, 0]) == [0x3F800000] * 2      # NaN x 0 skipped: 1 x 1 = 1
     assert list(out[:, 1]) == [0x7FC00000] * 2
+
+
+def test_accumulate_blocks_equals_accumulate_block():
+    """The vectorised fold (float64, rounded to odd) gives accumulate_block's encoding on random
+    and corner-case accumulators, sums and exponents: ties at 24 bits, cancellation to zero,
+    exponents far apart (the smaller term only a sticky bit), overflow to infinity, results
+    just below and above 2^-126, infinite and NaN accumulators, NaN blocks, zero sums."""
+    from bpsa.models.mx import accumulate_block, accumulate_blocks
+    rng = np.random.default_rng(51)
+    n = 40_000
+    acc = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    # accumulators of every kind: zeros, subnormal encodings (read as zero), near 2^-126,
+    # large, infinities, NaNs
+    special = np.array([0, 0x80000000, 0x00000001, 0x007FFFFF, 0x00800000, 0x80800000,
+                        0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000,
+                        0x3F800000, 0xBF800000, 0x4B800000, 0x4B7FFFFF], np.uint32)
+    acc[:3000] = rng.choice(special, 3000)
+    bits = rng.integers(0, 43, n)
+    s = rng.integers(0, 1 << 42, n, dtype=np.int64) >> (42 - bits)
+    s = np.where(rng.random(n) < 0.5, -s, s)
+    s[rng.random(n) < 0.03] = 0
+    # exponents near the accumulator's (ties, cancellation), far from it, and at the edges
+    acc_e = ((acc.astype(np.int64) >> 23) & 0xFF) - 127 - 23
+    e = np.where(rng.random(n) < 0.6, acc_e + rng.integers(-45, 30, n),
+                 rng.integers(-300, 250, n))
+    # exact cancellations and half-ulp ties: s 2^e = -acc, and acc +- half an ulp
+    k = np.arange(3000, 6000)
+    mant = ((acc[k] & 0x7FFFFF) | 0x800000).astype(np.int64)
+    sign = np.where(acc[k] >> 31 == 1, -1, 1)
+    s[k[:1000]] = -sign[:1000] * mant[:1000]
+    e[k[:1000]] = acc_e[k[:1000]]
+    s[k[1000:]] = np.where(rng.random(2000) < 0.5, 1, -1) * (2 * rng.integers(0, 1 << 20, 2000)
+                                                             + 1)
+    e[k[1000:]] = acc_e[k[1000:]] - 1             # odd multiples of half an ulp: ties
+    bad = rng.random(n) < 0.02
+    got = accumulate_blocks(acc, s, e, bad)
+    want = np.array([accumulate_block(int(a), int(v), int(x), bool(b))
+                     for a, v, x, b in zip(acc, s, e, bad)], np.uint32)
+    wrong = np.flatnonzero(got != want)
+    assert wrong.size == 0, [(hex(acc[i]), int(s[i]), int(e[i]), hex(got[i]), hex(want[i]))
+                             for i in wrong[:5]]

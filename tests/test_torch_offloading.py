@@ -153,3 +153,61 @@ def test_offload_is_bpsa_torch_offload_and_leaves_the_model_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("fmt, tol", [("mxint8", 0.02), ("mxfp8_e4m3", 0.25)])
+def test_mx_backend_follows_pytorch_and_the_golden_model(fmt, tol):
+    """An MX configuration: the convolutions' outputs and every gradient are the MX golden
+    model's fp32 sums of the same tensors (bit for bit: the offload hands the phases the
+    right tensors and geometry), and within the 8-bit elements' rounding of plain PyTorch
+    float32 (a network without max pooling or ReLU, whose routing of gradients would turn a
+    small difference into a different pixel); poolings and ReLUs stay in PyTorch, named."""
+    from bpsa.models import mx
+    preset = "small_mxint8" if fmt == "mxint8" else "small_mxfp8"
+    net, x, t = _data(2)
+    with pytest.warns(UserWarning, match=f"relu: the pooling unit is not built in {fmt}"):
+        off = offload(net, preset)
+    assert off.offloaded == ["conv1", "conv2", "fc"] and set(off.kept) == {"relu", "pool",
+                                                                         "avg", "gap"}
+    w = net.conv1.weight.detach().numpy()
+    want = mx.conv_forward(x.numpy(), w, fmt, stride=2, padding=1).view(np.float32)
+    got = off.module.conv1(x) - net.conv1.bias.detach().view(1, -1, 1, 1)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-6, atol=1e-6)
+    dy = np.random.default_rng(3).standard_normal((4, 6, 8, 8)).astype(np.float32)
+    for phase, args, ref in [
+            ("loss", (dy, w, (16, 16)), mx.conv_loss(dy, w, fmt, (16, 16), 2, 1)),
+            ("gradient", (x.numpy(), dy, (3, 3)), mx.conv_gradient(x.numpy(), dy, fmt, (3, 3),
+                                                                   2, 1))]:
+        out = getattr(off.backend, phase)(*args, stride=(2, 2), padding=(1, 1),
+                                          dilation=(1, 1))
+        assert np.array_equal(out.view(np.uint32), ref), phase
+    torch.manual_seed(2)
+    lin = nn.Sequential(nn.Conv2d(2, 6, 3, stride=2, padding=1),
+                        nn.Conv2d(6, 5, 3, padding=1, bias=False), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(5, 3))
+    with pytest.warns(UserWarning, match="stay in PyTorch: 2: the pooling unit"):
+        off = offload(lin, preset)
+    y, dx, grads = _step(off, x, t)
+    y0, dx0, grads0 = _step(lin, x, t)
+    for name, got, want in [("y", y, y0), ("dx", dx, dx0)] + [
+            (n, grads[f"module.{n}"], g) for n, g in grads0.items()]:
+        assert (got - want).abs().max() <= tol * want.abs().max(), name
+
+
+def test_mx_scale_rule_and_refusals():
+    """The scale rule reaches the quantizer: MXINT8's floor scale saturates 1.999 to 127/64,
+    the ceil scale (one power of two up) rounds it to 2; an unknown rule and the rtl backend
+    are refused."""
+    x = torch.zeros(1, 32, 1, 1)
+    x[0, 1, 0, 0] = 1.999
+    conv = nn.Conv2d(32, 1, 1, bias=False)
+    with torch.no_grad():
+        conv.weight.zero_()
+        conv.weight[0, 1, 0, 0] = 1.0
+    got = {r: float(offload(conv, "small_mxint8", mx_scale_rule=r)(x).detach()[0, 0, 0, 0])
+           for r in ("floor", "ceil")}
+    assert got == {"floor": 127 / 64, "ceil": 2.0}
+    with pytest.raises(ValueError, match="mx_scale_rule must be one of floor, ceil"):
+        offload(conv, "small_mxint8", mx_scale_rule="up")
+    with pytest.raises(ValueError, match="runs on the golden model only"):
+        offload(conv, "small_mxfp8", backend="rtl")

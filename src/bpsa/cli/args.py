@@ -82,8 +82,9 @@ def add_config(sp):
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
                          "docs/architecture/floating_point.md; the dataflows and front ends not "
                          "built in floating point yet are left out, with a note), or an OCP MX "
-                         "format (docs/architecture/mx.md; built in the PE and the array only "
-                         "so far: bpsa verilog and bpsa synth --top pe|array). Default: the "
+                         "format (docs/architecture/mx.md; built in the PE, the array and the "
+                         "block accumulator so far: bpsa verilog and bpsa synth --top "
+                         "pe|array|mx_accumulate). Default: the "
                          "configuration's own")
 
 
@@ -132,8 +133,9 @@ def config_of(args, *, mx=False):
     ``mx`` (the commands that generate the blocks built in MX)."""
     config = _config_of(args)
     if config.is_mx and not mx:
-        raise UserError(f"arithmetic {config.arithmetic!r} is built in the PE and the array "
-                        f"only so far: bpsa verilog and bpsa synth take it "
+        raise UserError(f"arithmetic {config.arithmetic!r} is built in the PE, the array and "
+                        f"the block accumulator only so far: bpsa verilog and bpsa synth take "
+                        f"it, and bpsa train --model on the golden model "
                         f"(docs/architecture/mx.md)")
     return config
 

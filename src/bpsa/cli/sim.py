@@ -145,10 +145,9 @@ def run(args):
     if args.simulator != "verilator" and (args.engine or args.phase is None):
         raise UserError("--simulator applies only to --phase through the accelerator with "
                         "--harness cocotb")
-    # floating point: the accelerator's loss and gradient are refused by name by
-    # bpsa.plan.capability.check, the backward engine by its top
-    if args.phase not in (None, "forward", "loss", "gradient", "pool"):
-        config.require_int(f"--phase {args.phase} path")
+    # floating point: what the accelerator cannot run (the FC's interleaved pass, the
+    # BP-im2col and channel-first modes: dataflows a floating-point configuration does not
+    # generate) is refused by the plan (bpsa.plan.capability.check), an engine by its top
     if args.phase is None:
         result = _gemm(args, config)
     elif args.engine:

@@ -47,7 +47,12 @@ def register(sub):
     sp.add_argument("--arithmetic", choices=ARITHMETICS, default=None,
                     help="the configuration's number format replaced (bf16, fp16: floating "
                          "point, fp32 master weights on the host; "
-                         "docs/architecture/floating_point.md). Default: the configuration's own")
+                         "docs/architecture/floating_point.md; mxint8, mxfp8_e4m3: OCP MX "
+                         "block formats, --backend model only, docs/architecture/mx.md). "
+                         "Default: the configuration's own")
+    sp.add_argument("--mx-scale-rule", choices=["floor", "ceil"], default="floor",
+                    help="an MX arithmetic's block scale: floor (OCP MX 6.3, default) or ceil "
+                         "(rounded up, so that no element saturates)")
     sp.add_argument("--epochs", type=int_at_least(1), default=15, help="default: 15")
     sp.add_argument("--batch", type=int_at_least(1), default=32,
                     help="default: 32 (with --numpy-loop a power of two)")
@@ -82,6 +87,8 @@ def run(args):
         return _run_model(args)
     if args.dataset != "digits":
         raise UserError(f"--dataset {args.dataset!r}: --numpy-loop trains on digits")
+    if args.mx_scale_rule != "floor":
+        raise UserError("--mx-scale-rule applies to an MX arithmetic through --model")
     if args.lr is not None or args.optimizer != "sgd":
         raise UserError("--lr and --optimizer apply to PyTorch's loop (--numpy-loop takes "
                         "--lr-shift and SGD)")
@@ -144,7 +151,14 @@ def _run_model(args):
     from bpsa.tools.perf_plots import plot_training
     from bpsa.torch.trace import load_factory
     from bpsa.torch.train import load_datasets, train
-    config = config_of(args)
+    config = config_of(args, mx=True)
+    if config.is_mx and args.backend != "model":
+        raise UserError(f"--backend {args.backend}: arithmetic {config.arithmetic!r} trains on "
+                        f"the golden model only (--backend model); the accelerator's MX path is "
+                        f"not built yet (docs/architecture/mx.md)")
+    if args.mx_scale_rule != "floor" and not config.is_mx:
+        raise UserError(f"--mx-scale-rule applies to an MX arithmetic, not "
+                        f"{config.arithmetic!r}")
     name = args.model.rpartition(":")[2]
     plot = plot_path(str(Path(args.plot or f"build/train/{name}_{args.backend}.png")))
     parent_dir(plot)
@@ -159,7 +173,7 @@ def _run_model(args):
                            epochs=args.epochs, batch=args.batch,
                            lr=args.lr if args.lr is not None else 2.0 ** -args.lr_shift,
                            optimizer=args.optimizer, seed=args.seed, progress=not args.json,
-                           reference=not args.no_reference)
+                           reference=not args.no_reference, mx_scale_rule=args.mx_scale_rule)
     except ValueError as e:
         raise UserError(str(e)) from None
     for note in notes:
@@ -167,6 +181,8 @@ def _run_model(args):
     history, reference = result["history"], result["reference"]
     plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}")
     summary = {k: v for k, v in result.items() if k != "model"}
+    if config.is_mx:
+        summary["mx_scale_rule"] = args.mx_scale_rule
     summary.update(plot=str(plot), epochs=args.epochs, test_accuracy=history[-1]["test_accuracy"],
                    reference_accuracy=reference[-1]["test_accuracy"] if reference else None)
     if args.json:
@@ -176,7 +192,8 @@ def _run_model(args):
     print(f"{name} on {config.name} ({args.backend}): test accuracy "
           f"{summary['test_accuracy']:.3f}"
           + (f", PyTorch float32 {summary['reference_accuracy']:.3f}" if reference else "")
-          + f"; {result['cycles_per_step']:,d} accelerator cycles a step of {args.batch} "
-            f"({result['cycles_source']}); layers offloaded: {len(result['offloaded'])}"
+          + (f"; {result['cycles_per_step']:,d} accelerator cycles a step of {args.batch} "
+             if result["cycles_per_step"] is not None else "; ")
+          + f"({result['cycles_source']}); layers offloaded: {len(result['offloaded'])}"
           + (f", kept in PyTorch: {', '.join(result['kept'])}" if result["kept"] else "")
           + f"; curves: {plot}")

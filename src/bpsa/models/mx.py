@@ -27,7 +27,7 @@ from bpsa.spec.layer import conv_params, output_hw
 from bpsa.spec.numeric import (FLOAT_FORMATS, MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN,
                                MX_SCALE_RULES, mx_format)
 
-__all__ = ["accumulate_block", "block_values", "conv_forward", "conv_gradient", "conv_loss",
+__all__ = ["accumulate_block", "accumulate_blocks", "block_values", "conv_forward", "conv_gradient", "conv_loss",
            "dequantize", "element_ints", "matmul", "quantize"]
 
 _F32 = FLOAT_FORMATS["fp32"]
@@ -185,12 +185,49 @@ def accumulate_block(acc, s, e, bad):
     return round_to(int(total < 0), abs(total), e0, _F32)
 
 
+def accumulate_blocks(acc, s, e, bad):
+    """:func:`accumulate_block` on arrays (broadcast): the same encodings, computed in float64.
+
+    ``acc`` (an fp32 encoding) and ``s * 2**e`` (``|s| < 2**53``) are exact float64 values;
+    their sum is taken with TwoSum (rounded sum and its exact error) and rounded to odd at 53
+    bits, which then rounds to nearest even at 24 bits exactly as the exact sum would (53 >=
+    24 + 2). The unbounded-exponent rounding, the flush below 2^-126, the overflow to infinity
+    and the specials follow :func:`accumulate_block`, which the tests hold this equal to."""
+    acc = np.asarray(acc, dtype=np.uint32)
+    s, e, bad = np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64), np.asarray(bad)
+    acc, s, e, bad = np.broadcast_arrays(acc, s, e, bad)
+    exp_field, frac = (acc >> 23) & 0xFF, acc & 0x7FFFFF
+    with np.errstate(all="ignore"):         # specials are replaced below
+        a = np.where((exp_field == 0) | (exp_field == 0xFF), 0.0,
+                     np.ascontiguousarray(acc).view(np.float32).astype(np.float64))
+        b = np.ldexp(s.astype(np.float64), e)
+        total = a + b
+        bb = total - a
+        err = (a - (total - bb)) + (b - bb)
+        odd = (total.view(np.uint64) & 1) == 1
+        toward = np.where(err > 0, np.inf, -np.inf)
+        total = np.where((err != 0) & ~odd, np.nextafter(total, toward), total)
+        mant, ex = np.frexp(total)
+        r = np.ldexp(np.rint(np.ldexp(mant, 24)), ex - 24)
+    tiny, huge = 2.0 ** -126, 2.0 ** 128
+    sign = np.signbit(total).astype(np.uint32) << 31
+    out = np.where(np.abs(r) < tiny, sign,
+                   np.where(np.abs(r) >= huge, sign | np.uint32(0x7F800000),
+                            np.where(np.abs(r) >= huge, 0.0, r).astype(np.float32)
+                            .view(np.uint32)))
+    out = np.where(total == 0, np.uint32(0), out)
+    out = np.where(exp_field == 0xFF, np.where(frac != 0, np.uint32(_F32.nan), acc), out)
+    out = np.where(s == 0, acc, out)
+    return np.where(bad, np.uint32(_F32.nan), out).astype(np.uint32)
+
+
 def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
     """The contract's block dot product of ``A`` (``M x K`` codes, ``M x ceil(K/32)`` scales,
     blocked along K) and ``B`` (``K x N`` codes, ``ceil(K/32) x N`` scales, blocked along K):
     the ``M x N`` fp32 encodings (``uint32``). Blocks are added in order of K, each one
-    rounding, into ``acc`` (fp32 encodings; ``+0`` when not given). Integers only: a block's
-    sum is exact (Python integers where int64 could overflow)."""
+    rounding, into ``acc`` (fp32 encodings; ``+0`` when not given). A block's sum is exact in
+    integers (Python integers where int64 could overflow); the blocks are folded by
+    :func:`accumulate_blocks` (or :func:`accumulate_block` when a sum can exceed 2^53)."""
     f = mx_format(fmt)
     a_codes, b_codes = np.asarray(a_codes), np.asarray(b_codes)
     m, k = a_codes.shape
@@ -219,13 +256,18 @@ def matmul(a_codes, a_scales, b_codes, b_scales, fmt, acc=None):
     sums = np.einsum("mjk,njk->mnj", ai, bi) if not wide else np.array(
         [[(ai[r] * bi[c]).sum(axis=-1) for c in range(n)] for r in range(m)], dtype=object)
     out = np.zeros((m, n), np.uint32) if acc is None else np.array(acc, np.uint32)
-    for r in range(m):
-        for c in range(n):
-            v = int(out[r, c])
-            for j in range(nb):
-                v = accumulate_block(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
-                                bool(abad[r, j] or bbad[c, j] or special[r, c, j]))
-            out[r, c] = v
+    if wide:
+        for r in range(m):
+            for c in range(n):
+                v = int(out[r, c])
+                for j in range(nb):
+                    v = accumulate_block(v, int(sums[r, c, j]), int(ae[r, j] + be[c, j]),
+                                         bool(abad[r, j] or bbad[c, j] or special[r, c, j]))
+                out[r, c] = v
+        return out
+    for j in range(nb):             # the sums fit float64 exactly: accumulate_blocks
+        out = accumulate_blocks(out, sums[:, :, j], ae[:, None, j] + be[None, :, j],
+                                abad[:, None, j] | bbad[None, :, j] | special[:, :, j])
     return out
 
 

@@ -466,11 +466,12 @@ def preset_size(config):
 
 def presets_largest_first():
     """Every preset's configuration, the largest first (:func:`preset_size`): the order in
-    which ``bpsa bitstream --config auto`` tries them (floating-point presets are left out:
-    the accelerator is built in integer arithmetic only so far). Raises
+    which ``bpsa bitstream --config auto`` tries them (floating-point and MX presets are left
+    out: the board's accelerator is built in integer arithmetic only so far). Raises
     :class:`bpsa.config.ConfigError` for a preset that does not load."""
     configs = (load_config(n) for n in preset_names())
-    return sorted((c for c in configs if not c.is_float), key=preset_size, reverse=True)
+    return sorted((c for c in configs if not (c.is_float or c.is_mx)), key=preset_size,
+                  reverse=True)
 
 
 def build_first_fit(board, candidates, out_dir, *, core=None, fit_only=False,

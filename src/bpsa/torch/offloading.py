@@ -15,12 +15,16 @@ PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's cop
 Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
 ``docs/architecture/floating_point.md``): float32 tensors in, rounded to the operand format by the
 contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's or ReLU's
-output in the operand format). An integer configuration: :class:`QuantizedBackend`'s
-per-tensor power-of-two scaling around the integer accelerator (``docs/guides/pytorch.md``).
+output in the operand format). An MX configuration (``mxint8``, ``mxfp8_e4m3``,
+``docs/architecture/mx.md``): each phase's operands quantized in 32-element blocks along its
+reduction axis (the scale rule ``mx_scale_rule``), fp32 sums out (:class:`MxModel`); the
+poolings and ReLUs stay in PyTorch (the pooling unit is not built in MX). An integer
+configuration: :class:`QuantizedBackend`'s per-tensor power-of-two scaling around the integer
+accelerator (``docs/guides/pytorch.md``).
 
 Backends: ``"model"`` (the bit-exact golden model: :class:`bpsa.host.digits_float.
 FloatModelOps`, :mod:`bpsa.models.float_layers` and :mod:`bpsa.models.float_pool` with the
-driver's tiling; :class:`IntegerModel` for integers), ``"rtl"`` (the simulated
+driver's tiling; :class:`MxModel` for MX; :class:`IntegerModel` for integers), ``"rtl"`` (the simulated
 accelerator, :func:`bpsa.simulate`), or any object with the methods of
 :class:`bpsa.sim.native.SimulatedAccelerator` (a board's). Every call's counters go to
 :attr:`OffloadedModel.calls` (``rtl``: the hardware's cycles and DMA bytes).
@@ -36,7 +40,7 @@ from torch import nn
 from bpsa.config import load_config
 from bpsa.host.digits_float import FloatModelOps
 
-__all__ = ["IntegerModel", "OffloadedModel", "QuantizedBackend", "offload"]
+__all__ = ["IntegerModel", "MxModel", "OffloadedModel", "QuantizedBackend", "offload"]
 
 
 def _pair(v):
@@ -80,6 +84,46 @@ class IntegerModel:
         from bpsa.models import golden
         dx = self._acc(golden.pool2d_backward(dy, x, kind, kernel, stride, padding))
         return dx * (np.asarray(x) > 0) if relu else dx
+
+
+class MxModel:
+    """An MX configuration's convolutions in the golden model of the MX contract
+    (:func:`bpsa.models.mx.conv_forward`, :func:`~bpsa.models.mx.conv_loss`,
+    :func:`~bpsa.models.mx.conv_gradient`): float32 tensors in, quantized per phase with the
+    scale rule ``scale_rule`` (``"floor"``: OCP MX 6.3; ``"ceil"``: the scale rounded up),
+    the fp32 sums out as float32. The accelerator's MX path is not built yet, so this is the
+    only backend of an MX configuration."""
+
+    def __init__(self, config, scale_rule="floor"):
+        from bpsa.spec.numeric import MX_SCALE_RULES
+        if not config.is_mx:
+            raise ValueError(f"MxModel needs an MX configuration, not arithmetic "
+                             f"{config.arithmetic!r}")
+        if scale_rule not in MX_SCALE_RULES:
+            raise ValueError(f"mx_scale_rule must be one of {', '.join(MX_SCALE_RULES)}, not "
+                             f"{scale_rule!r}")
+        self.config, self.scale_rule = config, scale_rule
+        self.counters = {}
+
+    @staticmethod
+    def _f32(codes):
+        return np.asarray(codes, dtype=np.uint32).view(np.float32)
+
+    def forward(self, x, w, stride=1, padding=0, dilation=1):
+        from bpsa.models import mx
+        return self._f32(mx.conv_forward(x, w, self.config.arithmetic, stride, padding,
+                                         dilation, scale_rule=self.scale_rule))
+
+    def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
+        from bpsa.models import mx
+        return self._f32(mx.conv_loss(dy, w, self.config.arithmetic, tuple(input_hw), stride,
+                                      padding, dilation, scale_rule=self.scale_rule))
+
+    def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
+        from bpsa.models import mx
+        return self._f32(mx.conv_gradient(x, dy, self.config.arithmetic, tuple(kernel_hw),
+                                          stride, padding, dilation,
+                                          scale_rule=self.scale_rule))
 
 
 class QuantizedBackend:
@@ -321,15 +365,16 @@ class OffloadedModel(nn.Module):
         return self.module(*args, **kwargs)
 
 
-def offload(model, config="small_bf16", backend="model", strict=False):
-    """:class:`OffloadedModel`: a deep copy of ``model`` whose supported layers run on the
-    accelerator (module docstring). The copy is what trains: ``model`` itself, and its
-    weights, do not change (train the returned model and read its weights from it).
-    ``config``: a preset name, a TOML path or a
-    :class:`bpsa.config.Config` of floating-point arithmetic with the pooling unit for
-    poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
-    Layers that stay in PyTorch are named once in a warning, or refused with ``strict``."""
-    cfg = load_config(config) if not hasattr(config, "arithmetic") else config
+def _backend(cfg, backend, mx_scale_rule):
+    """The backend object of :func:`offload`."""
+    if cfg.is_mx:
+        if backend == "model":
+            return MxModel(cfg, mx_scale_rule)
+        if isinstance(backend, str):
+            raise ValueError(f"arithmetic {cfg.arithmetic!r} runs on the golden model only "
+                             f"(backend 'model'): the accelerator's MX path is not built yet "
+                             f"(docs/architecture/mx.md)")
+        return backend
     if backend == "model":
         be = FloatModelOps(cfg) if cfg.is_float else IntegerModel(cfg)
     elif backend == "rtl":
@@ -340,15 +385,30 @@ def offload(model, config="small_bf16", backend="model", strict=False):
                          f"{backend!r}")
     else:
         be = backend
-    if not cfg.is_float:
-        be = QuantizedBackend(cfg, be)
-    out = OffloadedModel(copy.deepcopy(model), be, cfg)
+    return be if cfg.is_float else QuantizedBackend(cfg, be)
+
+
+def offload(model, config="small_bf16", backend="model", strict=False, *,
+            mx_scale_rule="floor"):
+    """:class:`OffloadedModel`: a deep copy of ``model`` whose supported layers run on the
+    accelerator (module docstring). The copy is what trains: ``model`` itself, and its
+    weights, do not change (train the returned model and read its weights from it).
+    ``config``: a preset name, a TOML path or a
+    :class:`bpsa.config.Config` of floating-point arithmetic with the pooling unit for
+    poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
+    ``mx_scale_rule``: an MX configuration's scale rule (``"floor"`` or ``"ceil"``,
+    :func:`bpsa.models.mx.quantize`). Layers that stay in PyTorch are named once in a warning,
+    or refused with ``strict``."""
+    cfg = load_config(config) if not hasattr(config, "arithmetic") else config
+    out = OffloadedModel(copy.deepcopy(model), _backend(cfg, backend, mx_scale_rule), cfg)
     pooling = {"max": cfg.has_pool("max"), "avg": cfg.has_pool("avg")}
     for name, mod in list(out.module.named_modules()):
         new, why = _replacement(name or type(mod).__name__, mod, out)
         if new is not None and isinstance(new, OffloadPool):
             kind = "avg" if new.args["kind"] == "global_avg" else new.args["kind"]
-            if not pooling[kind]:
+            if cfg.is_mx:
+                new, why = None, f"the pooling unit is not built in {cfg.arithmetic}"
+            elif not pooling[kind]:
                 new, why = None, f"configuration {cfg.name!r} has no {kind} pooling unit"
         if new is None:
             if why is not None:

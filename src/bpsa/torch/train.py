@@ -97,20 +97,22 @@ def _epochs(model, params, train_set, test_set, *, epochs, batch, lr, optimizer,
 
 
 def train(model, train_set, test_set, *, config="small_bf16", backend="model", epochs=15,
-          batch=32, lr=0.25, optimizer="sgd", seed=0, progress=False, reference=True):
+          batch=32, lr=0.25, optimizer="sgd", seed=0, progress=False, reference=True,
+          mx_scale_rule="floor"):
     """Train ``model`` through the accelerator and, with ``reference``, a copy of it (the same
     initial weights, the same batch order) in plain PyTorch float32. Returns a dict:
     ``history`` and ``reference`` (a dict a epoch: loss, train and test accuracy),
     ``cycles_per_step`` and where they come from (``rtl``: the training steps' measured
     BUSY_CYCLES in the last epoch, without the test passes; ``model``: the cycle model's
-    training step of the traced network), ``offloaded`` and ``kept`` layers, and ``model``:
+    training step of the traced network; ``None`` in MX, which has no cycle model yet),
+    ``offloaded`` and ``kept`` layers, and ``model``:
     the trained :class:`bpsa.torch.offloading.OffloadedModel` (``model`` itself is not changed;
-    its parameters are ``model.module``'s)."""
+    its parameters are ``model.module``'s). ``mx_scale_rule``: :func:`offload`'s."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {optimizer!r}")
     torch.manual_seed(seed)
     start = copy.deepcopy(model)
-    off = offload(model, config, backend)
+    off = offload(model, config, backend, mx_scale_rule=mx_scale_rule)
     history = _epochs(off, off.parameters(), train_set, test_set, epochs=epochs, batch=batch,
                       lr=lr, optimizer=optimizer, seed=seed, progress=progress,
                       desc=f"{type(model).__name__} ({backend}, {off.config.name})",
@@ -123,6 +125,8 @@ def train(model, train_set, test_set, *, config="small_bf16", backend="model", e
     steps = len(train_set) // batch
     if backend == "rtl":
         cycles, source = history[-1]["train_cycles"] / steps, "measured BUSY_CYCLES"
+    elif off.config.is_mx:
+        cycles, source = None, "no cycle model in MX yet (docs/architecture/mx.md)"
     else:
         from bpsa.models.network_perf import network_step
         from bpsa.torch.trace import trace
@@ -132,6 +136,7 @@ def train(model, train_set, test_set, *, config="small_bf16", backend="model", e
         source = "the cycle model's training step of the traced network"
     if backend == "rtl":
         off.close()
-    return {"history": history, "reference": ref, "cycles_per_step": int(cycles),
+    return {"history": history, "reference": ref,
+            "cycles_per_step": None if cycles is None else int(cycles),
             "cycles_source": source, "offloaded": off.offloaded, "kept": dict(off.kept),
             "config": off.config.name, "backend": backend, "model": off}
