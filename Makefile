@@ -18,7 +18,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # accelerator models at -O1 (a third less compiling than the default -O2; runs of seconds).
 TESTENV := PYTHONWARNINGS=error BPSA_NATIVE_OPT=-O1
 
-.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers mx-check figures sweep compare-scalesim train train-float train-torch regmap clean clean-sim help
+.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers mx-check figures sweep compare-scalesim train train-float train-torch train-mx regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -50,6 +50,7 @@ help:
 	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png, docs/results/training.md (~25 min)"
 	@echo "make train-float  the digits CNN in bf16 (the golden model, bit-identical to the RTL), int16, PyTorch float32 and bf16 autocast: docs/figures/training_bf16.png, docs/results/training/bf16.json, docs/results/training.md (~4 min)"
 	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch, and the digits CNN in int16: docs/figures/torch_*.png, docs/results/training.md (~20 min)"
+	@echo "make train-mx  the train-torch models in MXINT8 and MXFP8 E4M3, floor and ceil scales (the MX golden model): the number-format table of docs/results/training.md (~25 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
@@ -181,6 +182,16 @@ train-torch:
 	$(call train_json,train --model bpsa.torch.models:lenet_digits --dataset digits --config small_bf16 --optimizer adam --lr 0.003 --plot docs/figures/torch_lenet_digits.png,torch_lenet_digits)
 	$(call train_json,train --model bpsa.torch.models:resblock_digits --dataset digits --config small_bf16 --lr 0.1 --plot docs/figures/torch_resblock_digits.png,torch_resblock_digits)
 	$(call train_json,train --dataset digits --plot docs/figures/torch_digits_cnn_int16.png,torch_digits_cnn_int16)
+
+# the three PyTorch models of train-torch in each MX format and scale rule (the golden model of
+# docs/architecture/mx.md, the same seeds, batches and hyperparameters as train-torch's bf16
+# runs): docs/results/training/mx_<model>_<format>_<rule>.json and the number-format table of
+# docs/results/training.md (~25 min)
+MX_FORMATS := mxint8 mxfp8_e4m3
+MX_RULES := floor ceil
+MX_MODELS := digits_cnn:--lr~0.25 lenet_digits:--optimizer~adam~--lr~0.003 resblock_digits:--lr~0.1
+train-mx:
+	$(foreach m,$(MX_MODELS),$(foreach f,$(MX_FORMATS),$(foreach r,$(MX_RULES),$(call train_json,train --model bpsa.torch.models:$(word 1,$(subst :, ,$(m))) --dataset digits --config small --arithmetic $(f) --mx-scale-rule $(r) $(subst ~, ,$(word 2,$(subst :, ,$(m)))) --plot docs/figures/mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r).png,mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r)) &&)))) true
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim

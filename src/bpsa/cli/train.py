@@ -181,6 +181,7 @@ def _run_model(args):
     history, reference = result["history"], result["reference"]
     plot_training(history, reference, plot, f"{args.backend}, {config.arithmetic}")
     summary = {k: v for k, v in result.items() if k != "model"}
+    summary.update(model=args.model, arithmetic=config.arithmetic)
     if config.is_mx:
         summary["mx_scale_rule"] = args.mx_scale_rule
     summary.update(plot=str(plot), epochs=args.epochs, test_accuracy=history[-1]["test_accuracy"],

@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -360,6 +361,53 @@ def _training_rows(data, path):
     return rows
 
 
+def _format_of(data):
+    """``(model, format)`` of a ``bpsa train --model`` JSON: the model's factory name and the
+    arithmetic (with an MX scale rule), read from the summary or, for a summary without them,
+    from its stamped command and configuration; ``None`` for another kind of JSON."""
+    if "history" not in data or not data.get("reference_accuracy"):
+        return None
+    command = data.get("command", "")
+    model = data.get("model")
+    if model is None:
+        found = re.search(r"--model (\S+)", command)
+        model = found.group(1) if found else "bpsa.torch.models:digits_cnn"
+    arithmetic = data.get("arithmetic")
+    if arithmetic is None:
+        try:
+            from bpsa.config import load_config
+            arithmetic = load_config(data.get("config")).arithmetic
+        except ValueError:
+            return None
+    rule = data.get("mx_scale_rule")
+    return model.rpartition(":")[2], arithmetic + (f" ({rule})" if rule else "")
+
+
+def format_table(train_dir=RESULTS / "training"):
+    """The number-format table of ``training.md``: a row a model, a column a format (PyTorch
+    float32 first), each cell the final test accuracy and its difference from float32 in
+    points (the runs share seeds, batches and hyperparameters)."""
+    cells, reference, formats = {}, {}, []
+    for path in sorted(Path(train_dir).glob("*.json")):
+        data = json.loads(path.read_text())
+        key = _format_of(data)
+        if key is None:
+            continue
+        model, fmt = key
+        reference[model] = data["reference_accuracy"]
+        cells[model, fmt] = data["test_accuracy"]
+        formats += [fmt] if fmt not in formats else []
+    order = ["int", "bf16", "fp16"]
+    formats.sort(key=lambda f: (order.index(f) if f in order else len(order), f))
+    rows = []
+    for model in sorted(reference):
+        ref = reference[model]
+        rows.append([f"`{model}`", _acc(ref)] + [
+            "" if (model, f) not in cells else
+            f"{cells[model, f]:.2%} ({(cells[model, f] - ref) * 100:+.1f})" for f in formats])
+    return _table(["model", "PyTorch float32"] + formats, rows, "l" + "r" * (len(formats) + 1))
+
+
 def render_training(train_dir=RESULTS / "training", out=RESULTS / "training.md", *,
                     command=None):
     """``training.md``: a row a run of each JSON in ``train_dir``; returns the rows."""
@@ -374,7 +422,13 @@ def render_training(train_dir=RESULTS / "training", out=RESULTS / "training.md",
             f"are in `{train_dir.as_posix()}/*.json`, the curves in `docs/figures/`.", "",
             _table(["run", "configuration", "backend", "epochs", "test accuracy",
                     "reference", "cycles / step", "command", "commit, date"],
-                   rows, "lllrrrrll")]
+                   rows, "lllrrrrll"), "",
+            "## Number formats", "",
+            "The same networks (`bpsa train --model ...`: the same initial weights, batches and "
+            "hyperparameters) in each arithmetic: the final test accuracy and, in brackets, its "
+            "difference from PyTorch float32 in points. MX runs are the golden model of the MX "
+            "contract (`docs/architecture/mx.md`; the scale rule in brackets); `int` is the "
+            "integer configuration's power-of-two scaling.", "", format_table(train_dir)]
     write_page(out, "Training curves", command, "\n".join(body))
     return rows
 
