@@ -191,7 +191,7 @@ MX_FORMATS := mxint8 mxfp8_e4m3
 MX_RULES := floor ceil
 MX_MODELS := digits_cnn:--lr~0.25 lenet_digits:--optimizer~adam~--lr~0.003 resblock_digits:--lr~0.1
 train-mx:
-	$(foreach m,$(MX_MODELS),$(foreach f,$(MX_FORMATS),$(foreach r,$(MX_RULES),$(call train_json,train --model bpsa.torch.models:$(word 1,$(subst :, ,$(m))) --dataset digits --config small --arithmetic $(f) --mx-scale-rule $(r) $(subst ~, ,$(word 2,$(subst :, ,$(m)))) --plot docs/figures/mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r).png,mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r)) &&)))) true
+	$(foreach m,$(MX_MODELS),$(foreach f,$(MX_FORMATS),$(foreach r,$(MX_RULES),$(call train_json,train --model bpsa.torch.models:$(word 1,$(subst :, ,$(m))) --dataset digits --config small --arithmetic $(f) --mx-scale-rule $(r) $(subst ~, ,$(word 2,$(subst :, ,$(m)))) --plot docs/figures/mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r).png,mx_$(word 1,$(subst :, ,$(m)))_$(f)_$(r)) &&))) true
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim
