@@ -17,9 +17,10 @@ from bpsa.models.mx import element_ints
 
 MX_CONFIGS = {  # the 4x4 arrays of test_array_*
     "mxint8": Config(name="mxint8_pe", arithmetic="mxint8", operand_width=8, acc_width=21,
-                     dataflows=["os", "ws", "is"]),
+                     dataflows=["os", "ws", "is", "interleaved"]),
     "mxfp8_e4m3": Config(name="mxfp8_pe", arithmetic="mxfp8_e4m3", operand_width=8,
-                         operand_signed=False, acc_width=43, dataflows=["os", "ws", "is"]),
+                         operand_signed=False, acc_width=43,
+                         dataflows=["os", "ws", "is", "interleaved"]),
 }
 
 
@@ -95,8 +96,6 @@ def test_mx_configurations_are_checked():
         Config(arithmetic="mxfp8_e4m3", operand_width=8, acc_width=43)
     with pytest.raises(ConfigError, match="operand_width must be 8"):
         Config(arithmetic="mxint8", operand_width=16, acc_width=32, dataflows=["os"])
-    with pytest.raises(ConfigError, match="may not hold 'interleaved'"):
-        Config(arithmetic="mxint8", operand_width=8, acc_width=21, dataflows=["interleaved"])
     cfg = MX_CONFIGS["mxint8"]
     with pytest.raises(ConfigError, match="MX builds the tops pe, array, mx_accumulate so far"):
         cfg.require_int("feeder")
@@ -104,14 +103,19 @@ def test_mx_configurations_are_checked():
 
 @pytest.mark.parametrize("name", sorted(MX_CONFIGS))
 @pytest.mark.parametrize("flow,dims", [("os", (5, 32, 6)), ("os", (9, 7, 4)), ("ws", (8, 4, 5)),
-                                       ("is", (6, 3, 5)), ("ws", (5, 2, 9))])
+                                       ("is", (6, 3, 5)), ("ws", (5, 2, 9)),
+                                       ("interleaved", (4, 5, 6)), ("interleaved", (3, 32, 4)),
+                                       ("interleaved", (2, 9, 7))])
 def test_array_gemm_gives_block_sums(name, flow, dims):
     """The 4x4 array in an MX format, every dataflow: each output the exact block sum (FP8:
     with the NaN flag) of its row of A and column of B (random codes, NaN codes and zeros
     among them). An output-stationary context is one block (at most 32 products); the held
     dataflows sum at most ``rows`` products down a column in one pass (the harness adds the
     passes of a longer K as integers, which MX leaves to the block accumulation outside the
-    array)."""
+    array). Interleaved (InterGrad's FC backward, dims ``(O, Bt, I)``): the loss's W^T delta
+    down the columns (``O <= rows``: one pass) and G, a block of ``Bt <= 32`` products, from
+    the same PEs in alternate cycles; MX builds no SGD step (G leaves for the host's fp32
+    step)."""
     from test_gateware_array_systolic import run_program
     from bpsa.sim.gemm import ArrayShape, expected, program, random_problem
     cfg = MX_CONFIGS[name]
@@ -120,9 +124,10 @@ def test_array_gemm_gives_block_sums(name, flow, dims):
     shape = ArrayShape.of(cfg)
     rng = np.random.default_rng([len(name), dims[1]])
     ops = random_problem(shape, flow, dims, rng)
+    first, second = ("a", "b") if flow != "interleaved" else ("delta", "act")
     if name == "mxfp8_e4m3":                # NaN codes beside non-zero and zero partners
-        ops["a"][0, 0], ops["a"][-1, -1] = 0x7F, 0xFF
-        ops["b"][0, 0], ops["b"][-1, :] = 0, 0x38
+        ops[first][0, 0], ops[first][-1, -1] = 0x7F, 0xFF
+        ops[second][0, 0], ops[second][-1, :] = 0, 0x38
     got, counters = run_program(cfg, program(flow, shape, **ops))
     for key, mat in expected(flow, shape, **ops).items():
         np.testing.assert_array_equal(got[key], mat, err_msg=f"{name} {flow} {dims}: {key}")
@@ -133,7 +138,8 @@ def test_array_gemm_gives_block_sums(name, flow, dims):
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("name,flow,dims", [("mxfp8_e4m3", "os", (9, 30, 7)),
-                                            ("mxfp8_e4m3", "ws", (7, 4, 6))])
+                                            ("mxfp8_e4m3", "ws", (7, 4, 6)),
+                                            ("mxfp8_e4m3", "interleaved", (4, 20, 7))])
 def test_array_verilator(name, flow, dims):
     """The MX array's generated Verilog under Verilator (cocotb tb_array): random codes,
     every output equal to the block sums of bpsa.models.pe_model.pe_matmul (``mxint8`` is
@@ -144,4 +150,5 @@ def test_array_verilator(name, flow, dims):
     cfg = dataclasses.replace(MX_CONFIGS[name], rows=4, cols=4)
     result = run_gemm(cfg, flow, dims, seed=4, progress=False)
     assert result["match"] is True
-    assert result["useful_macs"] == int(np.prod(dims))
+    # the interleaved pass: the loss's and the gradient's MACs
+    assert result["useful_macs"] == int(np.prod(dims)) * (2 if flow == "interleaved" else 1)

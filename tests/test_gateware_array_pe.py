@@ -27,9 +27,10 @@ CONFIGS = {
 #: the cycle model's block sums; the directed numpy streams are integer-only
 MX_CONFIGS = {
     "mxint8": Config(name="mxint8_pe", arithmetic="mxint8", operand_width=8, acc_width=21,
-                     dataflows=["os", "ws", "is"]),
+                     dataflows=["os", "ws", "is", "interleaved"]),
     "mxfp8_e4m3": Config(name="mxfp8_pe", arithmetic="mxfp8_e4m3", operand_width=8,
-                         operand_signed=False, acc_width=43, dataflows=["os", "ws", "is"]),
+                         operand_signed=False, acc_width=43,
+                         dataflows=["os", "ws", "is", "interleaved"]),
 }
 
 

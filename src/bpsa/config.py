@@ -42,7 +42,7 @@ ARITHMETICS = ("int", "bf16", "fp16", "mxint8", "mxfp8_e4m3")
 MX_WIDTHS = {"mxint8": (8, 21), "mxfp8_e4m3": (8, 43)}
 
 #: The tops built in an MX format so far; every other top refuses an MX configuration.
-MX_TOP_NAMES = ("pe", "array", "mx_accumulate")
+MX_TOP_NAMES = ("pe", "array", "mx_accumulate", "psum_buffer")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}
@@ -339,10 +339,6 @@ class Config:
             codes = "two's-complement integers" if signed else "bit patterns"
             raise ConfigError(f"operand_signed must be {signed} with arithmetic {a!r} (the "
                               f"element codes are {codes})")
-        if "interleaved" in self.dataflows:
-            raise ConfigError(f"dataflows may not hold 'interleaved' with arithmetic {a!r} (the "
-                              f"interleaved pass's SGD step is not built in MX yet), not "
-                              f"{list(self.dataflows)!r}")
 
     # Derived values -----------------------------------------------------------------------
 

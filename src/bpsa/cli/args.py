@@ -152,11 +152,6 @@ def _config_of(args):
     if arithmetic in MX_WIDTHS:
         changes.update(zip(("operand_width", "acc_width"), MX_WIDTHS[arithmetic]))
         changes.update(operand_signed=arithmetic == "mxint8")
-        if "interleaved" in config.dataflows:
-            changes.update(dataflows=tuple(d for d in config.dataflows if d != "interleaved")
-                           or ("os",))
-            print(f"bpsa: --arithmetic {arithmetic}: {config.name}'s interleaved dataflow not "
-                  f"built in MX yet; left out", file=sys.stderr)
     elif arithmetic in FLOAT_WIDTHS:
         changes.update(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
         # what floating point does not build yet is left out, and said so

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY, context_gap
+from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY, MX_WIDTHS, context_gap
 from bpsa.models import floating
 from bpsa.models.pe_model import PEParams, pe_matmul
 from bpsa.spec.numeric import operand_range, wrap, wrap_array
@@ -340,6 +340,13 @@ def expected(flow, shape, *, a=None, b=None, w=None, delta=None, act=None, sgd_s
         # integers, or an MX format's block sums as the PEs hold them
         c = pe_matmul(a, b, s.arithmetic, s.acc_width)
         return {"ct": c.T} if flow == "ws" else {"c": c}
+    if s.arithmetic in MX_WIDTHS:
+        if sgd_shift is not None:
+            raise ValueError("the interleaved pass's SGD step is not built in MX (G leaves as "
+                             "block sums)")
+        # the loss's partial sums down the columns and G's context, as the PEs hold them
+        return {"da_t": pe_matmul(np.asarray(w).T, delta, s.arithmetic, s.acc_width).T,
+                "g": pe_matmul(delta, np.asarray(act).T, s.arithmetic, s.acc_width)}
     w, delta, act = (np.asarray(x, dtype=np.int64) for x in (w, delta, act))
     g = wr(delta @ act.T)
     out = {"da_t": wr((w.T @ delta).T)}

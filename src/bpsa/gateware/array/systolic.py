@@ -61,7 +61,8 @@ chain_shift, chain_load : In
     User chain commands (held-operand loading); a collision with an automatic drain sets
     ``error``.
 sgd_en, sgd_shift : In
-    (interleaved) in-place SGD update.
+    (interleaved) in-place SGD update; not in MX, whose G leaves as block sums for the
+    host's fp32 step.
 drain_shift : Out
     The array shifts the chains in this cycle and takes ``preload`` (registered, so it can be
     read before the cycle's inputs are set).
@@ -158,10 +159,9 @@ def array_signature(config):
             "psum_valid": Out(1),
         })
     if config.has("interleaved"):
-        members.update({
-            "b_tag": In(1),
-            "sgd_en": In(1), "sgd_shift": In(ar.shift_shape),
-        })
+        members["b_tag"] = In(1)
+        if not config.is_mx:        # MX: G leaves as block sums; the host steps W
+            members.update({"sgd_en": In(1), "sgd_shift": In(ar.shift_shape)})
     for name in ("cycles", "a_words", "b_words", "drained", "psums", "fired", "gated"):
         members[name] = Out(COUNTER_WIDTH)
     return wiring.Signature(members)
@@ -409,7 +409,7 @@ class SystolicArray(wiring.Component):
             g1 = Signal(ar.acc_shape, name=f"drain_g{j}")
             out = Signal(ar.acc_shape, name=f"drain{j}")
             m.d.sync += g1.eq(bottom.chain_out)
-            if cfg.has("interleaved"):
+            if cfg.has("interleaved") and not cfg.is_mx:
                 w1 = Signal(ar.operand_shape, name=f"drain_w{j}")
                 scaled = Signal(ar.operand_shape.width, name=f"drain_scaled{j}")
                 w_new = Signal(ar.operand_shape, name=f"w_new{j}")
