@@ -4,6 +4,14 @@ In floating point (``config.is_float``) each lane's addition is the contract's f
 (:class:`bpsa.gateware.fp.fpu.FloatAdder` of an fp32 addend, one rounding, five stages; a zero
 addend leaves the word unchanged), so P holds ``((+0 + y_0) + y_1) + ...`` of the vectors
 for a word in the order they came (``docs/architecture/floating_point.md``).
+
+In an MX format (``config.is_mx``) a vector's lanes are block sums, and the vector carries the
+block's scale codes: ``scale_row`` (the array-row operand's, one for the vector) and
+``scale_cols`` (the column operand's, one a lane). Each lane's addition is the MX contract's
+steps 2 to 5 (:class:`bpsa.gateware.results.mx_accumulate.MxBlockAccumulator`: the sum scaled
+by its two scales and added into the fp32 word, one rounding, seven stages; a zero sum leaves
+the word unchanged), so P holds the fp32 fold of a word's blocks in the order they came
+(``docs/architecture/mx.md``); its words are fp32 (:func:`p_word_width`).
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
@@ -14,8 +22,11 @@ from amaranth.utils import exact_log2
 
 from bpsa.config import Config
 from bpsa.gateware.fp.fpu import FloatAdder, fp32_addend
+from bpsa.gateware.results.mx_accumulate import MxBlockAccumulator
+from bpsa.spec.numeric import mx_format
 
-__all__ = ["FLOAT_SPACING", "PsumBuffer", "READ_LATENCY", "accumulate_layout"]
+__all__ = ["FLOAT_SPACING", "MX_SPACING", "PsumBuffer", "READ_LATENCY", "accumulate_layout",
+           "p_word_width"]
 
 #: Cycles from a DMA read (``read_en``) to its ``read_data``.
 READ_LATENCY = 2
@@ -25,13 +36,41 @@ READ_LATENCY = 2
 #: keeps every engine's vectors for a word further apart.
 FLOAT_SPACING = 2 + FloatAdder.LATENCY
 
+#: MX: the fewest cycles between two vectors for the same word (the block accumulator's
+#: stages between the word's read and its write; no forwarding).
+MX_SPACING = 2 + MxBlockAccumulator.LATENCY
+
+
+def p_word_width(config):
+    """Bits of one lane of a P word: ``acc_width`` for the integer (the wrapping sum) and
+    floating-point (the fp32 sum) arithmetics; 32 in MX, where a lane is the fp32 sum of the
+    blocks added into it (``acc_width`` is a block's exact sum, the vectors' lanes)."""
+    return 32 if config.is_mx else config.acc_width
+
+
+def _word_layout(config):
+    """A P word: ``cols`` lanes of :func:`p_word_width` bits (MX: fp32 encodings, unsigned)."""
+    return data.ArrayLayout((unsigned if config.is_mx else signed)(p_word_width(config)),
+                            config.cols)
+
 
 def accumulate_layout(config):
-    """One result vector for P: ``addr`` (a P word) and ``data`` (``cols`` accumulators)."""
-    return data.StructLayout({
-        "addr": unsigned(exact_log2(config.buf_p_depth)),
-        "data": data.ArrayLayout(signed(config.acc_width), config.cols),
-    })
+    """One result vector for P: ``addr`` (a P word) and ``data`` (``cols`` accumulators).
+
+    MX: ``data`` holds block sums as the PE drains them (``mxint8``: 21-bit two's complement;
+    ``mxfp8_e4m3``: 43 bits, unsigned: the 42-bit sum and the NaN flag above it), and the
+    vector carries the blocks' E8M0 scale codes: ``scale_row`` (one for the vector: the
+    operand on the array-row side, e.g. X's at the vector's pixel) and ``scale_cols`` (one a
+    column: e.g. W's for that column's output channel)."""
+    lane = signed(config.acc_width)
+    if config.is_mx and not mx_format(config.arithmetic).is_int:
+        lane = unsigned(config.acc_width)
+    fields = {"addr": unsigned(exact_log2(config.buf_p_depth)),
+              "data": data.ArrayLayout(lane, config.cols)}
+    if config.is_mx:
+        fields.update(scale_row=unsigned(8),
+                      scale_cols=data.ArrayLayout(unsigned(8), config.cols))
+    return data.StructLayout(fields)
 
 
 class PsumBuffer(wiring.Component):
@@ -50,6 +89,12 @@ class PsumBuffer(wiring.Component):
     previous one for its word (no forwarding); ``fill`` is not taken (the FC phase is not
     built in floating point).
 
+    MX: words of ``cols`` fp32 sums (:func:`p_word_width`); the addition is one
+    :class:`~bpsa.gateware.results.mx_accumulate.MxBlockAccumulator` a column (the lane's
+    block sum, ``scale_row`` and the column's ``scale_cols`` code, the word's fp32 sum), its
+    seven stages between the read and the write, so vectors for a word come at least
+    :data:`MX_SPACING` cycles apart (no forwarding); ``fill`` is not taken.
+
     Members
     -------
     acc : In(stream.Signature(accumulate_layout(config)))
@@ -64,7 +109,8 @@ class PsumBuffer(wiring.Component):
     read_addr, read_en : In, read_data : Out
         A read port for the DMA's stores, used in cycles without an accumulation read in the
         same half (``read_ready``; a read in another cycle is not served); data two cycles
-        after the read (:data:`READ_LATENCY`), for that cycle only.
+        after the read (:data:`READ_LATENCY`), for that cycle only. MX: ``cols`` fp32
+        encodings.
     busy : Out(1)
         An accumulation is in flight or waiting in ``fill``.
     read_event, write_event : Out(2)
@@ -82,7 +128,7 @@ class PsumBuffer(wiring.Component):
             "fill": In(stream.Signature(layout)),
             "clear": In(1), "clear_words": In(48), "clear_base": In(aw), "clear_last": Out(1),
             "read_addr": In(aw), "read_en": In(1), "read_ready": Out(1),
-            "read_data": Out(data.ArrayLayout(signed(config.acc_width), config.cols)),
+            "read_data": Out(_word_layout(config)),
             "busy": Out(1), "read_event": Out(2), "write_event": Out(2),
         })
 
@@ -90,12 +136,13 @@ class PsumBuffer(wiring.Component):
         m = Module()
         cfg = self.config
         aw = exact_log2(cfg.buf_p_depth)
-        shape = data.ArrayLayout(signed(cfg.acc_width), cfg.cols)
+        shape = accumulate_layout(cfg)["data"].shape
+        word = _word_layout(cfg)
         # two banks, one a half of P (the top address bit): a store reads the half a
         # double-buffered step has finished while the next step accumulates in the other
         banks = []
         for b in range(2):
-            mem = m.submodules[f"mem{b}"] = Memory(shape=shape, depth=cfg.buf_p_depth // 2,
+            mem = m.submodules[f"mem{b}"] = Memory(shape=word, depth=cfg.buf_p_depth // 2,
                                                    init=[])
             wp = mem.write_port()
             banks.append((wp, mem.read_port(transparent_for=(wp,))))
@@ -111,52 +158,35 @@ class PsumBuffer(wiring.Component):
         x2, x3 = Signal.like(x1), Signal.like(x1)
         m.d.sync += [v1.eq(0), v2.eq(v1), a2.eq(a1), x2.eq(x1), v3.eq(v2), a3.eq(a2),
                      x3.eq(x2)]
+        scales = self._scale_stages(m) if cfg.is_mx else None
         m.d.comb += self.acc.ready.eq(1)
-        if not cfg.is_float:
+        if not (cfg.is_float or cfg.is_mx):
             m.d.comb += self.fill.ready.eq(~self.acc.valid)
         with m.If(self.acc.valid):
             m.d.sync += [v1.eq(1), a1.eq(self.acc.payload.addr), x1.eq(self.acc.payload.data)]
-        with m.Elif(self.fill.valid & (0 if cfg.is_float else 1)):
+            if scales:
+                m.d.sync += scales.take(self.acc.payload)
+        with m.Elif(self.fill.valid & (0 if cfg.is_float or cfg.is_mx else 1)):
             m.d.sync += [v1.eq(1), a1.eq(self.fill.payload.addr),
                          x1.eq(self.fill.payload.data)]
-        words = [Signal(shape, name=f"word{b}") for b in range(2)]
+        words = [Signal(word, name=f"word{b}") for b in range(2)]
         m.d.sync += [words[b].eq(banks[b][1].data) for b in range(2)]
         # a vector one behind another for the same word read it before that one's write
         # (two behind, the read port's transparency gives it the sum): it takes the sum
-        sums, prev = Signal.like(x1), Signal.like(x1)
+        sums, prev = Signal.like(words[0]), Signal.like(words[0])
         forward = Signal()
-        if not cfg.is_float:        # floating point: no forwarding (FLOAT_SPACING)
+        if not (cfg.is_float or cfg.is_mx):     # floating point, MX: no forwarding (spacing)
             m.d.sync += [prev.eq(sums), forward.eq(v2 & v3 & (a2 == a3))]
-        acc_data = Signal(shape)
+        acc_data = Signal(word)
         m.d.comb += acc_data.eq(Mux(forward, prev, Mux(half(a3), words[1], words[0])))
-        if cfg.is_float:
-            # the fp32 adders: the word is written FloatAdder.LATENCY cycles later
-            m.d.comb += self.fill.ready.eq(0)
-            for j in range(cfg.cols):
-                add = m.submodules[f"add{j}"] = FloatAdder(addend_width=24)
-                m.d.comb += [add.acc.eq(acc_data[j]),
-                             add.product.eq(fp32_addend(m, x3[j], f"y{j}")),
-                             sums[j].eq(add.result)]
-            vw, aw_ = v3, a3
-            stages = []
-            for k in range(FloatAdder.LATENCY):
-                nv, na = Signal(name=f"vw{k}"), Signal(aw, name=f"aw{k}")
-                m.d.sync += [nv.eq(vw), na.eq(aw_)]
-                vw, aw_ = nv, na
-                stages.append(nv)
+        if cfg.is_float or cfg.is_mx:
+            self._units(m, acc_data, x3, scales, sums)
+            vw, aw_, stages = self._write_stages(m, v3, a3)
         else:
             for j in range(cfg.cols):
                 m.d.comb += sums[j].eq(acc_data[j] + x3[j])
             vw, aw_, stages = v3, a3, []
-
-        clr_addr = Signal(aw + 1)
-        clr_at = Signal(aw)
-        m.d.comb += clr_at.eq(self.clear_base + clr_addr)
-        with m.If(self.clear):
-            m.d.sync += clr_addr.eq(clr_addr + 1)
-            with m.If(clr_addr + 1 >= self.clear_words):
-                m.d.comb += self.clear_last.eq(1)
-                m.d.sync += clr_addr.eq(0)
+        clr_at = self._clear_pass(m, aw)
 
         # each bank's ports: the accumulation first, then the clear pass / the DMA's reads
         read_ok = Signal()
@@ -185,6 +215,67 @@ class PsumBuffer(wiring.Component):
                      self.read_event.eq(events_r[0] + events_r[1]),
                      self.write_event.eq(events_w[0] + events_w[1])]
         return m
+
+    def _scale_stages(self, m):
+        """MX: the vector's scale codes through stages 1 to 3, beside its block sums."""
+        return _ScaleStages(m, self.config.cols)
+
+    def _units(self, m, acc_data, x3, scales, sums):
+        """Floating point, MX: a column's adder (``FloatAdder`` of the lane as an fp32 addend;
+        MX: ``MxBlockAccumulator`` of the lane's block sum and scales) of the word read and
+        the vector in stage 3; ``sums`` is its result, the stages' latency later."""
+        for j in range(self.config.cols):
+            if self.config.is_mx:
+                add = m.submodules[f"add{j}"] = MxBlockAccumulator(self.config)
+                m.d.comb += [add.acc.eq(acc_data[j]), add.sum.eq(x3[j]),
+                             add.scale_a.eq(scales.row[2]), add.scale_b.eq(scales.cols[2][j]),
+                             sums[j].eq(add.result)]
+            else:
+                add = m.submodules[f"add{j}"] = FloatAdder(addend_width=24)
+                m.d.comb += [add.acc.eq(acc_data[j]),
+                             add.product.eq(fp32_addend(m, x3[j], f"y{j}")),
+                             sums[j].eq(add.result)]
+
+    def _write_stages(self, m, v3, a3):
+        """Floating point, MX: the write's valid and address, the adders' latency after stage
+        3 (the word is written then), and the stages' valid bits (for ``busy``)."""
+        latency = MxBlockAccumulator.LATENCY if self.config.is_mx else FloatAdder.LATENCY
+        vw, aw_ = v3, a3
+        stages = []
+        for k in range(latency):
+            nv, na = Signal(name=f"vw{k}"), Signal(len(a3), name=f"aw{k}")
+            m.d.sync += [nv.eq(vw), na.eq(aw_)]
+            vw, aw_ = nv, na
+            stages.append(nv)
+        return vw, aw_, stages
+
+    def _clear_pass(self, m, aw):
+        """The clear pass's counter and ``clear_last``; returns the word it zeroes."""
+        clr_addr = Signal(aw + 1)
+        clr_at = Signal(aw)
+        m.d.comb += clr_at.eq(self.clear_base + clr_addr)
+        with m.If(self.clear):
+            m.d.sync += clr_addr.eq(clr_addr + 1)
+            with m.If(clr_addr + 1 >= self.clear_words):
+                m.d.comb += self.clear_last.eq(1)
+                m.d.sync += clr_addr.eq(0)
+        return clr_at
+
+
+class _ScaleStages:
+    """MX: a vector's ``scale_row`` and ``scale_cols`` registered in stages 1, 2 and 3
+    (``row[k]``, ``cols[k]`` for stage ``k + 1``), as its block sums are."""
+
+    def __init__(self, m, cols):
+        self.row = [Signal(8, name=f"scale_row{k + 1}") for k in range(3)]
+        self.cols = [Signal(data.ArrayLayout(unsigned(8), cols), name=f"scale_cols{k + 1}")
+                     for k in range(3)]
+        m.d.sync += [self.row[k + 1].eq(self.row[k]) for k in range(2)]
+        m.d.sync += [self.cols[k + 1].eq(self.cols[k]) for k in range(2)]
+
+    def take(self, payload):
+        """The statements that take a vector's scales into stage 1."""
+        return [self.row[0].eq(payload.scale_row), self.cols[0].eq(payload.scale_cols)]
 
 
 def _any(bits):
