@@ -84,7 +84,7 @@ def add_config(sp):
                          "built in floating point yet are left out, with a note), or an OCP MX "
                          "format (docs/architecture/mx.md; built in the PE, the array and the "
                          "block accumulator so far: bpsa verilog and bpsa synth --top "
-                         "pe|array|mx_accumulate). Default: the "
+                         "pe|array|mx_accumulate|psum_buffer). Default: the "
                          "configuration's own")
 
 
