@@ -5,13 +5,15 @@ needs (product, accumulate, zero test, scaled update). Integer formats exist now
 floating-point format is a second class with the same methods.
 """
 
-from amaranth.hdl import Cat, ClockSignal, Const, Instance, Mux, ResetSignal, Shape, Signal, signed, \
-    unsigned
+from amaranth.hdl import Cat, Const, Mux, Shape, Signal, signed, unsigned
 
+from bpsa.gateware.array.dsp import is_ecp5, mult18x18d
 from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import float_format
 
 __all__ = ["FloatArith", "IntArith", "arith_for"]
+
+
 
 
 class IntArith:
@@ -68,27 +70,10 @@ class IntArith:
         m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
         product = Signal(signed(2 * width + 1))
         fits = width <= 17 or (self.operand_shape.signed and width <= 18)
-        if getattr(platform, "family", None) == "ecp5" and fits:
+        if is_ecp5(platform) and fits:
             a18, b18 = Signal(signed(18)), Signal(signed(18))
-            p36 = Signal(36)
             m.d.comb += [a18.eq(mul_a), b18.eq(mul_b)]
-            ports = {f"i_A{k}": a18[k] for k in range(18)}
-            ports.update({f"i_B{k}": b18[k] for k in range(18)})
-            ports.update({f"i_C{k}": 0 for k in range(18)})
-            ports.update({f"o_P{k}": p36[k] for k in range(36)})
-            m.submodules.dsp = Instance(
-                "MULT18X18D",
-                p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
-                p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
-                p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
-                p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE1", p_REG_OUTPUT_RST="RST1",
-                p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
-                p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
-                i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
-                i_CE0=fire0, i_CE1=1, i_CE2=0, i_CE3=0,
-                i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~fire1, i_RST2=0, i_RST3=0,
-                i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
-                **ports)
+            p36 = mult18x18d(m, a18, b18, load=fire0, keep=fire1, signed=True)
             m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
         else:
             in_a, in_b = Signal(self.operand_shape), Signal(self.operand_shape)

@@ -13,8 +13,8 @@ block's exact sum.
   at most 2^14 each, the code -128 included).
 - ``mxfp8_e4m3``: the code is decoded into a sign, a 4-bit significand ``M`` (the hidden bit
   set for a non-zero exponent field ``E``) and a shift ``max(E - 1, 0)``: the element is
-  ``+-M << shift`` steps of 2^-9. The product is ``Ma x Mb`` (8 bits, in the fabric) shifted
-  by ``shift_a + shift_b`` (up to 28): an exact integer of 36 bits and a sign; the
+  ``+-M << shift`` steps of 2^-9. The product is ``(Ma << shift_a) x (Mb << shift_b)``, one
+  unsigned 18 x 18 multiply (a DSP block): an exact integer of 36 bits and a sign; the
   accumulator is 42 bits (32 products) with a NaN flag above them, set by the product of a
   NaN element code (``S.1111.111``, multiplied as its bits read: +-15 << 14) with a non-zero
   element, and kept until the context ends; a product with a zero element is skipped, as in
@@ -24,6 +24,7 @@ block's exact sum.
 from amaranth.hdl import Cat, Mux, Signal, unsigned
 
 from bpsa.config import MX_WIDTHS
+from bpsa.gateware.array.dsp import is_ecp5, mult18x18d
 from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import mx_format
 
@@ -74,14 +75,18 @@ class MxArith:
         """The PE's pipelined multiplier (the contract of
         :meth:`~bpsa.gateware.array.arith.IntArith.multiplier`): operands taken into fabric
         registers when ``fire``, the product of the operands presented ``latency`` cycles
-        before out of the last register, zero for a slot that did not fire. ``mxint8`` is
-        the integer multiplier; FP8: the codes decoded and registered (cycle 2), the
-        significands' product and the shifts' sum registered, zero when the slot did not
-        fire (cycle 3), the shifted product's magnitude (its one's complement when negative),
-        its sign and its NaN flag registered (cycle 4) and then delayed; :meth:`add` adds the
-        sign's +1 in the accumulator's adder."""
+        before out of the last register, zero for a slot that did not fire.
+
+        Each code is decoded into its significand shifted by its own shift, ``M << max(E -
+        1, 0)`` (at most 4 + 14 = 18 bits), so that one unsigned 18 x 18 multiply gives the
+        shifted product exactly: ``(Ma << sa) (Mb << sb) = Ma Mb << (sa + sb)``, 36 bits. The
+        decoded operands go into the multiplier's input registers (cycle 2; on an ECP5 a
+        ``MULT18X18D``'s own, as the integer PE's), the product into its output register,
+        zero when the slot did not fire (cycle 3), and the magnitude (its one's complement when
+        negative), the sign and the NaN flag into fabric registers (cycle 4), then delayed;
+        :meth:`add` adds the sign's +1 in the accumulator's adder."""
         if latency < 4:
-            raise ValueError(f"latency must be at least 4 (operand, decode, product and shift "
+            raise ValueError(f"latency must be at least 4 (operand, input, product and sign "
                              f"registers), not {latency}")
         f = self.fmt
         mul_a, mul_b = Signal(8), Signal(8)
@@ -89,28 +94,39 @@ class MxArith:
         with m.If(fire):
             m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
         m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
-        decoded = []
+        shifted, flags = [], []
         for name, code in (("a", mul_a), ("b", mul_b)):
             e = code[f.man_bits:7]
-            sig, shift = Signal(f.man_bits + 1, name=f"sig_{name}"), Signal(4, name=f"sh_{name}")
-            neg, nan = Signal(name=f"neg_{name}"), Signal(name=f"nan_{name}")
-            with m.If(fire0):
-                m.d.sync += [sig.eq(Cat(code[:f.man_bits], e != 0)),
-                             shift.eq(Mux(e != 0, e - 1, 0)),
-                             neg.eq(code[7]), nan.eq(code[:7] == 0x7F)]
-            decoded.append((sig, shift, neg, nan))
-        (sa, sha, na, xa), (sb, shb, nb, xb) = decoded
-        mag8, shifts = Signal(2 * (f.man_bits + 1)), Signal(5)
+            op = Signal(18, name=f"op_{name}")
+            shift = Mux(e != 0, (e - 1)[:len(e)], 0)           # max(E - 1, 0)
+            m.d.comb += op.eq(Cat(code[:f.man_bits], e != 0) << shift)
+            neg, nan, nonzero = (Signal(name=f"{k}_{name}") for k in ("neg", "nan", "nz"))
+            with m.If(fire0):           # beside the multiplier's input registers
+                m.d.sync += [neg.eq(code[7]), nan.eq(code[:7] == 0x7F),
+                             nonzero.eq(code[:7] != 0)]
+            shifted.append(op)
+            flags.append((neg, nan, nonzero))
+        (na, xa, za), (nb, xb, zb) = flags
+        mag = self._multiply(m, *shifted, fire0, fire1, platform)
         neg, nan = Signal(), Signal()
-        # the significands' product from its partial products, in the fabric (an inferred
-        # multiply would take a DSP block without its registers: a 4 ns path)
-        partial = [Mux(sb[i], sa, 0) << i for i in range(len(sb))]
-        m.d.sync += [mag8.eq(Mux(fire1, sum(partial[1:], partial[0]), 0)),
-                     shifts.eq(Mux(fire1, sha + shb, 0)),
-                     neg.eq(fire1 & (na ^ nb)),
-                     nan.eq(fire1 & (xa | xb) & (sa != 0) & (sb != 0))]
+        m.d.sync += [neg.eq(fire1 & (na ^ nb)), nan.eq(fire1 & (xa | xb) & za & zb)]
         product = Signal(self.product_width + 2)
         pw = self.product_width
-        m.d.sync += product.eq(Cat((mag8 << shifts)[:pw] ^ neg.replicate(pw), neg, nan))
+        m.d.sync += product.eq(Cat(mag[:pw] ^ neg.replicate(pw), neg, nan))
         return delayed(m, product, latency - 4), (mul_a, mul_b)
+
+    @staticmethod
+    def _multiply(m, a18, b18, load, keep, platform):
+        """The unsigned 18 x 18 product of ``a18`` and ``b18``: the operands registered when
+        ``load``, the product registered a cycle later (zero without ``keep``); a
+        ``MULT18X18D`` with its registers on an ECP5, flip-flops around a multiply
+        elsewhere."""
+        if is_ecp5(platform):
+            return mult18x18d(m, a18, b18, load=load, keep=keep, signed=False)
+        in_a, in_b = Signal(18), Signal(18)
+        with m.If(load):
+            m.d.sync += [in_a.eq(a18), in_b.eq(b18)]
+        product = Signal(36)
+        m.d.sync += product.eq(Mux(keep, in_a * in_b, 0))
+        return product
 

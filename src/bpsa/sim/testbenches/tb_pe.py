@@ -13,6 +13,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
+from bpsa.config import MX_WIDTHS
 from bpsa.models.pe_model import OUTPUTS, PORTS, PEModel, random_stimulus
 from bpsa.sim.testbenches.pe_streams import directed_stream
 from bpsa.sim.runner import load_config_json
@@ -74,9 +75,10 @@ async def random_streams_match_model(dut):
 
 
 def _signed(cfg, name):
-    """Accumulator-wide outputs are signed; operand outputs follow the operand format."""
+    """Accumulator-wide outputs are signed (but for an FP8 MX format's: a 42-bit sum with the
+    NaN flag above it, unsigned as a whole); operand outputs follow the operand format."""
     if name in ("chain_out", "p_out"):
-        return True
+        return cfg["operand_signed"] or cfg["arithmetic"] not in MX_WIDTHS
     return cfg["operand_signed"]
 
 

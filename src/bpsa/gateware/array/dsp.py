@@ -1,0 +1,40 @@
+"""The FPGA's multiplier blocks as the PEs use them: an ECP5 ``MULT18X18D`` with its input
+and output registers (Yosys maps an inferred multiply to the block without its registers,
+a 4 ns path, so the block is instantiated)."""
+
+from amaranth.hdl import ClockSignal, Instance, ResetSignal, Signal
+
+__all__ = ["is_ecp5", "mult18x18d"]
+
+
+def is_ecp5(platform):
+    """Whether ``platform`` is an ECP5 (``platform.family``, as Amaranth's ``LatticePlatform``
+    and the synthesis flow's target say): the multipliers are instantiated ``MULT18X18D``."""
+    return getattr(platform, "family", None) == "ecp5"
+
+
+def mult18x18d(m, a18, b18, *, load, keep, signed):
+    """An ECP5 ``MULT18X18D`` with its input and output registers, built into ``m``: the
+    18-bit operands ``a18`` and ``b18`` taken into its input registers when ``load``, their
+    36-bit product (two's complement with ``signed``, else unsigned) registered one cycle
+    later, or zero when ``keep`` was low. Returns the product (36 bits). Yosys maps an
+    inferred multiply to the block without its registers, hence the instance."""
+    p36 = Signal(36)
+    ports = {f"i_A{k}": a18[k] for k in range(18)}
+    ports.update({f"i_B{k}": b18[k] for k in range(18)})
+    ports.update({f"i_C{k}": 0 for k in range(18)})
+    ports.update({f"o_P{k}": p36[k] for k in range(36)})
+    m.submodules.dsp = Instance(
+        "MULT18X18D",
+        p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+        p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+        p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+        p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE1", p_REG_OUTPUT_RST="RST1",
+        p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+        p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
+        i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
+        i_CE0=load, i_CE1=1, i_CE2=0, i_CE3=0,
+        i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~keep, i_RST2=0, i_RST3=0,
+        i_SIGNEDA=int(signed), i_SIGNEDB=int(signed), i_SOURCEA=0, i_SOURCEB=0,
+        **ports)
+    return p36
