@@ -470,9 +470,10 @@ class SystolicArray(wiring.Component):
         return dv_stages + busy
 
     def _counters(self, m, pes, busy):
-        """The counters since ``clear``. The MAC counts add R x C flags: a row's sum, then the
-        rows' sum, each registered (the counts trail the flags by two cycles, inside the busy
-        time); ``cycles`` counts ``busy`` a cycle later (its OR spans every PE)."""
+        """The counters since ``clear``. The MAC counts add R x C flags: a row's sum, then
+        the sums of pairs of rows, then their sum, each registered (the counts trail the
+        flags by three cycles, inside the busy time; no adder tree spans the array in one
+        cycle); ``cycles`` counts ``busy`` a cycle later (its OR spans every PE)."""
         R, C = self.config.rows, self.config.cols
 
         def mac_count(flag, name):
@@ -482,8 +483,13 @@ class SystolicArray(wiring.Component):
                 m.d.sync += row.eq(Mux(self.clear, 0, _popcount([getattr(pes[i][j], flag)
                                                                  for j in range(C)])))
                 rows.append(row)
+            pairs = []
+            for k in range(0, R, 2):
+                pair = Signal(range(2 * C + 1), name=f"{name}_rows{k}")
+                m.d.sync += pair.eq(Mux(self.clear, 0, _popcount(rows[k:k + 2])))
+                pairs.append(pair)
             total = Signal(range(R * C + 1), name=f"{name}_sum")
-            m.d.sync += total.eq(Mux(self.clear, 0, _popcount(rows)))
+            m.d.sync += total.eq(Mux(self.clear, 0, _popcount(pairs)))
             return total
 
         busy_r = Signal()
