@@ -167,19 +167,22 @@ def test_main_renders_a_page(tmp_path, capsys):
 
 def test_format_table(tmp_path):
     """A row a model and a column a format, each cell the accuracy and its difference from the
-    float32 reference in points; a summary without ``model`` / ``arithmetic`` is read from its
+    float32 run beside it in points (the references listed); a summary without ``model`` / ``arithmetic`` is read from its
     command and preset; a JSON without a reference is left out."""
     runs = {
         "a": {"history": [{}], "command": "bpsa train --model x.y:lenet --config small_bf16",
               "config": "small_bf16", "test_accuracy": 0.95, "reference_accuracy": 0.9},
         "b": {"history": [{}], "model": "x.y:lenet", "arithmetic": "mxint8",
               "mx_scale_rule": "ceil", "test_accuracy": 0.885, "reference_accuracy": 0.9},
+        "d": {"history": [{}], "model": "x.y:lenet", "arithmetic": "mxint8",
+              "mx_scale_rule": "floor", "test_accuracy": 0.9, "reference_accuracy": 0.95},
         "c": {"history": [{}], "model": "x.y:cnn", "arithmetic": "int",
               "test_accuracy": 0.5, "reference_accuracy": None},
     }
     for name, data in runs.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
     lines = results.format_table(tmp_path).splitlines()
-    assert lines[0] == "| model | PyTorch float32 | bf16 | mxint8 (ceil) |"
-    assert lines[2] == "| `lenet` | 90.00% | 95.00% (+5.0) | 88.50% (-1.5) |"
+    assert lines[0] == "| model | PyTorch float32 | bf16 | mxint8 (ceil) | mxint8 (floor) |"
+    assert lines[2] == ("| `lenet` | 90.00% / 95.00% | 95.00% (+5.0) | 88.50% (-1.5) | "
+                        "90.00% (-5.0) |")
     assert len(lines) == 3

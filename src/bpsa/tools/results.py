@@ -384,27 +384,30 @@ def _format_of(data):
 
 
 def format_table(train_dir=RESULTS / "training"):
-    """The number-format table of ``training.md``: a row a model, a column a format (PyTorch
-    float32 first), each cell the final test accuracy and its difference from float32 in
-    points (the runs share seeds, batches and hyperparameters)."""
-    cells, reference, formats = {}, {}, []
+    """The number-format table of ``training.md``: a row a model, a column a format, each
+    cell the final test accuracy and its difference in points from the PyTorch float32 run
+    trained beside it (the same initial weights, batches and hyperparameters); the float32
+    column lists those references (one value when every run of the model agrees)."""
+    cells, references, formats = {}, {}, []
     for path in sorted(Path(train_dir).glob("*.json")):
         data = json.loads(path.read_text())
         key = _format_of(data)
         if key is None:
             continue
         model, fmt = key
-        reference[model] = data["reference_accuracy"]
-        cells[model, fmt] = data["test_accuracy"]
+        ref = data["reference_accuracy"]
+        references.setdefault(model, [])
+        references[model] += [ref] if ref not in references[model] else []
+        cells[model, fmt] = (data["test_accuracy"], ref)
         formats += [fmt] if fmt not in formats else []
     order = ["int", "bf16", "fp16"]
     formats.sort(key=lambda f: (order.index(f) if f in order else len(order), f))
     rows = []
-    for model in sorted(reference):
-        ref = reference[model]
-        rows.append([f"`{model}`", _acc(ref)] + [
+    for model in sorted(references):
+        rows.append([f"`{model}`", " / ".join(_acc(r) for r in sorted(references[model]))] + [
             "" if (model, f) not in cells else
-            f"{cells[model, f]:.2%} ({(cells[model, f] - ref) * 100:+.1f})" for f in formats])
+            f"{cells[model, f][0]:.2%} ({(cells[model, f][0] - cells[model, f][1]) * 100:+.1f})"
+            for f in formats])
     return _table(["model", "PyTorch float32"] + formats, rows, "l" + "r" * (len(formats) + 1))
 
 
@@ -426,7 +429,9 @@ def render_training(train_dir=RESULTS / "training", out=RESULTS / "training.md",
             "## Number formats", "",
             "The same networks (`bpsa train --model ...`: the same initial weights, batches and "
             "hyperparameters) in each arithmetic: the final test accuracy and, in brackets, its "
-            "difference from PyTorch float32 in points. MX runs are the golden model of the MX "
+            "difference in points from the PyTorch float32 run trained beside it (the float32 "
+            "column lists those runs' accuracies; two values mean the runs were made at commits "
+            "whose float32 runs differ). MX runs are the golden model of the MX "
             "contract (`docs/architecture/mx.md`; the scale rule in brackets); `int` is the "
             "integer configuration's power-of-two scaling.", "", format_table(train_dir)]
     write_page(out, "Training curves", command, "\n".join(body))
