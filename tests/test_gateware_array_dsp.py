@@ -1,6 +1,6 @@
 """The ECP5 multiplier block as the PEs instantiate it (bpsa.gateware.array.dsp): the
-MULT18X18D's input registers loaded by the slot's fire bit, its output register reset when the
-slot did not fire, signed or unsigned as asked; the product itself is checked through the PEs
+MULT18X18D's input registers loaded by the slot's fire bit, its output register reset by a
+flip-flop when the slot did not fire, signed or unsigned as asked; the product itself is checked through the PEs
 built for the ECP5 under Verilator with the primitive's model
 (tests/test_gateware_array_pe.py::test_pe_ecp5_dsp_verilator)."""
 
@@ -17,8 +17,8 @@ class _Family:
 
 def _instance(signed):
     m = Module()
-    a, b, load, keep = Signal(18), Signal(18), Signal(), Signal()
-    p = mult18x18d(m, a, b, load=load, keep=keep, signed=signed)
+    a, b, load = Signal(18), Signal(18), Signal()
+    p = mult18x18d(m, a, b, load=load, signed=signed)
     frag = Fragment.get(m, None)
     insts = [sub for sub, *_ in frag.subfragments if isinstance(sub, Instance)]
     return p, insts
@@ -38,6 +38,8 @@ def test_mult18x18d_registers_and_sign(signed):
     assert int(ports["SIGNEDA"][0].value) == int(signed) == int(ports["SIGNEDB"][0].value)
     assert all(f"A{k}" in ports and f"B{k}" in ports for k in range(18))
     assert all(f"P{k}" in ports for k in range(36))
+    # the output register's reset straight from a flip-flop (no gate before the pin)
+    assert isinstance(ports["RST1"][0], Signal) and ports["RST1"][0].init == 1
 
 
 def test_is_ecp5():

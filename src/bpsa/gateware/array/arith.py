@@ -73,7 +73,7 @@ class IntArith:
         if is_ecp5(platform) and fits:
             a18, b18 = Signal(signed(18)), Signal(signed(18))
             m.d.comb += [a18.eq(mul_a), b18.eq(mul_b)]
-            p36 = mult18x18d(m, a18, b18, load=fire0, keep=fire1, signed=True)
+            p36 = mult18x18d(m, a18, b18, load=fire0, signed=True)
             m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
         else:
             in_a, in_b = Signal(self.operand_shape), Signal(self.operand_shape)

@@ -13,13 +13,17 @@ def is_ecp5(platform):
     return getattr(platform, "family", None) == "ecp5"
 
 
-def mult18x18d(m, a18, b18, *, load, keep, signed):
+def mult18x18d(m, a18, b18, *, load, signed):
     """An ECP5 ``MULT18X18D`` with its input and output registers, built into ``m``: the
     18-bit operands ``a18`` and ``b18`` taken into its input registers when ``load``, their
     36-bit product (two's complement with ``signed``, else unsigned) registered one cycle
-    later, or zero when ``keep`` was low. Returns the product (36 bits). Yosys maps an
-    inferred multiply to the block without its registers, hence the instance."""
+    later, or zero when nothing was loaded (the output register's synchronous reset, driven
+    straight from a flip-flop that is set by the system reset: no gate between the flip-flop
+    and the block's reset pin). Returns the product (36 bits). Yosys maps an inferred
+    multiply to the block without its registers, hence the instance."""
     p36 = Signal(36)
+    drop = Signal(init=1)                 # nothing loaded in the cycle before: reset the output
+    m.d.sync += drop.eq(~load)
     ports = {f"i_A{k}": a18[k] for k in range(18)}
     ports.update({f"i_B{k}": b18[k] for k in range(18)})
     ports.update({f"i_C{k}": 0 for k in range(18)})
@@ -34,7 +38,7 @@ def mult18x18d(m, a18, b18, *, load, keep, signed):
         p_CAS_MATCH_REG="FALSE", p_SOURCEB_MODE="B_SHIFT",
         i_CLK0=ClockSignal(), i_CLK1=0, i_CLK2=0, i_CLK3=0,
         i_CE0=load, i_CE1=1, i_CE2=0, i_CE3=0,
-        i_RST0=ResetSignal(), i_RST1=ResetSignal() | ~keep, i_RST2=0, i_RST3=0,
+        i_RST0=ResetSignal(), i_RST1=drop, i_RST2=0, i_RST3=0,
         i_SIGNEDA=int(signed), i_SIGNEDB=int(signed), i_SOURCEA=0, i_SOURCEB=0,
         **ports)
     return p36

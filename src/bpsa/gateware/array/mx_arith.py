@@ -122,7 +122,7 @@ class MxArith:
         ``MULT18X18D`` with its registers on an ECP5, flip-flops around a multiply
         elsewhere."""
         if is_ecp5(platform):
-            return mult18x18d(m, a18, b18, load=load, keep=keep, signed=False)
+            return mult18x18d(m, a18, b18, load=load, signed=False)
         in_a, in_b = Signal(18), Signal(18)
         with m.If(load):
             m.d.sync += [in_a.eq(a18), in_b.eq(b18)]
