@@ -134,8 +134,8 @@ def config_of(args, *, mx=False):
     config = _config_of(args)
     if config.is_mx and not mx:
         raise UserError(f"arithmetic {config.arithmetic!r} is built in the PE, the array and "
-                        f"the block accumulator only so far: bpsa verilog and bpsa synth take "
-                        f"it, and bpsa train --model on the golden model "
+                        f"the block accumulator only so far: bpsa verilog, bpsa synth and bpsa "
+                        f"sim --gemm take it, and bpsa train --model on the golden model "
                         f"(docs/architecture/mx.md)")
     return config
 

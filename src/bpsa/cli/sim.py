@@ -113,7 +113,10 @@ def _probability(text):
 def run(args):
     """Check the options, run the problem and print its summary (or one JSON object); exit
     status 1 when the result differs from numpy."""
-    config = config_of(args)
+    config = config_of(args, mx=args.phase is None)     # MX: the array's GEMMs only
+    if args.sgd_shift is not None and config.is_mx:
+        raise UserError(f"--sgd-shift: the interleaved pass's SGD step is not built in "
+                        f"{config.arithmetic} (G leaves as block sums for the host's step)")
     if args.sgd_shift is not None and not 0 <= args.sgd_shift < config.acc_width:
         raise UserError(f"--sgd-shift {args.sgd_shift}: give a shift in [0, "
                         f"{config.acc_width - 1}] (acc_width {config.acc_width})")
