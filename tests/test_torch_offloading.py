@@ -82,7 +82,9 @@ def test_integer_scaling_follows_pytorch():
 
 
 @pytest.mark.verilator
-@pytest.mark.parametrize("config", ["small_bf16", "small"])
+# small_bf16 in make test-long (bf16's phases through the accelerator against the golden model:
+# test_gateware_accelerator's float training phases and bpsa sim --phase step in make test)
+@pytest.mark.parametrize("config", [pytest.param("small_bf16", marks=pytest.mark.long), "small"])
 def test_rtl_backend_gives_the_model_backends_bits(config):
     """The simulated accelerator and the golden model (floating point; int8 through the same
     scaling): the same outputs and gradients, bit for bit, over two SGD steps; every call's
