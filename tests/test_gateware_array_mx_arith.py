@@ -138,17 +138,17 @@ def test_array_gemm_gives_block_sums(name, flow, dims):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name,flow,dims", [("mxfp8_e4m3", "os", (9, 30, 7)),
-                                            ("mxfp8_e4m3", "ws", (7, 4, 6))])
-def test_array_verilator(name, flow, dims):
-    """The MX array's generated Verilog under Verilator (cocotb tb_array): random codes,
-    every output equal to the block sums of bpsa.models.pe_model.pe_matmul (``mxint8`` is
-    the integer PE at 8 bits, whose Verilog the integer array tests run)."""
-    import dataclasses
-
+# the held dataflow in make test-long (the Amaranth simulator runs every dataflow in make test)
+@pytest.mark.parametrize("flow,dims", [("os", (9, 30, 7)),
+                                       pytest.param("ws", (7, 4, 6), marks=pytest.mark.long)])
+def test_array_verilator(flow, dims):
+    """The MX array's generated Verilog under Verilator (cocotb tb_array; ``small_mxfp8``,
+    whose build the CLI test below shares): random codes, every output equal to the block
+    sums of bpsa.models.pe_model.pe_matmul (``mxint8`` is the integer PE at 8 bits, whose
+    Verilog the integer array tests run)."""
+    from bpsa.config import load_config
     from bpsa.sim.simcmd import run_gemm
-    cfg = dataclasses.replace(MX_CONFIGS[name], rows=4, cols=4)
-    result = run_gemm(cfg, flow, dims, seed=4, progress=False)
+    result = run_gemm(load_config("small_mxfp8"), flow, dims, seed=4, progress=False)
     assert result["match"] is True
     # the interleaved pass: the loss's and the gradient's MACs
     assert result["useful_macs"] == int(np.prod(dims)) * (2 if flow == "interleaved" else 1)
