@@ -186,3 +186,26 @@ def test_format_table(tmp_path):
     assert lines[2] == ("| `lenet` | 90.00% / 95.00% | 95.00% (+5.0) | 88.50% (-1.5) | "
                         "90.00% (-5.0) |")
     assert len(lines) == 3
+
+
+def test_git_commit_ignores_written_results(tmp_path):
+    """A checkout whose only changes are measurements' outputs (docs/results, docs/synth,
+    docs/figures) is its commit; a changed source file makes it dirty."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    for rel in ("src/a.py", "docs/synth/x/area.md", "docs/results/r.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    (tmp_path / "docs/synth/x/area.md").write_text("2\n")
+    (tmp_path / "docs/results/r.md").write_text("2\n")
+    clean = results.git_commit(tmp_path / "docs/synth")
+    assert re.fullmatch(r"[0-9a-f]{4,}", clean)
+    (tmp_path / "src/a.py").write_text("2\n")
+    assert results.git_commit(tmp_path) == clean + "-dirty"

@@ -80,13 +80,21 @@ def _git(*args, cwd=None):
     return out.stdout.strip()
 
 
+#: Where measurements write (outside the code they measure): a change there does not make a
+#: checkout's code differ from its commit.
+RESULT_DIRS = ("docs/results", "docs/synth", "docs/figures")
+
+
 def git_commit(cwd=None):
     """``git rev-parse --short HEAD`` of the checkout holding ``cwd`` (default: the current
-    directory), with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    directory), with ``-dirty`` when tracked files other than :data:`RESULT_DIRS`' differ from
+    it (a measurement run beside another one's written results still measures the commit);
+    ``unknown`` outside git."""
     head = _git("rev-parse", "--short", "HEAD", cwd=cwd)
     if not head:
         return "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=cwd)
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                 *(f":(top,exclude){d}" for d in RESULT_DIRS), cwd=cwd)
     return head + ("-dirty" if dirty else "")
 
 
