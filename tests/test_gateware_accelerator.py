@@ -559,7 +559,9 @@ def test_cli_refuses_layers_it_cannot_tile(capsys):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", ["small", "small_bf16"])
+# small_bf16 in make test-long (bf16's three phases through the accelerator run in make test in
+# test_float_training_phases_verilator)
+@pytest.mark.parametrize("preset", ["small", pytest.param("small_bf16", marks=pytest.mark.long)])
 def test_cli_step(capsys, preset):
     """``bpsa sim --phase step`` runs forward, loss and gradient through the top and prints
     cycles and DMA bytes per phase, in integers and in floating point."""
