@@ -7,7 +7,7 @@ floating-point format is a second class with the same methods.
 
 from amaranth.hdl import Cat, Const, Mux, Shape, Signal, signed, unsigned
 
-from bpsa.gateware.array.dsp import is_ecp5, mult18x18d
+from bpsa.gateware.array.dsp import registered_multiply
 from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import float_format
 
@@ -69,17 +69,8 @@ class IntArith:
             m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
         m.d.sync += [fire0.eq(fire), fire1.eq(fire0)]
         product = Signal(signed(2 * width + 1))
-        fits = width <= 17 or (self.operand_shape.signed and width <= 18)
-        if is_ecp5(platform) and fits:
-            a18, b18 = Signal(signed(18)), Signal(signed(18))
-            m.d.comb += [a18.eq(mul_a), b18.eq(mul_b)]
-            p36 = mult18x18d(m, a18, b18, load=fire0, signed=True)
-            m.d.comb += product.eq(p36[:2 * width + 1].as_signed())
-        else:
-            in_a, in_b = Signal(self.operand_shape), Signal(self.operand_shape)
-            with m.If(fire0):
-                m.d.sync += [in_a.eq(mul_a), in_b.eq(mul_b)]
-            m.d.sync += product.eq(Mux(fire1, self.mul(in_a, in_b), 0))
+        m.d.comb += product.eq(registered_multiply(m, mul_a, mul_b, load=fire0, keep=fire1,
+                                                   platform=platform))
         return delayed(m, product, latency - 3), (mul_a, mul_b)
 
     def add(self, acc, x):

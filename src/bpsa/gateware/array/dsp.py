@@ -2,9 +2,9 @@
 and output registers (Yosys maps an inferred multiply to the block without its registers,
 a 4 ns path, so the block is instantiated)."""
 
-from amaranth.hdl import ClockSignal, Instance, ResetSignal, Signal
+from amaranth.hdl import ClockSignal, Instance, Mux, ResetSignal, Signal, signed as signed_shape
 
-__all__ = ["is_ecp5", "mult18x18d"]
+__all__ = ["is_ecp5", "mult18x18d", "registered_multiply"]
 
 
 def is_ecp5(platform):
@@ -42,3 +42,30 @@ def mult18x18d(m, a18, b18, *, load, signed):
         i_SIGNEDA=int(signed), i_SIGNEDB=int(signed), i_SOURCEA=0, i_SOURCEB=0,
         **ports)
     return p36
+
+
+def registered_multiply(m, a, b, *, load, keep, platform):
+    """The exact product of ``a`` and ``b`` (values of one signedness) with the multiplier's
+    two register levels, built into ``m``: the operands registered when ``load``, their
+    product registered a cycle later, zero unless ``keep`` (high the cycle after ``load``).
+    On an ECP5 with operands that fit 18 bits (17 unsigned when signed, 18 either way) the
+    registers are a :func:`mult18x18d`'s own (there the product is zero whenever nothing was
+    loaded the cycle before, which ``keep`` then says); elsewhere flip-flops around an
+    inferred multiply. Returns the product register, as wide as the exact product."""
+    sa, sb = a.shape(), b.shape()
+    if sa.signed != sb.signed:
+        raise ValueError(f"the operands must share a signedness, not {sa} and {sb}")
+    width = sa.width + sb.width
+    product = Signal(signed_shape(width) if sa.signed else width)
+    if is_ecp5(platform) and max(sa.width, sb.width) <= 18:
+        a18 = Signal(signed_shape(18) if sa.signed else 18)
+        b18 = Signal(signed_shape(18) if sa.signed else 18)
+        m.d.comb += [a18.eq(a), b18.eq(b)]
+        p36 = mult18x18d(m, a18, b18, load=load, signed=sa.signed)
+        m.d.comb += product.eq(p36[:width])
+        return product
+    in_a, in_b = Signal(sa), Signal(sb)
+    with m.If(load):
+        m.d.sync += [in_a.eq(a), in_b.eq(b)]
+    m.d.sync += product.eq(Mux(keep, in_a * in_b, 0))
+    return product

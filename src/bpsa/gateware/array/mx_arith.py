@@ -24,7 +24,7 @@ block's exact sum.
 from amaranth.hdl import Cat, Mux, Signal, unsigned
 
 from bpsa.config import MX_WIDTHS
-from bpsa.gateware.array.dsp import is_ecp5, mult18x18d
+from bpsa.gateware.array.dsp import registered_multiply
 from bpsa.gateware.common.pipeline import delayed
 from bpsa.spec.numeric import mx_format
 
@@ -107,26 +107,11 @@ class MxArith:
             shifted.append(op)
             flags.append((neg, nan, nonzero))
         (na, xa, za), (nb, xb, zb) = flags
-        mag = self._multiply(m, *shifted, fire0, fire1, platform)
+        mag = registered_multiply(m, *shifted, load=fire0, keep=fire1, platform=platform)
         neg, nan = Signal(), Signal()
         m.d.sync += [neg.eq(fire1 & (na ^ nb)), nan.eq(fire1 & (xa | xb) & za & zb)]
         product = Signal(self.product_width + 2)
         pw = self.product_width
         m.d.sync += product.eq(Cat(mag[:pw] ^ neg.replicate(pw), neg, nan))
         return delayed(m, product, latency - 4), (mul_a, mul_b)
-
-    @staticmethod
-    def _multiply(m, a18, b18, load, keep, platform):
-        """The unsigned 18 x 18 product of ``a18`` and ``b18``: the operands registered when
-        ``load``, the product registered a cycle later (zero without ``keep``); a
-        ``MULT18X18D`` with its registers on an ECP5, flip-flops around a multiply
-        elsewhere."""
-        if is_ecp5(platform):
-            return mult18x18d(m, a18, b18, load=load, signed=False)
-        in_a, in_b = Signal(18), Signal(18)
-        with m.If(load):
-            m.d.sync += [in_a.eq(a18), in_b.eq(b18)]
-        product = Signal(36)
-        m.d.sync += product.eq(Mux(keep, in_a * in_b, 0))
-        return product
 
