@@ -717,7 +717,7 @@ def test_channel_first_forward_verilator():
     from bpsa.sim.native import run_with_driver
 
     rng = np.random.default_rng(22)
-    cases = _cf_cases(rng, 12)
+    cases = _cf_cases(rng, 6)
     cases.append(((1, 3, 15, 15), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1)))   # conv1-like
     cases.append(((1, 2, 30, 40), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1)))   # row bands
     # bands the planner's search asks for (a quarter, a half of P: X of a group serves more
@@ -908,30 +908,27 @@ def test_float_tensors_through_simulate():
         assert (err <= k * 2.0 ** -24 * mag.numpy()).all(), phase
 
 
-@pytest.mark.verilator
-def test_space_to_depth_verilator():
-    """Layers the driver runs as the space-to-depth rewrite (:mod:`bpsa.plan.space_to_depth`:
-    the stride-1 layer of the phase planes, one descriptor). Gradients of few input
-    channels: a 7 x 7 stride-2 first layer of odd size, a 3 x 3 stride-2 one under memory
-    stalls, an 11 x 11 stride-4 one of two channels (8 row groups of 3 x 3 taps for one of 121
-    taps); a 1 x 1 stride-2 downsample of odd size, forward under stalls and gradient (the
-    even rows and columns: X' a quarter of X). Bit-exact to the
-    layer's own golden result; the model's DMA bytes equal the RTL's (X' moves, not X) and its
-    cycles within 3 %, its MACs the layer's."""
+#: Space-to-depth cases: (phase, mode, layer, under memory stalls).
+_S2D_DOWN = (2, 6, 13, 11, 5, 1, 1, (2, 2), (0, 0))
+_S2D_CASES = [("gradient", "zero_free", (2, 1, 19, 22, 5, 7, 7, (2, 2), (3, 3)), False),
+              ("forward", "feeder", _S2D_DOWN, True),
+              ("gradient", "zero_free", _S2D_DOWN, False)]
+_S2D_LONG = [("gradient", "zero_free", (1, 1, 12, 11, 6, 3, 3, (2, 2), (1, 1)), True),
+             ("gradient", "zero_free", (1, 2, 27, 25, 3, 11, 11, (4, 4), (2, 2)), False)]
+
+
+def _space_to_depth(cases):
+    """Each case through the accelerator as the rewrite: bit-exact, the model's DMA bytes the
+    RTL's, its MACs the layer's, its cycles within 3 % (without stalls)."""
     from bpsa.models.perf import layer_cycles
     from bpsa.plan.space_to_depth import rewrite
     from bpsa.sim.native import run_jobs
-    shapes = [(2, 1, 19, 22, 5, 7, 7, (2, 2), (3, 3)), (1, 1, 12, 11, 6, 3, 3, (2, 2), (1, 1)),
-              (1, 2, 27, 25, 3, 11, 11, (4, 4), (2, 2))]
-    down = (2, 6, 13, 11, 5, 1, 1, (2, 2), (0, 0))
-    cases = [("gradient", "zero_free", shape) for shape in shapes] + [
-        ("forward", "feeder", down), ("gradient", "zero_free", down)]
-    layers = [ConvLayer.conv(*shape) for *_, shape in cases]
+    layers = [ConvLayer.conv(*shape) for _, _, shape, _ in cases]
     assert all(rewrite(lay, SMALL.rows, phase, mode) is not None
-               for lay, (phase, mode, _) in zip(layers, cases))
+               for lay, (phase, mode, _, _) in zip(layers, cases))
     jobs = [{"phase": phase, "mode": None if phase == "forward" else mode, "seed": 80 + i,
-             "pauses": i in (1, 3), "layer": _layer_dict(*shape)}
-            for i, (phase, mode, shape) in enumerate(cases)]
+             "pauses": pauses, "layer": _layer_dict(*shape)}
+            for i, (phase, mode, shape, pauses) in enumerate(cases)]
     res = run_jobs(SMALL, jobs)
     assert all(r["match"] for r in res)
     for r, lay, job in zip(res, layers, jobs):
@@ -943,3 +940,23 @@ def test_space_to_depth_verilator():
         assert m.macs == r["useful_macs"]
         if not job["pauses"]:
             assert abs(m.cycles / r["cycles"] - 1) < 0.03, (lay, m.cycles, r["cycles"])
+
+
+@pytest.mark.verilator
+def test_space_to_depth_verilator():
+    """Layers the driver runs as the space-to-depth rewrite (:mod:`bpsa.plan.space_to_depth`:
+    the stride-1 layer of the phase planes, one descriptor): the gradient of a 7 x 7 stride-2
+    first layer of odd size and one input channel; a 1 x 1 stride-2 downsample of odd size,
+    forward under memory stalls and gradient (the even rows and columns: X' a quarter of X).
+    Bit-exact to the layer's own golden result; the model's DMA bytes equal the RTL's (X'
+    moves, not X) and its cycles within 3 %, its MACs the layer's."""
+    _space_to_depth(_S2D_CASES)
+
+
+@pytest.mark.long
+@pytest.mark.verilator
+def test_space_to_depth_more_verilator():
+    """As :func:`test_space_to_depth_verilator` (make test-long): the gradients of a 3 x 3
+    stride-2 layer under memory stalls and of an 11 x 11 stride-4 one of two channels (8 row
+    groups of 3 x 3 taps for one of 121 taps)."""
+    _space_to_depth(_S2D_LONG)

@@ -152,7 +152,8 @@ def test_pe_verilator(name):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["all_int8", "interleaved_int16", "mxfp8_e4m3"])
+@pytest.mark.parametrize("name", ["all_int8", pytest.param("interleaved_int16", marks=pytest.mark.long),
+                                  "mxfp8_e4m3"])
 def test_pe_ecp5_dsp_verilator(name):
     """The Verilog built for the ECP5, its multiplier a MULT18X18D with input and output
     registers (MXFP8: unsigned, of the shifted significands), under Verilator with the

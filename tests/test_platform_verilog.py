@@ -176,7 +176,9 @@ def test_the_accelerator_holds_every_other_top():
 
 
 @pytest.mark.verilator
-@pytest.mark.parametrize("preset,top", [("small_cf", "accelerator"), ("small_bf16", "accelerator")]
+@pytest.mark.parametrize("preset,top", [("small_cf", "accelerator"),
+                                        # the bf16 accelerator takes a minute: make test-long
+                                        pytest.param("small_bf16", "accelerator", marks=pytest.mark.long)]
                          + [("small_cf", t) for t in NOT_IN_ACCELERATOR]
                          + [("mx", t) for t in MX_LINT])
 def test_every_always_block_executes(preset, top):
