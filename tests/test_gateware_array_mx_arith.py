@@ -97,8 +97,8 @@ def test_mx_configurations_are_checked():
     with pytest.raises(ConfigError, match="operand_width must be 8"):
         Config(arithmetic="mxint8", operand_width=16, acc_width=32, dataflows=["os"])
     cfg = MX_CONFIGS["mxint8"]
-    with pytest.raises(ConfigError,
-                       match="MX builds the tops pe, array, mx_accumulate, psum_buffer so far"):
+    with pytest.raises(ConfigError, match="MX builds the tops pe, array, mx_accumulate, "
+                                          "psum_buffer, channel_first so far"):
         cfg.require_int("feeder")
 
 

@@ -13,17 +13,22 @@ address cursor:
   edges.
 """
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
-from amaranth.hdl import Const, Module
+from amaranth.hdl import Const, Module, UnusedElaboratable
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-from bpsa.config import Config
+from bpsa.config import MX_WIDTHS, Config, ConfigError
 from bpsa.gateware.array.systolic import SystolicArray, share_array
 from bpsa.gateware.frontends.channel_first.channel_first import ChannelFirst, lane_of_bank
 from bpsa.models import channel_first as cfm
+from bpsa.models import mx
+from bpsa.spec.numeric import MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
 from bpsa.models.golden import conv2d
 
 CFG = Config(name="cf_test", rows=4, cols=3, dataflows=["os", "ws"], dim_width=8,
@@ -58,35 +63,53 @@ def _out(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
-    """The runs a controller would make: images, output-channel blocks, channel blocks (all
-    of C when it fits the rows), row bands of the output."""
+def _channel_blocks(cfg, c):
+    """A run's channels ``(c0, c1)``: all of C when it fits the rows, else blocks of ``rows``;
+    MX: parts of ``rows`` channels inside each 32-channel block (its last part shorter)."""
     R = cfg.rows
-    oh = _out(h, r, stride[0], pad[0], dil[0])
+    if cfg.is_mx:
+        return [(c0, min(c0 + R, b + 32, c)) for b in range(0, c, 32)
+                for c0 in range(b, min(b + 32, c), R)]
     cb = c if c <= R else R
+    return [(c0, min(c0 + cb, c)) for c0 in range(0, c, cb)]
+
+
+def _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
+    """The runs a controller would make: images, output-channel blocks, channel blocks
+    (:func:`_channel_blocks`), row bands of the output."""
+    oh = _out(h, r, stride[0], pad[0], dil[0])
     edges = np.linspace(0, oh, bands + 1).astype(int)
     for img in range(n):
         for k0 in range(0, k, cfg.cols):
-            for c0 in range(0, c, cb):
+            for c0, c1 in _channel_blocks(cfg, c):
                 for o0, o1 in zip(edges[:-1], edges[1:]):
                     if o1 > o0:
                         first = o0 * stride[0] - pad[0]
                         lo = max(0, first)
                         hi = min(h, (o1 - 1) * stride[0] - pad[0] + dil[0] * (r - 1) + 1)
-                        yield dict(n=img, k0=k0, c0=c0, cn=min(cb, c - c0), o0=int(o0),
+                        yield dict(n=img, k0=k0, c0=c0, cn=c1 - c0, o0=int(o0),
                                    o1=int(o1), lo=int(lo), hi=int(max(hi, lo)),
                                    pt=int(lo - first))
 
 
 def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace=None):
     """Every run of the layer through the front end; Y (N x K x OH x OW). ``trace``: a list
-    that receives, per run, the vectors the array's left edge received."""
+    that receives, per run, the vectors the array's left edge received.
+
+    MX (``cfg.is_mx``): ``x`` and ``w`` are float32, quantized along C
+    (:func:`bpsa.models.mx.quantize`); each run's W scale words follow its W words, X's
+    scales go to the scale bank, and every vector the front end sends is folded into Y's
+    fp32 encodings (``uint32``) with :func:`bpsa.models.mx.accumulate_block`, in the order
+    the vectors come, from its lanes and its two scale codes."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
     stride, pad, dil = (tuple(int(v) for v in (t if isinstance(t, tuple) else (t, t)))
                         for t in (stride, pad, dil))
     oh, ow = _out(h, r, stride[0], pad[0], dil[0]), _out(wd, s, stride[1], pad[1], dil[1])
-    y = np.zeros((n, k, oh, ow), dtype=np.int64)
+    y = np.zeros((n, k, oh, ow), dtype=np.uint32 if cfg.is_mx else np.int64)
+    if cfg.is_mx:
+        (x, xs), (w, ws) = (mx.quantize(t, cfg.arithmetic, axis=1) for t in (x, w))
+        fold = _mx_fold(cfg)
     dut = _Harness(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -118,6 +141,14 @@ def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace
                         ctx.set(dut.w_wp.data, [v & opmask for v in lanes])
                         ctx.set(dut.w_wp.en, 1)
                         await ctx.tick()
+            for tr in range(r if cfg.is_mx else 0):       # MX: the W scale words
+                for tq in range(s):
+                    lanes = [int(ws[k0 + j, c0 // 32, tr, tq]) if k0 + j < k else 0
+                             for j in range(cfg.cols)]
+                    ctx.set(dut.w_wp.addr, w_base + cn * r * s + tr * s + tq)
+                    ctx.set(dut.w_wp.data, lanes)
+                    ctx.set(dut.w_wp.en, 1)
+                    await ctx.tick()
             ctx.set(dut.w_wp.en, 0)
             band = x[run["n"], c0:c0 + cn, run["lo"]:run["hi"]]
             for yy in range(band.shape[1]):               # X words: one pixel, the block's
@@ -126,8 +157,15 @@ def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace
                     ctx.set(cf.x_write.addr, x_base + yy * wd + xx)
                     ctx.set(cf.x_write.data, [v & opmask for v in lanes])
                     ctx.set(cf.x_write.en, 1)
+                    if cfg.is_mx:
+                        ctx.set(cf.xs_write.addr, x_base + yy * wd + xx)
+                        ctx.set(cf.xs_write.data, int(xs[run["n"], c0 // 32,
+                                                         run["lo"] + yy, xx]))
+                        ctx.set(cf.xs_write.en, 1)
                     await ctx.tick()
             ctx.set(cf.x_write.en, 0)
+            if cfg.is_mx:
+                ctx.set(cf.xs_write.en, 0)
             ctx.set(cf.start, 1)
             await ctx.tick()
             ctx.set(cf.start, 0)
@@ -137,8 +175,12 @@ def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace
                     p = cf.y.payload
                     oy, ox = ctx.get(p.oh), ctx.get(p.ow0)
                     for j in range(min(cfg.cols, k - k0)):
-                        y[run["n"], k0 + j, run["o0"] + oy, ox] = wrap(
-                            y[run["n"], k0 + j, run["o0"] + oy, ox] + ctx.get(p.data[j]))
+                        at = (run["n"], k0 + j, run["o0"] + oy, ox)
+                        if cfg.is_mx:
+                            y[at] = fold(int(y[at]), ctx.get(p.data[j]),
+                                         ctx.get(p.scale_row), ctx.get(p.scale_cols[j]))
+                        else:
+                            y[at] = wrap(int(y[at]) + ctx.get(p.data[j]))
                 if trace is not None and ctx.get(cf.array.a_valid):
                     edge.append([ctx.get(cf.array.a_data[i]) for i in range(cfg.rows)])
                 assert not ctx.get(cf.error)
@@ -154,6 +196,23 @@ def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace
     sim.add_testbench(bench)
     sim.run()
     return y
+
+
+def _mx_fold(cfg):
+    """``fold(acc, lane, scale_row, scale_col)``: one drained lane (the bits of a block's
+    exact sum: two's complement, and for FP8 elements a NaN flag above it) folded into the
+    fp32 encoding ``acc`` by the contract's :func:`bpsa.models.mx.accumulate_block`."""
+    f = mx_format(cfg.arithmetic)
+    bits = cfg.acc_width if f.is_int else cfg.acc_width - 1
+
+    def fold(acc, lane, sr, sc):
+        lane &= (1 << cfg.acc_width) - 1          # the lane's bits (the simulator signs them)
+        v = lane & ((1 << bits) - 1)
+        v = v - (1 << bits) if v >> (bits - 1) else v
+        e = sr + sc - 2 * MX_SCALE_BIAS + 2 * f.quantum_exp
+        bad = bool(lane >> bits) or MX_SCALE_NAN in (sr, sc)
+        return mx.accumulate_block(acc, v, e, bad)
+    return fold
 
 
 def _layer(rng, cfg, *, cmax=None):
@@ -231,6 +290,66 @@ def test_forward_equals_golden(seed):
                     x_base=(seed % 2) * 128, w_base=(seed % 3) * 80)
     want = conv2d(x, w, lay["stride"], lay["pad"], lay["dil"])
     assert np.array_equal(got, want), lay
+
+
+#: The MX configurations: CFG's shape (4 rows, 3 columns) in each MX format.
+CFG_MX = {fmt: CFG.replace(name=f"cf_test_{fmt}", arithmetic=fmt, operand_width=8,
+                           acc_width=MX_WIDTHS[fmt][1], operand_signed=mx_format(fmt).is_int)
+          for fmt in MX_WIDTHS}
+
+
+def _mx_operands(rng, lay, special):
+    """float32 X and W of many magnitudes (a scale per channel and pixel group), zeros, and
+    with ``special`` the cases the contract names: an all-zero channel block of X at a pixel,
+    values that saturate E4M3, a NaN in X (its block's outputs NaN) and a negative zero."""
+    x = rng.standard_normal((lay["n"], lay["c"], lay["h"], lay["w"]))
+    x *= np.exp2(rng.integers(-6, 6, (lay["n"], lay["c"], 1, lay["w"])))
+    w = rng.standard_normal((lay["k"], lay["c"], lay["r"], lay["s"]))
+    w *= np.exp2(rng.integers(-6, 6, (lay["k"], lay["c"], 1, 1)))
+    x.flat[::7] = 0
+    if special:
+        x[0, :, 0, 0] = 0
+        x.flat[3] = 1e6
+        x.flat[-1] = np.nan
+        w.flat[1] = -0.0
+    return x.astype(np.float32), w.astype(np.float32)
+
+
+# MX: every vector's block-part sums and scale codes, folded in the order they come, equal
+# the contract's channel-first order (conv_forward with part = rows); more seeds in test-long
+@pytest.mark.parametrize("fmt", sorted(MX_WIDTHS))
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.long)
+                                               for s in range(3, 10))])
+def test_mx_forward_equals_golden(fmt, seed):
+    """Y of random layers in an MX format (every run: images, output-channel blocks, the
+    parts of each 32-channel block, bands; C past one block in seed 0), folded from the
+    front end's vectors (block-part sums, ``scale_row`` from the scale bank, ``scale_cols``
+    from the tile's W scale word), equals ``bpsa.models.mx.conv_forward(..., part=rows)``
+    bit for bit, NaN and saturation included."""
+    cfg = CFG_MX[fmt]
+    rng = np.random.default_rng(100 + seed)
+    lay = _layer(rng, cfg, cmax=40 if seed == 0 else 3 * cfg.rows)
+    if seed == 0:
+        lay["c"] = 37
+    x, w = _mx_operands(rng, lay, special=seed % 2 == 1)
+    got = _simulate(cfg, x, w, lay["stride"], lay["pad"], lay["dil"], bands=1 + seed % 2,
+                    x_base=(seed % 2) * 128, w_base=(seed % 3) * 40)
+    want = mx.conv_forward(x, w, fmt, lay["stride"], lay["pad"], lay["dil"], part=cfg.rows)
+    assert np.array_equal(got, want), (lay, np.argwhere(got != want)[:4])
+
+
+def test_mx_refusals():
+    """MX builds the front end only where a run's channels share one block's scale (at most
+    32 rows), and never in bf16 / fp16; a layer an MX run cannot take is refused by the
+    planner, not here."""
+    with warnings.catch_warnings():           # the refused objects are never elaborated
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match="rows must be at most 32 for the channel-first"):
+            ChannelFirst(CFG_MX["mxint8"].replace(rows=64))
+        with pytest.raises(ConfigError, match="integer only"):
+            ChannelFirst(CFG.replace(name="cf_bf16", arithmetic="bf16", operand_width=16,
+                                     acc_width=32, dataflows=["os"]))
+        gc.collect()
 
 
 def test_first_layer_multi_tile():

@@ -224,6 +224,46 @@ def test_conv_phases_equal_exact_convolution_when_representable(name):
         assert np.array_equal(dw.view(np.float32), ref.astype(np.float32))
 
 
+def test_forward_in_parts_folds_as_the_contract_says():
+    """``conv_forward(..., part=g)`` (the channel-first order) against a loop written from the
+    contract: each block's channels in parts of ``g`` (a block's last part shorter), parts in
+    channel order, the taps in raster order within a part, each part's exact sum at a tap
+    one rounding; values of many magnitudes so that the order shows. ``part`` outside 1..32
+    is refused."""
+    name = "mxfp8_e4m3"
+    rng = np.random.default_rng(23)
+    n, c, h, wd, k, r_n, q_n, st, p, g = 2, 34, 5, 4, 5, 2, 3, 1, 1, 12
+    x = (rng.standard_normal((n, c, h, wd)) * np.exp2(rng.integers(-20, 20, (n, c, h, wd))))
+    w = (rng.standard_normal((k, c, r_n, q_n)) * np.exp2(rng.integers(-20, 20, (k, c, 1, 1))))
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    oh, ow = (h + 2 * p - r_n) // st + 1, (wd + 2 * p - q_n) // st + 1
+    xq, wq = _deq(x, name, 1), _deq(w, name, 1)
+    y = conv_forward(x, w, name, st, p, part=g)
+    parts = [(0, 12), (12, 24), (24, 32), (32, 34)]
+    checked = 0
+    for i in range(n):
+        for kk in range(k):
+            for yy in range(oh):
+                for xx in range(ow):
+                    folds = []
+                    for c0, c1 in parts:
+                        for r in range(r_n):
+                            for q in range(q_n):
+                                ih, iw = yy * st + r - p, xx * st + q - p
+                                inside = 0 <= ih < h and 0 <= iw < wd
+                                folds.append(sum(Fraction(float(xq[i, cc, ih, iw])) *
+                                                 Fraction(float(wq[kk, cc, r, q]))
+                                                 for cc in range(c0, c1)) if inside else 0)
+                    assert y[i, kk, yy, xx] == _fold(folds), (i, kk, yy, xx)
+                    checked += 1
+    assert checked == y.size
+    # the default order (taps outer, whole blocks) rounds differently on these values
+    assert not np.array_equal(y, conv_forward(x, w, name, st, p))
+    for bad in (0, 33, 2.0, True):
+        with pytest.raises(ValueError, match="part must be an integer from 1 to 32"):
+            conv_forward(x, w, name, st, p, part=bad)
+
+
 def test_conv_phases_block_and_round_as_the_contract_says():
     """Each phase against a loop written from the contract's table: operands quantized along
     the phase's blocks, one output's blocks in the stated order, each block's exact sum

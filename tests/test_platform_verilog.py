@@ -135,9 +135,11 @@ NOT_IN_ACCELERATOR = ("im2col_addr",)
 MX_ONLY = {"mx_accumulate": Config(name="mx_lint", arithmetic="mxfp8_e4m3", operand_width=8,
                                    operand_signed=False, acc_width=43, dataflows=["os"])}
 #: The MX tops linted on their own (no accelerator is built in MX yet): the MX-only top, and
-#: the array (every dataflow) and P with the MX arithmetic's logic.
+#: the array (every dataflow), P and the channel-first front end with the MX logic.
 MX_LINT = {**MX_ONLY, "array": load_config("small_mxfp8"),
-           "psum_buffer": load_config("small_mxfp8")}
+           "psum_buffer": load_config("small_mxfp8"),
+           "channel_first": load_config("small_mxint8").replace(
+               name="mx_cf_lint", forward_frontends=["feeder", "channel_first"])}
 
 
 def _classes_inside(config):

@@ -305,11 +305,18 @@ def _geometry(stride, padding, dilation):
     return conv_params(stride, padding, dilation)
 
 
-def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floor"):
+def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floor",
+                 part=None):
     """The forward ``Y`` (N x K x OH x OW fp32 encodings, ``uint32``) of ``x`` (N x C x H x W)
     by ``w`` (K x C x R x S) under the MX contract: X quantized along C at every pixel, W along
     C at every ``(k, r, s)``; each output's blocks are the channel blocks of each tap, taps in
-    raster order."""
+    raster order.
+
+    ``part`` (1 to 32): the channel-first front end's order instead. Each block's channels
+    are folded in consecutive parts of ``part`` channels (a block's last part holds what is
+    left of it), part after part in channel order and, for each part, tap after tap in
+    raster order: a part's exact sum at one tap, scaled by the block's two scale codes, is one
+    fold (one rounding)."""
     x, w = _float_tensor(x, "x"), _float_tensor(w, "w")
     (s, p, d) = _geometry(stride, padding, dilation)
     n, c, h, wd = x.shape
@@ -321,6 +328,8 @@ def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floo
     wc, ws = _tap_major(*quantize(w, fmt, axis=1, scale_rule=scale_rule), 1)
     xc = np.pad(xc, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
     xs = np.pad(xs, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    if part is not None:
+        return _forward_in_parts(xc, xs, wc, ws, fmt, part, (s, d), (n, c, k, oh, ow))
     a_codes, a_scales, b_codes, b_scales = [], [], [], []
     for r in range(r_n):
         for q in range(q_n):
@@ -332,6 +341,27 @@ def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floo
     y = matmul(np.concatenate(a_codes, 1), np.concatenate(a_scales, 1),
                np.concatenate(b_codes, 0), np.concatenate(b_scales, 0), fmt)
     return np.ascontiguousarray(y.reshape(n, oh, ow, k).transpose(0, 3, 1, 2))
+
+
+def _forward_in_parts(xc, xs, wc, ws, fmt, part, sd, dims):
+    """:func:`conv_forward` with ``part``: the padded, blocked codes and scales of X and W
+    folded part by part, tap by tap."""
+    if not isinstance(part, (int, np.integer)) or isinstance(part, bool) \
+            or not 1 <= part <= MX_BLOCK:
+        raise ValueError(f"part must be an integer from 1 to {MX_BLOCK}, not {part!r}")
+    (s, d), (n, c, k, oh, ow) = sd, dims
+    out = np.zeros((n * oh * ow, k), np.uint32)
+    for b in range(xs.shape[1]):
+        for c0 in range(b * MX_BLOCK, min((b + 1) * MX_BLOCK, c), part):
+            c1 = min(c0 + part, (b + 1) * MX_BLOCK, c)
+            for r in range(wc.shape[2]):
+                for q in range(wc.shape[3]):
+                    a = _tap_view(xc[:, c0:c1], r, q, s, d, (oh, ow))
+                    a_s = _tap_view(xs[:, b:b + 1], r, q, s, d, (oh, ow))
+                    out = matmul(a.transpose(0, 2, 3, 1).reshape(-1, c1 - c0),
+                                 a_s.transpose(0, 2, 3, 1).reshape(-1, 1),
+                                 wc[:, c0:c1, r, q].T, ws[:, b:b + 1, r, q].T, fmt, acc=out)
+    return np.ascontiguousarray(out.reshape(n, oh, ow, k).transpose(0, 3, 1, 2))
 
 
 def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_rule="floor"):

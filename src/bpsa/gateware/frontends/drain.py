@@ -16,15 +16,22 @@ def y_layout(config):
 
     ``data[j]``: ``Y[n, k0 + j, oh, ow0 + row]`` (accumulator shape, wrapped; columns with
     ``k0 + j >= K`` carry what the zero-padded W words give, 0); ``n``, ``k0``, ``oh``,
-    ``ow0``: the context; ``row``: the array row (the pixel is ``ow0 + row``).
+    ``ow0``: the context; ``row``: the array row (the pixel is ``ow0 + row``). MX: ``data``
+    holds block sums (or parts of blocks), with their E8M0 scale codes ``scale_row`` (the
+    array-row operand's, one a vector) and ``scale_cols`` (one a column), as P's
+    :func:`~bpsa.gateware.results.psum_buffer.accumulate_layout` takes them.
     """
     ar = arith_for(config)
     dim = unsigned(config.dim_width)
-    return data.StructLayout({
+    fields = {
         "data": data.ArrayLayout(ar.acc_shape, config.cols),
         "n": dim, "k0": dim, "oh": dim, "ow0": dim,
         "row": unsigned(max(1, ceil_log2(config.rows))),
-    })
+    }
+    if config.is_mx:
+        fields.update(scale_row=unsigned(8),
+                      scale_cols=data.ArrayLayout(unsigned(8), config.cols))
+    return data.StructLayout(fields)
 
 
 def zg_layout(config):

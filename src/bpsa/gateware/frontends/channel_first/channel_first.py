@@ -46,16 +46,33 @@ Schedule (deterministic: the banks are local, nothing stalls)
     (``a_last``) switches the PEs to them. The partial sums leave the array ``rows + cols -
     1`` cycles after their vector and go out on ``y``, one pixel a vector, in raster order.
 
+MX (``arithmetic`` an OCP MX format; ``docs/architecture/mx.md``)
+    The banks hold element codes and a *scale bank* (``buf_cf_depth`` bytes, written by
+    ``xs_write`` at the pixel's bank address) X's E8M0 scale code of the run's channel block
+    at each pixel. A run's channels lie in one 32-channel block (the planner cuts a block into
+    parts of ``rows`` channels), so a row sum of a tile is the exact sum of one part of a
+    block at one tap, and the array's column sums leave as such. Each vector carries
+    ``scale_row`` (the scale bank's code at its pixel, read with row 0's bank, 0 in the
+    padding) and ``scale_cols`` (the tile's W scale word: W buffer word ``w_base + channels R
+    S + r S + q``, lane ``j`` the scale of output channel ``k0 + j``, read after the tile's
+    weights), so that P folds it into fp32 (:mod:`bpsa.gateware.results.psum_buffer`). The
+    fold order is the contract's channel-first order
+    (:func:`bpsa.models.mx.conv_forward` with ``part = rows``): part by part, tap by tap.
+    There is no multi-tile (the rows of a vector read one pixel, with one scale), and a tile
+    streams at least :func:`min_tile_cycles` cycles (P's fold of a pixel's word is
+    :data:`~bpsa.gateware.results.psum_buffer.MX_SPACING` cycles).
+
 Refusals
     ``error`` (with ``done``) for a run with no channel or more than ``rows``, or no output
     pixel; the controller's set-up refuses the layers that cannot run
-    (:mod:`bpsa.plan.setup`).
+    (:mod:`bpsa.plan.setup`). MX: more than 32 rows at elaboration (:func:`check_config`).
 """
 
 from types import SimpleNamespace
 
 from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory, WritePort
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -64,9 +81,11 @@ from bpsa.config import require_config
 from bpsa.gateware.array.arith import arith_for
 from bpsa.gateware.array.systolic import COUNTER_WIDTH, Dataflow, array_signature
 from bpsa.gateware.frontends.drain import y_layout
+from bpsa.gateware.results.psum_buffer import MX_SPACING
+from bpsa.spec.numeric import MX_BLOCK
 
 __all__ = ["COUNTERS", "ChannelFirst", "cf_run_layout", "check_config", "cursor_layout",
-           "cursor_origin", "cursor_step", "lane_of_bank", "products_layout"]
+           "cursor_origin", "cursor_step", "lane_of_bank", "min_tile_cycles", "products_layout"]
 
 #: Counter outputs, all ``COUNTER_WIDTH`` bits: ``cycles`` (busy), ``words_read`` (X bank
 #: words read: one a row and pixel that is not padding), ``w_words_read``, ``vectors`` (pixels
@@ -76,12 +95,24 @@ COUNTERS = ("cycles", "words_read", "w_words_read", "vectors", "tiles")
 
 def check_config(config):
     """``config`` when a :class:`ChannelFirst` can be generated for it, else :exc:`ValueError`
-    naming the parameter (the front end needs the ``ws`` dataflow)."""
+    naming the parameter (the front end needs the ``ws`` dataflow; in an MX format at most 32
+    rows, one block's channels)."""
     require_config(config)
     if not config.has("ws"):
         raise ValueError(f"the channel-first front end needs the 'ws' dataflow, not dataflows "
                          f"{list(config.dataflows)!r}")
+    if config.is_mx and config.rows > MX_BLOCK:
+        raise ValueError(f"rows must be at most {MX_BLOCK} for the channel-first front end in "
+                         f"{config.arithmetic!r} (a run's channels share one block's scale), "
+                         f"not {config.rows}")
     return config
+
+
+def min_tile_cycles(config):
+    """The fewest cycles a tile streams: ``2 rows`` (the weight preload of the next tile) and,
+    in an MX format, :data:`~bpsa.gateware.results.psum_buffer.MX_SPACING` (P's fold of a
+    pixel's word must finish before the next tile's vector for it)."""
+    return max(2 * config.rows, MX_SPACING) if config.is_mx else 2 * config.rows
 
 
 def lane_of_bank(i, layer_channels):
@@ -170,17 +201,21 @@ class ChannelFirst(wiring.Component):
     busy, done, error : Out(1)
     x_write : Out(WritePort.Signature(addr_width=log2(buf_cf_depth), shape=ArrayLayout(op,
     rows)))
+    xs_write : Out(WritePort.Signature(addr_width=log2(buf_cf_depth), shape=unsigned(8)))
+        MX only: the scale bank's write port.
     w_addr : Out(log2(buf_b_depth)), w_en : Out(1), w_data : In(ArrayLayout(op, cols))
         A synchronous read port of the W buffer.
     array : In(array_signature(config))
     y : Out(valid, payload: :func:`bpsa.gateware.frontends.drain.y_layout`)
-        One output pixel a vector: ``data[j]`` adds to ``Y[k0 + j, oh, ow0]`` (``row`` 0).
+        One output pixel a vector: ``data[j]`` adds to ``Y[k0 + j, oh, ow0]`` (``row`` 0);
+        MX: with ``scale_row`` and ``scale_cols``.
     cycles, words_read, w_words_read, vectors, tiles : Out(COUNTER_WIDTH)
         Since the last ``start``.
     """
 
     def __init__(self, config):
-        config.require_int("channel-first engine")
+        if not config.is_mx:
+            config.require_int("channel-first engine")
         self.config = check_config(config)
         op = arith_for(config).operand_shape
         members = {
@@ -193,6 +228,9 @@ class ChannelFirst(wiring.Component):
             "array": In(array_signature(config)),
             "y": Out(wiring.Signature({"valid": Out(1), "payload": Out(y_layout(config))})),
         }
+        if config.is_mx:
+            members["xs_write"] = Out(WritePort.Signature(
+                addr_width=ceil_log2(config.buf_cf_depth), shape=unsigned(8)))
         for name in COUNTERS:
             members[name] = Out(COUNTER_WIDTH)
         super().__init__(members)
@@ -212,6 +250,8 @@ class ChannelFirst(wiring.Component):
         self._w_preload(m, s)
         reads = self._stream(m, s, banks)
         self._outputs(m, s)
+        if cfg.is_mx:
+            self._scales(m, s)
         self._counters(m, s, reads)
         with m.FSM(name="cf"):
             self._setup_states(m, s)
@@ -268,6 +308,8 @@ class ChannelFirst(wiring.Component):
         complete = Signal(dim + 1)             # rows // C (complete channel groups)
         m.d.comb += complete.eq(s.gi[R - 1] + (s.ci[R - 1] + 1 == live.layer_channels))
         mt_ok = (run.channels == run.layer_channels) & (2 * run.channels <= R)
+        if cfg.is_mx:                      # a vector's pixels share one X scale: one tap a tile
+            mt_ok = Const(0)
         mul_a, mul_b = Signal(dim), Signal(2 * dim)
         mul_p = Signal(3 * dim)
         m.d.comb += mul_p.eq(mul_a * mul_b)
@@ -293,8 +335,9 @@ class ChannelFirst(wiring.Component):
         ntoff = Signal(3 * dim)
         m.d.comb += ntoff.eq(Mux(wrapq, toff + run.kernel_w - cur.q0, toff + taps))
         tc = Signal(2 * dim + 1)               # cycles since the tile's first issue
-        length = Signal(2 * dim + 1)           # max(P, 2 rows)
-        m.d.comb += length.eq(Mux(s.pix > 2 * R, s.pix, 2 * R))
+        length = Signal(2 * dim + 1)           # max(P, min_tile_cycles)
+        shortest = min_tile_cycles(cfg)
+        m.d.comb += length.eq(Mux(s.pix > shortest, s.pix, shortest))
         s.cur, s.nxt, s.tile_end, s.last_tile, s.has_next = cur, nxt, tile_end, last_tile, \
             has_next
         s.nq0, s.toff, s.ntoff, s.tc, s.length = nq0, toff, ntoff, tc, length
@@ -322,13 +365,17 @@ class ChannelFirst(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [waddr.eq(run.w_base + s.wri[i] + wtile_toff),
                                  wact.eq(self._active(s, i, wtile_q0))]
-        m.d.comb += [self.w_addr.eq(waddr), self.w_en.eq(wreq)]
+        wsreq = Signal()                       # MX: read the tile's W scale word instead
+        wsoff = Signal(3 * dim)                # MX: its offset, channels R S
+        m.d.comb += [self.w_addr.eq(Mux(wsreq, run.w_base + wsoff + wtile_toff, waddr)),
+                     self.w_en.eq(wreq | wsreq)]
         shift_b, act_b = Signal(), Signal()    # stage B: the word is on w_data
         m.d.sync += [shift_b.eq(wreq), act_b.eq(wact)]
         m.d.comb += arr.chain_shift.eq(shift_b)
         for j in range(cfg.cols):
             m.d.comb += arr.preload[j].eq(Mux(act_b, self.w_data[j], 0))
         s.wrow, s.wreq, s.wnext, s.shift_b = wrow, wreq, wnext, shift_b
+        s.wsreq, s.wsoff = wsreq, wsoff
 
     def _stream(self, m, s, banks):
         """The stream: stage A reads the banks, stage B presents the vector. Sets
@@ -354,11 +401,13 @@ class ChannelFirst(wiring.Component):
             m.d.sync += rowok_b[i].eq(ok)
             m.d.comb += arr.a_data[i].eq(Mux(rowok_b[i], banks[i].data, 0))
             reads.append(ok)
+            if i == 0:
+                s.addr0 = banks[0].addr
         m.d.comb += [arr.dataflow.eq(Dataflow.WS), arr.a_valid.eq(valid_b),
                      arr.a_last.eq(last_b), arr.b_valid.eq(valid_b)]
         for j in range(cfg.cols):
             m.d.comb += arr.b_data[j].eq(0)
-        s.issue, s.last_a, s.valid_b = issue, last_a, valid_b
+        s.issue, s.last_a, s.valid_b, s.rowok_b = issue, last_a, valid_b, rowok_b
         return reads
 
     def _outputs(self, m, s):
@@ -376,7 +425,32 @@ class ChannelFirst(wiring.Component):
             with m.Else():
                 m.d.sync += oow.eq(oow + 1)
         s.ooh, s.oow = ooh, oow
+        s.out_tile_end = (oow + 1 == run.out_width) & (ooh + 1 == run.out_rows)
 
+    def _scales(self, m, s):
+        """MX: the scale codes each output vector carries. ``scale_row``: X's at the vector's
+        pixel, from the scale bank (written by ``xs_write``, read with row 0's bank, 0 in the
+        padding) into a queue at stage B, out with the vector's sums. ``scale_cols``: the
+        tile's W scale word (read after the tile's weights: the W buffer's word ``w_base +
+        channels R S + r S + q``, lane ``j`` the scale of output channel ``k0 + j``) into a
+        queue, out with every vector of the tile."""
+        cfg = self.config
+        bank = m.submodules.xs_bank = Memory(shape=unsigned(8), depth=cfg.buf_cf_depth, init=[])
+        wp, rp = bank.write_port(), bank.read_port()
+        m.d.comb += [wp.en.eq(self.xs_write.en), wp.addr.eq(self.xs_write.addr),
+                     wp.data.eq(self.xs_write.data), rp.addr.eq(s.addr0), rp.en.eq(1)]
+        # vectors between stage B and their sums leaving the array: R + C - 1 + LATENCY + 1
+        depth = 1 << ceil_log2(cfg.rows + cfg.cols + cfg.mac_latency + 2)
+        xq = m.submodules.xs_queue = SyncFIFOBuffered(width=8, depth=depth)
+        m.d.comb += [xq.w_en.eq(s.valid_b), xq.w_data.eq(Mux(s.rowok_b[0], rp.data, 0)),
+                     xq.r_en.eq(self.y.valid), self.y.payload.scale_row.eq(xq.r_data)]
+        # tiles whose scales are held: the draining, the streaming and the next one
+        wq = m.submodules.ws_queue = SyncFIFO(width=8 * cfg.cols, depth=4)
+        ws_b = Signal()                        # the W scale word is on w_data
+        m.d.sync += ws_b.eq(s.wsreq)
+        m.d.comb += [wq.w_en.eq(ws_b), wq.w_data.eq(self.w_data.as_value()),
+                     wq.r_en.eq(self.y.valid & s.out_tile_end),
+                     self.y.payload.scale_cols.as_value().eq(wq.r_data)]
     def _counters(self, m, s, reads):
         """The counters, cleared at ``start``. Sets ``s.tile_done`` (driven by the STREAM
         state: a tile's last vector)."""
@@ -436,7 +510,10 @@ class ChannelFirst(wiring.Component):
                     with m.Case(6 + i):
                         m.d.comb += [mul_a.eq(s.ci[i]), mul_b.eq(s.rs)]
                         m.d.sync += s.wri[i].eq(mul_p + s.gi[i])
-                with m.Case(6 + R):      # the first tile
+                with m.Case(6 + R):      # the first tile (MX: the W scale words' offset)
+                    if self.config.is_mx:
+                        m.d.comb += [mul_a.eq(run.channels), mul_b.eq(s.rs)]
+                        m.d.sync += s.wsoff.eq(mul_p)
                     m.d.sync += cursor_origin(run, kp, s.cur)
                     m.d.sync += [s.toff.eq(0), s.tc.eq(0), s.wrow.eq(R - 1)]
                     m.next = "PRE"
@@ -451,8 +528,8 @@ class ChannelFirst(wiring.Component):
             m.d.sync += wrow.eq(wrow - 1)
             with m.If(wrow == 0):
                 m.next = "PRE_END"
-        with m.State("PRE_END"):             # the last shift (stage B)
-            m.d.comb += self.busy.eq(1)
+        with m.State("PRE_END"):             # the last shift (stage B); MX: tile 0's scales
+            m.d.comb += [self.busy.eq(1), s.wsreq.eq(self.config.is_mx)]
             m.next = "LOAD"
         with m.State("LOAD"):                # chain -> held weights; the next tile
             m.d.comb += [self.busy.eq(1), arr.chain_load.eq(1)]
@@ -468,6 +545,8 @@ class ChannelFirst(wiring.Component):
             with m.If(s.has_next & (tc >= R - 1) & (tc < 2 * R - 1)):
                 m.d.comb += wreq.eq(1)
                 m.d.sync += wrow.eq(wrow - 1)
+            if self.config.is_mx:              # then the next tile's W scale word
+                m.d.comb += s.wsreq.eq(s.has_next & (tc == 2 * R - 1))
             with m.If(go):
                 m.d.comb += [s.issue.eq(1), s.last_a.eq(lastv)]
                 m.d.sync += s.cur.eq(s.nxt)
