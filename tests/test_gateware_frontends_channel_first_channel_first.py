@@ -18,17 +18,18 @@ import warnings
 
 import numpy as np
 import pytest
-from amaranth.hdl import Const, Module, UnusedElaboratable
+from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from bpsa.config import MX_WIDTHS, Config, ConfigError
-from bpsa.gateware.array.systolic import SystolicArray, share_array
-from bpsa.gateware.frontends.channel_first.channel_first import ChannelFirst, lane_of_bank
+from bpsa.gateware.frontends.channel_first.channel_first import (ChannelFirst,
+                                                                 ChannelFirstEngine,
+                                                                 lane_of_bank)
 from bpsa.models import channel_first as cfm
 from bpsa.models import mx
-from bpsa.spec.numeric import MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
+from bpsa.sim.testbenches import tb_channel_first as tbcf
+from bpsa.spec.numeric import mx_format
 from bpsa.models.golden import conv2d
 
 CFG = Config(name="cf_test", rows=4, cols=3, dataflows=["os", "ws"], dim_width=8,
@@ -38,181 +39,72 @@ CFG = Config(name="cf_test", rows=4, cols=3, dataflows=["os", "ws"], dim_width=8
 CFG16 = CFG.replace(name="cf_test16", rows=8, cols=2, operand_width=16, acc_width=40)
 
 
-class _Harness(wiring.Component):
-    """The front end, an array and a W buffer with a write port for the bench."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.cf = ChannelFirst(cfg)
-        self.w_mem = Memory(shape=self.cf.w_data.shape(), depth=cfg.buf_b_depth, init=[])
-        self.arr = SystolicArray(cfg)
-        super().__init__({})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.cf, m.submodules.w_mem, m.submodules.arr = self.cf, self.w_mem, self.arr
-        share_array(m, self.arr, [(self.cf.array, Const(1))])
-        rp = self.w_mem.read_port()
-        m.d.comb += [rp.addr.eq(self.cf.w_addr), rp.en.eq(self.cf.w_en),
-                     self.cf.w_data.eq(rp.data)]
-        self.w_wp = self.w_mem.write_port()
-        return m
-
-
-def _out(size, k, s, p, d):
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
-
-
-def _channel_blocks(cfg, c):
-    """A run's channels ``(c0, c1)``: all of C when it fits the rows, else blocks of ``rows``;
-    MX: parts of ``rows`` channels inside each 32-channel block (its last part shorter)."""
-    R = cfg.rows
-    if cfg.is_mx:
-        return [(c0, min(c0 + R, b + 32, c)) for b in range(0, c, 32)
-                for c0 in range(b, min(b + 32, c), R)]
-    cb = c if c <= R else R
-    return [(c0, min(c0 + cb, c)) for c0 in range(0, c, cb)]
-
-
-def _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
-    """The runs a controller would make: images, output-channel blocks, channel blocks
-    (:func:`_channel_blocks`), row bands of the output."""
-    oh = _out(h, r, stride[0], pad[0], dil[0])
-    edges = np.linspace(0, oh, bands + 1).astype(int)
-    for img in range(n):
-        for k0 in range(0, k, cfg.cols):
-            for c0, c1 in _channel_blocks(cfg, c):
-                for o0, o1 in zip(edges[:-1], edges[1:]):
-                    if o1 > o0:
-                        first = o0 * stride[0] - pad[0]
-                        lo = max(0, first)
-                        hi = min(h, (o1 - 1) * stride[0] - pad[0] + dil[0] * (r - 1) + 1)
-                        yield dict(n=img, k0=k0, c0=c0, cn=c1 - c0, o0=int(o0),
-                                   o1=int(o1), lo=int(lo), hi=int(max(hi, lo)),
-                                   pt=int(lo - first))
-
-
 def _simulate(cfg, x, w, stride, pad, dil, *, bands=1, x_base=0, w_base=0, trace=None):
-    """Every run of the layer through the front end; Y (N x K x OH x OW). ``trace``: a list
-    that receives, per run, the vectors the array's left edge received.
-
-    MX (``cfg.is_mx``): ``x`` and ``w`` are float32, quantized along C
-    (:func:`bpsa.models.mx.quantize`); each run's W scale words follow its W words, X's
-    scales go to the scale bank, and every vector the front end sends is folded into Y's
-    fp32 encodings (``uint32``) with :func:`bpsa.models.mx.accumulate_block`, in the order
-    the vectors come, from its lanes and its two scale codes."""
+    """Every run of the layer through the engine (:class:`ChannelFirstEngine`), with the
+    testbench's run helpers (:mod:`bpsa.sim.testbenches.tb_channel_first`); Y (N x K x OH x
+    OW: integers, or in MX fp32 encodings folded from the vectors in the order they come).
+    ``trace``: a list that receives, per run, the vectors the array's left edge received."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
-    stride, pad, dil = (tuple(int(v) for v in (t if isinstance(t, tuple) else (t, t)))
-                        for t in (stride, pad, dil))
-    oh, ow = _out(h, r, stride[0], pad[0], dil[0]), _out(wd, s, stride[1], pad[1], dil[1])
+    geometry = tuple(tuple(int(v) for v in (t if isinstance(t, tuple) else (t, t)))
+                     for t in (stride, pad, dil))
+    shape = (n, c, h, wd, k, r, s)
+    oh = tbcf.out_size(h, r, geometry[0][0], geometry[1][0], geometry[2][0])
+    ow = tbcf.out_size(wd, s, geometry[0][1], geometry[1][1], geometry[2][1])
     y = np.zeros((n, k, oh, ow), dtype=np.uint32 if cfg.is_mx else np.int64)
-    if cfg.is_mx:
-        (x, xs), (w, ws) = (mx.quantize(t, cfg.arithmetic, axis=1) for t in (x, w))
-        fold = _mx_fold(cfg)
-    dut = _Harness(cfg)
+    ops = tbcf.operands(cfg, x, w)
+    add = tbcf.accumulator(cfg)
+    dut = ChannelFirstEngine(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
-    opmask = (1 << cfg.operand_width) - 1
-    accw = cfg.acc_width
 
-    def wrap(v):
-        v &= (1 << accw) - 1
-        return v - (1 << accw) if v >> (accw - 1) else v
+    async def write(ctx, port, first, words):
+        for i, word in enumerate(words):
+            ctx.set(port.addr, first + i)
+            ctx.set(port.data, word)
+            ctx.set(port.en, 1)
+            await ctx.tick()
+        ctx.set(port.en, 0)
 
     async def bench(ctx):
         cf = dut.cf
-        for run in _runs(cfg, n, c, h, k, r, stride, pad, dil, bands):
-            fields = dict(channels=run["cn"], layer_channels=c, height=run["hi"] - run["lo"],
-                          out_rows=run["o1"] - run["o0"], width=wd, out_width=ow,
-                          kernel_h=r, kernel_w=s, stride_h=stride[0], stride_w=stride[1],
-                          dil_h=dil[0], dil_w=dil[1], pad_top=run["pt"], pad_w=pad[1],
-                          x_base=x_base, w_base=w_base)
-            for name, v in fields.items():
-                ctx.set(getattr(cf.run, name), v)
+        for run in tbcf.runs(cfg, shape, geometry, bands):
+            for name, v in tbcf.descriptor(run, shape, geometry, x_base, w_base).items():
+                ctx.set(getattr(dut.layer, name), v)
             await ctx.tick().repeat(cfg.rows + 1)        # the banks' lane rule settles
-            c0, cn, k0 = run["c0"], run["cn"], run["k0"]
-            for ci in range(cn):                          # W words of the block
-                for tr in range(r):
-                    for tq in range(s):
-                        lanes = [int(w[k0 + j, c0 + ci, tr, tq]) if k0 + j < k else 0
-                                 for j in range(cfg.cols)]
-                        ctx.set(dut.w_wp.addr, w_base + (ci * r + tr) * s + tq)
-                        ctx.set(dut.w_wp.data, [v & opmask for v in lanes])
-                        ctx.set(dut.w_wp.en, 1)
-                        await ctx.tick()
-            for tr in range(r if cfg.is_mx else 0):       # MX: the W scale words
-                for tq in range(s):
-                    lanes = [int(ws[k0 + j, c0 // 32, tr, tq]) if k0 + j < k else 0
-                             for j in range(cfg.cols)]
-                    ctx.set(dut.w_wp.addr, w_base + cn * r * s + tr * s + tq)
-                    ctx.set(dut.w_wp.data, lanes)
-                    ctx.set(dut.w_wp.en, 1)
-                    await ctx.tick()
-            ctx.set(dut.w_wp.en, 0)
-            band = x[run["n"], c0:c0 + cn, run["lo"]:run["hi"]]
-            for yy in range(band.shape[1]):               # X words: one pixel, the block's
-                for xx in range(wd):                      # channels in lanes 0..cn-1
-                    lanes = [int(band[ci, yy, xx]) if ci < cn else 0 for ci in range(cfg.rows)]
-                    ctx.set(cf.x_write.addr, x_base + yy * wd + xx)
-                    ctx.set(cf.x_write.data, [v & opmask for v in lanes])
-                    ctx.set(cf.x_write.en, 1)
-                    if cfg.is_mx:
-                        ctx.set(cf.xs_write.addr, x_base + yy * wd + xx)
-                        ctx.set(cf.xs_write.data, int(xs[run["n"], c0 // 32,
-                                                         run["lo"] + yy, xx]))
-                        ctx.set(cf.xs_write.en, 1)
-                    await ctx.tick()
-            ctx.set(cf.x_write.en, 0)
+            ww, xw, scales = tbcf.run_words(cfg, ops, run)
+            await write(ctx, dut.w_write, w_base, ww)
+            await write(ctx, dut.x_write, x_base, xw)
             if cfg.is_mx:
-                ctx.set(cf.xs_write.en, 0)
-            ctx.set(cf.start, 1)
+                await write(ctx, dut.xs_write, x_base, scales)
+            ctx.set(dut.start, 1)
             await ctx.tick()
-            ctx.set(cf.start, 0)
+            ctx.set(dut.start, 0)
             edge = []
             for _ in range(200000):
-                if ctx.get(cf.y.valid):
-                    p = cf.y.payload
+                if ctx.get(dut.y.valid):
+                    p = dut.y.payload
                     oy, ox = ctx.get(p.oh), ctx.get(p.ow0)
-                    for j in range(min(cfg.cols, k - k0)):
-                        at = (run["n"], k0 + j, run["o0"] + oy, ox)
-                        if cfg.is_mx:
-                            y[at] = fold(int(y[at]), ctx.get(p.data[j]),
-                                         ctx.get(p.scale_row), ctx.get(p.scale_cols[j]))
-                        else:
-                            y[at] = wrap(int(y[at]) + ctx.get(p.data[j]))
+                    for j in range(min(cfg.cols, k - run["k0"])):
+                        at = (run["n"], run["k0"] + j, run["o0"] + oy, ox)
+                        sr, sc = ((ctx.get(p.scale_row), ctx.get(p.scale_cols[j]))
+                                  if cfg.is_mx else (None, None))
+                        y[at] = add(int(y[at]), ctx.get(p.data[j]), sr, sc)
                 if trace is not None and ctx.get(cf.array.a_valid):
                     edge.append([ctx.get(cf.array.a_data[i]) for i in range(cfg.rows)])
-                assert not ctx.get(cf.error)
-                if ctx.get(cf.done):
+                assert not ctx.get(dut.error)
+                if ctx.get(dut.done):
                     break
                 await ctx.tick()
             else:
                 raise AssertionError("the front end did not finish")
-            assert not ctx.get(dut.arr.error)
+            assert not ctx.get(dut.array.error)
             if trace is not None:
                 trace.append((run, edge))
 
     sim.add_testbench(bench)
     sim.run()
     return y
-
-
-def _mx_fold(cfg):
-    """``fold(acc, lane, scale_row, scale_col)``: one drained lane (the bits of a block's
-    exact sum: two's complement, and for FP8 elements a NaN flag above it) folded into the
-    fp32 encoding ``acc`` by the contract's :func:`bpsa.models.mx.accumulate_block`."""
-    f = mx_format(cfg.arithmetic)
-    bits = cfg.acc_width if f.is_int else cfg.acc_width - 1
-
-    def fold(acc, lane, sr, sc):
-        lane &= (1 << cfg.acc_width) - 1          # the lane's bits (the simulator signs them)
-        v = lane & ((1 << bits) - 1)
-        v = v - (1 << bits) if v >> (bits - 1) else v
-        e = sr + sc - 2 * MX_SCALE_BIAS + 2 * f.quantum_exp
-        bad = bool(lane >> bits) or MX_SCALE_NAN in (sr, sc)
-        return mx.accumulate_block(acc, v, e, bad)
-    return fold
 
 
 def _layer(rng, cfg, *, cmax=None):
@@ -225,7 +117,7 @@ def _layer(rng, cfg, *, cmax=None):
         c = int(rng.integers(1, cmax or 3 * cfg.rows + 1))
         k = int(rng.integers(1, 2 * cfg.cols + 2))
         n = int(rng.integers(1, 3))
-        if _out(h, r, sh, ph, dh) >= 1 and _out(wd, s, sw, pw, dw) >= 1:
+        if tbcf.out_size(h, r, sh, ph, dh) >= 1 and tbcf.out_size(wd, s, sw, pw, dw) >= 1:
             return dict(n=n, c=c, h=h, w=wd, k=k, r=r, s=s, stride=(sh, sw), pad=(ph, pw),
                         dil=(dh, dw))
 
@@ -263,8 +155,8 @@ def test_rows_read_the_model_addresses(seed):
     w = np.ones((1, c, lay["r"], lay["s"]), dtype=np.int64)
     trace = []
     _simulate(cfg, x, w, lay["stride"], lay["pad"], lay["dil"], trace=trace)
-    oh = _out(h, lay["r"], lay["stride"][0], lay["pad"][0], lay["dil"][0])
-    ow = _out(wd, lay["s"], lay["stride"][1], lay["pad"][1], lay["dil"][1])
+    oh = tbcf.out_size(h, lay["r"], lay["stride"][0], lay["pad"][0], lay["dil"][0])
+    ow = tbcf.out_size(wd, lay["s"], lay["stride"][1], lay["pad"][1], lay["dil"][1])
     passes = cfm.passes(cfg.rows, cfg.cols, c, 1, lay["r"], lay["s"])
     streamed = [v for _, edge in trace for v in edge]
     pix = oh * ow
@@ -336,6 +228,25 @@ def test_mx_forward_equals_golden(fmt, seed):
                     x_base=(seed % 2) * 128, w_base=(seed % 3) * 40)
     want = mx.conv_forward(x, w, fmt, lay["stride"], lay["pad"], lay["dil"], part=cfg.rows)
     assert np.array_equal(got, want), (lay, np.argwhere(got != want)[:4])
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("fmt", [pytest.param("int", marks=pytest.mark.long),
+                                 pytest.param("mxint8", marks=pytest.mark.long), "mxfp8_e4m3"])
+def test_engine_verilator(fmt):
+    """The engine's generated Verilog (top ``cf_engine``) under Verilator, run by run, against
+    the golden models (:mod:`bpsa.sim.testbenches.tb_channel_first`): C past one 32-channel
+    block, strides, padding, dilation, K past the columns, two row bands."""
+    import json
+
+    from bpsa.sim.runner import run_cocotb
+    from bpsa.spec.layer import ConvLayer
+    cfg = CFG if fmt == "int" else CFG_MX[fmt]
+    layers = [ConvLayer.conv(1, 37, 5, 6, 4, 3, 2, stride=(2, 1), pad=1),
+              ConvLayer.conv(2, 6, 7, 5, 3, 2, 3, stride=1, pad=(0, 2), dil=(2, 1))]
+    env = {"BPSA_LAYERS": json.dumps([lay.to_dict() for lay in layers]), "BPSA_BANDS": "2"}
+    assert run_cocotb(cfg, "bpsa.sim.testbenches.tb_channel_first", top="cf_engine",
+                      extra_env=env) == (1, 0)
 
 
 def test_mx_refusals():

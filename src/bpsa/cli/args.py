@@ -11,7 +11,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from bpsa.config import ARITHMETICS, FLOAT_WIDTHS, MX_WIDTHS, ConfigError, load_config
+from bpsa.config import (ARITHMETICS, FLOAT_WIDTHS, MX_TOP_NAMES, MX_WIDTHS, ConfigError,
+                         load_config)
 
 __all__ = ["PLOT_SUFFIXES", "Parser", "UserError", "add_config", "bounded", "config_of",
            "float_above", "int_at_least", "network_names", "out_dir", "parent_dir",
@@ -82,10 +83,9 @@ def add_config(sp):
                          "operands with fp32 accumulators (operand_width 16, acc_width 32; "
                          "docs/architecture/floating_point.md; the dataflows and front ends not "
                          "built in floating point yet are left out, with a note), or an OCP MX "
-                         "format (docs/architecture/mx.md; built in the PE, the array and the "
-                         "block accumulator so far: bpsa verilog and bpsa synth --top "
-                         "pe|array|mx_accumulate|psum_buffer). Default: the "
-                         "configuration's own")
+                         "format (docs/architecture/mx.md; built in the tops "
+                         f"{'|'.join(MX_TOP_NAMES)} so far: bpsa verilog and bpsa synth). "
+                         "Default: the configuration's own")
 
 
 def out_dir(path):

@@ -18,6 +18,7 @@ TOPS = {
     "conv_backward": "bpsa.gateware.frontends.bp_im2col.conv_backward:ConvBackward",
     "pool": "bpsa.gateware.frontends.pool.pool:PoolEngine",
     "channel_first": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirst",
+    "cf_engine": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirstEngine",
     "axil_regs": "bpsa.gateware.bus.axi_lite:RegisterFile",
     "counters": "bpsa.gateware.control.counters:Counters",
     "dma": "bpsa.gateware.bus.dma:DmaEngine",

@@ -79,12 +79,13 @@ from amaranth.utils import ceil_log2
 
 from bpsa.config import require_config
 from bpsa.gateware.array.arith import arith_for
-from bpsa.gateware.array.systolic import COUNTER_WIDTH, Dataflow, array_signature
+from bpsa.gateware.array.systolic import (COUNTER_WIDTH, Dataflow, SystolicArray,
+                                          array_signature, share_array)
 from bpsa.gateware.frontends.drain import y_layout
 from bpsa.gateware.results.psum_buffer import MX_SPACING
 from bpsa.spec.numeric import MX_BLOCK
 
-__all__ = ["COUNTERS", "ChannelFirst", "cf_run_layout", "check_config", "cursor_layout",
+__all__ = ["COUNTERS", "ChannelFirst", "ChannelFirstEngine", "cf_run_layout", "check_config", "cursor_layout",
            "cursor_origin", "cursor_step", "lane_of_bank", "min_tile_cycles", "products_layout"]
 
 #: Counter outputs, all ``COUNTER_WIDTH`` bits: ``cycles`` (busy), ``words_read`` (X bank
@@ -560,3 +561,53 @@ class ChannelFirst(wiring.Component):
             with m.If(~arr.busy & ~s.valid_b & ~s.shift_b):
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
+
+
+class ChannelFirstEngine(wiring.Component):
+    """The channel-first front end on its own array, with a W buffer: the engine a testbench
+    runs layer by layer (top ``cf_engine``; the accelerator builds the same parts around its
+    shared array and the forward engine's W buffer).
+
+    Members
+    -------
+    layer : In(cf_run_layout(config))
+        The run (:class:`ChannelFirst`'s ``run``), taken at ``start``.
+    start : In(1)
+    busy, done, error : Out(1)
+    x_write, xs_write (MX only) : as :class:`ChannelFirst`'s
+    w_write : Out(WritePort.Signature(addr_width=log2(buf_b_depth), shape=ArrayLayout(op,
+    cols)))
+        The W buffer's write port (its words as :class:`ChannelFirst` reads them).
+    y : as :class:`ChannelFirst`'s
+    """
+
+    def __init__(self, config):
+        self.cf, self.array = ChannelFirst(config), SystolicArray(config)
+        self.config = config
+        op = arith_for(config).operand_shape
+        members = {name: value for name, value in self.cf.signature.members.items()
+                   if name in ("start", "busy", "done", "error", "x_write", "xs_write", "y")}
+        members["layer"] = In(cf_run_layout(config))
+        members["w_write"] = Out(WritePort.Signature(addr_width=ceil_log2(config.buf_b_depth),
+                                                     shape=data.ArrayLayout(op, config.cols)))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        cfg, cf = self.config, self.cf
+        m = Module()
+        m.submodules.cf = cf
+        arr = m.submodules.array = self.array
+        share_array(m, arr, [(cf.array, Const(1))])
+        w_mem = m.submodules.w_mem = Memory(shape=cf.w_data.shape(), depth=cfg.buf_b_depth,
+                                            init=[])
+        wp, rp = w_mem.write_port(), w_mem.read_port()
+        m.d.comb += [wp.en.eq(self.w_write.en), wp.addr.eq(self.w_write.addr),
+                     wp.data.eq(self.w_write.data), rp.addr.eq(cf.w_addr), rp.en.eq(cf.w_en),
+                     cf.w_data.eq(rp.data), cf.run.eq(self.layer), cf.start.eq(self.start),
+                     self.busy.eq(cf.busy), self.done.eq(cf.done), self.error.eq(cf.error),
+                     self.y.valid.eq(cf.y.valid), self.y.payload.eq(cf.y.payload)]
+        for name in ("x_write", "xs_write") if cfg.is_mx else ("x_write",):
+            ours, theirs = getattr(self, name), getattr(cf, name)
+            m.d.comb += [theirs.en.eq(ours.en), theirs.addr.eq(ours.addr),
+                         theirs.data.eq(ours.data)]
+        return m

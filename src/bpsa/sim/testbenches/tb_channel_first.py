@@ -1,0 +1,222 @@
+"""cocotb testbench of the channel-first engine (top ``cf_engine``: the front end, its array
+and a W buffer; generated Verilog under Verilator) against the golden models, and the run
+helpers its Amaranth test shares (``tests/test_gateware_frontends_channel_first_channel_first.py``).
+
+For each layer: random operands (integers, or float32 quantized along C in an MX format);
+every run a controller would make (:func:`runs`) with its W words, X words and, in MX, the
+W scale words and X's scale codes (:func:`run_words`); every ``y`` vector folded into Y in
+the order it comes (:func:`accumulator`). Y must equal ``bpsa.models.golden.conv2d`` (wrapped
+to ``acc_width``) or, in MX, ``bpsa.models.mx.conv_forward(..., part=rows)`` bit for bit;
+``error`` must stay low.
+
+Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields) or
+``BPSA_LAYER`` (one layer string), ``BPSA_SEED`` (default 1), ``BPSA_BANDS`` (row bands a
+layer, default 1).
+"""
+
+import os
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ReadOnly, RisingEdge
+
+from bpsa.config import Config
+from bpsa.models import golden, mx
+from bpsa.sim.conv_forward_run import pack_struct, unpack_struct
+from bpsa.sim.runner import load_config_json
+from bpsa.sim.testbenches.tb_util import layers_from_env, reset, write_words
+from bpsa.spec.numeric import MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
+
+__all__ = ["accumulator", "channel_blocks", "descriptor", "expected", "operands", "out_size",
+           "run_words", "runs"]
+
+
+def out_size(size, k, s, p, d):
+    """Output positions of one axis."""
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def channel_blocks(cfg, c):
+    """A run's channels ``(c0, c1)``: all of C when it fits the rows, else blocks of ``rows``;
+    MX: parts of ``rows`` channels inside each 32-channel block (its last part shorter), the
+    contract's channel-first order."""
+    R = cfg.rows
+    if cfg.is_mx:
+        return [(c0, min(c0 + R, b + MX_BLOCK, c)) for b in range(0, c, MX_BLOCK)
+                for c0 in range(b, min(b + MX_BLOCK, c), R)]
+    cb = c if c <= R else R
+    return [(c0, min(c0 + cb, c)) for c0 in range(0, c, cb)]
+
+
+def runs(cfg, shape, geometry, bands=1):
+    """The runs a controller would make for a layer of ``shape`` ``(n, c, h, w, k, r, s)``
+    and ``geometry`` ``(stride, pad, dil)`` (pairs): images, output-channel blocks, channel
+    blocks (:func:`channel_blocks`), ``bands`` row bands of the output."""
+    n, c, h, _, k, r, _ = shape
+    stride, pad, dil = geometry
+    oh = out_size(h, r, stride[0], pad[0], dil[0])
+    edges = np.linspace(0, oh, bands + 1).astype(int)
+    for img in range(n):
+        for k0 in range(0, k, cfg.cols):
+            for c0, c1 in channel_blocks(cfg, c):
+                for o0, o1 in zip(edges[:-1], edges[1:]):
+                    if o1 > o0:
+                        first = o0 * stride[0] - pad[0]
+                        lo = max(0, first)
+                        hi = min(h, (o1 - 1) * stride[0] - pad[0] + dil[0] * (r - 1) + 1)
+                        yield dict(n=img, k0=k0, c0=c0, cn=c1 - c0, o0=int(o0),
+                                   o1=int(o1), lo=int(lo), hi=int(max(hi, lo)),
+                                   pt=int(lo - first))
+
+
+def descriptor(run, shape, geometry, x_base, w_base):
+    """The run's fields (:func:`bpsa.gateware.frontends.channel_first.channel_first.cf_run_layout`)."""
+    _, c, _, wd, _, r, s = shape
+    stride, pad, dil = geometry
+    return dict(channels=run["cn"], layer_channels=c, height=run["hi"] - run["lo"],
+                out_rows=run["o1"] - run["o0"], width=wd,
+                out_width=out_size(wd, s, stride[1], pad[1], dil[1]), kernel_h=r, kernel_w=s,
+                stride_h=stride[0], stride_w=stride[1], dil_h=dil[0], dil_w=dil[1],
+                pad_top=run["pt"], pad_w=pad[1], x_base=x_base, w_base=w_base)
+
+
+def operands(cfg, x, w):
+    """``(x, xs, w, ws)``: the lanes' operands and, in MX, the scale codes (X and W quantized
+    along C, :func:`bpsa.models.mx.quantize`; ``None`` for integers)."""
+    if not cfg.is_mx:
+        return x, None, w, None
+    (xc, xs), (wc, ws) = (mx.quantize(t, cfg.arithmetic, axis=1) for t in (x, w))
+    return xc, xs, wc, ws
+
+
+def run_words(cfg, ops, run):
+    """The buffer words of one run, from :func:`operands`: ``(w_words, x_words, x_scales)``.
+    W: word ``(c R + r) S + q`` (from the run's ``w_base``) holds ``W[k0 + j, c0 + c, r, q]``
+    in lane ``j``; MX: then ``R S`` scale words, word ``channels R S + r S + q`` lane ``j``
+    the scale of ``(k0 + j, r, q)`` in the run's block. X: one pixel of the band a word (from
+    ``x_base``, raster order), the run's channels in lanes ``0 .. channels - 1``; MX: the
+    pixel's scale code of the run's block (else an empty list). Lanes as unsigned bits."""
+    x, xs, w, ws = ops
+    k, _, r, s = w.shape
+    c0, cn, k0, b = run["c0"], run["cn"], run["k0"], run["c0"] // MX_BLOCK
+    mask = (1 << cfg.operand_width) - 1
+    cols = range(cfg.cols)
+    ww = [[int(w[k0 + j, c0 + ci, tr, tq]) & mask if k0 + j < k else 0 for j in cols]
+          for ci in range(cn) for tr in range(r) for tq in range(s)]
+    if cfg.is_mx:
+        ww += [[int(ws[k0 + j, b, tr, tq]) if k0 + j < k else 0 for j in cols]
+               for tr in range(r) for tq in range(s)]
+    band = x[run["n"], c0:c0 + cn, run["lo"]:run["hi"]]
+    xw = [[int(band[ci, yy, xx]) & mask if ci < cn else 0 for ci in range(cfg.rows)]
+          for yy in range(band.shape[1]) for xx in range(band.shape[2])]
+    scales = [] if not cfg.is_mx else [
+        int(v) for v in xs[run["n"], b, run["lo"]:run["hi"]].reshape(-1)]
+    return ww, xw, scales
+
+
+def accumulator(cfg):
+    """``add(acc, lane, scale_row, scale_col)``: one ``y`` lane added into its Y element.
+    Integers: wrapped to ``acc_width``. MX: the lane's bits (a block part's exact sum in two's
+    complement and, for FP8 elements, a NaN flag above it) folded into the fp32 encoding
+    ``acc`` by the contract's :func:`bpsa.models.mx.accumulate_block`."""
+    accw = cfg.acc_width
+    if not cfg.is_mx:
+        def add(acc, lane, sr=None, sc=None):
+            v = (acc + lane) & ((1 << accw) - 1)
+            return v - (1 << accw) if v >> (accw - 1) else v
+        return add
+    f = mx_format(cfg.arithmetic)
+    bits = accw if f.is_int else accw - 1
+
+    def fold(acc, lane, sr, sc):
+        lane &= (1 << accw) - 1
+        v = lane & ((1 << bits) - 1)
+        v = v - (1 << bits) if v >> (bits - 1) else v
+        e = sr + sc - 2 * MX_SCALE_BIAS + 2 * f.quantum_exp
+        return mx.accumulate_block(acc, v, e, bool(lane >> bits) or MX_SCALE_NAN in (sr, sc))
+    return fold
+
+
+def expected(cfg, x, w, geometry):
+    """Y of the golden model: the integer convolution wrapped to ``acc_width``, or the MX
+    contract's channel-first order (``part = rows``)."""
+    stride, pad, dil = geometry
+    if cfg.is_mx:
+        return mx.conv_forward(x, w, cfg.arithmetic, stride, pad, dil, part=cfg.rows)
+    y = golden.conv2d(x, w, stride, pad, dil)
+    add = accumulator(cfg)
+    return np.vectorize(lambda v: add(0, int(v)))(y).astype(np.int64)
+
+
+def _random_operands(cfg, layer, rng):
+    """float32 of many magnitudes with zeros (MX), or integers over the operand range."""
+    xs = (layer.batch, layer.channels, layer.height, layer.width)
+    ws = (layer.out_channels, layer.channels, layer.kernel_h, layer.kernel_w)
+    if not cfg.is_mx:
+        lo = -(1 << (cfg.operand_width - 1))
+        return rng.integers(lo, -lo, xs), rng.integers(lo, -lo, ws)
+    x = rng.standard_normal(xs) * np.exp2(rng.integers(-6, 6, xs[:2] + (1, xs[3])))
+    w = rng.standard_normal(ws) * np.exp2(rng.integers(-6, 6, ws[:2] + (1, 1)))
+    x.flat[::7] = 0
+    return x.astype(np.float32), w.astype(np.float32)
+
+
+async def _run(dut, cfg, ops, run, desc):
+    """One run: its words written, ``start``, every ``y`` vector until ``done``. Returns the
+    vectors as ``(oh, ow0, data, scale_row, scale_cols)``."""
+    from bpsa.gateware.frontends.channel_first.channel_first import cf_run_layout
+    from bpsa.gateware.frontends.drain import y_layout
+    dut.layer.value = pack_struct(cf_run_layout(cfg), desc)
+    for _ in range(cfg.rows + 1):                      # the banks' lane rule settles
+        await RisingEdge(dut.clk)
+    ww, xw, scales = run_words(cfg, ops, run)
+    await write_words(dut, "w_write", desc["w_base"], ww, cfg.operand_width)
+    await write_words(dut, "x_write", desc["x_base"], xw, cfg.operand_width)
+    if cfg.is_mx:
+        await write_words(dut, "xs_write", desc["x_base"], [[v] for v in scales], 8)
+    dut.start.value = 1
+    await RisingEdge(dut.clk)
+    dut.start.value = 0
+    lay = y_layout(cfg)
+    arrays = {"data": (cfg.acc_width, cfg.cols, False), "scale_cols": (8, cfg.cols, False)}
+    out = []
+    for _ in range(200_000):
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        assert not int(dut.error.value), f"error raised on {desc}"
+        if int(dut.y__valid.value):
+            f = unpack_struct(lay, int(dut.y__payload.value), arrays)
+            out.append((f["oh"], f["ow0"], f["data"], f.get("scale_row"), f.get("scale_cols")))
+        if int(dut.done.value):
+            await RisingEdge(dut.clk)
+            return out
+    raise AssertionError(f"the front end did not finish {desc}")
+
+
+@cocotb.test()
+async def layers_match_golden(dut):
+    """Every layer of the environment, run by run: Y equals the golden model's."""
+    cfg = Config.from_dict(load_config_json())
+    rng = np.random.default_rng(int(os.environ.get("BPSA_SEED", "1")))
+    bands = int(os.environ.get("BPSA_BANDS", "1"))
+    ports = ("x_write", "w_write") + (("xs_write",) if cfg.is_mx else ())
+    await reset(dut, ports)
+    add = accumulator(cfg)
+    for layer in layers_from_env("C=5,H=6,W=7,K=5,R=3,pad=1"):
+        x, w = _random_operands(cfg, layer, rng)
+        shape = (layer.batch, layer.channels, layer.height, layer.width, layer.out_channels,
+                 layer.kernel_h, layer.kernel_w)
+        geometry = ((layer.stride_h, layer.stride_w), (layer.pad_h, layer.pad_w),
+                    (layer.dil_h, layer.dil_w))
+        want = expected(cfg, x, w, geometry)
+        y = np.zeros_like(want)
+        ops = operands(cfg, x, w)
+        for run in runs(cfg, shape, geometry, bands):
+            desc = descriptor(run, shape, geometry, x_base=3, w_base=5)
+            for oy, ox, data, sr, scs in await _run(dut, cfg, ops, run, desc):
+                for j in range(min(cfg.cols, layer.out_channels - run["k0"])):
+                    at = (run["n"], run["k0"] + j, run["o0"] + oy, ox)
+                    y[at] = add(int(y[at]), data[j], sr, scs[j] if scs else None)
+        bad = np.argwhere(y != want)
+        assert not len(bad), f"{layer.text()}: {len(bad)} of {y.size} differ, first {bad[0]}"
+        dut._log.info(f"{layer.text()}: match")
