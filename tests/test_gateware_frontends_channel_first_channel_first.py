@@ -230,6 +230,31 @@ def test_mx_forward_equals_golden(fmt, seed):
     assert np.array_equal(got, want), (lay, np.argwhere(got != want)[:4])
 
 
+@pytest.mark.parametrize("fmt", sorted(MX_WIDTHS))
+def test_mx_loss_by_classes_equals_golden(fmt):
+    """The loss in an MX format as the stride-1 forwards of its stride classes on the engine
+    (:mod:`bpsa.host.loss_classes`, dY and W^T quantized along K by the run helpers) equals
+    ``bpsa.models.mx.conv_loss(..., part=rows)`` bit for bit: K past one block, stride 2 and
+    3, dilation, padding."""
+    from bpsa.host.loss_classes import loss_by_classes
+    cfg = CFG_MX[fmt]
+    rng = np.random.default_rng(41)
+    for (n, c, h, wd), (k, r, s), st, pad, dil in (((1, 5, 7, 6), (34, 3, 3), (2, 2), 1, 1),
+                                                    ((1, 3, 8, 7), (6, 2, 3), (3, 2), (0, 1),
+                                                     (2, 1))):
+        oh = tbcf.out_size(h, r, *(v if isinstance(v, int) else v[0] for v in (st, pad, dil)))
+        ow = tbcf.out_size(wd, s, *(v if isinstance(v, int) else v[1] for v in (st, pad, dil)))
+        dy = rng.standard_normal((n, k, oh, ow)) * np.exp2(rng.integers(-6, 6, (n, k, 1, ow)))
+        w = rng.standard_normal((k, c, r, s)) * np.exp2(rng.integers(-6, 6, (k, c, 1, 1)))
+        dy, w = dy.astype(np.float32), w.astype(np.float32)
+
+        def forward(x, wt, stride, padding, dilation):
+            return _simulate(cfg, x, wt, stride, padding, dilation)
+        got, jobs = loss_by_classes(dy, w, (h, wd), st, pad, dil, forward)
+        want = mx.conv_loss(dy, w, fmt, (h, wd), st, pad, dil, part=cfg.rows)
+        assert len(jobs) > 1 and np.array_equal(got.astype(np.uint32), want)
+
+
 @pytest.mark.cocotb
 @pytest.mark.parametrize("fmt", [pytest.param("int", marks=pytest.mark.long),
                                  pytest.param("mxint8", marks=pytest.mark.long), "mxfp8_e4m3"])

@@ -264,6 +264,49 @@ def test_forward_in_parts_folds_as_the_contract_says():
             conv_forward(x, w, name, st, p, part=bad)
 
 
+def test_loss_in_parts_folds_as_the_contract_says():
+    """``conv_loss(..., part=g)`` (the channel-first order of the loss's stride classes)
+    against a loop written from the contract (K blocks in parts of ``g``, within a part the
+    taps in the raster order of the dY pixel they read), and equal to the loss assembled from
+    the stride classes' forwards in the channel-first order (:mod:`bpsa.host.loss_classes`
+    with ``conv_forward(..., part=g)``), as the channel-first front end computes it."""
+    from bpsa.host.loss_classes import loss_by_classes
+    name = "mxfp8_e4m3"
+    rng = np.random.default_rng(29)
+    n, c, h, wd, k, r_n, q_n, st, p, g = 1, 3, 6, 5, 37, 3, 2, 2, 1, 12
+    oh, ow = (h + 2 * p - r_n) // st + 1, (wd + 2 * p - q_n) // st + 1
+    dy = (rng.standard_normal((n, k, oh, ow)) * np.exp2(rng.integers(-20, 20, (n, k, oh, ow))))
+    w = (rng.standard_normal((k, c, r_n, q_n)) * np.exp2(rng.integers(-20, 20, (k, 1, 1, 1))))
+    dy, w = dy.astype(np.float32), w.astype(np.float32)
+    gq, wq = _deq(dy, name, 1), _deq(w, name, 0)
+    dx = conv_loss(dy, w, name, (h, wd), st, p, part=g)
+    parts = [(0, 12), (12, 24), (24, 32), (32, 37)]
+    for i in range(n):
+        for cc in range(c):
+            for ih in range(h):
+                for iw in range(wd):
+                    folds = []
+                    for k0, k1 in parts:
+                        for r in reversed(range(r_n)):
+                            for q in reversed(range(q_n)):
+                                ty, tx = ih + p - r, iw + p - q
+                                if ty % st or tx % st or not (0 <= ty // st < oh
+                                                              and 0 <= tx // st < ow):
+                                    continue
+                                folds.append(sum(Fraction(float(gq[i, kk, ty // st, tx // st]))
+                                                 * Fraction(float(wq[kk, cc, r, q]))
+                                                 for kk in range(k0, k1)))
+                    assert dx[i, cc, ih, iw] == _fold(folds), (i, cc, ih, iw)
+    assert not np.array_equal(dx, conv_loss(dy, w, name, (h, wd), st, p))
+
+    def forward(x, wt, stride, padding, dilation):
+        return conv_forward(x, wt, name, stride, padding, dilation, part=g)
+    by_classes, _ = loss_by_classes(dy, w, (h, wd), st, p, 1, forward)
+    assert np.array_equal(by_classes.astype(np.uint32), dx)
+    with pytest.raises(ValueError, match="part must be an integer from 1 to 32"):
+        conv_loss(dy, w, name, (h, wd), st, p, part=64)
+
+
 def test_conv_phases_block_and_round_as_the_contract_says():
     """Each phase against a loop written from the contract's table: operands quantized along
     the phase's blocks, one output's blocks in the stated order, each block's exact sum

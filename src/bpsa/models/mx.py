@@ -343,12 +343,16 @@ def conv_forward(x, w, fmt, stride=1, padding=0, dilation=1, *, scale_rule="floo
     return np.ascontiguousarray(y.reshape(n, oh, ow, k).transpose(0, 3, 1, 2))
 
 
-def _forward_in_parts(xc, xs, wc, ws, fmt, part, sd, dims):
-    """:func:`conv_forward` with ``part``: the padded, blocked codes and scales of X and W
-    folded part by part, tap by tap."""
+def _check_part(part):
     if not isinstance(part, (int, np.integer)) or isinstance(part, bool) \
             or not 1 <= part <= MX_BLOCK:
         raise ValueError(f"part must be an integer from 1 to {MX_BLOCK}, not {part!r}")
+
+
+def _forward_in_parts(xc, xs, wc, ws, fmt, part, sd, dims):
+    """:func:`conv_forward` with ``part``: the padded, blocked codes and scales of X and W
+    folded part by part, tap by tap."""
+    _check_part(part)
     (s, d), (n, c, k, oh, ow) = sd, dims
     out = np.zeros((n * oh * ow, k), np.uint32)
     for b in range(xs.shape[1]):
@@ -364,12 +368,19 @@ def _forward_in_parts(xc, xs, wc, ws, fmt, part, sd, dims):
     return np.ascontiguousarray(out.reshape(n, oh, ow, k).transpose(0, 3, 1, 2))
 
 
-def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_rule="floor"):
+def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_rule="floor",
+              part=None):
     """The loss ``dX`` (N x C x H x W fp32 encodings) from ``dy`` (N x K x OH x OW) and ``w``
     (K x C x R x S) under the MX contract: dY quantized along K at every pixel, W along K at
     every ``(c, r, s)``; each input pixel's blocks are the K blocks of each tap, taps in raster
     order, a tap that reaches no dY position (off the stride grid, or outside dY) a zero
-    block."""
+    block (which leaves the accumulator as it is).
+
+    ``part`` (1 to 32): the channel-first order instead (the loss as the forwards of its
+    stride classes, :mod:`bpsa.host.loss_classes`): each K block folded in parts of ``part``
+    channels (a block's last part holds what is left of it), part after part and, for each
+    part, the taps in the order of the dY pixel they read (raster order of ``(oh, ow)``: ``r``
+    and ``q`` decreasing)."""
     dy, w = _float_tensor(dy, "dy"), _float_tensor(w, "w")
     (s, p, d) = _geometry(stride, padding, dilation)
     h, wd = (input_hw, input_hw) if np.ndim(input_hw) == 0 else input_hw
@@ -395,8 +406,19 @@ def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_ru
             a_scales.append(scales.transpose(0, 2, 3, 1).reshape(n * h * wd, -1))
             b_codes.append(wc[:, :, r, q])
             b_scales.append(ws[:, :, r, q])
-    dx = matmul(np.concatenate(a_codes, 1), np.concatenate(a_scales, 1),
-                np.concatenate(b_codes, 0), np.concatenate(b_scales, 0), fmt)
+    if part is None:
+        dx = matmul(np.concatenate(a_codes, 1), np.concatenate(a_scales, 1),
+                    np.concatenate(b_codes, 0), np.concatenate(b_scales, 0), fmt)
+    else:
+        _check_part(part)
+        dx = np.zeros((n * h * wd, c), np.uint32)
+        for b in range(gs.shape[1]):
+            for k0 in range(b * MX_BLOCK, min((b + 1) * MX_BLOCK, k), part):
+                k1 = min(k0 + part, (b + 1) * MX_BLOCK, k)
+                for t in reversed(range(r_n * q_n)):    # the dY pixel read: raster order
+                    dx = matmul(a_codes[t][:, k0:k1],
+                                a_scales[t][:, b:b + 1], b_codes[t][k0:k1],
+                                b_scales[t][b:b + 1], fmt, acc=dx)
     return np.ascontiguousarray(dx.reshape(n, h, wd, c).transpose(0, 3, 1, 2))
 
 
