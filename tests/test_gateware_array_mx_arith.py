@@ -169,7 +169,7 @@ def test_cli_gemm(capsys):
     for argv, match in ((["--gemm", "4,20,7", "--dataflow", "interleaved", "--sgd-shift", "2"],
                          "SGD step is not built in mxint8"),
                         (["--phase", "forward", "--layer", "C=4,H=6,K=4,R=3"],
-                         "bpsa sim --gemm take it")):
+                         "--im2col channel_first take it")):
         assert main(["sim", "--config", "small_mxint8", *argv]) == 2
         err = capsys.readouterr().err
         assert match in err and len(err.strip().splitlines()) == 1, err

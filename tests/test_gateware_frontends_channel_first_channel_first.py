@@ -22,7 +22,7 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from bpsa.config import MX_WIDTHS, Config, ConfigError
+from bpsa.config import MX_WIDTHS, Config, ConfigError, load_config
 from bpsa.gateware.frontends.channel_first.channel_first import (ChannelFirst,
                                                                  ChannelFirstEngine,
                                                                  lane_of_bank)
@@ -272,6 +272,36 @@ def test_engine_verilator(fmt):
     env = {"BPSA_LAYERS": json.dumps([lay.to_dict() for lay in layers]), "BPSA_BANDS": "2"}
     assert run_cocotb(cfg, "bpsa.sim.testbenches.tb_channel_first", top="cf_engine",
                       extra_env=env) == (1, 0)
+
+
+@pytest.mark.cocotb
+def test_cli_engine(capsys, tmp_path):
+    """``bpsa sim --engine --phase forward --im2col channel_first`` runs a layer on the engine
+    under Verilator in an MX format (the build of :func:`test_engine_verilator`) and prints
+    its summary; what the engine cannot run is refused in one line with the reason."""
+    import json
+
+    from bpsa.cli import main
+    cfg = CFG_MX["mxfp8_e4m3"]
+    toml = tmp_path / "cf_mx.toml"
+    toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.to_dict().items()
+                            if v != getattr(Config(), k)))
+    assert Config.from_dict(load_config(str(toml)).to_dict()) == cfg
+    base = ["sim", "--config", str(toml), "--engine", "--phase", "forward"]
+    assert main([*base, "--im2col", "channel_first", "--layer", "C=35,H=5,K=4,R=3,pad=1",
+                 "--json"]) in (None, 0)
+    out = json.loads(capsys.readouterr().out)
+    assert out["match"] is True and out["runs"] == 18 and out["macs"] == 35 * 25 * 4 * 9
+    assert 0 < out["utilization"] < 1
+    for argv, reason in (
+            (["--im2col", "channel_first", "--layer", "C=3,H=30,K=2,R=3"],
+             "does not fit the X banks (256 words, buf_cf_depth)"),
+            (["--im2col", "channel_first", "--layer", "C=3,H=4,K=2,R=9"], "more than the padded input"),
+            (["--im2col", "feeder", "--layer", "C=3,H=4,K=2,R=3"], "--im2col channel_first"),
+            (["--layer", "C=3,H=4,K=2,R=3"], "--engine --phase forward --im2col channel_first")):
+        assert main([*base, *argv]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_mx_refusals():

@@ -133,9 +133,10 @@ def config_of(args, *, mx=False):
     ``mx`` (the commands that generate the blocks built in MX)."""
     config = _config_of(args)
     if config.is_mx and not mx:
-        raise UserError(f"arithmetic {config.arithmetic!r} is built in the PE, the array and "
-                        f"the block accumulator only so far: bpsa verilog, bpsa synth and bpsa "
-                        f"sim --gemm take it, and bpsa train --model on the golden model "
+        raise UserError(f"arithmetic {config.arithmetic!r} is built in the tops "
+                        f"{', '.join(MX_TOP_NAMES)} only so far: bpsa verilog, bpsa synth, "
+                        f"bpsa sim --gemm and bpsa sim --engine --phase forward --im2col "
+                        f"channel_first take it, and bpsa train --model on the golden model "
                         f"(docs/architecture/mx.md)")
     return config
 

@@ -42,7 +42,9 @@ def register(sub):
                          "generated Verilog means the same there)")
     sp.add_argument("--engine", action="store_true",
                     help="run --phase on the engine top alone (ConvForward / ConvBackward, "
-                         "buffers written directly) instead of the whole accelerator")
+                         "buffers written directly) instead of the whole accelerator; with "
+                         "--phase forward --im2col channel_first the channel-first engine "
+                         "(cf_engine, integers or an MX format)")
     sp.add_argument("--phase", choices=["forward", "loss", "gradient", "step", "fc", "pool"],
                     default=None,
                     help="run a convolution layer (--layer) through the whole accelerator "
@@ -113,7 +115,8 @@ def _probability(text):
 def run(args):
     """Check the options, run the problem and print its summary (or one JSON object); exit
     status 1 when the result differs from numpy."""
-    config = config_of(args, mx=args.phase is None)     # MX: the array's GEMMs only
+    # MX: the array's GEMMs and the channel-first engine
+    config = config_of(args, mx=args.phase is None or _cf_engine(args))
     if args.sgd_shift is not None and config.is_mx:
         raise UserError(f"--sgd-shift: the interleaved pass's SGD step is not built in "
                         f"{config.arithmetic} (G leaves as block sums for the host's step)")
@@ -128,9 +131,11 @@ def run(args):
                                   or args.phase not in ("loss", "gradient", "step")):
         raise UserError("--mode applies only to --phase loss|gradient|step through the "
                         "accelerator (not with --engine or --baseline)")
-    if args.im2col is not None and (args.engine or args.phase not in ("forward", "step")):
+    if args.im2col is not None and (args.phase not in ("forward", "step") or (
+            args.engine and (args.phase != "forward" or args.im2col != "channel_first"))):
         raise UserError("--im2col applies only to --phase forward|step through the "
-                        "accelerator (not with --engine)")
+                        "accelerator, and as --im2col channel_first to --engine --phase "
+                        "forward")
     if args.engine and args.phase not in ("forward", "loss", "gradient", "fc"):
         raise UserError("--engine applies only to --phase forward|loss|gradient|fc")
     accelerator = args.phase is not None and not args.engine
@@ -153,6 +158,8 @@ def run(args):
     # generate) is refused by the plan (bpsa.plan.capability.check), an engine by its top
     if args.phase is None:
         result = _gemm(args, config)
+    elif _cf_engine(args):
+        result = _engine_channel_first(args, config)
     elif args.engine:
         result = {"forward": _engine_forward, "fc": _engine_fc}.get(
             args.phase, _engine_backward)(args, config)
@@ -233,6 +240,9 @@ class _Path:
 _ENGINE_FORWARD = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
                         "--phase {phase} runs the os dataflow; --dataflow and --sgd-shift do "
                         "not apply")
+_ENGINE_CF = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
+                   "--phase {phase} --im2col channel_first runs the ws dataflow; --dataflow "
+                   "and --sgd-shift do not apply")
 _ENGINE_BACKWARD = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
                          "--phase {phase} runs the is dataflow; --dataflow and --sgd-shift do "
                          "not apply")
@@ -293,6 +303,25 @@ def _engine_forward(args, config):
         layer = parse_layer(args.layer)
         descriptor(config, layer)
     return run_forward(config, layer, seed=args.seed, progress=_progress(args))
+
+
+def _cf_engine(args):
+    """``--engine --phase forward --im2col channel_first``."""
+    return args.engine and args.phase == "forward" and args.im2col == "channel_first"
+
+
+def _engine_channel_first(args, config):
+    """``bpsa sim --engine --phase forward --im2col channel_first``: one layer through the
+    channel-first engine (top ``cf_engine``), in integers or an MX format."""
+    from bpsa.gateware.frontends.channel_first.channel_first import check_config
+    from bpsa.sim.simcmd import run_cf_layers
+    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    from bpsa.spec.layer import parse_layer
+    _guard(args, _ENGINE_CF)
+    with _refusals(args, config, _ENGINE_CF):
+        check_config(config)
+        layer = check_layer(config, parse_layer(args.layer))
+    return run_cf_layers(config, [layer], seed=args.seed, progress=_progress(args))[0]
 
 
 def _engine_backward(args, config):

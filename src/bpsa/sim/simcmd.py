@@ -17,8 +17,8 @@ from bpsa.sim import conv_backward_run, conv_forward_run, fc_backward_run
 from bpsa.sim.runner import run_cocotb
 from bpsa.spec.layer import ConvLayer, FcLayer, parse_layer
 
-__all__ = ["compare_fc", "main", "run_backward", "run_backward_layers", "run_fc_layers",
-           "run_forward", "run_forward_layers", "run_gemm"]
+__all__ = ["compare_fc", "main", "run_backward", "run_backward_layers", "run_cf_layers",
+           "run_fc_layers", "run_forward", "run_forward_layers", "run_gemm"]
 
 
 def _summary_run(config, test_module, *, top, env, tag, testcase=None, progress=True):
@@ -70,6 +70,23 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False, progress=Tr
     env.update(BPSA_SEED=str(seed), BPSA_RANDOM_BASE="1" if random_base else "")
     return _summary_run(config, test_module="bpsa.sim.testbenches.tb_conv_forward",
                         top="conv_forward", testcase="forward_matches_golden", env=env,
+                        tag=f"{seed}_{digest}", progress=progress)
+
+
+def run_cf_layers(config, layers, *, seed=1, progress=True):
+    """Run ``layers`` one after the other on the channel-first engine (top ``cf_engine``)
+    generated for ``config`` under Verilator (:mod:`bpsa.sim.testbenches.tb_channel_first`),
+    run by run, with random operands from ``seed`` (float32 quantized along C in an MX
+    format). Returns one summary dict per layer (:func:`~bpsa.sim.testbenches.
+    tb_channel_first.summary`); ``match`` tells whether Y equals the golden model's. Raises
+    :exc:`ValueError` with the reason for a layer the engine cannot take."""
+    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    for layer in layers:
+        check_layer(config, layer)
+    env, digest = _layers_env("BPSA_LAYERS", layers)
+    env.update(BPSA_SEED=str(seed))
+    return _summary_run(config, test_module="bpsa.sim.testbenches.tb_channel_first",
+                        top="cf_engine", testcase="layers_match_golden", env=env,
                         tag=f"{seed}_{digest}", progress=progress)
 
 

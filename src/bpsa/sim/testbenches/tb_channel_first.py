@@ -11,9 +11,11 @@ to ``acc_width``) or, in MX, ``bpsa.models.mx.conv_forward(..., part=rows)`` bit
 
 Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields) or
 ``BPSA_LAYER`` (one layer string), ``BPSA_SEED`` (default 1), ``BPSA_BANDS`` (row bands a
-layer, default 1).
+layer, default 1), ``BPSA_SUMMARY`` (a path: the JSON list of the layers' summaries,
+:func:`summary`, written also when a layer mismatches).
 """
 
+import json
 import os
 
 import cocotb
@@ -27,8 +29,11 @@ from bpsa.sim.runner import load_config_json
 from bpsa.sim.testbenches.tb_util import layers_from_env, reset, write_words
 from bpsa.spec.numeric import MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
 
-__all__ = ["accumulator", "channel_blocks", "descriptor", "expected", "operands", "out_size",
-           "run_words", "runs"]
+__all__ = ["X_BASE", "W_BASE", "accumulator", "channel_blocks", "check_layer", "descriptor",
+           "expected", "operands", "out_size", "run_words", "runs", "summary"]
+
+#: The buffer bases the testbench writes a run's words at (not zero, so that the bases count).
+X_BASE, W_BASE = 3, 5
 
 
 def out_size(size, k, s, p, d):
@@ -67,6 +72,53 @@ def runs(cfg, shape, geometry, bands=1):
                         yield dict(n=img, k0=k0, c0=c0, cn=c1 - c0, o0=int(o0),
                                    o1=int(o1), lo=int(lo), hi=int(max(hi, lo)),
                                    pt=int(lo - first))
+
+
+def check_layer(cfg, layer, bands=1):
+    """``layer`` (a :class:`~bpsa.spec.layer.ConvLayer`) when its runs fit the engine of
+    ``cfg`` from :data:`X_BASE` / :data:`W_BASE`, else :exc:`ValueError` with the reason (a
+    band of X in the X banks, a run's W words, in MX with its scale words, in the W buffer,
+    every size in the descriptor's fields)."""
+    shape, geometry = _shape(layer)
+    n, c, h, wd, k, r, s = shape
+    big = 1 << cfg.dim_width
+    for name, v in (("channels", c), ("height", h), ("width", wd), ("kernel_h", r),
+                    ("kernel_w", s)):
+        if v >= big:
+            raise ValueError(f"{name} {v} does not fit the descriptor's {cfg.dim_width}-bit "
+                             f"fields (dim_width)")
+    if min(out_size(h, r, geometry[0][0], geometry[1][0], geometry[2][0]),
+           out_size(wd, s, geometry[0][1], geometry[1][1], geometry[2][1])) < 1:
+        raise ValueError(f"{layer.text()} has no output pixel")
+    band = max(run["hi"] - run["lo"] for run in runs(cfg, shape, geometry, bands)) * wd
+    if X_BASE + band > cfg.buf_cf_depth:
+        raise ValueError(f"a band of X ({band} pixels from word {X_BASE}) does not fit the X "
+                         f"banks ({cfg.buf_cf_depth} words, buf_cf_depth)")
+    words = (min(cfg.rows, c) + cfg.is_mx) * r * s
+    if W_BASE + words > cfg.buf_b_depth:
+        raise ValueError(f"a run's W words ({words} from word {W_BASE}) do not fit the W buffer "
+                         f"({cfg.buf_b_depth} words, buf_b_depth)")
+    return layer
+
+
+def _shape(layer):
+    """``(shape, geometry)`` of a ConvLayer, as :func:`runs` takes them."""
+    shape = (layer.batch, layer.channels, layer.height, layer.width, layer.out_channels,
+             layer.kernel_h, layer.kernel_w)
+    geometry = ((layer.stride_h, layer.stride_w), (layer.pad_h, layer.pad_w),
+                (layer.dil_h, layer.dil_w))
+    return shape, geometry
+
+
+def summary(cfg, layer, match, cycles, run_count):
+    """One layer's summary: ``layer``, ``match``, ``runs``, ``cycles`` (from each run's
+    ``start`` to its ``done``, the buffer writes between runs not counted), ``macs`` and
+    ``utilization`` (the layer's MACs over rows x cols x cycles)."""
+    oh, ow = layer.out_hw
+    macs = (layer.batch * layer.out_channels * oh * ow * layer.channels * layer.kernel_h
+            * layer.kernel_w)
+    return {"layer": layer.text(), "match": bool(match), "runs": run_count, "cycles": cycles,
+            "macs": macs, "utilization": macs / (cfg.rows * cfg.cols * max(cycles, 1))}
 
 
 def descriptor(run, shape, geometry, x_base, w_base):
@@ -163,7 +215,7 @@ def _random_operands(cfg, layer, rng):
 
 async def _run(dut, cfg, ops, run, desc):
     """One run: its words written, ``start``, every ``y`` vector until ``done``. Returns the
-    vectors as ``(oh, ow0, data, scale_row, scale_cols)``."""
+    vectors as ``(oh, ow0, data, scale_row, scale_cols)`` and the run's cycles."""
     from bpsa.gateware.frontends.channel_first.channel_first import cf_run_layout
     from bpsa.gateware.frontends.drain import y_layout
     dut.layer.value = pack_struct(cf_run_layout(cfg), desc)
@@ -180,7 +232,7 @@ async def _run(dut, cfg, ops, run, desc):
     lay = y_layout(cfg)
     arrays = {"data": (cfg.acc_width, cfg.cols, False), "scale_cols": (8, cfg.cols, False)}
     out = []
-    for _ in range(200_000):
+    for cycle in range(200_000):
         await RisingEdge(dut.clk)
         await ReadOnly()
         assert not int(dut.error.value), f"error raised on {desc}"
@@ -189,7 +241,7 @@ async def _run(dut, cfg, ops, run, desc):
             out.append((f["oh"], f["ow0"], f["data"], f.get("scale_row"), f.get("scale_cols")))
         if int(dut.done.value):
             await RisingEdge(dut.clk)
-            return out
+            return out, cycle + 1
     raise AssertionError(f"the front end did not finish {desc}")
 
 
@@ -202,21 +254,30 @@ async def layers_match_golden(dut):
     ports = ("x_write", "w_write") + (("xs_write",) if cfg.is_mx else ())
     await reset(dut, ports)
     add = accumulator(cfg)
+    results, failures = [], []
     for layer in layers_from_env("C=5,H=6,W=7,K=5,R=3,pad=1"):
         x, w = _random_operands(cfg, layer, rng)
-        shape = (layer.batch, layer.channels, layer.height, layer.width, layer.out_channels,
-                 layer.kernel_h, layer.kernel_w)
-        geometry = ((layer.stride_h, layer.stride_w), (layer.pad_h, layer.pad_w),
-                    (layer.dil_h, layer.dil_w))
+        shape, geometry = _shape(layer)
         want = expected(cfg, x, w, geometry)
         y = np.zeros_like(want)
         ops = operands(cfg, x, w)
+        cycles = count = 0
         for run in runs(cfg, shape, geometry, bands):
-            desc = descriptor(run, shape, geometry, x_base=3, w_base=5)
-            for oy, ox, data, sr, scs in await _run(dut, cfg, ops, run, desc):
+            desc = descriptor(run, shape, geometry, X_BASE, W_BASE)
+            vectors, took = await _run(dut, cfg, ops, run, desc)
+            cycles, count = cycles + took, count + 1
+            for oy, ox, data, sr, scs in vectors:
                 for j in range(min(cfg.cols, layer.out_channels - run["k0"])):
                     at = (run["n"], run["k0"] + j, run["o0"] + oy, ox)
                     y[at] = add(int(y[at]), data[j], sr, scs[j] if scs else None)
         bad = np.argwhere(y != want)
-        assert not len(bad), f"{layer.text()}: {len(bad)} of {y.size} differ, first {bad[0]}"
-        dut._log.info(f"{layer.text()}: match")
+        results.append(summary(cfg, layer, not len(bad), cycles, count))
+        if len(bad):
+            failures.append(f"{layer.text()}: {len(bad)} of {y.size} differ, first "
+                            f"{tuple(bad[0])}")
+        dut._log.info(f"{layer.text()}: {'match' if not len(bad) else 'MISMATCH'}, "
+                      f"{count} runs, {cycles} cycles")
+    if os.environ.get("BPSA_SUMMARY"):
+        with open(os.environ["BPSA_SUMMARY"], "w") as f:
+            json.dump(results, f)
+    assert not failures, "; ".join(failures)
