@@ -1,5 +1,6 @@
 """``bpsa fuzz``: random layers of every phase, and layers the hardware must refuse, through the
-whole accelerator on the native transport against the golden model."""
+whole accelerator on the native transport against the golden model; in an MX format, forward
+and loss layers through the channel-first engine (:func:`bpsa.verify.fuzz.fuzz_engine`)."""
 
 import collections
 import json
@@ -102,3 +103,65 @@ def test_a_configuration_without_a_phase_is_refused():
     with pytest.raises(ValueError, match="configuration 'plain_os' generates no accelerator "
                                          "phase to fuzz"):
         random_job(plain, np.random.default_rng(1))
+
+
+#: The channel-first engine's MX fuzz configurations: ``small_cf`` in each MX format.
+CF_MX = {fmt: load_config("small_cf").replace(
+    name=f"small_cf_{fmt}", arithmetic=fmt, operand_width=8, acc_width=w,
+    operand_signed=fmt == "mxint8") for fmt, w in (("mxint8", 21), ("mxfp8_e4m3", 43))}
+
+
+def test_random_engine_layers_cover_the_contract():
+    """The engine fuzz draws forward and loss layers, C past two 32-channel blocks, strides up
+    to 3, padding, dilation, batch 2, every one within the MAC budget and taken by the
+    engine."""
+    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    from bpsa.verify.fuzz import random_engine_layer
+    rng = np.random.default_rng(5)
+    jobs = [random_engine_layer(CF_MX["mxint8"], rng) for _ in range(300)]
+    assert collections.Counter(p for p, _ in jobs).keys() == {"forward", "loss"}
+    lays = [lay for _, lay in jobs]
+    assert max(lay.channels for lay in lays) > 64 and max(lay.batch for lay in lays) == 2
+    assert {lay.stride_h for lay in lays} == {1, 2, 3} and {lay.dil_w for lay in lays} == {1, 2}
+    assert max(lay.pad_h for lay in lays) == 2
+    for phase, lay in jobs:
+        oh, ow = lay.out_hw
+        assert lay.batch * lay.out_channels * oh * ow * lay.channels * lay.kernel_h \
+            * lay.kernel_w <= MAX_MACS
+        assert check_layer(CF_MX["mxint8"], lay, phase=phase) is lay
+
+
+@pytest.mark.long           # its own Verilator build; the engine is checked in make test
+@pytest.mark.cocotb
+def test_fuzz_engine_mx(capsys, tmp_path):
+    """``bpsa fuzz`` in an MX format runs random forward and loss layers on the channel-first
+    engine's Verilog: no mismatch, the summary says where they ran; a configuration without
+    the engine is refused with the reason."""
+    from bpsa.cli import main
+    from bpsa.config import Config
+    from bpsa.verify.fuzz import fuzz_engine
+    cfg = CF_MX["mxfp8_e4m3"]
+    res = fuzz_engine(cfg, 24, seed=7)
+    assert res["mismatches"] == [] and res["ran"] == 24 and res["target"] == "cf_engine"
+    assert res["phases"].keys() == {"forward", "loss"} and res["cycles"] > 0
+    toml = tmp_path / "cf_mx.toml"
+    toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.to_dict().items()
+                            if v != getattr(Config(), k)))
+    assert main(["fuzz", "--config", str(toml), "--count", "3", "--seed", "2"]) in (None, 0)
+    out = capsys.readouterr().out
+    assert "3 random layers on small_cf_mxfp8_e4m3's channel-first engine (" in out
+    assert "0 mismatches" in out
+    with pytest.raises(ValueError, match="needs the 'ws' dataflow"):
+        fuzz_engine(cfg.replace(name="no_ws", dataflows=["os"]), 1)
+
+
+@pytest.mark.long
+@pytest.mark.cocotb
+@pytest.mark.parametrize("fmt", sorted(CF_MX))
+def test_fuzz_engine_mx_2000(fmt):
+    """``bpsa fuzz --config small_cf --arithmetic mxint8|mxfp8_e4m3 --count 2000`` (make
+    test-long): no mismatch on the channel-first engine."""
+    from bpsa.verify.fuzz import fuzz_engine
+    res = fuzz_engine(CF_MX[fmt], 2000, seed=1)
+    assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
+    assert res["ran"] == 2000

@@ -1,5 +1,7 @@
 """``bpsa fuzz``: random layers through the whole accelerator against the golden model
-(:func:`bpsa.verify.fuzz.fuzz`); exit status 1 on any mismatch."""
+(:func:`bpsa.verify.fuzz.fuzz`), in an MX format through the channel-first engine
+(:func:`bpsa.verify.fuzz.fuzz_engine`: the accelerator is not built in MX yet); exit status 1
+on any mismatch."""
 
 import json
 import sys
@@ -26,20 +28,33 @@ def register(sub):
 
 def run(args):
     """Run ``--count`` random layers and print the tally (or one JSON object)."""
-    from bpsa.verify.fuzz import fuzz, no_phase
-    config = config_of(args)
+    from bpsa.verify.fuzz import fuzz, fuzz_engine, no_phase
+    config = config_of(args, mx=True)
     if args.count < 1:
         raise UserError(f"--count {args.count}: give a positive number of layers")
-    why = no_phase(config)
-    if why:
-        raise UserError(why)
-    res = fuzz(config, args.count, seed=args.seed, progress=not (args.quiet or args.json))
+    progress = not (args.quiet or args.json)
+    if config.is_mx:            # no accelerator in MX yet: the channel-first engine
+        from bpsa.gateware.frontends.channel_first.channel_first import check_config
+        try:
+            check_config(config)
+        except ValueError as e:
+            raise UserError(f"arithmetic {config.arithmetic!r} is fuzzed on the channel-first "
+                            f"engine (the accelerator is not built in MX yet): {e}") from None
+        res = fuzz_engine(config, args.count, seed=args.seed, progress=progress)
+    else:
+        why = no_phase(config)
+        if why:
+            raise UserError(why)
+        res = fuzz(config, args.count, seed=args.seed, progress=progress)
     res["config"], res["seed"] = config.name, args.seed
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:
         refused = ", ".join(f"{k} {v}" for k, v in sorted(res["refused"].items())) or "none"
-        print(f"{res['jobs']} random layers on {config.name} (seed {args.seed}): "
+        where = ("'s channel-first engine (" + ", ".join(
+            f"{k} {v}" for k, v in sorted(res["phases"].items())) + ")"
+            if res.get("target") == "cf_engine" else "")
+        print(f"{res['jobs']} random layers on {config.name}{where} (seed {args.seed}): "
               f"{res['ran']} ran, {sum(res['refused'].values())} refused as expected "
               f"({refused}), {len(res['mismatches'])} mismatches")
         print(f"{res['cycles']:,} cycles in {res['seconds']:.1f} s: "

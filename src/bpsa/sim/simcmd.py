@@ -73,18 +73,21 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False, progress=Tr
                         tag=f"{seed}_{digest}", progress=progress)
 
 
-def run_cf_layers(config, layers, *, seed=1, progress=True):
+def run_cf_layers(config, layers, *, phases=None, seed=1, progress=True):
     """Run ``layers`` one after the other on the channel-first engine (top ``cf_engine``)
     generated for ``config`` under Verilator (:mod:`bpsa.sim.testbenches.tb_channel_first`),
     run by run, with random operands from ``seed`` (float32 quantized along C in an MX
-    format). Returns one summary dict per layer (:func:`~bpsa.sim.testbenches.
-    tb_channel_first.summary`); ``match`` tells whether Y equals the golden model's. Raises
-    :exc:`ValueError` with the reason for a layer the engine cannot take."""
+    format); ``phases``: ``"forward"`` (default) or ``"loss"`` (its stride classes' forwards)
+    a layer. Returns one summary dict per layer (:func:`~bpsa.sim.testbenches.
+    tb_channel_first.summary`); ``match`` tells whether Y (dX) equals the golden model's.
+    Raises :exc:`ValueError` with the reason for a layer the engine cannot take."""
     from bpsa.sim.testbenches.tb_channel_first import check_layer
-    for layer in layers:
-        check_layer(config, layer)
+    phases = list(phases or ["forward"] * len(layers))
+    for layer, phase in zip(layers, phases, strict=True):
+        check_layer(config, layer, phase=phase)
     env, digest = _layers_env("BPSA_LAYERS", layers)
-    env.update(BPSA_SEED=str(seed))
+    env.update(BPSA_SEED=str(seed), BPSA_PHASES=",".join(phases))
+    digest = hashlib.sha256((digest + env["BPSA_PHASES"]).encode()).hexdigest()[:10]
     return _summary_run(config, test_module="bpsa.sim.testbenches.tb_channel_first",
                         top="cf_engine", testcase="layers_match_golden", env=env,
                         tag=f"{seed}_{digest}", progress=progress)

@@ -21,7 +21,8 @@ from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.regmap import Phase
 
-__all__ = ["fuzz", "modes", "no_phase", "phases", "random_job"]
+__all__ = ["ENGINE_BATCH", "fuzz", "fuzz_engine", "modes", "no_phase", "phases",
+           "random_engine_layer", "random_job"]
 
 _PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
            "fc_backward": Phase.FC_BACKWARD, "pool_forward": Phase.POOL_FORWARD,
@@ -265,5 +266,73 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None, hardw
     run_with_driver(config, body, mem_bytes=job_memory(config, jobs), seed=seed, opt=opt,
                     threads=threads, hardware=hardware)
     out["layers_per_second"] = out["jobs"] / max(out["seconds"], 1e-9)
+    out["cycles_per_second"] = out["cycles"] / max(out["seconds"], 1e-9)
+    return out
+
+
+#: Layers a Verilator run of the channel-first engine takes (:func:`fuzz_engine`).
+ENGINE_BATCH = 100
+
+
+def random_engine_layer(config, rng):
+    """``(phase, layer)``: a random forward or loss layer the channel-first engine of
+    ``config`` takes (:func:`bpsa.sim.testbenches.tb_channel_first.check_layer`): batch 1-2,
+    C up to past two 32-channel blocks, K past the columns, kernels 1-3, strides 1-3,
+    padding 0-2, dilation 1-2, below :data:`MAX_MACS`."""
+    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    for _ in range(10_000):
+        phase = str(rng.choice(["forward", "loss"]))
+        n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 71)), \
+            int(rng.integers(1, 2 * config.cols + 3))
+        h, w, r, s = (int(v) for v in rng.integers(1, [11, 11, 4, 4]))
+        stride, pad, dil = (tuple(int(v) for v in rng.integers(lo, hi, 2))
+                            for lo, hi in ((1, 4), (0, 3), (1, 3)))
+        try:
+            layer = ConvLayer.conv(n, c, h, w, k, r, s, stride=stride, pad=pad, dil=dil)
+            oh, ow = layer.out_hw
+            if min(oh, ow) < 1 or n * k * oh * ow * c * r * s > MAX_MACS:
+                continue
+            return phase, check_layer(config, layer, phase=phase)
+        except ValueError:
+            continue
+    raise RuntimeError(f"no random layer found for the engine of {config.name!r}")
+
+
+def fuzz_engine(config, count, *, seed=1, progress=False):
+    """Run ``count`` random forward and loss layers (:func:`random_engine_layer`, from
+    ``seed``) on the channel-first engine's Verilog under Verilator, :data:`ENGINE_BATCH` a
+    simulator run (:func:`bpsa.sim.simcmd.run_cf_layers`): in integers, or in an MX format
+    against the contract's channel-first order. Returns ``{"jobs", "ran", "phases" (phase ->
+    count), "mismatches" (a list of ``{"job", "error"}``), "cycles", "seconds",
+    "layers_per_second", "cycles_per_second", "target": "cf_engine"}``."""
+    from tqdm import tqdm
+
+    from bpsa.gateware.frontends.channel_first.channel_first import check_config
+    from bpsa.sim.simcmd import run_cf_layers
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive number of layers, not {count!r}")
+    check_config(config)
+    rng = np.random.default_rng(seed)
+    jobs = [random_engine_layer(config, rng) for _ in range(count)]
+    out = {"jobs": count, "ran": 0, "phases": {}, "refused": {}, "mismatches": [],
+           "cycles": 0, "target": "cf_engine"}
+    t0 = time.perf_counter()
+    batches = range(0, count, ENGINE_BATCH)
+    for b in tqdm(batches, unit="batch", disable=not progress, leave=False, dynamic_ncols=True):
+        part = jobs[b:b + ENGINE_BATCH]
+        res = run_cf_layers(config, [lay for _, lay in part], phases=[p for p, _ in part],
+                            seed=seed + b, progress=progress)
+        for (phase, layer), r in zip(part, res):
+            out["ran"] += 1
+            out["phases"][phase] = out["phases"].get(phase, 0) + 1
+            out["cycles"] += r["cycles"]
+            if not r["match"]:
+                out["mismatches"].append({"job": {"phase": phase, "layer": layer.text()},
+                                          "error": "differs from the golden model"})
+        if len(res) < len(part):
+            out["mismatches"].append({"job": {"batch": b}, "error": (
+                f"the simulation stopped after {len(res)} of {len(part)} layers")})
+    out["seconds"] = time.perf_counter() - t0
+    out["layers_per_second"] = out["ran"] / max(out["seconds"], 1e-9)
     out["cycles_per_second"] = out["cycles"] / max(out["seconds"], 1e-9)
     return out

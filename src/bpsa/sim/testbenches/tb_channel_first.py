@@ -7,11 +7,14 @@ every run a controller would make (:func:`runs`) with its W words, X words and, 
 W scale words and X's scale codes (:func:`run_words`); every ``y`` vector folded into Y in
 the order it comes (:func:`accumulator`). Y must equal ``bpsa.models.golden.conv2d`` (wrapped
 to ``acc_width``) or, in MX, ``bpsa.models.mx.conv_forward(..., part=rows)`` bit for bit;
-``error`` must stay low.
+``error`` must stay low. A loss layer runs as the forwards of its stride classes
+(:mod:`bpsa.host.loss_classes`, as the accelerator's channel-first loss does) and dX must
+equal the golden loss (MX: ``conv_loss(..., part=rows)``).
 
 Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields) or
 ``BPSA_LAYER`` (one layer string), ``BPSA_SEED`` (default 1), ``BPSA_BANDS`` (row bands a
-layer, default 1), ``BPSA_SUMMARY`` (a path: the JSON list of the layers' summaries,
+layer, default 1), ``BPSA_PHASES`` (a comma list, ``forward`` or ``loss`` a layer; default
+every layer forward), ``BPSA_SUMMARY`` (a path: the JSON list of the layers' summaries,
 :func:`summary`, written also when a layer mismatches).
 """
 
@@ -27,10 +30,11 @@ from bpsa.models import golden, mx
 from bpsa.sim.conv_forward_run import pack_struct, unpack_struct
 from bpsa.sim.runner import load_config_json
 from bpsa.sim.testbenches.tb_util import layers_from_env, reset, write_words
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
 
 __all__ = ["X_BASE", "W_BASE", "accumulator", "channel_blocks", "check_layer", "descriptor",
-           "expected", "operands", "out_size", "run_words", "runs", "summary"]
+           "expected", "expected_loss", "operands", "out_size", "run_words", "runs", "summary"]
 
 #: The buffer bases the testbench writes a run's words at (not zero, so that the bases count).
 X_BASE, W_BASE = 3, 5
@@ -74,11 +78,23 @@ def runs(cfg, shape, geometry, bands=1):
                                    pt=int(lo - first))
 
 
-def check_layer(cfg, layer, bands=1):
+def check_layer(cfg, layer, bands=1, phase="forward"):
     """``layer`` (a :class:`~bpsa.spec.layer.ConvLayer`) when its runs fit the engine of
     ``cfg`` from :data:`X_BASE` / :data:`W_BASE`, else :exc:`ValueError` with the reason (a
     band of X in the X banks, a run's W words, in MX with its scale words, in the W buffer,
-    every size in the descriptor's fields)."""
+    every size in the descriptor's fields). ``phase`` ``"loss"``: each stride class's forward
+    (:mod:`bpsa.host.loss_classes`)."""
+    if phase == "loss":
+        from bpsa.host.loss_classes import class_jobs
+        n, k = layer.batch, layer.out_channels
+        dy = np.zeros((n, k) + layer.out_hw)
+        w = np.zeros((k, layer.channels, layer.kernel_h, layer.kernel_w))
+        _, geometry = _shape(layer)
+        for job in class_jobs(dy, w, (layer.height, layer.width), *geometry):
+            check_layer(cfg, ConvLayer.conv(n, k, *job.x.shape[2:], layer.channels,
+                                            *job.w.shape[2:], pad=job.padding,
+                                            dil=job.dilation), bands)
+        return layer
     shape, geometry = _shape(layer)
     n, c, h, wd, k, r, s = shape
     big = 1 << cfg.dim_width
@@ -200,17 +216,27 @@ def expected(cfg, x, w, geometry):
     return np.vectorize(lambda v: add(0, int(v)))(y).astype(np.int64)
 
 
-def _random_operands(cfg, layer, rng):
-    """float32 of many magnitudes with zeros (MX), or integers over the operand range."""
-    xs = (layer.batch, layer.channels, layer.height, layer.width)
-    ws = (layer.out_channels, layer.channels, layer.kernel_h, layer.kernel_w)
+def _random(cfg, shape, rng, scale_axes):
+    """A random operand of ``shape``: float32 of many magnitudes (one a slice along
+    ``scale_axes``) with zeros (MX), or integers over the operand range."""
     if not cfg.is_mx:
         lo = -(1 << (cfg.operand_width - 1))
-        return rng.integers(lo, -lo, xs), rng.integers(lo, -lo, ws)
-    x = rng.standard_normal(xs) * np.exp2(rng.integers(-6, 6, xs[:2] + (1, xs[3])))
-    w = rng.standard_normal(ws) * np.exp2(rng.integers(-6, 6, ws[:2] + (1, 1)))
-    x.flat[::7] = 0
-    return x.astype(np.float32), w.astype(np.float32)
+        return rng.integers(lo, -lo, shape)
+    mag = tuple(d if i in scale_axes else 1 for i, d in enumerate(shape))
+    v = rng.standard_normal(shape) * np.exp2(rng.integers(-6, 6, mag))
+    v.flat[::7] = 0
+    return v.astype(np.float32)
+
+
+def expected_loss(cfg, dy, w, input_hw, geometry):
+    """dX of the golden model: the integer loss wrapped to ``acc_width``, or the MX
+    contract's channel-first order of the loss (``part = rows``)."""
+    stride, pad, dil = geometry
+    if cfg.is_mx:
+        return mx.conv_loss(dy, w, cfg.arithmetic, input_hw, stride, pad, dil, part=cfg.rows)
+    add = accumulator(cfg)
+    dx = golden.conv2d_input_grad(dy, w, input_hw, stride, pad, dil)
+    return np.vectorize(lambda v: add(0, int(v)))(dx).astype(np.int64)
 
 
 async def _run(dut, cfg, ops, run, desc):
@@ -245,37 +271,104 @@ async def _run(dut, cfg, ops, run, desc):
     raise AssertionError(f"the front end did not finish {desc}")
 
 
+async def _forward(dut, cfg, x, w, geometry, bands):
+    """Every run of the forward of ``x`` by ``w`` on the engine; ``(Y, cycles, runs)``."""
+    shape = x.shape + (w.shape[0],) + w.shape[2:]
+    stride, pad, dil = geometry
+    oh = out_size(shape[2], shape[5], stride[0], pad[0], dil[0])
+    ow = out_size(shape[3], shape[6], stride[1], pad[1], dil[1])
+    y = np.zeros((shape[0], shape[4], oh, ow), np.uint32 if cfg.is_mx else np.int64)
+    ops = operands(cfg, x, w)
+    cycles = count = 0
+    for run in runs(cfg, shape, geometry, bands):
+        desc = descriptor(run, shape, geometry, X_BASE, W_BASE)
+        vectors, took = await _run(dut, cfg, ops, run, desc)
+        cycles, count = cycles + took, count + 1
+        _add_vectors(cfg, y, run, vectors, min(cfg.cols, shape[4] - run["k0"]))
+    return y, cycles, count
+
+
+def _add_vectors(cfg, y, run, vectors, kn):
+    """Add a run's vectors into ``y`` in the order they came: a tile's vectors (each output
+    pixel once) at a time, integers wrapped, MX folded by the vectorised
+    :func:`bpsa.models.mx.accumulate_blocks` (equal to :func:`accumulator`'s fold, which the
+    tests hold it to)."""
+    if not cfg.is_mx:
+        add = accumulator(cfg)
+        for oy, ox, data, _, _ in vectors:
+            for j in range(kn):
+                at = (run["n"], run["k0"] + j, run["o0"] + oy, ox)
+                y[at] = add(int(y[at]), data[j])
+        return
+    f = mx_format(cfg.arithmetic)
+    bits = cfg.acc_width if f.is_int else cfg.acc_width - 1
+    start, seen = 0, set()
+    for i in range(len(vectors) + 1):
+        if i < len(vectors) and (vectors[i][0], vectors[i][1]) not in seen:
+            seen.add((vectors[i][0], vectors[i][1]))
+            continue
+        tile = vectors[start:i]                   # every pixel at most once: fold at once
+        if tile:
+            oy = np.array([v[0] for v in tile])[:, None] + run["o0"]
+            ox = np.array([v[1] for v in tile])[:, None]
+            kk = np.arange(kn)[None, :] + run["k0"]
+            lanes = np.array([v[2][:kn] for v in tile], dtype=np.int64)
+            sr = np.array([v[3] for v in tile], dtype=np.int64)[:, None]
+            sc = np.array([v[4][:kn] for v in tile], dtype=np.int64)
+            v = lanes & ((1 << bits) - 1)
+            v = np.where(v >> (bits - 1), v - (1 << bits), v)
+            e = sr + sc - 2 * MX_SCALE_BIAS + 2 * f.quantum_exp
+            bad = ((lanes >> bits) != 0) | (sr == MX_SCALE_NAN) | (sc == MX_SCALE_NAN)
+            at = (run["n"], kk, oy, ox)
+            y[at] = mx.accumulate_blocks(y[at], v, e, bad)
+        start, seen = i, ({(vectors[i][0], vectors[i][1])} if i < len(vectors) else set())
+
+
+async def _loss(dut, cfg, dy, w, input_hw, geometry, bands):
+    """dX as the forwards of its stride classes on the engine (:mod:`bpsa.host.loss_classes`);
+    ``(dX, cycles, runs)``."""
+    from bpsa.host.loss_classes import class_jobs, place
+    dx = np.zeros((dy.shape[0], w.shape[1]) + tuple(input_hw),
+                  np.uint32 if cfg.is_mx else np.int64)
+    cycles = count = 0
+    for job in class_jobs(dy, w, input_hw, *geometry):
+        y, took, n = await _forward(dut, cfg, job.x, job.w,
+                                    ((1, 1), job.padding, job.dilation), bands)
+        place(dx, job, y, geometry[0])
+        cycles, count = cycles + took, count + n
+    return dx, cycles, count
+
+
 @cocotb.test()
 async def layers_match_golden(dut):
-    """Every layer of the environment, run by run: Y equals the golden model's."""
+    """Every layer of the environment, run by run (``BPSA_PHASES``: a comma list of forward
+    or loss, one a layer; default forward): Y or dX equals the golden model's."""
     cfg = Config.from_dict(load_config_json())
     rng = np.random.default_rng(int(os.environ.get("BPSA_SEED", "1")))
     bands = int(os.environ.get("BPSA_BANDS", "1"))
     ports = ("x_write", "w_write") + (("xs_write",) if cfg.is_mx else ())
     await reset(dut, ports)
-    add = accumulator(cfg)
+    layers = layers_from_env("C=5,H=6,W=7,K=5,R=3,pad=1")
+    phases = (os.environ.get("BPSA_PHASES") or ",".join(["forward"] * len(layers))).split(",")
     results, failures = [], []
-    for layer in layers_from_env("C=5,H=6,W=7,K=5,R=3,pad=1"):
-        x, w = _random_operands(cfg, layer, rng)
+    for layer, phase in zip(layers, phases, strict=True):
         shape, geometry = _shape(layer)
-        want = expected(cfg, x, w, geometry)
-        y = np.zeros_like(want)
-        ops = operands(cfg, x, w)
-        cycles = count = 0
-        for run in runs(cfg, shape, geometry, bands):
-            desc = descriptor(run, shape, geometry, X_BASE, W_BASE)
-            vectors, took = await _run(dut, cfg, ops, run, desc)
-            cycles, count = cycles + took, count + 1
-            for oy, ox, data, sr, scs in vectors:
-                for j in range(min(cfg.cols, layer.out_channels - run["k0"])):
-                    at = (run["n"], run["k0"] + j, run["o0"] + oy, ox)
-                    y[at] = add(int(y[at]), data[j], sr, scs[j] if scs else None)
-        bad = np.argwhere(y != want)
-        results.append(summary(cfg, layer, not len(bad), cycles, count))
+        w = _random(cfg, (layer.out_channels, layer.channels, layer.kernel_h, layer.kernel_w),
+                    rng, (0, 1))
+        if phase == "forward":
+            x = _random(cfg, shape[:4], rng, (0, 1, 3))
+            want = expected(cfg, x, w, geometry)
+            got, cycles, count = await _forward(dut, cfg, x, w, geometry, bands)
+        else:
+            dy = _random(cfg, (layer.batch, layer.out_channels) + layer.out_hw, rng, (0, 1, 3))
+            want = expected_loss(cfg, dy, w, shape[2:4], geometry)
+            got, cycles, count = await _loss(dut, cfg, dy, w, shape[2:4], geometry, bands)
+        bad = np.argwhere(got != want)
+        results.append(dict(summary(cfg, layer, not len(bad), cycles, count), phase=phase))
         if len(bad):
-            failures.append(f"{layer.text()}: {len(bad)} of {y.size} differ, first "
+            failures.append(f"{phase} {layer.text()}: {len(bad)} of {got.size} differ, first "
                             f"{tuple(bad[0])}")
-        dut._log.info(f"{layer.text()}: {'match' if not len(bad) else 'MISMATCH'}, "
+        dut._log.info(f"{phase} {layer.text()}: {'match' if not len(bad) else 'MISMATCH'}, "
                       f"{count} runs, {cycles} cycles")
     if os.environ.get("BPSA_SUMMARY"):
         with open(os.environ["BPSA_SUMMARY"], "w") as f:
