@@ -292,7 +292,7 @@ def test_cli_engine(capsys, tmp_path):
                  "--json"]) in (None, 0)
     out = json.loads(capsys.readouterr().out)
     assert out["match"] is True and out["runs"] == 18 and out["macs"] == 35 * 25 * 4 * 9
-    assert 0 < out["utilization"] < 1
+    assert 0 < out["utilization"] < 1 and out["cycles"] == out["model_cycles"]
     for argv, reason in (
             (["--im2col", "channel_first", "--layer", "C=3,H=30,K=2,R=3"],
              "does not fit the X banks (256 words, buf_cf_depth)"),

@@ -411,3 +411,24 @@ def test_phase_table_keeps_or_raises_refusals():
     with pytest.raises(ValueError, match="does not fit"):
         phase_table(SMALL, [wide], ["loss"], refusals=False)
     assert all(layer.batch == 3 for _, _, layer in workload_layers(3))
+
+
+def test_channel_first_mx_tiles():
+    """MX: a channel-first tile holds one tap and streams at least P's MX spacing
+    (``TIMING["mx_spacing"]``, the P buffer's ``MX_SPACING``, the front end's
+    ``min_tile_cycles``); the engine's cycles equal the model's on the Verilator runs of
+    ``bpsa sim --engine --im2col channel_first`` and ``bpsa fuzz`` in MX (their summaries'
+    ``model_cycles``)."""
+    from bpsa.gateware.frontends.channel_first.channel_first import min_tile_cycles
+    from bpsa.gateware.results.psum_buffer import MX_SPACING
+    from bpsa.models.perf import TIMING, _cf_compute
+    assert TIMING["mx_spacing"] == MX_SPACING
+    mx = SMALL_CF.replace(name="cf_mx", arithmetic="mxint8", operand_width=8, acc_width=21)
+    assert min_tile_cycles(mx) == max(2 * mx.rows, MX_SPACING) and min_tile_cycles(SMALL_CF) \
+        == 2 * SMALL_CF.rows
+    run = dict(channels=2, layer_channels=2, in_rows=2, width=2, out_rows=2, ow=2, r=1, s=3,
+               sh=1, sw=1, pt=0, pw=1, dh=1, dw=1)
+    (c_int, _, t_int), (c_mx, _, t_mx) = (_cf_compute(c, **run) for c in (SMALL_CF, mx))
+    assert (t_int, t_mx) == (2, 3)            # two taps a tile in integers, one in MX
+    # the same set-up, preload and drain; tiles of max(4 pixels, 8) and max(4, 9) cycles
+    assert c_mx - 3 * MX_SPACING == c_int - 2 * 2 * SMALL_CF.rows

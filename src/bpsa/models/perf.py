@@ -68,6 +68,9 @@ TIMING = {
     "cf_setup": 7,         # SETUP beyond its rows steps: the run constants' products
     "cf_preload": 2,       # tile 0's last shift and the chain load, beyond its rows reads
     "cf_drain": 1,         # DRAIN beyond the array's rows + cols: the done cycle
+    # MX: a channel-first tile streams at least this many cycles (P's fold of a word:
+    # bpsa.gateware.results.psum_buffer.MX_SPACING), and holds one tap (no multi-tile)
+    "mx_spacing": 9,
     "cf_dma_command": 6,   # a DMA command's cycles beyond its data (offer, CHECK, the address,
                            # the first beat, done; counted, the native memory answering at once;
                            # also the zero-free loss's stores, _counted_store_row)
@@ -314,16 +317,17 @@ def _cf_compute(config, *, channels, layer_channels, in_rows, width, out_rows, o
     """One channel-first engine run (one image, a block of ``channels`` input channels, one
     output-channel block, a band of ``out_rows`` output rows from ``in_rows`` X rows):
     ``(cycles, x_words, tiles)``. ``R * ceil(S / T)`` tiles (``T``: :func:`_cf_taps`),
-    each streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles,
-    after the set-up and tile 0's weight preload, before the drain. X bank words: every
+    each streaming the run's ``P = out_rows * OW`` pixels in ``max(P, 2 rows)`` cycles (MX:
+    at least ``TIMING["mx_spacing"]``, and one tap a tile), after the set-up and tile 0's
+    weight preload, before the drain. X bank words: every
     (channel, tap) of the block once, for the output pixels whose input pixel is not
     padding."""
     R, C = config.rows, config.cols
     taps = _cf_taps(config, channels=channels, layer_channels=layer_channels, s=s,
-                    multi_tile=multi_tile)
+                    multi_tile=multi_tile and not config.is_mx)
     tiles = r * -(-s // taps)
     pixels = out_rows * ow
-    stream = tiles * max(pixels, 2 * R)
+    stream = tiles * max(pixels, 2 * R, TIMING["mx_spacing"] if config.is_mx else 0)
     cycles = (R + TIMING["cf_setup"] + R + TIMING["cf_preload"] + stream + R + C
               + config.mac_latency + TIMING["cf_drain"])
     rows_in = sum(1 for ri in range(r) for o in range(out_rows)

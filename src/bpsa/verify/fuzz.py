@@ -302,7 +302,8 @@ def fuzz_engine(config, count, *, seed=1, progress=False):
     """Run ``count`` random forward and loss layers (:func:`random_engine_layer`, from
     ``seed``) on the channel-first engine's Verilog under Verilator, :data:`ENGINE_BATCH` a
     simulator run (:func:`bpsa.sim.simcmd.run_cf_layers`): in integers, or in an MX format
-    against the contract's channel-first order. Returns ``{"jobs", "ran", "phases" (phase ->
+    against the contract's channel-first order; a layer's cycles must equal the cycle
+    model's (its engine part). Returns ``{"jobs", "ran", "phases" (phase ->
     count), "mismatches" (a list of ``{"job", "error"}``), "cycles", "seconds",
     "layers_per_second", "cycles_per_second", "target": "cf_engine"}``."""
     from tqdm import tqdm
@@ -329,6 +330,10 @@ def fuzz_engine(config, count, *, seed=1, progress=False):
             if not r["match"]:
                 out["mismatches"].append({"job": {"phase": phase, "layer": layer.text()},
                                           "error": "differs from the golden model"})
+            if r["cycles"] != r["model_cycles"]:
+                out["mismatches"].append({"job": {"phase": phase, "layer": layer.text()},
+                                          "error": f"{r['cycles']} cycles, the cycle model "
+                                                   f"{r['model_cycles']}"})
         if len(res) < len(part):
             out["mismatches"].append({"job": {"batch": b}, "error": (
                 f"the simulation stopped after {len(res)} of {len(part)} layers")})

@@ -7,7 +7,8 @@ every run a controller would make (:func:`runs`) with its W words, X words and, 
 W scale words and X's scale codes (:func:`run_words`); every ``y`` vector folded into Y in
 the order it comes (:func:`accumulator`). Y must equal ``bpsa.models.golden.conv2d`` (wrapped
 to ``acc_width``) or, in MX, ``bpsa.models.mx.conv_forward(..., part=rows)`` bit for bit;
-``error`` must stay low. A loss layer runs as the forwards of its stride classes
+``error`` must stay low, and every layer's cycles must equal the cycle model's
+(:func:`model_cycles`). A loss layer runs as the forwards of its stride classes
 (:mod:`bpsa.host.loss_classes`, as the accelerator's channel-first loss does) and dX must
 equal the golden loss (MX: ``conv_loss(..., part=rows)``).
 
@@ -34,7 +35,8 @@ from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_NAN, mx_format
 
 __all__ = ["X_BASE", "W_BASE", "accumulator", "channel_blocks", "check_layer", "descriptor",
-           "expected", "expected_loss", "operands", "out_size", "run_words", "runs", "summary"]
+           "expected", "expected_loss", "model_cycles", "operands", "out_size", "run_words",
+           "runs", "summary"]
 
 #: The buffer bases the testbench writes a run's words at (not zero, so that the bases count).
 X_BASE, W_BASE = 3, 5
@@ -126,15 +128,28 @@ def _shape(layer):
     return shape, geometry
 
 
-def summary(cfg, layer, match, cycles, run_count):
-    """One layer's summary: ``layer``, ``match``, ``runs``, ``cycles`` (from each run's
-    ``start`` to its ``done``, the buffer writes between runs not counted), ``macs`` and
-    ``utilization`` (the layer's MACs over rows x cols x cycles)."""
+def summary(cfg, layer, match, cycles, model_cycles, run_count):
+    """One layer's summary: ``layer``, ``match``, ``runs``, ``cycles`` (each run's, from the
+    cycle that takes ``start`` to ``done``; the buffer writes between runs not counted),
+    ``model_cycles`` (the cycle model's for the same runs, :func:`model_cycles`), ``macs``
+    and ``utilization`` (the layer's MACs over rows x cols x cycles)."""
     oh, ow = layer.out_hw
     macs = (layer.batch * layer.out_channels * oh * ow * layer.channels * layer.kernel_h
             * layer.kernel_w)
     return {"layer": layer.text(), "match": bool(match), "runs": run_count, "cycles": cycles,
-            "macs": macs, "utilization": macs / (cfg.rows * cfg.cols * max(cycles, 1))}
+            "model_cycles": model_cycles, "macs": macs,
+            "utilization": macs / (cfg.rows * cfg.cols * max(cycles, 1))}
+
+
+def model_cycles(cfg, desc):
+    """The cycle model's cycles of one run (its descriptor ``desc``):
+    :func:`bpsa.models.perf._cf_compute`, the engine's part of the accelerator's model."""
+    from bpsa.models.perf import _cf_compute
+    names = {"channels": "channels", "layer_channels": "layer_channels", "in_rows": "height",
+             "width": "width", "out_rows": "out_rows", "ow": "out_width", "r": "kernel_h",
+             "s": "kernel_w", "sh": "stride_h", "sw": "stride_w", "pt": "pad_top",
+             "pw": "pad_w", "dh": "dil_h", "dw": "dil_w"}
+    return _cf_compute(cfg, **{k: desc[v] for k, v in names.items()})[0]
 
 
 def descriptor(run, shape, geometry, x_base, w_base):
@@ -241,7 +256,8 @@ def expected_loss(cfg, dy, w, input_hw, geometry):
 
 async def _run(dut, cfg, ops, run, desc):
     """One run: its words written, ``start``, every ``y`` vector until ``done``. Returns the
-    vectors as ``(oh, ow0, data, scale_row, scale_cols)`` and the run's cycles."""
+    vectors as ``(oh, ow0, data, scale_row, scale_cols)`` and the run's cycles (the cycle that
+    takes ``start`` and the busy ones, as the cycle model counts a run)."""
     from bpsa.gateware.frontends.channel_first.channel_first import cf_run_layout
     from bpsa.gateware.frontends.drain import y_layout
     dut.layer.value = pack_struct(cf_run_layout(cfg), desc)
@@ -258,34 +274,37 @@ async def _run(dut, cfg, ops, run, desc):
     lay = y_layout(cfg)
     arrays = {"data": (cfg.acc_width, cfg.cols, False), "scale_cols": (8, cfg.cols, False)}
     out = []
-    for cycle in range(200_000):
+    busy = 0
+    for _ in range(200_000):
         await RisingEdge(dut.clk)
         await ReadOnly()
         assert not int(dut.error.value), f"error raised on {desc}"
+        busy += int(dut.busy.value)
         if int(dut.y__valid.value):
             f = unpack_struct(lay, int(dut.y__payload.value), arrays)
             out.append((f["oh"], f["ow0"], f["data"], f.get("scale_row"), f.get("scale_cols")))
         if int(dut.done.value):
             await RisingEdge(dut.clk)
-            return out, cycle + 1
+            return out, busy + 1            # and the cycle that took start
     raise AssertionError(f"the front end did not finish {desc}")
 
 
 async def _forward(dut, cfg, x, w, geometry, bands):
-    """Every run of the forward of ``x`` by ``w`` on the engine; ``(Y, cycles, runs)``."""
+    """Every run of the forward of ``x`` by ``w`` on the engine; ``(Y, (cycles, the model's
+    cycles), runs)``."""
     shape = x.shape + (w.shape[0],) + w.shape[2:]
     stride, pad, dil = geometry
     oh = out_size(shape[2], shape[5], stride[0], pad[0], dil[0])
     ow = out_size(shape[3], shape[6], stride[1], pad[1], dil[1])
     y = np.zeros((shape[0], shape[4], oh, ow), np.uint32 if cfg.is_mx else np.int64)
     ops = operands(cfg, x, w)
-    cycles = count = 0
+    cycles, model, count = 0, 0, 0
     for run in runs(cfg, shape, geometry, bands):
         desc = descriptor(run, shape, geometry, X_BASE, W_BASE)
         vectors, took = await _run(dut, cfg, ops, run, desc)
-        cycles, count = cycles + took, count + 1
+        cycles, model, count = cycles + took, model + model_cycles(cfg, desc), count + 1
         _add_vectors(cfg, y, run, vectors, min(cfg.cols, shape[4] - run["k0"]))
-    return y, cycles, count
+    return y, (cycles, model), count
 
 
 def _add_vectors(cfg, y, run, vectors, kn):
@@ -326,17 +345,17 @@ def _add_vectors(cfg, y, run, vectors, kn):
 
 async def _loss(dut, cfg, dy, w, input_hw, geometry, bands):
     """dX as the forwards of its stride classes on the engine (:mod:`bpsa.host.loss_classes`);
-    ``(dX, cycles, runs)``."""
+    ``(dX, (cycles, the model's cycles), runs)``."""
     from bpsa.host.loss_classes import class_jobs, place
     dx = np.zeros((dy.shape[0], w.shape[1]) + tuple(input_hw),
                   np.uint32 if cfg.is_mx else np.int64)
-    cycles = count = 0
+    cycles, model, count = 0, 0, 0
     for job in class_jobs(dy, w, input_hw, *geometry):
-        y, took, n = await _forward(dut, cfg, job.x, job.w,
-                                    ((1, 1), job.padding, job.dilation), bands)
+        y, (took, mod), n = await _forward(dut, cfg, job.x, job.w,
+                                           ((1, 1), job.padding, job.dilation), bands)
         place(dx, job, y, geometry[0])
-        cycles, count = cycles + took, count + n
-    return dx, cycles, count
+        cycles, model, count = cycles + took, model + mod, count + n
+    return dx, (cycles, model), count
 
 
 @cocotb.test()
@@ -364,12 +383,15 @@ async def layers_match_golden(dut):
             want = expected_loss(cfg, dy, w, shape[2:4], geometry)
             got, cycles, count = await _loss(dut, cfg, dy, w, shape[2:4], geometry, bands)
         bad = np.argwhere(got != want)
-        results.append(dict(summary(cfg, layer, not len(bad), cycles, count), phase=phase))
+        results.append(dict(summary(cfg, layer, not len(bad), *cycles, count), phase=phase))
         if len(bad):
             failures.append(f"{phase} {layer.text()}: {len(bad)} of {got.size} differ, first "
                             f"{tuple(bad[0])}")
+        if cycles[0] != cycles[1]:
+            failures.append(f"{phase} {layer.text()}: {cycles[0]} cycles, the model "
+                            f"{cycles[1]}")
         dut._log.info(f"{phase} {layer.text()}: {'match' if not len(bad) else 'MISMATCH'}, "
-                      f"{count} runs, {cycles} cycles")
+                      f"{count} runs, {cycles[0]} cycles (model {cycles[1]})")
     if os.environ.get("BPSA_SUMMARY"):
         with open(os.environ["BPSA_SUMMARY"], "w") as f:
             json.dump(results, f)
