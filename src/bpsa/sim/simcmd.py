@@ -78,8 +78,9 @@ def run_cf_layers(config, layers, *, phases=None, seed=1, progress=True):
     generated for ``config`` under Verilator (:mod:`bpsa.sim.testbenches.tb_channel_first`),
     run by run, with random operands from ``seed`` (float32 quantized along C in an MX
     format); ``phases``: ``"forward"`` (default) or ``"loss"`` (its stride classes' forwards)
-    a layer. Returns one summary dict per layer (:func:`~bpsa.sim.testbenches.
-    tb_channel_first.summary`); ``match`` tells whether Y (dX) equals the golden model's.
+    a layer. Returns one summary dict per layer
+    (:func:`bpsa.sim.testbenches.tb_channel_first.summary`); ``match`` tells whether Y (dX)
+    equals the golden model's.
     Raises :exc:`ValueError` with the reason for a layer the engine cannot take."""
     from bpsa.sim.testbenches.tb_channel_first import check_layer
     phases = list(phases or ["forward"] * len(layers))
