@@ -230,6 +230,21 @@ def test_mx_forward_equals_golden(fmt, seed):
     assert np.array_equal(got, want), (lay, np.argwhere(got != want)[:4])
 
 
+@pytest.mark.long
+def test_mx_short_tiles_on_wide_columns():
+    """MX with 2 rows and 32 columns: tiles of 9 cycles whose sums drain longer, so the W
+    scale words of four tiles wait at once (a queue of three loses one); W's scales differ
+    from tap to tap. Y still equals the contract's channel-first order."""
+    cfg = CFG_MX["mxint8"].replace(name="cf_test_mx_wide", rows=2, cols=32, backward_modes=[])
+    rng = np.random.default_rng(7)
+    lay = dict(n=1, c=34, h=2, w=2, k=30, r=2, s=2, stride=(1, 1), pad=(1, 0), dil=(1, 1))
+    x, w = _mx_operands(rng, lay, special=False)
+    w *= np.exp2(rng.integers(-8, 8, (lay["k"], 1, lay["r"], lay["s"]))).astype(np.float32)
+    got = _simulate(cfg, x, w, lay["stride"], lay["pad"], lay["dil"])
+    want = mx.conv_forward(x, w, "mxint8", lay["stride"], lay["pad"], lay["dil"], part=2)
+    assert np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("fmt", [pytest.param("mxint8", marks=pytest.mark.long),
                                  "mxfp8_e4m3"])
 def test_mx_loss_by_classes_equals_golden(fmt):

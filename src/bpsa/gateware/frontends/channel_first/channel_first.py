@@ -445,8 +445,12 @@ class ChannelFirst(wiring.Component):
         xq = m.submodules.xs_queue = SyncFIFOBuffered(width=8, depth=depth)
         m.d.comb += [xq.w_en.eq(s.valid_b), xq.w_data.eq(Mux(s.rowok_b[0], rp.data, 0)),
                      xq.r_en.eq(self.y.valid), self.y.payload.scale_row.eq(xq.r_data)]
-        # tiles whose scales are held: the draining, the streaming and the next one
-        wq = m.submodules.ws_queue = SyncFIFO(width=8 * cfg.cols, depth=4)
+        # tiles whose scales are held: the next, the streaming one and those still draining
+        # (a tile's last sums leave within R + C + LATENCY cycles of its last vector; tiles
+        # are at least min_tile_cycles long: a bound, 4 on a 4 x 4 array)
+        drain = cfg.rows + cfg.cols + cfg.mac_latency
+        wq = m.submodules.ws_queue = SyncFIFO(
+            width=8 * cfg.cols, depth=1 << ceil_log2(-(-drain // min_tile_cycles(cfg)) + 2))
         ws_b = Signal()                        # the W scale word is on w_data
         m.d.sync += ws_b.eq(s.wsreq)
         m.d.comb += [wq.w_en.eq(ws_b), wq.w_data.eq(self.w_data.as_value()),
