@@ -19,6 +19,7 @@ def test_model_learns_and_refuses_integer_configurations():
         digits_float.FloatModelOps(load_config("ecp5_train"))
 
 
+@pytest.mark.long               # the bf16 accelerator's build: make test-long
 @pytest.mark.verilator
 def test_accelerator_and_model_train_alike():
     import bpsa

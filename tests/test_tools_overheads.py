@@ -15,6 +15,7 @@ def small():
     return load_config("small")
 
 
+@pytest.mark.long               # Yosys on five PE variants: make test-long
 def test_pe_overheads(small, tmp_path):
     report = pe_overhead_report(small, tmp_path, targets=("generic", "ice40"))
     assert report.markdown_path.name == "pe_overheads.md"

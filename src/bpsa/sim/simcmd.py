@@ -17,8 +17,8 @@ from bpsa.sim import conv_backward_run, conv_forward_run, fc_backward_run
 from bpsa.sim.runner import run_cocotb
 from bpsa.spec.layer import ConvLayer, FcLayer, parse_layer
 
-__all__ = ["compare_fc", "main", "run_backward", "run_backward_layers", "run_cf_layers",
-           "run_fc_layers", "run_forward", "run_forward_layers", "run_gemm"]
+__all__ = ["check_cf_layer", "compare_fc", "main", "run_backward", "run_backward_layers",
+           "run_cf_layers", "run_fc_layers", "run_forward", "run_forward_layers", "run_gemm"]
 
 
 def _summary_run(config, test_module, *, top, env, tag, testcase=None, progress=True):
@@ -71,6 +71,15 @@ def run_forward_layers(config, layers, *, seed=1, random_base=False, progress=Tr
     return _summary_run(config, test_module="bpsa.sim.testbenches.tb_conv_forward",
                         top="conv_forward", testcase="forward_matches_golden", env=env,
                         tag=f"{seed}_{digest}", progress=progress)
+
+
+def check_cf_layer(config, layer, phase="forward"):
+    """``layer`` when the channel-first engine of ``config`` takes it for ``phase``, else
+    :exc:`ValueError` with the reason: the testbench's
+    :func:`bpsa.sim.testbenches.tb_channel_first.check_layer`, for callers outside the
+    simulation package."""
+    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    return check_layer(config, layer, phase=phase)
 
 
 def run_cf_layers(config, layers, *, phases=None, seed=1, progress=True):

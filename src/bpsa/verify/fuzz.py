@@ -278,8 +278,9 @@ def random_engine_layer(config, rng):
     """``(phase, layer)``: a random forward or loss layer the channel-first engine of
     ``config`` takes (:func:`bpsa.sim.testbenches.tb_channel_first.check_layer`): batch 1-2,
     C up to past two 32-channel blocks, K past the columns, kernels 1-3, strides 1-3,
-    padding 0-2, dilation 1-2, below :data:`MAX_MACS`."""
-    from bpsa.sim.testbenches.tb_channel_first import check_layer
+    padding 0-2, dilation 1-2, below :data:`MAX_MACS`
+    (:func:`bpsa.sim.simcmd.check_cf_layer`)."""
+    from bpsa.sim.simcmd import check_cf_layer
     for _ in range(10_000):
         phase = str(rng.choice(["forward", "loss"]))
         n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 71)), \
@@ -292,7 +293,7 @@ def random_engine_layer(config, rng):
             oh, ow = layer.out_hw
             if min(oh, ow) < 1 or n * k * oh * ow * c * r * s > MAX_MACS:
                 continue
-            return phase, check_layer(config, layer, phase=phase)
+            return phase, check_cf_layer(config, layer, phase=phase)
         except ValueError:
             continue
     raise RuntimeError(f"no random layer found for the engine of {config.name!r}")
