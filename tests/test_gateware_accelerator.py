@@ -849,6 +849,7 @@ def test_programs_through_the_accelerator():
     assert run_with_driver(TINY, body, hardware=SMALL)
 
 
+@pytest.mark.long               # the bf16 accelerator's build: make test-long
 @pytest.mark.verilator
 def test_float_tensors_through_simulate():
     """``bpsa.simulate`` on a floating-point configuration: float32 (and ml_dtypes bfloat16)
