@@ -168,7 +168,21 @@ def test_cli_gemm(capsys):
     for argv, match in ((["--gemm", "4,20,7", "--dataflow", "interleaved", "--sgd-shift", "2"],
                          "SGD step is not built in mxint8"),
                         (["--phase", "forward", "--layer", "C=4,H=6,K=4,R=3"],
-                         "--im2col channel_first take it")):
+                         "--mode zero_free and bpsa fuzz take it")):
         assert main(["sim", "--config", "small_mxint8", *argv]) == 2
+        err = capsys.readouterr().err
+        assert match in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_zero_free_gradient_engine_refusals(capsys):
+    """``bpsa sim --engine --phase gradient --mode zero_free`` refuses, in one line, a layer
+    whose band does not fit and a configuration without the os dataflow."""
+    from bpsa.cli import main
+    for argv, match in ((["--config", "small_mxint8", "--layer", "C=4,H=60,W=60,K=4,R=3"],
+                         "does not fit the X buffer"),
+                        (["--config", "small_mxint8", "--dataflow", "ws", "--layer",
+                          "C=4,H=6,K=4,R=3"], "--dataflow and --sgd-shift do not apply")):
+        assert main(["sim", "--engine", "--phase", "gradient", "--mode", "zero_free",
+                     *argv]) == 2
         err = capsys.readouterr().err
         assert match in err and len(err.strip().splitlines()) == 1, err

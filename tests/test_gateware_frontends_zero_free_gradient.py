@@ -48,17 +48,18 @@ CFG_FP16 = Config(name="zf_r2_c3_b4_fp16", rows=2, cols=3, feeder_bus_width=4, d
                   operand_width=16, acc_width=32)
 
 
-def _layer(rng, cfg):
-    """A random run: one band of a layer (random top padding beyond the band's X rows)."""
+def _layer(rng, cfg, heights=9, widths=9, area=64):
+    """A random run: one band of a layer (random top padding beyond the band's X rows),
+    ``height < heights``, ``width < widths``, X and dY planes of at most ``area`` pixels."""
     r, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     dh, dw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
     ph, pw = int(rng.integers(0, 3)), int(rng.integers(0, 3))
     while True:
-        h, w = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+        h, w = int(rng.integers(1, heights)), int(rng.integers(1, widths))
         oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
         ow = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
-        if oh >= 1 and ow >= 1 and h * w <= 64 and oh * ow <= 64:
+        if oh >= 1 and ow >= 1 and h * w <= area and oh * ow <= area:
             break
     ch = int(rng.integers(1, cfg.feeder_bus_width + 1))
     return dict(channels=ch, width=w, height=h, out_height=oh, out_width=ow, kernel_h=r,
@@ -133,23 +134,31 @@ def test_walker_stream_equals_naive_loops(cfg, seed):
                                                     x.reshape(-1, x.shape[2])]
     dy_words = [[0] * cfg.cols] * db + [list(map(int, v)) for v in dy.reshape(-1, dy.shape[2])]
     top = _WalkerTop(cfg, x_words, dy_words)
-    wk = top.walker
     want = naive_stream(cfg, lay, x, dy)
-    ready_p = [1.0, 0.5][seed % 2]
+    fields = {k: v for k, v in lay.items() if k != "pad_bottom"}
+    got = _beats(top, {**fields, "x_base": xb, "dy_base": db}, [1.0, 0.5][seed % 2], rng,
+                 20 * len(want) + 50)
+    assert got == want, lay
+
+
+def _beats(top, layer, ready_p, rng, max_cycles):
+    """The walker's beats of one run (``layer``) under a random ``ready`` (high with
+    probability ``ready_p``): ``(a, b, last)``, MX with ``scale`` and ``end``."""
+    wk, mx = top.walker, top.cfg.is_mx
     got = []
 
     async def tb(ctx):
-        fields = {k: v for k, v in lay.items() if k != "pad_bottom"}
-        ctx.set(wk.layer, {**fields, "x_base": xb, "dy_base": db})
+        ctx.set(wk.layer, layer)
         ctx.set(wk.start, 1)
         await ctx.tick()
         ctx.set(wk.start, 0)
-        for _ in range(20 * len(want) + 50):
+        for _ in range(max_cycles):
             ready = int(rng.random() < ready_p)
             ctx.set(wk.feed.ready, ready)
             if ctx.get(wk.feed.valid) and ready:
                 p = ctx.get(wk.feed.payload)
-                got.append(([int(v) for v in p.a], [int(v) for v in p.b], int(p.last)))
+                got.append(([int(v) for v in p.a], [int(v) for v in p.b], int(p.last))
+                           + ((int(p.scale), int(p.end)) if mx else ()))
             if not ctx.get(wk.busy):
                 break
             await ctx.tick()
@@ -159,7 +168,7 @@ def test_walker_stream_equals_naive_loops(cfg, seed):
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
-    assert got == want, lay
+    return got
 
 
 def _zf_run(cfg, lay, x, dy, xb=0, db=0, max_cycles=30000):
@@ -323,3 +332,71 @@ def test_cursor_formally_equals_its_definition(prop, tmp_path):
     walker decides the step with follow the step."""
     passed, log = prove(_CursorProof(prop), f"zf_gradient_{prop}", tmp_path)
     assert passed, log
+
+
+#: MX, rows < B: two row groups a word; rows wide enough for several X and dY blocks.
+CFG_MX = Config(name="zf_r2_c3_b4_mxfp8", rows=2, cols=3, feeder_bus_width=4, dim_width=7,
+                buf_a_depth=1024, buf_b_depth=1024, dataflows=["os"], arithmetic="mxfp8_e4m3",
+                operand_width=8, operand_signed=False, acc_width=43)
+
+
+def mx_rows(words, scales):
+    """A buffer image in the MX walker's layout: each row's words, then its scale words
+    (``words``: rows x pixels x lanes codes; ``scales``: rows x blocks x lanes)."""
+    out = []
+    for row, srow in zip(words, scales):
+        out += [[int(v) for v in px] for px in row] + [[int(v) for v in b] for b in srow]
+    return out
+
+
+def naive_mx_stream(cfg, lay, x, xs, dy, dys):
+    """The MX walker's beats from the contract's loops: per context, per dY row, per
+    segment (:func:`bpsa.models.mx.walker_segments`) a scale beat (X's block scales, dY's;
+    zeros when the X row is in the padding) and the segment's vectors."""
+    from bpsa.models.mx import walker_segments
+    R, out = cfg.rows, []
+    for g in range(0, lay["channels"], R):
+        for r in range(lay["kernel_h"]):
+            for q in range(lay["kernel_w"]):
+                x0 = q * lay["dil_w"] - lay["pad_w"]
+                segs = walker_segments(lay["out_width"], lay["width"], lay["stride_w"], x0)
+                for oh in range(lay["out_height"]):
+                    y = oh * lay["stride_h"] + r * lay["dil_h"] - lay["pad_top"]
+                    row_in = 0 <= y < lay["height"]
+                    for si, (a0, a1, xb) in enumerate(segs):
+                        sa = [int(xs[y, xb, g + i]) if row_in and g + i < x.shape[2] else 0
+                              for i in range(R)]
+                        sb = [int(v) for v in dys[oh, a0 // 32]] if row_in else [0] * cfg.cols
+                        out.append((sa, sb, 0, 1, 0))
+                        for ow in range(a0, a1):
+                            xc = ow * lay["stride_w"] + x0
+                            inside = row_in and 0 <= xc < lay["width"]
+                            a = [int(x[y, xc, g + i]) if inside and g + i < x.shape[2] else 0
+                                 for i in range(R)]
+                            end = oh == lay["out_height"] - 1 and ow == lay["out_width"] - 1
+                            out.append((a, [int(v) for v in dy[oh, ow]], int(ow == a1 - 1), 0,
+                                        int(end)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mx_walker_stream_equals_naive_loops(seed):
+    """MX: segments, their scale beats and the row-pitched buffers, under back-pressure."""
+    cfg = CFG_MX
+    rng = np.random.default_rng(300 + seed)
+    lay = _layer(rng, cfg, heights=6, widths=91, area=600)
+    del lay["pad_bottom"]
+    h, w, oh, ow = lay["height"], lay["width"], lay["out_height"], lay["out_width"]
+    B, C = cfg.feeder_bus_width, cfg.cols
+    x = rng.integers(0, 256, size=(h, w, B))
+    x[:, :, lay["channels"]:] = 0
+    xs = rng.integers(0, 256, size=(h, -(-w // 32), B))
+    dy = rng.integers(0, 256, size=(oh, ow, C))
+    dys = rng.integers(0, 256, size=(oh, -(-ow // 32), C))
+    xb, db = int(rng.integers(0, 8)), int(rng.integers(0, 8))
+    top = _WalkerTop(cfg, [[0] * B] * xb + mx_rows(x, xs), [[0] * C] * db + mx_rows(dy, dys))
+    want = naive_mx_stream(cfg, lay, x, xs, dy, dys)
+    got = _beats(top, {**lay, "x_base": xb, "dy_base": db}, 0.6, rng, 4 * len(want) + 50)
+    assert len(got) == len(want), lay
+    for i, (g, e) in enumerate(zip(got, want)):
+        assert g == e, (i, lay)

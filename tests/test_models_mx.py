@@ -183,7 +183,7 @@ def test_matmul_nan_blocks_and_given_accumulator():
 from fractions import Fraction  # noqa: E402
 
 from bpsa.models import golden  # noqa: E402
-from bpsa.models.mx import conv_forward, conv_gradient, conv_loss  # noqa: E402
+from bpsa.models.mx import conv_forward, conv_gradient, conv_loss, walker_segments  # noqa: E402
 from bpsa.verify.mx_reference import _fp32_round, _fp32_value  # noqa: E402
 
 
@@ -443,3 +443,73 @@ def test_accumulate_blocks_equals_accumulate_block():
     wrong = np.flatnonzero(got != want)
     assert wrong.size == 0, [(hex(acc[i]), int(s[i]), int(e[i]), hex(got[i]), hex(want[i]))
                              for i in wrong[:5]]
+
+
+def test_walker_segments_cut_where_the_contract_says():
+    """Segments end at the row's end, at each 32-position dY block's end and where the next
+    position's (clamped) X block differs; a column in the padding counts as the nearest."""
+    assert walker_segments(70, 200, 1, 0) == [(0, 32, 0), (32, 64, 1), (64, 70, 2)]
+    # X column ow + 5: block 1 starts at ow 27
+    assert walker_segments(40, 100, 1, 5) == [(0, 27, 0), (27, 32, 1), (32, 40, 1)]
+    # stride 2 from column -1: columns -1, 1, .., 31 | 33 ..; the padding joins block 0
+    assert walker_segments(20, 40, 2, -1) == [(0, 17, 0), (17, 20, 1)]
+    # a row wholly in the padding columns is one segment
+    assert walker_segments(1, 1, 1, -1) == [(0, 1, 0)]
+    # a stride past a block cuts after every position
+    assert walker_segments(3, 200, 40, 0) == [(0, 1, 0), (1, 2, 1), (2, 3, 2)]
+
+
+def test_gradient_by_segments_folds_as_the_contract_says():
+    """``conv_gradient(..., walker=True)`` (the zero-free walker's variant) against a loop
+    written from the contract: X quantized along W in each row, dY along OW in each row; each
+    output's folds the segments of every dY row in raster order, a segment's exact sum one
+    rounding, rows whose X row is in the padding folding nothing; values of many magnitudes
+    along the rows so that the blocks and the order show."""
+    name = "mxfp8_e4m3"
+    rng = np.random.default_rng(31)
+    n, c, h, wd, k, r_n, q_n, st, p = 2, 3, 5, 70, 2, 3, 2, 2, 1
+    oh, ow = (h + 2 * p - r_n) // st + 1, (wd + 2 * p - q_n) // st + 1
+    x = rng.standard_normal((n, c, h, wd)) * np.exp2(rng.integers(-20, 20, (n, c, h, wd)))
+    dy = rng.standard_normal((n, k, oh, ow)) * np.exp2(rng.integers(-20, 20, (n, k, oh, ow)))
+    x, dy = x.astype(np.float32), dy.astype(np.float32)
+    xq, gq = _deq(x, name, 3), _deq(dy, name, 3)
+    dw = conv_gradient(x, dy, name, (r_n, q_n), st, p, walker=True)
+    for kk in range(k):
+        for cc in range(c):
+            for r in range(r_n):
+                for q in range(q_n):
+                    folds = []
+                    for i in range(n):
+                        for o in range(oh):
+                            xr = o * st + r - p
+                            if not 0 <= xr < h:
+                                continue
+                            start = 0
+                            for o2 in range(ow):
+                                xc = o2 * st + q - p
+
+                                def blk(v):
+                                    return min(max(v, 0), wd - 1) // 32
+                                if o2 == ow - 1 or o2 % 32 == 31 or blk(xc) != blk(xc + st):
+                                    folds.append(sum(
+                                        Fraction(float(gq[i, kk, o, j]))
+                                        * Fraction(float(xq[i, cc, xr, j * st + q - p]))
+                                        for j in range(start, o2 + 1)
+                                        if 0 <= j * st + q - p < wd))
+                                    start = o2 + 1
+                    assert dw[kk, cc, r, q] == _fold(folds), (kk, cc, r, q)
+    assert not np.array_equal(dw, conv_gradient(x, dy, name, (r_n, q_n), st, p))
+
+
+@pytest.mark.parametrize("name", ["mxint8", "mxfp8_e4m3"])
+def test_gradient_by_segments_is_exact_when_representable(name):
+    """Small integers: the walker's variant equals the integer gradient too."""
+    rng = np.random.default_rng(37)
+    for stride, pad, dil, kern in [(1, 1, 1, (3, 3)), (2, 1, 1, (3, 2)), (2, 0, 2, (2, 2))]:
+        x = rng.integers(-8, 9, size=(2, 5, 7, 40))
+        ref_y = golden.conv2d(x, np.zeros((3, 5) + kern, np.int64), stride, pad, dil)
+        dy = rng.integers(-8, 9, size=ref_y.shape)
+        dw = conv_gradient(x.astype(np.float32), dy.astype(np.float32), name, kern, stride,
+                           pad, dil, walker=True)
+        ref = golden.conv2d_weight_grad(x, dy, kern, stride, pad, dil)
+        assert np.array_equal(dw.view(np.float32), ref.astype(np.float32))

@@ -129,18 +129,19 @@ def test_constant_blocks_read_the_trigger():
 
 #: The tops that the accelerator of ``small_cf`` does not instantiate: linted on their own
 #: (every other top's modules are inside the accelerator's Verilog, linted once there).
-NOT_IN_ACCELERATOR = ("im2col_addr", "cf_engine")
+NOT_IN_ACCELERATOR = ("im2col_addr", "cf_engine", "zg_engine")
 #: Tops built only in an MX arithmetic (not inside any accelerator yet), linted on their own
 #: with this configuration.
 MX_ONLY = {"mx_accumulate": Config(name="mx_lint", arithmetic="mxfp8_e4m3", operand_width=8,
                                    operand_signed=False, acc_width=43, dataflows=["os"])}
 #: The MX tops linted on their own (no accelerator is built in MX yet): the MX-only top, and
-#: the array (every dataflow), P and the channel-first engine (front end and array) with
-#: the MX logic.
+#: the array (every dataflow), P, the channel-first engine (front end and array) and the
+#: zero-free gradient engine (walker and array) with the MX logic.
 MX_LINT = {**MX_ONLY, "array": load_config("small_mxfp8"),
            "psum_buffer": load_config("small_mxfp8"),
            "cf_engine": load_config("small_mxint8").replace(
-               name="mx_cf_lint", forward_frontends=["feeder", "channel_first"])}
+               name="mx_cf_lint", forward_frontends=["feeder", "channel_first"]),
+           "zg_engine": load_config("small_mxfp8")}
 
 
 def _classes_inside(config):

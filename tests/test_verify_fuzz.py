@@ -1,6 +1,7 @@
 """``bpsa fuzz``: random layers of every phase, and layers the hardware must refuse, through the
 whole accelerator on the native transport against the golden model; in an MX format, forward
-and loss layers through the channel-first engine (:func:`bpsa.verify.fuzz.fuzz_engine`)."""
+and loss layers through the channel-first engine and gradient layers through the zero-free
+gradient engine (:func:`bpsa.verify.fuzz.fuzz_engine`)."""
 
 import collections
 import json
@@ -112,47 +113,60 @@ CF_MX = {fmt: load_config("small_cf").replace(
 
 
 def test_random_engine_layers_cover_the_contract():
-    """The engine fuzz draws forward and loss layers, C past two 32-channel blocks, strides up
-    to 3, padding, dilation, batch 2, every one within the MAC budget and taken by the
-    engine."""
+    """The engine fuzz draws forward, loss and gradient layers, C past two 32-channel blocks
+    (forward, loss), rows past two 32-pixel blocks (gradient), strides up to 3, padding,
+    dilation, batch 2, every one within the MAC budget and taken by its engine; a
+    configuration with one of the engines draws its phases only."""
     from bpsa.sim.testbenches.tb_channel_first import check_layer
-    from bpsa.verify.fuzz import random_engine_layer
+    from bpsa.sim.testbenches.tb_zf_gradient import check_layer as check_zg
+    from bpsa.verify.fuzz import engine_phases, random_engine_layer
     rng = np.random.default_rng(5)
-    jobs = [random_engine_layer(CF_MX["mxint8"], rng) for _ in range(300)]
-    assert collections.Counter(p for p, _ in jobs).keys() == {"forward", "loss"}
+    cfg = CF_MX["mxint8"]
+    jobs = [random_engine_layer(cfg, rng) for _ in range(300)]
+    assert collections.Counter(p for p, _ in jobs).keys() == {"forward", "loss", "gradient"}
     lays = [lay for _, lay in jobs]
-    assert max(lay.channels for lay in lays) > 64 and max(lay.batch for lay in lays) == 2
+    assert max(lay.channels for p, lay in jobs if p != "gradient") > 64
+    assert max(lay.width for p, lay in jobs if p == "gradient") > 64
+    assert max(lay.batch for lay in lays) == 2
     assert {lay.stride_h for lay in lays} == {1, 2, 3} and {lay.dil_w for lay in lays} == {1, 2}
     assert max(lay.pad_h for lay in lays) == 2
     for phase, lay in jobs:
         oh, ow = lay.out_hw
         assert lay.batch * lay.out_channels * oh * ow * lay.channels * lay.kernel_h \
             * lay.kernel_w <= MAX_MACS
-        assert check_layer(CF_MX["mxint8"], lay, phase=phase) is lay
+        if phase == "gradient":
+            assert check_zg(cfg, lay) is lay
+        else:
+            assert check_layer(cfg, lay, phase=phase) is lay
+    assert engine_phases(cfg.replace(name="os", dataflows=["os"])) == ["gradient"]
+    assert engine_phases(cfg.replace(name="ws", dataflows=["ws"])) == ["forward", "loss"]
+    with pytest.raises(ValueError, match="needs the 'ws' dataflow.*needs the 'os' dataflow"):
+        engine_phases(cfg.replace(name="is", dataflows=["is"]))
 
 
-@pytest.mark.long           # its own Verilator build; the engine is checked in make test
+@pytest.mark.long           # its own Verilator builds; the engines are checked in make test
 @pytest.mark.cocotb
 def test_fuzz_engine_mx(capsys, tmp_path):
     """``bpsa fuzz`` in an MX format runs random forward and loss layers on the channel-first
-    engine's Verilog: no mismatch, the summary says where they ran; a configuration without
-    the engine is refused with the reason."""
+    engine's Verilog and gradient layers on the zero-free gradient engine's: no mismatch,
+    the summary says where they ran; a configuration without either engine is refused with
+    the reasons."""
     from bpsa.cli import main
     from bpsa.config import Config
     from bpsa.verify.fuzz import fuzz_engine
     cfg = CF_MX["mxfp8_e4m3"]
     res = fuzz_engine(cfg, 24, seed=7)
-    assert res["mismatches"] == [] and res["ran"] == 24 and res["target"] == "cf_engine"
-    assert res["phases"].keys() == {"forward", "loss"} and res["cycles"] > 0
+    assert res["mismatches"] == [] and res["ran"] == 24 and res["target"] == "engines"
+    assert res["phases"].keys() == {"forward", "loss", "gradient"} and res["cycles"] > 0
     toml = tmp_path / "cf_mx.toml"
     toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.to_dict().items()
                             if v != getattr(Config(), k)))
     assert main(["fuzz", "--config", str(toml), "--count", "3", "--seed", "2"]) in (None, 0)
     out = capsys.readouterr().out
-    assert "3 random layers on small_cf_mxfp8_e4m3's channel-first engine (" in out
+    assert "3 random layers on small_cf_mxfp8_e4m3's engines (" in out
     assert "0 mismatches" in out
     with pytest.raises(ValueError, match="needs the 'ws' dataflow"):
-        fuzz_engine(cfg.replace(name="no_ws", dataflows=["os"]), 1)
+        fuzz_engine(cfg.replace(name="no_ws", dataflows=["is"]), 1)
 
 
 @pytest.mark.long
@@ -160,7 +174,7 @@ def test_fuzz_engine_mx(capsys, tmp_path):
 @pytest.mark.parametrize("fmt", sorted(CF_MX))
 def test_fuzz_engine_mx_2000(fmt):
     """``bpsa fuzz --config small_cf --arithmetic mxint8|mxfp8_e4m3 --count 2000`` (make
-    test-long): no mismatch on the channel-first engine."""
+    test-long): no mismatch on the channel-first and zero-free gradient engines."""
     from bpsa.verify.fuzz import fuzz_engine
     res = fuzz_engine(CF_MX[fmt], 2000, seed=1)
     assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])

@@ -42,7 +42,8 @@ ARITHMETICS = ("int", "bf16", "fp16", "mxint8", "mxfp8_e4m3")
 MX_WIDTHS = {"mxint8": (8, 21), "mxfp8_e4m3": (8, 43)}
 
 #: The tops built in an MX format so far; every other top refuses an MX configuration.
-MX_TOP_NAMES = ("pe", "array", "mx_accumulate", "psum_buffer", "channel_first", "cf_engine")
+MX_TOP_NAMES = ("pe", "array", "mx_accumulate", "psum_buffer", "channel_first", "cf_engine",
+                "zf_gradient", "zg_engine")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
 FLOAT_WIDTHS = {"bf16": (16, 32), "fp16": (16, 32)}

@@ -1,7 +1,7 @@
 """``bpsa fuzz``: random layers through the whole accelerator against the golden model
-(:func:`bpsa.verify.fuzz.fuzz`), in an MX format through the channel-first engine
-(:func:`bpsa.verify.fuzz.fuzz_engine`: the accelerator is not built in MX yet); exit status 1
-on any mismatch."""
+(:func:`bpsa.verify.fuzz.fuzz`), in an MX format through the channel-first and zero-free
+gradient engines (:func:`bpsa.verify.fuzz.fuzz_engine`: the accelerator is not built in MX
+yet); exit status 1 on any mismatch."""
 
 import json
 import sys
@@ -33,13 +33,14 @@ def run(args):
     if args.count < 1:
         raise UserError(f"--count {args.count}: give a positive number of layers")
     progress = not (args.quiet or args.json)
-    if config.is_mx:            # no accelerator in MX yet: the channel-first engine
-        from bpsa.gateware.frontends.channel_first.channel_first import check_config
+    if config.is_mx:            # no accelerator in MX yet: the engines
+        from bpsa.verify.fuzz import engine_phases
         try:
-            check_config(config)
+            engine_phases(config)
         except ValueError as e:
             raise UserError(f"arithmetic {config.arithmetic!r} is fuzzed on the channel-first "
-                            f"engine (the accelerator is not built in MX yet): {e}") from None
+                            f"and zero-free gradient engines (the accelerator is not built in "
+                            f"MX yet): {e}") from None
         res = fuzz_engine(config, args.count, seed=args.seed, progress=progress)
     else:
         why = no_phase(config)
@@ -51,9 +52,9 @@ def run(args):
         print(json.dumps(res, sort_keys=True))
     else:
         refused = ", ".join(f"{k} {v}" for k, v in sorted(res["refused"].items())) or "none"
-        where = ("'s channel-first engine (" + ", ".join(
+        where = ("'s engines (" + ", ".join(
             f"{k} {v}" for k, v in sorted(res["phases"].items())) + ")"
-            if res.get("target") == "cf_engine" else "")
+            if res.get("target") == "engines" else "")
         print(f"{res['jobs']} random layers on {config.name}{where} (seed {args.seed}): "
               f"{res['ran']} ran, {sum(res['refused'].values())} refused as expected "
               f"({refused}), {len(res['mismatches'])} mismatches")

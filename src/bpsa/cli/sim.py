@@ -70,7 +70,8 @@ def register(sub):
                          "paper's NZ-detecting generators on the IS array); default: zero_free "
                          "when the configuration generates it; channel_first (--phase loss): "
                          "each stride class as a stride-1 forward on the channel-first front "
-                         "end")
+                         "end; with --engine --phase gradient, zero_free runs the zero-free "
+                         "gradient engine (zg_engine, integers or an MX format)")
     sp.add_argument("--im2col", choices=["feeder", "channel_first"], default=None,
                     type=lambda v: v.replace("-", "_"),
                     help="--phase forward|step through the accelerator: the forward front "
@@ -116,7 +117,7 @@ def run(args):
     """Check the options, run the problem and print its summary (or one JSON object); exit
     status 1 when the result differs from numpy."""
     # MX: the array's GEMMs and the channel-first engine
-    config = config_of(args, mx=args.phase is None or _cf_engine(args))
+    config = config_of(args, mx=args.phase is None or _cf_engine(args) or _zg_engine(args))
     if args.sgd_shift is not None and config.is_mx:
         raise UserError(f"--sgd-shift: the interleaved pass's SGD step is not built in "
                         f"{config.arithmetic} (G leaves as block sums for the host's step)")
@@ -127,10 +128,11 @@ def run(args):
                           or (args.phase == "fc" and args.engine)):
         raise UserError("--baseline applies only to --phase loss|gradient (and fc through "
                         "the accelerator)")
-    if args.mode is not None and (args.engine or args.baseline
-                                  or args.phase not in ("loss", "gradient", "step")):
+    if args.mode is not None and not _zg_engine(args) and (
+            args.engine or args.baseline or args.phase not in ("loss", "gradient", "step")):
         raise UserError("--mode applies only to --phase loss|gradient|step through the "
-                        "accelerator (not with --engine or --baseline)")
+                        "accelerator (not with --baseline), and as --mode zero_free to "
+                        "--engine --phase gradient")
     if args.im2col is not None and (args.phase not in ("forward", "step") or (
             args.engine and (args.phase != "forward" or args.im2col != "channel_first"))):
         raise UserError("--im2col applies only to --phase forward|step through the "
@@ -160,6 +162,8 @@ def run(args):
         result = _gemm(args, config)
     elif _cf_engine(args):
         result = _engine_channel_first(args, config)
+    elif _zg_engine(args):
+        result = _engine_zero_free_gradient(args, config)
     elif args.engine:
         result = {"forward": _engine_forward, "fc": _engine_fc}.get(
             args.phase, _engine_backward)(args, config)
@@ -243,6 +247,9 @@ _ENGINE_FORWARD = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
 _ENGINE_CF = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
                    "--phase {phase} --im2col channel_first runs the ws dataflow; --dataflow "
                    "and --sgd-shift do not apply")
+_ENGINE_ZG = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
+                   "--phase gradient --mode zero_free runs the os dataflow; --dataflow and "
+                   "--sgd-shift do not apply")
 _ENGINE_BACKWARD = _Path(CONV_SYNTAX, "layer", ("dataflow", "sgd_shift"),
                          "--phase {phase} runs the is dataflow; --dataflow and --sgd-shift do "
                          "not apply")
@@ -322,6 +329,25 @@ def _engine_channel_first(args, config):
         check_config(config)
         layer = check_layer(config, parse_layer(args.layer))
     return run_cf_layers(config, [layer], seed=args.seed, progress=_progress(args))[0]
+
+
+def _zg_engine(args):
+    """``--engine --phase gradient --mode zero_free``."""
+    return args.engine and args.phase == "gradient" and args.mode == "zero_free"
+
+
+def _engine_zero_free_gradient(args, config):
+    """``bpsa sim --engine --phase gradient --mode zero_free``: one layer's gradient through
+    the zero-free gradient engine (top ``zg_engine``), in integers or an MX format."""
+    from bpsa.sim.simcmd import check_zg_layer, run_zg_layers
+    from bpsa.spec.layer import parse_layer
+    _guard(args, _ENGINE_ZG)
+    with _refusals(args, config, _ENGINE_ZG):
+        if not config.has("os"):
+            raise ValueError(f"the zero-free gradient engine needs the os dataflow "
+                             f"({config.name!r} generates {', '.join(config.dataflows)})")
+        layer = check_zg_layer(config, parse_layer(args.layer))
+    return run_zg_layers(config, [layer], seed=args.seed, progress=_progress(args))[0]
 
 
 def _engine_backward(args, config):

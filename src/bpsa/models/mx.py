@@ -28,7 +28,7 @@ from bpsa.spec.numeric import (FLOAT_FORMATS, MX_BLOCK, MX_SCALE_BIAS, MX_SCALE_
                                MX_SCALE_RULES, mx_format)
 
 __all__ = ["accumulate_block", "accumulate_blocks", "block_values", "conv_forward", "conv_gradient", "conv_loss",
-           "dequantize", "element_ints", "matmul", "quantize"]
+           "dequantize", "element_ints", "matmul", "quantize", "walker_segments"]
 
 _F32 = FLOAT_FORMATS["fp32"]
 
@@ -423,11 +423,18 @@ def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_ru
 
 
 def conv_gradient(x, dy, fmt, kernel_hw, stride=1, padding=0, dilation=1, *,
-                  scale_rule="floor"):
+                  scale_rule="floor", walker=False):
     """The gradient ``dW`` (K x C x R x S fp32 encodings) from ``x`` (N x C x H x W) and
     ``dy`` (N x K x OH x OW) under the MX contract: dY quantized along the flattened ``(n, oh,
     ow)`` for every ``k``; each tap's view of X (``X[n, c, oh s + r d - p, ow s + q d - p]``,
-    zeros in the padding) quantized along the same axis for every ``c``."""
+    zeros in the padding) quantized along the same axis for every ``c``.
+
+    ``walker=True``: the zero-free gradient walker's variant instead (one quantized copy of
+    X): X quantized along W in each row ``(n, c, h)``, dY along OW in each row ``(n, k,
+    oh)``; each output's folds are the *segments* of :func:`walker_segments` of every dY row
+    in raster order ``(n, oh)``, a segment's exact sum scaled by its dY block's and its X
+    block's codes; a dY row whose X row (``oh s + r d - p``) lies in the padding folds
+    nothing."""
     x, dy = _float_tensor(x, "x"), _float_tensor(dy, "dy")
     (s, p, d) = _geometry(stride, padding, dilation)
     r_n, q_n = (kernel_hw, kernel_hw) if np.ndim(kernel_hw) == 0 else kernel_hw
@@ -436,6 +443,8 @@ def conv_gradient(x, dy, fmt, kernel_hw, stride=1, padding=0, dilation=1, *,
     if n2 != n or output_hw((h, wd), (r_n, q_n), s, p, d) != (oh, ow):
         raise ValueError(f"dy {dy.shape} is not the output of x {x.shape} by a {r_n} x {q_n} "
                          f"kernel at stride {s}, padding {p}, dilation {d}")
+    if walker:
+        return _gradient_by_segments(x, dy, fmt, (r_n, q_n), (s, p, d), scale_rule)
     gc, gs = quantize(dy.transpose(1, 0, 2, 3).reshape(k, -1), fmt, axis=1,
                       scale_rule=scale_rule)
     xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
@@ -445,4 +454,53 @@ def conv_gradient(x, dy, fmt, kernel_hw, stride=1, padding=0, dilation=1, *,
             view = _tap_view(xp, r, q, s, d, (oh, ow)).transpose(1, 0, 2, 3).reshape(c, -1)
             vc, vs = quantize(view, fmt, axis=1, scale_rule=scale_rule)
             dw[:, :, r, q] = matmul(gc, gs, vc.T, vs.T, fmt)
+    return dw
+
+
+def walker_segments(out_width, width, stride_w, x0):
+    """The segments of one dY row at one kernel column for the zero-free gradient walker:
+    ``(ow0, ow1, x_block)`` for the positions ``ow0 .. ow1 - 1``, in order. Position ``ow``
+    reads X column ``xc = ow stride_w + x0`` (``x0 = q d_w - p_w``); its *X block* is
+    ``min(max(xc, 0), width - 1) // 32`` (a column in the padding counts as the nearest
+    column of the row). A segment ends at the row's last position, at the last position of a
+    32-position dY block (``ow % 32 == 31``) and where the next position's X block differs;
+    its ``x_block`` is its first position's."""
+    def block(xc):
+        return min(max(xc, 0), width - 1) // MX_BLOCK
+    segments, start = [], 0
+    for ow in range(out_width):
+        xc = ow * stride_w + x0
+        if ow == out_width - 1 or ow % MX_BLOCK == MX_BLOCK - 1 or \
+                block(xc) != block(xc + stride_w):
+            segments.append((start, ow + 1, block(start * stride_w + x0)))
+            start = ow + 1
+    return segments
+
+
+def _gradient_by_segments(x, dy, fmt, kernel, geometry, scale_rule):
+    """:func:`conv_gradient` with ``walker=True``."""
+    (s, p, d), (r_n, q_n) = geometry, kernel
+    n, c, h, wd = x.shape
+    _, k, oh, ow = dy.shape
+    xc, xs = quantize(x, fmt, axis=3, scale_rule=scale_rule)
+    gc, gs = quantize(dy, fmt, axis=3, scale_rule=scale_rule)
+    dw = np.zeros((k, c, r_n, q_n), np.uint32)
+    for r in range(r_n):
+        for q in range(q_n):
+            x0 = q * d[1] - p[1]
+            cols = np.arange(ow) * s[1] + x0
+            inside = (cols >= 0) & (cols < wd)
+            cols = np.clip(cols, 0, wd - 1)
+            acc = np.zeros((k, c), np.uint32)
+            segments = walker_segments(ow, wd, s[1], x0)
+            for i in range(n):
+                for o in range(oh):
+                    xr = o * s[0] + r * d[0] - p[0]
+                    if not 0 <= xr < h:
+                        continue
+                    for a, b, xb in segments:
+                        xa = np.where(inside[a:b], xc[i, :, xr][:, cols[a:b]], 0)
+                        acc = matmul(gc[i, :, o, a:b], gs[i, :, o, a // MX_BLOCK, None],
+                                     xa.T, xs[i, None, :, xr, xb], fmt, acc=acc)
+            dw[:, :, r, q] = acc
     return dw

@@ -78,6 +78,12 @@ TIMING = {
                            # accumulation lands)
     "store_read": 3,       # a store command's first P word: P's registered read, the
                            # registered requantizer, the DMA's read queue (counted stores)
+    # the zero-free gradient engine (bpsa.gateware.frontends.zero_free.gradient_engine):
+    # start to its first beat max(rows, zg_fill) cycles (priming the chains, or the walker's
+    # two set-up cycles and three stages), its last beat to done 2 rows + cols + mac_latency
+    # + zg_drain
+    "zg_fill": 5,
+    "zg_drain": 4,
 }
 
 
@@ -1055,3 +1061,41 @@ def phase_table(config, layers, phases, *, baseline=False, requant=False, refusa
                 entry["refused"] = str(e)
             out.append(entry)
     return out
+
+
+
+def zg_stream(config, *, channels, width, out_height, out_width, kernel_h, kernel_w,
+              stride_w, dil_w, pad_w, **_):
+    """The cycle (from 0) the zero-free gradient engine takes a run's last beat: the walker's
+    beats one a cycle (its contexts in order; MX: each segment of
+    :func:`bpsa.models.mx.walker_segments` a scale beat and its vectors), a context's last
+    vector at least ``segment_cycles`` after the one before."""
+    from bpsa.models.mx import walker_segments
+    g = config.context_gap
+    if config.is_mx:
+        g = max(g, TIMING["mx_spacing"])
+        rows = [[b - a for a, b, _ in walker_segments(out_width, width, stride_w,
+                                                      q * dil_w - pad_w)]
+                for q in range(kernel_w)]
+    else:
+        rows = [None] * kernel_w
+    t, last = 0, -g
+    for _ in range(-(-channels // config.rows) * kernel_h):
+        for segs in rows:
+            for length in (segs * out_height if segs else [out_height * out_width]):
+                t += config.is_mx + length - 1            # the scale beat, the vectors
+                t = max(t, last + g)                      # the last vector
+                last = t
+                t += 1
+    return last
+
+
+def zg_engine_cycles(config, **desc):
+    """Cycles of one zero-free gradient engine run
+    (:mod:`bpsa.gateware.frontends.zero_free.gradient_engine`; the cycle that takes
+    ``start`` and the busy ones; ``desc``: the run's descriptor fields): the chains' priming
+    or the walker's fill, whichever is longer, the beats (:func:`zg_stream`), and the last
+    context's drain."""
+    R = config.rows
+    return (max(R, TIMING["zg_fill"]) + zg_stream(config, **desc) + 2 * R + config.cols
+            + config.mac_latency + TIMING["zg_drain"])

@@ -19,6 +19,7 @@ TOPS = {
     "pool": "bpsa.gateware.frontends.pool.pool:PoolEngine",
     "channel_first": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirst",
     "cf_engine": "bpsa.gateware.frontends.channel_first.channel_first:ChannelFirstEngine",
+    "zg_engine": "bpsa.gateware.frontends.zero_free.gradient_engine:ZeroFreeGradientEngine",
     "axil_regs": "bpsa.gateware.bus.axi_lite:RegisterFile",
     "counters": "bpsa.gateware.control.counters:Counters",
     "dma": "bpsa.gateware.bus.dma:DmaEngine",

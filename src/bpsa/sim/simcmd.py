@@ -17,8 +17,9 @@ from bpsa.sim import conv_backward_run, conv_forward_run, fc_backward_run
 from bpsa.sim.runner import run_cocotb
 from bpsa.spec.layer import ConvLayer, FcLayer, parse_layer
 
-__all__ = ["check_cf_layer", "compare_fc", "main", "run_backward", "run_backward_layers",
-           "run_cf_layers", "run_fc_layers", "run_forward", "run_forward_layers", "run_gemm"]
+__all__ = ["check_cf_layer", "check_zg_layer", "compare_fc", "main", "run_backward",
+           "run_backward_layers", "run_cf_layers", "run_fc_layers", "run_forward",
+           "run_forward_layers", "run_gemm", "run_zg_layers"]
 
 
 def _summary_run(config, test_module, *, top, env, tag, testcase=None, progress=True):
@@ -100,6 +101,32 @@ def run_cf_layers(config, layers, *, phases=None, seed=1, progress=True):
     digest = hashlib.sha256((digest + env["BPSA_PHASES"]).encode()).hexdigest()[:10]
     return _summary_run(config, test_module="bpsa.sim.testbenches.tb_channel_first",
                         top="cf_engine", testcase="layers_match_golden", env=env,
+                        tag=f"{seed}_{digest}", progress=progress)
+
+
+def check_zg_layer(config, layer):
+    """``layer`` when the zero-free gradient engine of ``config`` takes it, else
+    :exc:`ValueError` with the reason: the testbench's
+    :func:`bpsa.sim.testbenches.tb_zf_gradient.check_layer`, for callers outside the
+    simulation package."""
+    from bpsa.sim.testbenches.tb_zf_gradient import check_layer
+    return check_layer(config, layer)
+
+
+def run_zg_layers(config, layers, *, seed=1, progress=True):
+    """Run the gradients of ``layers`` one after the other on the zero-free gradient engine
+    (top ``zg_engine``) generated for ``config`` under Verilator
+    (:mod:`bpsa.sim.testbenches.tb_zf_gradient`), run by run, with random X and dY from
+    ``seed`` (float32 quantized along the rows in an MX format). Returns one summary dict per
+    layer (:func:`bpsa.sim.testbenches.tb_zf_gradient.summary`); ``match`` tells whether dW
+    equals the golden model's. Raises :exc:`ValueError` with the reason for a layer the
+    engine cannot take."""
+    for layer in layers:
+        check_zg_layer(config, layer)
+    env, digest = _layers_env("BPSA_LAYERS", layers)
+    env.update(BPSA_SEED=str(seed))
+    return _summary_run(config, test_module="bpsa.sim.testbenches.tb_zf_gradient",
+                        top="zg_engine", testcase="layers_match_golden", env=env,
                         tag=f"{seed}_{digest}", progress=progress)
 
 

@@ -21,7 +21,7 @@ from bpsa.spec.errors import error_name
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.regmap import Phase
 
-__all__ = ["ENGINE_BATCH", "fuzz", "fuzz_engine", "modes", "no_phase", "phases",
+__all__ = ["ENGINE_BATCH", "engine_phases", "fuzz", "fuzz_engine", "modes", "no_phase", "phases",
            "random_engine_layer", "random_job"]
 
 _PHASES = {"forward": Phase.FORWARD, "loss": Phase.LOSS, "gradient": Phase.GRADIENT,
@@ -270,22 +270,48 @@ def fuzz(config, count, *, seed=1, progress=False, opt=None, threads=None, hardw
     return out
 
 
-#: Layers a Verilator run of the channel-first engine takes (:func:`fuzz_engine`).
+#: Layers a Verilator run of an engine takes (:func:`fuzz_engine`).
 ENGINE_BATCH = 100
 
 
-def random_engine_layer(config, rng):
-    """``(phase, layer)``: a random forward or loss layer the channel-first engine of
-    ``config`` takes (:func:`bpsa.sim.testbenches.tb_channel_first.check_layer`): batch 1-2,
-    C up to past two 32-channel blocks, K past the columns, kernels 1-3, strides 1-3,
-    padding 0-2, dilation 1-2, below :data:`MAX_MACS`
-    (:func:`bpsa.sim.simcmd.check_cf_layer`)."""
-    from bpsa.sim.simcmd import check_cf_layer
+def engine_phases(config):
+    """The phases :func:`fuzz_engine` draws for ``config``: ``forward`` and ``loss`` on the
+    channel-first engine (the ``ws`` dataflow, at most 32 rows in MX), ``gradient`` on the
+    zero-free gradient engine (the ``os`` dataflow). :exc:`ValueError` with the reasons when
+    neither is generated."""
+    from bpsa.gateware.frontends.channel_first.channel_first import check_config
+    out = []
+    try:
+        check_config(config)
+        out += ["forward", "loss"]
+    except ValueError as e:
+        why = str(e)
+    if config.has("os"):
+        out.append("gradient")
+    if not out:
+        raise ValueError(f"{why}; the zero-free gradient engine needs the 'os' dataflow")
+    return out
+
+
+def random_engine_layer(config, rng, phases=None):
+    """``(phase, layer)``: a random layer of one of ``phases`` (default
+    :func:`engine_phases`) its engine of ``config`` takes: forward and loss on the
+    channel-first engine (:func:`bpsa.sim.simcmd.check_cf_layer`; C up to past two 32-channel
+    blocks), gradient on the zero-free gradient engine (:func:`bpsa.sim.simcmd.check_zg_layer`;
+    rows up to 80 pixels, past two 32-pixel blocks); batch 1-2, K past the columns, kernels
+    1-3, strides 1-3, padding 0-2, dilation 1-2, below :data:`MAX_MACS`."""
+    from bpsa.sim.simcmd import check_cf_layer, check_zg_layer
+    phases = phases or engine_phases(config)
     for _ in range(10_000):
-        phase = str(rng.choice(["forward", "loss"]))
-        n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 71)), \
-            int(rng.integers(1, 2 * config.cols + 3))
-        h, w, r, s = (int(v) for v in rng.integers(1, [11, 11, 4, 4]))
+        phase = str(rng.choice(phases))
+        n, k = int(rng.integers(1, 3)), int(rng.integers(1, 2 * config.cols + 3))
+        if phase == "gradient":
+            c = int(rng.integers(1, 2 * config.feeder_bus_width + 3))
+            h, w = int(rng.integers(1, 9)), int(rng.integers(1, 81))
+        else:
+            c = int(rng.integers(1, 71))
+            h, w = (int(v) for v in rng.integers(1, 11, 2))
+        r, s = (int(v) for v in rng.integers(1, 4, 2))
         stride, pad, dil = (tuple(int(v) for v in rng.integers(lo, hi, 2))
                             for lo, hi in ((1, 4), (0, 3), (1, 3)))
         try:
@@ -293,37 +319,44 @@ def random_engine_layer(config, rng):
             oh, ow = layer.out_hw
             if min(oh, ow) < 1 or n * k * oh * ow * c * r * s > MAX_MACS:
                 continue
+            if phase == "gradient":
+                return phase, check_zg_layer(config, layer)
             return phase, check_cf_layer(config, layer, phase=phase)
         except ValueError:
             continue
-    raise RuntimeError(f"no random layer found for the engine of {config.name!r}")
+    raise RuntimeError(f"no random layer found for the engines of {config.name!r}")
 
 
 def fuzz_engine(config, count, *, seed=1, progress=False):
-    """Run ``count`` random forward and loss layers (:func:`random_engine_layer`, from
-    ``seed``) on the channel-first engine's Verilog under Verilator, :data:`ENGINE_BATCH` a
-    simulator run (:func:`bpsa.sim.simcmd.run_cf_layers`): in integers, or in an MX format
-    against the contract's channel-first order; a layer's cycles must equal the cycle
-    model's (its engine part). Returns ``{"jobs", "ran", "phases" (phase ->
+    """Run ``count`` random layers (:func:`random_engine_layer`, from ``seed``) on the
+    engines' Verilog under Verilator, :data:`ENGINE_BATCH` a simulator run: forward and loss
+    on the channel-first engine (:func:`bpsa.sim.simcmd.run_cf_layers`), gradient on the
+    zero-free gradient engine (:func:`bpsa.sim.simcmd.run_zg_layers`); in integers, or in an
+    MX format against the contract's orders of those front ends; a layer's cycles must equal
+    the cycle model's (its engine part). Returns ``{"jobs", "ran", "phases" (phase ->
     count), "mismatches" (a list of ``{"job", "error"}``), "cycles", "seconds",
-    "layers_per_second", "cycles_per_second", "target": "cf_engine"}``."""
+    "layers_per_second", "cycles_per_second", "target": "engines"}``."""
     from tqdm import tqdm
 
-    from bpsa.gateware.frontends.channel_first.channel_first import check_config
-    from bpsa.sim.simcmd import run_cf_layers
+    from bpsa.sim.simcmd import run_cf_layers, run_zg_layers
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive number of layers, not {count!r}")
-    check_config(config)
+    phases = engine_phases(config)
     rng = np.random.default_rng(seed)
-    jobs = [random_engine_layer(config, rng) for _ in range(count)]
+    jobs = [random_engine_layer(config, rng, phases) for _ in range(count)]
     out = {"jobs": count, "ran": 0, "phases": {}, "refused": {}, "mismatches": [],
-           "cycles": 0, "target": "cf_engine"}
+           "cycles": 0, "target": "engines"}
     t0 = time.perf_counter()
-    batches = range(0, count, ENGINE_BATCH)
-    for b in tqdm(batches, unit="batch", disable=not progress, leave=False, dynamic_ncols=True):
-        part = jobs[b:b + ENGINE_BATCH]
-        res = run_cf_layers(config, [lay for _, lay in part], phases=[p for p, _ in part],
-                            seed=seed + b, progress=progress)
+    batches = []
+    for grad in (False, True):
+        mine = [job for job in jobs if (job[0] == "gradient") == grad]
+        batches += [(grad, mine[b:b + ENGINE_BATCH]) for b in range(0, len(mine), ENGINE_BATCH)]
+    for i, (grad, part) in enumerate(tqdm(batches, unit="batch", disable=not progress,
+                                          leave=False, dynamic_ncols=True)):
+        lays = [lay for _, lay in part]
+        res = (run_zg_layers(config, lays, seed=seed + i, progress=progress) if grad else
+               run_cf_layers(config, lays, phases=[p for p, _ in part], seed=seed + i,
+                             progress=progress))
         for (phase, layer), r in zip(part, res):
             out["ran"] += 1
             out["phases"][phase] = out["phases"].get(phase, 0) + 1
@@ -336,7 +369,7 @@ def fuzz_engine(config, count, *, seed=1, progress=False):
                                           "error": f"{r['cycles']} cycles, the cycle model "
                                                    f"{r['model_cycles']}"})
         if len(res) < len(part):
-            out["mismatches"].append({"job": {"batch": b}, "error": (
+            out["mismatches"].append({"job": {"batch": i}, "error": (
                 f"the simulation stopped after {len(res)} of {len(part)} layers")})
     out["seconds"] = time.perf_counter() - t0
     out["layers_per_second"] = out["ran"] / max(out["seconds"], 1e-9)

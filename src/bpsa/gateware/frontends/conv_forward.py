@@ -44,10 +44,14 @@ from bpsa.gateware.array.systolic import COUNTER_WIDTH, Dataflow, SystolicArray,
 from bpsa.config import require_config
 from bpsa.gateware.frontends.feeder.feeder import DataFeeder, addr_width, coord_width, ptr_width
 from bpsa.gateware.frontends.feeder.feeder import check_layer as feeder_check_layer
-from bpsa.gateware.frontends.zero_free.gradient import ZeroFreeGradientWalker, zf_gradient_layout
+from bpsa.gateware.frontends.zero_free.gradient import (
+    ZeroFreeGradientWalker,
+    drain_offsets,
+    zf_gradient_layout,
+)
 from bpsa.gateware.frontends.zero_free.loss import TAG_SLOTS, ZeroFreeLossWalker, zf_loss_layout
 from bpsa.gateware.common.skid import SkidBuffer
-from bpsa.gateware.frontends.drain import y_layout, zg_layout
+from bpsa.gateware.frontends.drain import context_spacing, y_layout, zg_layout
 
 __all__ = [
     "CONV_FIELDS", "COUNTERS", "conv_layer_layout", "weight_layout",
@@ -504,7 +508,7 @@ class ConvForward(wiring.Component):
         il = Signal()
         # cycles since a_last was presented, up to the array's context gap (2R; 2R + 5 in
         # floating point)
-        gap = Signal(range(G + 1), init=G)
+        gap, may_end = context_spacing(m, iv & il, G)
         allow = Signal()
         take = Signal()
         src_valid, src_last = Signal(), Signal()
@@ -516,7 +520,7 @@ class ConvForward(wiring.Component):
             self._walker_feeds(m, s, src_valid, src_last, src_a, src_b)
         walker_mode = s.zmode | s.lmode
         m.d.comb += [
-            allow.eq(~src_last | (~(iv & il) & (gap >= G - 1))),
+            allow.eq(~src_last | may_end),
             take.eq((state == ConvState.RUN) & src_valid & allow),
             fv.ready.eq(take & ~walker_mode), bv.ready.eq(take & ~walker_mode),
         ]
@@ -525,10 +529,6 @@ class ConvForward(wiring.Component):
         m.d.sync += [iv.eq(take), il.eq(take & src_last)]
         with m.If(take):
             m.d.sync += [a_r.eq(src_a), b_r.eq(src_b)]
-        with m.If(iv & il):
-            m.d.sync += gap.eq(1)
-        with m.Elif(gap != G):
-            m.d.sync += gap.eq(gap + 1)
         m.d.comb += [arr.a_data.eq(a_r), arr.a_valid.eq(iv), arr.a_last.eq(il),
                      arr.b_valid.eq(iv)]
         for j in range(C):
@@ -597,39 +597,18 @@ class ConvForward(wiring.Component):
         s.drained_all = drained_all
 
     def _zf_gradient_drain(self, m, s):
-        """Zero-free gradient drain: the P offset of every drained row. The drained row
-        ``row`` of channel group ``dg`` and tap ``dtap`` goes to P word (dg + row) R S + dtap
-        = ``tbase`` + ``rowoff[row]``: by additions, no product on the drain (``rowoff[i]`` =
-        i R S builds up by one addition a cycle after the run's start, long before its first
-        drain). Sets ``s.zl``, ``s.dtap``, ``s.tbase``, ``s.gbase``, ``s.crem`` and
-        ``s.zdrained_all``."""
-        cfg, dim, arr, zmode = self.config, s.dim, s.arr, s.zmode
-        R = cfg.rows
-        zl = Signal(zf_gradient_layout(cfg))
-        zw = 2 * (dim + 2)
-        zrs = Signal(zw)                  # R S of the run (registered from zl)
-        dtap = Signal(zw)
-        tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # dg R S + dtap; dg R S
-        crem = Signal(signed(dim + 3))    # channels - dg: the group's rows with a channel
-        rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
-            Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
-        m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
-        m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
-        zdrained_all = Signal()
+        """Zero-free gradient drain: the P offset of every drained row
+        (:func:`~bpsa.gateware.frontends.zero_free.gradient.drain_offsets`; ``s.zload`` loads
+        the run). Sets ``s.zload`` and ``s.zdrained_all``."""
+        arr, zmode = s.arr, s.zmode
+        zload = Signal()
+        addr, keep, zdrained_all = drain_offsets(
+            m, self.config, zload, self.zg_layer, arr.drain_valid & zmode & (arr.drain_row == 0),
+            1, arr.drain_row)
         zg = self.zg
-        m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & (crem > arr.drain_row)),
-                     zg.payload.data.eq(arr.drain_data),
-                     zg.payload.addr.eq(tbase + Array(rowoff[:R])[arr.drain_row])]
-        with m.If(arr.drain_valid & zmode & (arr.drain_row == 0)):
-            with m.If(dtap + 1 == zrs):
-                m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]),
-                             gbase.eq(gbase + rowoff[R]), crem.eq(crem - R)]
-                with m.If(crem <= R):
-                    m.d.sync += zdrained_all.eq(1)
-            with m.Else():
-                m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
-        s.zl, s.dtap, s.tbase, s.gbase, s.crem = zl, dtap, tbase, gbase, crem
-        s.zdrained_all = zdrained_all
+        m.d.comb += [zg.valid.eq(arr.drain_valid & zmode & keep),
+                     zg.payload.data.eq(arr.drain_data), zg.payload.addr.eq(addr)]
+        s.zload, s.zdrained_all = zload, zdrained_all
 
     def _zf_loss_drain(self, m, s):
         """Zero-free loss drain: the walker's tags give each drained row's P offset; the
@@ -757,10 +736,9 @@ class ConvForward(wiring.Component):
         if self.has_zf:
             with m.Elif(self.zg_start):
                 zlay = self.zg_layer
-                m.d.comb += [s.zf.start.eq(1), s.zf.layer.eq(zlay), s.arr.clear.eq(1)]
-                m.d.sync += [s.zl.eq(zlay), s.dtap.eq(0), s.tbase.eq(0), s.gbase.eq(0),
-                             s.crem.eq(zlay.channels), s.zdrained_all.eq(0),
-                             err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
+                m.d.comb += [s.zf.start.eq(1), s.zf.layer.eq(zlay), s.arr.clear.eq(1),
+                             s.zload.eq(1)]
+                m.d.sync += [err.eq(0), done.eq(0), fused.eq(0), zmode.eq(1),
                              lmode.eq(0),
                              s.prime.eq(0), s.gap.eq(s.G), state.eq(ConvState.PRIME)]
                 m.d.sync += [cnt[name].eq(0) for name in incs]

@@ -23,9 +23,24 @@ Order
     Contexts ``g`` (row groups of the block's ``channels`` channels), then ``r``, then ``q``;
     within a context ``oh`` then ``ow``. ``last`` marks a context's last vector. ``G R S``
     contexts, ``out_height out_width`` vectors each, one a cycle while ``feed`` is ready.
+
+MX (``arithmetic`` an OCP MX format; ``docs/architecture/mx.md``, "The zero-free walker's
+order")
+    X is quantized along W in each row and dY along OW in each row, and each buffer row is
+    its pixels' words followed by the row's scale words (``ceil(width / 32)`` after an X row,
+    lane ``l`` the scale of channel ``l``; ``ceil(out_width / 32)`` after a dY row): X word
+    ``x_base + y P + x`` with the pitch ``P = width + ceil(width / 32)``, dY word ``dy_base +
+    oh P' + ow`` with ``P' = out_width + ceil(out_width / 32)``. A context is cut into the
+    *segments* of :func:`bpsa.models.mx.walker_segments` (at a row's end, a dY block's end
+    and where the next position's X block differs), each an output-stationary context of its
+    own (``last``; ``end`` on a tap's last), and each is preceded by one ``scale`` beat (a
+    cycle of both read ports) carrying its blocks' scale codes: its X block's in ``a`` (zeros
+    when its X row is in the padding) and its dY block's in ``b`` (zeros then too).
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from types import SimpleNamespace
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
@@ -35,7 +50,7 @@ from bpsa.config import require_config
 from bpsa.gateware.array.arith import arith_for
 
 __all__ = ["ZF_FIELDS", "ZeroFreeGradientWalker", "cursor_layout", "cursor_origin", "cursor_step",
-           "ends_layout", "ends_next", "ends_of", "feed_layout", "product_layout",
+           "drain_offsets", "ends_layout", "ends_next", "ends_of", "feed_layout", "product_layout",
            "product_values", "step_layout", "step_values", "zf_gradient_layout"]
 
 #: Fields of the walker's run descriptor (:func:`zf_gradient_layout`).
@@ -58,10 +73,15 @@ def zf_gradient_layout(config):
 
 def feed_layout(config):
     """One vector for the array: ``a`` (``rows`` operands), ``b`` (``cols`` operands), ``last``
-    (the context's last)."""
+    (the context's last). MX: ``last`` ends a segment, ``end`` the context (a tap's last
+    segment), and a beat with ``scale`` is no vector but the next segment's scale codes
+    (``a``: X's, one a row; ``b``: dY's, one a column)."""
     op = arith_for(config).operand_shape
-    return data.StructLayout({"a": data.ArrayLayout(op, config.rows),
-                              "b": data.ArrayLayout(op, config.cols), "last": unsigned(1)})
+    fields = {"a": data.ArrayLayout(op, config.rows), "b": data.ArrayLayout(op, config.cols),
+              "last": unsigned(1)}
+    if config.is_mx:
+        fields.update(scale=unsigned(1), end=unsigned(1))
+    return data.StructLayout(fields)
 
 
 class ZeroFreeGradientWalker(wiring.Component):
@@ -109,6 +129,7 @@ class ZeroFreeGradientWalker(wiring.Component):
         dim = cfg.dim_width + 2
         xa, da = ceil_log2(cfg.buf_a_depth), ceil_log2(cfg.buf_b_depth)
         lay = Signal(zf_gradient_layout(cfg))
+        pitch = Signal(dim + 1)               # X's row pitch (MX: the scale words after)
         prod = Signal(product_layout(cfg))    # the run's products (first set-up cycle)
         steps = Signal(step_layout(cfg))      # products and limits fixed for the run
         cur = Signal(cursor_layout(cfg))
@@ -141,6 +162,8 @@ class ZeroFreeGradientWalker(wiring.Component):
             self.feed.valid.eq(valid), self.feed.p.last.eq(last),
             self.feed.p.b.eq(self.dy_mem.data),
         ]
+        move = Signal()                       # the cursor moves on (MX: not for a scale beat)
+        m.d.comb += move.eq(running & adv)
         # row i of group g: lane g rows + i of the X word (zero past the word or outside the
         # band)
         for i in range(R):
@@ -165,12 +188,19 @@ class ZeroFreeGradientWalker(wiring.Component):
                 i_last.eq(ends.ow & ends.oh),
                 i_g.eq(g_idx),
             ]
+        if cfg.is_mx:
+            self._mx_segments(m, SimpleNamespace(
+                lay=lay, cur=cur, nxt=nxt, ends=ends, adv=adv, move=move, fetch=fetch,
+                running=running, setup2=setup2, valid=valid, inb_r=inb_r, pitch=pitch,
+                i_inb=i_inb, i_xa=i_xa, i_da=i_da, i_last=i_last, xa=xa, da=da))
 
         with m.If(self.start & ~self.busy):
             m.d.sync += [lay.eq(self.layer), setup.eq(1)]
+            width = self.layer.width
+            m.d.sync += pitch.eq(width + ((width + 31) >> 5) if cfg.is_mx else width)
         with m.Elif(setup):                   # the products, from registers to registers
             m.d.sync += [setup.eq(0), setup2.eq(1)]
-            m.d.sync += product_values(lay, prod)
+            m.d.sync += product_values(lay, prod, pitch)
         with m.Elif(setup2):
             zero = ((lay.channels == 0) | (lay.out_height == 0) | (lay.out_width == 0)
                     | (lay.kernel_h == 0) | (lay.kernel_w == 0))
@@ -180,7 +210,7 @@ class ZeroFreeGradientWalker(wiring.Component):
             m.d.sync += cursor_origin(lay, cur, prod)
             m.d.sync += [ends.ow.eq(lay.out_width == 1), ends.oh.eq(lay.out_height == 1),
                          ends.q.eq(lay.kernel_w == 1), ends.r.eq(lay.kernel_h == 1)]
-        with m.Elif(running & adv):
+        with m.Elif(move):
             m.d.sync += cur.eq(nxt)
             m.d.sync += ends.eq(ends_next(steps, cur, ends))
             with m.If(wrapped):               # the group's last vector: next row group
@@ -189,6 +219,50 @@ class ZeroFreeGradientWalker(wiring.Component):
                 with m.Else():
                     m.d.sync += running.eq(0)
         return m
+
+    def _mx_segments(self, m, s):
+        """MX: the cuts into segments and the scale beats (the module docstring). ``s``: the
+        walker's signals; ``move`` is narrowed to the vectors' cycles, and the item of a
+        scale beat overrides the vector's."""
+        lay, cur, ends = s.lay, s.cur, s.ends
+        dim = self.config.dim_width + 2
+        need = Signal()                       # the next item is a segment's scale beat
+        dyr = Signal(2 * dim)                 # the dY row's first word (from dy_base)
+        pd = Signal(dim + 1)                  # dY's row pitch
+        lastb = Signal(dim)                   # the last X block of a row
+        xbw = Signal(s.xa + 2)                # x_base + width: a row's scale words
+        dbw = Signal(s.da + 2)                # dy_base + out_width
+        i_scale, i_end, scale_r, end_r = Signal(), Signal(), Signal(), Signal()
+        with m.If(s.setup2):
+            ow = lay.out_width
+            m.d.sync += [need.eq(1), dyr.eq(0), pd.eq(ow + ((ow + 31) >> 5)),
+                         lastb.eq((lay.width - 1) >> 5), xbw.eq(lay.x_base + lay.width),
+                         dbw.eq(lay.dy_base + ow)]
+
+        def block(v):                         # the X block of column v, clamped into the row
+            return Mux(v < 0, 0, Mux(v >= lay.width, lastb, v[5:dim + 2]))
+        seg_end = Signal()
+        m.d.comb += seg_end.eq(ends.ow | (cur.ow[:5] == 31)
+                               | (block(cur.xc) != block(cur.xc + lay.stride_w)))
+        m.d.comb += s.move.eq(s.running & s.adv & ~need)
+        with m.If(ends.ow & ~ends.oh):        # the next dY row: past this row's scale words
+            m.d.comb += s.nxt.dyi.eq(dyr + pd)
+        with m.If(s.running & s.adv):
+            m.d.sync += need.eq(~need & seg_end)
+            with m.If(need):
+                m.d.sync += [i_scale.eq(1), i_end.eq(0), s.i_last.eq(0),
+                             s.i_inb.eq((cur.xr >= 0) & (cur.xr < lay.height)),
+                             s.i_xa.eq(xbw + cur.ra[:s.xa] + block(cur.xc)),
+                             s.i_da.eq(dbw + dyr + cur.ow[5:])]
+            with m.Else():
+                m.d.sync += [i_scale.eq(0), i_end.eq(ends.ow & ends.oh), s.i_last.eq(seg_end)]
+                with m.If(ends.ow):
+                    m.d.sync += dyr.eq(Mux(ends.oh, 0, dyr + pd))
+        with m.If(s.fetch):
+            m.d.sync += [scale_r.eq(i_scale), end_r.eq(i_end)]
+        m.d.comb += [self.feed.p.scale.eq(scale_r), self.feed.p.end.eq(end_r)]
+        with m.If(scale_r & ~s.inb_r):        # a segment in a padding row: zero scales
+            m.d.comb += self.feed.p.b.eq(0)
 
 
 def step_layout(config):
@@ -251,11 +325,13 @@ def product_layout(config):
     return data.StructLayout({"shw": sa, "dhw": sa, "ptw": sa})
 
 
-def product_values(lay, prod):
-    """Statements that set ``prod`` (:func:`product_layout`) for the run ``lay``."""
+def product_values(lay, prod, pitch=None):
+    """Statements that set ``prod`` (:func:`product_layout`) for the run ``lay``; ``pitch``
+    (X's row pitch in words) is ``lay.width`` unless given."""
     pt = lay.pad_top.as_signed()
-    return [prod.shw.eq(lay.stride_h * lay.width), prod.dhw.eq(lay.dil_h * lay.width),
-            prod.ptw.eq(pt * lay.width)]
+    pitch = lay.width if pitch is None else pitch
+    return [prod.shw.eq(lay.stride_h * pitch), prod.dhw.eq(lay.dil_h * pitch),
+            prod.ptw.eq(pt * pitch)]
 
 
 def step_values(lay, steps, prod=None):
@@ -316,3 +392,40 @@ def cursor_step(m, lay, steps, cur, nxt, ends=None):
                 m.d.comb += [nxt.r.eq(0), nxt.xr0.eq(-pt), nxt.xr.eq(-pt),
                              nxt.ra0.eq(steps.ptw), nxt.ra.eq(steps.ptw), wrapped.eq(1)]
     return wrapped
+
+
+def drain_offsets(m, config, load, layer, drained, tap_end, row):
+    """The P offsets of a run's drained rows (:func:`~bpsa.gateware.frontends.drain.zg_layout`):
+    the row ``row`` of row group ``g`` and tap ``t`` goes to P word ``(g rows + row) R S + t``
+    = ``tbase + rowoff[row]``, by additions (``rowoff[i] = i R S`` builds up by one addition a
+    cycle after the run's start, long before its first drain). ``load`` (high for one cycle at
+    a run's start, with ``layer``) resets the count; ``drained`` marks the cycle a context's
+    row 0 drains and ``tap_end`` whether that context is its tap's last (always, but for MX
+    segments). Returns ``(addr, keep, all_drained)``: ``row``'s offset, whether its channel
+    is in the block, and (registered) whether every context of the run has drained."""
+    R, dim = config.rows, config.dim_width
+    zl = Signal(zf_gradient_layout(config))
+    zw = 2 * (dim + 2)
+    zrs = Signal(zw)                  # R S of the run (registered from zl)
+    dtap = Signal(zw)
+    tbase, gbase = Signal(zw + dim + 2), Signal(zw + dim + 2)  # g R S + t; g R S
+    crem = Signal(signed(dim + 3))    # channels - g rows: the group's rows with a channel
+    rowoff = [Const(0, zw + ceil_log2(R + 1))] + [
+        Signal(zw + ceil_log2(R + 1), name=f"zg_rowoff{i}") for i in range(1, R + 1)]
+    all_drained = Signal()
+    m.d.sync += zrs.eq(zl.kernel_h * zl.kernel_w)
+    m.d.sync += [rowoff[i].eq(rowoff[i - 1] + zrs) for i in range(1, R + 1)]
+    with m.If(load):
+        m.d.sync += [zl.eq(layer), dtap.eq(0), tbase.eq(0), gbase.eq(0),
+                     crem.eq(layer.channels), all_drained.eq(0)]
+    with m.Elif(drained & tap_end):
+        with m.If(dtap + 1 == zrs):
+            m.d.sync += [dtap.eq(0), tbase.eq(gbase + rowoff[R]), gbase.eq(gbase + rowoff[R]),
+                         crem.eq(crem - R)]
+            with m.If(crem <= R):
+                m.d.sync += all_drained.eq(1)
+        with m.Else():
+            m.d.sync += [dtap.eq(dtap + 1), tbase.eq(tbase + 1)]
+    addr, keep = Signal(zw), Signal()
+    m.d.comb += [addr.eq(tbase + Array(rowoff[:R])[row]), keep.eq(crem > row)]
+    return addr, keep, all_drained
