@@ -233,17 +233,29 @@ class ZeroFreeGradientWalker(wiring.Component):
         xbw = Signal(s.xa + 2)                # x_base + width: a row's scale words
         dbw = Signal(s.da + 2)                # dy_base + out_width
         i_scale, i_end, scale_r, end_r = Signal(), Signal(), Signal(), Signal()
+        # the next position's X column in the row (cur.xc + stride_w), kept by additions
+        # beside the cursor: no adder before the block test
+        xcn, sdw = Signal(signed(dim + 3)), Signal(dim + 1)
         with m.If(s.setup2):
             ow = lay.out_width
             m.d.sync += [need.eq(1), dyr.eq(0), pd.eq(ow + ((ow + 31) >> 5)),
                          lastb.eq((lay.width - 1) >> 5), xbw.eq(lay.x_base + lay.width),
-                         dbw.eq(lay.dy_base + ow)]
+                         dbw.eq(lay.dy_base + ow), sdw.eq(lay.stride_w + lay.dil_w),
+                         xcn.eq(lay.stride_w - lay.pad_w.as_signed())]
+        with m.If(s.move):
+            with m.If(~ends.ow):
+                m.d.sync += xcn.eq(xcn + lay.stride_w)
+            with m.Elif(~ends.oh):
+                m.d.sync += xcn.eq(cur.xc0 + lay.stride_w)
+            with m.Elif(~ends.q):
+                m.d.sync += xcn.eq(cur.xc0 + sdw)
+            with m.Else():
+                m.d.sync += xcn.eq(lay.stride_w - lay.pad_w.as_signed())
 
         def block(v):                         # the X block of column v, clamped into the row
             return Mux(v < 0, 0, Mux(v >= lay.width, lastb, v[5:dim + 2]))
         seg_end = Signal()
-        m.d.comb += seg_end.eq(ends.ow | (cur.ow[:5] == 31)
-                               | (block(cur.xc) != block(cur.xc + lay.stride_w)))
+        m.d.comb += seg_end.eq(ends.ow | (cur.ow[:5] == 31) | (block(cur.xc) != block(xcn)))
         m.d.comb += s.move.eq(s.running & s.adv & ~need)
         with m.If(ends.ow & ~ends.oh):        # the next dY row: past this row's scale words
             m.d.comb += s.nxt.dyi.eq(dyr + pd)
