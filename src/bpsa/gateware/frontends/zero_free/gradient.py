@@ -252,8 +252,9 @@ class ZeroFreeGradientWalker(wiring.Component):
             with m.Else():
                 m.d.sync += xcn.eq(lay.stride_w - lay.pad_w.as_signed())
 
-        def block(v):                         # the X block of column v, clamped into the row
-            return Mux(v < 0, 0, Mux(v >= lay.width, lastb, v[5:dim + 2]))
+        def block(v):                         # the X block of column v, clamped into the row:
+            q = v >> 5                        # v < 0 gives q < 0, v >= width q >= lastb
+            return Mux(q < 0, 0, Mux(q > lastb, lastb, q[:dim]))
         seg_end = Signal()
         m.d.comb += seg_end.eq(ends.ow | (cur.ow[:5] == 31) | (block(cur.xc) != block(xcn)))
         m.d.comb += s.move.eq(s.running & s.adv & ~need)
