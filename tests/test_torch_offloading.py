@@ -160,8 +160,9 @@ def test_offload_is_bpsa_torch_offload_and_leaves_the_model_alone():
 @pytest.mark.parametrize("fmt, tol", [("mxint8", 0.02), ("mxfp8_e4m3", 0.25)])
 def test_mx_backend_follows_pytorch_and_the_golden_model(fmt, tol):
     """An MX configuration: the convolutions' outputs and every gradient are the MX golden
-    model's fp32 sums of the same tensors (bit for bit: the offload hands the phases the
-    right tensors and geometry), and within the 8-bit elements' rounding of plain PyTorch
+    model's fp32 sums of the same tensors in the front ends' orders (channel-first parts for
+    the forward and the loss, the zero-free walker's segments for the gradient; bit for bit:
+    the offload hands the phases the right tensors and geometry), and within the 8-bit elements' rounding of plain PyTorch
     float32 (a network without max pooling or ReLU, whose routing of gradients would turn a
     small difference into a different pixel); poolings and ReLUs stay in PyTorch, named."""
     from bpsa.models import mx
@@ -172,14 +173,15 @@ def test_mx_backend_follows_pytorch_and_the_golden_model(fmt, tol):
     assert off.offloaded == ["conv1", "conv2", "fc"] and set(off.kept) == {"relu", "pool",
                                                                          "avg", "gap"}
     w = net.conv1.weight.detach().numpy()
-    want = mx.conv_forward(x.numpy(), w, fmt, stride=2, padding=1).view(np.float32)
+    g = load_config(preset).rows          # the channel-first front end's parts
+    want = mx.conv_forward(x.numpy(), w, fmt, stride=2, padding=1, part=g).view(np.float32)
     got = off.module.conv1(x) - net.conv1.bias.detach().view(1, -1, 1, 1)
     np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-6, atol=1e-6)
     dy = np.random.default_rng(3).standard_normal((4, 6, 8, 8)).astype(np.float32)
     for phase, args, ref in [
-            ("loss", (dy, w, (16, 16)), mx.conv_loss(dy, w, fmt, (16, 16), 2, 1)),
+            ("loss", (dy, w, (16, 16)), mx.conv_loss(dy, w, fmt, (16, 16), 2, 1, part=g)),
             ("gradient", (x.numpy(), dy, (3, 3)), mx.conv_gradient(x.numpy(), dy, fmt, (3, 3),
-                                                                   2, 1))]:
+                                                                   2, 1, walker=True))]:
         out = getattr(off.backend, phase)(*args, stride=(2, 2), padding=(1, 1),
                                           dilation=(1, 1))
         assert np.array_equal(out.view(np.uint32), ref), phase

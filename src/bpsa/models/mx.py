@@ -478,29 +478,72 @@ def walker_segments(out_width, width, stride_w, x0):
 
 
 def _gradient_by_segments(x, dy, fmt, kernel, geometry, scale_rule):
-    """:func:`conv_gradient` with ``walker=True``."""
+    """:func:`conv_gradient` with ``walker=True``: every segment's exact sums at once
+    (integers), then the folds in order, each over every output of the tap at once."""
     (s, p, d), (r_n, q_n) = geometry, kernel
+    f = mx_format(fmt)
     n, c, h, wd = x.shape
     _, k, oh, ow = dy.shape
     xc, xs = quantize(x, fmt, axis=3, scale_rule=scale_rule)
     gc, gs = quantize(dy, fmt, axis=3, scale_rule=scale_rule)
-    dw = np.zeros((k, c, r_n, q_n), np.uint32)
+    xi, xnan, xinf = element_ints(xc, f)
+    gi, gnan, ginf = element_ints(gc, f)
+    xz, gz = _zero_codes(xc, f), _zero_codes(gc, f)
+    wide = 2 * f.max_int.bit_length() + 6 > 62
+    if wide:
+        xi, gi = xi.astype(object), gi.astype(object)
+    taps = []                            # per tap (raster order): its folds
     for r in range(r_n):
+        rows = np.arange(oh) * s[0] + r * d[0] - p[0]
+        live = np.flatnonzero((rows >= 0) & (rows < h))      # dY rows whose X row exists
+        xr = rows[live]
         for q in range(q_n):
             x0 = q * d[1] - p[1]
             cols = np.arange(ow) * s[1] + x0
-            inside = (cols >= 0) & (cols < wd)
+            inside = ((cols >= 0) & (cols < wd))[None, None, None, :]
             cols = np.clip(cols, 0, wd - 1)
-            acc = np.zeros((k, c), np.uint32)
-            segments = walker_segments(ow, wd, s[1], x0)
-            for i in range(n):
-                for o in range(oh):
-                    xr = o * s[0] + r * d[0] - p[0]
-                    if not 0 <= xr < h:
-                        continue
-                    for a, b, xb in segments:
-                        xa = np.where(inside[a:b], xc[i, :, xr][:, cols[a:b]], 0)
-                        acc = matmul(gc[i, :, o, a:b], gs[i, :, o, a // MX_BLOCK, None],
-                                     xa.T, xs[i, None, :, xr, xb], fmt, acc=acc)
-            dw[:, :, r, q] = acc
+
+            def view(a, fill):           # n x c x rows x ow: X at the tap's positions
+                return np.where(inside, a[:, :, xr][:, :, :, cols], fill)
+            xv, xbad = view(xi, 0), view(xnan | xinf, False)
+            xnz = view(~xz, False)
+            g, gbad, gnz = gi[:, :, live], (gnan | ginf)[:, :, live], ~gz[:, :, live]
+            folds = []                   # per segment: (sums, exponents, bad), n x rows x k x c
+            for a, b, xb in walker_segments(ow, wd, s[1], x0):
+                sums = np.einsum("nkol,ncol->nokc", g[..., a:b], xv[..., a:b])
+                special = (np.einsum("nkol,ncol->nokc", gbad[..., a:b].astype(np.int64),
+                                     xnz[..., a:b].astype(np.int64))
+                           + np.einsum("nkol,ncol->nokc", gnz[..., a:b].astype(np.int64),
+                                       xbad[..., a:b].astype(np.int64))) > 0
+                gsc = gs[:, :, live, a // MX_BLOCK].astype(np.int64)        # n k rows
+                xsc = xs[:, :, xr, xb].astype(np.int64)                     # n c rows
+                e = (gsc.transpose(0, 2, 1)[..., None] + xsc.transpose(0, 2, 1)[:, :, None, :]
+                     - 2 * MX_SCALE_BIAS + 2 * f.quantum_exp)
+                bad = special | (gsc == MX_SCALE_NAN).transpose(0, 2, 1)[..., None] \
+                    | (xsc == MX_SCALE_NAN).transpose(0, 2, 1)[:, :, None, :]
+                folds.append((sums, e, bad))
+            # the tap's folds in order: dY rows in raster order, then segments
+            taps.append(tuple(np.stack([f[j] for f in folds], 2).reshape((-1, k, c))
+                              for j in range(3)) if folds and len(live) else None)
+    # every tap's folds side by side (a tap with fewer padded with folds that leave the
+    # accumulator: a zero sum), one fold of every output at a time
+    length = max((t[0].shape[0] for t in taps if t is not None), default=0)
+
+    def stacked(j, dtype):
+        out = np.zeros((len(taps), length, k, c), dtype)
+        for i, t in enumerate(taps):
+            if t is not None:
+                out[i, :t[0].shape[0]] = t[j]
+        return out
+    sums, e, bad = stacked(0, object if wide else np.int64), stacked(1, np.int64), \
+        stacked(2, bool)
+    acc = np.zeros((len(taps), k, c), np.uint32)
+    for j in range(length):
+        if wide:
+            acc = np.vectorize(lambda a, v, x, b: accumulate_block(int(a), int(v), int(x),
+                                                                   bool(b)),
+                               otypes=[np.uint32])(acc, sums[:, j], e[:, j], bad[:, j])
+        else:
+            acc = accumulate_blocks(acc, sums[:, j], e[:, j], bad[:, j])
+    dw = acc.reshape(r_n, q_n, k, c).transpose(2, 3, 0, 1)
     return dw

@@ -87,12 +87,14 @@ class IntegerModel:
 
 
 class MxModel:
-    """An MX configuration's convolutions in the golden model of the MX contract
-    (:func:`bpsa.models.mx.conv_forward`, :func:`~bpsa.models.mx.conv_loss`,
-    :func:`~bpsa.models.mx.conv_gradient`): float32 tensors in, quantized per phase with the
-    scale rule ``scale_rule`` (``"floor"``: OCP MX 6.3; ``"ceil"``: the scale rounded up),
-    the fp32 sums out as float32. The accelerator's MX path is not built yet, so this is the
-    only backend of an MX configuration."""
+    """An MX configuration's convolutions in the golden model of the MX contract, in the
+    orders of the front ends that run them in MX: the channel-first order for the forward
+    and the loss (:func:`bpsa.models.mx.conv_forward` and :func:`~bpsa.models.mx.conv_loss`
+    with ``part = min(rows, 32)``) and the zero-free walker's for the gradient
+    (:func:`~bpsa.models.mx.conv_gradient` with ``walker=True``): float32 tensors in,
+    quantized per phase with the scale rule ``scale_rule`` (``"floor"``: OCP MX 6.3;
+    ``"ceil"``: the scale rounded up), the fp32 sums out as float32. The accelerator's MX
+    path is not built yet, so this is the only backend of an MX configuration."""
 
     def __init__(self, config, scale_rule="floor"):
         from bpsa.spec.numeric import MX_SCALE_RULES
@@ -103,6 +105,7 @@ class MxModel:
             raise ValueError(f"mx_scale_rule must be one of {', '.join(MX_SCALE_RULES)}, not "
                              f"{scale_rule!r}")
         self.config, self.scale_rule = config, scale_rule
+        self.part = min(config.rows, 32)         # the channel-first front end's parts
         self.counters = {}
 
     @staticmethod
@@ -112,18 +115,20 @@ class MxModel:
     def forward(self, x, w, stride=1, padding=0, dilation=1):
         from bpsa.models import mx
         return self._f32(mx.conv_forward(x, w, self.config.arithmetic, stride, padding,
-                                         dilation, scale_rule=self.scale_rule))
+                                         dilation, scale_rule=self.scale_rule,
+                                         part=self.part))
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
         from bpsa.models import mx
         return self._f32(mx.conv_loss(dy, w, self.config.arithmetic, tuple(input_hw), stride,
-                                      padding, dilation, scale_rule=self.scale_rule))
+                                      padding, dilation, scale_rule=self.scale_rule,
+                                      part=self.part))
 
     def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1):
         from bpsa.models import mx
         return self._f32(mx.conv_gradient(x, dy, self.config.arithmetic, tuple(kernel_hw),
                                           stride, padding, dilation,
-                                          scale_rule=self.scale_rule))
+                                          scale_rule=self.scale_rule, walker=True))
 
 
 class QuantizedBackend:
