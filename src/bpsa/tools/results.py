@@ -440,8 +440,11 @@ def render_training(train_dir=RESULTS / "training", out=RESULTS / "training.md",
             "difference in points from the PyTorch float32 run trained beside it (the float32 "
             "column lists those runs' accuracies; two values mean the runs were made at commits "
             "whose float32 runs differ). MX runs are the golden model of the MX "
-            "contract (`docs/architecture/mx.md`; the scale rule in brackets); `int` is the "
-            "integer configuration's power-of-two scaling.", "", format_table(train_dir)]
+            "contract (`docs/architecture/mx.md`; the scale rule in brackets) in the orders "
+            "of the MX engines (runs stamped from commit 9936231 on: the channel-first "
+            "order for the forward and the loss, the zero-free walker's for the gradient); "
+            "`int` is the integer configuration's power-of-two scaling.", "",
+            format_table(train_dir)]
     write_page(out, "Training curves", command, "\n".join(body))
     return rows
 
