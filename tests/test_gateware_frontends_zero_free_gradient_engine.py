@@ -101,13 +101,13 @@ def test_engine_equals_golden(cfg, index):
     assert [c for c, _ in cycles] == [m for _, m in cycles]
 
 
+@pytest.mark.long           # a Verilator build each (make test keeps under its budget)
 @pytest.mark.cocotb
-@pytest.mark.parametrize("preset", ["small_mxint8",
-                                    pytest.param("small_mxfp8", marks=pytest.mark.long),
-                                    pytest.param("small", marks=pytest.mark.long)])
+@pytest.mark.parametrize("preset", ["small_mxint8", "small_mxfp8", "small"])
 def test_engine_verilog_equals_golden(preset):
     """The engine's Verilog (top ``zg_engine``) under Verilator (``tb_zf_gradient``): dW of
-    random layers equals the golden model's and each layer's cycles the cycle model's."""
+    random layers equals the golden model's and each layer's cycles the cycle model's
+    (make test-long; ``bpsa fuzz`` in MX runs it on random gradient layers)."""
     from bpsa.config import load_config
     from bpsa.sim.simcmd import run_zg_layers
     layers = [parse_layer(t) for t in ("N=2,C=5,H=3,W=40,K=6,R=3,pad=1",
