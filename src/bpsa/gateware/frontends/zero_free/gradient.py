@@ -24,9 +24,8 @@ Order
     within a context ``oh`` then ``ow``. ``last`` marks a context's last vector. ``G R S``
     contexts, ``out_height out_width`` vectors each, one a cycle while ``feed`` is ready.
 
-MX (``arithmetic`` an OCP MX format; ``docs/architecture/mx.md``, "The zero-free walker's
-order")
-    X is quantized along W in each row and dY along OW in each row, and each buffer row is
+MX (``arithmetic`` an OCP MX format)
+    The contract's zero-free walker order (``docs/architecture/mx.md``). X is quantized along W in each row and dY along OW in each row, and each buffer row is
     its pixels' words followed by the row's scale words (``ceil(width / 32)`` after an X row,
     lane ``l`` the scale of channel ``l``; ``ceil(out_width / 32)`` after a dY row): X word
     ``x_base + y P + x`` with the pitch ``P = width + ceil(width / 32)``, dY word ``dy_base +
