@@ -126,3 +126,34 @@ def test_engine_specials_equal_golden(cfg):
     nan = np.uint32(0x7FC00000)
     assert (want == nan).any() and not (want == nan).all()
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("field", ["channels", "out_width", "kernel_h"])
+def test_engine_flags_a_zero_size(field):
+    """A descriptor with a zero size ends at once with ``error`` (no vector, no hang), and
+    the next run is right."""
+    cfg = CFG_MXINT8
+    layer = tb.check_layer(cfg, parse_layer("C=2,H=2,W=5,K=2,R=1"))
+    run = next(tb.runs(cfg, layer))
+    dut = ZeroFreeGradientEngine(cfg)
+    seen = []
+
+    async def bench(ctx):
+        for bad in (True, False):
+            ctx.set(dut.layer, {**tb.descriptor(layer, run), **({field: 0} if bad else {})})
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for cycle in range(200):
+                if ctx.get(dut.done):
+                    seen.append((bad, cycle, ctx.get(dut.error)))
+                    break
+                await ctx.tick()
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert [(bad, err) for bad, _, err in seen] == [(True, 1), (False, 0)]
+    assert seen[0][1] < 20

@@ -246,6 +246,7 @@ async def _run(dut, cfg, ops, run, desc):
             f = unpack_struct(lay, int(dut.zg__payload.value), arrays)
             out.append((f["addr"], f["data"], f.get("scale_row"), f.get("scale_cols")))
         done = int(dut.done.value)
+        assert not (done and int(dut.error.value)), f"error raised on {desc}"
         await RisingEdge(dut.clk)
         if done:
             return out, busy

@@ -63,9 +63,11 @@ class ZeroFreeGradientEngine(wiring.Component):
     layer : In(zf_gradient_layout(config))
         The run, taken at ``start`` when idle.
     start : In(1)
-    busy, done : Out(1)
+    busy, done, error : Out(1)
         ``busy`` from the cycle after ``start`` until ``done`` (one cycle, after the run's
-        last row has left on ``zg``).
+        last row has left on ``zg``); ``error`` with ``done`` when the run had no vector (a
+        zero size in the descriptor: channels, rows, columns or kernel), which ends at once
+        instead of waiting for a drain.
     x_write : Out(WritePort.Signature(addr_width=log2(buf_a_depth), shape=ArrayLayout(op, B)))
     dy_write : Out(WritePort.Signature(addr_width=log2(buf_b_depth), shape=ArrayLayout(op,
     cols)))
@@ -79,7 +81,7 @@ class ZeroFreeGradientEngine(wiring.Component):
         op = arith_for(config).operand_shape
         super().__init__({
             "layer": In(zf_gradient_layout(config)), "start": In(1),
-            "busy": Out(1), "done": Out(1),
+            "busy": Out(1), "done": Out(1), "error": Out(1),
             "x_write": Out(WritePort.Signature(
                 addr_width=ceil_log2(config.buf_a_depth),
                 shape=data.ArrayLayout(op, config.feeder_bus_width))),
@@ -139,6 +141,11 @@ class ZeroFreeGradientEngine(wiring.Component):
             feed.ready.eq(take),
         ]
         m.d.sync += [iv.eq(take & vector), il.eq(take & vector & feed.p.last)]
+        any_ctx = Signal()                    # a context entered the array this run
+        with m.If(load):
+            m.d.sync += any_ctx.eq(0)
+        with m.Elif(iv & il):
+            m.d.sync += any_ctx.eq(1)
         with m.If(take):
             m.d.sync += [a_r.eq(feed.p.a), b_r.eq(feed.p.b)]
         m.d.comb += [arr.a_data.eq(a_r), arr.a_valid.eq(iv), arr.a_last.eq(il),
@@ -151,8 +158,8 @@ class ZeroFreeGradientEngine(wiring.Component):
                                                 arr.drain_row)
         m.d.comb += [self.zg.valid.eq(arr.drain_valid & keep),
                      self.zg.payload.data.eq(arr.drain_data), self.zg.payload.addr.eq(addr)]
-        with m.If((state == _State.DRAIN) & all_drained):
-            m.d.comb += self.done.eq(1)
+        with m.If((state == _State.DRAIN) & (all_drained | ~any_ctx)):
+            m.d.comb += [self.done.eq(1), self.error.eq(~any_ctx)]
             m.d.sync += state.eq(_State.IDLE)
         m.d.comb += self.busy.eq(state != _State.IDLE)
         return m
