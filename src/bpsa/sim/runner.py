@@ -6,6 +6,7 @@ reused by later runs; a changed Verilog file triggers a rebuild. The build root 
 """
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -120,12 +121,16 @@ def sim_toplevel(top):
     return f"bpsa_{top}"
 
 
+@functools.cache
 def generator_digest():
     """A digest of everything the generated Verilog depends on besides the configuration: the
     generator's sources (``bpsa`` minus the host, verification and tool packages, plus the
     primitives' simulation models) and the
     versions of Amaranth and of the Yosys it writes Verilog with. Builds are cached by it, so
-    that a cached build costs no elaboration."""
+    that a cached build costs no elaboration. Read once a process: a process generates
+    Verilog from the modules it imported, so a source edited while it runs (a long sweep)
+    must not file that Verilog under the edited sources' digest, where later processes would
+    take it."""
     from importlib import metadata
 
     top = Path(__file__).resolve().parent.parent
