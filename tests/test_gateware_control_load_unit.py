@@ -3,6 +3,8 @@ skipped, invalidation, DMA errors, under random DMA back-pressure and latency.""
 
 import random
 
+import pytest
+
 from amaranth.sim import Simulator
 
 from bpsa.config import Config
@@ -14,10 +16,15 @@ CFG = Config(name="load", rows=2, cols=2, buf_a_depth=64, buf_b_depth=32, buf_po
              buf_cf_depth=256)
 HALF = {Cache.A: 32, Cache.B: 16, Cache.W: 16, Cache.POOL_X: 64, Cache.POOL_DY: 64,
         Cache.CF: 128}
+# MX: the channel-first X banks' scale bank has its own slice record
+CFG_MX = CFG.replace(name="load_mx", arithmetic="mxint8", operand_width=8, acc_width=21,
+                     backward_modes=["zero_free"])
+HALF_MX = {**HALF, Cache.CF_XS: 128}
 
 
-def test_loads_skips_and_errors():
-    dut = LoadUnit(CFG)
+@pytest.mark.parametrize("cfg, half", [(CFG, HALF), (CFG_MX, HALF_MX)], ids=["int", "mx"])
+def test_loads_skips_and_errors(cfg, half):
+    dut = LoadUnit(cfg)
     rng = random.Random(4)
     held = {}                 # (cache, bank) -> (addr, length): what each bank holds
     stats = {"hits": 0, "commands": 0, "errors": 0}
@@ -30,7 +37,7 @@ def test_loads_skips_and_errors():
                 await ctx.tick()
                 ctx.set(dut.invalidate, 0)
                 held.clear()
-            cache, bank = rng.choice(list(Cache)), rng.randrange(2)
+            cache, bank = rng.choice(list(half)), rng.randrange(2)
             addr = rng.choice([0x100, 0x200, 0x300])
             count, run_len, stride = rng.randint(1, 3), rng.randint(1, 5), rng.choice([8, 64])
             lanes = rng.choice([1, 1, 4])       # several lanes a word: runs every run_words
@@ -55,7 +62,7 @@ def test_loads_skips_and_errors():
             # the pooling buffer's dY slice also names its offset (it follows X's)
             key = (addr, length, offset) if cache == Cache.POOL_DY else (addr, length)
             hit = held.get((cache, bank)) == key
-            want = [(addr + j * stride, bank * HALF[cache] + offset + j * run_words, run_len)
+            want = [(addr + j * stride, bank * half[cache] + offset + j * run_words, run_len)
                     for j in range(count)]
             fail_at = rng.randrange(count) if rng.random() < 0.1 else None
             got = []

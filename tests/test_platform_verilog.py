@@ -29,7 +29,7 @@ def test_write_verilog_writes_config_json(tmp_path):
     data = json.loads((tmp_path / "pe.json").read_text())
     assert data["config"] == cfg.to_dict() and (data["top"], data["module"]) == ("pe", "pe")
     from bpsa.spec.regmap import MAP_VERSION
-    assert data["register_map_version"] == "%d.%d" % MAP_VERSION == "3.0"
+    assert data["register_map_version"] == "%d.%d" % MAP_VERSION == "3.1"
     assert data["generator_version"]
 
 

@@ -43,6 +43,7 @@ MX_WIDTHS = {"mxint8": (8, 21), "mxfp8_e4m3": (8, 43)}
 
 #: The tops built in an MX format so far; every other top refuses an MX configuration.
 MX_TOP_NAMES = ("pe", "array", "mx_accumulate", "psum_buffer", "channel_first", "cf_engine",
+                "accelerator", "requantizer",
                 "zf_gradient", "zg_engine")
 
 #: The floating-point arithmetics and what they fix: operand bits, accumulator bits.
@@ -370,6 +371,14 @@ class Config:
             raise ConfigError(f"arithmetic {self.arithmetic!r} is not built in the {block} yet; "
                               f"MX builds the tops {', '.join(MX_TOP_NAMES)} so far (bpsa "
                               f"verilog, bpsa synth; docs/architecture/mx.md)")
+
+    @property
+    def result_width(self):
+        """Bits of one stored result element (a lane of a P word, what a store moves):
+        ``acc_width`` for the integer (the wrapping sum) and floating-point (the fp32 sum)
+        arithmetics; 32 in MX, where a result is the fp32 sum of the blocks folded into it
+        (``acc_width`` is a block's exact sum, what the array drains)."""
+        return 32 if self.is_mx else self.acc_width
 
     @property
     def os_partials(self):

@@ -185,9 +185,35 @@ from bpsa.gateware.control.fetch import Fetch
 from bpsa.gateware.control.step_scheduler import StepScheduler
 from bpsa.spec import regmap
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_ENGINE
+from bpsa.spec.numeric import MX_BLOCK
 
-__all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE"]
+__all__ = ["AccelError", "Accelerator", "ERROR_DMA_BUS", "ERROR_ENGINE", "check_mx"]
 
+
+
+def check_mx(config):
+    """``config`` when the accelerator's MX build can be generated for it, else
+    :exc:`ValueError` naming the parameter. In MX the accelerator holds the front ends built in
+    MX: the channel-first front end (the forward, and the loss as its stride classes) and the
+    zero-free gradient walker with its buffers
+    (:class:`~bpsa.gateware.frontends.zero_free.gradient_engine.ZeroFreeGradientEngine`)
+    around the one array, and P's MX mode; the data feeder, the
+    zero-free loss walker, the BP-im2col front end and the pooling unit are not generated (the
+    planner refuses their modes, :data:`bpsa.plan.capability.MX_MODES`; pooling runs on the
+    host). A run's channels lie in one 32-channel block: ``rows`` divides 32."""
+    if not config.has_frontend("channel_first"):
+        raise ValueError(f"forward_frontends must include 'channel_first' for the accelerator "
+                         f"in {config.arithmetic!r} (its forward and loss front end), not "
+                         f"{list(config.forward_frontends)!r}")
+    if not config.has_mode("zero_free"):
+        raise ValueError(f"backward_modes must include 'zero_free' for the accelerator in "
+                         f"{config.arithmetic!r} (its gradient front end), not "
+                         f"{list(config.backward_modes)!r}")
+    if MX_BLOCK % config.rows:
+        raise ValueError(f"rows must divide {MX_BLOCK} for the accelerator in "
+                         f"{config.arithmetic!r} (a channel-first run's channels lie in one "
+                         f"block), not {config.rows}")
+    return config
 
 
 class Accelerator(CheckedComponent):
@@ -209,13 +235,16 @@ class Accelerator(CheckedComponent):
             raise ValueError(f"Accelerator needs the 'os' dataflow (forward) or the 'is' "
                              f"dataflow (loss, gradient), not dataflows "
                              f"{list(config.dataflows)!r}")
+        if config.is_mx:
+            check_mx(config)
 
     def __init__(self, config):
         self.config = config
-        self.has_forward = config.has("os") and config.reserve_registers
-        self.has_backward = config.has_mode("bp_im2col")
+        mx = config.is_mx                 # MX: the front ends built in MX only (check_mx)
+        self.has_forward = config.has("os") and config.reserve_registers and not mx
+        self.has_backward = config.has_mode("bp_im2col") and not mx
         self.has_zf = config.has_mode("zero_free")
-        self.has_pool = config.has_pool()
+        self.has_pool = config.has_pool() and not mx
         super().__init__({
             "axil": In(axi_lite_signature(ADDR_WIDTH)),
             "mem": Out(axi4_signature(data_width=config.dma_data_width)),
@@ -251,12 +280,17 @@ class Accelerator(CheckedComponent):
         if self.has_backward:
             from bpsa.gateware.frontends.bp_im2col.conv_backward import ConvBackward
             bwd = m.submodules.backward = ConvBackward(cfg, shared_array=True)
+        zge = None                        # MX: the zero-free gradient's own engine and buffers
+        if cfg.is_mx:
+            from bpsa.gateware.frontends.zero_free.gradient_engine import ZeroFreeGradientEngine
+            zge = m.submodules.zf_gradient = ZeroFreeGradientEngine(cfg, shared_array=True,
+                                                                     cf_w=True)
         # the one array: the engines are front ends that take turns driving it
         array = None
-        if fwd is not None or bwd is not None:
+        if fwd is not None or bwd is not None or zge is not None:
             array = m.submodules.array = SystolicArray(cfg)
         cf = None
-        if cfg.has_frontend("channel_first") and fwd is not None:
+        if cfg.has_frontend("channel_first") and (fwd is not None or zge is not None):
             from bpsa.gateware.frontends.channel_first.channel_first import ChannelFirst
             cf = m.submodules.channel_first = ChannelFirst(cfg)
         pool = None
@@ -274,7 +308,8 @@ class Accelerator(CheckedComponent):
         # the parts, for the methods that connect them (``bank``: the buffer half of the next
         # run, the step scheduler's)
         h = SimpleNamespace(m=m, cfg=cfg, rf=rf, dma=dma, fetch=fetch, ctrl=ctrl, d=d,
-                            plan=plan, fwd=fwd, bwd=bwd, cf=cf, pool=pool, array=array,
+                            plan=plan, fwd=fwd, bwd=bwd, cf=cf, pool=pool, array=array, zge=zge,
+                            wbuf=fwd if fwd is not None else zge,
                             pbuf=pbuf, sched=sched, load=load, counters=counters,
                             requant=requant, run=ctrl.run, geo=ctrl.geometry, bank=sched.bank,
                             busy=busy, done=done, err=err)
@@ -294,14 +329,17 @@ class Accelerator(CheckedComponent):
             h.m, h.cfg, h.d, h.plan, h.fwd, h.bwd, h.cf, h.pool, h.pbuf, h.sched, h.geo
         )
         fres = None
+        zge = h.zge
         has_fc = bwd is not None and cfg.has("interleaved")
         p_row, row_base, kt_rows = geo.p_row, geo.row_base, geo.kt_rows
         fc_o0, fc_dw_p0 = geo.fc_o0, geo.fc_dw_p0
         results = []
-        if fwd is not None:
+        if fwd is not None or cf is not None:
             fres = m.submodules.forward_results = ForwardResults(cfg)
             if cf is None:
                 wiring.connect(m, fwd.y, fres.y)
+            elif fwd is None:     # MX: the channel-first front end is the forward's
+                wiring.connect(m, cf.y, fres.y)
             else:                 # one forward front end runs at a time
                 m.d.comb += [fres.y.valid.eq(fwd.y.valid | cf.y.valid),
                              fres.y.payload.eq(Mux(cf.y.valid, cf.y.payload, fwd.y.payload))]
@@ -309,10 +347,11 @@ class Accelerator(CheckedComponent):
             results.append(fres.acc)
         if self.has_zf:
             zres = m.submodules.zf_gradient_results = ZeroFreeResults(cfg)
-            wiring.connect(m, fwd.zg, zres.zg)
-            m.d.comb += [zres.start.eq(fwd.zg_start), zres.row_base.eq(row_base),
-                         zres.p_row.eq(p_row)]
+            wiring.connect(m, (h.wbuf.zg), zres.zg)
+            m.d.comb += [zres.start.eq(fwd.zg_start if fwd is not None else zge.start),
+                         zres.row_base.eq(row_base), zres.p_row.eq(p_row)]
             results.append(zres.acc)
+        if self.has_zf and fwd is not None:
             lres = m.submodules.zf_loss_results = ZeroFreeResults(cfg)
             wiring.connect(m, fwd.zl, lres.zg)
             m.d.comb += [lres.start.eq(fwd.zl_start), lres.row_base.eq(row_base),
@@ -393,11 +432,13 @@ class Accelerator(CheckedComponent):
         target = load.target
         buf_en = Signal()                # a buffer write of a load (not of a fetch)
         m.d.comb += buf_en.eq(bw.en & ~fetch.fetching)
-        if fwd is not None:
-            m.d.comb += [fwd.x_write.addr.eq(bw.addr), fwd.x_write.data.eq(bw.data),
-                         fwd.x_write.en.eq(buf_en & (target == Target.FWD_X)),
-                         fwd.w_write.addr.eq(bw.addr), fwd.w_write.data.eq(bw.data),
-                         fwd.w_write.en.eq(buf_en & (target == Target.FWD_W))]
+        if h.wbuf is not None:            # the forward engine's buffers (MX: the gradient's)
+            xw = h.wbuf.x_write
+            ww = fwd.w_write if fwd is not None else h.zge.dy_write
+            m.d.comb += [xw.addr.eq(bw.addr), xw.data.eq(bw.data),
+                         xw.en.eq(buf_en & (target == Target.FWD_X)),
+                         ww.addr.eq(bw.addr), ww.data.eq(bw.data),
+                         ww.en.eq(buf_en & (target == Target.FWD_W))]
         if bwd is not None:
             m.d.comb += [bwd.a_write.addr.eq(bw.addr), bwd.a_write.data.eq(bw.data),
                          bwd.a_write.en.eq(buf_en & (target == Target.BWD_A)),
@@ -407,6 +448,9 @@ class Accelerator(CheckedComponent):
             m.d.comb += [cf.x_write.addr.eq(bw.addr),
                          cf.x_write.data.eq(bw.data[:cfg.rows * cfg.operand_width]),
                          cf.x_write.en.eq(buf_en & (target == Target.CF_X))]
+            if cfg.is_mx:                 # X's scale codes: a byte a pixel
+                m.d.comb += [cf.xs_write.addr.eq(bw.addr), cf.xs_write.data.eq(bw.data[:8]),
+                             cf.xs_write.en.eq(buf_en & (target == Target.CF_XS))]
         if pool is not None:
             m.d.comb += [pool.write.addr.eq(bw.addr),
                          pool.write.data.eq(bw.data[:cfg.pool_lanes * cfg.operand_width]),
@@ -414,7 +458,7 @@ class Accelerator(CheckedComponent):
         m.d.comb += [requant.word.eq(pbuf.read_data), requant.enable.eq(d.requant),
                      requant.shift.eq(d.out_shift), sched.requant.eq(d.requant)]
         to_a = ((target == Target.FWD_X) | (target == Target.BWD_A) | (target == Target.POOL)
-                | (target == Target.CF_X))
+                | (target == Target.CF_X) | (target == Target.CF_XS))
         m.d.comb += [counters.clear.eq(rf.clear), counters.busy.eq(busy),
                      counters.dma_busy.eq(dma.busy),
                      counters.a_write.eq(buf_en & to_a), counters.b_write.eq(buf_en & ~to_a),
@@ -492,7 +536,7 @@ class Accelerator(CheckedComponent):
             m.d.comb += [is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE)),
                          is_zl.eq((phase == Phase.LOSS) & (d.mode == regmap.Mode.ZERO_FREE))]
 
-        if fwd is not None:
+        if fres is not None:
             m.d.comb += fres.start.eq(sched.eng_start & is_fwd)
         is_cf = Signal()                 # a channel-first forward: its front end drives the array
         if cf is not None:
@@ -508,8 +552,8 @@ class Accelerator(CheckedComponent):
                          cr.x_base.eq(run.xbank * (cfg.buf_cf_depth // 2) + run.x_off),
                          cr.w_base.eq(bank * (cfg.buf_b_depth // 2)),
                          cf.start.eq(sched.eng_start & is_cf),
-                         fwd.cfw_sel.eq(is_cf), fwd.cfw_addr.eq(cf.w_addr),
-                         fwd.cfw_en.eq(cf.w_en), cf.w_data.eq(fwd.cfw_data)]
+                         h.wbuf.cfw_sel.eq(is_cf), h.wbuf.cfw_addr.eq(cf.w_addr),
+                         h.wbuf.cfw_en.eq(cf.w_en), cf.w_data.eq(h.wbuf.cfw_data)]
 
         return SimpleNamespace(is_fwd=is_fwd, is_grad=is_grad, is_fc=is_fc, is_zg=is_zg,
                                is_zl=is_zl,
@@ -551,7 +595,7 @@ class Accelerator(CheckedComponent):
                          bl.base_b.eq(bank * (cfg.buf_b_depth // 2))]
 
         if self.has_zf:
-            zl = fwd.zg_layer
+            zl = fwd.zg_layer if fwd is not None else h.zge.layer
             m.d.comb += [zl.channels.eq(run.channels), zl.width.eq(d.w),
                          zl.height.eq(run.height), zl.out_height.eq(run.out_height),
                          zl.out_width.eq(plan.ow), zl.kernel_h.eq(d.r), zl.kernel_w.eq(d.s),
@@ -559,8 +603,11 @@ class Accelerator(CheckedComponent):
                          zl.dil_h.eq(d.dil_h), zl.dil_w.eq(d.dil_w),
                          zl.pad_top.eq(run.pad_top), zl.pad_w.eq(d.pad_w),
                          zl.x_base.eq(run.xbank * (cfg.buf_a_depth // 2) + run.x_off),
-                         zl.dy_base.eq(bank * (cfg.buf_b_depth // 2)),
-                         fwd.zg_start.eq(sched.eng_start & is_zg)]
+                         zl.dy_base.eq(bank * (cfg.buf_b_depth // 2))]
+            if fwd is None:
+                m.d.comb += h.zge.start.eq(sched.eng_start & is_zg)
+                return
+            m.d.comb += fwd.zg_start.eq(sched.eng_start & is_zg)
             ll, zr = fwd.zl_layer, ctrl.zrun
             m.d.comb += [ll.height.eq(run.height), ll.width.eq(d.w),
                          ll.out_height.eq(run.out_height), ll.out_width.eq(plan.ow),
@@ -582,20 +629,25 @@ class Accelerator(CheckedComponent):
             h.counters, h.run, h.geo
         )
         is_fwd, is_cf, is_zg, is_zl, is_pool = f.is_fwd, f.is_cf, f.is_zg, f.is_zl, f.is_pool
+        zge = h.zge
         # the phase's engine runs the scheduler's runs
         on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
         engines = [(eng, on_fwd if eng is fwd else (is_cf if eng is cf else
+                                                     is_zg if eng is zge else
                                                      ~on_fwd & ~is_cf & ~is_pool))
-                   for eng in (fwd, bwd, cf) if eng is not None]
+                   for eng in (fwd, bwd, cf, zge) if eng is not None]
         if engines:
             share_array(m, array, [(eng.array, active) for eng, active in engines])
         for eng, active in engines:
-            if eng is not cf:
+            if eng is not cf and eng is not zge:
                 m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
             with m.If(active):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
+        if zge is not None:               # MX: a run no MX front end takes is refused
+            with m.If(~is_cf & ~is_zg):
+                m.d.comb += sched.eng_error.eq(1)
         m.d.comb += [sched.double.eq(is_zg | is_zl | is_pool | (is_fwd & plan.dbl)),
                      sched.abort.eq(ctrl.fail | fetch.error),
                      pbuf.clear_base.eq(sched.p_base),
@@ -607,20 +659,21 @@ class Accelerator(CheckedComponent):
         run_busy = Signal()
         m.d.comb += [run_busy.eq(Const(0, 1) | (fwd.busy if fwd is not None else 0)
                                  | (bwd.busy if bwd is not None else 0)
-                                 | (cf.busy if cf is not None else 0)),
+                                 | (cf.busy if cf is not None else 0)
+                                 | (zge.busy if zge is not None else 0)),
                      counters.compute.eq(run_busy)]
-        for eng in (fwd, bwd, cf):
+        names = {id(fwd): "fwd", id(bwd): "bwd", id(cf): "cf", id(zge): "zg"}
+        for eng in (fwd, bwd, cf, zge):
             if eng is None:
                 continue
-            was_busy = Signal(name=f"{'fwd' if eng is fwd else 'cf' if eng is cf else 'bwd'}"
-                                   f"_was_busy")
+            was_busy = Signal(name=f"{names[id(eng)]}_was_busy")
             m.d.sync += was_busy.eq(eng.busy)
             s = counters.run_stats
             with m.If(was_busy & ~eng.busy):
                 m.d.comb += counters.run_done.eq(1)
-                if eng is cf:         # the array's counters: cleared at the run's start
+                if eng is cf or eng is zge:   # the array's counters: cleared at the start
                     m.d.comb += [s.fired.eq(array.fired), s.gated.eq(array.gated),
-                                 s.a_words.eq(cf.words_read), s.b_words.eq(cf.w_words_read)]
+                                 s.a_words.eq(eng.words_read), s.b_words.eq(eng.w_words_read)]
                 elif eng is fwd:
                     m.d.comb += [s.fired.eq(fwd.fired), s.gated.eq(fwd.gated),
                                  s.stall_cycles.eq(fwd.stall_cycles),

@@ -33,13 +33,13 @@ from bpsa.models import floating
 from bpsa.plan import capability, tiling
 from bpsa.plan.grammar import Refusal
 from bpsa.spec import isa
+from bpsa.host import mx_layout
 from bpsa.spec.errors import error_name
 from bpsa.spec.layer import (ConvLayer, check_fields, conv_operands, conv_params,
                              global_avg_window, out_size, pair, size_pair)
 from bpsa.spec.numeric import element_bytes, operand_range, wrap_array
 from bpsa.spec.regmap import (
-    ARITHMETIC_CODES,
-    ARITHMETIC_SHIFT,
+    arithmetic_of,
     CONTROL_BITS,
     LAYER_FIELDS,
     COUNTERS,
@@ -206,14 +206,13 @@ class Driver:
 
     def __init__(self, transport, config, *, mem_base=0, mem_size=1 << 20, poll_interval=64,
                  check=True, max_polls=1_000_000):
-        config.require_not_mx("driver")
         self.t = transport
         self.config = config
         self.mem_base = mem_base
         self.mem_size = mem_size
         self.poll_interval = poll_interval
         self.ob = element_bytes(config.operand_width)
-        self.ab = element_bytes(config.acc_width)
+        self.ab = element_bytes(config.result_width)
         self.counters = {}
         self.check = check
         self.max_polls = max_polls
@@ -223,6 +222,7 @@ class Driver:
         self.space_to_depth = True            # False: no layer rewritten (the walkers' own)
         self._tensor_end = mem_base           # end of the last call's tensors
         self.program = []                     # the last layer's instruction words
+        self.mx_scale_rule = "floor"          # MX: the quantizer's scale rule
 
     # --- registers ----------------------------------------------------------------------------
     async def open(self):
@@ -241,10 +241,9 @@ class Driver:
             raise RuntimeError(f"hardware CFG_ARRAY {geo:#010x} is not configuration "
                                f"{cfg.name!r} ({want:#010x})")
         features = await self.t.read32(REGISTER_MAP["CFG_FEATURES"])
-        code = features >> ARITHMETIC_SHIFT & 3
-        names = {v: k for k, v in ARITHMETIC_CODES.items()}
-        if code != ARITHMETIC_CODES[cfg.arithmetic]:
-            raise RuntimeError(f"the hardware computes in {names.get(code, f'code {code}')}, "
+        hw = arithmetic_of(features)
+        if hw != cfg.arithmetic:
+            raise RuntimeError(f"the hardware computes in {hw or 'an unknown format'}, "
                                f"configuration {cfg.name!r} in {cfg.arithmetic}")
         lanes = cfg.cols if features >> POOL_LANES_BIT & 1 else 1
         if cfg.has_pool() and lanes != cfg.pool_lanes:
@@ -318,6 +317,12 @@ class Driver:
     def _check_operand(self, name, t):
         if self.config.is_float:
             return self._float_operand(name, t)
+        if self.config.is_mx:           # quantized per phase by the layouts (bpsa.host.mx_layout)
+            t = np.asarray(t)
+            if t.dtype.kind not in "fiu":
+                raise ValueError(f"{name} must hold real numbers (float32) for arithmetic "
+                                 f"{self.config.arithmetic!r}, not {t.dtype}")
+            return t.astype(np.float32)
         t = np.asarray(t)
         if t.dtype.kind not in "iu":
             raise ValueError(f"{name} must hold integers, not {t.dtype}")
@@ -354,6 +359,8 @@ class Driver:
             .astype(f"<u{nbytes}").tobytes()
 
     def _from_bytes(self, raw, shape):
+        if self.config.is_mx:           # float32 results
+            return np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
         return self._wrap(np.frombuffer(raw, dtype=f"<u{self.ab}")).reshape(shape)
 
     def _place(self, sizes):
@@ -381,6 +388,23 @@ class Driver:
         """W (``K x C x R x S``) for the zero-free loss: ``CT x K x R x S x cols``, the input
         channels as lanes (lanes past C zero)."""
         return self.channel_blocked(w, self.config.cols).transpose(1, 0, 2, 3, 4)
+
+    def _mx_operands(self, phase, x, w, dy):
+        """MX: the phase's operands quantized along its reduction axis and laid out
+        (:mod:`bpsa.host.mx_layout`), as ``[(address register, flat uint8 array), ...]``."""
+        from bpsa.models.mx import quantize
+        cfg, rule = self.config, self.mx_scale_rule
+
+        def q(t, axis):
+            return quantize(t, cfg.arithmetic, axis=axis, scale_rule=rule)
+        if phase == "forward":            # channel-first: X and W along C
+            return [("ADDR_X", mx_layout.cf_x(*q(x, 1), cfg.rows)),
+                    ("ADDR_W", mx_layout.cf_w(*q(w, 1), cfg.rows, cfg.cols))]
+        if phase == "gradient":           # the zero-free walker's: X and dY along their rows
+            return [("ADDR_DY", mx_layout.row_pitched(*q(dy, 3), cfg.cols)),
+                    ("ADDR_X", mx_layout.row_pitched(*q(x, 3), cfg.feeder_bus_width))]
+        raise ValueError(f"arithmetic {cfg.arithmetic!r} runs the loss as channel-first "
+                         f"stride classes (Driver.loss)")
 
     @staticmethod
     def channel_blocked(t, lanes):
@@ -433,7 +457,8 @@ class Driver:
         stride, pad, dil = layer.stride, layer.pad, layer.dil
         oh, ow = _out_hw(h, wd, r, s, stride, pad, dil)
         sd = (tiling.rewrite_of(self.config, phase, layer, mode)
-              if self.check and self.space_to_depth and oh > 0 < ow else None)
+              if self.check and self.space_to_depth and oh > 0 < ow
+              and not self.config.is_mx else None)
         if sd is not None:
             return await self._run_space_to_depth(phase, sd, x, w, dy, mode, requant, relu, plan)
         if oh > 0 and ow > 0 and self.check:
@@ -445,6 +470,10 @@ class Driver:
                     raise ValueError(f"{phase} layer does not fit configuration "
                                      f"{self.config.name!r}: {e}") from None
             if "strips" in p:
+                if self.config.is_mx:
+                    raise ValueError(f"{phase} layer does not fit configuration "
+                                     f"{self.config.name!r}: it needs column strips, which "
+                                     f"are not built in {self.config.arithmetic!r} yet")
                 return await self._run_strips(phase, p, x, w, dy, layer, mode, requant,
                                               relu)
             self.plan = p
@@ -455,7 +484,11 @@ class Driver:
                              f"{self.config.name!r}: {e}") from None
         kt = -(-k // cols)
         ins, out_shape = [], None
-        if cfx:
+        if self.config.is_mx:
+            ins = self._mx_operands(phase, x, w, dy)
+            out_elems = (n * kt * max(oh, 0) * max(ow, 0) * cols if cfx
+                         else kt * c * r * s * cols)
+        elif cfx:
             ins = [("ADDR_X", self.channel_blocked(x, min(c, self.config.rows))),
                    ("ADDR_W", self.blocked_w(w))]
             out_elems = n * kt * max(oh, 0) * max(ow, 0) * cols
@@ -799,7 +832,7 @@ class Driver:
         channel-first front end (:mod:`bpsa.host.loss_classes`; one descriptor a class, no
         inserted zero read or multiplied; ``plan``: ``{"classes": [plan, ...]}``, a class's
         forward plan each, in the order of :func:`bpsa.host.loss_classes.class_jobs`)."""
-        if isinstance(mode, str) and mode.replace("-", "_") == "channel_first":
+        if capability.resolve_mode(self.config, "loss", mode) == "channel_first":
             return await self._loss_channel_first(dy, w, input_hw, stride, padding, dilation,
                                                   requant, plan)
         return await self.run("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
@@ -815,7 +848,7 @@ class Driver:
                               padding=padding, dilation=dilation)
         stride, pad, dil = layer.stride, layer.pad, layer.dil
         h, wd, c = layer.height, layer.width, layer.channels
-        dx = np.zeros((dy.shape[0], c, h, wd), dtype=np.int64)
+        dx = np.zeros((dy.shape[0], c, h, wd), dtype=np.float32 if self.config.is_mx else np.int64)
         total, runs = {}, []
         jobs = class_jobs(dy, w, (h, wd), stride, pad, dil)
         plans = plan["classes"] if plan is not None else [None] * len(jobs)

@@ -606,7 +606,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     except Refusal as err:
         raise ValueError(str(err)) from None
     R, C, B = config.rows, config.cols, config.feeder_bus_width
-    ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
+    ob, ab = element_bytes(config.operand_width), element_bytes(config.result_width)
     oh, ow = out_size(h, r, sh, ph, dh), out_size(w, s, sw, pw, dw)
     macs = n * k * oh * ow * c * r * s
     band = e["bh"]
@@ -883,7 +883,7 @@ def min_bytes(config, phase, layer, *, requant=False):
     its output written once (operands at operand width, results as accumulators, or as
     operands with ``requant``). The output size is
     :func:`bpsa.spec.layer.out_size`'s (no exception when the kernel does not fit)."""
-    ob, ab = element_bytes(config.operand_width), element_bytes(config.acc_width)
+    ob, ab = element_bytes(config.operand_width), element_bytes(config.result_width)
     if requant:
         ab = ob
     oh = out_size(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dil_h,

@@ -10,13 +10,19 @@ question (:mod:`bpsa.plan.tiling`), asked after this one.
 
 from bpsa.plan.tiling import MODE_NAMES, default_mode, mode_value
 
-__all__ = ["MODE_LABELS", "PHASES", "check", "requant_applies", "requant_limit",
+__all__ = ["MODE_LABELS", "MX_MODES", "PHASES", "check", "requant_applies", "requant_limit",
            "resolve_mode"]
 
 #: The convolution phases (FC layers and pooling have their own checks).
 PHASES = ("forward", "loss", "gradient")
 #: The backward modes as the messages name them.
 MODE_LABELS = {"zero_free": "zero-free", "bp_im2col": "BP-im2col"}
+
+
+#: What each phase runs on in an OCP MX format (``docs/architecture/mx.md``): the front ends
+#: built in MX so far.
+MX_MODES = {"forward": ("channel_first",), "loss": ("channel_first",),
+            "gradient": ("zero_free",)}
 
 
 def requant_limit(config):
@@ -45,10 +51,13 @@ def resolve_mode(config, phase, mode=None):
     ``"channel_first"`` (each stride class as a stride-1 forward on the channel-first front
     end); for the gradient, ``"zero_free"`` or ``"bp_im2col"``. Returns ``"feeder"``,
     ``"channel_first"``, ``"zero_free"`` or ``"bp_im2col"``; :exc:`ValueError` for a phase or
-    mode that is not one of these."""
+    mode that is not one of these. In an MX format no ``mode`` means the phase's
+    :data:`MX_MODES`."""
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
     mode = _name(mode)
+    if mode is None and config.is_mx:
+        return MX_MODES[phase][0]
     if phase == "forward":
         if mode in (None, *MODE_NAMES.values()):
             return "feeder"
@@ -75,6 +84,15 @@ def check(config, phase, *, mode=None, requant=None, relu=False):
                          f"the operand format and takes no shift (give 0), not {requant!r}")
     if relu and phase != "forward":
         raise ValueError(f"relu applies to the forward, not to {phase}")
+    if config.is_mx:
+        if mode not in MX_MODES[phase]:
+            raise ValueError(f"arithmetic {config.arithmetic!r} runs the {phase} in mode "
+                             f"{MX_MODES[phase][0]!r} (the front end built in MX), not "
+                             f"{mode!r}")
+        if requant is not None:
+            raise ValueError(f"arithmetic {config.arithmetic!r}: results leave as float32 "
+                             f"(the driver quantizes the next layer's operands), so requant "
+                             f"must be None, not {requant!r}")
     if mode == "channel_first" and not config.has_frontend("channel_first"):
         raise ValueError(f"configuration {config.name!r} does not generate the channel-first "
                          f"front end (its forward_frontends: {list(config.forward_frontends)})")

@@ -95,9 +95,9 @@ __all__ = ["CACHE", "Last", "Load", "PHASES", "RUN_FIELDS", "Run", "Save", "Save
            "TARGET", "layer_program", "layer_program_state", "program_key"]
 
 #: The ``Target`` values of the load unit (:class:`bpsa.gateware.control.load_unit.Target`).
-TARGET = {"FWD_X": 0, "FWD_W": 1, "BWD_A": 2, "BWD_B": 3, "POOL": 4, "CF_X": 5}
+TARGET = {"FWD_X": 0, "FWD_W": 1, "BWD_A": 2, "BWD_B": 3, "POOL": 4, "CF_X": 5, "CF_XS": 6}
 #: The ``Cache`` values of the load unit (:class:`bpsa.gateware.control.load_unit.Cache`).
-CACHE = {"A": 0, "B": 1, "W": 2, "POOL_X": 3, "POOL_DY": 4, "CF": 5}
+CACHE = {"A": 0, "B": 1, "W": 2, "POOL_X": 3, "POOL_DY": 4, "CF": 5, "CF_XS": 6}
 
 _W = 48                       # the walker's counts, sizes and strides
 _MASK = (1 << _W) - 1
@@ -333,9 +333,9 @@ class _Walk:
                         "w_off": _W})
         self.g["xbank"] = xbank
         self.obs = element_bytes(config.operand_width).bit_length() - 1
-        self.abs_ = element_bytes(config.acc_width).bit_length() - 1
+        self.abs_ = element_bytes(config.result_width).bit_length() - 1
         self.oes = (element_bytes(config.operand_width) if desc["requant"]
-                    else element_bytes(config.acc_width)).bit_length() - 1
+                    else element_bytes(config.result_width)).bit_length() - 1
         self.key = program_key(desc)
         self.events = []
         self.runs = 0                     # runs started without HOLD: the scheduler's bank is
@@ -357,10 +357,12 @@ class _Walk:
         return a // b
 
     # --- helpers (the walker's _helpers) ---------------------------------------------------
-    def band(self, steps):
-        """Run a band program of :mod:`bpsa.plan.bands` on the band registers."""
+    def band(self, steps, row_words=None):
+        """Run a band program of :mod:`bpsa.plan.bands` on the band registers; ``row_words``:
+        the buffer words of an input row (default ``W``)."""
         d, r = self.d, self.r
-        env = {"o0": self.loop["o0"], "obh": r["obh"], "h": d["h"], "w": d["w"],
+        env = {"o0": self.loop["o0"], "obh": r["obh"], "h": d["h"],
+               "w": d["w"] if row_words is None else row_words,
                "stride_h": d["stride_h"], "pad_h": d["pad_h"], "drh": r["drh"],
                "oh": r["oh"], "ow": r["ow"],
                **{name: r[name] for name in band_programs.BAND_REGISTERS}}
@@ -369,14 +371,16 @@ class _Walk:
         for name in band_programs.BAND_REGISTERS:
             r[name] = env[name]
 
-    def out_band(self):
-        """Band of output rows [o0, o0 + obh) (forward, gradient)."""
+    def out_band(self, row_words=None, plane_words=None):
+        """Band of output rows [o0, o0 + obh) (forward, gradient); ``row_words`` /
+        ``plane_words``: the buffer words of an input row / plane (default ``W`` / ``H W``)."""
         r, d = self.r, self.d
         r["obh"] = _mn(r["bh"], r["oh"] - self.loop["o0"])
         if r["banded"]:
-            self.band(band_programs.output_band())
+            self.band(band_programs.output_band(), row_words)
         else:
-            r.set(y0=0, eh=d["h"], pt=d["pad_h"], pb=d["pad_h"], yoff=0, blen=r["hw"])
+            r.set(y0=0, eh=d["h"], pt=d["pad_h"], pb=d["pad_h"], yoff=0,
+                  blen=r["hw"] if plane_words is None else plane_words)
 
     def load(self, target, cache, addr, length, lanes, runs=None, offset=0, run_words=None,
              bank=None):
@@ -427,6 +431,9 @@ class _Walk:
         obs, oes, C, B = self.obs, self.oes, self.cfg.cols, self.cfg.feeder_bus_width
         zn = self.plan["zn"] if cf else 1   # channel-first: images a step, stacked into
         stacked = bool(self.plan.get("zs"))  # one run (zs) or a run each with W held
+        mx = cf and self.cfg.is_mx          # MX: X's scale codes after its codes, a block's W
+        if mx:                              # scale words after its W words (mx_layout)
+            xs_base = d["addr_x"] + (mul(d["n"], r["cimg"]) << obs)
         loop["n"] = 0
         ptr.set(xn=d["addr_x"], outg=d["addr_out"])
         while True:                                   # images [n, n + zng)
@@ -435,7 +442,7 @@ class _Walk:
             while True:                               # output-channel blocks [kb0, kend)
                 r["kend"] = _mn(loop["kb0"] + r["kb"], r["kt"])
                 loop["o0"] = 0
-                r["zstride"] = mul(r["crs"], C)
+                r["zstride"] = mul(r["crs"] + (mul(r["ct"], r["rs"]) if mx else 0), C)
                 r["t"] = mul(loop["kb0"], r["zstride"])
                 r["dstep"] = mul(r["ohow"], C)
                 r["xstep"] = mul(r["dstep"], r["kend"] - loop["kb0"])
@@ -468,7 +475,7 @@ class _Walk:
                         loop.set(kti=loop["kb0"], k0=loop["kb0"] * C)
                         ptr["w"] = ptr["wg"]
                         r["len_a"] = mul(r["blen"], r["cl"] if cf else g["grp_c"])
-                        r["t"] = mul(r["rs"], g["grp_c"])
+                        r["t"] = mul(r["rs"], g["grp_c"] + 1 if mx else g["grp_c"])
                         r["len_b"] = mul(r["t"], C)
                         if cf and zng > 1:            # a DMA run an image, side by side
                             self.load("CF_X", "CF", ptr["x"], mul(zng, r["cpl"]), r["cl"],
@@ -477,6 +484,15 @@ class _Walk:
                         elif cf:
                             self.load("CF_X", "CF", ptr["x"], r["len_a"], r["cl"],
                                       bank=g["xbank"])
+                        if mx:                        # the scale codes: a byte a pixel
+                            xs = xs_base + self.div(ptr["x"] - d["addr_x"], r["cl"])
+                            if zng > 1:
+                                self.load("CF_XS", "CF_XS", xs, mul(zng, r["hw"]), 1,
+                                          runs=(zng, r["hw"], self.div(r["cimg"], r["cl"])),
+                                          run_words=r["hw"], bank=g["xbank"])
+                            else:
+                                self.load("CF_XS", "CF_XS", xs,
+                                          self.div(r["len_a"], r["cl"]), 1, bank=g["xbank"])
                         else:
                             self.load("FWD_X", "A", ptr["x"], r["len_a"], B, bank=g["xbank"])
                         while True:                   # output-channel block kti
@@ -683,7 +699,9 @@ class _Walk:
         obs, abs_, C, B = self.obs, self.abs_, self.cfg.cols, self.cfg.feeder_bus_width
         r["nb"] = self.plan["nb"]
         cn, zn = self.plan["cn"], self.plan["zn"]
-        stacked = mul(mul(r["oh"], d["stride_h"]), d["w"])  # buffer words an image's X takes
+        # buffer words of an X row / a dY row (MX: the pixels', then the scale words)
+        px, pd = r["px"], r["pd"]
+        stacked = mul(mul(r["oh"], d["stride_h"]), px)  # buffer words an image's X takes
         loop["kb0"] = 0
         while True:                                   # output-channel blocks [kb0, kend)
             r["kend"] = _mn(loop["kb0"] + r["kb"], r["kt"])
@@ -704,7 +722,7 @@ class _Walk:
                 r["rowlen"] = mul(r["rowlen"], C)
                 r["t"] = mul(loop["c0"], r["rs"])
                 r["t"] = mul(r["t"], C)
-                r["u"] = mul(loop["c0"], r["hw"])
+                r["u"] = mul(loop["c0"], r["xhw"])
                 ptr.set(out=ptr["outg"] + (r["t"] << abs_), xn=d["addr_x"] + (r["u"] << obs))
                 g["p_row"] = r["nb"]
                 self.step()
@@ -712,17 +730,17 @@ class _Walk:
                     zng = _mn(zn, d["n"] - loop["n"])
                     loop["o0"] = 0
                     while True:                       # band of dY rows [o0, o0 + obh)
-                        self.out_band()
+                        self.out_band(px, r["xhw"])
                         g["xbank"] = ~g["xbank"]
                         r["t"] = mul(r["yoff"], B)
                         r["len_a"] = mul(r["blen"], B)
-                        r["eohow"] = mul(r["obh"], r["ow"])
+                        r["eohow"] = mul(r["obh"], pd)
                         r["len_b"] = mul(r["eohow"], C)
-                        r["dyoff"] = mul(loop["o0"], r["ow"])
+                        r["dyoff"] = mul(loop["o0"], pd)
                         r["dyoff"] = mul(r["dyoff"], C)
                         r["eoh"] = r["obh"]
                         if zng > 1:                   # the images stacked OH s rows apart
-                            r.set(eh=mul(zng, stacked // d["w"]), eoh=mul(zng, r["obh"]))
+                            r.set(eh=mul(zng, stacked // px), eoh=mul(zng, r["obh"]))
                         loop["k0"] = loop["kb0"]
                         ptr["x"] = ptr["xn"] + (r["t"] << obs)
                         span = r["blen"] if zng == 1 else mul(zng, stacked)  # a block's words
@@ -734,12 +752,12 @@ class _Walk:
                         # all of them, into the bank the next block's runs read)
                         spread = blocks > 1
                         while True:                   # output-channel block k0
-                            r["t"] = mul(loop["k0"], r["ohow"])
+                            r["t"] = mul(loop["k0"], r["dohow"])
                             r["t"] = mul(r["t"], C)
                             ptr["dy"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
                             if not spread or loop["k0"] == loop["kb0"]:
                                 self.dy_words(ptr["dy"], 0, r["eohow"], zng)
-                            r["t"] = mul(loop["k0"] + 1, r["ohow"])
+                            r["t"] = mul(loop["k0"] + 1, r["dohow"])
                             r["t"] = mul(r["t"], C)
                             ptr["w"] = ptr["dyn"] + ((r["t"] + r["dyoff"]) << obs)
                             for i in range(blocks):   # the step's input blocks: one dY
@@ -784,11 +802,11 @@ class _Walk:
         r, mul, obs, B = self.r, self.mul, self.obs, self.cfg.feeder_bus_width
         if images == 1:
             self.load("FWD_X", "A", addr, mul(r["len_a"], blocks), B,
-                      runs=(blocks, r["len_a"], mul(r["hw"], B) << obs),
+                      runs=(blocks, r["len_a"], mul(r["xhw"], B) << obs),
                       run_words=r["blen"], bank=self.g["xbank"])
             return
         for b in range(blocks):
-            self.load("FWD_X", "A", addr + (mul(mul(b, r["hw"]), B) << obs),
+            self.load("FWD_X", "A", addr + (mul(mul(b, r["xhw"]), B) << obs),
                       mul(images, r["len_a"]), B,
                       runs=(images, r["len_a"], r["xstep"] << obs), run_words=stacked,
                       offset=mul(b, span), bank=self.g["xbank"])
@@ -798,7 +816,7 @@ class _Walk:
         plane, ``ohow`` words apart in buffer B) from ``addr`` (the first plane's word 0)."""
         r, mul, obs, C = self.r, self.mul, self.obs, self.cfg.cols
         self.load("FWD_W", "B", addr + (mul(lo, C) << obs), mul(mul(hi - lo, C), images), C,
-                  runs=(images, mul(hi - lo, C), r["dstep"] << obs), run_words=r["ohow"],
+                  runs=(images, mul(hi - lo, C), r["dstep"] << obs), run_words=r["dohow"],
                   offset=lo)
 
     def zf_loss(self):

@@ -54,7 +54,10 @@ the P buffer's words; ``d(R-1)``: ``drh``.
         a bank of B or the X plane (``H W`` words) a cn-th of a bank of A (``banded``): bands
         of ``bh = min(OH, bcap // OW, (acap // cn // W - drh - 1) // s + 1)`` dY rows. Whole
         planes with no padding rows and ``H <= OH s``: ``zn = min(N, acap // (cn OH s W),
-        bcap // (OH OW))`` images a run, stacked ``OH s`` rows apart.
+        bcap // (OH OW))`` images a run, stacked ``OH s`` rows apart. MX: a row's words are its
+        pixels' and then its scale words (``px = W + ceil(W / 32)`` an X row, ``pd = OW +
+        ceil(OW / 32)`` a dY row), which take the place of ``W`` and ``OW`` in every word count
+        above (``xhw = H px``, ``dohow = OH pd``).
     FC backward (batch N, C inputs, K outputs)
         ``fib = min(C, (pcap // (K + 1)) C, max(C, bcap // 32))`` inputs a block (P rows of
         ``fq = ceil(fib / C)`` words), ``fob = min(K, (bcap // fib) // 2, acap)`` outputs and
@@ -105,7 +108,8 @@ PLAN_REGISTERS = {
         "drh", "drw", "oh", "ow", "hw", "ohow", "rs", "crs", "chw", "q1", "q2", "q3", "q4",
         "cg", "kg", "kt", "nb", "np", "t", "u", "rowlen", "tot", "kohow", "wdp1", "kb", "fib",
         "fob", "fnb", "fwoff", "fq", "fdw0", "ct", "xwords", "dwords", "zn", "cn",
-        "recip", "planes", "pg", "pw", "qw0", "rw0", "cl", "cpl", "cimg")},
+        "recip", "planes", "pg", "pw", "qw0", "rw0", "cl", "cpl", "cimg", "px", "pd", "xhw",
+        "dohow")},
     "bh": "dim",
     "banded": "bit",
     "dbl": "bit",
@@ -131,7 +135,7 @@ OUTPUTS = {
                      "cg", "bh", "banded", "wdp1", "kohow"),
     Phase.FC_BACKWARD: ("fib", "fq", "fob", "fnb", "fwoff", "fdw0", "kohow"),
     ZF_GRADIENT: ("oh", "ow", "hw", "ohow", "rs", "crs", "drh", "nb", "kb", "kt", "ct", "bh",
-                  "banded", "xwords", "dwords", "cn", "zn"),
+                  "banded", "xwords", "dwords", "cn", "zn", "px", "pd", "xhw", "dohow"),
     ZF_LOSS: ("oh", "ow", "hw", "ohow", "rs", "drh", "nb", "kg", "kt", "ct", "bh", "banded",
               "zn", "cn"),
     Phase.POOL_FORWARD: ("oh", "ow", "hw", "ohow", "rs", "chw", "drh", "bh", "banded", "recip",
@@ -154,6 +158,7 @@ TOO_LARGE = AccelError.TOO_LARGE
                      "banded", "ct", "xwords", "dwords", "zn", "dbl", "cn"))
 recip, planes, pg, pw, qw0, rw0 = (var(x) for x in ("recip", "planes", "pg", "pw", "qw0", "rw0"))
 cl, cpl, cimg, zs = (var(x) for x in ("cl", "cpl", "cimg", "zs"))
+px, pd, xhw, dohow = (var(x) for x in ("px", "pd", "xhw", "dohow"))
 
 
 def register_widths(config):
@@ -312,11 +317,13 @@ def _forward(config, cf=False):
         what = (f"one channel block's image of X ({{hw}} pixels) or one plane of Y ({{ohow}} "
                 f"words) does not fit a half of the channel-first X banks ({xcap}) / the P "
                 f"buffer ({pcap})")
+        # MX: a channel block's R S W scale words follow its W words
+        wpb = "(min(C, rows) + 1) R S" if config.is_mx else "min(C, rows) R S"
         head = [
             Set((("cl", minimum(c, config.rows)),)),
-            Mul("t", cl, rs),
+            Mul("t", cl + 1 if config.is_mx else cl, rs),
             Check(t > bcap, TOO_LARGE,
-                  f"W of one channel block ({{t}} words: min(C, rows) R S) does not fit a "
+                  f"W of one channel block ({{t}} words: {wpb}) does not fit a "
                   f"bank of buffer B ({bcap} words)"),
             Div("ct", c + cl - 1, cl),
             Mul("cpl", hw, cl),
@@ -468,9 +475,16 @@ def _zf_gradient(config):
     acap, bcap, _, pcap = _caps(config)
     pcap //= 2                                  # P is double-buffered
     cols, B = config.cols, config.feeder_bus_width
-    what = (f"one dY plane ({{ohow}} words) or one X plane ({{hw}} words) does not fit a bank "
-            f"of buffer B / A ({bcap} / {acap} words)")
-    return [
+    what = (f"one dY plane ({{dohow}} words) or one X plane ({{xhw}} words) does not fit a "
+            f"bank of buffer B / A ({bcap} / {acap} words)")
+    if config.is_mx:            # a row's words: its pixels', then its scale words (a block's)
+        pitch = [Div("t", w + 31, 32), Set((("px", w + t),)),
+                 Div("t", ow + 31, 32), Set((("pd", ow + t),))]
+    else:
+        pitch = [Set((("px", w), ("pd", ow)))]
+    return pitch + [
+        Mul("xhw", h, px),                      # buffer words of an X / a dY plane
+        Mul("dohow", oh, pd),
         Mul("nb", rs, minimum(c, B)),           # P words: dW of a block of input channels
         Check(nb > pcap, TOO_LARGE, f"dW of min(C, {B}) input channels ({{nb}} words of {cols} "
                                     f"output channels) does not fit half the P buffer "
@@ -483,25 +497,25 @@ def _zf_gradient(config):
         Set((("cn", minimum(select(cn > 0, cn, 1), ct, t)),)),
         Div("t", t, cn),
         Div("q1", acap, cn),                    # words of a bank of A an input block has
-        Set((("kb", minimum(kt, t)), ("banded", (ohow > bcap) | (hw > q1)))),
+        Set((("kb", minimum(kt, t)), ("banded", (dohow > bcap) | (xhw > q1)))),
         Skip(banded == 0, 4),
-        Div("q4", bcap, ow),
-        Div("q1", q1, w),
+        Div("q4", bcap, pd),
+        Div("q1", q1, px),
         Div("t", select(q1 > drh, q1 - drh - 1, 0), stride_h),
         Set((("t", select(q1 > drh, t + 1, 0)),)),
         Set((("bh", select(banded, minimum(oh, q4, t), oh)),)),
         _band_checks(what, padding=True),
-        Mul("xwords", ct, hw),                  # X words (pixels of B lanes) of one image
-        Mul("dwords", kt, ohow),                # dY words (pixels of cols lanes) of one image
+        Mul("xwords", ct, xhw),                 # X words (pixels of B lanes) of one image
+        Mul("dwords", kt, dohow),               # dY words (pixels of cols lanes) of one image
         # zn images a run, stacked OH s_h rows apart (their planes whole, no padding rows,
         # H <= OH s_h: no tap reaches the next image's rows): X of the step's blocks and dY
         # of a block for zn images fit their banks
         Mul("u", oh, stride_h),
         Set((("t", banded | (pad_h > 0) | (h > u)),)),
-        Mul("u", u, w),
+        Mul("u", u, px),
         Mul("u", u, cn),
         Div("q2", acap, u),
-        Div("q3", bcap, ohow),
+        Div("q3", bcap, dohow),
         Set((("zn", select(t, 1, minimum(n, q2, q3))),)),
         Set((("zn", select(zn == 0, 1, zn)),)),
     ]
@@ -565,7 +579,7 @@ def _reuse_cost(config, key, e, desc):
                    + runs * (3 * R + C + 10 + classes * (rs + 3)))
     if key in (ZF_GRADIENT, ZF_LOSS):   # the DMA also writes their results (dW, dX)
         outs = kt * desc["c"] * rs * C if key == ZF_GRADIENT else n * ct * h * w * C
-        dma = nbytes + outs * element_bytes(config.acc_width)
+        dma = nbytes + outs * element_bytes(config.result_width)
     else:                               # (the forward's Y left out: measured worse)
         dma = nbytes
     return max(dma // (config.dma_data_width // 8), compute), nbytes
@@ -739,9 +753,15 @@ def address_program(config, phase_):
     steps)."""
     cols, B = config.cols, config.feeder_bus_width
     obs = element_bytes(config.operand_width).bit_length() - 1
-    abs_ = element_bytes(config.acc_width).bit_length() - 1
+    abs_ = element_bytes(config.result_width).bit_length() - 1
     phase_ = phase_ if phase_ in (ZF_GRADIENT, ZF_LOSS, CF_FORWARD) else Phase(phase_)
-    if phase_ == CF_FORWARD:
+    if phase_ == CF_FORWARD and config.is_mx:   # codes, then scale codes (bpsa.host.mx_layout)
+        tensors = [(addr_x, [Mul("t", cl + 1, hw), Mul("t", t, ct), Mul("tot", t, n)], obs),
+                   (addr_w, [Mul("t", ct, rs), Mul("t", kt, crs + t), Mul("tot", t, cols)],
+                    obs),
+                   (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),
+                               Mul("tot", t, rowlen)], abs_)]
+    elif phase_ == CF_FORWARD:
         tensors = [(addr_x, [Mul("tot", n, cimg)], obs),
                    (addr_w, [Mul("t", kt, crs), Mul("tot", t, cols)], obs),
                    (addr_out, [Mul("t", n, kt), Mul("rowlen", ohow, cols),

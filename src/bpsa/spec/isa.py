@@ -139,8 +139,8 @@ def fields(config):
     buf = depth.bit_length()
     paw = (config.buf_p_depth - 1).bit_length()
     word = max(config.feeder_bus_width * config.operand_width, config.cols * config.operand_width,
-               config.cols * config.acc_width, config.rows * config.operand_width)
-    lanes = (word // min(config.operand_width, config.acc_width)).bit_length()
+               config.cols * config.result_width, config.rows * config.operand_width)
+    lanes = (word // min(config.operand_width, config.result_width)).bit_length()
     out = []
 
     def add(struct, specs):
@@ -161,9 +161,9 @@ def fields(config):
         ("recip", unit, "average pooling: the reciprocal of the window, fixed point")])
     load = [
         ("target", 3, "buffer written (0 forward X, 1 forward W, 2 backward A, 3 backward B, "
-                      "4 pooling, 5 channel-first X)"),
+                      "4 pooling, 5 channel-first X, 6 channel-first X scales (MX))"),
         ("cache", 3, "slice record checked (0 A, 1 B, 2 FC W, 3 pooling X, 4 pooling dY, "
-                     "5 channel-first X)"),
+                     "5 channel-first X, 6 channel-first X scales)"),
         ("bank", 1, "bank of the buffer"), ("offset", buf, "first buffer word in the bank"),
         ("addr", addr, "external byte address"), ("length", mem, "elements in all"),
         ("lanes", lanes, "elements a buffer word"), ("count", mem, "runs"),

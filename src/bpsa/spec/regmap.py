@@ -22,8 +22,9 @@ CFG_FEATURES   0x00C   RO      dataflows os/ws/is/interleaved [3:0], operand_sig
                                log2(feeder_bus_width) [18:16], backward modes generated:
                                BP-im2col [20], zero-free [21]; pooling kinds: max [22],
                                avg [23]; channel-first forward front end [24]; arithmetic
-                               [26:25]: 0 int, 1 bf16, 2 fp16; pooling unit of ``cols``
-                               lanes [27] (``pool_lanes``)
+                               [26:25]: 0 int, 1 bf16, 2 fp16, 3 an OCP MX format; pooling
+                               unit of ``cols`` lanes [27] (``pool_lanes``); the MX element
+                               format [29:28]: 0 MXINT8, 1 MXFP8 E4M3
 CFG_BUFFERS    0x010   RO      log2 of buf_a_depth [4:0], buf_b_depth [12:8], buf_p_depth [20:16];
                                log2(dma_data_width / 64) [25:24]; log2(buf_pool_depth) [31:27]
 CONTROL        0x020   WO      START [0], CLEAR [1]; writes act, reads return 0
@@ -62,7 +63,8 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
-    "ADDR_WIDTH", "ARITHMETIC_CODES", "ARITHMETIC_SHIFT", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "ID_VALUE",
+    "ADDR_WIDTH", "ARITHMETIC_CODES", "ARITHMETIC_SHIFT", "MX_FORMAT_CODES", "MX_FORMAT_SHIFT",
+    "arithmetic_of", "CONTROL_BITS", "COUNTERS", "DATAFLOW_BITS", "ID_VALUE",
     "LAYER_DEFAULTS", "LAYER_FIELDS",
     "FORWARD_MODE_NAMES", "MAP_VERSION", "MODE_BITS", "MODE_NAMES", "Mode", "PHASE_BITS", "POOL_KIND_NAMES", "Phase",
     "PoolKind", "REGISTERS", "REGISTER_MAP", "Register",
@@ -76,7 +78,7 @@ ADDR_WIDTH = 12
 ID_VALUE = 0x42505341
 
 #: Register-map version (major, minor): a driver refuses a different major version.
-MAP_VERSION = (3, 0)
+MAP_VERSION = (3, 1)
 
 
 class Phase(enum.IntEnum):
@@ -133,8 +135,13 @@ MODE_NAMES = {Mode.BP_IM2COL: "bp_im2col", Mode.ZERO_FREE: "zero_free"}
 #: CFG_FEATURES bits [3:0]: one per dataflow, in this order.
 DATAFLOW_BITS = ("os", "ws", "is", "interleaved")
 
-#: CFG_FEATURES bits [26:25]: the number format (``Config.arithmetic``).
-ARITHMETIC_CODES = {"int": 0, "bf16": 1, "fp16": 2}
+#: CFG_FEATURES bits [26:25]: the number format (``Config.arithmetic``; 3: an OCP MX format,
+#: which :data:`MX_FORMAT_CODES` names).
+ARITHMETIC_CODES = {"int": 0, "bf16": 1, "fp16": 2, "mxint8": 3, "mxfp8_e4m3": 3}
+#: CFG_FEATURES bits [29:28]: the MX element format (arithmetic code 3).
+MX_FORMAT_CODES = {"mxint8": 0, "mxfp8_e4m3": 1}
+#: Where the MX element format's code sits in CFG_FEATURES.
+MX_FORMAT_SHIFT = 28
 #: Where the arithmetic's code sits in CFG_FEATURES.
 ARITHMETIC_SHIFT = 25
 #: CFG_FEATURES bit [27]: the pooling unit computes ``cols`` planes at once (``pool_lanes``;
@@ -302,7 +309,8 @@ def config_words(config):
               if name in config.pool_kinds)
         | config.has_frontend("channel_first") << 24
         | ARITHMETIC_CODES[config.arithmetic] << ARITHMETIC_SHIFT
-        | (config.pool_lanes > 1) << POOL_LANES_BIT,
+        | (config.pool_lanes > 1) << POOL_LANES_BIT
+        | MX_FORMAT_CODES.get(config.arithmetic, 0) << MX_FORMAT_SHIFT,
         "CFG_BUFFERS": _log2(config.buf_a_depth) | _log2(config.buf_b_depth) << 8
         | _log2(config.buf_p_depth) << 16 | _log2(config.dma_data_width // 64) << 24
         | _log2(config.buf_pool_depth) << 27,
@@ -344,3 +352,12 @@ def register_map(config):
         "forward_modes": {name: int(v) for v, name in FORWARD_MODE_NAMES.items()},
         "pool_kinds": {POOL_KIND_NAMES[k]: k.value for k in PoolKind},
     }
+
+
+def arithmetic_of(features):
+    """The ``Config.arithmetic`` a CFG_FEATURES value states (``None`` for an unknown code)."""
+    code = features >> ARITHMETIC_SHIFT & 3
+    if code == 3:
+        fmt = features >> MX_FORMAT_SHIFT & 3
+        return next((n for n, c in MX_FORMAT_CODES.items() if c == fmt), None)
+    return next((n for n, c in ARITHMETIC_CODES.items() if c == code), None)

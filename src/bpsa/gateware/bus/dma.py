@@ -11,7 +11,7 @@ External memory
     always high.
     Tensors are dense arrays of *elements* of a power of two of bytes, little endian:
     ``element_bytes(bits)`` = 1, 2, 4 or 8 for operands (``operand_width`` bits) and
-    accumulators (``acc_width`` bits). A command moves ``length`` consecutive elements from
+    accumulators (``result_width`` bits: a P lane). A command moves ``length`` consecutive elements from
     byte address ``addr``, which must be a multiple of the element size.
 
 Buffer
@@ -20,7 +20,7 @@ Buffer
     more behind registers; the engine keeps the words it has asked for in a small queue, so
     ``data`` need not hold) and a write port. A command packs ``lanes``
     elements into a word, lane ``j`` at bits ``[j*b, (j+1)*b)`` for element width ``b``
-    (``operand_width`` or ``acc_width``): element ``i`` is lane ``i % lanes`` of word
+    (``operand_width`` or ``result_width``): element ``i`` is lane ``i % lanes`` of word
     ``buf_addr + i // lanes``. ``lanes = 0`` means as many as fit (``word_width // b``).
 
 Element conversion
@@ -97,7 +97,7 @@ class Direction(enum.Enum, shape=1):
 class ElementKind(enum.Enum, shape=1):
     """Element width of a command."""
     OPERAND = 0        #: ``operand_width`` bits in the buffer
-    ACCUMULATOR = 1    #: ``acc_width`` bits in the buffer
+    ACCUMULATOR = 1    #: ``result_width`` bits in the buffer (a P lane)
 
 
 #: How a command ended (:class:`bpsa.spec.errors.DmaError`; see the module docstring).
@@ -106,12 +106,12 @@ DmaError = hw_enum(errors.DmaError, 3)
 
 def default_geometry(config):
     """The default ``(word_width, depth)`` of the buffer port for ``config``: the widest buffer
-    word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``,
+    word (``max(feeder_bus_width * operand_width, cols * operand_width, cols * result_width)``,
     and ``rows * operand_width`` with the channel-first front end) and the deepest buffer (the
     pooling unit's and the channel-first banks' too, when generated)."""
     cf = config.has_frontend("channel_first")
     return (max(config.feeder_bus_width * config.operand_width,
-                config.cols * config.operand_width, config.cols * config.acc_width,
+                config.cols * config.operand_width, config.cols * config.result_width,
                 config.rows * config.operand_width if cf else 0),
             max(config.buf_a_depth, config.buf_b_depth, config.buf_p_depth,
                 config.buf_pool_depth if config.has_pool() else 0,
@@ -124,8 +124,8 @@ def element_kinds(config, word_width):
     return [
         (ElementKind.OPERAND, config.operand_width, element_bytes(config.operand_width),
          config.operand_signed, word_width // config.operand_width),
-        (ElementKind.ACCUMULATOR, config.acc_width, element_bytes(config.acc_width), True,
-         word_width // config.acc_width),
+        (ElementKind.ACCUMULATOR, config.result_width, element_bytes(config.result_width), True,
+         word_width // config.result_width),
     ]
 
 
@@ -180,7 +180,7 @@ class DmaEngine(wiring.Component):
         Operand / accumulator widths and signedness; buffer defaults.
     word_width : int
         Bits of a buffer word (default: the widest buffer word of ``config``: ``max(
-        feeder_bus_width * operand_width, cols * operand_width, cols * acc_width)``).
+        feeder_bus_width * operand_width, cols * operand_width, cols * result_width)``).
     depth : int
         Buffer words (default: the deepest of ``buf_a/b/p_depth``).
     max_burst : int

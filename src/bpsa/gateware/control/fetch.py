@@ -36,7 +36,7 @@ def fetch_element(config):
     buffer word is narrower than half an instruction."""
     word, _ = default_geometry(config)
     for kind, bits in ((ElementKind.OPERAND, config.operand_width),
-                       (ElementKind.ACCUMULATOR, config.acc_width)):
+                       (ElementKind.ACCUMULATOR, config.result_width)):
         if bits in (8, 16, 32, 64):
             break
     else:

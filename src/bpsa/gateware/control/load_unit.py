@@ -19,18 +19,20 @@ class Target(enum.Enum, shape=3):
     BWD_B = 3
     POOL = 4
     CF_X = 5
+    CF_XS = 6          #: MX: the channel-first X banks' scale bank (a byte a pixel)
 
 
 class Cache(enum.Enum, shape=3):
     """Which slice record a load checks and updates: the A buffer's, the B buffer's, the
     FC weights' (a second slice in buffer B), the pooling buffer's X and dY, or the
-    channel-first X banks'."""
+    channel-first X banks' (and, in MX, their scale bank's)."""
     A = 0
     B = 1
     W = 2
     POOL_X = 3
     POOL_DY = 4
     CF = 5
+    CF_XS = 6
 
 
 def dma_command_layout(config):
@@ -101,6 +103,8 @@ class LoadUnit(wiring.Component):
                            Cache.POOL_DY: cfg.buf_pool_depth // 2})
         if cfg.has_frontend("channel_first"):
             halves[Cache.CF] = cfg.buf_cf_depth // 2
+            if cfg.is_mx:
+                halves[Cache.CF_XS] = cfg.buf_cf_depth // 2
         # the slice each bank of each buffer holds: (address, length, valid); the pooling
         # buffer's dY also its offset (it follows X, whose length varies)
         lw = q.length.shape().width

@@ -26,8 +26,12 @@ def _valid_stream(layout):
 
 
 def _copy(m, dst, src, cols):
+    """The result's lanes (``data``) and, in MX, its scale codes (``scale_row``,
+    ``scale_cols``) from the engine's payload ``src`` into P's ``dst``."""
     for j in range(cols):
-        m.d.comb += dst[j].eq(src[j])
+        m.d.comb += dst.data[j].eq(src.data[j])
+    if hasattr(src, "scale_row"):
+        m.d.comb += [dst.scale_row.eq(src.scale_row), dst.scale_cols.eq(src.scale_cols)]
 
 
 class ForwardResults(wiring.Component):
@@ -64,7 +68,7 @@ class ForwardResults(wiring.Component):
         m.d.comb += [pix.eq(y.ow0 + y.row),
                      self.acc.valid.eq(self.y.valid & (pix < self.ow)),
                      self.acc.payload.addr.eq(base + y.oh * self.ow + pix)]
-        _copy(m, self.acc.payload.data, y.data, self.config.cols)
+        _copy(m, self.acc.payload, y, self.config.cols)
         return m
 
 
@@ -99,7 +103,7 @@ class ZeroFreeResults(wiring.Component):
             m.d.sync += base.eq(self.row_base * self.p_row)
         m.d.comb += [self.acc.valid.eq(self.zg.valid),
                      self.acc.payload.addr.eq(base + self.zg.payload.addr)]
-        _copy(m, self.acc.payload.data, self.zg.payload.data, self.config.cols)
+        _copy(m, self.acc.payload, self.zg.payload, self.config.cols)
         return m
 
 
@@ -152,7 +156,7 @@ class BackwardResults(wiring.Component):
                          run_row_base.eq(self.row_base), run_p_row.eq(self.p_row)]
         m.d.comb += [self.acc.valid.eq(self.out.valid),
                      self.acc.payload.addr.eq((o.row + run_row_base) * run_p_row + blk_now)]
-        _copy(m, self.acc.payload.data, o.data, self.config.cols)
+        _copy(m, self.acc.payload, o, self.config.cols)
         return m
 
 

@@ -173,7 +173,7 @@ class StepScheduler(wiring.Component):
         store_idle = Signal()
         cur, cur2, cur2_pend = Signal(store_layout()), Signal(store2_layout()), Signal()
         caddr, cword, left = Signal(33), Signal(_W), Signal(_W)   # the current chunk
-        acc_shift = exact_log2(element_bytes(cfg.acc_width))
+        acc_shift = exact_log2(element_bytes(cfg.result_width))
         op_shift = exact_log2(element_bytes(cfg.operand_width))
         cmd = self.dma_cmd
         with m.FSM(name="store"):

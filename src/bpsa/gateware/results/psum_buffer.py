@@ -42,10 +42,8 @@ MX_SPACING = 2 + MxBlockAccumulator.LATENCY
 
 
 def p_word_width(config):
-    """Bits of one lane of a P word: ``acc_width`` for the integer (the wrapping sum) and
-    floating-point (the fp32 sum) arithmetics; 32 in MX, where a lane is the fp32 sum of the
-    blocks added into it (``acc_width`` is a block's exact sum, the vectors' lanes)."""
-    return 32 if config.is_mx else config.acc_width
+    """Bits of one lane of a P word: :attr:`bpsa.config.Config.result_width`."""
+    return config.result_width
 
 
 def _word_layout(config):

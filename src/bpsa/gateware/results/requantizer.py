@@ -12,9 +12,13 @@ P buffer's registered read and the DMA.
 Floating point: with ``enable`` each fp32 sum is rounded to the operand format
 (:func:`bpsa.gateware.fp.fpu.fp32_to`, the contract's conversion; ``shift`` is not used), and
 ``relu`` is the contract's ReLU (a set sign bit gives ``+0``, a NaN stays).
+
+MX: the P word's lanes are fp32 sums (:attr:`bpsa.config.Config.result_width`); they leave as
+they are, with the same ReLU. ``enable`` is not used: the planner refuses REQUANT in MX (the
+driver quantizes a layer's operands, ``docs/architecture/mx.md``).
 """
 
-from amaranth.hdl import Cat, Module, Mux
+from amaranth.hdl import Cat, Module, Mux, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,11 +38,11 @@ class Requantizer(wiring.Component):
     Members
     -------
     word : In(ArrayLayout(acc_shape, cols))
-        A P word.
+        A P word (MX: :func:`bpsa.gateware.results.psum_buffer.p_word_layout`).
     enable : In(1)
     shift : In(IntArith.shift_shape)
     relu : In(1)
-    out : Out(cols * acc_width)
+    out : Out(cols * result_width)
         The word to store.
     """
 
@@ -46,14 +50,20 @@ class Requantizer(wiring.Component):
         require_config(config)
         self.config = config
         ar = arith_for(config)
-        super().__init__({"word": In(data.ArrayLayout(ar.acc_shape, config.cols)),
+        lane = unsigned(config.result_width) if config.is_mx else ar.acc_shape
+        super().__init__({"word": In(data.ArrayLayout(lane, config.cols)),
                           "enable": In(1), "shift": In(ar.shift_shape), "relu": In(1),
-                          "out": Out(config.cols * config.acc_width)})
+                          "out": Out(config.cols * config.result_width)})
 
     def elaborate(self, platform):
         m = Module()
         if self.config.is_float:
             return self._float(m)
+        if self.config.is_mx:
+            lanes = [Mux(self.relu, fp32_relu(self.word[j], "fp32"), self.word[j])
+                     for j in range(self.config.cols)]
+            m.d.sync += self.out.eq(Cat(*lanes))
+            return m
         ar = arith_for(self.config)
         ow = ar.operand_shape.width
         lanes_q, lanes_a = [], []

@@ -28,7 +28,8 @@ from amaranth.utils import ceil_log2
 
 from bpsa.config import require_config
 from bpsa.gateware.array.arith import arith_for
-from bpsa.gateware.array.systolic import Dataflow, SystolicArray
+from bpsa.gateware.array.systolic import (COUNTER_WIDTH, Dataflow, SystolicArray,
+                                          array_signature)
 from bpsa.gateware.common.skid import SkidBuffer
 from bpsa.gateware.frontends.drain import context_spacing, zg_layout
 from bpsa.gateware.frontends.zero_free.gradient import (
@@ -74,12 +75,22 @@ class ZeroFreeGradientEngine(wiring.Component):
         The X and dY buffers' write ports.
     zg : Out(Signature(valid: Out(1), payload: Out(zg_layout(config))))
         The drained rows (no back-pressure).
+    words_read, w_words_read : Out(COUNTER_WIDTH)
+        X and dY buffer words read by the run (scale words included), cleared by ``start``.
+    array : In(array_signature)
+        With ``shared_array=True``: the engine drives an array outside it (the accelerator's
+        one array, :func:`bpsa.gateware.array.systolic.share_array`) instead of holding its own.
+    cfw_sel, cfw_addr, cfw_en : In, cfw_data : Out
+        With ``cf_w=True``: while ``cfw_sel`` is high, the dY buffer's read port serves the
+        channel-first front end (its W buffer in the accelerator's MX build,
+        :mod:`bpsa.gateware.accelerator`).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_array=False, cf_w=False):
         self.config = require_config(config)
+        self.shared_array, self.cf_w = shared_array, cf_w
         op = arith_for(config).operand_shape
-        super().__init__({
+        members = {
             "layer": In(zf_gradient_layout(config)), "start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1),
             "x_write": Out(WritePort.Signature(
@@ -89,24 +100,42 @@ class ZeroFreeGradientEngine(wiring.Component):
                 addr_width=ceil_log2(config.buf_b_depth),
                 shape=data.ArrayLayout(op, config.cols))),
             "zg": Out(wiring.Signature({"valid": Out(1), "payload": Out(zg_layout(config))})),
-        })
+            "words_read": Out(COUNTER_WIDTH), "w_words_read": Out(COUNTER_WIDTH),
+        }
+        if cf_w:
+            members.update({"cfw_sel": In(1), "cfw_addr": In(ceil_log2(config.buf_b_depth)),
+                            "cfw_en": In(1), "cfw_data": Out(data.ArrayLayout(op, config.cols))})
+        if shared_array:
+            members["array"] = In(array_signature(config))
+        super().__init__(members)
 
     def elaborate(self, platform):
         cfg = self.config
         m = Module()
         R, C = cfg.rows, cfg.cols
         walker = m.submodules.walker = ZeroFreeGradientWalker(cfg)
+        reads = {}
         for name, port, mem_port in (("x", self.x_write, walker.x_mem),
                                      ("dy", self.dy_write, walker.dy_mem)):
             mem = m.submodules[f"{name}_buf"] = Memory(
                 shape=mem_port.data.shape(), depth=2 ** len(mem_port.addr), init=[])
             wp = mem.write_port()
             m.d.comb += [wp.en.eq(port.en), wp.addr.eq(port.addr), wp.data.eq(port.data)]
-            wiring.connect(m, mem_port, mem.read_port())
+            rp = mem.read_port()
+            wiring.connect(m, mem_port, rp)
+            reads[name] = rp
+        if self.cf_w:              # the channel-first front end reads W through the dY port
+            rp = reads["dy"]
+            m.d.comb += self.cfw_data.eq(rp.data)
+            with m.If(self.cfw_sel):
+                m.d.comb += [rp.addr.eq(self.cfw_addr), rp.en.eq(self.cfw_en)]
         skid = m.submodules.skid = SkidBuffer(walker.feed.payload.shape())
         wiring.connect(m, walker.feed, skid.i)
         feed = skid.o
-        arr = m.submodules.array = SystolicArray(cfg)
+        if self.shared_array:
+            arr = self.array
+        else:
+            arr = m.submodules.array = SystolicArray(cfg)
         m.d.comb += arr.dataflow.eq(Dataflow.OS)
 
         state = Signal(_State)
@@ -162,6 +191,11 @@ class ZeroFreeGradientEngine(wiring.Component):
             m.d.comb += [self.done.eq(1), self.error.eq(~any_ctx)]
             m.d.sync += state.eq(_State.IDLE)
         m.d.comb += self.busy.eq(state != _State.IDLE)
+        for counter, rp in ((self.words_read, reads["x"]), (self.w_words_read, reads["dy"])):
+            with m.If(self.start & (state == _State.IDLE)):
+                m.d.sync += counter.eq(0)
+            with m.Elif(self.busy & rp.en):
+                m.d.sync += counter.eq(counter + 1)
         return m
 
     def _scales(self, m, feed, take, arr):
