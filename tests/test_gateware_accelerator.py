@@ -961,3 +961,54 @@ def test_space_to_depth_more_verilator():
     downsample, of a 3 x 3 stride-2 layer under memory stalls and of an 11 x 11 stride-4 one
     of two channels (8 row groups of 3 x 3 taps for one of 121 taps)."""
     _space_to_depth(_S2D_LONG)
+
+
+@pytest.mark.verilator
+@pytest.mark.parametrize("preset", ["small_mxint8",
+                                    pytest.param("small_mxfp8", marks=pytest.mark.long)])
+def test_mx_training_phases_verilator(preset):
+    """The accelerator's MX build (the channel-first front end for the forward and the loss's
+    stride classes, the zero-free gradient walker, P's MX mode, float32 stores) runs every
+    convolution phase bit-exactly to the contract in the front ends' orders
+    (``bpsa.models.mx``: ``part = rows``, ``walker=True``; ``run_jobs`` asserts it): channels
+    past one 32-channel block, output channels past the columns, strides, padding, dilation,
+    a plane cut into row bands, images stacked into a run, rows past two 32-pixel blocks,
+    under memory stalls. What it does not build is refused: the feeder's forward and a
+    requantized output by the driver, a forward descriptor in MODE 0 by the hardware (an
+    engine error, not a hang), the traditional flow's baseline by the job check."""
+    from bpsa.sim.accel_run import check_job, job
+    from bpsa.sim.native import run_jobs, run_with_driver
+    from bpsa.spec.errors import ERROR_ENGINE
+    from bpsa.spec.regmap import Phase
+
+    cfg = load_config(preset)
+    layers = [ConvLayer.conv(1, 40, 6, 6, 6, 3, 3, 1, 1),          # C: a block and a part
+              ConvLayer.conv(2, 5, 9, 11, 7, 3, 2, (2, 1), (1, 0), (1, 2)),
+              ConvLayer.conv(3, 4, 6, 6, 5, 1, 1),                 # images stacked
+              ConvLayer.conv(1, 3, 36, 70, 3, 3, 3, 1, 1)]         # row bands, 3 X blocks
+    jobs = [job(layer, phase, seed=i, pauses=i % 2 == 1)
+            for i, (layer, phase) in enumerate((lay, p) for lay in layers
+                                               for p in ("forward", "loss", "gradient"))]
+    plans = [check_job(cfg, layer, phase) for layer in layers
+             for phase in ("forward", "loss", "gradient")]
+    assert plans[9]["banded"] and plans[11]["banded"] and plans[8]["images"] > 1, plans
+    res = run_jobs(cfg, jobs, plans=plans)
+    assert [r["mode"] for r in res[:3]] == ["channel_first", "channel_first", "zero_free"]
+    assert all(r["match"] for r in res)
+    with pytest.raises(ValueError, match="baseline is not run"):
+        check_job(cfg, layers[0], "loss", baseline=True)
+
+    async def body(drv, t):
+        x = np.ones((1, 2, 4, 4), np.float32)
+        w = np.ones((3, 2, 1, 1), np.float32)
+        with pytest.raises(ValueError, match="mode 'channel_first'"):
+            await drv.forward(x, w, frontend="feeder")
+        with pytest.raises(ValueError, match="requant must be None"):
+            await drv.forward(x, w, requant=2)
+        desc = {"PHASE": Phase.FORWARD, "N": 1, "C": 2, "H": 4, "W": 4, "K": 3, "R": 1,
+                "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1,
+                "DIL_W": 1, "ADDR_X": 0, "ADDR_W": 256, "ADDR_OUT": 4096, "MODE": 0}
+        assert await drv.start(desc, budget=20_000) == ERROR_ENGINE
+        return True
+
+    assert run_with_driver(cfg, body)

@@ -130,13 +130,13 @@ def test_constant_blocks_read_the_trigger():
 #: The tops that the accelerator of ``small_cf`` does not instantiate: linted on their own
 #: (every other top's modules are inside the accelerator's Verilog, linted once there).
 NOT_IN_ACCELERATOR = ("im2col_addr", "cf_engine", "zg_engine")
-#: Tops built only in an MX arithmetic (not inside any accelerator yet), linted on their own
-#: with this configuration.
+#: Tops built only in an MX arithmetic, linted on their own with this configuration (the
+#: MXINT8 accelerator holds MXINT8's).
 MX_ONLY = {"mx_accumulate": Config(name="mx_lint", arithmetic="mxfp8_e4m3", operand_width=8,
                                    operand_signed=False, acc_width=43, dataflows=["os"])}
-#: The MX tops linted on their own (no accelerator is built in MX yet): the MX-only top, and
-#: the array (every dataflow), P, the channel-first engine (front end and array) and the
-#: zero-free gradient engine (walker and array) with the MX logic.
+#: The MX tops linted on their own besides the MXINT8 accelerator: the MX-only top, and the
+#: array (every dataflow) and P in MXFP8, the channel-first engine (front end and array) and
+#: the zero-free gradient engine with its own array.
 MX_LINT = {**MX_ONLY, "array": load_config("small_mxfp8"),
            "psum_buffer": load_config("small_mxfp8"),
            "cf_engine": load_config("small_mxint8").replace(
@@ -182,7 +182,9 @@ def test_the_accelerator_holds_every_other_top():
 @pytest.mark.verilator
 @pytest.mark.parametrize("preset,top", [("small_cf", "accelerator"),
                                         # the bf16 accelerator takes a minute: make test-long
-                                        pytest.param("small_bf16", "accelerator", marks=pytest.mark.long)]
+                                        pytest.param("small_bf16", "accelerator", marks=pytest.mark.long),
+                                        # the MX accelerator (its build is the MX phases' test's)
+                                        ("small_mxint8", "accelerator")]
                          + [("small_cf", t) for t in NOT_IN_ACCELERATOR]
                          + [("mx", t) for t in MX_LINT])
 def test_every_always_block_executes(preset, top):
@@ -191,7 +193,8 @@ def test_every_always_block_executes(preset, top):
     front ends), which holds every other top's modules but :data:`NOT_IN_ACCELERATOR`
     (linted on their own), and on the floating-point accelerator (``small_bf16``: every
     block built in floating point, ``FLOAT_TOPS``, is inside it); the accelerator's Verilog
-    is the native build's own."""
+    is the native build's own; and on the MXINT8 accelerator (the blocks built in MX around
+    the array) and the MX tops of :data:`MX_LINT`."""
     assert set(FLOAT_TOPS) <= set(TOPS)
     from bpsa.sim.native import build_native
     from bpsa.sim.runner import verilator_env

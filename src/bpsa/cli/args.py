@@ -135,7 +135,8 @@ def config_of(args, *, mx=False):
     if config.is_mx and not mx:
         raise UserError(f"arithmetic {config.arithmetic!r} is built in the tops "
                         f"{', '.join(MX_TOP_NAMES)} only so far: bpsa verilog, bpsa synth, "
-                        f"bpsa sim --gemm, bpsa sim --engine --phase forward --im2col "
+                        f"bpsa regmap, bpsa sim --gemm, bpsa sim --phase forward|loss|gradient|"
+                        f"step (the accelerator), bpsa sim --engine --phase forward --im2col "
                         f"channel_first, bpsa sim --engine --phase gradient --mode zero_free "
                         f"and bpsa fuzz take it, and bpsa train --model on the golden model "
                         f"(docs/architecture/mx.md)")

@@ -25,7 +25,7 @@ def register(sub):
 def run(args):
     """Print the map, or write it to ``-o``."""
     from bpsa.spec.regmap_export import export
-    text = export(config_of(args), args.format)
+    text = export(config_of(args, mx=True), args.format)
     if args.output is None:
         print(text, end="")
         return

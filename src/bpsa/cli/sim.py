@@ -116,8 +116,10 @@ def _probability(text):
 def run(args):
     """Check the options, run the problem and print its summary (or one JSON object); exit
     status 1 when the result differs from numpy."""
-    # MX: the array's GEMMs and the channel-first engine
-    config = config_of(args, mx=args.phase is None or _cf_engine(args) or _zg_engine(args))
+    # MX: the array's GEMMs, the engines and the accelerator's convolution phases
+    config = config_of(args, mx=args.phase is None or _cf_engine(args) or _zg_engine(args)
+                       or (not args.engine and args.phase in ("forward", "loss", "gradient",
+                                                              "step")))
     if args.sgd_shift is not None and config.is_mx:
         raise UserError(f"--sgd-shift: the interleaved pass's SGD step is not built in "
                         f"{config.arithmetic} (G leaves as block sums for the host's step)")

@@ -820,7 +820,7 @@ class Driver:
         return out.transpose(1, 0, 2, 3)
 
     async def forward(self, x, w, stride=1, padding=0, dilation=1, requant=None, relu=False,
-                      frontend="feeder", plan=None):
+                      frontend=None, plan=None):
         return await self.run("forward", x=x, w=w, stride=stride, padding=padding,
                               dilation=dilation, requant=requant, relu=relu, mode=frontend,
                               plan=plan)

@@ -29,6 +29,10 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
     convolution; ``mode``: the front end or backward mode, ``requant``: a shift, both checked
     by :func:`bpsa.plan.capability.check`); else returns the layer's tiling plan."""
+    if baseline and config.is_mx:
+        raise ValueError(f"the traditional flow's baseline is not run in "
+                         f"{config.arithmetic!r} (its zero-spaced operands would be quantized "
+                         f"in blocks the contract does not have)")
     if baseline:
         try:
             return check_job(config, layer.baseline(phase), "forward", requant=requant)

@@ -379,6 +379,17 @@ def random_problem(shape, flow, dims, rng, zero_prob=0.2):
     return {"a": mat(m, k), "b": mat(k, n)}
 
 
+def random_mx_operand(shape, rng, scale_axes=None, zero_every=7):
+    """A random float32 operand of ``shape`` for an MX configuration: normal values times
+    powers of two in ``[2**-6, 2**5]``, one power a slice along ``scale_axes`` (default: one an
+    element), so that the blocks' scales differ, and every ``zero_every``-th element zero."""
+    mag = shape if scale_axes is None else tuple(
+        d if i in scale_axes else 1 for i, d in enumerate(shape))
+    v = rng.standard_normal(shape) * np.exp2(rng.integers(-6, 6, mag))
+    v.flat[::zero_every] = 0
+    return v.astype(np.float32)
+
+
 def random_float_operands(fmt, shape, rng, zero_prob=0.2, special_prob=0.01):
     """Random ``fmt`` encodings (int64 array of ``shape``): normal numbers of both signs with
     exponents within 4 of the bias (sums of them cancel and round), a fraction ``zero_prob`` of

@@ -28,6 +28,16 @@ def job_tensors(cfg, layer, rng, zero_prob):
                               layer.stride, layer.pad, layer.dil)
     shapes = {"x": layer.x_shape, "w": layer.w_shape,
               "dy": (layer.batch, layer.out_channels, oh, ow)}
+    if cfg.is_mx:
+        # MX: float32 of many magnitudes (the blocks' scales differ) with zeros
+        from bpsa.sim.gemm import random_mx_operand
+        out = {}
+        for name, shape in shapes.items():
+            v = random_mx_operand(shape, rng)
+            if zero_prob:
+                v[rng.random(shape) < zero_prob] = 0
+            out[name] = v
+        return out
     if cfg.is_float:
         # floating point: at least 10 % zeros and subnormals, so skipped MACs are everywhere
         from bpsa.sim.gemm import random_float_operands
@@ -64,6 +74,28 @@ def _float_golden(cfg, phase, plan, ops, hw, geo, requant=False, rewrite=None):
         return out if phase == "forward" else rewrite.dw(out)
     return float_layers.accelerator_run(phase, plan, ops, cfg.arithmetic, hw, geo["stride"],
                                         geo["padding"], geo["dilation"], requant=requant)
+
+
+async def _mx_phase(cfg, drv, phase, layer, t, args, job, plan):
+    """MX: one convolution phase through the driver and its golden value in the orders of the
+    front ends that run it (``docs/architecture/mx.md``: the channel-first order with ``part =
+    min(rows, 32)`` for the forward and the loss, the zero-free walker's for the gradient), both
+    as float32 encodings."""
+    from bpsa.models import mx
+    fmt, part = cfg.arithmetic, min(cfg.rows, 32)
+    geo = (args["stride"], args["padding"], args["dilation"])
+    if phase == "forward":
+        got = await drv.forward(t["x"], t["w"], frontend=job.get("mode"), plan=plan, **args)
+        want = mx.conv_forward(t["x"], t["w"], fmt, *geo, part=part)
+    elif phase == "loss":
+        hw = (layer.height, layer.width)
+        got = await drv.loss(t["dy"], t["w"], hw, mode=job.get("mode"), plan=plan, **args)
+        want = mx.conv_loss(t["dy"], t["w"], fmt, hw, *geo, part=part)
+    else:
+        kh = (layer.kernel_h, layer.kernel_w)
+        got = await drv.gradient(t["x"], t["dy"], kh, mode=job.get("mode"), plan=plan, **args)
+        want = mx.conv_gradient(t["x"], t["dy"], fmt, kh, *geo, walker=True)
+    return np.asarray(got, np.float32).view(np.uint32), np.asarray(want, np.uint32)
 
 
 async def run_job(cfg, drv, job, clock, plan=None):
@@ -112,6 +144,8 @@ async def run_job(cfg, drv, job, clock, plan=None):
         dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
         got = np.concatenate([dx.ravel(), dw.ravel()])
         want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
+    elif cfg.is_mx and phase in ("forward", "loss", "gradient"):
+        got, want = await _mx_phase(cfg, drv, phase, layer, t, args, job, plan)
     elif phase == "forward" and cfg.is_float:
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
@@ -170,7 +204,7 @@ async def run_job(cfg, drv, job, clock, plan=None):
                                          args["stride"], args["padding"], args["dilation"])
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
-    if not cfg.is_float:
+    if not (cfg.is_float or cfg.is_mx):
         want = wrap_array(want, cfg.acc_width)
     if job.get("requant") is not None and not cfg.is_float:   # the output leaves as operands
         want = golden.requantize(want, job["requant"], cfg.operand_width, cfg.operand_signed)

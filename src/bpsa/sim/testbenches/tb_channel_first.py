@@ -237,10 +237,8 @@ def _random(cfg, shape, rng, scale_axes):
     if not cfg.is_mx:
         lo = -(1 << (cfg.operand_width - 1))
         return rng.integers(lo, -lo, shape)
-    mag = tuple(d if i in scale_axes else 1 for i, d in enumerate(shape))
-    v = rng.standard_normal(shape) * np.exp2(rng.integers(-6, 6, mag))
-    v.flat[::7] = 0
-    return v.astype(np.float32)
+    from bpsa.sim.gemm import random_mx_operand
+    return random_mx_operand(shape, rng, scale_axes)
 
 
 def expected_loss(cfg, dy, w, input_hw, geometry):

@@ -104,12 +104,8 @@ def random_operands(cfg, layer, rng):
     if not cfg.is_mx:
         lo = -(1 << (cfg.operand_width - 1))
         return tuple(rng.integers(lo, -lo, s) for s in shapes)
-    out = []
-    for s in shapes:
-        v = rng.standard_normal(s) * np.exp2(rng.integers(-6, 6, s))
-        v.flat[::7] = 0
-        out.append(v.astype(np.float32))
-    return tuple(out)
+    from bpsa.sim.gemm import random_mx_operand
+    return tuple(random_mx_operand(s, rng) for s in shapes)
 
 
 def operands(cfg, x, dy):
