@@ -711,7 +711,7 @@ def test_channel_first_forward_verilator():
     P, the store path) against the golden model: random layers, the multi-tile first-layer
     shape, a plane cut into row bands, a step's images stacked into a run or run one a run
     with W held, requantization with ReLU, 30 % memory stalls; the feeder gives the same Y on the same layers; the loss as its stride classes on the same
-    front end (:mod:`bpsa.host.loss_classes`); MODE 3 is refused (MODE)."""
+    front end (:mod:`bpsa.plan.loss_classes`); MODE 3 is refused (MODE)."""
     from bpsa.spec.errors import AccelError
     from bpsa.spec.regmap import Phase
     from bpsa.sim.native import run_with_driver
@@ -973,9 +973,11 @@ def test_mx_training_phases_verilator(preset):
     (``bpsa.models.mx``: ``part = rows``, ``walker=True``; ``run_jobs`` asserts it): channels
     past one 32-channel block, output channels past the columns, strides, padding, dilation,
     a plane cut into row bands, images stacked into a run, rows past two 32-pixel blocks,
-    under memory stalls. What it does not build is refused: the feeder's forward and a
+    under memory stalls; the cycle model's DMA bytes equal the counters and its cycles are
+    within 3 % of them without stalls. What it does not build is refused: the feeder's forward and a
     requantized output by the driver, a forward descriptor in MODE 0 by the hardware (an
     engine error, not a hang), the traditional flow's baseline by the job check."""
+    from bpsa.models.perf import layer_cycles
     from bpsa.sim.accel_run import check_job, job
     from bpsa.sim.native import run_jobs, run_with_driver
     from bpsa.spec.errors import ERROR_ENGINE
@@ -995,6 +997,14 @@ def test_mx_training_phases_verilator(preset):
     res = run_jobs(cfg, jobs, plans=plans)
     assert [r["mode"] for r in res[:3]] == ["channel_first", "channel_first", "zero_free"]
     assert all(r["match"] for r in res)
+    # the cycle model in MX (the X scale loads, W's scale words, the loss's stride classes, the
+    # gradient's row pitch and segments): DMA bytes exact, cycles within 3 %
+    for j, r in zip(jobs, res):
+        m = layer_cycles(cfg, j["phase"], ConvLayer.from_dict(j["layer"]))
+        assert m.dma_read_bytes == r["counters"]["dma_read_bytes"], j
+        assert m.dma_write_bytes == r["counters"]["dma_write_bytes"], j
+        if not j["pauses"]:             # (the model's memory answers at once)
+            assert abs(m.cycles / r["cycles"] - 1) < 0.03, (j, m.cycles, r["cycles"])
     with pytest.raises(ValueError, match="baseline is not run"):
         check_job(cfg, layers[0], "loss", baseline=True)
 

@@ -249,10 +249,10 @@ def test_mx_short_tiles_on_wide_columns():
                                  "mxfp8_e4m3"])
 def test_mx_loss_by_classes_equals_golden(fmt):
     """The loss in an MX format as the stride-1 forwards of its stride classes on the engine
-    (:mod:`bpsa.host.loss_classes`, dY and W^T quantized along K by the run helpers) equals
+    (:mod:`bpsa.plan.loss_classes`, dY and W^T quantized along K by the run helpers) equals
     ``bpsa.models.mx.conv_loss(..., part=rows)`` bit for bit: K past one block, stride 2 and
     3, dilation, padding."""
-    from bpsa.host.loss_classes import loss_by_classes
+    from bpsa.plan.loss_classes import loss_by_classes
     cfg = CFG_MX[fmt]
     rng = np.random.default_rng(41)
     for (n, c, h, wd), (k, r, s), st, pad, dil in (((1, 5, 7, 6), (34, 3, 3), (2, 2), 1, 1),

@@ -268,9 +268,9 @@ def test_loss_in_parts_folds_as_the_contract_says():
     """``conv_loss(..., part=g)`` (the channel-first order of the loss's stride classes)
     against a loop written from the contract (K blocks in parts of ``g``, within a part the
     taps in the raster order of the dY pixel they read), and equal to the loss assembled from
-    the stride classes' forwards in the channel-first order (:mod:`bpsa.host.loss_classes`
+    the stride classes' forwards in the channel-first order (:mod:`bpsa.plan.loss_classes`
     with ``conv_forward(..., part=g)``), as the channel-first front end computes it."""
-    from bpsa.host.loss_classes import loss_by_classes
+    from bpsa.plan.loss_classes import loss_by_classes
     name = "mxfp8_e4m3"
     rng = np.random.default_rng(29)
     n, c, h, wd, k, r_n, q_n, st, p, g = 1, 3, 6, 5, 37, 3, 2, 2, 1, 12

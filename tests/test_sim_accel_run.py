@@ -65,7 +65,7 @@ def test_check_job_plan_is_the_drivers(config):
 def test_channel_first_loss_plans_a_forward_a_class():
     import numpy as np
 
-    from bpsa.host.loss_classes import class_jobs
+    from bpsa.plan.loss_classes import class_jobs
     for layer in _random_layers(3, 20):
         got = check_job(SMALL_CF, layer, "loss", mode="channel_first")
         dy = np.zeros((layer.batch, layer.out_channels, *layer.out_hw), dtype=np.int64)

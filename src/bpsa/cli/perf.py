@@ -69,7 +69,7 @@ def run(args):
 
     from bpsa.models.perf import phase_table, workload_layers
     from bpsa.spec.layer import parse_layer
-    config = config_of(args)
+    config = config_of(args, mx=True)
     phases = {"both": ["loss", "gradient"],
               "all": ["forward", "loss", "gradient"]}.get(args.phase, [args.phase])
     if args.baseline:

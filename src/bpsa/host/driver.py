@@ -829,9 +829,9 @@ class Driver:
                    requant=None, plan=None):
         """The loss dX; ``mode``: ``"zero_free"``, ``"bp_im2col"`` (see :meth:`run`) or
         ``"channel_first"``: each stride class as a stride-1 forward convolution of dY on the
-        channel-first front end (:mod:`bpsa.host.loss_classes`; one descriptor a class, no
+        channel-first front end (:mod:`bpsa.plan.loss_classes`; one descriptor a class, no
         inserted zero read or multiplied; ``plan``: ``{"classes": [plan, ...]}``, a class's
-        forward plan each, in the order of :func:`bpsa.host.loss_classes.class_jobs`)."""
+        forward plan each, in the order of :func:`bpsa.plan.loss_classes.class_jobs`)."""
         if capability.resolve_mode(self.config, "loss", mode) == "channel_first":
             return await self._loss_channel_first(dy, w, input_hw, stride, padding, dilation,
                                                   requant, plan)
@@ -841,7 +841,7 @@ class Driver:
 
     async def _loss_channel_first(self, dy, w, input_hw, stride, padding, dilation, requant,
                                   plan=None):
-        from bpsa.host.loss_classes import class_jobs, place
+        from bpsa.plan.loss_classes import class_jobs, place
         capability.check(self.config, "loss", mode="channel_first", requant=requant)
         dy, w = self._check_operand("dy", dy), self._check_operand("w", w)
         layer = conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,

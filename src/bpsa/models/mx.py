@@ -377,7 +377,7 @@ def conv_loss(dy, w, fmt, input_hw, stride=1, padding=0, dilation=1, *, scale_ru
     block (which leaves the accumulator as it is).
 
     ``part`` (1 to 32): the channel-first order instead (the loss as the forwards of its
-    stride classes, :mod:`bpsa.host.loss_classes`): each K block folded in parts of ``part``
+    stride classes, :mod:`bpsa.plan.loss_classes`): each K block folded in parts of ``part``
     channels (a block's last part holds what is left of it), part after part and, for each
     part, the taps in the order of the dY pixel they read (raster order of ``(oh, ow)``: ``r``
     and ``q`` decreasing)."""

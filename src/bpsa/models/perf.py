@@ -356,7 +356,7 @@ def _dispatch(config, desc):
     ops = layer_ops(config, desc)
     gaps, count, words, pre = [], 0, 0, None
     xloads, pending = [], []
-    targets = (program.TARGET["FWD_X"], program.TARGET["CF_X"])
+    targets = (program.TARGET["FWD_X"], program.TARGET["CF_X"], program.TARGET["CF_XS"])
     for (opcode, sets), (_, fields, flags) in zip(isa.set_counts(config, ops), ops):
         words += sets + 1
         count += sets
@@ -385,8 +385,11 @@ _ADDR = {"addr_x": 0x1000_0000, "addr_w": 0x2000_0000, "addr_dy": 0x3000_0000,
 def _program_loads(cache, loads, ob):
     """The model's loads ``(cache, key, bytes, commands, bank)`` of the program's X-bank loads
     before a run (:func:`_dispatch`): keyed by address and length, the load unit's record (and
-    the runs' stride, for their DMA segments)."""
-    return [(cache, ("x", f["addr"], f["length"], f.get("stride", 0)), f["length"] * ob,
+    the runs' stride, for their DMA segments). MX: the channel-first X scale bank's loads are
+    cache ``"xs"`` (a byte a word)."""
+    from bpsa.plan.program import TARGET
+    return [("xs" if f.get("target") == TARGET["CF_XS"] else cache,
+             ("x", f["addr"], f["length"], f.get("stride", 0)), f["length"] * ob,
              f["count"], f["bank"]) for f in loads]
 
 
@@ -552,7 +555,29 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     return total, compute, dma_busy, loaded, p_wait, load_wait
 
 
-def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", multi_tile=True):
+def _class_loss_cycles(config, layer, *, requant=False, multi_tile=True):
+    """The loss of ``layer`` as the channel-first forwards of its stride classes
+    (:func:`bpsa.plan.loss_classes.class_layers`), each a layer of its own (a descriptor each,
+    as the driver runs them): their cycles, bytes and runs added; ``macs``, utilization and
+    the roofline the loss's."""
+    from bpsa.plan.loss_classes import class_layers
+    parts = [layer_cycles(config, "forward", cl, requant=requant, frontend="channel_first",
+                          multi_tile=multi_tile) for cl in class_layers(layer)]
+    add = ("cycles", "compute_cycles", "array_slots", "dma_read_bytes", "dma_write_bytes",
+           "dma_busy_cycles", "runs", "p_wait_cycles", "load_wait_cycles", "x_sram_words",
+           "tiles")
+    big = ("a_words", "b_words", "p_words")
+    total = {name: sum(getattr(p, name) for p in parts) for name in add}
+    total.update({name: max(getattr(p, name) for p in parts) for name in big})
+    macs = layer.batch * layer.out_channels * prod(layer.out_hw) * layer.crs
+    roof = roofline_cycles(config, "loss", layer, macs=macs, requant=requant)
+    return replace(parts[0], **total, macs=macs,
+                   utilization=macs / (config.rows * config.cols * total["cycles"]),
+                   roofline_cycles=roof, over_roofline=total["cycles"] / roof,
+                   bound=max(parts, key=lambda p: p.cycles).bound, frontend="channel_first")
+
+
+def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
     ``"gradient"``, zero-free) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`, its
     ``batch`` the images modelled) on ``config``; :exc:`ValueError` with the controller's
@@ -560,7 +585,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     as operands (the descriptor's REQUANT).
 
     ``frontend`` (forward): ``"feeder"`` (MODE 0, the data feeder on the output-stationary
-    array) or ``"channel_first"`` (MODE 2: the channel-first implicit im2col on the
+    array; the default, MX: ``"channel_first"``, :data:`bpsa.plan.capability.MX_MODES`) or
+    ``"channel_first"`` (MODE 2: the channel-first implicit im2col on the
     weight-stationary array; :exc:`ValueError` when ``config`` does not generate it). The
     channel-first walk is the feeder forward's (images, steps of ``kb`` output-channel blocks,
     bands, groups, the step's blocks) with groups of one channel block of ``L = min(C,
@@ -571,6 +597,11 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     if phase not in ("forward", "loss", "gradient"):
         raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
                          f"not {phase!r}")
+    if frontend is None:            # (a backward phase's front end is its mode's)
+        frontend = capability.resolve_mode(config, "forward") if phase == "forward" \
+            else "feeder"
+    if phase == "loss" and capability.resolve_mode(config, "loss") == "channel_first":
+        return _class_loss_cycles(config, layer, requant=requant, multi_tile=multi_tile)
     if frontend not in ("feeder", "channel_first"):
         raise ValueError(f"the forward front end is 'feeder' or 'channel_first', not "
                          f"{frontend!r}")
@@ -635,14 +666,24 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                         for j in range(commands))
                     + TIMING["cf_dma_command"] * commands)
 
+        mx = config.is_mx               # a block's W words, then (MX) its R S scale words
+
         def w_load(key, nbytes, commands):
             """A block's W of a channel block: ``cols`` lanes a word."""
             _, t, c0 = key
-            first = t * e["crs"] * C + c0 * r * s * C
+            parts = -(-c // cg)
+            first = (t * (e["crs"] + mx * parts * r * s) + (c0 + mx * (c0 // cg)) * r * s) * C
             return (_dma_segments(nbytes // ob, C, per_beat, first % per_beat)
                     + TIMING["cf_dma_command"] * commands)
 
-        rates = {"cf": x_load, "b": w_load}
+        def xs_load(key, nbytes, commands):
+            """MX: a band's X scale codes, a byte a word."""
+            first, each, stride = key[1] - _ADDR["addr_x"], nbytes // commands, key[3]
+            return (sum(_dma_segments(each, 1, per_beat, (first + j * stride) % per_beat)
+                        for j in range(commands))
+                    + TIMING["cf_dma_command"] * commands)
+
+        rates = {"cf": x_load, "b": w_load, "xs": xs_load}
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
@@ -672,7 +713,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 # the block's band, L lanes a pixel (or its pieces: the
                                 # program's), then W
                                 loads = _program_loads("cf", xloads[len(runs)], ob) + (
-                                    [] if i else [("b", ("w", t, c0), cgv * r * s * C * ob, 1)])
+                                    [] if i else [("b", ("w", t, c0),
+                                                   (cgv + mx) * r * s * C * ob, 1)])
                                 slots += run_tiles * bd.out_rows * ow * R * C
                                 x_words += words
                                 tiles += run_tiles
@@ -728,7 +770,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                 for n0 in range(0, n, zn):      # zn images a run, stacked
                     zng = min(zn, n - n0)
                     for bd in bands:
-                        words = bd.out_rows * ow
+                        words = bd.out_rows * e["pd"]   # MX: a row's scale words too
                         for kk in range(kb0, kend):
                             for i in range(blocks):
                                 cgv = min(B, c - (cs + i) * B)
@@ -741,9 +783,16 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
                                 if i == 0 and (kk == kb0 or blocks == 1):
                                     loads.append(("b", ("dy", n0, kk, bd.out0, 0),
                                                   zng * words * C * ob, zng))
-                                comp = _zf_gradient_compute(config, channels=cgv,
-                                                            obh=zng * bd.out_rows, ow=ow,
-                                                            r=r, s=s)
+                                if config.is_mx:    # its own engine, segments
+                                    comp = zg_engine_cycles(
+                                        config, channels=cgv, width=w,
+                                        out_height=zng * bd.out_rows, out_width=ow,
+                                        kernel_h=r, kernel_w=s, stride_w=sw, dil_w=dw,
+                                        pad_w=pw)
+                                else:
+                                    comp = _zf_gradient_compute(config, channels=cgv,
+                                                                obh=zng * bd.out_rows, ow=ow,
+                                                                r=r, s=s)
                                 slots += (-(-cgv // R) * r * s * zng * bd.out_rows * ow
                                           * R * C)
                                 runs.append((loads, comp, first, gaps[len(runs)], i > 0))
@@ -828,6 +877,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend="feeder", mult
     words = {"a": 0, "b": 0}
     for loads, *_ in runs:
         for cache, _, nbytes, commands, *_ in loads:
+            if cache == "xs":           # MX: the channel-first X scale bank
+                continue
             lanes = {"a": C if phase == "loss" else B, "cf": e["cg"]}.get(cache, C)
             bank = "a" if cache == "cf" else cache
             words[bank] = max(words[bank], -(-nbytes // (lanes * ob)))

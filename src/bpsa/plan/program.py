@@ -484,6 +484,8 @@ class _Walk:
                         elif cf:
                             self.load("CF_X", "CF", ptr["x"], r["len_a"], r["cl"],
                                       bank=g["xbank"])
+                        else:
+                            self.load("FWD_X", "A", ptr["x"], r["len_a"], B, bank=g["xbank"])
                         if mx:                        # the scale codes: a byte a pixel
                             xs = xs_base + self.div(ptr["x"] - d["addr_x"], r["cl"])
                             if zng > 1:
@@ -493,8 +495,6 @@ class _Walk:
                             else:
                                 self.load("CF_XS", "CF_XS", xs,
                                           self.div(r["len_a"], r["cl"]), 1, bank=g["xbank"])
-                        else:
-                            self.load("FWD_X", "A", ptr["x"], r["len_a"], B, bank=g["xbank"])
                         while True:                   # output-channel block kti
                             g["grp_k"] = _mn(C, d["k"] - loop["k0"])
                             self.load("FWD_W", "B", ptr["w"], r["len_b"], C)

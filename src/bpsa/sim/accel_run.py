@@ -52,22 +52,10 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     except ValueError:
         raise ValueError("the dilated kernel is larger than the padded input") from None
     if phase == "loss" and mode == "channel_first":
-        # one channel-first forward a stride class (bpsa.host.loss_classes)
-        from bpsa.host.loss_classes import axis_classes
-        oh, ow = layer.out_hw
-        rows = axis_classes(layer.height, oh, layer.kernel_h, layer.stride[0], layer.pad[0],
-                            layer.dil[0])
-        cols = axis_classes(layer.width, ow, layer.kernel_w, layer.stride[1], layer.pad[1],
-                            layer.dil[1])
-        plans = []
-        for ca in rows:
-            for cb in cols:
-                if not (ca.empty or cb.empty):
-                    plans.append(plan_or_strips(config, "forward", ConvLayer.conv(
-                        layer.batch, layer.out_channels, oh - ca.lo, ow - cb.lo,
-                        layer.channels, len(ca.taps), len(cb.taps), 1, (ca.pad, cb.pad),
-                        (ca.dil, cb.dil)), mode="channel_first"))
-        return {"classes": plans}
+        # one channel-first forward a stride class (bpsa.plan.loss_classes)
+        from bpsa.plan.loss_classes import class_layers
+        return {"classes": [plan_or_strips(config, "forward", cl, mode="channel_first")
+                            for cl in class_layers(layer)]}
     # rows too wide for the controller: the driver cuts the layer into column strips
     return plan_or_strips(config, phase, layer, mode="bp_im2col" if mode == "feeder" else mode)
 

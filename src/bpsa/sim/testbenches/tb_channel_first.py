@@ -9,7 +9,7 @@ the order it comes (:func:`accumulator`). Y must equal ``bpsa.models.golden.conv
 to ``acc_width``) or, in MX, ``bpsa.models.mx.conv_forward(..., part=rows)`` bit for bit;
 ``error`` must stay low, and every layer's cycles must equal the cycle model's
 (:func:`model_cycles`). A loss layer runs as the forwards of its stride classes
-(:mod:`bpsa.host.loss_classes`, as the accelerator's channel-first loss does) and dX must
+(:mod:`bpsa.plan.loss_classes`, as the accelerator's channel-first loss does) and dX must
 equal the golden loss (MX: ``conv_loss(..., part=rows)``).
 
 Environment: ``BPSA_LAYERS`` (JSON list of :class:`bpsa.spec.layer.ConvLayer` fields) or
@@ -85,9 +85,9 @@ def check_layer(cfg, layer, bands=1, phase="forward"):
     ``cfg`` from :data:`X_BASE` / :data:`W_BASE`, else :exc:`ValueError` with the reason (a
     band of X in the X banks, a run's W words, in MX with its scale words, in the W buffer,
     every size in the descriptor's fields). ``phase`` ``"loss"``: each stride class's forward
-    (:mod:`bpsa.host.loss_classes`)."""
+    (:mod:`bpsa.plan.loss_classes`)."""
     if phase == "loss":
-        from bpsa.host.loss_classes import class_jobs
+        from bpsa.plan.loss_classes import class_jobs
         n, k = layer.batch, layer.out_channels
         dy = np.zeros((n, k) + layer.out_hw)
         w = np.zeros((k, layer.channels, layer.kernel_h, layer.kernel_w))
@@ -342,9 +342,9 @@ def _add_vectors(cfg, y, run, vectors, kn):
 
 
 async def _loss(dut, cfg, dy, w, input_hw, geometry, bands):
-    """dX as the forwards of its stride classes on the engine (:mod:`bpsa.host.loss_classes`);
+    """dX as the forwards of its stride classes on the engine (:mod:`bpsa.plan.loss_classes`);
     ``(dX, (cycles, the model's cycles), runs)``."""
-    from bpsa.host.loss_classes import class_jobs, place
+    from bpsa.plan.loss_classes import class_jobs, place
     dx = np.zeros((dy.shape[0], w.shape[1]) + tuple(input_hw),
                   np.uint32 if cfg.is_mx else np.int64)
     cycles, model, count = 0, 0, 0

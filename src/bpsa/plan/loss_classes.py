@@ -21,7 +21,8 @@ from math import gcd
 
 import numpy as np
 
-__all__ = ["AxisClass", "ClassJob", "axis_classes", "class_jobs", "loss_by_classes", "place"]
+__all__ = ["AxisClass", "ClassJob", "axis_classes", "class_jobs", "class_layers",
+           "loss_by_classes", "place"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,25 @@ def class_jobs(dy, w, input_hw, stride, padding, dilation):
             jobs.append(ClassJob(ca.a, cb.a, x, wt, (ca.pad, cb.pad), (ca.dil, cb.dil),
                                  (ca.crop, cb.crop), (ca.count, cb.count)))
     return jobs
+
+
+def class_layers(layer):
+    """The forward convolution (a :class:`bpsa.spec.layer.ConvLayer`) of every stride class of
+    the loss of ``layer`` that :func:`class_jobs` runs, in its order: dY's ``K`` channels in,
+    ``C`` out, stride 1, the class's taps, padding and dilation."""
+    from bpsa.spec.layer import ConvLayer
+    oh, ow = layer.out_hw
+    out = []
+    for ca in axis_classes(layer.height, oh, layer.kernel_h, layer.stride[0], layer.pad[0],
+                           layer.dil[0]):
+        for cb in axis_classes(layer.width, ow, layer.kernel_w, layer.stride[1],
+                               layer.pad[1], layer.dil[1]):
+            if not (ca.empty or cb.empty):
+                out.append(ConvLayer.conv(layer.batch, layer.out_channels, oh - ca.lo,
+                                          ow - cb.lo, layer.channels, len(ca.taps),
+                                          len(cb.taps), 1, (ca.pad, cb.pad),
+                                          (ca.dil, cb.dil)))
+    return out
 
 
 def place(dx, job, y, stride):

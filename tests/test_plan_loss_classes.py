@@ -1,5 +1,5 @@
 """The loss as stride-1 forward convolutions of its stride classes
-(:mod:`bpsa.host.loss_classes`), with :func:`bpsa.models.golden.conv2d` standing in for the
+(:mod:`bpsa.plan.loss_classes`), with :func:`bpsa.models.golden.conv2d` standing in for the
 hardware's forward, against the golden loss :func:`bpsa.models.golden.conv2d_input_grad` (a
 scatter over the taps, no class split): random layers with strides 1-4, dilations 1-3,
 padding up to the dilated kernel's reach, rectangular kernels, kernels smaller than the
@@ -8,7 +8,7 @@ stride (classes no tap reaches), batch 1-2."""
 import numpy as np
 import pytest
 
-from bpsa.host.loss_classes import axis_classes, loss_by_classes
+from bpsa.plan.loss_classes import axis_classes, loss_by_classes
 from bpsa.models.golden import conv2d, conv2d_input_grad
 
 
