@@ -198,10 +198,36 @@ def test_mx_backend_follows_pytorch_and_the_golden_model(fmt, tol):
         assert (got - want).abs().max() <= tol * want.abs().max(), name
 
 
+@pytest.mark.verilator
+def test_mx_rtl_and_model_backends_agree_bit_for_bit():
+    """The accelerator's MX build (backend ``rtl``, small_mxint8 under Verilator) and the
+    golden model (backend ``model``) give the same outputs, input gradient and parameter
+    gradients, bit for bit, through a network of strided and padded convolutions and a linear
+    layer (its 1 x 1 convolutions), in both scale rules (the rule reaches the driver's
+    quantizer: the two rules' results differ)."""
+    net, x, t = _data(2)
+    torch.manual_seed(2)
+    lin = nn.Sequential(nn.Conv2d(2, 6, 3, stride=2, padding=1),
+                        nn.Conv2d(6, 40, 3, padding=1, bias=False), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(40, 3))
+    steps = {}
+    for rule in ("floor", "ceil"):
+        for backend in ("model", "rtl"):
+            with pytest.warns(UserWarning, match="stay in PyTorch"):
+                off = offload(lin, "small_mxint8", backend, mx_scale_rule=rule)
+            steps[rule, backend] = _step(off, x, t)
+            off.close()
+        (y, dx, grads), (y0, dx0, grads0) = steps[rule, "rtl"], steps[rule, "model"]
+        assert torch.equal(y, y0) and torch.equal(dx, dx0), rule
+        assert grads.keys() == grads0.keys() and all(torch.equal(grads[n], grads0[n])
+                                                     for n in grads), rule
+    assert not torch.equal(steps["floor", "rtl"][0], steps["ceil", "rtl"][0])
+
+
 def test_mx_scale_rule_and_refusals():
     """The scale rule reaches the quantizer: MXINT8's floor scale saturates 1.999 to 127/64,
-    the ceil scale (one power of two up) rounds it to 2; an unknown rule and the rtl backend
-    are refused."""
+    the ceil scale (one power of two up) rounds it to 2; an unknown rule and an unknown
+    backend are refused."""
     x = torch.zeros(1, 32, 1, 1)
     x[0, 1, 0, 0] = 1.999
     conv = nn.Conv2d(32, 1, 1, bias=False)
@@ -213,5 +239,5 @@ def test_mx_scale_rule_and_refusals():
     assert got == {"floor": 127 / 64, "ceil": 2.0}
     with pytest.raises(ValueError, match="mx_scale_rule must be one of floor, ceil"):
         offload(conv, "small_mxint8", mx_scale_rule="up")
-    with pytest.raises(ValueError, match="runs on the golden model only"):
-        offload(conv, "small_mxfp8", backend="rtl")
+    with pytest.raises(ValueError, match="backend must be 'model', 'rtl' or an accelerator"):
+        offload(conv, "small_mxfp8", backend="fpga")

@@ -155,6 +155,16 @@ def _config_of(args):
     if arithmetic in MX_WIDTHS:
         changes.update(zip(("operand_width", "acc_width"), MX_WIDTHS[arithmetic]))
         changes.update(operand_signed=arithmetic == "mxint8")
+        # the accelerator in MX runs the front ends built in MX (bpsa.gateware.accelerator.
+        # check_mx): the channel-first front end and the zero-free gradient, and said so
+        if "ws" in config.dataflows and "os" in config.dataflows and (
+                not config.has_frontend("channel_first")
+                or config.backward_modes != ("zero_free",)):
+            changes.update(forward_frontends=("feeder", "channel_first"),
+                           backward_modes=("zero_free",))
+            print(f"bpsa: --arithmetic {arithmetic}: the accelerator in MX generates the "
+                  f"channel-first front end and the zero-free gradient (forward_frontends "
+                  f"feeder, channel_first; backward_modes zero_free)", file=sys.stderr)
     elif arithmetic in FLOAT_WIDTHS:
         changes.update(zip(("operand_width", "acc_width"), FLOAT_WIDTHS[arithmetic]))
         # what floating point does not build yet is left out, and said so

@@ -48,7 +48,7 @@ def register(sub):
                     help="the configuration's number format replaced (bf16, fp16: floating "
                          "point, fp32 master weights on the host; "
                          "docs/architecture/floating_point.md; mxint8, mxfp8_e4m3: OCP MX "
-                         "block formats, --backend model only, docs/architecture/mx.md). "
+                         "block formats, docs/architecture/mx.md). "
                          "Default: the configuration's own")
     sp.add_argument("--mx-scale-rule", choices=["floor", "ceil"], default="floor",
                     help="an MX arithmetic's block scale: floor (OCP MX 6.3, default) or ceil "
@@ -152,10 +152,6 @@ def _run_model(args):
     from bpsa.torch.trace import load_factory
     from bpsa.torch.train import load_datasets, train
     config = config_of(args, mx=True)
-    if config.is_mx and args.backend != "model":
-        raise UserError(f"--backend {args.backend}: arithmetic {config.arithmetic!r} trains on "
-                        f"the golden model only (--backend model); the accelerator's MX path is "
-                        f"not built yet (docs/architecture/mx.md)")
     if args.mx_scale_rule != "floor" and not config.is_mx:
         raise UserError(f"--mx-scale-rule applies to an MX arithmetic, not "
                         f"{config.arithmetic!r}")

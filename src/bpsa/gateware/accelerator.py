@@ -23,6 +23,17 @@ Blocks
     stores); and the load unit and step scheduler. The address generation stays in the engines:
     the program only cuts a layer into tiles that fit the buffers and moves them.
 
+MX (an OCP MX ``arithmetic``; :func:`check_mx`)
+    The front ends built in MX around the one array: the channel-first front end (MODE 2: the
+    forward, and the loss as the forwards of its stride classes) and
+    :class:`~bpsa.gateware.frontends.zero_free.gradient_engine.ZeroFreeGradientEngine` (MODE 1
+    gradient; its X and dY buffers take the FWD_X / FWD_W loads, and its dY buffer is the
+    channel-first front end's W buffer); P in its MX mode, results stored as fp32
+    (:attr:`bpsa.config.Config.result_width`). The driver quantizes; the external layouts,
+    with the scale codes beside the element codes, are :mod:`bpsa.host.mx_layout`'s (X's
+    channel-first scale bytes load into the scale bank, target CF_XS). A run no MX front end
+    takes ends the layer with ``ENGINE``.
+
 External memory layout
     Element sizes: :func:`bpsa.spec.numeric.element_bytes` of ``operand_width`` for operands,
     of ``acc_width`` for results; every tensor dense, little endian, from its ADDR_*.

@@ -222,7 +222,7 @@ class Driver:
         self.space_to_depth = True            # False: no layer rewritten (the walkers' own)
         self._tensor_end = mem_base           # end of the last call's tensors
         self.program = []                     # the last layer's instruction words
-        self.mx_scale_rule = "floor"          # MX: the quantizer's scale rule
+        self.mx_scale_rule = "floor"          # MX: the quantizer's scale rule (quantize's)
 
     # --- registers ----------------------------------------------------------------------------
     async def open(self):

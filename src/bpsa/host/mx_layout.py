@@ -7,18 +7,19 @@ The driver quantizes each phase's operands from its float32 copies along that ph
 reduction axis (:func:`bpsa.models.mx.quantize`, blocks of 32), then lays them out here; every
 value is one byte (codes and scales alike), so a layout is a ``uint8`` array.
 
-Channel-first forward (also each stride class of the channel-first loss), ``L = min(C, rows)``
-channels a *part* (``rows`` divides 32, so a part lies in one block), ``CT = ceil(C / L)``:
-    X: the codes ``N x CT x H x W x L`` (lanes past C hold 0), then the scale codes ``N x CT x
-    H x W``: part ``t``'s byte at a pixel is X's scale of the block holding channel ``t L``.
+Channel-first forward (also each stride class of the channel-first loss)
+    ``L = min(C, rows)`` channels a *part* (``rows`` divides 32, so a part lies in one
+    block), ``CT = ceil(C / L)``. X: the codes ``N x CT x H x W x L`` (lanes past C hold 0),
+    then the scale codes ``N x CT x H x W``: part ``t``'s byte at a pixel is X's scale of
+    the block holding channel ``t L``.
     W: for each block of ``cols`` output channels (``KT = ceil(K / cols)``) and each part
     ``t``: its codes ``L_t x R x S x cols`` (``L_t`` the part's channels, lane ``j`` output
     channel ``kt cols + j``, lanes past K hold 0), then its ``R x S x cols`` scale codes (the
     scale of ``(k, r, s)`` in the part's block), which the front end reads after the part's W
     words (:class:`bpsa.gateware.frontends.channel_first.channel_first.ChannelFirst`).
 
-Zero-free gradient (the walker's order: X quantized along W in each row ``(n, c, h)``, dY
-along OW in each row ``(n, k, oh)``):
+Zero-free gradient (the walker's order)
+    X quantized along W in each row ``(n, c, h)``, dY along OW in each row ``(n, k, oh)``.
     X: ``N x CT x H x (W + ceil(W / 32)) x B`` (``B = feeder_bus_width`` channels a word,
     ``CT = ceil(C / B)``): each row's ``W`` pixel words, then its ``ceil(W / 32)`` scale
     words, lane ``l`` of scale word ``b`` the scale code of channel ``t B + l`` at the row's

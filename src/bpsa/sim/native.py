@@ -410,9 +410,12 @@ class SimulatedAccelerator:
     the first use of a configuration builds its Verilator model for a minute or more and says
     so on standard error, unless false). Use it as a context manager (:func:`bpsa.simulate`).
     ``pool`` and ``pool_backward`` need a
-    configuration with the pooling unit (``pool_kinds``)."""
+    configuration with the pooling unit (``pool_kinds``). An MX configuration: float32 tensors
+    in, quantized by the driver per phase with ``mx_scale_rule`` (``"floor"`` or ``"ceil"``,
+    :func:`bpsa.models.mx.quantize`), float32 sums out."""
 
-    def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, **options):
+    def __init__(self, config, *, mem_bytes=1 << 24, seed=1, stall=0.0, mx_scale_rule="floor",
+                 **options):
         import asyncio
 
         from bpsa.config import load_config
@@ -422,6 +425,7 @@ class SimulatedAccelerator:
         self.transport = NativeTransport(self.config, mem_bytes=mem_bytes, seed=seed,
                                          stall=stall, **options)
         self.driver = Driver(self.transport, self.config, mem_size=mem_bytes)
+        self.driver.mx_scale_rule = mx_scale_rule
         self._run = asyncio.run
         self._run(self.driver.open())
 

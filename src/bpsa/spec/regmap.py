@@ -304,9 +304,10 @@ def config_words(config):
         "CFG_FEATURES": flows | config.operand_signed << 4 | config.zero_gating << 5
         | config.reserve_registers << 6 | config.dim_width << 8
         | _log2(config.feeder_bus_width) << 16
-        | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes)
+        | sum(1 << (20 + m) for m, name in MODE_NAMES.items() if name in config.backward_modes
+              and (name == "zero_free" or not config.is_mx))    # MX: what it generates
         | sum(1 << (22 + k) for k, name in POOL_KIND_NAMES.items()
-              if name in config.pool_kinds)
+              if name in config.pool_kinds and not config.is_mx)
         | config.has_frontend("channel_first") << 24
         | ARITHMETIC_CODES[config.arithmetic] << ARITHMETIC_SHIFT
         | (config.pool_lanes > 1) << POOL_LANES_BIT

@@ -93,8 +93,8 @@ class MxModel:
     with ``part = min(rows, 32)``) and the zero-free walker's for the gradient
     (:func:`~bpsa.models.mx.conv_gradient` with ``walker=True``): float32 tensors in,
     quantized per phase with the scale rule ``scale_rule`` (``"floor"``: OCP MX 6.3;
-    ``"ceil"``: the scale rounded up), the fp32 sums out as float32. The accelerator's MX
-    path is not built yet, so this is the only backend of an MX configuration."""
+    ``"ceil"``: the scale rounded up), the fp32 sums out as float32: bit for bit what the
+    accelerator's MX build computes (backend ``"rtl"``)."""
 
     def __init__(self, config, scale_rule="floor"):
         from bpsa.spec.numeric import MX_SCALE_RULES
@@ -375,10 +375,12 @@ def _backend(cfg, backend, mx_scale_rule):
     if cfg.is_mx:
         if backend == "model":
             return MxModel(cfg, mx_scale_rule)
+        if backend == "rtl":
+            from bpsa.sim.native import SimulatedAccelerator
+            return SimulatedAccelerator(cfg, progress=False, mx_scale_rule=mx_scale_rule)
         if isinstance(backend, str):
-            raise ValueError(f"arithmetic {cfg.arithmetic!r} runs on the golden model only "
-                             f"(backend 'model'): the accelerator's MX path is not built yet "
-                             f"(docs/architecture/mx.md)")
+            raise ValueError(f"backend must be 'model', 'rtl' or an accelerator object, not "
+                             f"{backend!r}")
         return backend
     if backend == "model":
         be = FloatModelOps(cfg) if cfg.is_float else IntegerModel(cfg)

@@ -125,8 +125,6 @@ def train(model, train_set, test_set, *, config="small_bf16", backend="model", e
     steps = len(train_set) // batch
     if backend == "rtl":
         cycles, source = history[-1]["train_cycles"] / steps, "measured BUSY_CYCLES"
-    elif off.config.is_mx:
-        cycles, source = None, "no cycle model in MX yet (docs/architecture/mx.md)"
     else:
         from bpsa.models.network_perf import network_step
         from bpsa.torch.trace import trace
