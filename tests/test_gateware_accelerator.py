@@ -975,12 +975,13 @@ def test_mx_training_phases_verilator(preset):
     a plane cut into row bands, images stacked into a run, rows past two 32-pixel blocks,
     under memory stalls; the cycle model's DMA bytes equal the counters and its cycles are
     within 3 % of them without stalls. What it does not build is refused: the feeder's forward and a
-    requantized output by the driver, a forward descriptor in MODE 0 by the hardware (an
-    engine error, not a hang), the traditional flow's baseline by the job check."""
+    requantized output by the driver, a forward descriptor in MODE 0 by the planner (MODE) and,
+    its program sent anyway, by the hardware (an engine error, not a hang), the traditional
+    flow's baseline by the job check."""
     from bpsa.models.perf import layer_cycles
     from bpsa.sim.accel_run import check_job, job
     from bpsa.sim.native import run_jobs, run_with_driver
-    from bpsa.spec.errors import ERROR_ENGINE
+    from bpsa.spec.errors import ERROR_ENGINE, AccelError
     from bpsa.spec.regmap import Phase
 
     cfg = load_config(preset)
@@ -1018,7 +1019,15 @@ def test_mx_training_phases_verilator(preset):
         desc = {"PHASE": Phase.FORWARD, "N": 1, "C": 2, "H": 4, "W": 4, "K": 3, "R": 1,
                 "S": 1, "STRIDE_H": 1, "STRIDE_W": 1, "PAD_H": 0, "PAD_W": 0, "DIL_H": 1,
                 "DIL_W": 1, "ADDR_X": 0, "ADDR_W": 256, "ADDR_OUT": 4096, "MODE": 0}
-        assert await drv.start(desc, budget=20_000) == ERROR_ENGINE
+        # the planner refuses the feeder's forward in MX; its program, planned for the integer
+        # twin of the configuration (the same instruction fields), ends with an engine error
+        assert await drv.start(desc, budget=20_000) == AccelError.MODE
+        drv.config = cfg.replace(name="int_twin", arithmetic="int", operand_signed=True,
+                                 acc_width=32)
+        try:
+            assert await drv.start(desc, budget=20_000) == ERROR_ENGINE
+        finally:
+            drv.config = cfg
         return True
 
     assert run_with_driver(cfg, body)

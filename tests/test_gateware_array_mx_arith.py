@@ -156,8 +156,8 @@ def test_array_verilator(flow, dims):
 @pytest.mark.cocotb
 def test_cli_gemm(capsys):
     """``bpsa sim --gemm`` takes an MX configuration (the array's Verilog under Verilator, the
-    interleaved pass against the block sums); its SGD step and the accelerator's phases are
-    refused in one line."""
+    interleaved pass against the block sums); its SGD step and the pooling phase (no pooling
+    unit in MX) are refused in one line."""
     import json
 
     from bpsa.cli import main
@@ -167,8 +167,8 @@ def test_cli_gemm(capsys):
     assert out["match"] is True and out["useful_macs"] == 2 * 4 * 20 * 7
     for argv, match in ((["--gemm", "4,20,7", "--dataflow", "interleaved", "--sgd-shift", "2"],
                          "SGD step is not built in mxint8"),
-                        (["--phase", "forward", "--layer", "C=4,H=6,K=4,R=3"],
-                         "--mode zero_free and bpsa fuzz take it")):
+                        (["--phase", "pool", "--layer", "C=4,H=6,K=4,R=3"],
+                         "bpsa sim --phase forward|loss|gradient|step (the accelerator)")):
         assert main(["sim", "--config", "small_mxint8", *argv]) == 2
         err = capsys.readouterr().err
         assert match in err and len(err.strip().splitlines()) == 1, err

@@ -152,8 +152,10 @@ def test_pe_verilator(name):
 
 
 @pytest.mark.cocotb
+# the MX PE's Verilog in make test-long (the MX arrays' and the MX accelerator's Verilog run
+# under Verilator in make test)
 @pytest.mark.parametrize("name", ["all_int8", pytest.param("interleaved_int16", marks=pytest.mark.long),
-                                  "mxfp8_e4m3"])
+                                  pytest.param("mxfp8_e4m3", marks=pytest.mark.long)])
 def test_pe_ecp5_dsp_verilator(name):
     """The Verilog built for the ECP5, its multiplier a MULT18X18D with input and output
     registers (MXFP8: unsigned, of the shifted significands), under Verilator with the

@@ -245,8 +245,10 @@ def test_mx_short_tiles_on_wide_columns():
     assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("fmt", [pytest.param("mxint8", marks=pytest.mark.long),
-                                 "mxfp8_e4m3"])
+# make test-long: the loss's stride classes run through the whole MX accelerator in make test
+# (tests/test_gateware_accelerator.py::test_mx_training_phases_verilator)
+@pytest.mark.long
+@pytest.mark.parametrize("fmt", ["mxint8", "mxfp8_e4m3"])
 def test_mx_loss_by_classes_equals_golden(fmt):
     """The loss in an MX format as the stride-1 forwards of its stride classes on the engine
     (:mod:`bpsa.plan.loss_classes`, dY and W^T quantized along K by the run helpers) equals

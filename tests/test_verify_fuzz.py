@@ -1,7 +1,8 @@
 """``bpsa fuzz``: random layers of every phase, and layers the hardware must refuse, through the
-whole accelerator on the native transport against the golden model; in an MX format, forward
-and loss layers through the channel-first engine and gradient layers through the zero-free
-gradient engine (:func:`bpsa.verify.fuzz.fuzz_engine`)."""
+whole accelerator on the native transport against the golden model (in an MX format, the
+accelerator's MX build); with ``--engines`` in an MX format, forward and loss layers through
+the channel-first engine and gradient layers through the zero-free gradient engine
+(:func:`bpsa.verify.fuzz.fuzz_engine`)."""
 
 import collections
 import json
@@ -161,7 +162,8 @@ def test_fuzz_engine_mx(capsys, tmp_path):
     toml = tmp_path / "cf_mx.toml"
     toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.to_dict().items()
                             if v != getattr(Config(), k)))
-    assert main(["fuzz", "--config", str(toml), "--count", "3", "--seed", "2"]) in (None, 0)
+    assert main(["fuzz", "--config", str(toml), "--count", "3", "--seed", "2",
+                 "--engines"]) in (None, 0)
     out = capsys.readouterr().out
     assert "3 random layers on small_cf_mxfp8_e4m3's engines (" in out
     assert "0 mismatches" in out
@@ -179,3 +181,37 @@ def test_fuzz_engine_mx_2000(fmt):
     res = fuzz_engine(CF_MX[fmt], 2000, seed=1)
     assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
     assert res["ran"] == 2000
+
+
+@pytest.mark.verilator
+def test_fuzz_mx_accelerator(capsys):
+    """``bpsa fuzz --config small_mxint8``: random forward, loss (its stride classes) and
+    gradient layers through the accelerator's MX build under random back-pressure, bit-exact
+    to the contract in the front ends' orders, and forward and gradient descriptors the
+    hardware must refuse (TOO_LARGE); the MXFP8 and 2000-layer runs are make test-long's."""
+    from bpsa.cli import main
+    from bpsa.verify.fuzz import fuzz
+    cfg = load_config("small_mxint8")
+    assert phases(cfg) == ["forward", "loss", "gradient"]
+    rng = np.random.default_rng(2)
+    jobs = [random_job(cfg, rng) for _ in range(200)]
+    kinds = collections.Counter((j["phase"], j["mode"], "expect" in j) for j in jobs)
+    assert {k[:2] for k in kinds} == {("forward", "channel_first"), ("loss", "channel_first"),
+                                      ("gradient", "zero_free")}
+    assert not kinds[("loss", "channel_first", True)] and kinds[("gradient", "zero_free", True)]
+    res = fuzz(cfg, 60, seed=3)
+    assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
+    assert res["ran"] + sum(res["refused"].values()) == 60 and res["refused"]
+    assert main(["fuzz", "--config", "small_mxint8", "--count", "5", "--quiet"]) in (None, 0)
+    assert "0 mismatches" in capsys.readouterr().out
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("preset", ["small_mxint8", "small_mxfp8"])
+def test_fuzz_mx_accelerator_2000(preset):
+    """``bpsa fuzz --config small_mxint8|small_mxfp8 --count 2000`` (make test-long): no
+    mismatch through the accelerator's MX build."""
+    from bpsa.verify.fuzz import fuzz
+    res = fuzz(load_config(preset), 2000, seed=1)
+    assert res["mismatches"] == [], json.dumps(res["mismatches"][:3])
+    assert res["ran"] + sum(res["refused"].values()) == 2000

@@ -21,6 +21,9 @@ def register(sub):
     sp.add_argument("--count", type=int, default=100, help="random layers (default: 100)")
     sp.add_argument("--seed", type=int_at_least(0), default=1,
                     help="seed of the random layers (default: 1)")
+    sp.add_argument("--engines", action="store_true",
+                    help="MX: the channel-first and zero-free gradient engines on their own "
+                         "(each with its array) instead of the accelerator")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=run)
@@ -33,17 +36,24 @@ def run(args):
     if args.count < 1:
         raise UserError(f"--count {args.count}: give a positive number of layers")
     progress = not (args.quiet or args.json)
-    if config.is_mx:            # no accelerator in MX yet: the engines
+    if args.engines and not config.is_mx:
+        raise UserError("--engines applies to an MX arithmetic (the engines built in MX)")
+    if args.engines:
         from bpsa.verify.fuzz import engine_phases
         try:
             engine_phases(config)
         except ValueError as e:
-            raise UserError(f"arithmetic {config.arithmetic!r} is fuzzed on the channel-first "
-                            f"and zero-free gradient engines (the accelerator is not built in "
-                            f"MX yet): {e}") from None
+            raise UserError(f"--engines: {e}") from None
         res = fuzz_engine(config, args.count, seed=args.seed, progress=progress)
     else:
         why = no_phase(config)
+        if config.is_mx:
+            from bpsa.gateware.accelerator import check_mx
+            try:
+                check_mx(config)
+            except ValueError as e:
+                why = f"the accelerator in {config.arithmetic!r}: {e} (--engines fuzzes the " \
+                      f"engines on their own)"
         if why:
             raise UserError(why)
         res = fuzz(config, args.count, seed=args.seed, progress=progress)

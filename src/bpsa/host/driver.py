@@ -861,7 +861,9 @@ class Driver:
             place(dx, job, y, stride)
             total = {name: v + total.get(name, 0) for name, v in self.counters.items()}
             runs.append({"class": (job.a, job.b), "plan": self.plan})
-        self.counters, self.plan, self.mode = total, {"classes": runs}, "channel_first"
+        # (no class at all: every dY element lands in the padding, dX is zero)
+        self.counters = total or {name: 0 for name, _ in COUNTERS}
+        self.plan, self.mode = {"classes": runs}, "channel_first"
         return dx
 
     async def gradient(self, x, dy, kernel_hw, stride=1, padding=0, dilation=1, mode=None,

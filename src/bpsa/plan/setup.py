@@ -177,7 +177,10 @@ def generated_phases(config):
     dataflow and the reserve registers (the forward engine), loss with the BP-im2col engine
     (``backward_modes`` ``bp_im2col``), gradient with either backward mode, FC backward with
     the BP-im2col engine and the ``interleaved`` dataflow, the pooling phases with a pooling
-    unit (``pool_kinds``)."""
+    unit (``pool_kinds``). MX (:func:`bpsa.gateware.accelerator.check_mx`): the forward on
+    the channel-first front end and the zero-free gradient (the loss runs as forwards)."""
+    if config.is_mx:
+        return (Phase.FORWARD, Phase.GRADIENT)
     fwd = config.has("os") and config.reserve_registers
     bwd = config.has_mode("bp_im2col")
     zf = config.has_mode("zero_free")
@@ -190,8 +193,10 @@ def generated_phases(config):
 
 
 def _generated_modes(config, phase_):
-    """The :class:`Mode` values the hardware runs ``phase_`` (loss or gradient) in."""
-    return [m for m, name in MODE_NAMES.items() if config.has_mode(name)]
+    """The :class:`Mode` values the hardware runs ``phase_`` (loss or gradient) in (MX: the
+    zero-free gradient)."""
+    return [m for m, name in MODE_NAMES.items() if config.has_mode(name)
+            and (name == "zero_free" or not config.is_mx)]
 
 
 def programs(config, phases):
@@ -233,7 +238,8 @@ def checks(config, phases):
         bad_mode = bad_mode | ((phase == int(p)) & (ok == 0))
         allowed.append(f"{Phase(p).name.lower()}: {_mode_names(modes)}")
     if Phase.FORWARD in [Phase(p) for p in phases]:
-        fmodes = [v for v, name in FORWARD_MODE_NAMES.items() if config.has_frontend(name)]
+        fmodes = [v for v, name in FORWARD_MODE_NAMES.items() if config.has_frontend(name)
+                  and (name == "channel_first" or not config.is_mx)]     # MX: its own
         ok = lift(0)
         for mo in fmodes:
             ok = ok | (mode == int(mo))

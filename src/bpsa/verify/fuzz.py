@@ -6,7 +6,10 @@ FC backward, pooling forward and backward), with random shapes, strides, padding
 when a row is too wide): each result is compared with :mod:`bpsa.models.golden`. About one in
 eight is a layer that one descriptor cannot hold: it is sent as one descriptor with the
 driver's own check off, and the hardware must refuse it with the error code of the set-up
-programs (:func:`bpsa.plan.setup.run`), move no data and not hang.
+programs (:func:`bpsa.plan.setup.run`), move no data and not hang. In an MX format the jobs
+are the convolution phases of the accelerator's MX build, compared with
+:mod:`bpsa.models.mx` in the front ends' orders (no refusal is drawn for the loss, which is
+several descriptors); :func:`fuzz_engine` runs the MX engines on their own.
 """
 
 import dataclasses
@@ -35,7 +38,11 @@ STALLS = (0.0, 0.0, 0.2, 0.5)
 
 
 def phases(config):
-    """The phases the accelerator generated for ``config`` runs."""
+    """The phases the accelerator generated for ``config`` runs (MX: the convolution phases,
+    the loss as the forwards of its stride classes)."""
+    if config.is_mx:
+        from bpsa.plan.capability import MX_MODES
+        return list(MX_MODES)
     names = {p: name for name, p in _PHASES.items()}
     return [names[p] for p in setup.generated_phases(config)]
 
@@ -53,7 +60,10 @@ def no_phase(config):
 def modes(config, phase):
     """The modes (names) the hardware runs ``phase`` in: the backward modes, the forward's
     front ends (``None``: the feeder; ``"channel_first"`` when generated), ``[None]`` for the
-    other phases."""
+    other phases. MX: the phase's front end (:data:`bpsa.plan.capability.MX_MODES`)."""
+    if config.is_mx:
+        from bpsa.plan.capability import MX_MODES
+        return list(MX_MODES[phase])
     if phase == "forward":
         return [None] + (["channel_first"] if config.has_frontend("channel_first") else [])
     if phase not in ("loss", "gradient"):
@@ -133,7 +143,8 @@ def random_job(config, rng):
     phase = choices[int(rng.integers(len(choices)))]
     mode_choices = modes(config, phase)
     mode = mode_choices[int(rng.integers(len(mode_choices)))]
-    refuse = rng.random() < 0.125
+    # (an MX loss is several descriptors, its stride classes: no refusal of one to draw)
+    refuse = rng.random() < 0.125 and not (config.is_mx and phase == "loss")
     for attempt in range(10_000):
         if attempt == 200:      # no refusal found for this phase: a layer it runs
             refuse = False
