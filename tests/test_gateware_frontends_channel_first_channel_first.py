@@ -292,6 +292,9 @@ def test_engine_verilator(fmt):
                       extra_env=env) == (1, 0)
 
 
+# make test-long: the channel-first front end runs in MX through the whole accelerator in make
+# test (tests/test_gateware_accelerator.py::test_mx_training_phases_verilator)
+@pytest.mark.long
 @pytest.mark.cocotb
 def test_cli_engine(capsys, tmp_path):
     """``bpsa sim --engine --phase forward --im2col channel_first`` runs a layer on the engine
