@@ -717,7 +717,7 @@ def test_channel_first_forward_verilator():
     from bpsa.sim.native import run_with_driver
 
     rng = np.random.default_rng(22)
-    cases = _cf_cases(rng, 6)
+    cases = _cf_cases(rng, 4)
     cases.append(((1, 3, 15, 15), (5, 3, 7, 7), (2, 2), (3, 3), (1, 1)))   # conv1-like
     cases.append(((1, 2, 30, 40), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1)))   # row bands
     # bands the planner's search asks for (a quarter, a half of P: X of a group serves more
@@ -725,17 +725,14 @@ def test_channel_first_forward_verilator():
     reuse = [((2, 4, 24, 24), (40, 4, 1, 1), (1, 1), (0, 0), (1, 1)),
              ((1, 1, 20, 64), (12, 1, 3, 3), (1, 1), (1, 1), (1, 1))]
     cases += reuse
-    # images a step by the search: stacked into one run (1 x 1, 1 x 1 stride 2, 2 x 2 stride
-    # 2; the last group shorter) or, padded, a run each with W held; Y of the step's images
-    # one row a block
+    # images a step by the search: stacked into one run (1 x 1, 2 x 2 stride 2; the last
+    # group shorter) or, padded, a run each with W held; Y of the step's images one row a
+    # block (more shapes: make test-long's random tiled layers)
     stacked = [((4, 5, 6, 6), (9, 5, 1, 1), (1, 1), (0, 0), (1, 1)),
-               ((3, 6, 8, 8), (7, 6, 1, 1), (2, 2), (0, 0), (1, 1)),
                ((5, 4, 6, 6), (6, 4, 2, 2), (2, 2), (0, 0), (1, 1)),
                ((9, 9, 4, 4), (10, 9, 1, 1), (1, 1), (0, 0), (1, 1)),
                # padded: a run an image from its X offset, W held for the step's images
-               ((3, 5, 6, 6), (9, 5, 3, 3), (1, 1), (1, 1), (1, 1)),
-               ((4, 6, 8, 8), (7, 6, 3, 3), (2, 2), (1, 1), (1, 1)),
-               ((5, 3, 5, 7), (6, 3, 3, 3), (1, 1), (1, 1), (1, 1))]
+               ((4, 6, 8, 8), (7, 6, 3, 3), (2, 2), (1, 1), (1, 1))]
     cases += stacked
 
     async def body(drv, t):

@@ -136,10 +136,11 @@ def test_array_gemm_gives_block_sums(name, flow, dims):
         assert flags.any() and not flags.all()
 
 
+# make test-long (the Amaranth simulator runs every dataflow in make test, and the MXINT8
+# array's Verilog runs inside the MX accelerator's test)
+@pytest.mark.long
 @pytest.mark.cocotb
-# the held dataflow in make test-long (the Amaranth simulator runs every dataflow in make test)
-@pytest.mark.parametrize("flow,dims", [("os", (9, 30, 7)),
-                                       pytest.param("ws", (7, 4, 6), marks=pytest.mark.long)])
+@pytest.mark.parametrize("flow,dims", [("os", (9, 30, 7)), ("ws", (7, 4, 6))])
 def test_array_verilator(flow, dims):
     """The MX array's generated Verilog under Verilator (cocotb tb_array; ``small_mxfp8``,
     whose build the CLI test below shares): random codes, every output equal to the block
@@ -153,11 +154,11 @@ def test_array_verilator(flow, dims):
     assert result["useful_macs"] == int(np.prod(dims)) * (2 if flow == "interleaved" else 1)
 
 
+@pytest.mark.long       # the MXFP8 array's build: make test-long
 @pytest.mark.cocotb
 def test_cli_gemm(capsys):
     """``bpsa sim --gemm`` takes an MX configuration (the array's Verilog under Verilator, the
-    interleaved pass against the block sums); its SGD step and the pooling phase (no pooling
-    unit in MX) are refused in one line."""
+    interleaved pass against the block sums)."""
     import json
 
     from bpsa.cli import main
@@ -165,6 +166,12 @@ def test_cli_gemm(capsys):
                  "interleaved", "--json"]) in (None, 0)
     out = json.loads(capsys.readouterr().out)
     assert out["match"] is True and out["useful_macs"] == 2 * 4 * 20 * 7
+
+
+def test_cli_refusals(capsys):
+    """In MX, ``bpsa sim``'s SGD step of the interleaved pass and the pooling phase (no
+    pooling unit in MX) are refused in one line."""
+    from bpsa.cli import main
     for argv, match in ((["--gemm", "4,20,7", "--dataflow", "interleaved", "--sgd-shift", "2"],
                          "SGD step is not built in mxint8"),
                         (["--phase", "pool", "--layer", "C=4,H=6,K=4,R=3"],

@@ -136,9 +136,11 @@ def test_gemm_matches_numpy(preset, flow, dims):
     assert counters["fired"] + counters["gated"] >= 1
 
 
-# small_fp16 in make test-long: the same floating-point array as small_bf16, other widths
-@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16",
-                                    pytest.param("small_fp16", marks=pytest.mark.long)])
+# the floating-point arrays in make test-long (their GEMMs run in make test above and as
+# Verilog below)
+@pytest.mark.parametrize("preset", ["small", "nonsquare",
+                                    *(pytest.param(p, marks=pytest.mark.long)
+                                      for p in ("small_bf16", "small_fp16"))])
 def test_os_results_do_not_depend_on_bubbles(preset):
     """A feeder that stalls: random idle cycles between the slots of every context change
     when the PEs add, never what (integers trivially; floating point because a slot's
@@ -189,7 +191,8 @@ def test_interleaved_matches_numpy(preset, dims, sgd):
 
 
 LATENCY_CASES = [(preset, flow) for preset in ("small", "nonsquare")
-                 for flow in ("os", "ws", "is", "interleaved")] + [("small_bf16", "os")]
+                 for flow in ("os", "ws", "is", "interleaved")] + [
+    pytest.param("small_bf16", "os", marks=pytest.mark.long)]      # make test-long
 
 
 @pytest.mark.parametrize("preset,flow", LATENCY_CASES)
@@ -236,7 +239,8 @@ def test_latency_contract(preset, flow, seed):
         assert timeline["psum_valid"] == [t + R + C - 1 + L for t in slots]
 
 
-@pytest.mark.parametrize("preset", ["small", "nonsquare", "small_bf16"])
+@pytest.mark.parametrize("preset", ["small", "nonsquare",
+                                    pytest.param("small_bf16", marks=pytest.mark.long)])
 def test_os_back_to_back_tiles_do_not_stall(preset):
     """N tiles of depth K >= the context gap (2R for integers) take R (chain priming) + N K +
     the last drain busy cycles: the drain of every tile overlaps the next tile. The last
@@ -276,7 +280,7 @@ def test_hold_back_to_back_tiles_do_not_stall():
     assert cycles[3 * cfg.rows] - cycles[cfg.rows] == 2 * M
 
 
-@pytest.mark.parametrize("preset", ["small", "small_bf16"])
+@pytest.mark.parametrize("preset", ["small", pytest.param("small_bf16", marks=pytest.mark.long)])
 def test_contexts_too_close_set_error_and_clear_resets_it(preset):
     cfg = load_config(preset)
     dut = SystolicArray(cfg)

@@ -286,10 +286,10 @@ def _kinds_reached(fmt, plan, wants):
 
 
 @pytest.mark.cocotb
-# MXINT8's Verilog in make test-long (the Amaranth simulator checks both formats in make test;
-# E4M3's Verilog holds the wider sums and the NaN flag)
-@pytest.mark.parametrize("fmt", [pytest.param(f, marks=pytest.mark.long) if f == "mxint8" else f
-                                 for f in CFG_MX])
+# make test-long (the Amaranth simulator checks both formats in make test, and P's MXINT8
+# Verilog runs inside the MX accelerator's test)
+@pytest.mark.long
+@pytest.mark.parametrize("fmt", list(CFG_MX))
 def test_mx_verilog_under_verilator(fmt):
     """The generated Verilog of the MX ``psum_buffer`` against the same golden (cocotb
     ``bpsa.sim.testbenches.tb_psum_buffer``: six rounds of a clear pass, random vectors and a

@@ -88,6 +88,7 @@ def _workload():
         return list(csv.DictReader(f))
 
 
+@pytest.mark.long       # make test-long (the channel-first workload test below runs it all)
 def test_model_runs_every_workload_layer_on_paper16():
     """Every layer of the workload, every phase, batch 1 (the refusals do not depend on the
     batch; ``make perf`` runs batch 8): a figure or the controller's own refusal (the same

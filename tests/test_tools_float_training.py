@@ -3,7 +3,10 @@ histories (bf16 accelerator model, its PyTorch float32 and bf16 autocast referen
 
 import json
 
+import pytest
 
+
+@pytest.mark.long       # make test-long: training runs on both backends in make test elsewhere
 def test_one_epoch_writes_the_figure_and_the_histories(tmp_path, capsys):
     from bpsa.tools.float_training import main
     fig, out = tmp_path / "t.png", tmp_path / "t.json"
