@@ -78,6 +78,7 @@ def test_build_plan(board, tmp_path):
     assert [v for v, _ in steps] == (["YOSYS", "NEXTPNR_ICE40", "ICEPACK"] if board ==
                                      "icebreaker" else ["YOSYS", "NEXTPNR_ECP5", "ECPPACK"])
     assert "--timing-allow-fail" in steps[1][1] and "--report" in steps[1][1]
+    assert "--detailed-timing-report" in steps[1][1]
     ys = (tmp_path / "top.ys").read_text()
     assert "stat -json" in ys
     if board == "icebreaker":

@@ -254,6 +254,14 @@ def test_timing_estimate_of_a_block(tmp_path):
     assert "## Timing estimate (ECP5-85F, nextpnr out of context)" in \
         report.markdown_path.read_text()
     assert (tmp_path / "pe_ecp5_timing.report.json").is_file()
+    # every endpoint's timing, grouped by block (none fails: the PE runs far above 100 MHz)
+    failing = t["failing_paths"]["clk"]
+    assert failing["endpoints"] > 50 and failing["failing"] == 0 and failing["groups"] == []
+    assert "detailed_net_timings" not in json.loads(
+        (tmp_path / "pe_ecp5_timing.report.json").read_text())
+    assert "detailed_net_timings" in json.loads(
+        (tmp_path / "pe_ecp5_timing.detailed.json").read_text())
+    assert (tmp_path / "pe_ecp5_timing.paths.md").is_file()
     # The ECP5 runs read the Verilog built for the ECP5: the multiplier is a MULT18X18D with
     # its input and output registers, which Yosys keeps as the one DSP block.
     assert "MULT18X18D" in (tmp_path / "pe.ecp5.v").read_text()

@@ -2,8 +2,8 @@
 
 import sys
 
-from bpsa.cli import (bitstream, fuzz, perf, regmap, sim, sweep, synth, train, verilog,
-                      zeros)
+from bpsa.cli import (bitstream, fuzz, perf, regmap, sim, sweep, synth, timing, train,
+                      verilog, zeros)
 from bpsa.cli.args import Parser, UserError, version
 from bpsa.config import ConfigError
 
@@ -15,7 +15,7 @@ DESCRIPTION = ("bpsa: the command-line front end of backprop-systolic (generatio
 
 #: The command modules, in the order of ``bpsa --help``: each adds its sub-parser with
 #: ``register(sub)`` and does its work in ``run(args)``.
-COMMANDS = (verilog, synth, sim, bitstream, fuzz, perf, regmap, sweep, train, zeros)
+COMMANDS = (verilog, synth, timing, sim, bitstream, fuzz, perf, regmap, sweep, train, zeros)
 
 
 def build_parser():

