@@ -171,7 +171,7 @@ Refusals
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -192,6 +192,7 @@ from bpsa.gateware.results.requantizer import Requantizer
 from bpsa.gateware.control.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults, ZeroFreeResults)
 from bpsa.gateware.control.dispatcher import Dispatcher
+from bpsa.gateware.common.skid import SkidBuffer
 from bpsa.gateware.control.fetch import Fetch
 from bpsa.gateware.control.step_scheduler import StepScheduler
 from bpsa.spec import regmap
@@ -279,9 +280,14 @@ class Accelerator(CheckedComponent):
         # and the engines (bpsa.spec.isa); ``d`` holds the layer's constants
         fetch = m.submodules.fetch = Fetch(cfg)
         ctrl = m.submodules.dispatch = Dispatcher(cfg)
-        wiring.connect(m, fetch.insn, ctrl.insn)
-        m.d.comb += [ctrl.insn_end.eq(fetch.insn_end), fetch.prog_addr.eq(rf.prog_addr),
-                     fetch.prog_words.eq(rf.prog_words)]
+        # a register slice between them: the fetch ring's read and the dispatcher's decode
+        # are in different cycles (emptied at START, as the fetch unit is)
+        insn_slice = m.submodules.insn_slice = ResetInserter(fetch.start)(
+            SkidBuffer(fetch.insn.payload.shape()))
+        wiring.connect(m, fetch.insn, insn_slice.i)
+        wiring.connect(m, insn_slice.o, ctrl.insn)
+        m.d.comb += [ctrl.insn_end.eq(fetch.insn_end & ~insn_slice.o.valid),
+                     fetch.prog_addr.eq(rf.prog_addr), fetch.prog_words.eq(rf.prog_words)]
         d = plan = ctrl.layer
 
         fwd = bwd = None
@@ -377,11 +383,20 @@ class Accelerator(CheckedComponent):
             results.append(bres.acc)
         if pool is not None:
             results.append(pool.acc)
-        # one engine runs at a time: its vectors go to P (in the step's half of P)
-        for res in results:
-            with m.If(res.valid):
-                m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(res.payload),
-                             pbuf.acc.payload.addr.eq(res.payload.addr + sched.p_base)]
+        # one engine runs at a time: its vectors go to P (in the step's half of P), each
+        # source's through a register (P takes every vector: no ready), so that no engine's
+        # result logic and the choice among the sources share a cycle; the registers count
+        # in P's busy (a step's store waits for them)
+        staged = []
+        for i, res in enumerate(results):
+            valid = Signal(name=f"res{i}_valid")
+            payload = Signal.like(res.payload, name=f"res{i}_payload")
+            m.d.sync += [valid.eq(res.valid), payload.eq(res.payload)]
+            staged.append(valid)
+            with m.If(valid):
+                m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(payload),
+                             pbuf.acc.payload.addr.eq(payload.addr + sched.p_base)]
+        h.p_staged = Cat(*staged).any() if staged else Const(0, 1)
         if has_fc:
             fcres = m.submodules.fc_results = FcDrainResults(cfg)
             wiring.connect(m, bwd.drain, fcres.drain)
@@ -663,7 +678,7 @@ class Accelerator(CheckedComponent):
                      sched.abort.eq(ctrl.fail | fetch.error),
                      pbuf.clear_base.eq(sched.p_base),
                      pbuf.clear.eq(sched.p_clear), pbuf.clear_words.eq(sched.p_clear_words),
-                     sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy),
+                     sched.p_clear_last.eq(pbuf.clear_last), sched.p_busy.eq(pbuf.busy | h.p_staged),
                      sched.clear_words.eq(geo.clear_words)]
 
         # engine status, summed into the counters when a run ends
