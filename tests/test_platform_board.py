@@ -5,6 +5,9 @@ whole system end to end under Verilator (``src/bpsa/sim/testbenches/tb_board.py`
 themselves are ``make bitstream``, not part of the tests."""
 
 import gc
+import json
+import os
+import sys
 import warnings
 
 import pytest
@@ -193,3 +196,45 @@ def test_build_first_fit_tries_smaller_presets(monkeypatch):
         board.build_first_fit("ulx3s", candidates[:1], "unused", log=logged.append)
     with pytest.raises(ValueError, match="at least one configuration"):
         board.build_first_fit("ulx3s", [], "unused")
+
+
+def test_seed_args_name_each_runs_files():
+    from bpsa.platform.board import _seed_args
+    args = ["--json", "top.json", "--textcfg", "top.config", "--report", "top.report.json",
+            "--seed", "1", "--router", "router1"]
+    out, renamed = _seed_args(args, 7, "router2")
+    assert out == ["--json", "top.json", "--textcfg", "top.seed7.config", "--report",
+                   "top.seed7.report.json", "--seed", "7", "--router", "router2"]
+    assert renamed == {"top.seed7.config": "top.config",
+                       "top.seed7.report.json": "top.report.json"}
+    assert _seed_args(["--asc", "top.asc"], 2)[0] == ["--asc", "top.seed2.asc", "--seed", "2"]
+
+
+def test_seeds_run_and_the_best_is_kept(tmp_path):
+    """A stand-in nextpnr: seed N routes at 50 + N MHz against 52 MHz, seed 3 fails. Seed 2
+    is the best that routed: its files get the names the packer reads."""
+    from bpsa.platform.board import _place_and_route
+    tool = tmp_path / "fake_nextpnr.py"
+    tool.write_text(
+        "import json, sys\n"
+        "a = sys.argv[1:]\n"
+        "seed = int(a[a.index('--seed') + 1])\n"
+        "if seed == 3:\n"
+        "    print('ERROR: failed to route'); sys.exit(1)\n"
+        "fmax = {'clk': {'achieved': 50.0 + seed, 'constraint': 52}}\n"
+        "open(a[a.index('--report') + 1], 'w').write(json.dumps({'fmax': fmax}))\n"
+        "open(a[a.index('--textcfg') + 1], 'w').write(f'seed {seed}')\n"
+        "print('routed', seed)\n")
+    env = {**os.environ, "NEXTPNR_ECP5": sys.executable}
+    args = [str(tool), "--textcfg", "top.config", "--report", "top.report.json", "--seed", "1"]
+    logged = []
+    seconds, fmax, best = _place_and_route("NEXTPNR_ECP5", args, tmp_path, env, [1, 2, 3],
+                                           None, 2, logged.append)
+    assert best == 2 and fmax == {1: {"clk": 51.0}, 2: {"clk": 52.0}}
+    assert (tmp_path / "top.config").read_text() == "seed 2"
+    assert json.loads((tmp_path / "top.report.json").read_text())["fmax"]["clk"][
+        "achieved"] == 52.0
+    assert "routed 2" in (tmp_path / "pnr.log").read_text()
+    assert len(logged) == 1 and logged[0].startswith("seed 3: NEXTPNR_ECP5 failed")
+    with pytest.raises(RuntimeError, match="NEXTPNR_ECP5 failed"):
+        _place_and_route("NEXTPNR_ECP5", args, tmp_path, env, [3], None, 1, logged.append)

@@ -22,6 +22,14 @@ def register(sub):
                     help="output directory (default: build/bitstream/<board>)")
     sp.add_argument("--fit-only", action="store_true",
                     help="stop after synthesis and the fit check (no place and route)")
+    sp.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                    help="place and route once a seed and keep the run that meets the clock "
+                         "best (default: the board's one seed)")
+    sp.add_argument("--jobs", type=int, default=2,
+                    help="--seeds: nextpnr runs at once (default 2; each takes a core)")
+    sp.add_argument("--router", choices=["router1", "router2"], default=None,
+                    help="nextpnr's router instead of the board's (router2 routes congested "
+                         "ECP5 designs where router1 stalls)")
     sp.set_defaults(func=run)
 
 
@@ -39,6 +47,8 @@ def run(args):
         raise UserError(f"core {args.core or board.DEFAULT_CORE!r} is not available ({e}); "
                         f"give --core module:Class (e.g. bpsa.platform.board_tops:StandInCore)"
                         ) from None
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be at least 1, not {args.jobs}")
     spec = args.config or settings.config
     try:
         candidates = (board.presets_largest_first() if spec == "auto"
@@ -47,7 +57,8 @@ def run(args):
         raise UserError(f"invalid configuration: {e}") from None
     try:
         report = board.build_first_fit(args.board, candidates, out, core=core,
-                                       fit_only=args.fit_only, route_check=spec == "auto")
+                                       fit_only=args.fit_only, route_check=spec == "auto",
+                                       seeds=args.seeds, router=args.router, jobs=args.jobs)
     except board.FitError as e:
         raise UserError(str(e)) from None
     print(board.format_report(report))

@@ -171,7 +171,7 @@ Refusals
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -192,7 +192,6 @@ from bpsa.gateware.results.requantizer import Requantizer
 from bpsa.gateware.control.result_addressing import (BackwardResults, FcDrainResults,
                                                         ForwardResults, ZeroFreeResults)
 from bpsa.gateware.control.dispatcher import Dispatcher
-from bpsa.gateware.common.skid import SkidBuffer
 from bpsa.gateware.control.fetch import Fetch
 from bpsa.gateware.control.step_scheduler import StepScheduler
 from bpsa.spec import regmap
@@ -280,14 +279,9 @@ class Accelerator(CheckedComponent):
         # and the engines (bpsa.spec.isa); ``d`` holds the layer's constants
         fetch = m.submodules.fetch = Fetch(cfg)
         ctrl = m.submodules.dispatch = Dispatcher(cfg)
-        # a register slice between them: the fetch ring's read and the dispatcher's decode
-        # are in different cycles (emptied at START, as the fetch unit is)
-        insn_slice = m.submodules.insn_slice = ResetInserter(fetch.start)(
-            SkidBuffer(fetch.insn.payload.shape()))
-        wiring.connect(m, fetch.insn, insn_slice.i)
-        wiring.connect(m, insn_slice.o, ctrl.insn)
-        m.d.comb += [ctrl.insn_end.eq(fetch.insn_end & ~insn_slice.o.valid),
-                     fetch.prog_addr.eq(rf.prog_addr), fetch.prog_words.eq(rf.prog_words)]
+        wiring.connect(m, fetch.insn, ctrl.insn)
+        m.d.comb += [ctrl.insn_end.eq(fetch.insn_end), fetch.prog_addr.eq(rf.prog_addr),
+                     fetch.prog_words.eq(rf.prog_words)]
         d = plan = ctrl.layer
 
         fwd = bwd = None

@@ -33,9 +33,11 @@ Flow (:func:`build_bitstream`)
     The platform's build plan (Amaranth's templates) is extracted, Yosys synthesizes it and
     writes a cell count; :func:`check_fit` compares LUTs, FFs, DSPs and block RAMs with the
     device's capacity and refuses, naming the resource that overflows, *before* place and
-    route. Then nextpnr (``--timing-allow-fail``, ``--report``) and the bitstream packer run;
-    the report gives the utilization, the achieved Fmax against the constraint and the wall
-    times. All tools are the YoWASP builds from PyPI.
+    route. Then nextpnr (``--timing-allow-fail``, ``--report``, ``--detailed-timing-report``;
+    once a seed with ``seeds``, the best run kept) and the bitstream packer run; the report
+    gives the utilization, the achieved Fmax against the constraint, the worst groups of
+    failing paths (:mod:`bpsa.platform.timing_paths`; all of them in ``timing_paths.md``) and
+    the wall times. All tools are the YoWASP builds from PyPI.
 """
 
 import importlib
@@ -400,12 +402,92 @@ def _split_before_abc9(ys_path):
     ys_path.write_text("\n".join(out) + "\n")
 
 
+#: nextpnr options whose argument is a file it writes (named per seed by :func:`_seed_args`).
+_PNR_OUTPUTS = ("--report", "--textcfg", "--asc", "--write", "--sdf", "--placed-svg",
+                "--routed-svg")
+
+
+def _seed_args(args, seed, router=None):
+    """nextpnr's ``args`` for one run: ``--seed seed`` (and ``--router``), every file it writes
+    named ``<stem>.seed<seed>.<suffixes>``. Returns the arguments and ``{per-seed name: name}``."""
+    out = list(args)
+
+    def set_option(option, value):
+        if option in out:
+            out[out.index(option) + 1] = value
+        else:
+            out.extend([option, value])
+    set_option("--seed", str(seed))
+    if router:
+        set_option("--router", router)
+    renamed = {}
+    for option in _PNR_OUTPUTS:
+        if option in out:
+            i = out.index(option) + 1
+            stem, dot, rest = out[i].partition(".")
+            renamed[f"{stem}.seed{seed}{dot}{rest}"] = out[i]
+            out[i] = f"{stem}.seed{seed}{dot}{rest}"
+    return out, renamed
+
+
+def _score(pnr_report):
+    """How well a routed run meets its clocks: the least achieved / constraint ratio."""
+    fmax = pnr_report.get("fmax", {})
+    return min((v["achieved"] / v["constraint"] for v in fmax.values()), default=0.0)
+
+
+def _place_and_route(step, args, out_dir, env, seeds, router, jobs, log):
+    """nextpnr once a seed of ``seeds`` (``jobs`` runs at once), each run's files named for
+    its seed; the best (:func:`_score`) is renamed to the files the next step reads. Returns
+    ``(seconds, {seed: Fmax per clock}, best seed)``; raises the error of the last run when
+    none routed."""
+    from concurrent.futures import ThreadPoolExecutor
+    t0 = time.monotonic()
+    runs = {seed: _seed_args(args, seed, router) for seed in seeds}
+
+    def one(seed):
+        seed_args, renamed = runs[seed]
+        _run(step, seed_args, out_dir, env, out_dir / f"pnr.seed{seed}.log")
+        report = next(n for n, orig in renamed.items() if orig.endswith(".report.json"))
+        return json.loads((out_dir / report).read_text())
+
+    results, errors = {}, {}
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(seeds)))) as pool:
+        futures = {seed: pool.submit(one, seed) for seed in seeds}
+        for seed, fut in futures.items():
+            try:
+                results[seed] = fut.result()
+            except RuntimeError as e:
+                errors[seed] = e
+                log(f"seed {seed}: {str(e).splitlines()[0]}")
+    if not results:
+        raise errors[seeds[-1]]
+    best = max(results, key=lambda seed: (_score(results[seed]), -seeds.index(seed)))
+    for new, orig in runs[best][1].items():
+        os.replace(out_dir / new, out_dir / orig)
+    os.replace(out_dir / f"pnr.seed{best}.log", out_dir / "pnr.log")
+    fmax = {seed: {clk: round(v["achieved"], 2) for clk, v in r.get("fmax", {}).items()}
+            for seed, r in results.items()}
+    return time.monotonic() - t0, fmax, best
+
+
 def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=False,
-                    route_check=False, log=print):
+                    route_check=False, seeds=None, router=None, jobs=2, log=print):
     """Synthesize, check the fit, place and route and pack the board top for ``config``.
     Returns the report dict (also written to ``out_dir/report.json``). Raises
     :class:`FitError` when the synthesized design overflows the device, and with
-    ``route_check`` also when it exceeds the board's ``route_limit``."""
+    ``route_check`` also when it exceeds the board's ``route_limit``.
+
+    ``seeds``: place and route once a seed (``jobs`` at once) and keep the run that meets its
+    clock best (the report's ``seeds`` gives each run's Fmax, ``seed`` the one kept); default
+    the board's ``--seed``. ``router``: nextpnr's router (``router1`` or ``router2``) instead
+    of the board's."""
+    if router not in (None, "router1", "router2"):
+        raise ValueError(f"router must be 'router1' or 'router2', not {router!r}")
+    if seeds is not None:
+        seeds = list(dict.fromkeys(int(x) for x in seeds))
+        if not seeds:
+            raise ValueError("seeds must name at least one seed")
     t_start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -443,8 +525,17 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     for step, args in rest:
         label = "pnr" if step.startswith("NEXTPNR") else "pack"
         log(f"[{board}] {'place and route' if label == 'pnr' else 'bitstream'} "
-            f"({env[step].rsplit('/', 1)[-1]}) ...")
-        times[label] = round(_run(step, args, out_dir, env, out_dir / f"{label}.log"), 2)
+            f"({env[step].rsplit('/', 1)[-1]}"
+            + (f", seeds {', '.join(map(str, seeds))}" if label == "pnr" and seeds else "")
+            + ") ...")
+        if label == "pnr" and (seeds or router):
+            run_seeds = seeds or [int(args[args.index("--seed") + 1]) if "--seed" in args
+                                  else 1]
+            dt, report["seeds"], report["seed"] = _place_and_route(
+                step, args, out_dir, env, run_seeds, router, jobs, log)
+            times[label] = round(dt, 2)
+        else:
+            times[label] = round(_run(step, args, out_dir, env, out_dir / f"{label}.log"), 2)
     pnr = json.loads((out_dir / f"{name}.report.json").read_text())
     report["utilization"] = {bel: dict(v) for bel, v in pnr.get("utilization", {}).items()
                              if v.get("used")}
@@ -481,7 +572,7 @@ def presets_largest_first():
 
 
 def build_first_fit(board, candidates, out_dir, *, core=None, fit_only=False,
-                    route_check=False, log=print):
+                    route_check=False, log=print, **pnr):
     """:func:`build_bitstream` of the first configuration of ``candidates`` (a non-empty
     sequence) that fits; each one that does not is logged (``[<board>] <why>; trying a
     smaller preset``) and the next tried. Returns the report; raises the last
@@ -491,7 +582,7 @@ def build_first_fit(board, candidates, out_dir, *, core=None, fit_only=False,
     for i, config in enumerate(candidates):
         try:            # the fit check runs before place and route
             return build_bitstream(board, config, out_dir, core=core, fit_only=fit_only,
-                                   route_check=route_check, log=log)
+                                   route_check=route_check, log=log, **pnr)
         except FitError as e:
             if i == len(candidates) - 1:
                 raise
@@ -515,6 +606,16 @@ def format_report(report):
         fm = ", ".join(f"{clk} {f:.2f} MHz" for clk, f in report["fmax_mhz"].items())
         lines.append(f"Fmax: {fm or 'n/a'}; timing at {report['clock_mhz']:g} MHz: "
                      f"{'met' if report['timing_met'] else 'NOT met'}")
+        if "seeds" in report:
+            lines.append("seeds: " + ", ".join(
+                f"{seed}: " + " / ".join(f"{f:.2f}" for f in fm.values()) + " MHz"
+                for seed, fm in report["seeds"].items()) + f" (kept seed {report['seed']})")
+        for clk, f in report.get("failing_paths", {}).items():
+            if f["failing"]:
+                worst = f["groups"][0]
+                lines.append(f"{clk}: {f['failing']} of {f['endpoints']} endpoints fail, "
+                             f"worst {worst['source']} -> {worst['destination']} "
+                             f"({worst['worst_slack_ns']:.3f} ns; all: timing_paths.md)")
         lines.append(f"bitstream: {report['bitstream']}")
     lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s"
                                            for k, v in report["times_s"].items()))

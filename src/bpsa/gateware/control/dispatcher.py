@@ -14,18 +14,23 @@ END asserts ``last`` until the scheduler has stored the last step, then pulses `
 Nothing is computed here: the host's planner (:mod:`bpsa.plan.program`) did the arithmetic,
 so there is no multiplier, divider or loop counter.
 
+An instruction waits in an input stage (a :class:`~bpsa.gateware.common.skid.SkidBuffer`,
+emptied at ``start``) with the result of its own checks, so that the fetch unit's read, the
+checks and the staging registers' writes are in different cycles: one a cycle still runs.
+
 Errors end the layer with ``fail`` and ``fail_code``: a malformed instruction or order
 (``ERROR_PROGRAM | ProgramError``, :func:`bpsa.spec.isa.check`), instructions running out
 (``insn_end`` with no instruction left) before END, a load's DMA error (``ERROR_DMA_BUS |
 DmaError``), and the scheduler's failures (its ``sched_code``).
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from bpsa.config import Config
 from bpsa.gateware.bus.dma import DmaError
+from bpsa.gateware.common.skid import SkidBuffer
 from bpsa.spec import isa
 from bpsa.spec.errors import ERROR_DMA_BUS, ERROR_PROGRAM, ProgramError
 
@@ -36,6 +41,13 @@ def struct_layout(config, struct):
     """The layout of one struct of the staging registers: its fields, in table order."""
     return data.StructLayout({f.name: unsigned(f.bits) for f in isa.fields(config)
                               if f.struct == struct})
+
+
+def _staged_layout(table):
+    """An instruction in the input stage: its ``word``, the ``code`` of its own checks and
+    SET's field as a one-hot ``sel`` (a bit per field of ``table``)."""
+    return data.StructLayout({"word": unsigned(isa.INSN_BITS), "code": unsigned(4),
+                              "sel": unsigned(len(table))})
 
 
 #: Output member of each struct (the load struct is the ``load`` stream's payload).
@@ -88,31 +100,42 @@ class Dispatcher(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         table = isa.fields(self.config)
-        word = self.insn.payload
+        # the input stage: an instruction and the checks that do not depend on the ones before
+        # it are registered before it is executed (a register slice, emptied at start)
+        stage = m.submodules.stage = ResetInserter(self.start)(
+            SkidBuffer(_staged_layout(table)))
+        m.d.comb += [stage.i.valid.eq(self.insn.valid), self.insn.ready.eq(stage.i.ready),
+                     stage.i.payload.word.eq(self.insn.payload)]
+        self._predecode(m, table, self.insn.payload, stage.i.payload)
+        insn = stage.o
+        word = insn.payload.word
+        opcode = word[isa.OPCODE_LSB:isa.OPCODE_LSB + isa.OPCODE_BITS]
+        value = word[:isa.VALUE_BITS]
+        ends = Signal()                     # no instruction left, none in the stage
+        m.d.comb += ends.eq(self.insn_end & ~insn.valid)
+        take = Signal()                     # the staged instruction is executed now
+        m.d.comb += take.eq(insn.valid & insn.ready)
+
+        stepped, ran, code = self._order(m, opcode, insn.payload.code)
+        is_set = Signal()
+        m.d.comb += is_set.eq(opcode == isa.Opcode.SET)
+        slot, hold = self._staging(m, table, take, is_set, insn.payload.sel, value, code)
+        self._sequence(m, insn, ends, opcode, value, code, stepped, ran, slot, hold)
+        return m
+
+    @staticmethod
+    def _predecode(m, table, word, out):
+        """The instruction's own checks (bpsa.spec.isa.check, but the order) into ``out.code``
+        (its ProgramError), and SET's field as a one-hot ``out.sel``."""
         opcode = word[isa.OPCODE_LSB:isa.OPCODE_LSB + isa.OPCODE_BITS]
         index = word[isa.FIELD_LSB:isa.FIELD_LSB + isa.FIELD_BITS]
         value = word[:isa.VALUE_BITS]
         reserved = word[isa.VALUE_BITS:isa.FIELD_LSB]
-        take = Signal()                     # the instruction on ``insn`` is executed now
-        m.d.comb += take.eq(self.insn.valid & self.insn.ready)
-
-        is_set, stepped, ran, code = self._check(m, table, opcode, index, value, reserved)
-        slot, hold = self._staging(m, table, take, is_set, index, value, code)
-        self._sequence(m, opcode, value, code, stepped, ran, slot, hold)
-        return m
-
-    def _check(self, m, table, opcode, index, value, reserved):
-        """The instruction's own checks (bpsa.spec.isa.check). Returns ``is_set`` (the
-        instruction is a SET), the order flags ``stepped`` (a STEP since start) and ``ran`` (a
-        RUN since the last STEP), which the sequence sets, and ``code`` (its ProgramError)."""
-        is_set = Signal()
-        m.d.comb += is_set.eq(opcode == isa.Opcode.SET)
         fits = Signal()                     # SET's index names a field and its value fits
         for i, f in enumerate(table):
+            m.d.comb += out.sel[i].eq(index == i)
             with m.If(index == i):
                 m.d.comb += fits.eq(value[f.bits:] == 0 if f.bits < isa.VALUE_BITS else 1)
-        stepped, ran = Signal(), Signal()   # a STEP since start; a RUN since the last STEP
-        code = Signal(4)                    # ProgramError
         mask = (1 << isa.VALUE_BITS) - 1
         flags = {isa.Opcode.SAVE: isa.SAVE_FINAL, isa.Opcode.LOAD: isa.LOAD_SLOT,
                  isa.Opcode.RUN: isa.RUN_HOLD}
@@ -121,26 +144,35 @@ class Dispatcher(wiring.Component):
                 with m.Case(op):
                     if op == isa.Opcode.SET:
                         with m.If(reserved != 0):
-                            m.d.comb += code.eq(ProgramError.RESERVED)
+                            m.d.comb += out.code.eq(ProgramError.RESERVED)
                         with m.Elif(index >= len(table)):
-                            m.d.comb += code.eq(ProgramError.FIELD)
+                            m.d.comb += out.code.eq(ProgramError.FIELD)
                         with m.Elif(~fits):
-                            m.d.comb += code.eq(ProgramError.RANGE)
+                            m.d.comb += out.code.eq(ProgramError.RANGE)
                     else:
                         with m.If((reserved != 0) | (index != 0)
                                   | ((value & (mask & ~flags.get(op, 0))) != 0)):
-                            m.d.comb += code.eq(ProgramError.RESERVED)
-                        if op == isa.Opcode.RUN:
-                            with m.Elif(~stepped):
-                                m.d.comb += code.eq(ProgramError.ORDER)
-                        elif op in (isa.Opcode.SAVE, isa.Opcode.SAVE2, isa.Opcode.END):
-                            with m.Elif(~ran):
-                                m.d.comb += code.eq(ProgramError.ORDER)
+                            m.d.comb += out.code.eq(ProgramError.RESERVED)
             with m.Default():
-                m.d.comb += code.eq(ProgramError.OPCODE)
-        return is_set, stepped, ran, code
+                m.d.comb += out.code.eq(ProgramError.OPCODE)
 
-    def _staging(self, m, table, take, is_set, index, value, code):
+    @staticmethod
+    def _order(m, opcode, static):
+        """The order checks after the instruction's own (``static``). Returns the order flags
+        ``stepped`` (a STEP since start) and ``ran`` (a RUN since the last STEP), which the
+        sequence sets, and ``code`` (the instruction's ProgramError)."""
+        stepped, ran = Signal(), Signal()
+        code = Signal(4)
+        m.d.comb += code.eq(static)
+        with m.If(static == ProgramError.NONE):
+            with m.If((opcode == isa.Opcode.RUN) & ~stepped):
+                m.d.comb += code.eq(ProgramError.ORDER)
+            with m.If(((opcode == isa.Opcode.SAVE) | (opcode == isa.Opcode.SAVE2)
+                       | (opcode == isa.Opcode.END)) & ~ran):
+                m.d.comb += code.eq(ProgramError.ORDER)
+        return stepped, ran, code
+
+    def _staging(self, m, table, take, is_set, sel, value, code):
         """The staging registers: written by SET, cleared at start; LOAD hands on the fields of
         the slot it names. Returns the LOAD's ``slot`` and the RUN's ``hold`` registers, which
         the sequence sets."""
@@ -155,7 +187,7 @@ class Dispatcher(wiring.Component):
                           else getattr(self, _MEMBERS[f.struct]), f.name)
             with m.If(self.start):
                 m.d.sync += reg.eq(0)
-            with m.Elif(take & is_set & (index == i) & (code == ProgramError.NONE)):
+            with m.Elif(take & is_set & sel[i] & (code == ProgramError.NONE)):
                 m.d.sync += reg.eq(value[:f.bits])
         return slot, hold
 
@@ -164,7 +196,7 @@ class Dispatcher(wiring.Component):
         m.d.comb += [self.fail.eq(1), self.fail_code.eq(code_value)]
         m.next = "IDLE"
 
-    def _sequence(self, m, opcode, value, code, stepped, ran, slot, hold):
+    def _sequence(self, m, insn, ends, opcode, value, code, stepped, ran, slot, hold):
         """The instructions' state machine (IDLE, EXEC, LOAD, LOAD_WAIT, RUN, LAST) and
         ``busy``."""
         with m.FSM(name="dispatch") as fsm:
@@ -173,8 +205,8 @@ class Dispatcher(wiring.Component):
                     m.d.sync += [stepped.eq(0), ran.eq(0)]
                     m.next = "EXEC"
             with m.State("EXEC"):
-                m.d.comb += self.insn.ready.eq(1)
-                with m.If(self.insn.valid):
+                m.d.comb += insn.ready.eq(1)
+                with m.If(insn.valid):
                     with m.If(code != ProgramError.NONE):
                         self._fail(m, ERROR_PROGRAM | code)
                     with m.Else():
@@ -195,7 +227,7 @@ class Dispatcher(wiring.Component):
                                 m.d.comb += self.save2.eq(1)
                             with m.Case(isa.Opcode.END):
                                 m.next = "LAST"
-                with m.Elif(self.insn_end):
+                with m.Elif(ends):
                     self._fail(m, ERROR_PROGRAM | ProgramError.END)
             with m.State("LOAD"):
                 m.d.comb += self.load.valid.eq(1)
