@@ -473,23 +473,29 @@ class SystolicArray(wiring.Component):
         """The counters since ``clear``. The MAC counts add R x C flags: a row's sum, then
         the sums of pairs of rows, then their sum, each registered (the counts trail the
         flags by three cycles, inside the busy time; no adder tree spans the array in one
-        cycle); ``cycles`` counts ``busy`` a cycle later (its OR spans every PE)."""
+        cycle); ``cycles`` counts ``busy`` a cycle later (its OR spans every PE). The MAC
+        counts take ``clear`` a cycle late, from a register (it comes from the engines' start
+        logic and resets every register of their tree): they drop the flags of the clearing
+        cycle and the next, in which no PE can fire (an operand entering the array at the
+        clear reaches a PE's MAC a cycle later at the earliest)."""
         R, C = self.config.rows, self.config.cols
+        mac_clear = Signal()
+        m.d.sync += mac_clear.eq(self.clear)
 
         def mac_count(flag, name):
             rows = []
             for i in range(R):
                 row = Signal(range(C + 1), name=f"{name}_row{i}")
-                m.d.sync += row.eq(Mux(self.clear, 0, _popcount([getattr(pes[i][j], flag)
+                m.d.sync += row.eq(Mux(mac_clear, 0, _popcount([getattr(pes[i][j], flag)
                                                                  for j in range(C)])))
                 rows.append(row)
             pairs = []
             for k in range(0, R, 2):
                 pair = Signal(range(2 * C + 1), name=f"{name}_rows{k}")
-                m.d.sync += pair.eq(Mux(self.clear, 0, _popcount(rows[k:k + 2])))
+                m.d.sync += pair.eq(Mux(mac_clear, 0, _popcount(rows[k:k + 2])))
                 pairs.append(pair)
             total = Signal(range(R * C + 1), name=f"{name}_sum")
-            m.d.sync += total.eq(Mux(self.clear, 0, _popcount(pairs)))
+            m.d.sync += total.eq(Mux(mac_clear, 0, _popcount(pairs)))
             return total
 
         busy_r = Signal()
@@ -505,7 +511,7 @@ class SystolicArray(wiring.Component):
         }
         for name, inc in counts.items():
             counter = getattr(self, name)
-            with m.If(self.clear):
+            with m.If(mac_clear if name in ("fired", "gated") else self.clear):
                 m.d.sync += counter.eq(0)
             with m.Else():
                 m.d.sync += counter.eq(counter + inc)

@@ -2,7 +2,7 @@
 become increments of a :class:`~bpsa.gateware.control.counter_bank.CounterBank`, which keeps
 the 64-bit counts in a RAM and answers the register file's reads."""
 
-from amaranth.hdl import Module, unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In
 from amaranth.utils import exact_log2
@@ -38,7 +38,8 @@ class Counters(wiring.Component):
     -------
     clear : In(1)
         Zero every counter; the events of the clearing cycle are dropped (the host clears
-        while the accelerator is idle).
+        while the accelerator is idle). Events and ``clear`` are registered on their way in, so
+        a count lands (and a clear takes effect) a cycle later.
     busy, compute, dma_busy : In(1)
         A layer runs; an engine computes; the DMA has a command in flight.
     a_write, b_write : In(1), p_read, p_write : In(2)
@@ -96,10 +97,16 @@ class Counters(wiring.Component):
         assert list(incs) == [name for name, _ in COUNTERS]
         spec = [(name, None if inc is None else inc[0]) for name, inc in incs.items()]
         m.submodules.bank = bank = CounterBank(spec)
+        # the events and ``clear`` are registered on their way in (they come from every block
+        # of the accelerator): a count lands a cycle after its event
         for name, inc in incs.items():
             if inc is not None:
-                m.d.comb += getattr(bank.inc, name).eq(inc[1])
-        m.d.comb += [bank.clear.eq(self.clear),
+                staged = Signal(inc[0], name=f"{name}_inc")
+                m.d.sync += staged.eq(inc[1])
+                m.d.comb += getattr(bank.inc, name).eq(staged)
+        clear = Signal()
+        m.d.sync += clear.eq(self.clear)
+        m.d.comb += [bank.clear.eq(clear),
                      bank.totals.prog_read_bytes.eq(self.prog_read_bytes)]
         wiring.connect(m, wiring.flipped(self.read), bank.read)
         return m

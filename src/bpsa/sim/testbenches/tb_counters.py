@@ -9,6 +9,8 @@ The model is written from the documented contracts, not from the implementation:
   ``Counters`` docstring: ``cycles`` every cycle, ``overlap_cycles`` when ``compute`` and
   ``dma_busy``, the run statistics when ``run_done``, ...), modulo 2**64; ``clear`` zeroes them
   all and drops the events of its own cycle; ``prog_read_bytes`` is a total, read as given.
+  The events and ``clear`` are registered on their way in: the counters see those of the cycle
+  before, so everything below about a cycle's events means the events driven a cycle earlier.
 * A read of a total is answered the cycle after the request: its value is the total of that
   cycle (the answer at most two cycles after the request).
 * A read of a swept counter is answered with the word the sweeper writes at the counter's next
@@ -99,6 +101,8 @@ class Bench:
         self.totals = {}                            # cycle -> prog_read_bytes driven
         self.total = 0
         self.outstanding = None                     # (index, request cycle)
+        # the events and clear of cycle t - 1 (none before the first cycle: not even "cycles")
+        self.delayed = (None, False)
         self.phases = set(range(SLOTS))             # sweep phases that explain every answer
         self.answers = []                           # (index, request, answer, value)
         self.swept_answers = []                     # (index, request, answer, value)
@@ -217,19 +221,30 @@ class Bench:
             self.total = self.rng.getrandbits(64)
         self._drive(ev, clear, req, read if req else self.rng.randrange(len(NAMES)))
         self.hist[self.t] = dict(self.count)
-        self.clears[self.t] = bool(clear)
         self.totals[self.t] = self.total
-        if clear:
-            self.count = dict.fromkeys(SWEPT, 0)
-        else:
-            for name, inc in increments(ev).items():
-                full = self.count[name] + cycles * inc
-                self.wrapped |= full > MASK64
-                self.count[name] = full & MASK64
+        # the counters see the events and the clear of the cycle before (registered inputs)
+        seen, seen_clear = self.delayed
+        self.clears[self.t] = seen_clear
+        self._add(seen, seen_clear, 1)
+        self._add(ev, False, cycles - 1)
+        self.delayed = (ev, bool(clear))
         self.t += cycles
         if cycles > 1:
             await ClockCycles(self.dut.clk, cycles)
         await FallingEdge(self.dut.clk)
+
+    def _add(self, ev, clear, cycles):
+        """``cycles`` cycles of the events ``ev`` as the counters see them (``clear``: zeroed,
+        the events dropped)."""
+        if clear:
+            self.count = dict.fromkeys(SWEPT, 0)
+            return
+        if ev is None:
+            return
+        for name, inc in increments(ev).items():
+            full = self.count[name] + cycles * inc
+            self.wrapped |= full > MASK64
+            self.count[name] = full & MASK64
 
     async def finish_read(self, ev_fn):
         """Run cycles (events from ``ev_fn``) until the outstanding read is answered."""
@@ -242,7 +257,9 @@ class Bench:
     async def read_all_exact(self, label):
         """With the events stopped: read every counter; each equals its count (``cycles`` still
         counts: checked through the sweep model only)."""
-        stopped = dict(self.count)
+        count, self.count = self.count, dict(self.count)
+        self._add(*self.delayed, 1)        # the last events driven, not yet counted
+        stopped, self.count = self.count, count
         for index, name in enumerate(NAMES):
             await self.cycle(self.idle(), read=index)
             await self.finish_read(self.idle)
@@ -291,7 +308,8 @@ async def counters_follow_events(dut):
             if NAMES[index] not in TOTALS:
                 (phase,) = bench.phases
                 v = bench.visit(phase, index, r)
-                if bench.t - v in clear_offsets and rng.random() < 0.03:
+                # (a clear driven now reaches the counters in the next cycle)
+                if bench.t + 1 - v in clear_offsets and rng.random() < 0.03:
                     clear = True
         await bench.cycle(ev, clear=clear, read=read)
     await bench.finish_read(bench.random_events)
