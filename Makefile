@@ -130,7 +130,7 @@ area:
 	  $(BIN)/bpsa synth --config $(AREA_CONFIG) --top $$b --targets ecp5 --timing -o $(BUILD)/area/$$b; \
 	  mkdir -p docs/synth/$$b; \
 	  cp $(BUILD)/area/$$b/$${b}_area.json $(BUILD)/area/$$b/$${b}_area.md docs/synth/$$b/; \
-	  cp $(BUILD)/area/$$b/$${b}_ecp5_timing.report.json docs/synth/$$b/ 2>/dev/null || true; \
+	  cp $(BUILD)/area/$$b/$${b}_ecp5_timing.report.json $(BUILD)/area/$$b/$${b}_ecp5_timing.paths.md docs/synth/$$b/ 2>/dev/null || true; \
 	done
 	$(BIN)/python -m bpsa.tools.results area
 

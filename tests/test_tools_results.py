@@ -104,7 +104,9 @@ def test_boards_add_replaces_the_row_of_its_board_and_configuration(tmp_path):
     report.write_text(json.dumps(_build(fmax=40.0)))
     results.add_board(report, boards, command="bpsa bitstream --board ulx3s")
     report.write_text(json.dumps(_build(fmax=58.9)))
+    (tmp_path / "timing_paths.md").write_text("## Failing paths\n")
     path = results.add_board(report, boards, command="bpsa bitstream --board ulx3s --x")
+    assert (boards / "ulx3s_c1_timing_paths.md").read_text() == "## Failing paths\n"
     report.write_text(json.dumps(_build(board="icebreaker", config="ice40", fit=False)))
     results.add_board(report, boards, command="bpsa bitstream --board icebreaker")
     assert path.name == "ulx3s_c1.json"

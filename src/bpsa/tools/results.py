@@ -328,13 +328,18 @@ def render_boards(boards_dir=RESULTS / "boards", out=RESULTS / "boards.md", *, c
 def add_board(report, boards_dir=RESULTS / "boards", *, command):
     """Copy a build's ``report.json`` (:func:`bpsa.platform.board.build_bitstream`) into
     ``boards_dir/<board>_<config>.json`` with ``command``, the commit and the date (replacing
-    the previous build of that board and configuration); returns the new path."""
+    the previous build of that board and configuration), and its ``timing_paths.md`` (every
+    failing path, :mod:`bpsa.platform.timing_paths`) beside it as
+    ``<board>_<config>_timing_paths.md``; returns the new path."""
     data = json.loads(Path(report).read_text())
     commit, date = stamp()
     path = Path(boards_dir) / f"{data['board']}_{data['config']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"command": command, "commit": commit, "date": date, **data},
                                indent=2) + "\n")
+    paths_md = Path(report).with_name("timing_paths.md")     # every failing path, by block
+    if paths_md.is_file():
+        path.with_name(f"{path.stem}_timing_paths.md").write_text(paths_md.read_text())
     return path
 
 
