@@ -81,9 +81,9 @@ def test_groups_by_source_and_destination():
     assert c["period_ns"] == 10.0 and c["achieved_mhz"] == 83.3
     assert c["groups"] == [
         {"source": "a", "destination": "c.d", "endpoints": 1, "worst_slack_ns": -2.0,
-         "max_levels": 3, "worst_endpoint": "c.d.t[0]_TRELLIS_FF_Q.DI"},
+         "max_levels": 3, "worst_endpoint": "c.d.t[0]_TRELLIS_FF_Q.DI", "also_from": {"b": 2}},
         {"source": "b", "destination": "c", "endpoints": 1, "worst_slack_ns": -0.5,
-         "max_levels": 0, "worst_endpoint": "c.u_TRELLIS_FF_Q.M"}]
+         "max_levels": 0, "worst_endpoint": "c.u_TRELLIS_FF_Q.M", "also_from": {}}]
     assert c["critical_path"] == {"from": "a.r[0]_TRELLIS_FF_Q", "to": "c.d.t[0]_TRELLIS_FF_Q",
                                   "source": "a", "destination": "c.d", "logic_cells": 1,
                                   "delay_ns": 12.0}
@@ -91,7 +91,7 @@ def test_groups_by_source_and_destination():
     assert [(g["source"], g["destination"]) for g in folded] == [("a", "c"), ("b", "c")]
     md = markdown(r)
     assert "2 of 4 endpoints fail, worst slack -2.000 ns" in md
-    assert "| `a` | `c.d` | 1 | -2.000 | 3 | `c.d.t[0]_TRELLIS_FF_Q.DI` |" in md
+    assert "| `a` | `c.d` | 1 | -2.000 | 3 | `c.d.t[0]_TRELLIS_FF_Q.DI` | `b` (2) |" in md
 
 
 def test_async_read_ram_and_loops():
@@ -114,7 +114,8 @@ def test_async_read_ram_and_loops():
     groups = failing_paths(n, report)["clocks"]["clk"]["groups"]
     # a.r -> x (1) -> RAM (0) -> loop LUT (1): 2 levels; the RAM itself: 1
     assert {"source": "a", "destination": "e", "endpoints": 1, "worst_slack_ns": -0.25,
-            "max_levels": 2, "worst_endpoint": "e.v_TRELLIS_FF_Q.DI"} in groups
+            "max_levels": 2, "worst_endpoint": "e.v_TRELLIS_FF_Q.DI",
+            "also_from": {"m": 1}} in groups
 
 
 def test_block_names():

@@ -21,7 +21,8 @@ after ``synth_ecp5`` or ``synth_ice40``) and lists the endpoints with negative s
   cell with the most logic cells between it and the endpoint (a LUT counts one level, a carry
   chain one where a signal enters it; the PFUMX / L6MUX21 wide-function muxes count none, they are part of a LUT5-7),
   and the logic levels are that count. This is a structural estimate: the deepest cone is
-  usually, not always, the slowest one (long routes count in the arrival, not in the levels).
+  usually, not always, the slowest one (long routes count in the arrival, not in the levels),
+  so every group also names the other blocks its endpoints' cones start in.
 
 The critical path nextpnr reports for each clock is given as well, with its blocks, as a check
 of the estimate.
@@ -171,7 +172,8 @@ def failing_paths(netlist, report, *, depth=2, top=None, limit=None):
     Returns ``{"clocks": {clock: {"constraint_mhz", "achieved_mhz", "period_ns", "endpoints",
     "failing", "worst_slack_ns", "groups": [...], "critical_path": {...}}}, "depth"}``; each
     group is ``{"source", "destination", "endpoints", "worst_slack_ns", "max_levels",
-    "worst_endpoint"}``, the groups in order of worst slack; ``limit`` keeps that many groups a
+    "worst_endpoint", "also_from"}`` (``also_from``: the other source blocks in the endpoints'
+    cones, with their most levels, the deepest first), the groups in order of worst slack; ``limit`` keeps that many groups a
     clock. Raises :exc:`ValueError` when the report has no detailed net timings.
     """
     if not isinstance(report, dict):
@@ -205,21 +207,30 @@ def failing_paths(netlist, report, *, depth=2, top=None, limit=None):
             cell_name = ep["cell"].lstrip("\\")
             cell = nets.cells.get(cell_name)
             sources = nets.fanin(cell_name, _endpoint_ports(cell, ep["port"])) if cell else {}
-            if sources:
-                src, levels = max(sources.items(), key=lambda s: (s[1], s[0]))
-                source = block_of(src, depth)
+            by_block = {}                           # source block -> most levels
+            for src, n in sources.items():
+                b = block_of(src, depth)
+                by_block[b] = max(by_block.get(b, 0), n)
+            if by_block:
+                source, levels = max(by_block.items(), key=lambda s: (s[1], s[0]))
             else:
                 source, levels = "(unknown)", 0
             key = (source, block_of(cell_name, depth))
             g = groups[clock].setdefault(key, {
                 "source": key[0], "destination": key[1], "endpoints": 0,
-                "worst_slack_ns": 0.0, "max_levels": 0, "worst_endpoint": None})
+                "worst_slack_ns": 0.0, "max_levels": 0, "worst_endpoint": None,
+                "also_from": {}})
             g["endpoints"] += 1
             g["max_levels"] = max(g["max_levels"], levels)
+            for b, n in by_block.items():
+                if b != source:
+                    g["also_from"][b] = max(g["also_from"].get(b, 0), n)
             if slack < g["worst_slack_ns"] or g["worst_endpoint"] is None:
                 g["worst_slack_ns"] = round(slack, 3)
                 g["worst_endpoint"] = f"{cell_name}.{ep['port']}"
     for clock, c in clocks.items():
+        for g in groups[clock].values():             # the deepest first
+            g["also_from"] = dict(sorted(g["also_from"].items(), key=lambda b: (-b[1], b[0])))
         ordered = sorted(groups[clock].values(), key=lambda g: (g["worst_slack_ns"],
                                                                  -g["endpoints"]))
         c["worst_slack_ns"] = ordered[0]["worst_slack_ns"] if ordered else None
@@ -262,10 +273,12 @@ def markdown(result, title="Failing paths"):
         md.append("")
         if c["groups"]:
             md += ["| source block | destination block | failing endpoints | worst slack (ns) "
-                   "| max levels | worst endpoint |", "|---|---|---:|---:|---:|---|"]
+                   "| max levels | worst endpoint | also from (levels) |",
+                   "|---|---|---:|---:|---:|---|---|"]
             md += [f"| `{g['source']}` | `{g['destination']}` | {g['endpoints']:,} | "
-                   f"{g['worst_slack_ns']:.3f} | {g['max_levels']} | `{g['worst_endpoint']}` |"
-                   for g in c["groups"]]
+                   f"{g['worst_slack_ns']:.3f} | {g['max_levels']} | `{g['worst_endpoint']}` | "
+                   + ", ".join(f"`{b}` ({n})" for b, n in list(g["also_from"].items())[:3])
+                   + " |" for g in c["groups"]]
             md.append("")
     return "\n".join(md)
 
