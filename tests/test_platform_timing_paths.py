@@ -147,3 +147,10 @@ def test_written_files_and_cli(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert main(["timing", "--netlist", str(tmp_path / "top.json")]) == 2
     assert "both --netlist and --report" in capsys.readouterr().err
+
+
+def test_a_board_tops_blocks_are_named_below_its_core():
+    assert block_of("soc.core.forward.feeder.x_TRELLIS_FF_Q", root="soc.core") == \
+        "forward.feeder"
+    assert block_of("soc.bridge.rx_TRELLIS_FF_Q", root="soc.core") == "soc.bridge"
+    assert block_of("soc.core.busy_TRELLIS_FF_Q", root="soc.core") == "(top)"

@@ -29,6 +29,9 @@ def register(sub):
     sp.add_argument("--depth", type=int, default=2,
                     help="levels of the instance hierarchy a block name keeps (default 2: "
                          "forward.feeder)")
+    sp.add_argument("--root", default=None,
+                    help="an instance path the block names start below (default: soc.core "
+                         "for a bpsa bitstream build, none otherwise)")
     sp.add_argument("-o", "--output", default=None,
                     help="write <OUTPUT>.md and <OUTPUT>.json as well")
     sp.set_defaults(func=run)
@@ -55,8 +58,12 @@ def run(args):
         raise UserError(f"--depth must be at least 1, not {args.depth}")
     if args.build is not None and (args.netlist or args.report):
         raise UserError("give a build directory or --netlist and --report, not both")
+    root = args.root
     if args.build is not None:
         netlist, report = _find(args.build)
+        if root is None and netlist.name == "top.json":       # a board top
+            from bpsa.platform.board import BOARD_CORE_PATH
+            root = BOARD_CORE_PATH
     elif args.netlist and args.report:
         netlist, report = Path(args.netlist), Path(args.report)
     else:
@@ -67,9 +74,9 @@ def run(args):
     try:
         if args.output:
             parent_dir(Path(args.output))
-            result = write_report(netlist, report, args.output, depth=args.depth)
+            result = write_report(netlist, report, args.output, depth=args.depth, root=root)
         else:
-            result = failing_paths(netlist, report, depth=args.depth)
+            result = failing_paths(netlist, report, depth=args.depth, root=root)
     except (ValueError, KeyError, json.JSONDecodeError) as e:
         raise UserError(f"{report}: {e}") from None
     print(markdown(result))

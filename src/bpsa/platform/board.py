@@ -153,7 +153,7 @@ class SocTop(CheckedComponent):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = self.core_factory(self.config)
+        m.submodules.core = core = self.core_factory(self.config)     # BOARD_CORE_PATH
         m.submodules.bridge = bridge = self.bridge
         m.submodules.sram = sram = self.sram
         wiring.connect(m, bridge.axil, core.axil)
@@ -188,7 +188,7 @@ class BoardTop(Elaboratable):
             m.domains.sync = ClockDomain("sync")
             self.pll = Ecp5Pll(self.clock_hz, domain="sync")
             m.submodules.pll = self.pll
-        m.submodules.soc = soc = self.soc
+        m.submodules.soc = soc = self.soc                             # BOARD_CORE_PATH
         uart = platform.request("uart", 0, dir="-")
         m.submodules.rx_buf = rx = io.Buffer("i", uart.rx)
         m.submodules.tx_buf = tx = io.Buffer("o", uart.tx)
@@ -319,6 +319,11 @@ def _stat_cells(path):
         (mod,) = stat["modules"].values()
         cells = mod["num_cells_by_type"]
     return cells
+
+
+#: The core's instance path in a board top (:class:`BoardTop`'s ``soc``, :class:`SocTop`'s
+#: ``core``): the failing-path report names the core's blocks below it.
+BOARD_CORE_PATH = "soc.core"
 
 
 # --- the flow ------------------------------------------------------------------------------
@@ -543,7 +548,8 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     report["fmax_mhz"] = {clk: round(v["achieved"], 2) for clk, v in fmax.items()}
     report["timing_met"] = bool(fmax) and all(v["achieved"] >= v["constraint"]
                                               for v in fmax.values())
-    paths = write_report(out_dir / f"{name}.json", pnr, out_dir / "timing_paths")
+    paths = write_report(out_dir / f"{name}.json", pnr, out_dir / "timing_paths",
+                         root=BOARD_CORE_PATH)
     report["failing_paths"] = {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
                                      "worst_slack_ns": c["worst_slack_ns"],
                                      "groups": c["groups"][:5]}

@@ -19,10 +19,11 @@ after ``synth_ecp5`` or ``synth_ice40``) and lists the endpoints with negative s
   starts, so the netlist is walked backwards from the endpoint through combinational cells to
   the registers, block RAMs and DSPs that launch it. The source block is that of the launching
   cell with the most logic cells between it and the endpoint (a LUT counts one level, a carry
-  chain one where a signal enters it; the PFUMX / L6MUX21 wide-function muxes count none, they are part of a LUT5-7),
-  and the logic levels are that count. This is a structural estimate: the deepest cone is
-  usually, not always, the slowest one (long routes count in the arrival, not in the levels),
-  so every group also names the other blocks its endpoints' cones start in.
+  chain one where a signal enters it; the PFUMX / L6MUX21 wide-function muxes count none, they
+  are part of a LUT5-7), and the logic levels are that count (ties: the last block by name).
+  This is a structural estimate: the deepest cone is usually, not always, the slowest one (long
+  routes count in the arrival, not in the levels), so every group also names the other blocks
+  its endpoints' cones start in.
 
 The critical path nextpnr reports for each clock is given as well, with its blocks, as a check
 of the estimate.
@@ -65,9 +66,10 @@ _DSP_REGS = {"MULT18X18D": ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_INPUTC_CLK"
 TOP = "(top)"
 
 
-def block_of(cell_name, depth=2):
-    """The block of a cell from its name: the flattened instance path, cut to ``depth`` levels
-    (``(top)`` for the top's own cells).
+def block_of(cell_name, depth=2, root=None):
+    """The block of a cell from its name: the flattened instance path, without the instance
+    path ``root`` when it starts with it (a board top's core: ``soc.core``), cut to ``depth``
+    levels (``(top)`` for the top's own cells).
 
     >>> block_of("forward.feeder.cursor[3]_TRELLIS_FF_Q")
     'forward.feeder'
@@ -83,6 +85,10 @@ def block_of(cell_name, depth=2):
         base = re.split(r"[\[$]", name, maxsplit=1)[0]
         parts = base.split(".")[:-1]
     parts = [p for p in parts if p]
+    if root:
+        prefix = root.split(".")
+        if parts[:len(prefix)] == prefix:
+            parts = parts[len(prefix):]
     return ".".join(parts[:depth]) if parts else TOP
 
 
@@ -164,17 +170,19 @@ def _endpoint_ports(cell, port):
     return ()
 
 
-def failing_paths(netlist, report, *, depth=2, top=None, limit=None):
+def failing_paths(netlist, report, *, depth=2, root=None, top=None, limit=None):
     """The failing endpoints of nextpnr ``report`` (its JSON with ``--detailed-timing-report``;
     a dict or a path) on Yosys ``netlist`` (the JSON nextpnr placed; a dict or a path), grouped
-    by source and destination block (see the module docstring), per clock.
+    by source and destination block (see the module docstring; ``depth`` and ``root`` as in
+    :func:`block_of`), per clock.
 
     Returns ``{"clocks": {clock: {"constraint_mhz", "achieved_mhz", "period_ns", "endpoints",
-    "failing", "worst_slack_ns", "groups": [...], "critical_path": {...}}}, "depth"}``; each
-    group is ``{"source", "destination", "endpoints", "worst_slack_ns", "max_levels",
+    "failing", "worst_slack_ns", "groups": [...], "critical_path": {...}}}, "depth", "root"}``;
+    each group is ``{"source", "destination", "endpoints", "worst_slack_ns", "max_levels",
     "worst_endpoint", "also_from"}`` (``also_from``: the other source blocks in the endpoints'
-    cones, with their most levels, the deepest first), the groups in order of worst slack; ``limit`` keeps that many groups a
-    clock. Raises :exc:`ValueError` when the report has no detailed net timings.
+    cones, with their most levels, the deepest first), the groups in order of worst slack;
+    ``limit`` keeps that many groups a clock. Raises :exc:`ValueError` when the report has no
+    detailed net timings.
     """
     if not isinstance(report, dict):
         report = json.loads(Path(report).read_text())
@@ -209,13 +217,13 @@ def failing_paths(netlist, report, *, depth=2, top=None, limit=None):
             sources = nets.fanin(cell_name, _endpoint_ports(cell, ep["port"])) if cell else {}
             by_block = {}                           # source block -> most levels
             for src, n in sources.items():
-                b = block_of(src, depth)
+                b = block_of(src, depth, root)
                 by_block[b] = max(by_block.get(b, 0), n)
             if by_block:
                 source, levels = max(by_block.items(), key=lambda s: (s[1], s[0]))
             else:
                 source, levels = "(unknown)", 0
-            key = (source, block_of(cell_name, depth))
+            key = (source, block_of(cell_name, depth, root))
             g = groups[clock].setdefault(key, {
                 "source": key[0], "destination": key[1], "endpoints": 0,
                 "worst_slack_ns": 0.0, "max_levels": 0, "worst_endpoint": None,
@@ -235,11 +243,11 @@ def failing_paths(netlist, report, *, depth=2, top=None, limit=None):
                                                                  -g["endpoints"]))
         c["worst_slack_ns"] = ordered[0]["worst_slack_ns"] if ordered else None
         c["groups"] = ordered[:limit] if limit else ordered
-        c["critical_path"] = _critical_path(report, clock, depth)
-    return {"clocks": clocks, "depth": depth}
+        c["critical_path"] = _critical_path(report, clock, depth, root)
+    return {"clocks": clocks, "depth": depth, "root": root}
 
 
-def _critical_path(report, clock, depth):
+def _critical_path(report, clock, depth, root):
     """nextpnr's critical path of ``clock``: its start and end cells, their blocks, the logic
     cells on it and its delay."""
     for p in report.get("critical_paths", ()):
@@ -247,8 +255,8 @@ def _critical_path(report, clock, depth):
             continue
         start = p["path"][0]["from"]["cell"].lstrip("\\")
         end = p["path"][-1]["to"]["cell"].lstrip("\\")
-        return {"from": start, "to": end, "source": block_of(start, depth),
-                "destination": block_of(end, depth),
+        return {"from": start, "to": end, "source": block_of(start, depth, root),
+                "destination": block_of(end, depth, root),
                 "logic_cells": sum(s["type"] == "logic" for s in p["path"]),
                 "delay_ns": round(sum(s["delay"] for s in p["path"]), 3)}
     return None
@@ -256,11 +264,12 @@ def _critical_path(report, clock, depth):
 
 def markdown(result, title="Failing paths"):
     """The Markdown of a :func:`failing_paths` result: per clock a table of the groups."""
+    below = f" below `{result['root']}`" if result.get("root") else ""
     md = [f"## {title}", "",
           f"Endpoints with negative slack at the constraint, grouped by source and destination "
-          f"block ({result['depth']} levels of hierarchy; source: the launching register of "
-          f"the deepest logic cone, levels: its LUT and carry cells; `bpsa.platform.timing_paths`).",
-          ""]
+          f"block ({result['depth']} levels of hierarchy{below}; source: the launching register "
+          f"of the deepest logic cone, levels: its LUT and carry cells; "
+          f"`bpsa.platform.timing_paths`).", ""]
     for clock, c in result["clocks"].items():
         md.append(f"Clock `{clock}`: {c['achieved_mhz']:g} MHz at a {c['constraint_mhz']:g} MHz "
                   f"constraint; {c['failing']:,} of {c['endpoints']:,} endpoints fail"
@@ -283,10 +292,10 @@ def markdown(result, title="Failing paths"):
     return "\n".join(md)
 
 
-def write_report(netlist, report, out_stem, *, depth=2, top=None):
+def write_report(netlist, report, out_stem, *, depth=2, root=None, top=None):
     """:func:`failing_paths` written to ``<out_stem>.json`` and ``<out_stem>.md``; returns the
     result."""
-    result = failing_paths(netlist, report, depth=depth, top=top)
+    result = failing_paths(netlist, report, depth=depth, root=root, top=top)
     out_stem = Path(out_stem)
     (out_stem.parent / f"{out_stem.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (out_stem.parent / f"{out_stem.name}.md").write_text(markdown(result) + "\n")
