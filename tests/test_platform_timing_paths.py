@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from bpsa.platform.timing_paths import block_of, failing_paths, markdown, write_report
+from bpsa.platform.timing_paths import (block_of, failing_paths, markdown, summary,
+                                        write_report)
 
 
 def _cell(kind, **ports):
@@ -87,6 +88,8 @@ def test_groups_by_source_and_destination():
     assert c["critical_path"] == {"from": "a.r[0]_TRELLIS_FF_Q", "to": "c.d.t[0]_TRELLIS_FF_Q",
                                   "source": "a", "destination": "c.d", "logic_cells": 1,
                                   "delay_ns": 12.0}
+    assert summary(r, 1) == {"clk": {"endpoints": 4, "failing": 2, "worst_slack_ns": -2.0,
+                                     "groups": c["groups"][:1]}}
     folded = failing_paths(_netlist(), _report(), depth=1)["clocks"]["clk"]["groups"]
     assert [(g["source"], g["destination"]) for g in folded] == [("a", "c"), ("b", "c")]
     md = markdown(r)

@@ -63,7 +63,7 @@ from bpsa.gateware.bus.dma import DATA_WIDTH
 from bpsa.gateware.bus.uart import uart_divisor
 from bpsa.gateware.bus.uart_bridge import UartBridge
 from bpsa.platform.pll import Ecp5Pll, ecp5_pll_dividers
-from bpsa.platform.timing_paths import write_report
+from bpsa.platform.timing_paths import summary, write_report
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
            "build_first_fit", "check_fit", "check_route_limit", "count_resources",
@@ -550,10 +550,7 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
                                               for v in fmax.values())
     paths = write_report(out_dir / f"{name}.json", pnr, out_dir / "timing_paths",
                          root=BOARD_CORE_PATH)
-    report["failing_paths"] = {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
-                                     "worst_slack_ns": c["worst_slack_ns"],
-                                     "groups": c["groups"][:5]}
-                               for clk, c in paths["clocks"].items()}
+    report["failing_paths"] = summary(paths, 5)
     bit = out_dir / (f"{name}.bin" if settings.family == "ice40" else f"{name}.bit")
     report["bitstream"] = str(bit)
     times["total"] = round(time.monotonic() - t_start, 2)

@@ -34,7 +34,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["COMBINATIONAL", "block_of", "failing_paths", "markdown", "write_report"]
+__all__ = ["COMBINATIONAL", "block_of", "failing_paths", "markdown", "summary",
+           "write_report"]
 
 
 #: Combinational cell types: type -> (input ports, output ports, logic levels the cell adds).
@@ -290,6 +291,14 @@ def markdown(result, title="Failing paths"):
                    + " |" for g in c["groups"]]
             md.append("")
     return "\n".join(md)
+
+
+def summary(result, groups):
+    """Per clock of a :func:`failing_paths` result: its endpoints, how many fail, the worst
+    slack and the first ``groups`` groups (for a report that points at the whole table)."""
+    return {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
+                  "worst_slack_ns": c["worst_slack_ns"], "groups": c["groups"][:groups]}
+            for clk, c in result["clocks"].items()}
 
 
 def write_report(netlist, report, out_stem, *, depth=2, root=None, top=None):

@@ -92,7 +92,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from bpsa.platform.timing_paths import write_report
+from bpsa.platform.timing_paths import summary, write_report
 from bpsa.platform.verilog import DEVICE_TARGETS, write_verilog
 
 __all__ = ["FAILING_GROUPS_SHOWN", "TARGETS", "TIMING_CONSTRAINT_MHZ", "TIMING_DEVICE",
@@ -508,10 +508,7 @@ def ecp5_timing(verilog_path, top, *, stem=None):
     return {"fmax_mhz": {clk: round(v["achieved"], 1) for clk, v in fmax.items()},
             "constraint_mhz": TIMING_CONSTRAINT_MHZ,
             "command": f"synth_ecp5; nextpnr-ecp5 {' '.join(args[:-8])}",
-            "failing_paths": {clk: {"endpoints": c["endpoints"], "failing": c["failing"],
-                                    "worst_slack_ns": c["worst_slack_ns"],
-                                    "groups": c["groups"][:FAILING_GROUPS_SHOWN]}
-                              for clk, c in paths["clocks"].items()}}
+            "failing_paths": summary(paths, FAILING_GROUPS_SHOWN)}
 
 
 def _tool(name):
