@@ -120,13 +120,17 @@ def test_float_store_rounds_to_the_operand_format(fmt):
             for relu in (0, 1):
                 ctx.set(dut.enable, enable)
                 ctx.set(dut.relu, relu)
-                for i, word in enumerate(words):
-                    ctx.set(dut.word, word)
+                # a word a cycle: word i leaves LATENCY cycles after it came
+                for i in range(len(words) + LATENCY - 1):
+                    if i < len(words):
+                        ctx.set(dut.word, words[i])
                     await ctx.tick()
+                    if i < LATENCY - 1:
+                        continue
                     out = ctx.get(dut.out)
                     w = f.bits if enable else 32
-                    got[enable, relu, i] = [(out >> (j * w)) & ((1 << w) - 1)
-                                            for j in range(cfg.cols)]
+                    got[enable, relu, i - LATENCY + 1] = [(out >> (j * w)) & ((1 << w) - 1)
+                                                          for j in range(cfg.cols)]
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -106,3 +106,43 @@ def test_clock_refused(tmp_path):
                                          r"6000000"):
         prepare("icebreaker", TINY, tmp_path, core=STANDIN, settings=s)
     assert not (tmp_path / "top.il").exists()
+
+
+def test_refusal_names_the_nearest_clocks():
+    # from 25 MHz the PLL makes f = 25 MHz * CLKFB_DIV / CLKI_DIV with CLKI_DIV <= 8 (phase
+    # detector >= 3.125 MHz): next to 66.6 MHz, 25 * 21 / 8 = 65.625 and 25 * 11 / 4 = 68.75
+    with pytest.raises(ValueError, match=r"the nearest it makes: 65625000 Hz or 68750000 Hz$"):
+        ecp5_pll_dividers(25_000_000, 66_600_000)
+    for f in (65_625_000, 68_750_000):
+        _check(25_000_000, f, ecp5_pll_dividers(25_000_000, f))
+
+
+def test_with_clock(tmp_path):
+    s = load_board("ulx3s")
+    assert board.with_clock(s, None) is s
+    fast = board.with_clock(s, 62_500_000)
+    assert fast.clock_hz == 62_500_000 and fast.config == s.config
+    with pytest.raises(ValueError, match=r"clock_hz 66600000 cannot be made exactly"):
+        board.with_clock(s, 66_600_000)
+    with pytest.raises(ValueError, match=r"clock_hz must be a positive integer \(Hz\), not 0"):
+        board.with_clock(s, 0)
+    ice = load_board("icebreaker")
+    assert board.with_clock(ice, 12_000_000).clock_hz == 12_000_000
+    with pytest.raises(ValueError, match=r"clock_hz must be the icebreaker oscillator "
+                                         r"\(12000000 Hz\): no PLL is generated on ice40 "
+                                         r"boards, not 24000000"):
+        board.with_clock(ice, 24_000_000)
+
+
+def test_bitstream_clock_option(tmp_path, capsys):
+    from bpsa.cli import main
+    for clock, why in (("66.6", "--clock 66.6: clock_hz 66600000 cannot be made exactly"),
+                       ("62.5000001", "--clock must be a positive frequency in MHz with a "
+                                      "whole number of Hz, not 62.5"),
+                       ("-5", "--clock must be a positive frequency"),
+                       ):
+        assert main(["bitstream", "--board", "ulx3s", "--clock", clock,
+                     "-o", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err
+        assert why in err, err
+    assert not (tmp_path / "b" / "top.il").exists()

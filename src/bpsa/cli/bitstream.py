@@ -30,6 +30,10 @@ def register(sub):
     sp.add_argument("--router", choices=["router1", "router2"], default=None,
                     help="nextpnr's router instead of the board's (router2 routes congested "
                          "ECP5 designs where router1 stalls)")
+    sp.add_argument("--clock", type=float, default=None, metavar="MHZ",
+                    help="the design clock instead of the board's clock_hz (ECP5: made by "
+                         "the PLL from the oscillator, exactly, or refused with a frequency "
+                         "it can make)")
     sp.set_defaults(func=run)
 
 
@@ -49,6 +53,16 @@ def run(args):
                         ) from None
     if args.jobs < 1:
         raise UserError(f"--jobs must be at least 1, not {args.jobs}")
+    clock_hz = None
+    if args.clock is not None:
+        clock_hz = round(args.clock * 1e6)
+        if args.clock <= 0 or abs(clock_hz - args.clock * 1e6) > 1e-3:
+            raise UserError(f"--clock must be a positive frequency in MHz with a whole number "
+                            f"of Hz, not {args.clock:g}")
+        try:                     # refused before anything is built
+            board.with_clock(settings, clock_hz)
+        except ValueError as e:
+            raise UserError(f"--clock {args.clock:g}: {e}") from None
     spec = args.config or settings.config
     try:
         candidates = (board.presets_largest_first() if spec == "auto"
@@ -58,7 +72,8 @@ def run(args):
     try:
         report = board.build_first_fit(args.board, candidates, out, core=core,
                                        fit_only=args.fit_only, route_check=spec == "auto",
-                                       seeds=args.seeds, router=args.router, jobs=args.jobs)
+                                       seeds=args.seeds, router=args.router, jobs=args.jobs,
+                                       clock_hz=clock_hz)
     except board.FitError as e:
         raise UserError(str(e)) from None
     print(board.format_report(report))

@@ -548,19 +548,32 @@ class Accelerator(CheckedComponent):
                          pl.qw0.eq(plan.qw0), pl.remw0.eq(plan.rw0),
                          pl.x_base.eq(bank * half), pl.d_base.eq(bank * half + pw_.d_offset),
                          pl.x_plane.eq(pw_.x_plane), pl.d_plane.eq(pw_.d_plane),
-                         pl.p_row.eq(p_row), pl.rs.eq(plan.rs), pl.recip.eq(plan.recip),
-                         pool.start.eq(sched.eng_start & is_pool)]
-            with m.If(is_pool):
-                m.d.comb += [sched.eng_busy.eq(pool.busy), sched.eng_error.eq(pool.error)]
+                         pl.p_row.eq(p_row), pl.rs.eq(plan.rs), pl.recip.eq(plan.recip)]
         if self.has_zf:
             m.d.comb += [is_zg.eq(is_grad & (d.mode == regmap.Mode.ZERO_FREE)),
                          is_zl.eq((phase == Phase.LOSS) & (d.mode == regmap.Mode.ZERO_FREE))]
 
-        if fres is not None:
-            m.d.comb += fres.start.eq(sched.eng_start & is_fwd)
         is_cf = Signal()                 # a channel-first forward: its front end drives the array
         if cf is not None:
             m.d.comb += is_cf.eq(is_fwd & (d.mode == regmap.Mode.CHANNEL_FIRST))
+        # Which engine a run starts and which engine owns the array, each from a register of
+        # the layer's phase and mode (a cycle behind the descriptor: a run starts at least two
+        # cycles after its layer's descriptor is staged, the dispatcher's RUN and the
+        # scheduler's IDLE between), so an engine's start is an AND of two registers.
+        on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
+        r = SimpleNamespace()
+        for name, value in (("fwd", is_fwd), ("cf", is_cf), ("pool", is_pool), ("zg", is_zg),
+                            ("zl", is_zl), ("on_fwd", on_fwd), ("fwd_run", is_fwd & ~is_cf),
+                            ("bwd", ~on_fwd & ~is_cf & ~is_pool)):
+            setattr(r, name, Signal(name=f"run_{name}"))
+            m.d.sync += getattr(r, name).eq(value)
+        if fres is not None:
+            m.d.comb += fres.start.eq(sched.eng_start & r.fwd)
+        if pool is not None:
+            m.d.comb += pool.start.eq(sched.eng_start & r.pool)
+            with m.If(r.pool):
+                m.d.comb += [sched.eng_busy.eq(pool.busy), sched.eng_error.eq(pool.error)]
+        if cf is not None:
             cr = cf.run
             m.d.comb += [cr.channels.eq(run.channels), cr.layer_channels.eq(d.c),
                          cr.height.eq(run.height), cr.out_rows.eq(ctrl.prun.rows),
@@ -571,13 +584,13 @@ class Accelerator(CheckedComponent):
                          cr.pad_w.eq(d.pad_w),
                          cr.x_base.eq(run.xbank * (cfg.buf_cf_depth // 2) + run.x_off),
                          cr.w_base.eq(bank * (cfg.buf_b_depth // 2)),
-                         cf.start.eq(sched.eng_start & is_cf),
+                         cf.start.eq(sched.eng_start & r.cf),
                          h.wbuf.cfw_sel.eq(is_cf), h.wbuf.cfw_addr.eq(cf.w_addr),
                          h.wbuf.cfw_en.eq(cf.w_en), cf.w_data.eq(h.wbuf.cfw_data)]
 
         return SimpleNamespace(is_fwd=is_fwd, is_grad=is_grad, is_fc=is_fc, is_zg=is_zg,
                                is_zl=is_zl,
-                               is_pool=is_pool, is_cf=is_cf)
+                               is_pool=is_pool, is_cf=is_cf, r=r)
 
     def _engine_layers(self, h, f):
         """The engines' run descriptors, from the staging registers."""
@@ -625,9 +638,9 @@ class Accelerator(CheckedComponent):
                          zl.x_base.eq(run.xbank * (cfg.buf_a_depth // 2) + run.x_off),
                          zl.dy_base.eq(bank * (cfg.buf_b_depth // 2))]
             if fwd is None:
-                m.d.comb += h.zge.start.eq(sched.eng_start & is_zg)
+                m.d.comb += h.zge.start.eq(sched.eng_start & f.r.zg)
                 return
-            m.d.comb += fwd.zg_start.eq(sched.eng_start & is_zg)
+            m.d.comb += fwd.zg_start.eq(sched.eng_start & f.r.zg)
             ll, zr = fwd.zl_layer, ctrl.zrun
             m.d.comb += [ll.height.eq(run.height), ll.width.eq(d.w),
                          ll.out_height.eq(run.out_height), ll.out_width.eq(plan.ow),
@@ -636,7 +649,7 @@ class Accelerator(CheckedComponent):
                          ll.pad_top.eq(run.pad_top), ll.pad_w.eq(d.pad_w),
                          ll.x_base.eq(run.xbank * (cfg.buf_a_depth // 2)),
                          ll.w_base.eq(bank * (cfg.buf_b_depth // 2) + run.w_off),
-                         fwd.zl_start.eq(sched.eng_start & is_zl)]
+                         fwd.zl_start.eq(sched.eng_start & f.r.zl)]
             for name in ("pt_q", "pt_r", "pw_q", "pw_r", "dh_q", "dh_r", "dw_q", "dw_r",
                          "kblocks", "kvalid", "plane"):
                 m.d.comb += getattr(ll, name).eq(getattr(zr, name))
@@ -649,24 +662,24 @@ class Accelerator(CheckedComponent):
             h.counters, h.run, h.geo
         )
         is_fwd, is_cf, is_zg, is_zl, is_pool = f.is_fwd, f.is_cf, f.is_zg, f.is_zl, f.is_pool
-        zge = h.zge
+        zge, r = h.zge, f.r
         # the phase's engine runs the scheduler's runs
-        on_fwd = (is_fwd & ~is_cf) | is_zg | is_zl
-        engines = [(eng, on_fwd if eng is fwd else (is_cf if eng is cf else
-                                                     is_zg if eng is zge else
-                                                     ~on_fwd & ~is_cf & ~is_pool))
+        engines = [(eng, r.on_fwd if eng is fwd else (r.cf if eng is cf else
+                                                       r.zg if eng is zge else r.bwd))
                    for eng in (fwd, bwd, cf, zge) if eng is not None]
         if engines:
             share_array(m, array, [(eng.array, active) for eng, active in engines])
         for eng, active in engines:
-            if eng is not cf and eng is not zge:
-                m.d.comb += eng.start.eq(sched.eng_start & active & ~is_zg & ~is_zl)
+            if eng is fwd:
+                m.d.comb += eng.start.eq(sched.eng_start & r.fwd_run)
+            elif eng is bwd:
+                m.d.comb += eng.start.eq(sched.eng_start & r.bwd)
             with m.If(active):
                 m.d.comb += [sched.eng_busy.eq(eng.busy), sched.eng_error.eq(eng.error)]
                 if eng is bwd:
                     m.d.comb += sched.eng_code.eq(bwd.error_code.as_value())
         if zge is not None:               # MX: a run no MX front end takes is refused
-            with m.If(~is_cf & ~is_zg):
+            with m.If(~r.cf & ~r.zg):
                 m.d.comb += sched.eng_error.eq(1)
         m.d.comb += [sched.double.eq(is_zg | is_zl | is_pool | (is_fwd & plan.dbl)),
                      sched.abort.eq(ctrl.fail | fetch.error),

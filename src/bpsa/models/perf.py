@@ -76,8 +76,9 @@ TIMING = {
                            # also the zero-free loss's stores, _counted_store_row)
     "cf_flush": 3,         # a run's end to its step's P clear (IDLE, FLUSH: the last
                            # accumulation lands)
-    "store_read": 3,       # a store command's first P word: P's registered read, the
-                           # registered requantizer, the DMA's read queue (counted stores)
+    "store_read": 4,       # a store command's first P word: P's registered read (2), the
+                           # requantizer (2: registered in and out), counted from the DMA's
+                           # read queue (counted stores)
     # the zero-free gradient engine (bpsa.gateware.frontends.zero_free.gradient_engine):
     # start to its first beat max(rows, zg_fill) cycles (priming the chains, or the walker's
     # two set-up cycles and three stages), its last beat to done 2 rows + cols + mac_latency

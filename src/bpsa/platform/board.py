@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -67,7 +67,7 @@ from bpsa.platform.timing_paths import summary, write_report
 
 __all__ = ["BOARDS", "BoardSettings", "BoardTop", "FitError", "SocTop", "build_bitstream",
            "build_first_fit", "check_fit", "check_route_limit", "count_resources",
-           "load_board", "load_core", "preset_size", "presets_largest_first"]
+           "load_board", "load_core", "preset_size", "presets_largest_first", "with_clock"]
 
 #: Board settings shipped inside the package (``bpsa/platform/boards/*.toml``).
 CONSTRAINTS_DIR = resources.files("bpsa.platform") / "boards"
@@ -360,6 +360,24 @@ def _run(step, args, cwd, env, log):
     return dt
 
 
+def with_clock(settings, clock_hz):
+    """``settings`` with the design clock ``clock_hz`` (Hz) instead of the board file's
+    (``None``: unchanged). Raises ValueError for a clock the board cannot make: not a positive
+    integer, other than the oscillator on an iCE40 board (no PLL there), or not exactly made
+    by the ECP5 PLL."""
+    if clock_hz is None:
+        return settings
+    if not isinstance(clock_hz, int) or clock_hz <= 0:
+        raise ValueError(f"clock_hz must be a positive integer (Hz), not {clock_hz!r}")
+    osc = int(settings.platform_class()().default_clk_frequency)
+    if clock_hz != osc:
+        if settings.family != "ecp5":
+            raise ValueError(f"clock_hz must be the {settings.board} oscillator ({osc} Hz): no "
+                             f"PLL is generated on {settings.family} boards, not {clock_hz}")
+        ecp5_pll_dividers(osc, clock_hz)
+    return replace(settings, clock_hz=clock_hz)
+
+
 def prepare(board, config, out_dir, *, core=None, name="top", settings=None):
     """Extract the build plan of the board top for ``config`` into ``out_dir``. Returns
     ``(settings, steps)``."""
@@ -477,7 +495,8 @@ def _place_and_route(step, args, out_dir, env, seeds, router, jobs, log):
 
 
 def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=False,
-                    route_check=False, seeds=None, router=None, jobs=2, log=print):
+                    route_check=False, seeds=None, router=None, jobs=2, clock_hz=None,
+                    log=print):
     """Synthesize, check the fit, place and route and pack the board top for ``config``.
     Returns the report dict (also written to ``out_dir/report.json``). Raises
     :class:`FitError` when the synthesized design overflows the device, and with
@@ -486,7 +505,8 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     ``seeds``: place and route once a seed (``jobs`` at once) and keep the run that meets its
     clock best (the report's ``seeds`` gives each run's Fmax, ``seed`` the one kept); default
     the board's ``--seed``. ``router``: nextpnr's router (``router1`` or ``router2``) instead
-    of the board's."""
+    of the board's. ``clock_hz``: the design clock instead of the board's ``clock_hz`` (an
+    ECP5 board's PLL must make it exactly)."""
     if router not in (None, "router1", "router2"):
         raise ValueError(f"router must be 'router1' or 'router2', not {router!r}")
     if seeds is not None:
@@ -496,7 +516,8 @@ def build_bitstream(board, config, out_dir, *, core=None, name="top", fit_only=F
     t_start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings, steps = prepare(board, config, out_dir, core=core, name=name)
+    settings = with_clock(load_board(board), clock_hz)
+    settings, steps = prepare(board, config, out_dir, core=core, name=name, settings=settings)
     env = _tool_env()
     times = {"elaborate": round(time.monotonic() - t_start, 2)}
     osc = int(settings.platform_class()().default_clk_frequency)

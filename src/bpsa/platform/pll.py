@@ -84,10 +84,33 @@ def ecp5_pll_dividers(input_hz, clock_hz):
             f"clock_hz {clock_hz} cannot be made exactly by the ECP5 PLL from "
             f"{float(fin) / 1e6:g} MHz (f = f_in * CLKFB_DIV / CLKI_DIV with VCO = f * "
             f"CLKOP_DIV in 400-800 MHz, phase detector f_in / CLKI_DIV >= 3.125 MHz, dividers "
-            f"1-128); choose e.g. {int(fin / 2)} or {int(fin * 2 / 5)}")
+            f"1-128); the nearest it makes: {_nearest(fin, fout)}")
     _, clki, clkfb, clkop, vco = best
     return {"CLKI_DIV": clki, "CLKFB_DIV": clkfb, "CLKOP_DIV": clkop,
             "CLKOP_CPHASE": clkop - 1, "vco_hz": int(vco) if vco.denominator == 1 else float(vco)}
+
+
+def _nearest(fin, fout):
+    """The whole-Hz frequencies the PLL makes from ``fin`` nearest below and above ``fout``,
+    as text (for the error of :func:`ecp5_pll_dividers`)."""
+    lim = ECP5_PLL_LIMITS
+    dmin, dmax = lim["div"]
+    made = set()
+    for clki in range(dmin, dmax + 1):
+        pfd = fin / clki
+        if pfd < lim["pfd"][0]:
+            break
+        if pfd > lim["pfd"][1]:
+            continue
+        for clkfb in range(dmin, dmax + 1):
+            f = pfd * clkfb
+            if (f.denominator == 1 and lim["output"][0] <= f <= lim["output"][1]
+                    and any(lim["vco"][0] <= f * op <= lim["vco"][1]
+                            for op in range(dmin, dmax + 1))):
+                made.add(int(f))
+    below = max((f for f in made if f < fout), default=None)
+    above = min((f for f in made if f > fout), default=None)
+    return " or ".join(f"{f} Hz" for f in (below, above) if f is not None)
 
 
 class Ecp5Pll(Elaboratable):

@@ -249,6 +249,11 @@ class StepScheduler(wiring.Component):
         # the engine's error is this layer's only once this layer has started a run (a failed
         # layer may leave its engine flagging the run it started last)
         ran = Signal()
+        # the engine's start from a register (set on the way into RUN, so high in RUN's
+        # cycle exactly, as a decode of the state would be): it fans out to every engine's
+        # descriptor registers
+        go = Signal()
+        m.d.comb += self.eng_start.eq(go)
         with m.If(self.layer_start):
             m.d.sync += [store_fail.eq(0), ran.eq(0)]
 
@@ -262,6 +267,7 @@ class StepScheduler(wiring.Component):
                     with m.Elif(self.last | new_step):
                         m.next = "FLUSH"
                     with m.Else():
+                        m.d.sync += go.eq(1)
                         m.next = "RUN"
             with m.State("FLUSH"):               # the accumulations have landed, and the
                 with m.If(store_fail):           # store before has read its half
@@ -283,10 +289,12 @@ class StepScheduler(wiring.Component):
             with m.State("CLEAR"):
                 m.d.comb += [self.p_clear.eq(1), self.p_clear_words.eq(self.clear_words)]
                 with m.If(self.p_clear_last):
+                    m.d.sync += go.eq(1)
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += [self.eng_start.eq(1), self.started.eq(1)]
-                m.d.sync += [bank.eq(bank ^ ~self.hold), new_step.eq(0), ran.eq(1)]
+                m.d.comb += self.started.eq(1)
+                m.d.sync += [bank.eq(bank ^ ~self.hold), new_step.eq(0), ran.eq(1),
+                             go.eq(0)]
                 m.next = "IDLE"
             with m.State("DRAIN"):               # the layer's last store
                 with m.If(store_fail):

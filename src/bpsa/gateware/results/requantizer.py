@@ -5,9 +5,11 @@ becomes an ``operand_width``-bit operand (:meth:`bpsa.gateware.array.arith.IntAr
 shifted right by ``shift``, rounded half up, saturated) packed from bit 0, lane ``j`` at bits
 ``[j operand_width, (j + 1) operand_width)``, as the DMA reads operands from a buffer word;
 without it, the word passes unchanged. With ``relu`` (the descriptor's RELU on a forward
-phase) every element that leaves is ``max(0, v)`` (after the requantization). The word
-leaves registered, one cycle after it came (:data:`LATENCY`): on the store path between the
-P buffer's registered read and the DMA.
+phase) every element that leaves is ``max(0, v)`` (after the requantization). The word and
+its controls are registered on their way in (they come from the P buffer's read and the
+descriptor's registers, placed apart) and the result on its way out: a word leaves two cycles
+after it came (:data:`LATENCY`), on the store path between the P buffer's registered read and
+the DMA.
 
 Floating point: with ``enable`` each fp32 sum is rounded to the operand format
 (:func:`bpsa.gateware.fp.fpu.fp32_to`, the contract's conversion; ``shift`` is not used), and
@@ -18,7 +20,7 @@ they are, with the same ReLU. ``enable`` is not used: the planner refuses REQUAN
 driver quantizes a layer's operands, ``docs/architecture/mx.md``).
 """
 
-from amaranth.hdl import Cat, Module, Mux, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,8 +30,8 @@ from bpsa.gateware.fp.fpu import fp32_relu, fp32_to
 
 __all__ = ["LATENCY", "Requantizer"]
 
-#: Cycles from ``word`` to ``out``.
-LATENCY = 1
+#: Cycles from ``word`` (and ``enable``, ``shift``, ``relu``) to ``out``.
+LATENCY = 2
 
 
 class Requantizer(wiring.Component):
@@ -57,10 +59,16 @@ class Requantizer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # the inputs through a register (the first of LATENCY's two cycles)
+        word, enable, shift, relu = (Signal.like(p, name=f"{n}_in") for p, n in (
+            (self.word, "word"), (self.enable, "enable"), (self.shift, "shift"),
+            (self.relu, "relu")))
+        m.d.sync += [word.eq(self.word), enable.eq(self.enable), shift.eq(self.shift),
+                     relu.eq(self.relu)]
         if self.config.is_float:
-            return self._float(m)
+            return self._float(m, word, enable, relu)
         if self.config.is_mx:
-            lanes = [Mux(self.relu, fp32_relu(self.word[j], "fp32"), self.word[j])
+            lanes = [Mux(relu, fp32_relu(word[j], "fp32"), word[j])
                      for j in range(self.config.cols)]
             m.d.sync += self.out.eq(Cat(*lanes))
             return m
@@ -68,22 +76,22 @@ class Requantizer(wiring.Component):
         ow = ar.operand_shape.width
         lanes_q, lanes_a = [], []
         for j in range(self.config.cols):
-            q = ar.requantize(self.word[j], self.shift)
+            q = ar.requantize(word[j], shift)
             if ar.operand_shape.signed:
-                q = Mux(self.relu & q[ow - 1], 0, q)
+                q = Mux(relu & q[ow - 1], 0, q)
             lanes_q.append(q)
-            a = self.word[j]
-            lanes_a.append(Mux(self.relu & (a < 0), 0, a))
-        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+            a = word[j]
+            lanes_a.append(Mux(relu & (a < 0), 0, a))
+        m.d.sync += self.out.eq(Mux(enable, Cat(*lanes_q), Cat(*lanes_a)))
         return m
 
-    def _float(self, m):
+    def _float(self, m, word, enable, relu):
         """Floating point: fp32 sums, or rounded to the operand format; the contract's ReLU."""
         fmt = self.config.arithmetic
         lanes_q, lanes_a = [], []
         for j in range(self.config.cols):
-            lanes_q.append(Mux(self.relu, fp32_relu(fp32_to(m, self.word[j], fmt, f"q{j}"), fmt),
-                               fp32_to(m, self.word[j], fmt, f"r{j}")))
-            lanes_a.append(Mux(self.relu, fp32_relu(self.word[j], "fp32"), self.word[j]))
-        m.d.sync += self.out.eq(Mux(self.enable, Cat(*lanes_q), Cat(*lanes_a)))
+            lanes_q.append(Mux(relu, fp32_relu(fp32_to(m, word[j], fmt, f"q{j}"), fmt),
+                               fp32_to(m, word[j], fmt, f"r{j}")))
+            lanes_a.append(Mux(relu, fp32_relu(word[j], "fp32"), word[j]))
+        m.d.sync += self.out.eq(Mux(enable, Cat(*lanes_q), Cat(*lanes_a)))
         return m

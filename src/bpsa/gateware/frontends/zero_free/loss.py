@@ -525,7 +525,9 @@ class ZeroFreeLossWalker(wiring.Component):
         set-up cycle (``cinit``), the tap scan and the load."""
         with m.If(self.start & ~self.busy):
             m.d.sync += [s.lay.eq(self.layer), s.setup.eq(1), s.loader_done.eq(0)]
-        with m.Elif(s.setup):
+        # the phases below are idle when a run starts (``busy`` covers each): a chain of their
+        # own, so the start is not in the enable of every register they write
+        with m.If(s.setup):
             self._setup_first(m, s)
         with m.Elif(s.setup2):                    # class (0, 0)
             lay = s.lay
