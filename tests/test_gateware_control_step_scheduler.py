@@ -68,8 +68,10 @@ def test_steps_in_order(double):
     async def bench(ctx):
         for trial in range(40):
             steps = layer(rng, double)
-            fail_engine = rng.random() < 0.1
-            fail_store = not fail_engine and rng.random() < 0.1
+            # an engine failure and a store failure each in one trial of 8 (fixed, so that
+            # every outcome is seen whatever the random draws of the cycles before)
+            fail_engine = trial % 8 == 3
+            fail_store = trial % 8 == 6
             ctx.set(dut.layer_start, 1)
             ctx.set(dut.double, double)
             await ctx.tick()

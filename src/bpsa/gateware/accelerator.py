@@ -379,14 +379,18 @@ class Accelerator(CheckedComponent):
             results.append(pool.acc)
         # one engine runs at a time: its vectors go to P (in the step's half of P), each
         # source's through a register (P takes every vector: no ready), so that no engine's
-        # result logic and the choice among the sources share a cycle; the registers count
-        # in P's busy (a step's store waits for them)
+        # result logic and the choice among the sources share a cycle; the pooling unit's
+        # through two (its vectors leave its compare and average logic unregistered); the
+        # registers count in P's busy (a step's store waits for them)
         staged = []
         for i, res in enumerate(results):
-            valid = Signal(name=f"res{i}_valid")
-            payload = Signal.like(res.payload, name=f"res{i}_payload")
-            m.d.sync += [valid.eq(res.valid), payload.eq(res.payload)]
-            staged.append(valid)
+            valid, payload = res.valid, res.payload
+            for k in range(2 if pool is not None and res is pool.acc else 1):
+                valid_r = Signal(name=f"res{i}_valid" + "_r" * k)
+                payload_r = Signal.like(res.payload, name=f"res{i}_payload" + "_r" * k)
+                m.d.sync += [valid_r.eq(valid), payload_r.eq(payload)]
+                valid, payload = valid_r, payload_r
+                staged.append(valid)
             with m.If(valid):
                 m.d.comb += [pbuf.acc.valid.eq(1), pbuf.acc.payload.eq(payload),
                              pbuf.acc.payload.addr.eq(payload.addr + sched.p_base)]

@@ -60,8 +60,13 @@ TIMING = {
     "fetch_chunk": 15,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
     "dma_command": 12,     # a DMA command's latency beyond its beats
     "pool_dma_command": 7,  # the same, fitted on pooling layers (a plane a command)
+    # a store command beyond the fitted constants above (fitted when a store's first P word
+    # took 3 cycles to the DMA): the DMA's first read after its checks (1), the requantizer's
+    # input and middle registers (2)
+    "store_path": 3,
     "step_flush": 6,       # a new step: the accumulations land
-    "forward_run": 40,     # a forward run's set-up, chain priming, feeder start and drain
+    "forward_run": 45,     # a forward run's set-up (five products, three cycles each), chain
+                           # priming, feeder start and drain
     # a run of the channel-first engine: (rows + cf_setup) + (rows + cf_preload) + tiles
     # max(P, 2 rows) + (rows + cols + mac_latency + cf_drain) busy cycles, from its FSM (SETUP,
     # PRE, PRE_END + LOAD, STREAM, DRAIN; its start cycle in IDLE is not busy)
@@ -76,9 +81,10 @@ TIMING = {
                            # also the zero-free loss's stores, _counted_store_row)
     "cf_flush": 3,         # a run's end to its step's P clear (IDLE, FLUSH: the last
                            # accumulation lands)
-    "store_read": 4,       # a store command's first P word: P's registered read (2), the
-                           # requantizer (2: registered in and out), counted from the DMA's
-                           # read queue (counted stores)
+    "store_read": 6,       # a store command's first P word: the DMA's read from the second
+                           # cycle of RUN (after its checks), P's registered read (2), the
+                           # requantizer (3), counted from the DMA's read queue (counted
+                           # stores)
     # the zero-free gradient engine (bpsa.gateware.frontends.zero_free.gradient_engine):
     # start to its first beat max(rows, zg_fill) cycles (priming the chains, or the walker's
     # two set-up cycles and three stages), its last beat to done 2 rows + cols + mac_latency
@@ -160,9 +166,10 @@ def _rate(config, lanes, nbytes):
 
 
 def _store_row(elements, nbytes, cols, rate, command="dma_command"):
-    """The DMA commands of one stored row: chunks of ``STORE_CHUNK`` P words."""
+    """The DMA commands of one stored row: chunks of ``STORE_CHUNK`` P words (the fitted
+    ``command`` constant, plus ``store_path``)."""
     per = STORE_CHUNK * cols
-    return [_dma(min(per, elements - off) * nbytes, 1, rate, command)
+    return [_dma(min(per, elements - off) * nbytes, 1, rate, command) + TIMING["store_path"]
             for off in range(0, elements, per)]
 
 

@@ -86,30 +86,62 @@ class IntArith:
         thermometer mask of ``shift``: the result fits when the sum's bits from ``shift +
         operand_width - 1`` up all equal its sign bit (unsigned operands: the sum is not
         negative and its bits from ``shift + operand_width`` up are 0). No comparison of the
-        shifted value, no shifter of the accumulator's width.
+        shifted value, no shifter of the accumulator's width. The same as
+        :meth:`requantize_last` of :meth:`requantize_first` (a pipeline registers between).
         """
+        half, above = self.requantize_masks(shift)
+        return self.requantize_last(*self.requantize_first(acc, shift, half, above), shift)
+
+    def requantize_masks(self, shift):
+        """``(half, above)`` of :meth:`requantize`, from ``shift`` alone: half an output step
+        (``2 ** (shift - 1)``, 0 for ``shift`` 0) and the thermometer mask of the sum's bits
+        that must equal its sign (unsigned operands: be 0)."""
         aw, w = self.acc_shape.width, self.operand_shape.width
-        signed_op = self.operand_shape.signed
-        half = (Const(1, aw + 1) << shift)[1:]                  # 2 ** (shift - 1) or 0
+        half = (Const(1, aw + 1) << shift)[1:]
+        # from shift + (w - 1 if signed else w) up
+        first = shift + (w - 1 if self.operand_shape.signed else w)
+        above = Cat(*[(Const(j, len(first) + 1) >= first) for j in range(aw + 1)])
+        return half, above
+
+    def requantize_split(self, shift):
+        """The shift bits :meth:`requantize_first` applies (the upper half, from this index)."""
+        return len(shift) // 2
+
+    def requantize_first(self, acc, shift, half, above):
+        """The first half of :meth:`requantize`: the rounded sum shifted by the upper bits of
+        ``shift`` (from :meth:`requantize_split`), whether the result saturates, and the sum's
+        sign: ``(x, saturates, sign)``."""
+        aw = self.acc_shape.width
         total = acc.as_signed() + half
         x = total.as_signed()
-        for k in reversed(range(len(shift))):
-            keep = min(aw + 1, w + (1 << k) - 1)
-            x = Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
-        low = x[:w]
-        # the bits that must equal the sign (unsigned operands: be 0): from shift + (w - 1
-        # if signed else w) up
-        first = shift + (w - 1 if signed_op else w)
-        above = Cat(*[(Const(j, len(first) + 1) >= first) for j in range(aw + 1)])
+        for k in reversed(range(self.requantize_split(shift), len(shift))):
+            x = self._shift_stage(x, shift, k)
         sign = total.as_signed()[aw]
         bits = total.as_unsigned()[:aw + 1]
-        if signed_op:
-            out = (bits ^ sign.replicate(aw + 1)) & above
+        if self.operand_shape.signed:
+            saturates = ((bits ^ sign.replicate(aw + 1)) & above).any()
+        else:                   # a negative result is 0, any bit above the range saturates
+            saturates = (bits & above).any()
+        return x, saturates, sign
+
+    def requantize_last(self, x, saturates, sign, shift):
+        """The second half of :meth:`requantize`: ``x`` shifted by the lower bits of
+        ``shift``, or the bound it saturates to."""
+        w = self.operand_shape.width
+        for k in reversed(range(self.requantize_split(shift))):
+            x = self._shift_stage(x, shift, k)
+        low = x[:w]
+        if self.operand_shape.signed:
             lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
-            return Mux(out.any(), Mux(sign, Const(lo, signed(w)), Const(hi, signed(w))),
+            return Mux(saturates, Mux(sign, Const(lo, signed(w)), Const(hi, signed(w))),
                        low)[:w]
-        # unsigned operands: a negative result is 0, any bit above the range saturates
-        return Mux(sign, 0, Mux((bits & above).any(), (1 << w) - 1, low))[:w]
+        return Mux(sign, 0, Mux(saturates, (1 << w) - 1, low))[:w]
+
+    def _shift_stage(self, x, shift, k):
+        """One stage of the logarithmic shifter: ``x >> 2 ** k`` where ``shift[k]``, keeping
+        the bits later stages can still bring into the operand."""
+        keep = min(self.acc_shape.width + 1, self.operand_shape.width + (1 << k) - 1)
+        return Mux(shift[k], x >> (1 << k), x)[:keep].as_signed()
 
     def scaled_gradient(self, g, shift):
         """The low operand-width bits of ``g >> shift`` (arithmetic), the part of the scaled

@@ -186,7 +186,7 @@ class DmaEngine(wiring.Component):
     max_burst : int
         Beats per burst, a power of two in [1, 256].
     read_latency : int
-        Cycles from a buffer read's ``en`` to its ``data``, 1 to 4 (a store keeps up to
+        Cycles from a buffer read's ``en`` to its ``data``, 1 to 8 (a store keeps up to
         ``read_latency + 2`` words asked for and not yet unpacked, so a word a cycle still
         streams).
 
@@ -243,8 +243,8 @@ class DmaEngine(wiring.Component):
         if not isinstance(max_burst, int) or not 1 <= max_burst <= 256 \
                 or max_burst & (max_burst - 1):
             raise ValueError(f"max_burst must be a power of two in [1, 256], not {max_burst!r}")
-        if not isinstance(read_latency, int) or not 1 <= read_latency <= 4:
-            raise ValueError(f"read_latency must be an integer in [1, 4], not {read_latency!r}")
+        if not isinstance(read_latency, int) or not 1 <= read_latency <= 8:
+            raise ValueError(f"read_latency must be an integer in [1, 8], not {read_latency!r}")
         self.read_latency = read_latency
         self.config = config
         self.data_width = config.dma_data_width
@@ -390,7 +390,7 @@ class DmaEngine(wiring.Component):
         s.first = Signal()                      # the first cycle of RUN
         s.refuse_r = Signal(DmaError)           # the window or buffer check failed
         s.ok = Signal()                         # ... did not fail (from the second cycle)
-        s.go = Signal()                         # ... does not fail (from the first)
+        s.go = Signal()                         # ... a buffer word may be read (the second)
         s.lanes_r = Signal.like(s.lanes)
         s.lanes_mask = Signal(self._lanes_max)  # lanes below lanes_r
         s.last_end_r = Signal.like(s.last_end)
@@ -441,7 +441,9 @@ class DmaEngine(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 # The window and buffer checks, worked out in the first cycle of RUN and acted
                 # on in the second: a refused command issues no address (a burst goes out in the
-                # second cycle at the earliest, ``ok``) and reads no buffer word (``go``).
+                # second cycle at the earliest, ``ok``) and reads no buffer word (``go``: a
+                # store's first read is in the second cycle too, so the buffer's read enable
+                # comes from the registered verdict, not from the checks' comparators).
                 refuse = Signal(DmaError)
                 with m.If(s.first):
                     m.d.sync += init2 + [s.refuse_r.eq(refuse)]
@@ -451,7 +453,7 @@ class DmaEngine(wiring.Component):
                                 | (c.length + s.before_r > s.lanes_r * self.depth)):
                         m.d.comb += refuse.eq(DmaError.BUFFER)
                 m.d.comb += [s.ok.eq(s.refuse_r == DmaError.NONE),
-                             s.go.eq(s.ok & (refuse == DmaError.NONE))]
+                             s.go.eq(s.ok & ~s.first)]
                 with m.If(~s.ok):
                     m.d.sync += [err.eq(s.refuse_r), done.eq(1)]
                     m.next = "IDLE"
@@ -679,22 +681,21 @@ class DmaEngine(wiring.Component):
         queue = m.submodules.read_queue = SyncFIFO(
             width=self.word_width + len(s.lanes), depth=self.read_latency + 2)
         absorb = queue.r_rdy & (~s.sh_valid | (step & word_end))
+        # (``go``: not in RUN's first cycle, nor for a refused command)
         fetch = ((s.fetch_left != 0) & (s.rd_out != self.read_latency + 2)
-                 & self.buf_read_ready)
+                 & self.buf_read_ready & s.go)
         n = _min(s.fetch_left, s.lanes_r)
-        # (a refused command reads no word: ``go`` masks only the port's enable, the registers
-        # are set up anew for the next command)
-        m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch & s.go)]
+        m.d.comb += [self.buf_read.addr.eq(s.rd_addr), self.buf_read.en.eq(fetch)]
         flight = Signal(self.read_latency)       # a read's data lands when its bit leaves
         counts = [Signal.like(s.lanes, name=f"rd_count{i}") for i in range(self.read_latency)]
-        m.d.sync += [flight.eq(Cat(fetch & s.go, flight[:-1])), counts[0].eq(n)]
+        m.d.sync += [flight.eq(Cat(fetch, flight[:-1])), counts[0].eq(n)]
         m.d.sync += [counts[i].eq(counts[i - 1]) for i in range(1, self.read_latency)]
         m.d.comb += [queue.w_en.eq(flight[-1]),
                      queue.w_data.eq(Cat(self.buf_read.data, counts[-1])),
                      queue.r_en.eq(absorb)]
         with m.If(fetch):
             m.d.sync += [s.rd_addr.eq(s.rd_addr + 1), s.fetch_left.eq(s.fetch_left - n)]
-        m.d.sync += s.rd_out.eq(s.rd_out + (fetch & s.go) - absorb)
+        m.d.sync += s.rd_out.eq(s.rd_out + fetch - absorb)
         with m.If(absorb):
             m.d.sync += [s.sh.eq(queue.r_data[:self.word_width]), s.sh_valid.eq(1),
                          s.sh_hi.eq(slot_next + queue.r_data[self.word_width:])]

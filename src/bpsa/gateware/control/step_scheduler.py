@@ -125,7 +125,7 @@ class StepScheduler(wiring.Component):
             "new_step", "pend_store", "final_pend", "st2_pend", "bank"))
         st = Signal(store_layout())
         st2 = Signal(store2_layout())
-        row, pword = Signal(_W), Signal(_W)
+        row, pword = Signal(_W, name="row"), Signal(_W, name="pword")
         p_half = Signal()                        # the P half the current step accumulates in
         m.d.comb += [self.bank.eq(bank ^ self.hold),
                      self.p_base.eq(Mux(self.double & p_half, half, 0))]
@@ -144,9 +144,9 @@ class StepScheduler(wiring.Component):
 
         fail_code = Signal(8)
         store_fail = Signal()                    # the store machine's failure, for the FSM
-        kick, store_idle = self._store_machine(m, st, st2, st2_pend, pend_store, row, pword,
-                                               p_half, store_fail, fail_code)
-        self._step_machine(m, new_step, pend_store, bank, p_half, kick, store_idle,
+        kick, kick_half, store_idle = self._store_machine(
+            m, st, st2, st2_pend, pend_store, row, pword, store_fail, fail_code)
+        self._step_machine(m, new_step, pend_store, bank, p_half, kick, kick_half, store_idle,
                            store_fail, fail_code)
         return m
 
@@ -155,12 +155,13 @@ class StepScheduler(wiring.Component):
         m.d.comb += [self.fail.eq(1), self.fail_code.eq(code)]
         m.next = "IDLE"
 
-    def _store_machine(self, m, st, st2, st2_pend, pend_store, row, pword, p_half, store_fail,
+    def _store_machine(self, m, st, st2, st2_pend, pend_store, row, pword, store_fail,
                        fail_code):
         """The store machine: a finished step's P rows through the DMA, in the background
         with a double-buffered P (the next step accumulates in the other half). Sets
-        ``store_fail`` and ``fail_code`` on a DMA error; returns ``kick`` (start storing the
-        saved step, driven by the step machine) and ``store_idle``."""
+        ``store_fail`` and ``fail_code`` on a DMA error; returns ``kick`` and ``kick_half``
+        (start storing the saved step, from that P half: registers the step machine sets) and
+        ``store_idle``."""
         cfg = self.config
         half = cfg.buf_p_depth // 2
         # a failed layer stores nothing more (a chunk on the bus ends, no further one starts)
@@ -169,18 +170,31 @@ class StepScheduler(wiring.Component):
             m.d.sync += aborted.eq(1)
         with m.If(self.layer_start):
             m.d.sync += aborted.eq(0)
-        kick = Signal()                          # start storing the saved step
+        # start storing the saved step: a register, set by the step machine as it leaves FLUSH
+        # (the store starts a cycle later; the program saves its next step only after the next
+        # RUN, two cycles on at the earliest), with the P half that step accumulated in
+        kick, kick_half = Signal(), Signal()
+        m.d.sync += kick.eq(0)
         store_idle = Signal()
         cur, cur2, cur2_pend = Signal(store_layout()), Signal(store2_layout()), Signal()
-        caddr, cword, left = Signal(33), Signal(_W), Signal(_W)   # the current chunk
+        # the current chunk
+        caddr, cword, left = Signal(33, name="caddr"), Signal(_W, name="cword"), Signal(
+            _W, name="left")
+        # the row's and the step's end, from registers: ``left`` and ``row`` change only on
+        # the way into S_STORE (which lasts a cycle at least) or in S_STEP, so these hold the
+        # current chunk's and row's by S_WAIT and S_STEP (no 48-bit carry chain before the
+        # next state and its registers' enables)
+        more_chunks, more_rows = Signal(name="more_chunks"), Signal(name="more_rows")
         acc_shift = exact_log2(element_bytes(cfg.result_width))
         op_shift = exact_log2(element_bytes(cfg.operand_width))
         cmd = self.dma_cmd
+        m.d.sync += [more_chunks.eq(left > STORE_CHUNK * cfg.cols),
+                     more_rows.eq(row + 1 < cur.rows)]
         with m.FSM(name="store"):
             with m.State("S_IDLE"):
                 m.d.comb += store_idle.eq(1)
                 with m.If(kick):                  # its own copy: the program saves the next
-                    base = Mux(self.double & p_half, half, 0)              # step meanwhile
+                    base = Mux(self.double & kick_half, half, 0)           # step meanwhile
                     m.d.sync += [row.eq(0), cur.eq(st), cur2.eq(st2),
                                  cur2_pend.eq(st2_pend), st2_pend.eq(0),
                                  pword.eq(base), cword.eq(base), caddr.eq(st.addr),
@@ -216,7 +230,7 @@ class StepScheduler(wiring.Component):
                         m.d.sync += [store_fail.eq(1),
                                      fail_code.eq(ERROR_DMA_BUS | self.dma_error.as_value())]
                         m.next = "S_IDLE"
-                    with m.Elif(left > chunk):    # the row's next chunk
+                    with m.Elif(more_chunks):     # the row's next chunk
                         m.d.sync += [left.eq(left - chunk), cword.eq(cword + STORE_CHUNK),
                                      caddr.eq(caddr + Mux(self.requant, chunk << op_shift,
                                                           chunk << acc_shift))]
@@ -230,7 +244,7 @@ class StepScheduler(wiring.Component):
                     m.d.sync += [cur.addr.eq(cur.addr + cur.stride), pword.eq(pword + cur.nb),
                                  cword.eq(pword + cur.nb), caddr.eq(cur.addr + cur.stride),
                                  left.eq(cur.length), row.eq(row + 1)]
-                    with m.If(row + 1 < cur.rows):
+                    with m.If(more_rows):
                         m.next = "S_STORE"
                     with m.Elif(cur2_pend):           # FC: then the dW rows
                         m.d.sync += [cur2_pend.eq(0), cur.addr.eq(cur2.addr),
@@ -239,10 +253,10 @@ class StepScheduler(wiring.Component):
                         m.next = "S_STORE"
                     with m.Else():
                         m.next = "S_IDLE"
-        return kick, store_idle
+        return kick, kick_half, store_idle
 
-    def _step_machine(self, m, new_step, pend_store, bank, p_half, kick, store_idle, store_fail,
-                      fail_code):
+    def _step_machine(self, m, new_step, pend_store, bank, p_half, kick, kick_half, store_idle,
+                      store_fail, fail_code):
         """The step machine: a run waits for the engine's previous run; a new step (or the
         layer's last) first waits for the accumulations, kicks the saved step's store and
         clears P; ``finished`` once the last store is done."""
@@ -273,7 +287,7 @@ class StepScheduler(wiring.Component):
                 with m.If(store_fail):           # store before has read its half
                     self._fail(m, fail_code)
                 with m.Elif(~self.p_busy & store_idle):
-                    m.d.comb += kick.eq(pend_store)
+                    m.d.sync += [kick.eq(pend_store), kick_half.eq(p_half)]
                     with m.If(self.last):
                         m.next = "DRAIN"
                     with m.Elif(self.double):     # the store runs on; the next step uses

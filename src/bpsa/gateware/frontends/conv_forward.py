@@ -424,10 +424,10 @@ class ConvForward(wiring.Component):
             feeder, fetch, zmode, lmode, x_rp, w_rp, arr)
 
     def _setup_products(self, m, s):
-        """Setup: products on one shared multiplier, two cycles each (operands registered,
-        then the product), saturated at ``pw`` bits: W words past the buffer are refused
+        """Setup: products on one shared multiplier, three cycles each (operands registered,
+        the product registered, then saturated into its register), saturated at ``pw`` bits: W words past the buffer are refused
         anyway, and the spans of a layer the feeder accepts fit its padded input; ``refused``
-        (registered: ``wwords`` is set up four cycles before CHECK). Sets ``s.products``,
+        (registered: ``wwords`` is set up six cycles before CHECK). Sets ``s.products``,
         ``s.crs``, ``s.span_w_m1``, ``s.span_h_m1``, ``s.setup_idx``, ``s.setup_mul`` and
         ``s.refused``."""
         cfg, dim, lay, state = self.config, s.dim, s.lay, s.state
@@ -449,20 +449,20 @@ class ConvForward(wiring.Component):
         ]
         mul_a, mul_b = Signal(dim + 1), Signal(pw)
         mul_p = Signal(dim + 1 + pw)
-        m.d.comb += mul_p.eq(mul_a * mul_b)
+        m.d.sync += mul_p.eq(mul_a * mul_b)
         saturated = Mux(mul_p[pw:].any(), (1 << pw) - 1, mul_p[:pw])
         setup_idx = Signal(range(len(products)))
-        setup_mul = Signal()                  # the second cycle of a product
+        setup_mul = Signal(range(3))          # a product's cycle: operands, product, result
         for i, (dest, a, b) in enumerate(products):
             with m.If((state == ConvState.SETUP) & (setup_idx == i)):
-                with m.If(setup_mul):
+                with m.If(setup_mul == 2):
                     m.d.sync += dest.eq(saturated)
-                with m.Else():
+                with m.Elif(setup_mul == 0):
                     m.d.sync += [mul_a.eq(a), mul_b.eq(b)]
 
         w_end = Signal(pw + 1)
         m.d.comb += w_end.eq(lay.w_base + wwords)
-        refused = Signal()          # registered: wwords is set up four cycles before CHECK
+        refused = Signal()          # registered: wwords is set up six cycles before CHECK
         m.d.sync += refused.eq((lay.out_channels == 0) | (w_end > cfg.buf_b_depth))
         s.products, s.crs, s.span_w_m1, s.span_h_m1 = products, crs, span_w_m1, span_h_m1
         s.setup_idx, s.setup_mul, s.refused = setup_idx, setup_mul, refused
@@ -701,8 +701,8 @@ class ConvForward(wiring.Component):
             with m.Case(ConvState.IDLE):
                 self._idle_state(m, s)
             with m.Case(ConvState.SETUP):
-                m.d.sync += s.setup_mul.eq(~s.setup_mul)
-                with m.If(s.setup_mul):
+                m.d.sync += s.setup_mul.eq(Mux(s.setup_mul == 2, 0, s.setup_mul + 1))
+                with m.If(s.setup_mul == 2):
                     m.d.sync += s.setup_idx.eq(s.setup_idx + 1)
                     with m.If(s.setup_idx == len(s.products) - 1):
                         m.d.sync += state.eq(ConvState.CHECK)
