@@ -229,8 +229,10 @@ class WeightFetcher(wiring.Component):
         valid = Signal()
         last = Signal()
         fetch = Signal()
+        # (a read in a start's cycle is harmless: the start clears ``valid`` and the next read
+        # replaces the word, so the read enable does not wait for the start's logic)
         m.d.comb += [
-            fetch.eq(running & (~valid | self.b.ready) & ~self.start),
+            fetch.eq(running & (~valid | self.b.ready)),
             self.mem.addr.eq(base + nxt), self.mem.en.eq(fetch),
             self.b.valid.eq(valid), self.b.p.data.eq(self.mem.data), self.b.p.last.eq(last),
         ]
