@@ -44,7 +44,7 @@ help:
 	@echo "make area      ECP5 synthesis + out-of-context Fmax of the board configuration's blocks (AREA_CONFIG=$(AREA_CONFIG)) into docs/synth/<block>/, then docs/results/area.md (hours)"
 	@echo "make area-page docs/results/area.md from the reports under docs/synth/ (seconds)"
 	@echo "make fuzz      random layers through the whole accelerator (COUNT=$(COUNT) CONFIG=$(CONFIG))"
-	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class] [SEEDS='1 2'] [ROUTER=router2] [CLOCK=MHz]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train (4x4) at 50 MHz; about 30 min; its row in docs/results/boards.md)"
+	@echo "make bitstream [BOARD=ulx3s|icebreaker] [CONFIG=...] [CORE=module:Class] [SEEDS='1 2'] [ROUTER=router2] [CLOCK=MHz]  FPGA bitstream (default: ULX3S 85F, preset ecp5_train (4x4) at its board file's clock; about 15-30 min; its row in docs/results/boards.md)"
 	@echo "make figures   utilization, time per layer and roofline of NETWORK=$(NETWORK) on PERF_CONFIG=$(PERF_CONFIG), PNG and SVG into docs/figures/"
 	@echo "make sweep     GRID='$(GRID)' on NETWORK=$(NETWORK) with the cycle model on a local Dask cluster: CSV and Pareto plot in $(BUILD)/sweep/"
 	@echo "make train     the digits CNN trained on the simulated accelerator (ecp5_train, EPOCHS=$(EPOCHS)) next to PyTorch; curves in docs/figures/digits_rtl.png, docs/results/training.md (~25 min)"
