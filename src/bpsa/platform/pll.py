@@ -61,12 +61,7 @@ def ecp5_pll_dividers(input_hz, clock_hz):
         raise ValueError(f"clock_hz {clock_hz} is outside the ECP5 PLL output range "
                          f"{lim['output'][0]:g}-{lim['output'][1]:g} Hz")
     best = None
-    for clki in range(dmin, dmax + 1):
-        pfd = fin / clki
-        if pfd < lim["pfd"][0]:
-            break
-        if pfd > lim["pfd"][1]:
-            continue
+    for clki, pfd in _phase_detector(fin):
         clkfb = fout / pfd
         if clkfb.denominator != 1 or not dmin <= clkfb <= dmax:
             continue
@@ -90,18 +85,25 @@ def ecp5_pll_dividers(input_hz, clock_hz):
             "CLKOP_CPHASE": clkop - 1, "vco_hz": int(vco) if vco.denominator == 1 else float(vco)}
 
 
+def _phase_detector(fin):
+    """``(CLKI_DIV, f_in / CLKI_DIV)`` for every input divider whose phase-detector frequency
+    is within the limits, the largest frequency first."""
+    lim = ECP5_PLL_LIMITS
+    for clki in range(lim["div"][0], lim["div"][1] + 1):
+        pfd = fin / clki
+        if pfd < lim["pfd"][0]:
+            return
+        if pfd <= lim["pfd"][1]:
+            yield clki, pfd
+
+
 def _nearest(fin, fout):
     """The whole-Hz frequencies the PLL makes from ``fin`` nearest below and above ``fout``,
     as text (for the error of :func:`ecp5_pll_dividers`)."""
     lim = ECP5_PLL_LIMITS
     dmin, dmax = lim["div"]
     made = set()
-    for clki in range(dmin, dmax + 1):
-        pfd = fin / clki
-        if pfd < lim["pfd"][0]:
-            break
-        if pfd > lim["pfd"][1]:
-            continue
+    for _, pfd in _phase_detector(fin):
         for clkfb in range(dmin, dmax + 1):
             f = pfd * clkfb
             if (f.denominator == 1 and lim["output"][0] <= f <= lim["output"][1]
