@@ -123,7 +123,10 @@ class LayerCycles:
     ``feeder_bus_width`` elements, every word of the index sequence that holds an element of
     an active lane inside the tensor, exactly :func:`bpsa.models.feeder_model.traffic`'s;
     channel-first: one operand a word, a word per tile, pixel and active row whose input pixel
-    is not padding); ``tiles``: channel-first weight tiles, summed over the runs."""
+    is not padding); ``tiles``: channel-first weight tiles, summed over the runs.
+
+    ``strips``: the column strips the driver cuts the layer into (1: it runs whole); the
+    figures are then the strips' summed (the largest of the bank and P words)."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -146,6 +149,7 @@ class LayerCycles:
     x_sram_words: int = 0
     x_word_operands: int = 0
     tiles: int = 0
+    strips: int = 1
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -571,6 +575,14 @@ def _class_loss_cycles(config, layer, *, requant=False, multi_tile=True):
     from bpsa.plan.loss_classes import class_layers
     parts = [layer_cycles(config, "forward", cl, requant=requant, frontend="channel_first",
                           multi_tile=multi_tile) for cl in class_layers(layer)]
+    return _combined(config, "loss", layer, parts, requant=requant, frontend="channel_first")
+
+
+def _combined(config, phase, layer, parts, *, requant, **fields):
+    """The :class:`LayerCycles` of ``phase`` of ``layer`` run as the descriptors whose
+    figures are ``parts`` (one after the other): their cycles, bytes and runs added, the
+    largest bank and P words, ``bound`` the longest part's; ``macs``, utilization and the
+    roofline ``layer``'s; ``fields`` set as given."""
     add = ("cycles", "compute_cycles", "array_slots", "dma_read_bytes", "dma_write_bytes",
            "dma_busy_cycles", "runs", "p_wait_cycles", "load_wait_cycles", "x_sram_words",
            "tiles")
@@ -578,11 +590,32 @@ def _class_loss_cycles(config, layer, *, requant=False, multi_tile=True):
     total = {name: sum(getattr(p, name) for p in parts) for name in add}
     total.update({name: max(getattr(p, name) for p in parts) for name in big})
     macs = layer.batch * layer.out_channels * prod(layer.out_hw) * layer.crs
-    roof = roofline_cycles(config, "loss", layer, macs=macs, requant=requant)
+    roof = roofline_cycles(config, phase, layer, macs=macs, requant=requant)
     return replace(parts[0], **total, macs=macs,
                    utilization=macs / (config.rows * config.cols * total["cycles"]),
                    roofline_cycles=roof, over_roofline=total["cycles"] / roof,
-                   bound=max(parts, key=lambda p: p.cycles).bound, frontend="channel_first")
+                   bound=max(parts, key=lambda p: p.cycles).bound, **fields)
+
+
+def _strip_cycles(config, phase, layer, why, *, requant, frontend, multi_tile):
+    """``phase`` of ``layer``, whose rows are too wide for the controller (``why``: its
+    refusal), as the driver runs it: in column strips
+    (:func:`bpsa.plan.tiling.column_strips`), a descriptor each (a loss strip no dY column
+    reaches runs nothing); :exc:`ValueError` naming both reasons when strips do not fit
+    either. The host's gathering of the strips' operands is not counted (the RTL's counters
+    do not see it)."""
+    mode = "zero_free" if phase != "forward" else (
+        "channel_first" if frontend == "channel_first" else "bp_im2col")
+    try:
+        cut, _ = tiling.column_strips(config, phase, layer, mode=mode)
+    except ValueError as e:
+        reason = str(e)
+        raise ValueError(why if reason.endswith(f"({why})") else
+                         f"{why}; cut into column strips: {reason}") from None
+    parts = [layer_cycles(config, phase, replace(layer, width=st.engine_w, pad_w=0),
+                          requant=requant, frontend=frontend, multi_tile=multi_tile)
+             for st in cut if st.in_cols]
+    return _combined(config, phase, layer, parts, requant=requant, strips=len(cut))
 
 
 def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_tile=True):
@@ -642,8 +675,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
     try:
         e = setup.run(config, desc, addresses=False)
         setup_cycles, gaps, xloads = _dispatch(config, desc)
-    except Refusal as err:
-        raise ValueError(str(err)) from None
+    except Refusal as err:          # the driver then cuts the layer into column strips
+        return _strip_cycles(config, phase, layer, str(err), requant=requant,
+                             frontend=frontend, multi_tile=multi_tile)
     R, C, B = config.rows, config.cols, config.feeder_bus_width
     ob, ab = element_bytes(config.operand_width), element_bytes(config.result_width)
     oh, ow = out_size(h, r, sh, ph, dh), out_size(w, s, sw, pw, dw)
