@@ -66,11 +66,20 @@ def _cycle_errors(jobs):
 @pytest.mark.verilator
 def test_model_against_rtl_counters():
     errors = _cycle_errors(_random_jobs(30, seed=3))
-    # measured (two-bank P): median 0.7 %; the worst, 26 %, a 1,022-cycle gradient (C=2,
-    # 18x7, K=18, 1x1, stride 2) whose five tiny runs the model does not overlap as the RTL
-    # does
-    assert statistics.median(errors) <= 0.02, sorted(errors)
-    assert max(errors) <= 0.30, sorted(errors)
+    # measured: median 0.30 %; the worst, 4.5 %, a 604-cycle gradient (C=2, 18x7, K=18, 1x1,
+    # stride 2) bound by its DMA commands, whose fitted constant the model charges each (the
+    # zero-free loss's walker is timed exactly since its loader and transposer are modelled:
+    # the losses were up to 10.9 % high)
+    assert statistics.median(errors) <= 0.01, sorted(errors)
+    assert max(errors) <= 0.05, sorted(errors)
+
+
+def test_zero_free_loss_walk_constants_are_the_walkers():
+    """The zero-free loss walker's timeline (the model's ``TIMING["zfl_slots"]``) has the
+    walker's transposer slots."""
+    from bpsa.gateware.frontends.zero_free.loss import SLOTS
+    from bpsa.models.perf import TIMING
+    assert TIMING["zfl_slots"] == SLOTS
 
 
 @pytest.mark.verilator
@@ -95,10 +104,9 @@ def test_model_of_column_strips_against_rtl_counters():
     for job in jobs:
         assert _model(SMALL, job["phase"], job["layer"]).strips == 2
     errors = _cycle_errors(jobs)
-    # measured: loss 4.0 %, gradient 0.2 %, forward 0.4 % (the host's gathering between
-    # strips is counted by neither); the loss's is the model's own on 5-row layers: the
-    # same layer 340 columns wide, one descriptor, is 7.5 % high
-    assert max(errors) <= 0.05, errors
+    # measured: loss 0.2 %, gradient 0.2 %, forward 0.4 % (the host's gathering between
+    # strips is counted by neither)
+    assert max(errors) <= 0.02, errors
 
 
 def _workload():

@@ -35,6 +35,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 """
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import gcd, prod
 
 import numpy as np
@@ -91,6 +92,13 @@ TIMING = {
     # + zg_drain
     "zg_fill": 5,
     "zg_drain": 4,
+    # the zero-free loss walker (bpsa.gateware.frontends.zero_free.loss): its transposer's
+    # slots (SLOTS there), a block's last word loaded to the emitter's first vector of it
+    # (the item register, the dY buffer's read, the transposer's write), and a class's last
+    # tile to the next class's set-up (the check that finds its pixels done)
+    "zfl_slots": 3,
+    "zfl_latency": 4,
+    "zfl_class_end": 2,
 }
 
 
@@ -217,32 +225,75 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
                      dh, dw, k):
-    """Busy cycles of one zero-free loss run: per class, its set-up cycle and a tap scan, then
-    per tile of ``rows`` pixels and per tap and block of ``cols`` output channels a transposer
-    block (``max(rows, channels of the block)`` cycles), the taps the class skips before its
-    last one a cycle each, and a cycle that finds the class's pixels done."""
+    """Busy cycles of one zero-free loss run (:class:`bpsa.gateware.frontends.zero_free.loss.
+    ZeroFreeLossWalker` in the accelerator), from :func:`_zf_loss_walk`'s timeline of its
+    loader, transposer and emitter, plus the run's set-up and the last context's drain."""
     R, C = config.rows, config.cols
     kblocks = -(-k // C)
-    kvalid = k - (kblocks - 1) * C
-    total = 0
+    classes = []
     for a in range(sh):
         for b in range(sw):
-            taps = [(ri, qi) for ri in range(r) for qi in range(s)
-                    if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0]
-            total += r * s + 2                          # the class's set-up, the tap scan
-            if not taps or a >= height or b >= width:
-                continue
-            total += 1                                  # the check past its last tile
-            pixels = len(range(a, height, sh)) * len(range(b, width, sw))
-            tiles = -(-pixels // R)
-            blocks = sum(max(R, C) for _ in range(kblocks - 1)) + max(R, kvalid)
-            # the loader walks the taps up to the class's last one, a cycle per skipped tap
-            last = taps[-1][0] * s + taps[-1][1]
-            per_tile = max(len(taps) * blocks, config.context_gap) + (last + 1 - len(taps))
-            total += tiles * per_tile
-    # the run's set-up and the loader's item register: + 1 beyond the fit before them
-    return total + 3 * R + C + 5 + config.mac_latency + DRAIN_REGISTERS - 1 \
-        + _float_drain(config)
+            taps = tuple(ri * s + qi for ri in range(r) for qi in range(s)
+                         if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0)
+            pixels = 0 if a >= height or b >= width else \
+                len(range(a, height, sh)) * len(range(b, width, sw))
+            classes.append((taps, -(-pixels // R)))
+    blocks = (C,) * (kblocks - 1) + (k - (kblocks - 1) * C,)
+    walk = _zf_loss_walk(tuple(classes), r * s, R, blocks, config.context_gap)
+    # the run's set-up before the walk and the last context's drain after it (fitted on
+    # 4 x 4, 3 x 5 and 16 x 16 arrays)
+    return walk + 2 * R + C + config.mac_latency + 5 + _float_drain(config)
+
+
+@lru_cache(maxsize=4096)
+def _zf_loss_walk(classes, taps_all, rows, blocks, gap):
+    """The zero-free loss walker's busy cycles up to its last vector, measured against the
+    RTL (exact on every layer of the model's tests): per class (``classes``: its taps, as
+    indices ``r S + q``, and its tiles) ``taps_all`` set-up cycles, then per tile the walk of
+    the taps up to the class's last (a cycle a tap the class skips) and, per tap and block
+    (``blocks``: each block's output channels), ``rows`` cycles loading the block's words
+    into one of the transposer's slots (when the emitter has freed it; :data:`TIMING`
+    ``zfl_slots``), ``zfl_latency`` cycles later the emitter's vectors, one a cycle; a
+    context (tile) ends at least ``gap`` cycles after the one before (the array's context
+    gap); ``zfl_class_end`` cycles after a class's last tile. Within a class the timeline is
+    periodic once its state (relative to the emitter) repeats: whole periods are added at
+    once."""
+    t = e = 0                   # the loader's and the emitter's next free cycle
+    slots, latency = TIMING["zfl_slots"], TIMING["zfl_latency"]
+    free = [0] * slots          # the cycle each transposer slot is free from
+    slot, prev_end = 0, -gap
+    for taps, tiles in classes:
+        t += taps_all
+        if not taps or not tiles:
+            continue
+        last, seen, done = taps[-1], {}, 0
+        while done < tiles:
+            for idx in range(last + 1):
+                if idx not in taps:
+                    t += 1
+                    continue
+                for bi, kv in enumerate(blocks):
+                    t = max(t, free[slot]) + rows
+                    e = max(t + latency, e) + kv
+                    if idx == last and bi == len(blocks) - 1:
+                        e = max(e, prev_end + gap)
+                        prev_end = e
+                    free[slot] = e
+                    slot = (slot + 1) % slots
+            done += 1
+            state = (t - e, prev_end - e, slot, tuple(f - e for f in free))
+            if state in seen:           # periodic from here: skip whole periods
+                before, e0 = seen[state]
+                periods = (tiles - done) // (done - before)
+                shift = periods * (e - e0)
+                t, e, prev_end = t + shift, e + shift, prev_end + shift
+                free = [f + shift for f in free]
+                done += periods * (done - before)
+                seen = {}
+            else:
+                seen[state] = (done, e)
+        t += TIMING["zfl_class_end"]
+    return max(t, e)
 
 
 def _forward_compute(config, *, channels, in_rows, width, out_rows, ow, r, s, sh, sw, pt, pw,
