@@ -226,8 +226,9 @@ def test_help_is_plain_text(capsys):
 
 def test_train_model_notes_layers_kept_in_pytorch(capsys, monkeypatch, tmp_path):
     """A model offloaded to a configuration without a pooling unit keeps its poolings and
-    ReLUs in PyTorch: a note on standard error, also when warnings are errors (was a
-    traceback under PYTHONWARNINGS=error)."""
+    its ReLUs' masks in PyTorch (the ReLUs' forwards are the convolutions' stores): a note on
+    standard error, also when warnings are errors (was a traceback under
+    PYTHONWARNINGS=error)."""
     import warnings
 
     import bpsa.torch.train
@@ -239,8 +240,9 @@ def test_train_model_notes_layers_kept_in_pytorch(capsys, monkeypatch, tmp_path)
         assert main(["train", "--dataset", "digits", "--config", "ecp5", "--epochs", "1",
                      "--no-reference", "--json", "--plot", str(tmp_path / "c.png")]) == 0
     captured = capsys.readouterr()
-    assert "bpsa: note: these layers stay in PyTorch: relu1: configuration 'ecp5' has no max " \
-           "pooling unit" in captured.err
+    assert "bpsa: note: these layers stay in PyTorch: relu1.mask: the backward's mask: no " \
+           "pooling the accelerator runs reads its output alone; pool1: configuration 'ecp5' " \
+           "has no max pooling unit" in captured.err
     assert json.loads(captured.out)["kept"]["gap"] == "configuration 'ecp5' has no avg " \
                                                        "pooling unit"
 

@@ -53,7 +53,8 @@ def test_model_rows_are_layer_cycles():
 
     # t.c: the channel-first plan refuses the layer, the driver's column strips run it
     c = model[2]["channel_first"]
-    assert "not even one row band fits" in c["refused_whole"]
+    with pytest.raises(ValueError, match="not even one row band fits"):
+        tiling.plan(SMALL, "forward", bf.row_layer(ROWS[2]), mode="channel_first")
     strips, _ = tiling.column_strips(SMALL, "forward", ConvLayer.conv(1, 4, 8, 200, 4, 5, 5),
                                      mode="channel_first")
     parts = [layer_cycles(SMALL, "forward", replace(bf.row_layer(ROWS[2]), width=st.engine_w),

@@ -25,9 +25,12 @@ def test_resnet50_lists_what_stays_on_the_host():
     kinds = {}
     for h in t.host_ops:
         kinds[h.op] = kinds.get(h.op, 0) + 1
-    # 53 batch norms, 16 residual additions, the classifier's bias, the flatten
-    assert kinds == {"BatchNorm2d": 53, "add": 16, "bias": 1, "flatten": 1}
-    assert len(t.relus) == 49
+    # 53 batch norms, 16 residual additions, the classifier's bias, the flatten; every ReLU
+    # follows a batch norm or an addition (its forward on the host), and only the stem's is
+    # read by a pooling alone (its mask in the max pooling's backward)
+    assert kinds == {"BatchNorm2d": 53, "add": 16, "bias": 1, "flatten": 1, "relu": 49,
+                     "relu_mask": 48}
+    assert t.relus == ()
     bn1 = next(h for h in t.host_ops if h.name == "bn1")
     assert bn1.elements == 64 * 112 * 112
 
@@ -70,7 +73,7 @@ def test_every_operation_is_a_row_or_a_host_operation():
         ("fc", "fc", 4, 1, 1, 3, 1, 1, 1, 0, 1)]
     host = [(h.name, h.op, h.elements) for h in t.host_ops]
     assert host == [
-        ("conv.bias", "bias", 800), ("grouped", "conv", 800), ("depthwise", "conv", 800),
+        ("conv.bias", "bias", 800), ("relu", "relu", 800), ("grouped", "conv", 800), ("depthwise", "conv", 800),
         ("bn", "BatchNorm2d", 800), ("add", "add", 800), ("cat", "concat", 1600),
         ("max_pool2d_1", "max_pool", 144), ("rect", "conv", 60), ("up", "adaptive_avg_pool", 100),
         ("same", "adaptive_avg_pool", 100), ("drop", "Dropout", 4), ("softmax", "softmax", 3)]
@@ -80,7 +83,48 @@ def test_every_operation_is_a_row_or_a_host_operation():
     assert "stride 1 x 2 is not square" in why["rect"]
     assert "ceil_mode" in why["max_pool2d_1"]
     assert "unequal" in why["up"] and "nothing to run" in why["same"]
-    assert t.relus == (("relu", 800),)
+    assert "functional ReLU" in why["relu"] and t.relus == ()
+
+
+class _Relus(nn.Module):
+    """ReLUs in every position of the fusion rule: after a bias-free conv and before a
+    pooling (both parts fused), after a conv with a bias (its forward on the host), after a
+    bias-free linear layer and before another (its mask on the host), after a pooling, one
+    module called twice (once where it could fuse, once after an addition: neither call
+    fuses), and a conv whose output a second layer also reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.r1, self.p1 = nn.Conv2d(2, 4, 3, padding=1, bias=False), nn.ReLU(), \
+            nn.MaxPool2d(2)
+        self.c2, self.r2 = nn.Conv2d(4, 4, 1), nn.ReLU()
+        self.p2, self.r3 = nn.AvgPool2d(2), nn.ReLU()
+        self.c3, self.shared = nn.Conv2d(4, 4, 1, bias=False), nn.ReLU()
+        self.c4, self.r4 = nn.Conv2d(4, 4, 1, bias=False), nn.ReLU()
+        self.fc1, self.r5 = nn.Linear(4, 6, bias=False), nn.ReLU()
+        self.fc2 = nn.Linear(6, 2, bias=False)
+
+    def forward(self, x):
+        x = self.p1(self.r1(self.c1(x)))                # 4 x 4 x 4
+        x = self.r3(self.p2(self.r2(self.c2(x))))       # 4 x 2 x 2
+        y = self.c4(x)
+        x = self.shared(self.c3(x)) + self.r4(y) + y
+        x = self.shared(x).mean((2, 3))
+        return self.fc2(self.r5(self.fc1(x)))
+
+
+def test_relus_fuse_where_the_hardware_does():
+    """:mod:`bpsa.torch.fusion` on every case (the trace's view; the offload follows the same
+    rule, ``test_torch_offloading``)."""
+    t = trace(_Relus(), (2, 2, 8, 8))
+    assert t.relus == (("r1", 256), ("r3", 16), ("r5", 6))
+    relu_host = [(h.name, h.op) for h in t.host_ops if h.op.startswith("relu")]
+    assert relu_host == [("r2", "relu"), ("r3.mask", "relu_mask"), ("shared", "relu"),
+                         ("shared.mask", "relu_mask"), ("r4", "relu"), ("r4.mask", "relu_mask"),
+                         ("shared", "relu"), ("shared.mask", "relu_mask"),
+                         ("r5.mask", "relu_mask")]
+    why = {h.name: h.reason for h in t.host_ops}
+    assert "without a bias" in why["r2"] and "no pooling the accelerator runs" in why["r5.mask"]
 
 
 def test_an_adaptive_pooling_to_a_divisor_is_a_pooling_row():

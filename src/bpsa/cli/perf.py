@@ -254,8 +254,8 @@ def _print_host_ops(traced):
         n, e, why = kinds.get(h.op, (0, 0, h.reason))
         kinds[h.op] = (n + 1, e + h.elements, why)
     relu_elems = sum(e for _, e in traced.relus)
-    print(f"ReLUs: {len(traced.relus)} ({relu_elems:,d} elements an image; the store path's "
-          f"RELU after a convolution)")
+    print(f"ReLUs fused: {len(traced.relus)} ({relu_elems:,d} elements an image; the store "
+          f"path's RELU of the layer before each, bpsa.torch.fusion)")
     print(f"host operations: {len(traced.host_ops)}")
     for op, (n, e, why) in sorted(kinds.items()):
         print(f"  {op:20s} x{n:<4d} {e:13,d} elements an image  ({why})")

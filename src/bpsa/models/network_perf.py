@@ -12,9 +12,11 @@ How the layers map onto the accelerator:
 - pooling (``max_pool``, ``avg_pool``, ``global_avg_pool``): the pooling unit's forward in
   the forward row and its backward (dX) in the loss row (:func:`bpsa.models.perf.
   pool_cycles`; no MACs), the gradient row skipped (no weights); refused with the reason on
-  a configuration without the unit or the kind. ReLU runs on the store path (forward) and in
-  the pooling backward (its mask) at no cost; batch normalization, residual additions and
-  concatenations move no MACs and are not in the network files.
+  a configuration without the unit or the kind. A ReLU is not a row: where the accelerator
+  fuses it (:mod:`bpsa.torch.fusion`) it costs nothing (the store path's RELU, the pooling
+  backward's mask), and what is not fused runs on the host (``bpsa perf --model`` lists it);
+  batch normalization, residual additions and concatenations move no MACs and are not in
+  the network files.
 
 A layer or phase the configuration cannot run is listed with the controller's reason (the
 set-up program's refusal), never dropped. The cycle model runs once a distinct layer shape

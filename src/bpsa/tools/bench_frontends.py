@@ -8,9 +8,9 @@ For every layer at full size (:func:`bpsa.models.perf.layer_cycles` with ``front
 ``feeder`` and ``channel_first``): cycles, utilization (the layer's MACs over ``rows x cols x
 cycles``), X SRAM words read (feeder: words of ``feeder_bus_width`` operands; channel-first:
 bank words of one operand), DMA bytes, the cycles the array waits for loads, and which front
-end wins by how much. A layer the controller refuses for a front end is run as the driver
-runs it, in column strips (:func:`bpsa.plan.tiling.column_strips`, one descriptor each: the
-strips' figures add up), or gets the refusal's reason.
+end wins by how much. A layer whose rows are too wide for the controller is run as the
+driver runs it, in column strips (the model sums them); a layer neither runs gets the
+refusal's reason.
 
 Two claims of the channel-first paper (Zhou et al.) on the model:
     *multi-tile*: on the layers with ``2 C <= rows`` (the ``C = 3`` first layers) the
@@ -30,13 +30,11 @@ import csv
 import io
 import json
 import sys
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
-from bpsa.plan import tiling
 from bpsa.spec.layer import ConvLayer, out_size
 from bpsa.tools.results import current_command, write_page
 
@@ -83,7 +81,7 @@ def _figures(m):
             "dma_read_bytes": m.dma_read_bytes, "dma_write_bytes": m.dma_write_bytes,
             "dma_bytes": m.dma_read_bytes + m.dma_write_bytes,
             "load_wait_cycles": m.load_wait_cycles, "bound": m.bound, "runs": m.runs,
-            "tiles": m.tiles, "strips": 0}
+            "tiles": m.tiles, "strips": m.strips if m.strips > 1 else 0}
 
 
 def frontend_figures(config, layer, frontend, *, multi_tile=True):
@@ -91,41 +89,15 @@ def frontend_figures(config, layer, frontend, *, multi_tile=True):
     :func:`row_layer` gives it) on ``frontend``: a
     dict (:func:`bpsa.models.perf.layer_cycles`' cycles, utilization, X SRAM words and
     operands, DMA bytes, load waits, bound, runs, tiles; ``strips``: 0, or the column strips
-    the driver cuts a layer the controller refuses into, whose figures are summed, the
-    utilization the layer's MACs over the strips' cycles), or ``{"refused": reason}``."""
+    the driver cuts a layer too wide for the controller into, whose figures the model sums),
+    or ``{"refused": reason}``."""
     kw = {"frontend": frontend}
     if frontend == "channel_first":
         kw["multi_tile"] = multi_tile
     try:
         return _figures(layer_cycles(config, "forward", layer, **kw))
     except ValueError as e:
-        reason = str(e)
-    if frontend == "channel_first" and not config.has_frontend("channel_first"):
-        return {"refused": reason}
-    try:
-        strips, _ = tiling.column_strips(config, "forward", layer, mode=frontend)
-    except ValueError as e:
-        return {"refused": f"{reason}; in column strips: {e}"}
-    total = None
-    for st in strips:
-        f = _figures(layer_cycles(config, "forward",
-                                  replace(layer, width=st.engine_w, pad_w=0), **kw))
-        if total is None:
-            total = f
-            continue
-        for key, v in f.items():
-            if isinstance(v, int):
-                total[key] += v
-        if f["bound"] != total["bound"]:
-            total["bound"] = "mixed"
-    oh = out_size(layer.height, layer.kernel_h, layer.stride_h, layer.pad_h, layer.dil_h,
-                  layer.pad_b)
-    ow = out_size(layer.width, layer.kernel_w, layer.stride_w, layer.pad_w, layer.dil_w)
-    total["macs"] = layer.batch * layer.out_channels * oh * ow * layer.crs
-    total["utilization"] = total["macs"] / (config.rows * config.cols * total["cycles"])
-    total["strips"] = len(strips)
-    total["refused_whole"] = reason
-    return total
+        return {"refused": str(e)}
 
 
 def _compare(rec):

@@ -6,10 +6,12 @@ its weights do not change) whose ``nn.Conv2d``,
 ``nn.Linear``, ``nn.MaxPool2d``, ``nn.AvgPool2d``, ``nn.AdaptiveAvgPool2d(1)`` and ``nn.ReLU``
 are autograd functions calling the accelerator: the convolution's forward, its loss (dX) and
 its weight gradient (dW) on the array (a linear layer as a 1 x 1 convolution), the poolings
-and the ReLU (a 1 x 1 max pooling with the store path's ReLU; its backward masks by the
-output) on the pooling unit. Biases are added, and their gradients summed, by PyTorch;
-everything else (batch norm, residual additions, softmax, the loss, the optimizer) stays in
-PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's copy's, so any
+on the pooling unit, and each ReLU where the hardware fuses it (:mod:`bpsa.torch.fusion`, the
+rule the cycle model's trace follows): its forward into the store of the layer before it (the
+descriptor's RELU), its mask into the backward of the pooling after it; what is not fused runs
+in PyTorch (found with ``torch.fx``: a model it cannot trace fuses no ReLU). Biases are added,
+and their gradients summed, by PyTorch; everything else (batch norm, residual additions,
+softmax, the loss, the optimizer) stays in PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's copy's, so any
 ``torch.optim`` optimizer updates them.
 
 Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
@@ -39,6 +41,7 @@ from torch import nn
 
 from bpsa.config import load_config
 from bpsa.host.digits_float import FloatModelOps
+from bpsa.torch.fusion import relu_fusion
 
 __all__ = ["IntegerModel", "MxModel", "OffloadedModel", "QuantizedBackend", "offload"]
 
@@ -61,9 +64,10 @@ class IntegerModel:
         from bpsa.spec.numeric import wrap_array
         return wrap_array(v, self.config.acc_width)
 
-    def forward(self, x, w, stride=1, padding=0, dilation=1):
+    def forward(self, x, w, stride=1, padding=0, dilation=1, relu=False):
         from bpsa.models import golden
-        return self._acc(golden.conv2d(x, w, stride, padding, dilation))
+        y = self._acc(golden.conv2d(x, w, stride, padding, dilation))
+        return np.maximum(y, 0) if relu else y
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
         from bpsa.models import golden
@@ -175,10 +179,12 @@ class QuantizedBackend:
     def _back(acc, s):
         return (np.asarray(acc, dtype=np.float64) * 2.0 ** -s).astype(np.float32)
 
-    def forward(self, x, w, stride=1, padding=0, dilation=1):
+    def forward(self, x, w, stride=1, padding=0, dilation=1, relu=False):
         b = self._bits(w.shape[1] * w.shape[2] * w.shape[3])
         (xq, sx), (wq, sw) = self._q(x, b), self._q(w, b)
-        return self._back(self.inner.forward(xq, wq, stride, padding, dilation), sx + sw)
+        extra = {"relu": True} if relu else {}
+        return self._back(self.inner.forward(xq, wq, stride, padding, dilation, **extra),
+                          sx + sw)
 
     def loss(self, dy, w, input_hw, stride=1, padding=0, dilation=1):
         b = self._bits(w.shape[0] * w.shape[2] * w.shape[3])
@@ -225,13 +231,17 @@ def _np(t):
 
 
 class _ConvFn(torch.autograd.Function):
+    """A convolution on the array; ``relu``: the ReLU after it fused into its store (the
+    ReLU's mask is its own module's backward, or the pooling's after it)."""
+
     @staticmethod
-    def forward(ctx, x, w, layer, geo):
+    def forward(ctx, x, w, layer, geo, relu=False):
         ctx.save_for_backward(x, w)
         ctx.layer, ctx.geo = layer, geo
         be = layer._owner[0].backend
+        extra = {"relu": True} if relu else {}
         return torch.from_numpy(np.ascontiguousarray(
-            layer._run("forward", be.forward, _np(x), _np(w), **geo)))
+            layer._run("forward", be.forward, _np(x), _np(w), **geo, **extra)))
 
     @staticmethod
     def backward(ctx, dy):
@@ -246,7 +256,7 @@ class _ConvFn(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             dw = torch.from_numpy(np.ascontiguousarray(layer._run(
                 "gradient", be.gradient, _np(x), d, tuple(w.shape[2:]), **geo)))
-        return dx, dw, None, None
+        return dx, dw, None, None, None
 
 
 class _PoolFn(torch.autograd.Function):
@@ -255,8 +265,9 @@ class _PoolFn(torch.autograd.Function):
         be = layer._owner[0].backend
         y = layer._run("pool_forward", be.pool, _np(x), **args)
         ctx.layer, ctx.args = layer, args
-        # the ReLU's backward masks by its output (bpsa.host.driver.pool_backward)
-        ctx.save_for_backward(torch.from_numpy(y) if args.get("relu") else x)
+        # with RELU (the mask of the ReLU before it) the backward zeroes dX where X is not
+        # positive (bpsa.host.driver.pool_backward)
+        ctx.save_for_backward(x)
         return torch.from_numpy(np.ascontiguousarray(y))
 
     @staticmethod
@@ -268,50 +279,84 @@ class _PoolFn(torch.autograd.Function):
         return torch.from_numpy(np.ascontiguousarray(dx)), None, None
 
 
+class _ReluFn(torch.autograd.Function):
+    """A ReLU fused in part: ``stored`` (its forward done by the layer before it's store),
+    ``masked`` (its mask done by the pooling after it's backward); the other part here, in
+    PyTorch."""
+
+    @staticmethod
+    def forward(ctx, x, stored, masked):
+        y = x.clone() if stored else torch.relu(x)
+        ctx.masked = masked
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return (dy if ctx.masked else dy * (y > 0)), None, None
+
+
 class OffloadConv2d(_Layer):
-    """``nn.Conv2d`` (one group, zero padding) on the array; the bias added by PyTorch."""
+    """``nn.Conv2d`` (one group, zero padding) on the array; the bias added by PyTorch;
+    ``relu``: the ReLU after it fused into its store."""
 
     def __init__(self, name, owner, conv):
         super().__init__(name, owner)
         self.weight, self.bias = conv.weight, conv.bias
         self.geo = {"stride": _pair(conv.stride), "padding": _pair(conv.padding),
                     "dilation": _pair(conv.dilation)}
+        self.relu = False
 
     def forward(self, x):
-        y = _ConvFn.apply(x, self.weight, self, self.geo)
+        y = _ConvFn.apply(x, self.weight, self, self.geo, self.relu)
         return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
 
 
 class OffloadLinear(_Layer):
-    """``nn.Linear`` on ``N x features`` as a 1 x 1 convolution on the array."""
+    """``nn.Linear`` on ``N x features`` as a 1 x 1 convolution on the array, of one image
+    whose ``N`` pixels are the batch's rows (as the cycle model runs an ``fc`` row,
+    :mod:`bpsa.models.network_perf`); ``relu``: the ReLU after it fused into its store."""
 
     def __init__(self, name, owner, linear):
         super().__init__(name, owner)
         self.weight, self.bias = linear.weight, linear.bias
+        self.relu = False
 
     def forward(self, x):
         if x.dim() != 2:
             raise ValueError(f"{self.name}: the offloaded Linear takes N x features, not "
                              f"shape {tuple(x.shape)}")
         geo = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)}
-        y = _ConvFn.apply(x[:, :, None, None], self.weight[:, :, None, None], self, geo)
-        y = y[:, :, 0, 0]
+        y = _ConvFn.apply(x.t()[None, :, None, :], self.weight[:, :, None, None], self, geo,
+                          self.relu)
+        y = y[0, :, 0, :].t()
         return y if self.bias is None else y + self.bias
 
 
 class OffloadPool(_Layer):
-    """A pooling, or the ReLU (a 1 x 1 max pooling with the store path's ReLU), on the
-    pooling unit."""
+    """A pooling on the pooling unit; ``args["relu"]``: the mask of the ReLU before it fused
+    into its backward (its forward's RELU changes nothing: its input is not negative)."""
 
     def __init__(self, name, owner, args):
         super().__init__(name, owner)
         self.args = args
 
     def forward(self, x):
-        if self.args.get("relu") and x.dim() != 4:     # a ReLU after a linear layer
-            return _PoolFn.apply(x.reshape(x.shape[0], -1, 1, 1), self, self.args) \
-                .reshape(x.shape)
         return _PoolFn.apply(x, self, self.args)
+
+
+class OffloadRelu(_Layer):
+    """An ``nn.ReLU`` fused in part (:mod:`bpsa.torch.fusion`): ``stored`` (its forward in the
+    store of the layer before it), ``masked`` (its mask in the backward of the pooling after
+    it); the rest in PyTorch."""
+
+    def __init__(self, name, owner, stored, masked):
+        super().__init__(name, owner)
+        self.stored, self.masked = stored, masked
+
+    def forward(self, x):
+        return _ReluFn.apply(x, self.stored, self.masked)
 
 
 def _replacement(name, mod, owner):
@@ -338,9 +383,6 @@ def _replacement(name, mod, owner):
         if _pair(mod.output_size) != (1, 1):
             return None, f"adaptive output {mod.output_size} (the unit runs 1 x 1)"
         return OffloadPool(name, owner, {"kind": "global_avg"}), None
-    if isinstance(mod, nn.ReLU):
-        return OffloadPool(name, owner, {"kind": "max", "kernel": (1, 1), "stride": (1, 1),
-                                         "padding": (0, 0), "relu": True}), None
     return None, None
 
 
@@ -402,13 +444,14 @@ def offload(model, config="small_bf16", backend="model", strict=False, *,
     weights, do not change (train the returned model and read its weights from it).
     ``config``: a preset name, a TOML path or a
     :class:`bpsa.config.Config` of floating-point arithmetic with the pooling unit for
-    poolings and ReLUs; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
+    poolings; ``backend``: ``"model"``, ``"rtl"`` or an accelerator object.
     ``mx_scale_rule``: an MX configuration's scale rule (``"floor"`` or ``"ceil"``,
-    :func:`bpsa.models.mx.quantize`). Layers that stay in PyTorch are named once in a warning,
-    or refused with ``strict``."""
+    :func:`bpsa.models.mx.quantize`). Layers (and parts of ReLUs) that stay in PyTorch are
+    named once in a warning, or refused with ``strict``."""
     cfg = load_config(config) if not hasattr(config, "arithmetic") else config
     out = OffloadedModel(copy.deepcopy(model), _backend(cfg, backend, mx_scale_rule), cfg)
     pooling = {"max": cfg.has_pool("max"), "avg": cfg.has_pool("avg")}
+    plan = {}
     for name, mod in list(out.module.named_modules()):
         new, why = _replacement(name or type(mod).__name__, mod, out)
         if new is not None and isinstance(new, OffloadPool):
@@ -417,9 +460,12 @@ def offload(model, config="small_bf16", backend="model", strict=False, *,
                 new, why = None, f"the pooling unit is not built in {cfg.arithmetic}"
             elif not pooling[kind]:
                 new, why = None, f"configuration {cfg.name!r} has no {kind} pooling unit"
+        plan[name] = (mod, new, why)
+    _fuse_relus(out, plan)
+    for name, (_, new, why) in plan.items():
         if new is None:
             if why is not None:
-                out.kept[name or type(mod).__name__] = why
+                out.kept[name or type(model).__name__] = why
             continue
         if not name:                    # the model is one layer
             out.module = new
@@ -427,9 +473,44 @@ def offload(model, config="small_bf16", backend="model", strict=False, *,
             parent, _, attr = name.rpartition(".")
             setattr(out.module.get_submodule(parent) if parent else out.module, attr, new)
         out.offloaded.append(new.name)
+    order = {name or type(model).__name__: i for i, name in enumerate(plan)}
+    out.kept = dict(sorted(out.kept.items(), key=lambda kv: order[kv[0].removesuffix(".mask")]))
     if out.kept:
         text = "; ".join(f"{n}: {w}" for n, w in out.kept.items())
         if strict:
             raise ValueError(f"layers the accelerator cannot run: {text}")
         warnings.warn(f"these layers stay in PyTorch: {text}", stacklevel=2)
     return out
+
+
+def _fuse_relus(out, plan):
+    """Each ``nn.ReLU`` of ``plan`` (``{name: (module, replacement, why)}``) as
+    :func:`bpsa.torch.fusion.relu_fusion` fuses it: its replacement, the layers that store
+    with RELU and the poolings that mask; the parts not fused named in ``out.kept``."""
+    relus = [name for name, (mod, _, _) in plan.items() if isinstance(mod, nn.ReLU)]
+    if not relus:
+        return
+    fusion = None
+    why = (f"the pooling unit is not built in {out.config.arithmetic} (the offload fuses no "
+           f"ReLU in MX)")
+    if not out.config.is_mx:
+        try:
+            gm = torch.fx.symbolic_trace(out.module)
+            fusion = relu_fusion(gm, lambda n: plan.get(n.target, (None, None))[1] is not None)
+        except Exception as e:      # fx's errors are many kinds: one line
+            why = f"torch.fx cannot trace the model to find what a ReLU follows ({e})"
+    for name in relus:
+        stored, masked = fusion.relus.get(name, (False, False)) if fusion else (False, False)
+        label = name or type(plan[name][0]).__name__
+        if not stored:
+            out.kept[label] = why if fusion is None else (
+                "its input is not the output of a convolution or linear layer without a "
+                "bias, or of a pooling, that only it reads")
+        if not masked and fusion is not None:
+            out.kept[f"{label}.mask"] = "the backward's mask: no pooling the accelerator runs reads its output alone"
+        new = OffloadRelu(name, out, stored, masked) if stored or masked else None
+        plan[name] = (plan[name][0], new, None)
+    for name in (fusion.stores if fusion else ()):
+        plan[name][1].relu = True
+    for name in (fusion.masks if fusion else ()):
+        plan[name][1].args = dict(plan[name][1].args, relu=True)

@@ -11,7 +11,11 @@ walks the graph in execution order:
   nothing): ``max_pool`` / ``avg_pool`` rows; ``nn.AdaptiveAvgPool2d`` / ``mean`` over the
   plane to 1 x 1: ``global_avg_pool``; an adaptive pooling to its input's size: nothing to
   run (listed as a host operation of no elements), to a divisor of it: a pooling row;
-- ``nn.ReLU`` / ``F.relu`` / ``relu``: :attr:`Traced.relus` (the store path's ReLU);
+- ``nn.ReLU``: where the accelerator fuses it (:mod:`bpsa.torch.fusion`, the offload's rule),
+  in :attr:`Traced.relus` (its forward on the store path of the layer before it; its mask,
+  when also fused, in the backward of the pooling after it); the parts not fused are host
+  operations (``relu``: the forward, ``relu_mask``: the backward's mask); ``F.relu`` /
+  ``relu``: a host operation (the offload replaces modules);
 - everything else (batch norm, residual additions, concatenation, flatten, dropout, softmax,
   a grouped or depthwise convolution, ...): :attr:`Traced.host_ops`, each with the elements
   it produces for one image, never dropped.
@@ -24,6 +28,7 @@ import operator
 from dataclasses import dataclass
 
 from bpsa.spec.network import Network, network_from_rows
+from bpsa.torch.fusion import relu_fusion
 
 __all__ = ["HostOp", "Traced", "load_factory", "parse_input", "trace"]
 
@@ -41,8 +46,8 @@ class HostOp:
 @dataclass(frozen=True)
 class Traced:
     """A traced model: :attr:`network` (the accelerator's layers), :attr:`relus` (``(name,
-    elements)`` of the ReLUs, on the store path), :attr:`host_ops`, and the example input's
-    shape."""
+    elements)`` of the ReLUs whose forward is on the store path), :attr:`host_ops`, and the
+    example input's shape."""
     network: Network
     relus: tuple
     host_ops: tuple
@@ -112,6 +117,7 @@ class _Walker:
     def __init__(self, gm, batch):
         self.gm, self.batch = gm, batch
         self.rows, self.relus, self.host = [], [], []
+        self.row_nodes = set()          # the nodes the accelerator runs (a row each)
 
     def elements(self, node):
         meta = node.meta.get("tensor_meta")
@@ -197,61 +203,92 @@ class _Walker:
         self.row(name, f"{kind}_pool", c, h, w, c, h // oh, w // ow, h // oh, 0)
 
     def walk(self):
-        import torch
-        import torch.nn.functional as F
-        from torch import nn
-        pools = {F.max_pool2d: "max", F.avg_pool2d: "avg"}
-        relus = {F.relu, torch.relu, torch.relu_}
-        adds = {operator.add, operator.iadd, torch.add}
+        """Every node in execution order: a row, a host operation, or (an ``nn.ReLU``'s
+        call) a place in :attr:`host` that :meth:`place_relus` fills."""
         for node in self.gm.graph.nodes:
             if node.op in ("placeholder", "output", "get_attr"):
                 continue
+            before = len(self.rows)
             name = node.target if node.op == "call_module" else node.name
             if node.op == "call_module":
-                mod = self.gm.get_submodule(node.target)
-                if isinstance(mod, nn.Conv2d):
-                    self.conv(node, name, mod)
-                elif isinstance(mod, nn.Linear):
-                    self.linear(node, name, mod)
-                elif isinstance(mod, (nn.MaxPool2d, nn.AvgPool2d)):
-                    kind = "max" if isinstance(mod, nn.MaxPool2d) else "avg"
-                    extra = ({"dilation": mod.dilation} if kind == "max" else
-                             {"count_include_pad": mod.count_include_pad,
-                              "divisor_override": mod.divisor_override})
-                    self.pool(node, name, kind, mod.kernel_size, mod.stride, mod.padding,
-                              ceil_mode=mod.ceil_mode, **extra)
-                elif isinstance(mod, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)):
-                    self.adaptive(node, name, "avg" if isinstance(mod, nn.AdaptiveAvgPool2d)
-                                  else "max")
-                elif isinstance(mod, nn.ReLU):
-                    self.relus.append((name, self.elements(node)))
-                else:
-                    self.host_op(node, name, type(mod).__name__,
-                                 "not a layer the accelerator runs")
-            elif node.op == "call_function" and node.target in pools:
-                kind = pools[node.target]
-                kw = dict(zip(_POOL_ARGS[kind], node.args[1:]), **node.kwargs)
-                if kw.pop("return_indices", False):
-                    self.host_op(node, name, f"{kind}_pool", "return_indices (host)")
-                    continue
-                self.pool(node, name, kind, kw.pop("kernel_size"), kw.pop("stride", None),
-                          kw.pop("padding", 0), **kw)
-            elif node.op == "call_function" and node.target is F.adaptive_avg_pool2d:
-                self.adaptive(node, name, "avg")
-            elif (node.op == "call_function" and node.target in relus) or \
-                    (node.op == "call_method" and node.target in ("relu", "relu_")):
-                self.relus.append((name, self.elements(node)))
-            elif node.op == "call_method" and node.target == "mean" and \
-                    self._plane_mean(node):
-                _, c, h, w = self.shape(node.args[0])
-                self.row(name, "global_avg_pool", c, h, w, c, h, w)
-            elif node.op == "call_function" and node.target in adds:
-                self.host_op(node, name, "add", "a residual addition (host)")
-            elif node.op == "call_function" and node.target is torch.cat:
-                self.host_op(node, name, "concat", "a concatenation (host)")
+                self.module(node, name, self.gm.get_submodule(node.target))
             else:
-                what = getattr(node.target, "__name__", str(node.target))
-                self.host_op(node, name, what, "not a layer the accelerator runs")
+                self.function(node, name)
+            if len(self.rows) > before:
+                self.row_nodes.add(node)
+
+    def module(self, node, name, mod):
+        from torch import nn
+        if isinstance(mod, nn.Conv2d):
+            self.conv(node, name, mod)
+        elif isinstance(mod, nn.Linear):
+            self.linear(node, name, mod)
+        elif isinstance(mod, (nn.MaxPool2d, nn.AvgPool2d)):
+            kind = "max" if isinstance(mod, nn.MaxPool2d) else "avg"
+            extra = ({"dilation": mod.dilation} if kind == "max" else
+                     {"count_include_pad": mod.count_include_pad,
+                      "divisor_override": mod.divisor_override})
+            self.pool(node, name, kind, mod.kernel_size, mod.stride, mod.padding,
+                      ceil_mode=mod.ceil_mode, **extra)
+        elif isinstance(mod, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)):
+            self.adaptive(node, name, "avg" if isinstance(mod, nn.AdaptiveAvgPool2d)
+                          else "max")
+        elif isinstance(mod, nn.ReLU):
+            self.host.append((node, name))
+        else:
+            self.host_op(node, name, type(mod).__name__, "not a layer the accelerator runs")
+
+    def function(self, node, name):
+        import torch
+        import torch.nn.functional as F
+        pools = {F.max_pool2d: "max", F.avg_pool2d: "avg"}
+        call = node.op == "call_function"
+        if call and node.target in pools:
+            kind = pools[node.target]
+            kw = dict(zip(_POOL_ARGS[kind], node.args[1:]), **node.kwargs)
+            if kw.pop("return_indices", False):
+                return self.host_op(node, name, f"{kind}_pool", "return_indices (host)")
+            self.pool(node, name, kind, kw.pop("kernel_size"), kw.pop("stride", None),
+                      kw.pop("padding", 0), **kw)
+        elif call and node.target is F.adaptive_avg_pool2d:
+            self.adaptive(node, name, "avg")
+        elif (call and node.target in (F.relu, torch.relu, torch.relu_)) or \
+                (node.op == "call_method" and node.target in ("relu", "relu_")):
+            self.host_op(node, name, "relu", "a functional ReLU (the offload fuses nn.ReLU "
+                                             "modules)")
+        elif node.op == "call_method" and node.target == "mean" and self._plane_mean(node):
+            _, c, h, w = self.shape(node.args[0])
+            self.row(name, "global_avg_pool", c, h, w, c, h, w)
+        elif call and node.target in (operator.add, operator.iadd, torch.add):
+            self.host_op(node, name, "add", "a residual addition (host)")
+        elif call and node.target is torch.cat:
+            self.host_op(node, name, "concat", "a concatenation (host)")
+        else:
+            what = getattr(node.target, "__name__", str(node.target))
+            self.host_op(node, name, what, "not a layer the accelerator runs")
+
+    def place_relus(self):
+        """Each ``nn.ReLU`` call as :func:`bpsa.torch.fusion.relu_fusion` fuses it: in
+        :attr:`relus` when its forward is on the store path, host operations for what is
+        not fused, in place."""
+        fusion = relu_fusion(self.gm, lambda n: n in self.row_nodes)
+        host = []
+        for h in self.host:
+            if isinstance(h, HostOp):
+                host.append(h)
+                continue
+            node, name = h
+            fwd, bwd = fusion.relus[node.target]
+            if fwd:
+                self.relus.append((name, self.elements(node)))
+            else:
+                host.append(HostOp(name, "relu", self.elements(node),
+                                   "its input is not the output of a convolution or linear "
+                                   "layer without a bias, or of a pooling, that only it reads"))
+            if not bwd:
+                host.append(HostOp(f"{name}.mask", "relu_mask", self.elements(node),
+                                   "the backward's mask: no pooling the accelerator runs reads its output alone"))
+        self.host = host
 
     def _plane_mean(self, node):
         """``x.mean((2, 3), keepdim=True)`` (or ``(-2, -1)``) of an N x C x H x W tensor."""
@@ -287,6 +324,7 @@ def trace(model, example_input, name=None):
         gm.train(was_training)
     walker = _Walker(gm, int(example_input.shape[0]))
     walker.walk()
+    walker.place_relus()
     net_name = name or type(model).__name__
     network = network_from_rows(net_name, f"torch:{net_name}", walker.rows)
     return Traced(network, tuple(walker.relus), tuple(walker.host), tuple(example_input.shape))
