@@ -535,7 +535,8 @@ def _reuse_cost(config, key, e, desc):
     ``cn`` input blocks; the walker's vectors plus a fill and drain a run. Zero-free loss: dY
     once per step of ``cn`` input blocks (a band's rows with their halo), W once per run or,
     when the step's blocks fit a half of B, once per step and group; the MACs over the array
-    plus a run's fill, drain and stride classes. Forward: X once per
+    plus a run's fill, drain and stride classes, and with ``zn`` images a step half of each
+    step's first W load (the runs wait for it). Forward: X once per
     step of ``kb`` output blocks (a band's rows with their halo), W once per run (of ``zn``
     images, channel-first); a run's contexts (feeder: ``rows`` pixels each, at least the
     context gap apart) or tiles (channel-first: a tap each, at least ``2 rows`` cycles) plus
@@ -576,19 +577,35 @@ def _reuse_cost(config, key, e, desc):
         if cn * desc["k"] * rs <= bcap:
             w_loads = ct
         elif cn * min(e["kg"], kt) * rs * C <= bcap:
-            w_loads = ct * (1 if groups == 1 else bands * -(-n // e["zn"]) * groups)
+            w_loads = ct * (1 if groups == 1 else bands * -(-n // e["zn"]))
         else:
-            w_loads = runs
-        nbytes = (n * kt * dy_rows * ow * C * -(-ct // cn) + w_loads * e["kg"] * rs * C * C) * ob
+            w_loads = n * bands * ct
+        # (a W load: the groups' W of every output channel, of one input block)
+        nbytes = (n * kt * dy_rows * ow * C * -(-ct // cn) + w_loads * kt * rs * C * C) * ob
         classes = desc["stride_h"] * desc["stride_w"]
-        compute = (n * kt * C * oh * ow * ct * C * rs // (R * C)
+        # a context a tile of R pixels of a stride class and a tap, a vector an output channel
+        contexts = sum(-(-len(range(a, h, s_h)) * len(range(b, w, desc["stride_w"])) // R)
+                       * _class_taps(desc, a, b)
+                       for a in range(min(s_h, h)) for b in range(min(desc["stride_w"], w)))
+        compute = (n * ct * contexts * kt * C
                    + runs * (3 * R + C + 10 + classes * (rs + 3)))
+        if e["zn"] > 1:                 # a step of images starts with its group's W, about
+            steps = ct * bands * -(-n // e["zn"])       # half of it before the first run
+            wstep = min(desc["k"], e["kg"] * C) * rs * C * ob
+            compute += steps * wstep // (config.dma_data_width // 8) // 2
     if key in (ZF_GRADIENT, ZF_LOSS):   # the DMA also writes their results (dW, dX)
         outs = kt * desc["c"] * rs * C if key == ZF_GRADIENT else n * ct * h * w * C
         dma = nbytes + outs * element_bytes(config.result_width)
     else:                               # (the forward's Y left out: measured worse)
         dma = nbytes
     return max(dma // (config.dma_data_width // 8), compute), nbytes
+
+
+def _class_taps(desc, a, b):
+    """The kernel taps of the zero-free loss's stride class ``(a, b)``."""
+    return sum(1 for r in range(desc["r"]) for q in range(desc["s"])
+               if (a + desc["pad_h"] - r * desc["dil_h"]) % desc["stride_h"] == 0
+               and (b + desc["pad_w"] - q * desc["dil_w"]) % desc["stride_w"] == 0)
 
 
 def _zf_loss(config):
@@ -625,11 +642,13 @@ def _zf_loss(config):
         Div("q2", bcap, nb),
         Set((("kg", minimum(kt, q1, q2)),)),
         # a step's dX bands in P: several blocks of input channels (dY of a group is loaded
-        # once for them) or, with one block, several images (W stays in its bank across them)
+        # once for them) or, with one block, several images (W stays in its bank across them);
+        # the host's search (:func:`run`) may ask for zn images (one block a step) where W
+        # is the larger operand
         Mul("t", bh, w),
         Div("q3", pcap, t),
-        Set((("cn", select((ct > 1) & (q3 > 1), minimum(ct, q3), 1)),)),
-        Set((("zn", select(cn > 1, 1, minimum(n, q3))),)),
+        Set((("cn", select((ct > 1) & (q3 > 1) & (zn < 2), minimum(ct, q3), 1)),)),
+        Set((("zn", select(cn > 1, 1, minimum(n, q3, select(zn > 1, zn, n)))),)),
     ]
 
 
@@ -868,11 +887,12 @@ def _run(config, desc, *, phases=None, addresses=True):
     # blocks (X of a step's blocks shares a bank of A, each dY block loaded once serves them);
     # zero-free loss: bands of a cn-th of P (each dY band loaded once for cn input blocks);
     # forward: bands of a cn-th of P (X of a group loaded once for cn times the blocks);
-    # channel-first forward also zn = 2, 4, ... images a run (W loaded once for them)
+    # channel-first forward and zero-free loss also zn = 2, 4, ... images a run or step (W
+    # loaded once for them)
     best = evaluate(program, {**env, "cn": 1}, widths, **kw)
     cost = _reuse_cost(config, key, best, env)
     top = best["ct"] if key in (ZF_GRADIENT, ZF_LOSS) else best["kt"]
-    asks = [("cn", top)] + ([("zn", env["n"])] if key == CF_FORWARD else [])
+    asks = [("cn", top)] + ([("zn", env["n"])] if key in (CF_FORWARD, ZF_LOSS) else [])
     for name, most in asks:
         v = 2
         while v < 2 * most:
