@@ -241,8 +241,8 @@ def test_train_model_notes_layers_kept_in_pytorch(capsys, monkeypatch, tmp_path)
                      "--no-reference", "--json", "--plot", str(tmp_path / "c.png")]) == 0
     captured = capsys.readouterr()
     assert "bpsa: note: these layers stay in PyTorch: relu1.mask: the backward's mask: no " \
-           "pooling the accelerator runs reads its output alone; pool1: configuration 'ecp5' " \
-           "has no max pooling unit" in captured.err
+           "max pooling on the accelerator alone reads its output; pool1: configuration " \
+           "'ecp5' has no max pooling unit" in captured.err
     assert json.loads(captured.out)["kept"]["gap"] == "configuration 'ecp5' has no avg " \
                                                        "pooling unit"
 

@@ -257,7 +257,8 @@ def test_mx_scale_rule_and_refusals():
 @pytest.mark.verilator
 def test_offload_runs_what_the_cycle_model_counts():
     """``bpsa.torch.models.digits_cnn`` (bias-free convolutions, each ReLU fused into the
-    convolution's store and its mask into the pooling's backward) trained one step through
+    convolution's store, the first one's mask into the max pooling's backward, the second
+    one's in PyTorch: the global average reads it) trained one step through
     the simulated accelerator: the offload calls exactly the layer phases ``bpsa perf
     --model`` counts (no ReLU runs), and its measured cycles are the model's (the linear
     layer as one image of the batch's pixels, as the model runs it)."""
@@ -266,7 +267,8 @@ def test_offload_runs_what_the_cycle_model_counts():
     from bpsa.torch.trace import trace
     cfg = load_config("small")
     net = digits_cnn()
-    off = offload(net, cfg, backend="rtl")
+    with pytest.warns(UserWarning, match=r"stay in PyTorch: relu2.mask"):
+        off = offload(net, cfg, backend="rtl")
     x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     nn.functional.cross_entropy(off(x), torch.tensor([0, 1, 2, 3])).backward()
     got = {}
@@ -278,9 +280,10 @@ def test_offload_runs_what_the_cycle_model_counts():
     want = {(r["layer"], pool[r["phase"]] if r["op"].endswith("pool") else r["phase"]):
             r["cycles"] for r in step.rows if r["status"] == "run"}
     assert got.keys() == want.keys()
-    # measured: the convolutions and the linear layer within 3.6 %, the poolings within 17 %
-    # (the global average's backward), the step's total 1.0 %
+    # measured: the convolutions and the linear layer within 3.6 %, the poolings within
+    # 10.2 % (the global average's forward; the pooling model's bound is 12 %), the step's
+    # total 0.34 %
     for key, cycles in want.items():
-        bound = 0.2 if key[1].startswith("pool") else 0.05
+        bound = 0.12 if key[1].startswith("pool") else 0.05
         assert abs(got[key] / cycles - 1) <= bound, (key, got[key], cycles)
-    assert abs(sum(got.values()) / sum(want.values()) - 1) <= 0.02
+    assert abs(sum(got.values()) / sum(want.values()) - 1) <= 0.01

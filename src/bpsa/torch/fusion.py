@@ -9,9 +9,10 @@ it (the layer descriptor's RELU, :mod:`bpsa.spec.regmap`):
   accelerator, only the ReLU reads its output, and it is a convolution or a linear layer without
   a bias (PyTorch adds a bias after the accelerator's output) or a pooling;
 - its backward (the mask: dY where the ReLU's output is positive) into the backward of the
-  pooling that reads its output, when that pooling runs on the accelerator and only it reads
-  the ReLU's output (the pooling backward's RELU zeroes dX where the pooling's input is not
-  positive).
+  max pooling that reads its output, when that pooling runs on the accelerator and only it
+  reads the ReLU's output (the pooling backward's RELU zeroes dX where the pooling's input is
+  not positive; a max pooling's backward reads that input anyway, an average's would read it
+  only for the mask, so an average pooling leaves the mask to the host).
 
 The part that is not fused runs on the host: a pass over a tensor there costs less than a
 round trip through the DMA and the pooling unit. A module called in several places is one
@@ -22,14 +23,20 @@ fused ReLU.
 
 from dataclasses import dataclass
 
-__all__ = ["Fusion", "relu_fusion"]
+__all__ = ["FORWARD_NOT_FUSED", "Fusion", "MASK_NOT_FUSED", "relu_fusion"]
+
+#: Why a ReLU's forward, or its mask, stays on the host (the trace's host operations, the
+#: offload's ``kept``).
+FORWARD_NOT_FUSED = ("its input is not the output of a convolution or linear layer without a "
+                     "bias, or of a pooling, that only it reads")
+MASK_NOT_FUSED = "the backward's mask: no max pooling on the accelerator alone reads its output"
 
 
 @dataclass(frozen=True)
 class Fusion:
     """The rule's answer for a traced graph: ``relus`` maps each ReLU module's target to
     ``(forward, backward)``, whether each part is fused; ``stores``: the targets of the
-    layers that store with RELU; ``masks``: the targets of the poolings whose backward
+    layers that store with RELU; ``masks``: the targets of the max poolings whose backward
     masks."""
     relus: dict
     stores: frozenset
@@ -39,13 +46,13 @@ class Fusion:
 def _kinds():
     from torch import nn
     pools = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
-    return nn.ReLU, (nn.Conv2d, nn.Linear), pools
+    return nn.ReLU, (nn.Conv2d, nn.Linear), pools, (nn.MaxPool2d, nn.AdaptiveMaxPool2d)
 
 
 def relu_fusion(gm, runs):
     """The :class:`Fusion` of ``gm`` (a ``torch.fx.GraphModule``); ``runs(node)``: whether the
     accelerator runs that ``call_module`` node's layer (the caller's own criteria)."""
-    relu_t, weighted, pools = _kinds()
+    relu_t, weighted, pools, max_pools = _kinds()
     calls = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
@@ -65,7 +72,7 @@ def relu_fusion(gm, runs):
     def consumer(node):
         users = list(node.users)
         u = users[0] if len(users) == 1 else None
-        if getattr(u, "op", None) == "call_module" and issubclass(kind[u.target], pools) \
+        if getattr(u, "op", None) == "call_module" and issubclass(kind[u.target], max_pools) \
                 and u.args[0] is node and runs(u):
             return u
         return None

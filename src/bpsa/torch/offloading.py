@@ -8,16 +8,17 @@ are autograd functions calling the accelerator: the convolution's forward, its l
 its weight gradient (dW) on the array (a linear layer as a 1 x 1 convolution), the poolings
 on the pooling unit, and each ReLU where the hardware fuses it (:mod:`bpsa.torch.fusion`, the
 rule the cycle model's trace follows): its forward into the store of the layer before it (the
-descriptor's RELU), its mask into the backward of the pooling after it; what is not fused runs
-in PyTorch (found with ``torch.fx``: a model it cannot trace fuses no ReLU). Biases are added,
-and their gradients summed, by PyTorch; everything else (batch norm, residual additions,
-softmax, the loss, the optimizer) stays in PyTorch. The parameters are the same ``nn.Parameter`` objects as the model's copy's, so any
-``torch.optim`` optimizer updates them.
+descriptor's RELU), its mask into the backward of the max pooling after it; what is not fused
+runs in PyTorch (found with ``torch.fx``: a model it cannot trace fuses no ReLU). Biases are
+added, and their gradients summed, by PyTorch; everything else (batch norm, residual
+additions, softmax, the loss, the optimizer) stays in PyTorch. The parameters are the same
+``nn.Parameter`` objects as the model's copy's, so any ``torch.optim`` optimizer updates
+them.
 
 Arithmetic: a floating-point configuration (``arithmetic`` bf16 or fp16,
 ``docs/architecture/floating_point.md``): float32 tensors in, rounded to the operand format by the
-contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's or ReLU's
-output in the operand format). An MX configuration (``mxint8``, ``mxfp8_e4m3``,
+contract, float32 out (the convolutions' Y, dX and dW as fp32 sums; a pooling's output in
+the operand format). An MX configuration (``mxint8``, ``mxfp8_e4m3``,
 ``docs/architecture/mx.md``): each phase's operands quantized in 32-element blocks along its
 reduction axis (the scale rule ``mx_scale_rule``), fp32 sums out (:class:`MxModel`); the
 poolings and ReLUs stay in PyTorch (the pooling unit is not built in MX). An integer
@@ -41,7 +42,7 @@ from torch import nn
 
 from bpsa.config import load_config
 from bpsa.host.digits_float import FloatModelOps
-from bpsa.torch.fusion import relu_fusion
+from bpsa.torch.fusion import FORWARD_NOT_FUSED, MASK_NOT_FUSED, relu_fusion
 
 __all__ = ["IntegerModel", "MxModel", "OffloadedModel", "QuantizedBackend", "offload"]
 
@@ -281,7 +282,7 @@ class _PoolFn(torch.autograd.Function):
 
 class _ReluFn(torch.autograd.Function):
     """A ReLU fused in part: ``stored`` (its forward done by the layer before it's store),
-    ``masked`` (its mask done by the pooling after it's backward); the other part here, in
+    ``masked`` (its mask done by the max pooling after it's backward); the other part here, in
     PyTorch."""
 
     @staticmethod
@@ -348,7 +349,7 @@ class OffloadPool(_Layer):
 
 class OffloadRelu(_Layer):
     """An ``nn.ReLU`` fused in part (:mod:`bpsa.torch.fusion`): ``stored`` (its forward in the
-    store of the layer before it), ``masked`` (its mask in the backward of the pooling after
+    store of the layer before it), ``masked`` (its mask in the backward of the max pooling after
     it); the rest in PyTorch."""
 
     def __init__(self, name, owner, stored, masked):
@@ -503,11 +504,9 @@ def _fuse_relus(out, plan):
         stored, masked = fusion.relus.get(name, (False, False)) if fusion else (False, False)
         label = name or type(plan[name][0]).__name__
         if not stored:
-            out.kept[label] = why if fusion is None else (
-                "its input is not the output of a convolution or linear layer without a "
-                "bias, or of a pooling, that only it reads")
+            out.kept[label] = why if fusion is None else FORWARD_NOT_FUSED
         if not masked and fusion is not None:
-            out.kept[f"{label}.mask"] = "the backward's mask: no pooling the accelerator runs reads its output alone"
+            out.kept[f"{label}.mask"] = MASK_NOT_FUSED
         new = OffloadRelu(name, out, stored, masked) if stored or masked else None
         plan[name] = (plan[name][0], new, None)
     for name in (fusion.stores if fusion else ()):

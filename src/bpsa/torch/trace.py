@@ -13,7 +13,7 @@ walks the graph in execution order:
   run (listed as a host operation of no elements), to a divisor of it: a pooling row;
 - ``nn.ReLU``: where the accelerator fuses it (:mod:`bpsa.torch.fusion`, the offload's rule),
   in :attr:`Traced.relus` (its forward on the store path of the layer before it; its mask,
-  when also fused, in the backward of the pooling after it); the parts not fused are host
+  when also fused, in the backward of the max pooling after it); the parts not fused are host
   operations (``relu``: the forward, ``relu_mask``: the backward's mask); ``F.relu`` /
   ``relu``: a host operation (the offload replaces modules);
 - everything else (batch norm, residual additions, concatenation, flatten, dropout, softmax,
@@ -28,7 +28,7 @@ import operator
 from dataclasses import dataclass
 
 from bpsa.spec.network import Network, network_from_rows
-from bpsa.torch.fusion import relu_fusion
+from bpsa.torch.fusion import FORWARD_NOT_FUSED, MASK_NOT_FUSED, relu_fusion
 
 __all__ = ["HostOp", "Traced", "load_factory", "parse_input", "trace"]
 
@@ -282,12 +282,10 @@ class _Walker:
             if fwd:
                 self.relus.append((name, self.elements(node)))
             else:
-                host.append(HostOp(name, "relu", self.elements(node),
-                                   "its input is not the output of a convolution or linear "
-                                   "layer without a bias, or of a pooling, that only it reads"))
+                host.append(HostOp(name, "relu", self.elements(node), FORWARD_NOT_FUSED))
             if not bwd:
                 host.append(HostOp(f"{name}.mask", "relu_mask", self.elements(node),
-                                   "the backward's mask: no pooling the accelerator runs reads its output alone"))
+                                   MASK_NOT_FUSED))
         self.host = host
 
     def _plane_mean(self, node):
