@@ -287,3 +287,18 @@ def test_pool_runs_cover_every_plane_and_row(phase):
         assert (covered == 1).all()
         seen_banded += bool(p["banded"])
     assert seen_banded > 10
+
+
+def test_zero_free_loss_takes_images_where_w_is_the_larger_operand():
+    """The host's search asks for images a step (one input block, W loaded once for them) on
+    small planes, where W outweighs dY; on a large plane it keeps input-channel blocks (dY
+    loaded once for them). The model's DMA bytes follow (W read once, not once an image)."""
+    from bpsa.models.perf import layer_cycles
+    cfg = load_config("paper16")
+    small = ConvLayer.conv(8, 256, 7, 7, 256, 3, 3, stride=2, pad=1)
+    p = plan(cfg, "loss", small, mode="zero_free")
+    assert (p["cstep"], p["images"], p["cblocks"]) == (1, 8, 16)
+    w_bytes = 256 * 256 * 9 * 2
+    assert layer_cycles(cfg, "loss", small).dma_read_bytes < 2 * w_bytes
+    big = ConvLayer.conv(8, 64, 56, 56, 64, 3, 3, stride=2, pad=1)
+    assert plan(cfg, "loss", big, mode="zero_free")["images"] == 1

@@ -38,8 +38,10 @@ the P buffer's words; ``d(R-1)``: ``drh``.
         steps of ``cn`` blocks of ``cols`` input channels, a band and ``zn`` images, their dX
         bands in P: with ``q = pcap // (bh W)`` band slots, ``cn = min(ct, q)`` blocks (dY of
         a group and image is loaded once for them) when ``ct > 1`` and ``q > 1``, and then
-        ``zn = 1``; otherwise ``cn = 1`` and ``zn = min(N, q)`` images; groups of ``kg = min(kt, acap // words, bcap // (cols R
-        S))`` blocks of ``cols`` output channels (``words``: a block's dY rows of the band), a
+        ``zn = 1``; otherwise, or when the host's search asks for ``zn`` images (W then
+        loaded once for them, :func:`run`), ``cn = 1`` and ``zn = min(N, q, zn)`` images;
+        groups of ``kg = min(kt, acap // words, bcap // (cols R S))`` blocks of ``cols``
+        output channels (``words``: a block's dY rows of the band), a
         run per image of the step (W of the group stays in its bank); when dX of an image does
         not fit P (or a cn-th of it, asked for by the host's search, :func:`run`) or the dY
         plane a bank of A (``banded``): bands of ``bh = min(H, pcap // cn // W, s (acap // OW
