@@ -258,7 +258,8 @@ def test_mx_scale_rule_and_refusals():
 def test_offload_runs_what_the_cycle_model_counts():
     """``bpsa.torch.models.digits_cnn`` (bias-free convolutions, each ReLU fused into the
     convolution's store, the first one's mask into the max pooling's backward, the second
-    one's in PyTorch: the global average reads it) trained one step through
+    one's in PyTorch: the global average reads it) gives the golden model's bits through the
+    RTL, and trained one step through
     the simulated accelerator: the offload calls exactly the layer phases ``bpsa perf
     --model`` counts (no ReLU runs), and its measured cycles are the model's (the linear
     layer as one image of the batch's pixels, as the model runs it)."""
@@ -267,12 +268,20 @@ def test_offload_runs_what_the_cycle_model_counts():
     from bpsa.torch.trace import trace
     cfg = load_config("small")
     net = digits_cnn()
-    with pytest.warns(UserWarning, match=r"stay in PyTorch: relu2.mask"):
-        off = offload(net, cfg, backend="rtl")
     x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    nn.functional.cross_entropy(off(x), torch.tensor([0, 1, 2, 3])).backward()
+    steps = {}
+    for backend in ("model", "rtl"):
+        with pytest.warns(UserWarning, match=r"stay in PyTorch: relu2.mask"):
+            off = offload(net, cfg, backend=backend)
+        steps[backend] = _step(off, x, torch.tensor([0, 1, 2, 3]))
+    # the fused ReLUs: the RTL's bits are the golden model's
+    (y, dx, grads), (y0, dx0, grads0) = steps["rtl"], steps["model"]
+    assert torch.equal(y, y0) and torch.equal(dx, dx0)
+    assert all(torch.equal(grads[n], grads0[n]) for n in grads)
     got = {}
     for c in off.calls:
+        if c["phase"] == "loss" and c["layer"] == "conv1":
+            continue                    # the input's gradient (_step asks for it)
         got[c["layer"], c["phase"]] = got.get((c["layer"], c["phase"]), 0) + c["busy_cycles"]
     off.close()
     step = network_step(cfg, trace(net, tuple(x.shape)).network, batch=4)
