@@ -240,9 +240,9 @@ def test_train_model_notes_layers_kept_in_pytorch(capsys, monkeypatch, tmp_path)
         assert main(["train", "--dataset", "digits", "--config", "ecp5", "--epochs", "1",
                      "--no-reference", "--json", "--plot", str(tmp_path / "c.png")]) == 0
     captured = capsys.readouterr()
-    assert "bpsa: note: these layers stay in PyTorch: relu1.mask: the backward's mask: no " \
-           "max pooling on the accelerator alone reads its output; pool1: configuration " \
-           "'ecp5' has no max pooling unit" in captured.err
+    assert "bpsa: note: these layers stay in PyTorch: relu1.mask, relu2.mask: the backward's " \
+           "mask: no max pooling on the accelerator alone reads its output; pool1: " \
+           "configuration 'ecp5' has no max pooling unit" in captured.err
     assert json.loads(captured.out)["kept"]["gap"] == "configuration 'ecp5' has no avg " \
                                                        "pooling unit"
 

@@ -139,6 +139,11 @@ def test_what_cannot_run_is_named_or_refused():
         offload(nn.Linear(4, 2), CFG)(torch.ones(2, 3, 4))
     with pytest.warns(UserWarning, match="stay in PyTorch: ReLU: its input .*; ReLU.mask"):
         alone = offload(nn.ReLU(), CFG)         # nothing before or after it to fuse into
+    # a reason once, after the layers it applies to (past eight: six and the count)
+    from bpsa.torch.offloading import _kept_text
+    assert _kept_text({"a": "x", "b": "y", "c": "x"}) == "a, c: x; b: y"
+    many = {f"r{i}": "why" for i in range(9)}
+    assert _kept_text(many) == "r0, r1, r2, r3, r4, r5, ... (9 in all): why"
     np.testing.assert_array_equal(alone(torch.tensor([[[[-1.0, 2.0]]]])).numpy(),
                                   [[[[0.0, 2.0]]]])
 

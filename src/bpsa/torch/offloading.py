@@ -477,11 +477,24 @@ def offload(model, config="small_bf16", backend="model", strict=False, *,
     order = {name or type(model).__name__: i for i, name in enumerate(plan)}
     out.kept = dict(sorted(out.kept.items(), key=lambda kv: order[kv[0].removesuffix(".mask")]))
     if out.kept:
-        text = "; ".join(f"{n}: {w}" for n, w in out.kept.items())
+        text = _kept_text(out.kept)
         if strict:
             raise ValueError(f"layers the accelerator cannot run: {text}")
         warnings.warn(f"these layers stay in PyTorch: {text}", stacklevel=2)
     return out
+
+
+def _kept_text(kept):
+    """``kept`` (``{name: reason}``) as one line: each reason once, after the names it applies
+    to (in the model's order; past eight, the first six and the count)."""
+    names = {}
+    for name, why in kept.items():
+        names.setdefault(why, []).append(name)
+    parts = []
+    for why, ns in names.items():
+        shown = ", ".join(ns) if len(ns) <= 8 else f"{', '.join(ns[:6])}, ... ({len(ns)} in all)"
+        parts.append(f"{shown}: {why}")
+    return "; ".join(parts)
 
 
 def _fuse_relus(out, plan):
