@@ -36,6 +36,17 @@ def test_report_writes_both_files(tmp_path):
     assert data["results"] == results
     md = (tmp_path / "roofline.md").read_text()
     assert md.count("| digits |") == 2
+    # the small planes' stride-2 layers: the model's figures, a row a plane and width
+    from bpsa.config import load_config
+    from bpsa.models.perf import layer_cycles
+    from bpsa.spec.layer import ConvLayer
+    planes = data["small_planes"]
+    assert len(planes) == 2 * 9 and "## Stride-2 layers on small planes" in md
+    first = planes[0]
+    m = layer_cycles(load_config("small_cf"), first["phase"],
+                     ConvLayer.conv(1, 64, 7, 7, 64, 3, 3, stride=2, pad=1))
+    assert (first["plane"], first["channels"], first["cycles"]) == (7, 64, m.cycles)
+    assert f"| 7x7 | 64 | {m.utilization:.2f} | {m.over_roofline:.2f} |" in md
     # the page's header and the JSON name the command, the commit and the date
     command = (f"python -m bpsa.tools.roofline --config small_cf --batch 1 --widths 64,128 "
                f"--networks digits -o {tmp_path}")

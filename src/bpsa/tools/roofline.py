@@ -4,8 +4,9 @@ network_step`, the faster forward front end per layer) of each network on one co
 several DMA bus widths, against the sum of its rows' roofline cycles (``max(MACs / (rows
 cols), compulsory bytes / bus bytes a cycle)``, :func:`bpsa.models.perf.roofline_cycles`), per
 phase, and its DMA bytes against the compulsory traffic (every input read once, every output
-written once). Writes ``roofline.md`` and ``roofline.json`` (``docs/results/``, stamped by
-:func:`bpsa.tools.results.write_page`).
+written once); and the zero-free loss and gradient of 3 x 3 stride-2 layers on small planes
+(:func:`small_planes`), where a stride leaves the least work a pixel. Writes ``roofline.md`` and
+``roofline.json`` (``docs/results/``, stamped by :func:`bpsa.tools.results.write_page`).
 """
 
 import argparse
@@ -15,10 +16,12 @@ from pathlib import Path
 
 from bpsa.config import load_config
 from bpsa.models.network_perf import PHASES, network_step
+from bpsa.models.perf import layer_cycles
+from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["NETWORKS", "network_roofline", "roofline_report"]
+__all__ = ["NETWORKS", "PLANES", "network_roofline", "roofline_report", "small_planes"]
 
 #: The networks of the table (:func:`bpsa.spec.network.network_names`, not the digits CNN).
 NETWORKS = ("resnet50", "resnet18", "vgg16", "alexnet", "squeezenet1_1")
@@ -49,6 +52,56 @@ def network_roofline(config, network, *, batch, jobs=1):
         out["phases"][phase] = {"cycles": cycles, "roofline_cycles": roof,
                                 "over_roofline": cycles / roof}
     return out
+
+
+#: Planes and channel counts (C = K) of :func:`small_planes`.
+PLANES = ((7, 14, 28), (64, 128, 256))
+
+
+def small_planes(config, *, batch):
+    """The cycle model's zero-free loss and gradient of each 3 x 3 stride-2, pad-1 layer of
+    :data:`PLANES` (``batch`` images): a dict a layer and phase with its cycles, utilization
+    (MACs over rows x cols x cycles), ratio to its roofline, MAC slots fed beyond its MACs
+    (zero slots) and bound, or ``refused`` with the reason."""
+    out = []
+    for plane in PLANES[0]:
+        for ch in PLANES[1]:
+            layer = ConvLayer.conv(batch, ch, plane, plane, ch, 3, 3, stride=2, pad=1)
+            for phase in ("loss", "gradient"):
+                row = {"plane": plane, "channels": ch, "phase": phase}
+                try:
+                    m = layer_cycles(config, phase, layer)
+                except ValueError as e:
+                    out.append(dict(row, refused=str(e)))
+                    continue
+                out.append(dict(row, cycles=m.cycles, utilization=m.utilization,
+                                over_roofline=m.over_roofline,
+                                zero_slots=m.array_slots - m.macs, bound=m.bound))
+    return out
+
+
+def _planes_markdown(config_name, batch, rows):
+    lines = ["", "## Stride-2 layers on small planes", "",
+             f"The zero-free loss and gradient of 3 x 3 stride-2 layers (pad 1, C = K, batch "
+             f"{batch}) on {config_name} at its own bus, by the cycle model (`bpsa perf "
+             f"--config {config_name} --phase loss|gradient --layer C=..,H=..,K=..,R=3,"
+             f"stride=2,pad=1,N={batch}`): utilization (the layer's MACs over rows x cols x "
+             f"cycles), the ratio to its roofline, the MAC slots fed beyond the MACs.", "",
+             "| plane | channels | loss util. | loss x roofline | gradient util. "
+             "| gradient x roofline | zero slots (loss + gradient) | bound (loss, gradient) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    def cells(r):
+        if "refused" in r:
+            return ["refused", "", "", "-"]
+        return [f"{r['utilization']:.2f}", f"{r['over_roofline']:.2f}",
+                f"{r['zero_slots']:,}", r["bound"]]
+
+    for i in range(0, len(rows), 2):
+        (lu, lx, lz, lb), (gu, gx, gz, gb) = cells(rows[i]), cells(rows[i + 1])
+        zero = " + ".join(z for z in (lz, gz) if z)
+        lines.append(f"| {rows[i]['plane']}x{rows[i]['plane']} | {rows[i]['channels']} "
+                     f"| {lu} | {lx} | {gu} | {gx} | {zero} | {lb}, {gb} |")
+    return "\n".join(lines) + "\n"
 
 
 def _markdown(config_name, batch, results):
@@ -89,13 +142,16 @@ def roofline_report(out_dir="docs/results", *, config_name="paper16", networks=N
         config = base.replace(dma_data_width=width, name=f"{config_name}_bus{width}")
         for network in networks:
             results.append(network_roofline(config, network, batch=batch, jobs=jobs))
+    planes = small_planes(base, batch=batch)
     command = command or (
         f"python -m bpsa.tools.roofline --config {config_name} --batch {batch} --widths "
         f"{','.join(map(str, widths))} --networks {','.join(networks)} -o {out_dir}")
     write_page(Path(out_dir) / "roofline.md",
                f"Training steps against their roofline ({config_name}, batch {batch})",
-               command, _markdown(config_name, batch, results),
-               data={"config": config_name, "batch": batch, "results": results})
+               command, _markdown(config_name, batch, results)
+               + _planes_markdown(config_name, batch, planes),
+               data={"config": config_name, "batch": batch, "results": results,
+                     "small_planes": planes})
     return results
 
 
