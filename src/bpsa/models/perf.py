@@ -16,7 +16,11 @@ takes a word a cycle, and the fetch unit brings the words half a ring at a time 
 DMA, sharing it with the loads and stores (:func:`_timeline`). From the layer and the
 configuration alone: no RTL, whole networks in seconds.
 
-Constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
+A load is its DMA commands, a command a run of the load: each its data segments
+(:func:`_dma_segments`: a word or a beat, from where its address falls in a beat) plus
+``cf_dma_command`` (:func:`_segment_load`), so the per-command cost follows the
+configuration's bus, element and word widths instead of a fitted constant. The remaining
+constants (:data:`TIMING`) were fitted on RTL runs of ``small`` and checked against the RTL's
 counters on random layers (``tests/test_models_perf.py`` states the error it allows).
 Not modelled: memory back-pressure (the model's memory answers at once, like the native
 transport without stalls), the feeder's per-row bubbles and intermediate-register stalls
@@ -59,7 +63,8 @@ TIMING = {
     # words fetched after START; then a word a cycle (the fetch unit keeps ahead)
     "fetch": 2,            # START to the first fetch
     "fetch_chunk": 15,     # the fetch unit's DMA command for 8 words (FETCH_DEPTH / 2), fitted
-    "dma_command": 12,     # a DMA command's latency beyond its beats
+    "dma_command": 12,     # a DMA command's latency beyond its beats (fitted: the feeder
+                           # forward's stores, where the counted store measured further off)
     "pool_dma_command": 7,  # the same, fitted on pooling layers (a plane a command)
     # a store command beyond the fitted constants above (fitted when a store's first P word
     # took 3 cycles to the DMA): the DMA's first read after its checks (1), the requantizer's
@@ -512,6 +517,26 @@ def _fitted_load(rate, command="dma_command"):
     return lambda key, nbytes, commands: _dma(nbytes, commands, rate, command)
 
 
+def _segment_load(config, lanes, ob):
+    """A load's cycles (``load_cycles`` of :func:`_timeline`) into words of ``lanes`` elements
+    of ``ob`` bytes: a DMA command a run, each its segments (:func:`_dma_segments`, from the
+    element slot of its address in the first beat) plus ``cf_dma_command``. A key with an
+    address (the program's X-bank loads, :func:`_program_loads`) gives each run's slot; the
+    other loads (blocks of W or dY, whole words of ``cols`` elements) start a beat."""
+    per_beat = config.dma_data_width // 8 // ob
+
+    def cycles(key, nbytes, commands):
+        each = nbytes // ob // commands
+        if key[0] == "x":
+            first, stride = (key[1] - _ADDR["addr_x"]) // ob, key[3] // ob
+            slots = [(first + j * stride) % per_beat for j in range(commands)]
+        else:
+            slots = [0] * commands
+        return (sum(_dma_segments(each, lanes, per_beat, slot) for slot in slots)
+                + TIMING["cf_dma_command"] * commands)
+    return cycles
+
+
 #: Instructions a refill of the fetch unit's ring brings (:data:`bpsa.gateware.controller.
 #: fetch.FETCH_DEPTH` / 2).
 _HALF = 8
@@ -742,22 +767,12 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
         ab = ob
     store_rate = _rate(config, C, ab)
     # forward, gradient: X blocked by B into A; loss: dY by cols into A; W or dY by cols in B
-    rates = {"a": _fitted_load(_rate(config, C if phase == "loss" else B, ob)),
-             "b": _fitted_load(_rate(config, C, ob))}
+    rates = {"a": _segment_load(config, C if phase == "loss" else B, ob),
+             "b": _segment_load(config, C, ob)}
     x_words = tiles = 0
     if phase == "forward" and cf:
         cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
         per_beat = config.dma_data_width // 8 // ob
-
-        def x_load(key, nbytes, commands):
-            """An X band (or a piece of one; or a run an image of stacked images): ``L``
-            lanes a word, each run from its element in the channel-blocked X (the program's
-            address and stride)."""
-            first, each, stride = (key[1] - _ADDR["addr_x"]) // ob, nbytes // ob // commands, \
-                key[3] // ob
-            return (sum(_dma_segments(each, cg, per_beat, (first + j * stride) % per_beat)
-                        for j in range(commands))
-                    + TIMING["cf_dma_command"] * commands)
 
         mx = config.is_mx               # a block's W words, then (MX) its R S scale words
 
@@ -776,7 +791,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                         for j in range(commands))
                     + TIMING["cf_dma_command"] * commands)
 
-        rates = {"cf": x_load, "b": w_load, "xs": xs_load}
+        # an X band (or a piece of one; or a run an image of stacked images): L lanes a word
+        rates = {"cf": _segment_load(config, cg, ob), "b": w_load, "xs": xs_load}
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the half of the group's parity
@@ -820,7 +836,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
         clear, store_final = clears, store_step
     elif phase == "forward":
         cg, kt, kb = e["cg"], e["kt"], e["kb"]
-        rates = {"a": _fitted_load(_rate(config, B, ob)), "b": _fitted_load(_rate(config, C, ob))}
+        rates = {"a": _segment_load(config, B, ob), "b": _segment_load(config, C, ob)}
         cache = {}
         store_step, clears = None, []
         xbank = 0                       # X of a group stays in the bank of the group's parity
@@ -857,7 +873,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
             for cs in range(0, ct, cn):
                 blocks = min(cn, ct - cs)
                 chans = min(cn * B, c - cs * B)
-                step_store = _store_row(chans * r * s * C, ab, C, store_rate) * (kend - kb0)
+                step_store = _counted_store_row(chans * r * s * C, ab, C, store_rate) * (
+                    kend - kb0)
                 first = True
                 carry = []                      # dY pieces after a run: the next run's
                 for n0 in range(0, n, zn):      # zn images a run, stacked
