@@ -8,7 +8,7 @@ from bpsa.config import load_config
 from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
 from bpsa.tools.results import git_commit, today
-from bpsa.tools.roofline import network_roofline, roofline_report
+from bpsa.tools.roofline import TOP, network_roofline, roofline_report
 
 
 def test_figures_add_up_from_the_rows():
@@ -24,6 +24,15 @@ def test_figures_add_up_from_the_rows():
     forward = [r for r in ran if r["phase"] == "forward"]
     assert got["phases"]["forward"]["cycles"] == sum(r["cycles"] for r in forward)
     assert got["refused"] == []
+    # the cycles over the roofline, split three ways, add up per phase and per layer
+    for phase, p in got["phases"].items():
+        assert p["overlap"] + p["compute"] + p["dma"] == p["cycles"] - p["roofline_cycles"]
+        assert min(p["overlap"], p["compute"], p["dma"]) >= 0, (phase, p)
+    overs = sorted((r["cycles"] - r["roofline_cycles"] for r in ran), reverse=True)
+    assert [t["over"] for t in got["top"]] == overs[:len(got["top"])]
+    assert len(got["top"]) == min(TOP, len(ran))
+    for t in got["top"]:
+        assert t["overlap"] + t["compute"] + t["dma"] == t["over"]
 
 
 def test_report_writes_both_files(tmp_path):
@@ -35,7 +44,9 @@ def test_report_writes_both_files(tmp_path):
     data = json.loads((tmp_path / "roofline.json").read_text())
     assert data["results"] == results
     md = (tmp_path / "roofline.md").read_text()
-    assert md.count("| digits |") == 2
+    assert md.count("| digits | 64 |") == 1 and md.count("| digits | 128 |") == 1
+    assert "## Where the cycles over the roofline go (64-bit bus)" in md
+    assert md.count("| digits | forward |") == 1       # the phases at the first width only
     # the small planes' stride-2 layers: the model's figures, a row a plane and width
     from bpsa.config import load_config
     from bpsa.models.perf import layer_cycles

@@ -4,7 +4,8 @@ network_step`, the faster forward front end per layer) of each network on one co
 several DMA bus widths, against the sum of its rows' roofline cycles (``max(MACs / (rows
 cols), compulsory bytes / bus bytes a cycle)``, :func:`bpsa.models.perf.roofline_cycles`), per
 phase, and its DMA bytes against the compulsory traffic (every input read once, every output
-written once); and the zero-free loss and gradient of 3 x 3 stride-2 layers on small planes
+written once); where the cycles over the roofline go (:func:`over_parts`: overlap, compute,
+DMA) and the layers furthest over; and the zero-free loss and gradient of 3 x 3 stride-2 layers on small planes
 (:func:`small_planes`), where a stride leaves the least work a pixel. Writes ``roofline.md`` and
 ``roofline.json`` (``docs/results/``, stamped by :func:`bpsa.tools.results.write_page`).
 """
@@ -21,7 +22,8 @@ from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["NETWORKS", "PLANES", "network_roofline", "roofline_report", "small_planes"]
+__all__ = ["NETWORKS", "PLANES", "TOP", "network_roofline", "over_parts", "roofline_report",
+           "small_planes"]
 
 #: The networks of the table (:func:`bpsa.spec.network.network_names`, not the digits CNN).
 NETWORKS = ("resnet50", "resnet18", "vgg16", "alexnet", "squeezenet1_1")
@@ -50,8 +52,34 @@ def network_roofline(config, network, *, batch, jobs=1):
         cycles = sum(r["cycles"] for r in rows)
         roof = sum(r["roofline_cycles"] for r in rows)
         out["phases"][phase] = {"cycles": cycles, "roofline_cycles": roof,
-                                "over_roofline": cycles / roof}
+                                "over_roofline": cycles / roof, **over_parts(rows)}
+    out["top"] = [{"layer": r["layer"], "phase": r["phase"], "bound": r["bound"],
+                   "over": r["cycles"] - r["roofline_cycles"],
+                   "over_roofline": r["cycles"] / r["roofline_cycles"],
+                   "over_min_bytes": (r["dma_read_bytes"] + r["dma_write_bytes"])
+                   / r["min_bytes"], **over_parts([r])}
+                  for r in sorted(ran, key=lambda r: r["roofline_cycles"] - r["cycles"])[:TOP]]
     return out
+
+
+#: Rows of each network's table of the layers furthest over their roofline.
+TOP = 8
+
+
+def over_parts(rows):
+    """Where ``rows``' cycles beyond their roofline go (they add up to it): ``overlap``, the
+    cycles beyond the busier of the array and the DMA (neither hides the other: loads a run
+    waits for, a step waiting for P's store, set-up); ``compute``, the array's busy cycles
+    beyond the roofline on layers it bounds (runs' fill and drain, partial tiles, zero
+    slots); ``dma``, the DMA's busy cycles beyond the roofline on the others (bytes beyond
+    the compulsory ones: re-reads, and each command's cycles beyond its data)."""
+    parts = {"overlap": 0, "compute": 0, "dma": 0}
+    for r in rows:
+        busy = max(r["compute_cycles"], r["dma_busy_cycles"])
+        parts["overlap"] += r["cycles"] - busy
+        side = "compute" if r["compute_cycles"] >= r["dma_busy_cycles"] else "dma"
+        parts[side] += busy - r["roofline_cycles"]
+    return parts
 
 
 #: Planes and channel counts (C = K) of :func:`small_planes`.
@@ -104,6 +132,40 @@ def _planes_markdown(config_name, batch, rows):
     return "\n".join(lines) + "\n"
 
 
+def _over_markdown(results):
+    """Where each network's cycles over its roofline go, at the first bus width: per phase
+    (:func:`over_parts`) and its layers furthest over."""
+    width = results[0]["bus_bits"]
+    lines = ["", f"## Where the cycles over the roofline go ({width}-bit bus)", "",
+             "Per phase, the cycles beyond the roofline split three ways (they add up to "
+             "cycles - roofline): **overlap**, the cycles beyond the busier of the array and "
+             "the DMA (loads a run waits for, steps waiting for P's store, set-up); "
+             "**compute**, the array's busy cycles beyond the roofline on the layers it bounds; "
+             "**DMA**, the DMA's busy cycles beyond the roofline on the others (bytes beyond "
+             "the compulsory ones, and each command's cycles beyond its data). Then the layers "
+             f"furthest over, {TOP} a network, with their DMA bytes over the compulsory ones.",
+             "", "| network | phase | over roofline | overlap | compute | DMA |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in results:
+        if r["bus_bits"] != width:
+            continue
+        for phase, p in r["phases"].items():
+            lines.append(f"| {r['network']} | {phase} | {p['cycles'] - p['roofline_cycles']:,} "
+                         f"| {p['overlap']:,} | {p['compute']:,} | {p['dma']:,} |")
+    lines += ["", "| network | layer | phase | bound | over roofline | x roofline "
+              "| DMA / compulsory | overlap | compute | DMA |",
+              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if r["bus_bits"] != width:
+            continue
+        for t in r["top"]:
+            lines.append(f"| {r['network']} | {t['layer']} | {t['phase']} | {t['bound']} "
+                         f"| {t['over']:,} | {t['over_roofline']:.2f} "
+                         f"| {t['over_min_bytes']:.2f} | {t['overlap']:,} | {t['compute']:,} "
+                         f"| {t['dma']:,} |")
+    return "\n".join(lines) + "\n"
+
+
 def _markdown(config_name, batch, results):
     head = ("| network | bus | cycles | roofline | x roofline | forward | loss | gradient "
             "| DMA bytes / compulsory | utilization | refused |")
@@ -148,7 +210,7 @@ def roofline_report(out_dir="docs/results", *, config_name="paper16", networks=N
         f"{','.join(map(str, widths))} --networks {','.join(networks)} -o {out_dir}")
     write_page(Path(out_dir) / "roofline.md",
                f"Training steps against their roofline ({config_name}, batch {batch})",
-               command, _markdown(config_name, batch, results)
+               command, _markdown(config_name, batch, results) + _over_markdown(results)
                + _planes_markdown(config_name, batch, planes),
                data={"config": config_name, "batch": batch, "results": results,
                      "small_planes": planes})
