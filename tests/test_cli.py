@@ -203,6 +203,12 @@ def _nothing_runs(monkeypatch, *targets):
      "--harness applies only to --phase through the accelerator", "bpsa.sim.simcmd:run_gemm"),
     (["sim", "--phase", "forward", "--layer", "C=4,H=8,K=4,R=3", "--stall", "0.2"],
      "--stall applies only to --gemm in --dataflow os", "bpsa.sim.accel_run:run_layer"),
+    (["sim", "--gemm", "4,4,4", "--energy"],
+     "--energy applies only to --phase forward|loss|gradient|step through the accelerator",
+     "bpsa.sim.simcmd:run_gemm"),
+    (["sim", "--phase", "pool", "--layer", "C=4,H=4,kind=max,R=2", "--energy"],
+     "--energy applies only to --phase forward|loss|gradient|step through the accelerator",
+     "bpsa.sim.pool_run:run_pool"),
 ])
 def test_refusals_come_before_any_work(capsys, monkeypatch, tmp_path, argv, needle, runner):
     """Bad input found by trying the commands as a new user: one line, exit status 2, and

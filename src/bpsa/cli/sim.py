@@ -92,6 +92,10 @@ def register(sub):
                          "rounded half up and saturated (the descriptor's REQUANT, OUT_SHIFT)")
     sp.add_argument("--sgd-shift", type=int, default=None,
                     help="interleaved / --phase fc: apply the in-place update W -= G >> SHIFT")
+    sp.add_argument("--energy", action="store_true",
+                    help="--phase forward|loss|gradient|step through the accelerator: the run's "
+                         "energy from its counters (45 nm per-action energies, "
+                         "bpsa.models.energy): energy_pj, per MAC slot, and each part's")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--trace", metavar="FILE.fst",
@@ -152,6 +156,10 @@ def run(args):
     if args.requant is not None and not accelerator:
         raise UserError("--requant applies to --phase forward and to the zero-free --phase "
                         "loss through the accelerator (not --gemm or --engine)")
+    if args.energy and (args.engine or args.phase not in ("forward", "loss", "gradient",
+                                                          "step")):
+        raise UserError("--energy applies only to --phase forward|loss|gradient|step through "
+                        "the accelerator")
     if args.stall and args.phase is not None:
         raise UserError("--stall applies only to --gemm in --dataflow os")
     if args.simulator != "verilator" and (args.engine or args.phase is None):
@@ -440,7 +448,8 @@ def _accelerator(args, config):
         layer = parse_layer(args.layer)
         plans = check_layer(config, layer, phases, requant=args.requant, **modes)
     return run_layer(config, layer, phases, seed=args.seed, requant=args.requant,
-                     harness=args.harness, plans=plans, **modes, **_native(args))
+                     harness=args.harness, plans=plans, energy=args.energy, **modes,
+                     **_native(args))
 
 
 def _accelerator_fc(args, config):

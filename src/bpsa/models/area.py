@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["POOL_LOGIC_CELLS", "cf_logic_cells", "estimate", "features", "fit", "leave_one_out",
-           "load_points", "memory_bits", "pool_logic_cells"]
+           "load_points", "memories", "memory_bits", "pool_logic_cells"]
 
 #: Generic cells of the pooling unit's logic with one lane (its buffer is in ``memory_bits``).
 POOL_LOGIC_CELLS = 34_400
@@ -58,19 +58,31 @@ def cf_logic_cells(rows):
     return 3_751 + 1_455 * rows
 
 
-def memory_bits(config):
-    """Bits of the accelerator's buffers (exact, from the configuration)."""
+def memories(config):
+    """The accelerator's buffers, ``{name: (words, word bits)}``, exact from the configuration:
+    ``A`` (X / dY: ``buf_a_depth`` words of ``feeder_bus_width`` operands), ``B`` (W / dY:
+    ``buf_b_depth`` words of ``cols`` operands), ``P`` (``buf_p_depth`` words of ``cols``
+    accumulators); with the BP-im2col mode its own ``BP_A`` and ``BP_B`` of one operand a word,
+    with pooling ``POOL`` (``buf_pool_depth`` words of ``pool_lanes`` operands), with the
+    channel-first front end ``CF`` (its ``rows`` banks of ``buf_cf_depth`` operands, as one
+    memory of ``rows buf_cf_depth`` words of one operand)."""
     op, acc = config.operand_width, config.acc_width
-    bits = (config.buf_a_depth * config.feeder_bus_width * op
-            + config.buf_b_depth * config.cols * op
-            + config.buf_p_depth * config.cols * acc)
+    out = {"A": (config.buf_a_depth, config.feeder_bus_width * op),
+           "B": (config.buf_b_depth, config.cols * op),
+           "P": (config.buf_p_depth, config.cols * acc)}
     if "bp_im2col" in config.backward_modes:
-        bits += (config.buf_a_depth + config.buf_b_depth) * op
+        out["BP_A"] = (config.buf_a_depth, op)
+        out["BP_B"] = (config.buf_b_depth, op)
     if config.has_pool():
-        bits += config.buf_pool_depth * config.pool_lanes * op
+        out["POOL"] = (config.buf_pool_depth, config.pool_lanes * op)
     if config.has_frontend("channel_first"):
-        bits += config.rows * config.buf_cf_depth * op
-    return bits
+        out["CF"] = (config.rows * config.buf_cf_depth, op)
+    return out
+
+
+def memory_bits(config):
+    """Bits of the accelerator's buffers (exact, from the configuration: :func:`memories`)."""
+    return sum(words * bits for words, bits in memories(config).values())
 
 
 def features(config):

@@ -60,8 +60,10 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     return plan_or_strips(config, phase, layer, mode="bp_im2col" if mode == "feeder" else mode)
 
 
-def summary(config, result):
-    """The flat summary of one testbench result."""
+def summary(config, result, *, energy=False):
+    """The flat summary of one testbench result; with ``energy``, its energy from its counters
+    (:mod:`bpsa.models.energy`, 45 nm): ``energy_pj``, ``energy_pj_per_mac`` and each part's
+    ``energy_<part>_pj``."""
     c = result["counters"]
     out = {"phase": result["phase"], "baseline": bool(result.get("baseline")),
            "mode": result.get("mode"), "requant": result.get("requant"),
@@ -78,6 +80,12 @@ def summary(config, result):
     out["strips"] = result.get("strips", 1)
     out["overlap_cycles"] = c["overlap_cycles"]
     out["dma_overlap"] = c["overlap_cycles"] / max(1, c["dma_busy_cycles"])
+    if energy:
+        from bpsa.models.energy import actions_from_counters, energy as energy_of
+        mode = out["mode"] or "feeder"          # (a forward's default front end)
+        e = energy_of(config, actions_from_counters(config, mode, c))
+        out.update({"energy_pj": e["pj"], "energy_pj_per_mac": e["pj_per_mac"],
+                    **{f"energy_{k}_pj": v for k, v in e["parts"].items()}})
     return out
 
 
@@ -122,17 +130,17 @@ def check_layer(config, layer, phases, *, baseline=False, mode=None, forward_mod
 
 
 def run_layer(config, layer, phases, *, seed=1, baseline=False, mode=None, forward_mode=None,
-              requant=None, harness="native", plans=None, **native):
+              requant=None, harness="native", plans=None, energy=False, **native):
     """Run ``phases`` of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`; :func:`job`'s
     options, ``mode`` and ``forward_mode`` as for :func:`check_layer`, whose ``plans`` a
     caller that checked the layer hands on) through the accelerator top (:func:`run_jobs`).
     Returns the :func:`summary` of the one phase, or of several (a training ``step``) one
     dict: ``match`` (every phase's), ``phase`` ``"step"`` and each phase's figures as
-    ``<phase>_<figure>``."""
+    ``<phase>_<figure>``; ``energy``: with each summary's energy (:func:`summary`)."""
     results = run_jobs(config, [job(layer, p, seed=seed, baseline=baseline,
                                     mode=_modes(p, mode, forward_mode), requant=requant)
                                 for p in phases], harness=harness, plans=plans, **native)
-    sums = [summary(config, r) for r in results]
+    sums = [summary(config, r, energy=energy) for r in results]
     if len(sums) == 1:
         return sums[0]
     out = {"match": all(s["match"] for s in sums), "phase": "step"}
