@@ -970,7 +970,8 @@ def test_mx_training_phases_verilator(preset):
     (``bpsa.models.mx``: ``part = rows``, ``walker=True``; ``run_jobs`` asserts it): channels
     past one 32-channel block, output channels past the columns, strides, padding, dilation,
     a plane cut into row bands, images stacked into a run, rows past two 32-pixel blocks,
-    under memory stalls; the cycle model's DMA bytes equal the counters and its cycles are
+    under memory stalls; the cycle model's DMA bytes and load-written buffer words equal the
+    counters and its cycles are
     within 3 % of them without stalls. What it does not build is refused: the feeder's forward and a
     requantized output by the driver, a forward descriptor in MODE 0 by the planner (MODE) and,
     its program sent anyway, by the hardware (an engine error, not a hang), the traditional
@@ -1001,6 +1002,8 @@ def test_mx_training_phases_verilator(preset):
         m = layer_cycles(cfg, j["phase"], ConvLayer.from_dict(j["layer"]))
         assert m.dma_read_bytes == r["counters"]["dma_read_bytes"], j
         assert m.dma_write_bytes == r["counters"]["dma_write_bytes"], j
+        assert (m.a_writes, m.b_writes) == (r["counters"]["buf_a_writes"],
+                                            r["counters"]["buf_b_writes"]), j
         if not j["pauses"]:             # (the model's memory answers at once)
             assert abs(m.cycles / r["cycles"] - 1) < 0.03, (j, m.cycles, r["cycles"])
     with pytest.raises(ValueError, match="baseline is not run"):

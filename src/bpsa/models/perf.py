@@ -124,7 +124,9 @@ class LayerCycles:
     a run loads into a bank of A (channel-first: of the X banks, one pixel a word) and of B;
     ``p_words``: the most P words a step clears. ``load_wait_cycles``: the cycles the array
     waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
-    dispatcher's hand-offs; the first run's loads included).
+    dispatcher's hand-offs; the first run's loads included). ``a_writes``, ``b_writes``: the
+    buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES; A's: X, dY of the
+    loss, the channel-first banks and their MX scale codes, the pooling unit's buffer).
 
     ``space_to_depth``: the driver runs the layer as :mod:`bpsa.plan.space_to_depth`
     rewrites it (the figures are the inner layer's but ``macs``, ``utilization`` and the
@@ -157,6 +159,8 @@ class LayerCycles:
     b_words: int = 0
     p_words: int = 0
     load_wait_cycles: int = 0
+    a_writes: int = 0
+    b_writes: int = 0
     space_to_depth: bool = False
     frontend: str = ""
     x_sram_words: int = 0
@@ -562,8 +566,8 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     step's store to the DMA. With ``double`` (P double-buffered:
     :class:`bpsa.gateware.results.psum_buffer.PsumBuffer`, a half a step) that store runs
     beside the next step's runs, its commands filling the time between loads; without, the next
-    step waits for the store and the clear. Returns ``(cycles, compute, dma_busy, loaded bytes,
-    P waits, load waits)``; a run's load wait is how much later it starts than it would with
+    step waits for the store and the clear. Returns ``(cycles, compute, dma_busy, loads, P
+    waits, load waits)``, ``loads`` the ones the DMA ran, ``(cache, bytes, commands)`` each; a run's load wait is how much later it starts than it would with
     every load already in its bank."""
     flush = TIMING[boundary.flush]
     idle = boundary.store_idle
@@ -572,7 +576,8 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     end_prev = t_walk
     bank = 0
     held = {}
-    compute = loaded = p_wait = 0
+    compute = p_wait = 0
+    loaded = []                     # the loads the DMA ran: (cache, bytes, commands)
     pending = []                    # store commands: [ready time, cycles]
 
     def stores_until(limit):
@@ -612,7 +617,7 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
             dur = load_cycles[cache](key, nbytes, commands)
             dma_free = start + dur
             dma_busy += dur
-            loaded += nbytes
+            loaded.append((cache, nbytes, commands))
             held[(cache, b)] = key
             t = dma_free + 2
         fetch(needed, t_walk)               # the rest, up to its RUN
@@ -661,7 +666,7 @@ def _combined(config, phase, layer, parts, *, requant, **fields):
     roofline ``layer``'s; ``fields`` set as given."""
     add = ("cycles", "compute_cycles", "array_slots", "dma_read_bytes", "dma_write_bytes",
            "dma_busy_cycles", "runs", "p_wait_cycles", "load_wait_cycles", "x_sram_words",
-           "tiles")
+           "tiles", "a_writes", "b_writes")
     big = ("a_words", "b_words", "p_words")
     total = {name: sum(getattr(p, name) for p in parts) for name in add}
     total.update({name: max(getattr(p, name) for p in parts) for name in big})
@@ -980,9 +985,18 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
         raise AssertionError(f"the model's loops ran {len(runs)} runs, the program "
                              f"{len(gaps)}")
     clears = clear if isinstance(clear, list) else [clear] * len(runs)
-    total, compute, dma_busy, reads, p_wait, load_wait = _timeline(
+    total, compute, dma_busy, ran, p_wait, load_wait = _timeline(
         runs, stores, store_final or [], clears, setup_cycles, rates,
         double=phase != "forward" or bool(e["dbl"]), boundary=_COUNTED if cf else _FITTED)
+    reads = sum(nbytes for _, nbytes, _ in ran)
+    # the buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES): a run of a load
+    # fills whole words of its buffer's lanes (MX's X scale codes: a byte a word, A's)
+    lanes = {"a": C if phase == "loss" else B, "cf": e["cg"], "b": C}
+    written = {"a": 0, "b": 0}
+    for cache, nbytes, commands in ran:
+        each, per = (nbytes // commands, 1) if cache == "xs" else (
+            nbytes // ob // commands, lanes[cache])
+        written["b" if cache == "b" else "a"] += commands * -(-each // per)
     util = macs / (R * C * total)
     # what bounds it: the part busy longest of the array computing, the DMA moving, P being
     # cleared or waited for (its store), and the set-up and per-run programs
@@ -1009,6 +1023,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                        roofline_cycles=roof, over_roofline=total / roof,
                        p_wait_cycles=p_wait, a_words=words["a"], b_words=words["b"],
                        p_words=p_words or 0, load_wait_cycles=load_wait,
+                       a_writes=written["a"], b_writes=written["b"],
                        frontend=frontend if phase == "forward" else "",
                        x_sram_words=x_words, x_word_operands=(
                            (1 if cf else B) if phase == "forward" else 0),
@@ -1169,9 +1184,10 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
         store = _store_row(run["rows"] * out_w * NL, ab, C, _rate(config, C, ab),
                            "pool_dma_command") * run["planes"]
         reads += sum(nbytes for _, _, nbytes, _ in loads)
-    total, compute, dma_busy, loaded, p_wait, load_wait = _timeline(
+    total, compute, dma_busy, ran, p_wait, load_wait = _timeline(
         runs, stores, store, clears, setup_cycles, rates, double=True,
         boundary=_FITTED)
+    loaded = sum(nbytes for _, nbytes, _ in ran)
     outs = n * -(-c // NL) * NL * (h * w if bwd else e["oh"] * e["ow"])
     setup_time = setup_cycles + sum(g[0] for g in gaps)
     bound = max([("pool", compute), ("dma", dma_busy), ("P", p_wait), ("set-up", setup_time)],
@@ -1185,7 +1201,8 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        p_wait_cycles=p_wait, load_wait_cycles=load_wait,
                        a_words=max((nb // (ob * NL) for ld, *_ in runs for _, _, nb, _ in ld),
                                    default=0),
-                       p_words=max(clears, default=0))
+                       p_words=max(clears, default=0),
+                       a_writes=sum(cm * -(-(nb // ob // cm) // NL) for _, nb, cm in ran))
 
 
 def workload_layers(batch=1):
