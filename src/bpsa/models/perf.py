@@ -126,7 +126,9 @@ class LayerCycles:
     waited for loads (a run ready to start whose loads were not done: the DMA's, beyond the
     dispatcher's hand-offs; the first run's loads included). ``a_writes``, ``b_writes``: the
     buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES; A's: X, dY of the
-    loss, the channel-first banks and their MX scale codes, the pooling unit's buffer).
+    loss, the channel-first banks and their MX scale codes, the pooling unit's buffer);
+    ``p_writes``: P's words written, a result vector's accumulation each and each step's
+    clear (BUF_P_WRITES; pooling: 0, its P traffic is not modelled).
 
     ``space_to_depth``: the driver runs the layer as :mod:`bpsa.plan.space_to_depth`
     rewrites it (the figures are the inner layer's but ``macs``, ``utilization`` and the
@@ -161,6 +163,7 @@ class LayerCycles:
     load_wait_cycles: int = 0
     a_writes: int = 0
     b_writes: int = 0
+    p_writes: int = 0
     space_to_depth: bool = False
     frontend: str = ""
     x_sram_words: int = 0
@@ -232,6 +235,20 @@ def _zf_gradient_compute(config, *, channels, obh, ow, r, s):
             + DRAIN_REGISTERS - 1 + _float_drain(config))
 
 
+def _zf_loss_classes(*, height, width, r, s, sh, sw, pt, pw, dh, dw):
+    """The stride classes of a zero-free loss run over a band of ``height`` dX rows: per
+    class, its taps (indices ``r S + q``) and its pixels in the band."""
+    out = []
+    for a in range(sh):
+        for b in range(sw):
+            taps = tuple(ri * s + qi for ri in range(r) for qi in range(s)
+                         if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0)
+            pixels = 0 if a >= height or b >= width else \
+                len(range(a, height, sh)) * len(range(b, width, sw))
+            out.append((taps, pixels))
+    return out
+
+
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
                      dh, dw, k):
     """Busy cycles of one zero-free loss run (:class:`bpsa.gateware.frontends.zero_free.loss.
@@ -239,14 +256,8 @@ def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, 
     loader, transposer and emitter, plus the run's set-up and the last context's drain."""
     R, C = config.rows, config.cols
     kblocks = -(-k // C)
-    classes = []
-    for a in range(sh):
-        for b in range(sw):
-            taps = tuple(ri * s + qi for ri in range(r) for qi in range(s)
-                         if (a + pt - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0)
-            pixels = 0 if a >= height or b >= width else \
-                len(range(a, height, sh)) * len(range(b, width, sw))
-            classes.append((taps, -(-pixels // R)))
+    classes = [(taps, -(-pixels // R)) for taps, pixels in _zf_loss_classes(
+        height=height, width=width, r=r, s=s, sh=sh, sw=sw, pt=pt, pw=pw, dh=dh, dw=dw)]
     blocks = (C,) * (kblocks - 1) + (k - (kblocks - 1) * C,)
     walk = _zf_loss_walk(tuple(classes), r * s, R, blocks, config.context_gap)
     # the run's set-up before the walk and the last context's drain after it (fitted on
@@ -666,7 +677,7 @@ def _combined(config, phase, layer, parts, *, requant, **fields):
     roofline ``layer``'s; ``fields`` set as given."""
     add = ("cycles", "compute_cycles", "array_slots", "dma_read_bytes", "dma_write_bytes",
            "dma_busy_cycles", "runs", "p_wait_cycles", "load_wait_cycles", "x_sram_words",
-           "tiles", "a_writes", "b_writes")
+           "tiles", "a_writes", "b_writes", "p_writes")
     big = ("a_words", "b_words", "p_words")
     total = {name: sum(getattr(p, name) for p in parts) for name in add}
     total.update({name: max(getattr(p, name) for p in parts) for name in big})
@@ -779,7 +790,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                 else _segment_load(config, lanes, ob))
 
     rates = {"a": load(C if phase == "loss" else B), "b": load(C)}
-    x_words = tiles = 0
+    x_words = tiles = vectors = 0       # vectors: the result vectors P accumulates
     if phase == "forward" and cf:
         cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
         per_beat = config.dma_data_width // 8 // ob
@@ -837,6 +848,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                                 slots += run_tiles * bd.out_rows * ow * R * C
                                 x_words += words
                                 tiles += run_tiles
+                                vectors += run_tiles * bd.out_rows * ow     # a pass a tile
                                 runs.append((loads, comp, first, gaps[len(runs)], i > 0))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * held * bd.out_rows * ow)
@@ -867,6 +879,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                                 ("b", ("w", t, c0), cgv * r * s * C * ob, 1)]
                             slots += bd.out_rows * -(-ow // R) * cgv * r * s * R * C
                             x_words += words
+                            vectors += bd.out_rows * ow         # a vector an output pixel
                             runs.append((loads, comp, first, gaps[len(runs)]))
                             stores.append(store_step if first and len(runs) > 1 else [])
                             clears.append((kend - kb0) * bd.out_rows * ow)
@@ -875,6 +888,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                         kend - kb0)
         clear, store_final = clears, store_step
     elif phase == "gradient":
+        from bpsa.models.mx import walker_segments
         ct, kb, nb, cn, zn = e["ct"], e["kb"], e["nb"], e["cn"], e["zn"]
         store_step = None
         clears = []
@@ -915,6 +929,11 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                                                                 r=r, s=s)
                                 slots += (-(-cgv // R) * r * s * zng * bd.out_rows * ow
                                           * R * C)
+                                # a dW row a channel and tap (MX: a row per segment of
+                                # each output row, which P folds)
+                                vectors += cgv * r * (zng * bd.out_rows * sum(
+                                    len(walker_segments(ow, w, sw, q * dw - pw))
+                                    for q in range(s)) if config.is_mx else s)
                                 runs.append((loads, comp, first, gaps[len(runs)], i > 0))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * blocks * nb)
@@ -949,6 +968,10 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                         vec = _zf_loss_vectors(height=bd.out_rows, width=w, r=r, s=s, sh=sh,
                                                sw=sw, pt=bd.pad_top, pw=pw, dh=dh, dw=dw,
                                                k=kch, rows=R)
+                        # a result vector a dX pixel of the classes with taps
+                        reached = sum(p for taps, p in _zf_loss_classes(
+                            height=bd.out_rows, width=w, r=r, s=s, sh=sh, sw=sw, pt=bd.pad_top,
+                            pw=pw, dh=dh, dw=dw) if taps)
                         # W of the step's blocks stays in a half of B when it fits (one
                         # load when it changes, the runs after HOLD), else a block's a run
                         wwords = kch * r * s
@@ -975,6 +998,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((cbe - cb0) * zng * bd.out_rows * w)
                                 slots += vec * R * C
+                                vectors += reached
                                 first = False
                     # counted: the loss engine's result vectors no longer slow its store
                     store_step = _counted_store_row(bd.out_rows * w * C, ab, C, store_rate) * (
@@ -989,6 +1013,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
         runs, stores, store_final or [], clears, setup_cycles, rates,
         double=phase != "forward" or bool(e["dbl"]), boundary=_COUNTED if cf else _FITTED)
     reads = sum(nbytes for _, nbytes, _ in ran)
+    # P's words written (BUF_P_WRITES): each result vector's accumulation, each step's clear
+    p_writes = vectors + sum(words for words, run in zip(clears, runs) if run[2])
     # the buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES): a run of a load
     # fills whole words of its buffer's lanes (MX's X scale codes: a byte a word, A's)
     lanes = {"a": C if phase == "loss" else B, "cf": e["cg"], "b": C}
@@ -1024,6 +1050,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                        p_wait_cycles=p_wait, a_words=words["a"], b_words=words["b"],
                        p_words=p_words or 0, load_wait_cycles=load_wait,
                        a_writes=written["a"], b_writes=written["b"],
+                       p_writes=p_writes,
                        frontend=frontend if phase == "forward" else "",
                        x_sram_words=x_words, x_word_operands=(
                            (1 if cf else B) if phase == "forward" else 0),
