@@ -1002,9 +1002,9 @@ def test_mx_training_phases_verilator(preset):
         m = layer_cycles(cfg, j["phase"], ConvLayer.from_dict(j["layer"]))
         assert m.dma_read_bytes == r["counters"]["dma_read_bytes"], j
         assert m.dma_write_bytes == r["counters"]["dma_write_bytes"], j
-        assert (m.a_writes, m.b_writes, m.p_writes) == (
-            r["counters"]["buf_a_writes"], r["counters"]["buf_b_writes"],
-            r["counters"]["buf_p_writes"]), j
+        assert (m.a_writes, m.b_writes, m.p_writes, m.a_reads, m.b_reads) == tuple(
+            r["counters"][f"buf_{x}"] for x in ("a_writes", "b_writes", "p_writes", "a_reads",
+                                                "b_reads")), j
         if not j["pauses"]:             # (the model's memory answers at once)
             assert abs(m.cycles / r["cycles"] - 1) < 0.03, (j, m.cycles, r["cycles"])
     with pytest.raises(ValueError, match="baseline is not run"):

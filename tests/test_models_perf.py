@@ -1,9 +1,10 @@
 """The cycle model of the forward pass and the zero-free loss and gradient
 (``bpsa.models.perf``) against the RTL's counters (whole accelerator, native transport) on
 random layers: the MAC slots the array is fed, the DMA's bytes and the buffer words written
-(loads into A and B, P's accumulations and clears) exactly, the cycles within the bounds the
-notes of the one-array issue state (below, with what the model leaves out); on every layer of
-the workload it refuses nothing the controller runs, and its roofline is a lower bound."""
+(loads into A and B, P's accumulations and clears) and read by the engines exactly, the
+cycles within the bounds the notes of the one-array issue state (below, with what the model
+leaves out); on every layer of the workload it refuses nothing the controller runs, and its
+roofline is a lower bound."""
 
 import csv
 import re
@@ -61,8 +62,12 @@ def _cycle_errors(jobs):
         assert (m.dma_read_bytes, m.dma_write_bytes) == (c["dma_read_bytes"],
                                                          c["dma_write_bytes"]), job
         # the buffer words the loads write (the energy model's action counts)
-        assert (m.a_writes, m.b_writes, m.p_writes) == (
-            c["buf_a_writes"], c["buf_b_writes"], c["buf_p_writes"]), job
+        assert (m.a_writes, m.b_writes, m.p_writes, m.a_reads, m.b_reads) == (
+            c["buf_a_writes"], c["buf_b_writes"], c["buf_p_writes"], c["buf_a_reads"],
+            c["buf_b_reads"]), job
+        # P's reads: the accumulations' and the stores' words, and the DMA's repeated reads
+        # the model leaves out (on 100 random layers: 14 % more in all, 5.6 % the median)
+        assert c["buf_p_reads"] >= m.p_reads, job
         errors.append(abs(m.cycles / r["cycles"] - 1))
     return errors
 
@@ -364,8 +369,10 @@ def test_channel_first_model_against_rtl_counters():
                                                          got["dma_write_bytes"])
         assert m.array_slots == got["macs"] + got["gated_macs"]
         assert m.compute_cycles == got["compute_cycles"]
-        assert (m.a_writes, m.b_writes, m.p_writes) == (
-            got["buf_a_writes"], got["buf_b_writes"], got["buf_p_writes"])
+        assert (m.a_writes, m.b_writes, m.p_writes, m.a_reads, m.b_reads) == (
+            got["buf_a_writes"], got["buf_b_writes"], got["buf_p_writes"], got["buf_a_reads"],
+            got["buf_b_reads"])
+        assert got["buf_p_reads"] >= m.p_reads
         errors.append(abs(m.cycles / got["busy_cycles"] - 1))
     assert max(errors) <= 0.02, errors
 

@@ -8,7 +8,8 @@ import pytest
 from bpsa.config import load_config
 from bpsa.models.perf import layer_cycles
 from bpsa.spec.layer import ConvLayer
-from bpsa.tools.rtl_layers import LAYERS, TOLERANCE, Case, layer_cases, measure
+from bpsa.tools.rtl_layers import (BUFFER_COUNTS, LAYERS, TOLERANCE, Case, layer_cases,
+                                   measure)
 
 SMALL = load_config("small")
 
@@ -27,7 +28,7 @@ def test_rows_match_golden_and_hold_model_and_rtl():
         (c.name, c.phase, c.frontend + (" (space-to-depth)" if c.name == "b" else ""))
         for c in CASES]
     for case, r in zip(CASES, rows):
-        assert r["match"] and r["dma_equal"], r
+        assert r["match"] and r["dma_equal"] and r["buffers_equal"], r
         m = layer_cycles(SMALL, case.phase, case.layer,
                          frontend=case.frontend if case.phase == "forward" else "feeder")
         assert (r["model_cycles"], r["model_dma_read_bytes"], r["model_dma_write_bytes"]) == (
@@ -37,6 +38,8 @@ def test_rows_match_golden_and_hold_model_and_rtl():
         assert r["within"] == (abs(r["error"]) <= TOLERANCE)
         assert r["dma_equal"] == ((r["rtl_dma_read_bytes"], r["rtl_dma_write_bytes"])
                                   == (r["model_dma_read_bytes"], r["model_dma_write_bytes"]))
+        assert r["model_buffer_words"] == {k: getattr(m, k) for k in BUFFER_COUNTS}
+        assert r["buffers_equal"] == (r["rtl_buffer_words"] == r["model_buffer_words"])
         assert r["sim_cycles"] >= r["rtl_cycles"] and r["seconds"] > 0
         assert r["batch"] == case.layer.batch and "banded" in r["plan"]
 

@@ -128,7 +128,11 @@ class LayerCycles:
     buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES; A's: X, dY of the
     loss, the channel-first banks and their MX scale codes, the pooling unit's buffer);
     ``p_writes``: P's words written, a result vector's accumulation each and each step's
-    clear (BUF_P_WRITES; pooling: 0, its P traffic is not modelled).
+    clear (BUF_P_WRITES; pooling: 0, its P traffic is not modelled); ``a_reads``,
+    ``b_reads``: the words the engine reads from A (or the channel-first banks) and B
+    (BUF_A_READS, BUF_B_READS); ``p_reads``: a result vector's accumulation each and each
+    stored word once (the RTL's BUF_P_READS also counts the DMA's reads that an accumulation
+    on P's port made it repeat: a few percent more).
 
     ``space_to_depth``: the driver runs the layer as :mod:`bpsa.plan.space_to_depth`
     rewrites it (the figures are the inner layer's but ``macs``, ``utilization`` and the
@@ -164,6 +168,9 @@ class LayerCycles:
     a_writes: int = 0
     b_writes: int = 0
     p_writes: int = 0
+    a_reads: int = 0
+    b_reads: int = 0
+    p_reads: int = 0
     space_to_depth: bool = False
     frontend: str = ""
     x_sram_words: int = 0
@@ -247,6 +254,39 @@ def _zf_loss_classes(*, height, width, r, s, sh, sw, pt, pw, dh, dw):
                 len(range(a, height, sh)) * len(range(b, width, sw))
             out.append((taps, pixels))
     return out
+
+
+def _zf_reads(config, phase, layer):
+    """The A words a zero-free phase's walker reads (BUF_A_READS): per tap, each pixel whose
+    operand is inside the tensor (padding is not read), once an operand block. Loss: dY words
+    (``cols`` output channels each) for the dX pixels of each stride class with the tap, once
+    an input block; gradient: X words for each output pixel, once a block of ``rows``
+    channels of each X word and an output block (MX: and a scale word a walker segment of
+    each row inside)."""
+    n, c, h, w = layer.x_shape
+    (oh, ow), (sh, sw), (ph, pw), (dh, dw) = layer.out_hw, layer.stride, layer.pad, layer.dil
+    R, C, B = config.rows, config.cols, config.feeder_bus_width
+    kt = -(-layer.out_channels // C)
+    if phase == "loss":
+        def inside(a, size, out, stride, pad, dil, t):
+            return sum(1 for i in range(a, size, stride)
+                       if 0 <= (i + pad - t * dil) // stride < out)
+        total = sum(inside(a, h, oh, sh, ph, dh, ri) * inside(b, w, ow, sw, pw, dw, qi)
+                    for a in range(sh) for b in range(sw)
+                    for ri in range(layer.kernel_h) for qi in range(layer.kernel_w)
+                    if (a + ph - ri * dh) % sh == 0 and (b + pw - qi * dw) % sw == 0)
+        return total * n * -(-c // C) * kt
+
+    def inside(out, size, stride, pad, dil, t):
+        return sum(1 for o in range(out) if 0 <= o * stride - pad + t * dil < size)
+    total = sum(inside(oh, h, sh, ph, dh, ri) * inside(ow, w, sw, pw, dw, qi)
+                for ri in range(layer.kernel_h) for qi in range(layer.kernel_w))
+    if config.is_mx:                    # and a scale word a walker segment of a row inside
+        from bpsa.models.mx import walker_segments
+        total += sum(inside(oh, h, sh, ph, dh, ri) for ri in range(layer.kernel_h)) * sum(
+            len(walker_segments(ow, w, sw, qi * dw - pw)) for qi in range(layer.kernel_w))
+    blocks = sum(-(-min(B, c - cb) // R) for cb in range(0, c, B))
+    return total * n * kt * blocks
 
 
 def _zf_loss_compute(config, *, height, width, out_height, out_width, r, s, sh, sw, pt, pw,
@@ -677,7 +717,7 @@ def _combined(config, phase, layer, parts, *, requant, **fields):
     roofline ``layer``'s; ``fields`` set as given."""
     add = ("cycles", "compute_cycles", "array_slots", "dma_read_bytes", "dma_write_bytes",
            "dma_busy_cycles", "runs", "p_wait_cycles", "load_wait_cycles", "x_sram_words",
-           "tiles", "a_writes", "b_writes", "p_writes")
+           "tiles", "a_writes", "b_writes", "p_writes", "a_reads", "b_reads", "p_reads")
     big = ("a_words", "b_words", "p_words")
     total = {name: sum(getattr(p, name) for p in parts) for name in add}
     total.update({name: max(getattr(p, name) for p in parts) for name in big})
@@ -791,6 +831,7 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
 
     rates = {"a": load(C if phase == "loss" else B), "b": load(C)}
     x_words = tiles = vectors = 0       # vectors: the result vectors P accumulates
+    scale_reads = 0                     # MX gradient: B's scale words a walker segment
     if phase == "forward" and cf:
         cg, kt, kb = e["cg"], e["kt"], e["kb"]       # cg: L = min(C, rows), one block a group
         per_beat = config.dma_data_width // 8 // ob
@@ -931,9 +972,11 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                                           * R * C)
                                 # a dW row a channel and tap (MX: a row per segment of
                                 # each output row, which P folds)
-                                vectors += cgv * r * (zng * bd.out_rows * sum(
+                                segs = zng * bd.out_rows * sum(
                                     len(walker_segments(ow, w, sw, q * dw - pw))
-                                    for q in range(s)) if config.is_mx else s)
+                                    for q in range(s)) if config.is_mx else 0
+                                vectors += cgv * r * (segs if config.is_mx else s)
+                                scale_reads += -(-cgv // R) * r * segs  # MX: dY's a segment
                                 runs.append((loads, comp, first, gaps[len(runs)], i > 0))
                                 stores.append(store_step if first and len(runs) > 1 else [])
                                 clears.append((kend - kb0) * blocks * nb)
@@ -1015,6 +1058,15 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
     reads = sum(nbytes for _, nbytes, _ in ran)
     # P's words written (BUF_P_WRITES): each result vector's accumulation, each step's clear
     p_writes = vectors + sum(words for words, run in zip(clears, runs) if run[2])
+    # the buffers' words the engine reads (BUF_A_READS, BUF_B_READS): the feeder's X words
+    # and a W word a slot row a context plus one a run; the channel-first engine's X words and
+    # a tile's rows W words; the zero-free walkers' operands inside the tensors and a B word a
+    # slot row
+    if phase == "forward":
+        a_reads = x_words
+        b_reads = tiles * R if cf else slots // (R * C) + len(runs)
+    else:
+        a_reads, b_reads = _zf_reads(config, phase, layer), slots // (R * C) + scale_reads
     # the buffer words the loads write (the RTL's BUF_A_WRITES, BUF_B_WRITES): a run of a load
     # fills whole words of its buffer's lanes (MX's X scale codes: a byte a word, A's)
     lanes = {"a": C if phase == "loss" else B, "cf": e["cg"], "b": C}
@@ -1050,7 +1102,8 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
                        p_wait_cycles=p_wait, a_words=words["a"], b_words=words["b"],
                        p_words=p_words or 0, load_wait_cycles=load_wait,
                        a_writes=written["a"], b_writes=written["b"],
-                       p_writes=p_writes,
+                       p_writes=p_writes, a_reads=a_reads, b_reads=b_reads,
+                       p_reads=vectors + writes // (C * ab),
                        frontend=frontend if phase == "forward" else "",
                        x_sram_words=x_words, x_word_operands=(
                            (1 if cf else B) if phase == "forward" else 0),

@@ -23,7 +23,7 @@ from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["LAYERS", "TOLERANCE", "Case", "layer_cases", "measure", "rtl_layers_report"]
+__all__ = ["BUFFER_COUNTS", "LAYERS", "TOLERANCE", "Case", "layer_cases", "measure", "rtl_layers_report"]
 
 #: The model's error a layer may have (model cycles over RTL cycles, less one).
 TOLERANCE = 0.02
@@ -150,8 +150,18 @@ def _row(config, case, got, want, drv, model, seconds, sim_cycles):
             "model_dma_write_bytes": model.dma_write_bytes,
             "dma_equal": (counters["dma_read_bytes"], counters["dma_write_bytes"])
             == (model.dma_read_bytes, model.dma_write_bytes),
+            # the energy model's action counts: each buffer's words (P's reads apart: the
+            # RTL also counts the DMA's repeated reads)
+            "rtl_buffer_words": {k: counters[f"buf_{k}"] for k in BUFFER_COUNTS},
+            "model_buffer_words": {k: getattr(model, k) for k in BUFFER_COUNTS},
+            "buffers_equal": all(counters[f"buf_{k}"] == getattr(model, k)
+                                 for k in BUFFER_COUNTS),
             "seconds": seconds, "sim_cycles": sim_cycles,
             "cycles_per_second": sim_cycles / seconds}
+
+
+#: The buffer counters the model's figures equal (``buf_<name>`` of the RTL's counters).
+BUFFER_COUNTS = ("a_reads", "a_writes", "b_reads", "b_writes", "p_writes")
 
 
 def measure(config, cases, *, seed=1, progress=True):
@@ -159,7 +169,8 @@ def measure(config, cases, *, seed=1, progress=True):
     ``config`` on the native transport, each checked against the golden model; returns a row
     a case: ``match`` (bit-exact), RTL and model cycles, ``error`` (model / RTL - 1),
     ``within`` (:data:`TOLERANCE`), utilization, DMA bytes read and written by both and
-    ``dma_equal``, the driver's ``plan`` (``banded``, ``bands``, ``images``), ``seconds`` of
+    ``dma_equal``, the buffer words of :data:`BUFFER_COUNTS` by both and ``buffers_equal``,
+    the driver's ``plan`` (``banded``, ``bands``, ``images``), ``seconds`` of
     the driver's run (host-side layout included, the golden model not) and the simulated
     cycles (set-up and polling included) with their rate.
     ``progress``: a tqdm bar of the model's cycles and a line a finished case."""
@@ -202,22 +213,23 @@ def measure(config, cases, *, seed=1, progress=True):
 
 def _markdown(config, batch, rows, seconds):
     head = ("| layer | phase | front end | C x H x W -> K, kernel | batch | bands / images "
-            "| RTL cycles | model cycles | error | DMA bytes equal | match | run (s) "
-            "| cycles / s |")
+            "| RTL cycles | model cycles | error | DMA bytes equal | buffer words equal "
+            "| match | run (s) | cycles / s |")
     lines = [f"ResNet-50 layer phases at full size, batch {batch} (or the layer's least "
              "batch), through the whole accelerator under Verilator (the native transport), "
              "each result bit-exact against the golden model (operands in [-8, 8]); RTL "
              "cycles are BUSY_CYCLES, model cycles `bpsa.models.perf.layer_cycles` of the "
              "same layer, batch and front end, error = model / RTL - 1 (target: within "
-             f"{TOLERANCE:.0%}); DMA bytes read and written, RTL against model.", "", head,
-             "|---|---|---|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
+             f"{TOLERANCE:.0%}); DMA bytes read and written, and the words read and written "
+             "of each buffer (A, B; P's writes), RTL against model.", "", head,
+             "|---|---|---|---|---:|---|---:|---:|---:|---|---|---|---:|---:|"]
     for r in rows:
         p = r["plan"]
         plan = f"{p['bands'] if p.get('banded') else 1} / {p.get('images', 1)}"
         lines.append(
             f"| {r['layer']} | {r['phase']} | {r['frontend']} | {r['shape']} | {r['batch']} "
             f"| {plan} | {r['rtl_cycles']:,} | {r['model_cycles']:,} | {r['error']:+.2%} "
-            f"| {r['dma_equal']} | {r['match']} | {r['seconds']:.0f} "
+            f"| {r['dma_equal']} | {r['buffers_equal']} | {r['match']} | {r['seconds']:.0f} "
             f"| {r['cycles_per_second']:,.0f} |")
     cycles = sum(r["sim_cycles"] for r in rows)
     run = sum(r["seconds"] for r in rows)
@@ -225,13 +237,17 @@ def _markdown(config, batch, rows, seconds):
     lines += ["", f"{sum(r['match'] for r in rows)} of {len(rows)} bit-exact, "
                   f"{sum(r['within'] for r in rows)} within {TOLERANCE:.0%} of the model "
                   f"(largest error {worst['error']:+.2%}, {worst['layer']} {worst['phase']}), "
-                  f"DMA bytes equal on {sum(r['dma_equal'] for r in rows)}. "
+                  f"DMA bytes equal on {sum(r['dma_equal'] for r in rows)}, buffer words "
+                  f"on {sum(r['buffers_equal'] for r in rows)}. "
                   f"{cycles:,} cycles simulated in {run:.0f} s of layer runs "
                   f"({cycles / run:,.0f} cycles/s, the driver's host work included), "
                   f"{seconds:.0f} s in all (the model's build, when not cached, included).", ""]
     lines += ["Why each layer:", ""]
     lines += [f"- {r['layer']} {r['phase']}: {r['why']}" for r in rows]
     for r in rows:
+        if not r["buffers_equal"]:
+            lines.append(f"- {r['layer']} {r['phase']}: buffer words RTL "
+                         f"{r['rtl_buffer_words']}, model {r['model_buffer_words']}")
         if not r["dma_equal"]:
             lines.append(f"- {r['layer']} {r['phase']}: DMA bytes read / written RTL "
                          f"{r['rtl_dma_read_bytes']:,} / {r['rtl_dma_write_bytes']:,}, model "
