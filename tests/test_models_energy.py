@@ -9,8 +9,8 @@ import math
 import pytest
 
 from bpsa.config import load_config
-from bpsa.models.energy import (TECH_45NM, actions_from_counters, counted_memories, energy,
-                                mac_pj, sram_pj)
+from bpsa.models.energy import (TECH_45NM, actions_from_counters, actions_from_model,
+                                counted_memories, energy, mac_pj, rows_energy, sram_pj)
 
 SMALL = load_config("small")
 KB = 1024
@@ -96,3 +96,57 @@ def test_sim_energy_is_the_formula_on_the_runs_counters(capsys):
         sum(parts.values()) / (r["macs"] + r["gated_macs"]))
     assert min(parts.values()) > 0
 
+
+
+def test_model_actions_name_the_memories_the_counters_do():
+    from bpsa.models.perf import layer_cycles
+    from bpsa.spec.layer import ConvLayer
+    cf_cfg = load_config("small_cf")
+    layer = ConvLayer.conv(2, 6, 9, 9, 5, 3, 3, 1, 1)
+    cf = layer_cycles(cf_cfg, "forward", layer, frontend="channel_first")
+    row = dict(cf.as_dict(), phase="forward")
+    acts = actions_from_model(cf_cfg, row)
+    assert acts["memory"] == {"CF": (cf.a_reads, cf.a_writes), "B": (cf.b_reads, cf.b_writes),
+                              "P": (cf.p_reads, cf.p_writes)}
+    assert acts["dram_bytes"] == cf.dma_read_bytes + cf.dma_write_bytes
+    # every MAC fired, the slots beyond them gated; a zero fraction gates that share
+    assert (acts["macs_fired"], acts["macs_gated"]) == (cf.macs, cf.array_slots - cf.macs)
+    half = actions_from_model(cf_cfg, row, zero_fraction=0.5)
+    assert half["macs_fired"] == round(cf.macs / 2)
+    assert half["macs_fired"] + half["macs_gated"] == cf.array_slots
+    loss = layer_cycles(SMALL, "loss", layer)
+    assert set(actions_from_model(SMALL, dict(loss.as_dict(), phase="loss"))["memory"]) == {
+        "A", "B", "P"}
+    with pytest.raises(ValueError, match="zero_fraction"):
+        actions_from_model(SMALL, row, zero_fraction=1.5)
+
+
+def test_rows_energy_sums_the_rows_that_ran():
+    from bpsa.models.perf import layer_cycles
+    from bpsa.spec.layer import ConvLayer
+    layer = ConvLayer.conv(1, 4, 8, 8, 4, 3, 3, 1, 1)
+    rows = [dict(layer_cycles(SMALL, p, layer).as_dict(), phase=p, status="run")
+            for p in ("forward", "loss", "gradient")]
+    rows.append({"phase": "loss", "status": "refused", "reason": "too large"})
+    got = rows_energy(SMALL, rows, zero_fraction=0.25)
+    each = [energy(SMALL, actions_from_model(SMALL, r, zero_fraction=0.25))["pj"]
+            for r in rows[:3]]
+    assert got["pj"] == pytest.approx(sum(each))
+    assert [r["energy_pj"] for r in rows[:3]] == pytest.approx(each)
+    assert got["phases"] == pytest.approx(dict(zip(("forward", "loss", "gradient"), each)))
+    assert sum(got["parts"].values()) == pytest.approx(got["pj"])
+    assert got["pj_per_mac"] == pytest.approx(sum(each) / sum(r["macs"] for r in rows[:3]))
+
+
+def test_perf_energy_on_a_layer(capsys):
+    from bpsa.cli import main
+    main(["perf", "--config", "small", "--layer", "C=4,H=8,K=4,R=3,pad=1", "--energy",
+          "--zero-fraction", "0.5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    e = out["energy"]
+    assert e["zero_fraction"] == 0.5 and e["technology"] == "45nm"
+    assert e["pj"] == pytest.approx(sum(r["energy_pj"] for r in out["layers"]))
+    assert set(e["phases"]) == {"forward", "loss", "gradient"}
+    main(["perf", "--config", "small", "--layer", "C=4,H=8,K=4,R=3,pad=1", "--energy"])
+    text = capsys.readouterr().out
+    assert "energy (45nm, 0 of the MACs gated):" in text and "pJ a MAC" in text

@@ -58,6 +58,12 @@ def register(sub):
     sp.add_argument("--requant", action="store_true",
                     help="the forward's and the loss's outputs leave requantized, as operands "
                          "(the descriptor's REQUANT), instead of as accumulators")
+    sp.add_argument("--energy", action="store_true",
+                    help="the energy too (45 nm per-action energies: every MAC fired, buffer "
+                         "word and DRAM byte the model counts; bpsa.models.energy)")
+    sp.add_argument("--zero-fraction", type=float, default=None, metavar="F",
+                    help="with --energy: the fraction of the MACs with a zero operand, which "
+                         "zero gating skips (default 0)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=run)
 
@@ -79,6 +85,12 @@ def run(args):
         phases = [p for p in phases if p != "forward"]
     if args.requant and args.baseline:
         raise UserError("--requant applies to the zero-free model, not --baseline")
+    if args.zero_fraction is not None and not args.energy:
+        raise UserError("--zero-fraction applies with --energy")
+    if args.zero_fraction is not None and not 0 <= args.zero_fraction <= 1:
+        raise UserError(f"--zero-fraction {args.zero_fraction}: give a fraction in [0, 1]")
+    if args.energy and args.baseline:
+        raise UserError("--energy applies to the zero-free model, not --baseline")
     if sum((args.layer is not None, args.workload, args.network is not None,
             args.model is not None)) != 1:
         raise UserError("give one of --layer C=..,H=..,K=.., --workload, --network NAME or "
@@ -111,9 +123,11 @@ def run(args):
         raise UserError(f"cannot model layer {args.layer!r} on {config.name!r}: {e}") from None
     seconds = time.perf_counter() - t0
     totals = _network_totals(config, out) if args.workload else {}
+    energy = _energy(args, config, out)
     if args.json:
         print(json.dumps({"config": config.name, "seconds": seconds, "layers": out,
-                          **({"totals": totals} if args.workload else {})}, sort_keys=True))
+                          **({"totals": totals} if args.workload else {}),
+                          **({"energy": energy} if energy else {})}, sort_keys=True))
         return
     print(f"{'network':14s} {'layer':22s} {'phase':8s} {'cycles':>11s} {'util':>6s} "
           f"{'roofline':>11s} {'x roof':>6s} {'DMA busy':>10s}  bound")
@@ -129,6 +143,7 @@ def run(args):
         print(f"{network:14s} {'total':22s} {'':8s} {t['cycles']:11,d} "
               f"{t['utilization']:6.3f}  {t['macs']:,d} MACs in {t['layer_phases']} layer "
               f"phases" + (f", {t['refused']} refused (not counted)" if t["refused"] else ""))
+    _print_energy(energy)
     print(f"({len(out)} layer phases on {config.name} in {seconds:.2f} s)")
 
 
@@ -182,11 +197,14 @@ def _network(args, config):
     except ValueError as e:
         raise UserError(f"--frontend {args.frontend}: {e}") from None
     seconds = time.perf_counter() - t0
+    energy = _energy(args, config, step.rows)
     if args.plot:
         from bpsa.tools.perf_plots import plot_step
         plot_step(step, config, args.plot)
     if args.json:
         out = dict(step.as_dict(), model_seconds=seconds)
+        if energy:
+            out["energy"] = energy
         if traced is not None:
             out.update(host_ops=[vars(h) for h in traced.host_ops],
                        relus=[{"name": n, "elements": e} for n, e in traced.relus])
@@ -223,10 +241,34 @@ def _network(args, config):
               f"{pt['skipped']} skipped)")
     if step.refused:
         print(f"not run on {config.name}: {len(step.refused)} layer phases (listed above)")
+    _print_energy(energy)
     if traced is not None:
         _print_host_ops(traced)
     print(f"(the cycle model in {seconds:.2f} s"
           + (f"; plot: {args.plot})" if args.plot else ")"))
+
+
+def _energy(args, config, rows):
+    """With ``--energy``: :func:`bpsa.models.energy.rows_energy` of ``rows`` (each row's
+    ``energy_pj`` set), else ``None``."""
+    if not args.energy:
+        return None
+    from bpsa.models.energy import TECH_45NM, rows_energy
+    out = rows_energy(config, rows, zero_fraction=args.zero_fraction or 0.0)
+    return dict(out, technology=TECH_45NM.name, zero_fraction=args.zero_fraction or 0.0)
+
+
+def _print_energy(energy):
+    """The energy summary lines of :func:`_energy`'s result."""
+    if not energy:
+        return
+    total = energy["pj"]
+    shares = ", ".join(f"{k} {v / total:.1%}" for k, v in sorted(
+        energy["parts"].items(), key=lambda kv: -kv[1])) if total else ""
+    print(f"energy ({energy['technology']}, {energy['zero_fraction']:g} of the MACs gated): "
+          f"{total / 1e6:,.3f} uJ, {energy['pj_per_mac']:.2f} pJ a MAC; {shares}")
+    for phase, pj in energy["phases"].items():
+        print(f"  {phase:8s} {pj / 1e6:15,.3f} uJ")
 
 
 def _trace_model(args):

@@ -31,8 +31,11 @@ rules below, and say so.
   sign-off power analysis.
 
 The action counts come from the RTL's counters (:func:`actions_from_counters`: ``bpsa sim
---energy``); the buffer counters count the memory the run's front end reads
-(:func:`counted_memories`).
+--energy``; the buffer counters count the memory the run's front end reads,
+:func:`counted_memories`) or from the cycle model (:func:`actions_from_model`: ``bpsa perf
+--energy``), which counts the same buffer words as the counters (checked equal on the
+model's random layers and ``make rtl-layers``; P's reads apart) and leaves the split of the
+MACs into fired and gated to a ``zero_fraction`` of the data.
 """
 
 from dataclasses import dataclass
@@ -41,8 +44,8 @@ from math import log
 from bpsa.config import FLOAT_WIDTHS
 from bpsa.models.area import memories
 
-__all__ = ["SOURCES", "TECH_45NM", "Technology", "actions_from_counters", "counted_memories",
-           "energy", "mac_pj", "sram_pj"]
+__all__ = ["SOURCES", "TECH_45NM", "Technology", "actions_from_counters", "actions_from_model",
+           "counted_memories", "energy", "mac_pj", "rows_energy", "sram_pj"]
 
 _HOROWITZ = "Horowitz, ISSCC 2014, Fig. 1.1.9 (45 nm, 0.9 V)"
 _EIE = "Han et al., EIE, ISCA 2016, Table I (45 nm, after Horowitz)"
@@ -150,6 +153,32 @@ def actions_from_counters(config, mode, counters):
             "dram_bytes": counters["dma_read_bytes"] + counters["dma_write_bytes"]}
 
 
+def actions_from_model(config, row, *, zero_fraction=0.0):
+    """The action counts of one layer phase from the cycle model (``row``: a
+    :class:`bpsa.models.perf.LayerCycles` or its dict, as a network step's rows, with its
+    ``phase``): the buffer words it counts exactly as the RTL's counters (P's reads: its
+    accumulations and stores), the DMA bytes, and the MACs: ``zero_fraction`` of the layer's
+    MACs gated (a zero operand: ReLU outputs, zero-spaced gradients) with every slot beyond
+    them (padding, partial tiles), the rest fired."""
+    if not 0.0 <= zero_fraction <= 1.0:
+        raise ValueError(f"zero_fraction is in [0, 1], not {zero_fraction}")
+    get = row.get if isinstance(row, dict) else lambda k, d=None: getattr(row, k, d)
+    phase = get("phase")
+    if phase is not None and phase.startswith("pool"):
+        mode = "pool"
+    elif get("frontend") == "channel_first":
+        mode = "channel_first"
+    else:
+        mode = "zero_free" if phase in ("loss", "gradient") else "feeder"
+    a, b = counted_memories(mode)
+    mem = {a: (get("a_reads"), get("a_writes")), "P": (get("p_reads"), get("p_writes"))}
+    if b is not None:
+        mem[b] = (get("b_reads"), get("b_writes"))
+    fired = round(get("macs") * (1 - zero_fraction))
+    return {"macs_fired": fired, "macs_gated": max(0, get("array_slots") - fired),
+            "memory": mem, "dram_bytes": get("dma_read_bytes") + get("dma_write_bytes")}
+
+
 def energy(config, actions, tech=TECH_45NM):
     """The energy of ``actions`` (:func:`actions_from_counters`' dict) on ``config``: ``{"pj":
     total, "pj_per_mac": total over the MACs fired and gated, "parts": {action: pJ}}`` with
@@ -165,3 +194,24 @@ def energy(config, actions, tech=TECH_45NM):
     total = sum(parts.values())
     slots = actions["macs_fired"] + actions["macs_gated"]
     return {"pj": total, "pj_per_mac": total / slots if slots else 0.0, "parts": parts}
+
+
+def rows_energy(config, rows, *, zero_fraction=0.0, tech=TECH_45NM):
+    """The energy of the cycle model's ``rows`` (a network step's, or
+    :func:`bpsa.models.perf.phase_table`'s; those not run are left out), each row's
+    ``energy_pj`` set: ``{"pj", "pj_per_mac" (over the layers' MACs), "parts": {action: pJ},
+    "phases": {phase: pJ}}``."""
+    total = {"pj": 0.0, "parts": {}, "phases": {}}
+    macs = 0
+    for r in rows:
+        if r.get("status", "run") != "run" or "refused" in r:
+            continue
+        e = energy(config, actions_from_model(config, r, zero_fraction=zero_fraction), tech)
+        r["energy_pj"] = e["pj"]
+        total["pj"] += e["pj"]
+        total["phases"][r["phase"]] = total["phases"].get(r["phase"], 0.0) + e["pj"]
+        for k, v in e["parts"].items():
+            total["parts"][k] = total["parts"].get(k, 0.0) + v
+        macs += r["macs"]
+    total["pj_per_mac"] = total["pj"] / macs if macs else 0.0
+    return total
