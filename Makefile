@@ -18,7 +18,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # accelerator models at -O1 (a third less compiling than the default -O2; runs of seconds).
 TESTENV := PYTHONWARNINGS=error BPSA_NATIVE_OPT=-O1
 
-.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline rtl-layers mx-check figures sweep compare-scalesim train train-float train-torch train-mx regmap clean clean-sim help
+.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline energy rtl-layers mx-check figures sweep compare-scalesim train train-float train-torch train-mx regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -35,6 +35,7 @@ help:
 	@echo "make bench-array  array utilization and InterGrad figures on the RTL (minutes)"
 	@echo "make perf      cycle model of the forward pass and the zero-free loss and gradient on every workload layer (PERF_CONFIG=paper16 BATCH=8)"
 	@echo "make roofline  the five networks' training steps against their roofline at 64 and 128 bits (docs/results/roofline.md)"
+	@echo "make energy    the five networks' training steps priced at 45 nm, and the papers' energy claims (docs/results/energy.md)"
 	@echo "make mx-check  the MX quantizer and block dot product against gfloat, ml_dtypes and exact rationals on 100,000 blocks per format (docs/results/mx.md; about a minute)"
 	@echo "make rtl-layers  seven full-size ResNet-50 layer phases through the RTL (paper16, Verilator), bit-exact, cycles and DMA bytes against the cycle model (docs/results/rtl_layers.md; 2 min, plus 5 min for the first Verilator build)"
 	@echo "make bench-backward  loss/gradient, BP-im2col vs baseline, on the RTL (minutes)"
@@ -148,6 +149,10 @@ perf:
 # the five networks' training steps against their roofline at 64 and 128 bits: docs/results/roofline.md
 roofline:
 	$(BIN)/python -m bpsa.tools.roofline -o docs/results
+
+# the five networks' training steps priced at 45 nm, and the papers' energy claims: docs/results/energy.md
+energy:
+	$(BIN)/python -m bpsa.tools.energy_report -o docs/results
 
 # seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/results/rtl_layers.md
 mx-check:

@@ -14,8 +14,8 @@ The renderers (``python -m bpsa.tools.results <page>``, cheap: they read committ
     python -m bpsa.tools.results training [--add FILE.json --command CMD]
     python -m bpsa.tools.results index       # docs/results/index.md
 
-``make area``, ``make bitstream``, ``make train*``, ``make roofline``, ``make rtl-layers`` and
-``make bench-*`` run them after their measurement (see :data:`PAGES`).
+``make area``, ``make bitstream``, ``make train*``, ``make roofline``, ``make energy``, ``make
+rtl-layers`` and ``make bench-*`` run them after their measurement (see :data:`PAGES`).
 """
 
 import argparse
@@ -46,6 +46,9 @@ PAGES = (
     ("roofline", "Training steps against their roofline",
      "the cycle model's training step of five networks against their roofline at 64- and "
      "128-bit DMA buses", "make roofline"),
+    ("energy", "Energy per training step",
+     "the cycle model's training step of five networks priced at 45 nm per-action energies, "
+     "and the source papers' energy claims", "make energy"),
     ("rtl_layers", "Full-size layers through the RTL",
      "seven full-size ResNet-50 layer phases through the RTL (Verilator), bit-exact, cycles and "
      "DMA bytes against the cycle model", "make rtl-layers"),

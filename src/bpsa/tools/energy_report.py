@@ -1,0 +1,154 @@
+"""Energy per training step and the source papers' energy claims (``make energy``,
+``python -m bpsa.tools.energy_report``): the cycle model's action counts of each network's step
+priced by :mod:`bpsa.models.energy` (45 nm), with every MAC fired and with half of them gated
+(zero gating at a 50 % zero fraction, an assumption: the data's real fraction is not
+measured here), TOPS/W at two operations a MAC; and InterGrad's claim, the interleaved
+WS/OS FC backward against the two passes run separately, from runs of the array's RTL. Writes
+``energy.md`` and ``energy.json`` (``docs/results/``, :func:`bpsa.tools.results.write_page`).
+"""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from bpsa.config import load_config
+from bpsa.models.energy import TECH_45NM, mac_pj, rows_energy, sram_pj
+from bpsa.models.network_perf import network_step
+from bpsa.spec.network import load_network
+from bpsa.tools.results import current_command, write_page
+
+__all__ = ["GATED", "interleave_energy", "network_energy", "energy_report"]
+
+#: The zero fraction of the second column (the MACs zero gating skips).
+GATED = 0.5
+
+
+def network_energy(config, network, *, batch, jobs=1):
+    """One network's step on ``config`` (the faster forward front end per layer): energy
+    (pJ) dense and with :data:`GATED` of the MACs gated, pJ a MAC, the parts' shares (dense)
+    and TOPS/W (two operations a MAC of the layers)."""
+    step = network_step(config, load_network(network), batch=batch, frontend="best",
+                        jobs=jobs)
+    dense = rows_energy(config, step.rows)
+    gated = rows_energy(config, step.rows, zero_fraction=GATED)
+    macs = step.totals["macs"]
+    sram = sum(v for k, v in dense["parts"].items() if k.startswith("sram_"))
+    return {"network": network, "batch": batch, "macs": macs, "pj": dense["pj"],
+            "pj_gated": gated["pj"], "pj_per_mac": dense["pj_per_mac"],
+            "dram_share": dense["parts"]["dram"] / dense["pj"],
+            "sram_share": sram / dense["pj"], "mac_share": dense["parts"]["mac"] / dense["pj"],
+            "tops_per_w": 2 * macs / (dense["pj"] * 1e-12) / 1e12,
+            "gating_saving": 1 - gated["pj"] / dense["pj"]}
+
+
+def interleave_energy(config, fc=(64, 16, 64)):
+    """InterGrad's comparison on the array's RTL (:func:`bpsa.sim.simcmd.run_gemm`): an FC
+    layer's backward (W ``O x I``, batch ``Bt``: ``fc = (O, Bt, I)``) interleaved against dA by
+    WS and G by OS run separately: cycles, the harness's buffer reads and writes, MACs fired,
+    and their energy (a MAC fired at :func:`bpsa.models.energy.mac_pj`, a buffer access as a
+    word of B: :func:`bpsa.models.energy.sram_pj` of B's capacity and width)."""
+    from bpsa.models.area import memories
+    from bpsa.sim.simcmd import run_gemm
+    o, bt, i = fc
+    runs = {"interleaved": run_gemm(config, "interleaved", fc),
+            "ws": run_gemm(config, "ws", (i, o, bt)), "os": run_gemm(config, "os", (o, bt, i))}
+    if not all(r["match"] for r in runs.values()):
+        raise RuntimeError("an FC backward run differs from numpy")
+    words, bits = memories(config)["B"]
+    word = sram_pj(words * bits / 8, bits)
+    mult, add = mac_pj(config)
+
+    def figures(parts):
+        cycles = sum(r["cycles"] for r in parts)
+        accesses = sum(r["total_reads"] + r["writes"] for r in parts)
+        fired = sum(r["fired"] for r in parts)
+        return {"cycles": cycles, "accesses": accesses, "fired": fired,
+                "pj": fired * (mult + add) + accesses * word}
+    il = figures([runs["interleaved"]])
+    sep = figures([runs["ws"], runs["os"]])
+    return {"fc": list(fc), "interleaved": il, "separate": sep,
+            "cycles_saving": 1 - il["cycles"] / sep["cycles"],
+            "accesses_saving": 1 - il["accesses"] / sep["accesses"],
+            "energy_saving": 1 - il["pj"] / sep["pj"]}
+
+
+def _markdown(config_name, batch, rows, il, il_config):
+    lines = [f"The cycle model's training step (`bpsa perf --network N --config {config_name} "
+             f"--batch {batch} --frontend best --energy`) priced at {TECH_45NM.name} "
+             "(`bpsa.models.energy`: Horowitz, ISSCC 2014; EIE, ISCA 2016): every MAC fired, "
+             "each buffer's words read and written, every DRAM byte. Dense: every MAC fires; "
+             f"gated: {GATED:.0%} of the MACs have a zero operand and zero gating skips them "
+             "(an assumed fraction, not measured on data). TOPS/W: two operations a MAC of "
+             "the layers, dense.", "",
+             "| network | MACs | energy (mJ) | pJ / MAC | DRAM | SRAM | MAC | TOPS/W "
+             f"| gated at {GATED:.0%} (mJ) | saving |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['network']} | {r['macs']:,} | {r['pj'] / 1e9:,.1f} "
+                     f"| {r['pj_per_mac']:.2f} | {r['dram_share']:.1%} | {r['sram_share']:.1%} "
+                     f"| {r['mac_share']:.1%} | {r['tops_per_w']:.3f} "
+                     f"| {r['pj_gated'] / 1e9:,.1f} | {r['gating_saving']:.1%} |")
+    o, bt, i = il["fc"]
+    lines += ["", "## The source papers' energy claims", "",
+              "| claim (paper) | comparison | their figure | this project | how measured |",
+              "|---|---|---|---|---|",
+              f"| InterGrad (Unnikrishnan and Parhi): interleaved WS/OS gradients | FC "
+              f"backward {o}x{i}, batch {bt}: interleaved against dA by WS and G by OS run "
+              f"separately | up to 25 % fewer cycles and memory accesses, 16 % less energy "
+              f"| {il['cycles_saving']:.1%} fewer cycles, {il['accesses_saving']:.1%} fewer "
+              f"buffer accesses, {il['energy_saving']:.1%} less energy | the array's RTL on "
+              f"`{il_config}` (`bpsa.sim.simcmd.run_gemm`); MACs and accesses at 45 nm, an "
+              f"access as a word of B; no DRAM, no SGD step |",
+              "| Fornt et al.: zero gating in the PE | a step's energy with half the MACs "
+              "gated against none | (switching energy saved; no figure) "
+              f"| {rows[0]['gating_saving']:.1%} on {rows[0]['network']} (table above) | the "
+              "cycle model's counts, zero fraction assumed |", ""]
+    return "\n".join(lines) + "\n"
+
+
+def energy_report(out_dir="docs/results", *, config_name="paper16", networks=None, batch=8,
+                  il_config="small", jobs=None, command=None):
+    """The tables of :func:`network_energy` and :func:`interleave_energy` into
+    ``out_dir/energy.md`` and ``.json``; returns the data."""
+    from bpsa.tools.roofline import NETWORKS
+    networks = networks or NETWORKS
+    jobs = jobs or os.cpu_count() or 1
+    config = load_config(config_name)
+    rows = [network_energy(config, n, batch=batch, jobs=jobs) for n in networks]
+    il = interleave_energy(load_config(il_config))
+    command = command or (f"python -m bpsa.tools.energy_report --config {config_name} "
+                          f"--batch {batch} --networks {','.join(networks)} -o {out_dir}")
+    data = {"config": config_name, "batch": batch, "technology": TECH_45NM.name,
+            "gated": GATED, "networks": rows, "interleave": dict(il, config=il_config)}
+    write_page(Path(out_dir) / "energy.md",
+               f"Energy per training step ({config_name}, batch {batch}, {TECH_45NM.name})",
+               command, _markdown(config_name, batch, rows, il, il_config), data=data)
+    return data
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="paper16")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--networks", default=None, help="a comma list (default: make "
+                        "roofline's five)")
+    parser.add_argument("-o", "--out", default="docs/results")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    data = energy_report(args.out, config_name=args.config, batch=args.batch,
+                         networks=tuple(args.networks.split(",")) if args.networks else None,
+                         command=current_command())
+    for r in data["networks"]:
+        print(f"{r['network']:>14}: {r['pj'] / 1e9:,.1f} mJ a step, {r['pj_per_mac']:.2f} pJ a "
+              f"MAC, DRAM {r['dram_share']:.1%}, {r['tops_per_w']:.3f} TOPS/W; "
+              f"{r['gating_saving']:.1%} less with {GATED:.0%} of the MACs gated")
+    il = data["interleave"]
+    print(f"InterGrad's interleave (FC backward on {il['config']}'s RTL): "
+          f"{il['cycles_saving']:.1%} fewer cycles, {il['accesses_saving']:.1%} fewer buffer "
+          f"accesses, {il['energy_saving']:.1%} less energy than the two passes")
+    print(f"wrote {args.out}/energy.md, energy.json ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

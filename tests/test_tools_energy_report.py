@@ -1,0 +1,44 @@
+"""The energy page: a network's figures are the energy model's on the cycle model's step
+(dense and gated), its shares and TOPS/W follow from them; the interleave's comparison adds up
+from the array's RTL runs; both files are written."""
+
+import json
+
+import pytest
+
+from bpsa.config import load_config
+from bpsa.models.energy import rows_energy
+from bpsa.models.network_perf import network_step
+from bpsa.spec.network import load_network
+from bpsa.tools.energy_report import GATED, energy_report, interleave_energy, network_energy
+
+SMALL_CF = load_config("small_cf")
+
+
+def test_network_figures_follow_from_the_step():
+    got = network_energy(SMALL_CF, "digits", batch=2)
+    step = network_step(SMALL_CF, load_network("digits"), batch=2, frontend="best")
+    dense = rows_energy(SMALL_CF, step.rows)
+    gated = rows_energy(SMALL_CF, step.rows, zero_fraction=GATED)
+    assert got["pj"] == pytest.approx(dense["pj"]) and got["macs"] == step.totals["macs"]
+    assert got["pj_gated"] == pytest.approx(gated["pj"])
+    assert got["pj_gated"] < got["pj"]
+    assert got["dram_share"] + got["sram_share"] + got["mac_share"] == pytest.approx(1)
+    assert got["tops_per_w"] == pytest.approx(2 * got["macs"] / got["pj"])
+    assert got["gating_saving"] == pytest.approx(1 - got["pj_gated"] / got["pj"])
+
+
+@pytest.mark.verilator
+def test_interleave_adds_up_and_the_page_is_written(tmp_path):
+    small = load_config("small")
+    il = interleave_energy(small, fc=(8, 4, 8))
+    sep, inter = il["separate"], il["interleaved"]
+    assert inter["fired"] > 0 and sep["fired"] > 0
+    assert il["energy_saving"] == pytest.approx(1 - inter["pj"] / sep["pj"])
+    assert il["accesses_saving"] == pytest.approx(1 - inter["accesses"] / sep["accesses"])
+    data = energy_report(tmp_path, config_name="small_cf", networks=("digits",), batch=1,
+                         il_config="small", jobs=1)
+    saved = json.loads((tmp_path / "energy.json").read_text())
+    assert {k: saved[k] for k in data} == json.loads(json.dumps(data))
+    md = (tmp_path / "energy.md").read_text()
+    assert md.count("| digits |") == 1 and "## The source papers' energy claims" in md
