@@ -66,6 +66,9 @@ PAGES = (
     ("bench_array", "Array dataflows and the interleave",
      "every dataflow's utilization on a large GEMM and the interleaved FC backward against WS "
      "and OS run separately, on the RTL", "make bench-array"),
+    ("mx", "MX formats against independent implementations",
+     "the MX quantizer, decoding and block dot product against gfloat, ml_dtypes and exact "
+     "rationals on 100,000 blocks per format", "make mx-check"),
     ("bench_backward", "Backward phases: BP-im2col against the baseline",
      "buffer words, cycles and footprint of the loss and gradient, BP-im2col against explicit "
      "reorganization, on the RTL", "make bench-backward"),
