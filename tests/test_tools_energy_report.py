@@ -10,7 +10,8 @@ from bpsa.config import load_config
 from bpsa.models.energy import rows_energy
 from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
-from bpsa.tools.energy_report import GATED, energy_report, interleave_energy, network_energy
+from bpsa.tools.energy_report import (GATED, energy_report, interleave_energy, loss_energy,
+                                      network_energy)
 
 SMALL_CF = load_config("small_cf")
 
@@ -42,3 +43,24 @@ def test_interleave_adds_up_and_the_page_is_written(tmp_path):
     assert {k: saved[k] for k in data} == json.loads(json.dumps(data))
     md = (tmp_path / "energy.md").read_text()
     assert md.count("| digits |") == 1 and "## The source papers' energy claims" in md
+
+
+def test_loss_energy_by_stride():
+    from bpsa.models.energy import actions_from_model, energy
+    from bpsa.models.perf import layer_cycles, traditional_cycles
+    from bpsa.spec.layer import ConvLayer
+    got = loss_energy(SMALL_CF, "digits", batch=1)
+    assert got["strides"] and got["strides"][2]["layers"] == 1      # its 3x3 stride-2 conv
+    layers = [lay for i, lay in enumerate(load_network("digits"))
+              if i and lay.op == "conv"]
+    assert sum(s["layers"] for s in got["strides"].values()) + len(got["refused"]) == len(layers)
+    for stride, s in got["strides"].items():
+        pj = [0.0, 0.0]
+        for lay in (lay for lay in layers if lay.stride == stride):
+            conv = ConvLayer.conv(1, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, lay.stride,
+                                  lay.pad, lay.dilation)
+            for j, m in enumerate((layer_cycles(SMALL_CF, "loss", conv),
+                                   traditional_cycles(SMALL_CF, "loss", conv))):
+                pj[j] += energy(SMALL_CF, actions_from_model(
+                    SMALL_CF, dict(m.as_dict(), phase="loss")))["pj"]
+        assert s["pj_saving"] == pytest.approx(1 - pj[0] / pj[1])
