@@ -18,7 +18,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # accelerator models at -O1 (a third less compiling than the default -O2; runs of seconds).
 TESTENV := PYTHONWARNINGS=error BPSA_NATIVE_OPT=-O1
 
-.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline energy rtl-layers mx-check figures sweep compare-scalesim train train-float train-torch train-mx regmap clean clean-sim help
+.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline energy rtl-layers mx-check figures sweep compare-scalesim compare-zigzag train train-float train-torch train-mx regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -53,6 +53,7 @@ help:
 	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch, and the digits CNN in int16: docs/figures/torch_*.png, docs/results/training.md (~20 min)"
 	@echo "make train-mx  the train-torch models in MXINT8 and MXFP8 E4M3, floor and ceil scales (the MX golden model): the number-format table of docs/results/training.md (~25 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
+	@echo "make compare-zigzag    ZigZag (own venv .venv-zigzag) next to the energy model on the workload's first ten forward layers (docs/results/zigzag.md)"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
 	@echo "make clean-sim remove the Verilator builds (sim_build/, 150-260 MB each; rebuilt on demand)"
@@ -200,6 +201,10 @@ train-mx:
 
 compare-scalesim:
 	$(BIN)/python -m bpsa.tools.compare_scalesim --config $(PERF_CONFIG) --venv .venv-scalesim -o $(BUILD)/scalesim
+
+# ZigZag next to the energy model on the workload's first ten forward layers: docs/results/zigzag.md
+compare-zigzag:
+	$(BIN)/python -m bpsa.tools.compare_zigzag --config $(PERF_CONFIG) --venv .venv-zigzag -o docs/results --work $(BUILD)/zigzag
 
 fuzz:
 	$(BIN)/bpsa fuzz --count $(COUNT) --config $(CONFIG)

@@ -30,7 +30,7 @@ from bpsa.models.perf import layer_cycles
 from bpsa.spec.layer import ConvLayer
 from bpsa.spec.numeric import element_bytes
 
-__all__ = ["main", "scalesim_config", "topology_row"]
+__all__ = ["ensure_venv", "main", "scalesim_config", "topology_row"]
 
 SCALESIM = "scalesim==3.0.0"
 
@@ -99,15 +99,17 @@ def topology_row(row):
             f"{row['stride']},")
 
 
-def _ensure_venv(venv):
+def ensure_venv(venv, packages, probe):
+    """The Python of the environment ``venv`` (a :class:`~pathlib.Path`) where ``probe`` (a
+    line of Python) runs: created and filled with ``packages`` from PyPI when it does not (an
+    independent tool's own environment, apart from the project's)."""
     python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import scalesim, numpy; assert numpy.__version__ < '2'"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+    if python.exists() and subprocess.run([str(python), "-c", probe],
+                                          capture_output=True).returncode == 0:
         return python
-    print(f"installing {SCALESIM} with numpy<2 into {venv} (once)", flush=True)
+    print(f"installing {' '.join(packages)} into {venv} (once)", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", SCALESIM, "numpy<2"],
-                   check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     return python
 
 
@@ -153,7 +155,8 @@ def main(argv=None):
     config = load_config(args.config)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    python = _ensure_venv(Path(args.venv))
+    python = ensure_venv(Path(args.venv), [SCALESIM, "numpy<2"],
+                         "import scalesim, numpy; assert numpy.__version__ < '2'")
     with resources.files("bpsa.workloads").joinpath("conv_layers.csv").open() as f:
         rows = list(csv.DictReader(f))
     if args.only:

@@ -49,6 +49,9 @@ PAGES = (
     ("energy", "Energy per training step",
      "the cycle model's training step of five networks priced at 45 nm per-action energies, "
      "and the source papers' energy claims", "make energy"),
+    ("zigzag", "ZigZag next to the energy model",
+     "ZigZag (KU Leuven) and this project's energy model on ten forward layers with the same "
+     "array, buffers and per-action energies", "make compare-zigzag"),
     ("rtl_layers", "Full-size layers through the RTL",
      "seven full-size ResNet-50 layer phases through the RTL (Verilator), bit-exact, cycles and "
      "DMA bytes against the cycle model", "make rtl-layers"),
