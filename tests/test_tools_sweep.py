@@ -6,6 +6,7 @@ import csv
 import pytest
 
 from bpsa.config import load_config
+from bpsa.models.energy import rows_energy
 from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
 from bpsa.tools import sweep
@@ -49,9 +50,13 @@ def test_sweep_on_a_local_cluster_resumes(tmp_path):
     rows, failed = sweep.run_sweep(base, points, net, out, batch=2, workers=1,
                                    progress=False)
     assert not failed and sorted(r["label"] for r in rows) == ["rows=2 cols=4", "rows=4 cols=4"]
-    for r in rows:      # each row is the model's step of that configuration
+    for r in rows:      # each row is the model's step of that configuration, and its energy
         cfg = base.replace(rows=int(r["rows"]), cols=4)
-        assert r["cycles"] == network_step(cfg, net, batch=2).totals["cycles"]
+        step = network_step(cfg, net, batch=2)
+        assert r["cycles"] == step.totals["cycles"]
+        assert float(r["energy_uj"]) == pytest.approx(
+            rows_energy(cfg, step.rows)["pj"] / 1e6, abs=1e-3)
+        assert float(r["energy_uj"]) > 1
     # a crash after the first row: the rerun evaluates only the missing points
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:2]) + "\n")

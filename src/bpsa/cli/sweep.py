@@ -100,7 +100,8 @@ def run(args):
         print(f"Pareto front (step time against area, {len(front)} points):")
         for r in front:
             print(f"  {r['label']:48s} {r['seconds'] * 1e3:12,.2f} ms  util "
-                  f"{r['utilization']:.3f}  area {r['area']:14,.0f}")
+                  f"{r['utilization']:.3f}  area {r['area']:14,.0f}  "
+                  f"{r['energy_uj'] / 1e3:10,.1f} mJ")
         for r in sample:
             print(f"RTL sample: {r['label']}, {r['layer']} {r['phase']}: model {r['model']:,d}, "
                   f"RTL {r['rtl']:,d} ({r['error']:+.1%}), results "

@@ -109,13 +109,19 @@ def plot_step(step, config, path, kinds=KINDS):
 def plot_pareto(points, front, path, title):
     """Step time against area: ``points`` and the Pareto ``front`` as lists of dicts with
     ``area``, ``seconds``, ``label`` and ``layers_run`` (points that run fewer layer phases
-    than the most are marked apart)."""
+    than the most are marked apart); points with ``energy_uj`` are coloured by it (a step's
+    energy, a colour bar)."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
     most = max((p.get("layers_run", 0) for p in points), default=0)
     full = [p for p in points if p.get("layers_run", 0) == most]
     short = [p for p in points if p.get("layers_run", 0) != most]
-    ax.scatter([p["area"] for p in full], [p["seconds"] * 1e3 for p in full], s=14,
-               color="tab:gray", label="configurations")
+    xs, ys = [p["area"] for p in full], [p["seconds"] * 1e3 for p in full]
+    if full and all("energy_uj" in p for p in full):
+        dots = ax.scatter(xs, ys, s=16, c=[p["energy_uj"] for p in full], cmap="viridis",
+                          label="configurations (colour: energy a step)")
+        fig.colorbar(dots, ax=ax, label="uJ a training step (45 nm)")
+    else:
+        ax.scatter(xs, ys, s=14, color="tab:gray", label="configurations")
     if short:
         ax.scatter([p["area"] for p in short], [p["seconds"] * 1e3 for p in short], s=20,
                    marker="x", color="tab:blue",

@@ -6,12 +6,14 @@ fields take ``+``-joined values: ``dataflows=os+ws``); the points are the produc
 items, each a copy of the base configuration with those fields changed. Every point is checked
 before any work (an invalid value is one error naming the point and the field's range). Each
 point runs :func:`bpsa.models.network_perf.network_step` on a Dask worker (a
-``LocalCluster`` here, or the cluster of ``--scheduler``) and gets an area from
-:mod:`bpsa.models.area` (or from Yosys with ``synth``). Rows go to the CSV as they finish
+``LocalCluster`` here, or the cluster of ``--scheduler``), prices its step's actions
+(:func:`bpsa.models.energy.rows_energy`, 45 nm, every MAC fired: ``energy_uj``) and gets an
+area from :mod:`bpsa.models.area` (or from Yosys with ``synth``). Rows go to the CSV as they finish
 (flushed), so a crash loses nothing finished and rerunning the command resumes: points whose
 label is in the CSV already are not run again.
 
-The Pareto front (step time against area) is taken over the points that run the most layer
+The Pareto front (step time against area; the plot colours every point by its energy) is
+taken over the points that run the most layer
 phases (a point whose configuration refuses a layer the others run has an incomplete step time
 and is left off the front, and the CSV says how many it refused).
 """
@@ -28,8 +30,8 @@ __all__ = ["GridError", "evaluate", "grid_front", "pareto", "parse_grid", "point
 
 #: The figures of a row, after the label and the grid's fields.
 FIGURES = ("seconds", "cycles", "utilization", "forward_cycles", "loss_cycles",
-           "gradient_cycles", "dma_bytes", "layers_run", "refused", "cells", "memory_bits",
-           "area", "area_source")
+           "gradient_cycles", "dma_bytes", "energy_uj", "layers_run", "refused", "cells",
+           "memory_bits", "area", "area_source")
 
 
 class GridError(ValueError):
@@ -109,6 +111,7 @@ def parse_grid(items, base):
 def evaluate(base_dict, label, changes, network, batch, phases, clock_mhz, synth_dir=None):
     """One grid point: a row of :data:`FIGURES` (runs on a Dask worker)."""
     from bpsa.models import area as area_model
+    from bpsa.models.energy import rows_energy
     from bpsa.models.network_perf import network_step
     config = point_config(base_dict, changes)
     step = network_step(config, network, batch=batch, phases=phases, clock_mhz=clock_mhz)
@@ -118,6 +121,7 @@ def evaluate(base_dict, label, changes, network, batch, phases, clock_mhz, synth
            "seconds": t["seconds"], "cycles": t["cycles"],
            "utilization": round(t["utilization"], 4),
            "dma_bytes": t["dma_read_bytes"] + t["dma_write_bytes"],
+           "energy_uj": round(rows_energy(config, step.rows)["pj"] / 1e6, 3),
            "layers_run": t["layers_run"], "refused": t["refused"]}
     for phase in ("forward", "loss", "gradient"):
         row[f"{phase}_cycles"] = step.by_phase.get(phase, {}).get("cycles", 0)
@@ -150,7 +154,7 @@ def read_rows(path):
     with Path(path).open(newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
-        for k in ("seconds", "area", "utilization"):
+        for k in ("seconds", "area", "utilization", "energy_uj"):
             row[k] = float(row[k])
         for k in ("refused", "layers_run", "cycles"):
             row[k] = int(row[k])
