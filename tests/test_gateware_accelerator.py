@@ -606,13 +606,18 @@ def test_pooling_verilator():
     errors = []
 
     def model_agrees(drv, phase, x, kind, k, st, pad, relu):
-        """The cycle model's DMA bytes are the RTL's; its cycles within 12 %."""
+        """The cycle model's DMA bytes and buffer words are the RTL's; its cycles within
+        12 %."""
         n, c, h, w = x.shape
         got = drv.counters
         m = pool_cycles(SMALL, phase, n=n, c=c, h=h, w=w, r=k[0], s=k[1], stride=st,
                         pad=pad, kind=kind, relu=relu, requant=phase == "pool_forward")
         assert (m.dma_read_bytes, m.dma_write_bytes) == (got["dma_read_bytes"],
                                                          got["dma_write_bytes"])
+        # the buffer words: written by the loads, read by the forward's windows
+        assert m.a_writes == got["buf_a_writes"], (phase, kind, k, st, pad, x.shape)
+        if phase == "pool_forward":
+            assert m.a_reads == got["buf_a_reads"], (kind, k, st, pad, x.shape)
         errors.append(m.cycles / got["busy_cycles"] - 1)
         assert abs(errors[-1]) < 0.12, (phase, kind, k, st, pad, x.shape, m.cycles,
                                         got["busy_cycles"])

@@ -129,8 +129,9 @@ class LayerCycles:
     loss, the channel-first banks and their MX scale codes, the pooling unit's buffer);
     ``p_writes``: P's words written, a result vector's accumulation each and each step's
     clear (BUF_P_WRITES; pooling: 0, its P traffic is not modelled); ``a_reads``,
-    ``b_reads``: the words the engine reads from A (or the channel-first banks) and B
-    (BUF_A_READS, BUF_B_READS); ``p_reads``: a result vector's accumulation each and each
+    ``b_reads``: the words the engine reads from A (or the channel-first banks, or the pooling
+    forward's buffer; the pooling backward's: 0, not modelled) and B (BUF_A_READS,
+    BUF_B_READS); ``p_reads``: a result vector's accumulation each and each
     stored word once (the RTL's BUF_P_READS also counts the DMA's reads that an accumulation
     on P's port made it repeat: a few percent more).
 
@@ -1282,7 +1283,17 @@ def pool_cycles(config, phase, *, n, c, h, w, r, s, stride=None, pad=(0, 0), kin
                        a_words=max((nb // (ob * NL) for ld, *_ in runs for _, _, nb, _ in ld),
                                    default=0),
                        p_words=max(clears, default=0),
-                       a_writes=sum(cm * -(-(nb // ob // cm) // NL) for _, nb, cm in ran))
+                       a_writes=sum(cm * -(-(nb // ob // cm) // NL) for _, nb, cm in ran),
+                       a_reads=0 if bwd else _pool_reads(n, c, h, w, r, s, stride, pad, NL))
+
+
+def _pool_reads(n, c, h, w, r, s, stride, pad, lanes):
+    """The pooling forward's buffer words read (BUF_A_READS): each window's elements inside
+    the plane, a word of ``lanes`` planes (channel-blocked), bands or not."""
+    def inside(size, k, st, p):
+        return sum(1 for o in range(out_size(size, k, st, p, 1)) for i in range(k)
+                   if 0 <= o * st - p + i < size)
+    return n * -(-c // lanes) * inside(h, r, stride[0], pad[0]) * inside(w, s, stride[1], pad[1])
 
 
 def workload_layers(batch=1):
