@@ -619,8 +619,9 @@ def _timeline(runs, steps_store, store_final, clear_words, setup_cycles, load_cy
     :class:`bpsa.gateware.results.psum_buffer.PsumBuffer`, a half a step) that store runs
     beside the next step's runs, its commands filling the time between loads; without, the next
     step waits for the store and the clear. Returns ``(cycles, compute, dma_busy, loads, P
-    waits, load waits)``, ``loads`` the ones the DMA ran, ``(cache, bytes, commands)`` each; a run's load wait is how much later it starts than it would with
-    every load already in its bank."""
+    waits, load waits)``, ``loads`` the ones the DMA ran, ``(cache, bytes, commands)`` each;
+    a run's load wait is how much later it starts than it would with every load already in
+    its bank."""
     flush = TIMING[boundary.flush]
     idle = boundary.store_idle
     t_walk = setup_cycles

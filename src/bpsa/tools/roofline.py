@@ -7,7 +7,8 @@ phase, and its DMA bytes against the compulsory traffic (every input read once, 
 written once); where the cycles over the roofline go (:func:`over_parts`: overlap, compute,
 DMA) and the layers furthest over; and the zero-free loss and gradient of 3 x 3 stride-2
 layers on small planes (:func:`small_planes`), where a stride leaves the least work a pixel.
-Writes ``roofline.md`` and ``roofline.json`` (``docs/results/``, stamped by :func:`bpsa.tools.results.write_page`).
+Writes ``roofline.md`` and ``roofline.json`` (``docs/results/``, stamped by
+:func:`bpsa.tools.results.write_page`).
 """
 
 import argparse

@@ -23,7 +23,8 @@ from bpsa.spec.layer import ConvLayer
 from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["BUFFER_COUNTS", "LAYERS", "TOLERANCE", "Case", "layer_cases", "measure", "rtl_layers_report"]
+__all__ = ["BUFFER_COUNTS", "LAYERS", "TOLERANCE", "Case", "layer_cases", "measure",
+           "rtl_layers_report"]
 
 #: The model's error a layer may have (model cycles over RTL cycles, less one).
 TOLERANCE = 0.02
