@@ -4,15 +4,18 @@ latency model, next to this project's energy model on forward layers of the work
 ZigZag lives in an environment of its own (``--venv``, created and filled from PyPI on the
 first run; it imports ``six`` without declaring it). Both models describe the same hardware:
 the configuration's ``rows x cols`` output-stationary array (an output's accumulator in its
-PE: register levels of no cost, as :mod:`bpsa.models.energy` prices no register), the buffers
-A (X), B (W) and P (Y) with our sizes and word widths, a DRAM behind the DMA bus, and the
-same per-action energies (:data:`bpsa.models.energy.TECH_45NM`: a MAC's multiply and add, an
-SRAM word by :func:`~bpsa.models.energy.sram_pj` of its buffer, a DRAM access of
-``dma_data_width`` bits at its bytes' energy). ZigZag maps each layer itself (the spatial
-unrolling fixed: output channels across the columns, output pixels across the rows; the
-temporal loop order its LOMA search finds for the least energy), so where the two differ it is
-the mapping (the loop order and what each buffer keeps), which the page says for each layer.
-The cycle model runs the layer as the driver plans it on the data feeder's forward.
+PE: register levels of no cost, as :mod:`bpsa.models.energy` prices no register), the data
+feeder's lane registers (a level of X between A and the PEs that holds the elements one
+context's kernel row spans: the feeder steps over them once for the row's ``S`` taps), the
+buffers A (X), B (W) and P (Y) with our sizes and word widths, a DRAM behind the DMA bus, and
+the same per-action energies (:data:`bpsa.models.energy.TECH_45NM`: a MAC's multiply and add,
+an SRAM word by :func:`~bpsa.models.energy.sram_pj` of its buffer, a DRAM access of
+``dma_data_width`` bits at its bytes' energy). The spatial unrolling is fixed (output channels
+across the columns, output pixels of a row across the rows). Each layer runs twice in ZigZag:
+with the driver's loop order forced (:func:`plan_ordering`: the same hardware and mapping, so
+the two models should agree) and with the order ZigZag's LOMA search finds for the least
+energy (how far the driver's plan, chosen for cycles, is from the energy optimum). The cycle
+model runs the layer as the driver plans it on the data feeder's forward.
 
 Writes ``zigzag.md`` and ``zigzag.json`` (``docs/results/``).
 """
@@ -29,11 +32,14 @@ from bpsa.config import load_config
 from bpsa.models.area import memories
 from bpsa.models.energy import TECH_45NM, actions_from_model, energy, mac_pj, sram_pj
 from bpsa.models.perf import layer_cycles
+from bpsa.plan import setup, tiling
 from bpsa.spec.layer import ConvLayer
+from bpsa.spec.regmap import Mode, Phase
 from bpsa.tools.compare_scalesim import ensure_venv
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["ZIGZAG", "accelerator_yaml", "compare", "main", "mapping_yaml", "workload_yaml"]
+__all__ = ["ZIGZAG", "accelerator_yaml", "compare", "main", "mapping_yaml", "plan_ordering",
+           "workload_yaml"]
 
 #: ZigZag's packages (``six``: imported, not declared by 3.9.1).
 ZIGZAG = ("zigzag-dse==3.9.1", "six")
@@ -75,8 +81,15 @@ def _memory(name, bits, words, cost, operands, ports, served):
             f"    ports:\n{port_lines}\n    served_dimensions: {served}\n")
 
 
-def accelerator_yaml(config, tech=TECH_45NM):
-    """ZigZag's accelerator description of ``config`` (see the module docstring)."""
+def lane_span(config, layer):
+    """The X elements one context's kernel row spans (``rows`` output pixels of a row): what
+    the data feeder's lane registers take from A once for the row's taps."""
+    return (config.rows - 1) * layer.stride[1] + (layer.kernel_w - 1) * layer.dil_w + 1
+
+
+def accelerator_yaml(config, layer, tech=TECH_45NM):
+    """ZigZag's accelerator description of ``config`` running ``layer`` (the lane registers
+    sized by :func:`lane_span`; see the module docstring)."""
     op, acc = config.operand_width, config.acc_width
     geo = memories(config)
     mult, add = mac_pj(config, tech)
@@ -87,6 +100,8 @@ def accelerator_yaml(config, tech=TECH_45NM):
     out.append(_memory("reg_P", acc, 1, 0.0, ["O"],
                        [("read", ["O, tl"]), ("read", ["O, th"]), ("write", ["O, fl"]),
                         ("write", ["O, fh"])], "[]"))
+    out.append(_memory("reg_lane", op, lane_span(config, layer), 0.0, ["I1"],
+                       [("read", ["I1, tl"]), ("write", ["I1, fh"])], "[D1, D2]"))
     for name, buf, operand in (("sram_A", "A", "I1"), ("sram_B", "B", "I2"),
                                ("sram_P", "P", "O")):
         words, bits = geo[buf]
@@ -118,13 +133,45 @@ def workload_yaml(config, layer):
             f"O: {acc}, O_final: {acc}}}\n  operand_source: {{I: 0, W: 0}}\n")
 
 
-def mapping_yaml(config, layer):
-    """The spatial unrolling: output channels across the columns, output pixels across the
-    rows (the temporal order left to ZigZag's search)."""
+def _split(total, most):
+    """``(inner, outer)``, ``inner * outer == total`` (ZigZag's loops divide the layer): the
+    fewest ``outer`` pieces no larger than ``most``."""
+    outer = -(-total // max(most, 1))
+    while total % outer:
+        outer += 1
+    return total // outer, outer
+
+
+def plan_ordering(config, layer):
+    """The driver's loop order of ``layer``'s forward on the data feeder (innermost first;
+    ZigZag's ``temporal_ordering``): per output pixel a group's channels and the taps; the
+    contexts of a band (its rows, a row's pixels ``rows`` at a time); the ``kb`` output-channel
+    blocks P holds; the groups; the steps of blocks; the bands. A loop the plan does not cut
+    evenly (a group of 44 of 64 channels, bands of 9 of 224 rows) is rounded to the next
+    divisor with as many or more pieces (2 groups of 32, 28 bands of 8): ZigZag's loops
+    divide the layer."""
+    e = setup.run(config, tiling.setup_descriptor(Phase.FORWARD, layer, Mode.BP_IM2COL),
+                  addresses=False)
+    oh, ow = layer.out_hw
+    cg, groups = _split(layer.channels, e["cg"])
+    kb, steps = _split(-(-layer.out_channels // config.cols), e["kb"])
+    bh, bands = _split(oh, e["bh"])
+    loops = [("FX", layer.kernel_w), ("FY", layer.kernel_h), ("C", cg),
+             ("OX", -(-ow // config.rows)), ("OY", bh), ("K", kb), ("C", groups),
+             ("K", steps), ("OY", bands), ("B", layer.batch)]
+    return [(dim, size) for dim, size in loops if size > 1]
+
+
+def mapping_yaml(config, layer, ordering=None):
+    """The spatial unrolling (output channels across the columns, output pixels across the
+    rows) and ``ordering`` (:func:`plan_ordering`'s list; None: ZigZag searches)."""
     ow = layer.out_hw[1]
+    order = "" if ordering is None else "  temporal_ordering:\n" + "".join(
+        f"    - [{dim}, {size}]\n" for dim, size in ordering)
     return (f"- name: default\n  spatial_mapping:\n    D1:\n      - K, "
             f"{min(config.cols, layer.out_channels)}\n    D2:\n      - OX, "
-            f"{min(config.rows, ow)}\n  memory_operand_links: {{O: O, W: I2, I: I1}}\n")
+            f"{min(config.rows, ow)}\n  memory_operand_links: {{O: O, W: I2, I: I1}}\n"
+            + order)
 
 
 def _ours(config, layer):
@@ -143,65 +190,93 @@ def _ours(config, layer):
             "words": words, "level_pj": pj, "cycles": m.cycles}
 
 
+def _zigzag(python, work, files, timeout):
+    """One ZigZag run of the YAML ``files`` (name -> text) in ``work``: its figures (a dict),
+    or ``{"reason": ...}``, and the seconds it took."""
+    work.mkdir(parents=True, exist_ok=True)
+    for f, text in files.items():
+        (work / f).write_text(text)
+    t0 = time.perf_counter()
+    res = subprocess.run([str(python), "-c", _DRIVER, *(str(work / f) for f in files),
+                          str(work / "outputs")], capture_output=True, text=True,
+                         timeout=timeout)
+    seconds = round(time.perf_counter() - t0, 1)
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"reason": f"ZigZag failed: {tail[0]}"}, seconds
+    return json.loads(res.stdout.strip().splitlines()[-1]), seconds
+
+
 def compare(config, layers, python, out_dir, timeout=600):
-    """Each ``(name, layer)`` through ZigZag (``python``: its environment's) and this
-    project's model; a dict a layer."""
+    """Each ``(name, layer)`` through ZigZag (``python``: its environment's), with the
+    driver's loop order (``zigzag``) and with its own search's (``search``), and through this
+    project's model (``ours``); a dict a layer."""
     rows = []
     for name, layer in layers:
-        work = Path(out_dir) / name
-        work.mkdir(parents=True, exist_ok=True)
-        files = {"accelerator.yaml": accelerator_yaml(config),
-                 "workload.yaml": workload_yaml(config, layer),
-                 "mapping.yaml": mapping_yaml(config, layer)}
-        for f, text in files.items():
-            (work / f).write_text(text)
-        t0 = time.perf_counter()
-        res = subprocess.run([str(python), "-c", _DRIVER, *(str(work / f) for f in files),
-                              str(work / "outputs")], capture_output=True, text=True,
-                             timeout=timeout)
-        seconds = time.perf_counter() - t0
-        if res.returncode != 0:
-            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-            rows.append({"layer": name, "reason": f"ZigZag failed: {tail[0]}"})
-            continue
-        zz = json.loads(res.stdout.strip().splitlines()[-1])
-        rows.append({"layer": name, "ours": _ours(config, layer), "zigzag": zz,
-                     "seconds": round(seconds, 1)})
-        print(f"{name}: ZigZag {zz['pj'] / 1e6:,.1f} uJ in {seconds:.0f} s", flush=True)
+        base = {"accelerator.yaml": accelerator_yaml(config, layer),
+                "workload.yaml": workload_yaml(config, layer)}
+        row = {"layer": name, "ours": _ours(config, layer),
+               "ordering": plan_ordering(config, layer)}
+        for key, order in (("zigzag", row["ordering"]), ("search", None)):
+            files = dict(base, **{"mapping.yaml": mapping_yaml(config, layer, order)})
+            row[key], row[f"{key}_seconds"] = _zigzag(python, Path(out_dir) / key / name,
+                                                      files, timeout)
+        rows.append(row)
+        print(f"{name}: ours {row['ours']['pj'] / 1e6:,.1f} uJ, ZigZag "
+              + ", ".join(f"{key} {row[key]['pj'] / 1e6:,.1f} uJ" for key in ("zigzag", "search")
+                          if "pj" in row[key]), flush=True)
     return rows
 
 
+#: The levels the page compares (ZigZag's names; ours: :func:`_ours`).
+_LEVELS = (("sram_A", "A"), ("sram_B", "B"), ("sram_P", "P"), ("dram", "DRAM"))
+
+
 def _markdown(config, rows):
+    head = " | ".join(f"{label} words" for _, label in _LEVELS)
     lines = [f"ZigZag ({ZIGZAG[0]}) and this project's energy model on the forward of "
              f"workload layers (batch 1) on `{config.name}` ({config.rows}x{config.cols}, "
-             f"output-stationary), the same buffers and per-action energies "
-             f"({TECH_45NM.name}); ZigZag's loop order is its own energy-optimal search, ours "
-             "the driver's plan. Words: each buffer's reads and writes (DRAM: bus words). "
-             "Ratio: this project / ZigZag.", "",
-             "| layer | MACs equal | energy ours (uJ) | ZigZag (uJ) | ratio | A words ratio "
-             "| B words ratio | P words ratio | DRAM words ratio |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"output-stationary), the same buffers, lane registers and per-action energies "
+             f"({TECH_45NM.name}). ZigZag runs each layer with the driver's loop order "
+             "(the same mapping: the ratios should be near 1) and with its own search's "
+             "order for the least energy (the last column: how much energy the driver's "
+             "plan, chosen for cycles, spends over ZigZag's optimum). Words: each buffer's "
+             "reads and writes (DRAM: bus words). Ratios: this project / ZigZag.", "",
+             f"| layer | driver's loop order (innermost first) | MACs equal | ours (uJ) | "
+             f"ZigZag (uJ) | ratio | {head} | ZigZag's own order (uJ) | ours / it |",
+             "|---|---|---|---:|---:|---:|" + "---:|" * len(_LEVELS) + "---:|---:|"]
     for r in rows:
-        if "reason" in r:
-            lines.append(f"| {r['layer']} | not run: {r['reason']} | | | | | | | |")
+        o, z, best = r["ours"], r["zigzag"], r.get("search", {})
+        order = " ".join(f"{d}{s}" for d, s in r.get("ordering", ()))
+        if "reason" in z:
+            lines.append(f"| {r['layer']} | {order} | not run: {z['reason']} |"
+                         + " |" * (5 + len(_LEVELS)))
             continue
-        o, z = r["ours"], r["zigzag"]
 
-        def ratio(level):
+        def ratio(level, z=z, o=o):
             zw = z["levels"].get(level, {}).get("words", 0)
             return f"{o['words'][level] / zw:.2f}" if zw else "-"
-        lines.append(f"| {r['layer']} | {o['macs'] == z['macs']} | {o['pj'] / 1e6:,.1f} "
-                     f"| {z['pj'] / 1e6:,.1f} | {o['pj'] / z['pj']:.2f} | {ratio('sram_A')} "
-                     f"| {ratio('sram_B')} | {ratio('sram_P')} | {ratio('dram')} |")
-    lines += ["", "Where they differ (ratios beyond 10 %): **P** - this project's feeder "
-              "forward adds a result vector into P after each run (a run is a group of input "
-              "channels: one channel when the layer is cut into row bands), and clears and "
-              "stores each word once, where ZigZag keeps an output's whole reduction in its "
-              "PE's register and writes it once; **A** - the feeder reads an X word once for "
-              "all the kernel taps it serves (its lane registers), ZigZag re-reads X for its "
-              "loop order's tiles; **DRAM** - the two loop orders re-read X or W a different "
-              "number of times (ZigZag's order is searched for the least energy, ours is the "
-              "driver's plan for the fewest cycles). MACs are the layer's in both.", ""]
+        words = " | ".join(ratio(level) for level, _ in _LEVELS)
+        own = (f"{best['pj'] / 1e6:,.1f} | {o['pj'] / best['pj']:.2f}" if "pj" in best
+               else f"{best.get('reason', 'not run')} | -")
+        lines.append(f"| {r['layer']} | {order} | {o['macs'] == z['macs']} | "
+                     f"{o['pj'] / 1e6:,.1f} | {z['pj'] / 1e6:,.1f} | {o['pj'] / z['pj']:.2f} | "
+                     f"{words} | {own} |")
+    lines += ["", "Where they differ with the same loop order: **A** - the feeder reads whole "
+              "SRAM words (`ceil((offset + span) / B)` a kernel row of a context, the offset "
+              "being where the row starts in its word: 2 or 3 words for a span of 18), ZigZag "
+              "the span's bits in words (1.125); **P** - P clears each word as a step starts "
+              "and every accumulation reads the word it adds to (the first one too), where "
+              "ZigZag writes an output's first partial sum without a read and clears nothing "
+              "(4 accesses an output against 2 when a layer has one group); a loop the plan "
+              "cuts unevenly is rounded for ZigZag to a divisor (the order column: 16 groups "
+              "of 8 channels for the plan's 13 groups of 10, 28 bands of 8 rows for its 25 of "
+              "9), so "
+              "the two see different numbers of groups (P accumulations) or bands; **DRAM** - "
+              "a band re-reads the X rows it shares with the band before (its halo: `R - "
+              "stride` rows, 7 on AlexNet's first layer), which ZigZag does not count. "
+              "ZigZag's own search (LOMA, `lpf_limit` 6) is not exhaustive: on vgg16.conv3_1 "
+              "its order costs more than the driver's. MACs are the layer's in both.", ""]
     return "\n".join(lines) + "\n"
 
 
