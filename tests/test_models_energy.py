@@ -136,6 +136,11 @@ def test_rows_energy_sums_the_rows_that_ran():
     assert got["phases"] == pytest.approx(dict(zip(("forward", "loss", "gradient"), each)))
     assert sum(got["parts"].values()) == pytest.approx(got["pj"])
     assert got["pj_per_mac"] == pytest.approx(sum(each) / sum(r["macs"] for r in rows[:3]))
+    # a row's own (measured) zero fraction wins over the argument
+    rows[1]["zero_fraction"] = 0.75
+    mixed = rows_energy(SMALL, rows, zero_fraction=0.25)
+    loss = energy(SMALL, actions_from_model(SMALL, rows[1], zero_fraction=0.75))["pj"]
+    assert mixed["pj"] == pytest.approx(each[0] + loss + each[2]) and loss < each[1]
 
 
 def test_perf_energy_on_a_layer(capsys):

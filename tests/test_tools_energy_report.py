@@ -11,7 +11,7 @@ from bpsa.models.energy import rows_energy
 from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
 from bpsa.tools.energy_report import (GATED, energy_report, interleave_energy, loss_energy,
-                                      network_energy)
+                                      measured_gating, network_energy)
 
 SMALL_CF = load_config("small_cf")
 
@@ -43,6 +43,34 @@ def test_interleave_adds_up_and_the_page_is_written(tmp_path):
     assert {k: saved[k] for k in data} == json.loads(json.dumps(data))
     md = (tmp_path / "energy.md").read_text()
     assert md.count("| digits |") == 1 and "## The source papers' energy claims" in md
+    assert "## Zero gating on measured data" in md and md.count("| resblock_digits |") == 5
+
+
+def test_measured_gating_prices_the_measured_fractions():
+    """One epoch of the digits CNN: each layer's fractions in [0, 1], ReLU zeros in the
+    second convolution's X, the phase figures the layers' MAC-weighted means, and the gated
+    energy the energy model's on the step with each row's fraction."""
+    from bpsa.torch.models import digits_cnn
+    from bpsa.torch.trace import trace
+    (got,) = measured_gating(SMALL_CF, batch=4, epochs=1, batches=2, models=("digits_cnn",))
+    assert set(got["layers"]) == {"conv1", "conv2", "fc"}
+    assert all(0 <= f <= 1 for ph in got["layers"].values() for f in ph.values())
+    assert got["layers"]["conv2"]["forward"] > 0.2          # ReLU and pooling outputs
+    rows = network_step(SMALL_CF, trace(digits_cnn(), (4, 1, 8, 8)).network, batch=4,
+                        frontend="best").rows
+    ran = [r for r in rows if r.get("status", "run") == "run" and r.get("macs")]
+    for phase in ("forward", "loss", "gradient"):
+        mine = [r for r in ran if r["phase"] == phase]
+        want = (sum(r["macs"] * got["layers"][r["layer"]][phase] for r in mine)
+                / sum(r["macs"] for r in mine))
+        assert got["phases"][phase] == pytest.approx(want)
+    for r in rows:
+        r["zero_fraction"] = got["layers"].get(r.get("layer"), {}).get(r["phase"], 0.0)
+    assert got["pj_gated"] == pytest.approx(rows_energy(SMALL_CF, rows)["pj"])
+    dense = [dict(r, zero_fraction=0.0) for r in rows]
+    assert got["pj"] == pytest.approx(rows_energy(SMALL_CF, dense)["pj"])
+    assert got["pj"] > got["pj_gated"]
+    assert 0 < got["gating_saving"] < 1 and 0 <= got["test_accuracy"] <= 1
 
 
 def test_loss_energy_by_stride():

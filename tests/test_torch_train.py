@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import Subset
 
 from bpsa.cli import main
-from bpsa.torch.models import resblock_digits
-from bpsa.torch.train import digits_datasets, load_datasets, train
+from bpsa.torch.models import digits_cnn, resblock_digits
+from bpsa.torch.train import digits_datasets, load_datasets, train, train_float
 
 
 def tiny_digits():
@@ -51,6 +51,17 @@ def test_the_accelerator_and_pytorch_train_from_the_same_start():
     assert r["offloaded"] == ["stem.0", "conv1", "conv2", "relu2", "pool", "gap", "fc"]
     assert set(r["kept"]) == {"stem.2", "stem.2.mask", "relu1", "relu1.mask", "relu2"}
     assert r["cycles_per_step"] > 0 and "cycle model" in r["cycles_source"]
+
+
+def test_train_float_trains_the_model_itself():
+    model = digits_cnn()
+    before = model.conv1.weight.detach().clone()
+    tr, te = tiny_digits()
+    h = train_float(model, tr, te, epochs=3, batch=16, lr=0.25)
+    assert [e["epoch"] for e in h] == [1, 2, 3] and h[-1]["loss"] < h[0]["loss"]
+    assert not torch.equal(before, model.conv1.weight)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        train_float(model, tr, te, optimizer="lbfgs")
 
 
 def test_cli(capsys):

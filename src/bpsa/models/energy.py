@@ -200,13 +200,15 @@ def rows_energy(config, rows, *, zero_fraction=0.0, tech=TECH_45NM):
     """The energy of the cycle model's ``rows`` (a network step's, or
     :func:`bpsa.models.perf.phase_table`'s; those not run are left out), each row's
     ``energy_pj`` set: ``{"pj", "pj_per_mac" (over the layers' MACs), "parts": {action: pJ},
-    "phases": {phase: pJ}}``."""
+    "phases": {phase: pJ}}``. A row's own ``zero_fraction`` (a measured one:
+    :func:`bpsa.torch.sparsity.zero_fractions`) takes the place of ``zero_fraction``."""
     total = {"pj": 0.0, "parts": {}, "phases": {}}
     macs = 0
     for r in rows:
         if r.get("status", "run") != "run" or "refused" in r:
             continue
-        e = energy(config, actions_from_model(config, r, zero_fraction=zero_fraction), tech)
+        zf = r.get("zero_fraction", zero_fraction)
+        e = energy(config, actions_from_model(config, r, zero_fraction=zf), tech)
         r["energy_pj"] = e["pj"]
         total["pj"] += e["pj"]
         total["phases"][r["phase"]] = total["phases"].get(r["phase"], 0.0) + e["pj"]

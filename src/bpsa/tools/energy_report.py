@@ -1,8 +1,9 @@
 """Energy per training step and the source papers' energy claims (``make energy``,
 ``python -m bpsa.tools.energy_report``): the cycle model's action counts of each network's step
 priced by :mod:`bpsa.models.energy` (45 nm), with every MAC fired and with half of them gated
-(zero gating at a 50 % zero fraction, an assumption: the data's real fraction is not
-measured here), TOPS/W at two operations a MAC; and the papers' claims: InterGrad's
+(zero gating at an assumed 50 % zero fraction), TOPS/W at two operations a MAC; zero gating
+on measured data (:func:`measured_gating`: the digits models trained in PyTorch, each layer's
+zero fractions measured in a training step); and the papers' claims: InterGrad's
 interleaved WS/OS FC backward against the two passes run separately, from runs of the array's
 RTL, and the zero-free loss against the traditional flow of zero-inserted operands, from the
 cycle model (:func:`loss_energy`). Writes
@@ -10,6 +11,7 @@ cycle model (:func:`loss_energy`). Writes
 """
 
 import argparse
+import itertools
 import os
 import time
 from pathlib import Path
@@ -20,10 +22,14 @@ from bpsa.models.network_perf import network_step
 from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
-__all__ = ["GATED", "energy_report", "interleave_energy", "loss_energy", "network_energy"]
+__all__ = ["DIGITS_MODELS", "GATED", "energy_report", "interleave_energy", "loss_energy",
+           "measured_gating", "network_energy"]
 
 #: The zero fraction of the second column (the MACs zero gating skips).
 GATED = 0.5
+
+#: The models :func:`measured_gating` trains and measures (:mod:`bpsa.torch.models`).
+DIGITS_MODELS = ("digits_cnn", "lenet_digits", "resblock_digits")
 
 
 def network_energy(config, network, *, batch, jobs=1):
@@ -42,6 +48,88 @@ def network_energy(config, network, *, batch, jobs=1):
             "sram_share": sram / dense["pj"], "mac_share": dense["parts"]["mac"] / dense["pj"],
             "tops_per_w": 2 * macs / (dense["pj"] * 1e-12) / 1e12,
             "gating_saving": 1 - gated["pj"] / dense["pj"]}
+
+
+def measured_gating(config, *, batch, epochs=10, batches=8, models=DIGITS_MODELS):
+    """Zero gating on measured data: each of ``models`` trained ``epochs`` on the digits in
+    plain PyTorch, then each convolution's and linear layer's zero fractions per phase
+    measured in training steps on ``batches`` test batches of ``batch`` images (their mean:
+    :func:`bpsa.torch.sparsity.zero_fractions`), and the traced network's step on
+    ``config`` priced dense and with those fractions gated. A dict a model: its test
+    accuracy, ``layers`` (name -> phase -> fraction), the MAC-weighted fraction a phase, the
+    energies (pJ) and the saving."""
+    from torch.utils.data import DataLoader
+
+    from bpsa.torch import models as zoo
+    from bpsa.torch.sparsity import zero_fractions
+    from bpsa.torch.trace import trace
+    from bpsa.torch.train import digits_datasets, train_float
+    train_set, test_set = digits_datasets()
+    out = []
+    for name in models:
+        model = getattr(zoo, name)()
+        history = train_float(model, train_set, test_set, epochs=epochs)
+        model.train()
+        sums = {}
+        for x, y in itertools.islice(DataLoader(test_set, batch_size=batch), batches):
+            for layer, phases in zero_fractions(model, x, y).items():
+                for phase, f in phases.items():
+                    key = (layer, phase)
+                    sums[key] = sums.get(key, 0.0) + f / batches
+        shape = (batch, *test_set[0][0].shape)
+        rows = network_step(config, trace(model, shape).network, batch=batch,
+                            frontend="best").rows
+        measured = [dict(r, zero_fraction=sums.get((r.get("layer"), r["phase"]), 0.0))
+                    for r in rows]
+        dense = rows_energy(config, [dict(r, zero_fraction=0.0) for r in rows])
+        gated = rows_energy(config, measured)
+        by_phase = {}
+        for r in measured:
+            if r.get("status", "run") == "run" and r.get("macs"):
+                m, z = by_phase.get(r["phase"], (0, 0.0))
+                by_phase[r["phase"]] = (m + r["macs"], z + r["macs"] * r["zero_fraction"])
+        layers = {}
+        for (layer, phase), f in sums.items():
+            layers.setdefault(layer, {})[phase] = f
+        out.append({"model": name, "test_accuracy": history[-1]["test_accuracy"],
+                    "layers": layers,
+                    "phases": {p: z / m for p, (m, z) in by_phase.items() if m},
+                    "pj": dense["pj"], "pj_gated": gated["pj"],
+                    "mac_share": dense["parts"]["mac"] / dense["pj"],
+                    "gating_saving": 1 - gated["pj"] / dense["pj"]})
+    return out
+
+
+def _gating_lines(measured, config_name, batch):
+    """The page's section of :func:`measured_gating`."""
+    lines = ["", "## Zero gating on measured data", "",
+             f"The digits models ({', '.join(DIGITS_MODELS)}) trained in PyTorch float32, "
+             "then each layer's share of MACs with a zero operand measured in training steps "
+             f"(batches of {batch} test images; `bpsa.torch.sparsity.zero_fractions`: "
+             "ReLU zeros and padding in X, zeros of dY behind a ReLU, zero weights) and the "
+             f"traced step on `{config_name}` priced with them. Float zeros only: integer "
+             "arithmetic rounds more values to zero, so these are lower bounds. Gating saves at most "
+             "the MACs' share of a step's energy (the MAC column, dense): on these small "
+             "layers the DMA and the buffers spend most of it.", "",
+             "| model | test accuracy | zero fraction: forward | loss | gradient "
+             "| energy (uJ) | MAC | gated (uJ) | saving |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in measured:
+        ph = m["phases"]
+        lines.append(f"| {m['model']} | {m['test_accuracy']:.3f} | "
+                     + " | ".join(f"{ph[p]:.1%}" if p in ph else "-"
+                                  for p in ("forward", "loss", "gradient"))
+                     + f" | {m['pj'] / 1e6:,.2f} | {m['mac_share']:.1%} "
+                     f"| {m['pj_gated'] / 1e6:,.2f} "
+                     f"| {m['gating_saving']:.1%} |")
+    lines += ["", "Each layer's fractions:", "", "| model | layer | forward | loss | gradient |",
+              "|---|---|---:|---:|---:|"]
+    for m in measured:
+        for layer, ph in m["layers"].items():
+            lines.append(f"| {m['model']} | {layer} | " + " | ".join(
+                f"{ph[p]:.1%}" if p in ph else "-" for p in ("forward", "loss", "gradient"))
+                + " |")
+    return lines
 
 
 def loss_energy(config, network, *, batch):
@@ -129,7 +217,7 @@ def _loss_rows(loss):
     return out
 
 
-def _markdown(config_name, batch, rows, il, il_config, loss):
+def _markdown(config_name, batch, rows, il, il_config, loss, measured):
     lines = [f"The cycle model's training step (`bpsa perf --network N --config {config_name} "
              f"--batch {batch} --frontend best --energy`) priced at {TECH_45NM.name} "
              "(`bpsa.models.energy`: Horowitz, ISSCC 2014; EIE, ISCA 2016): every MAC fired, "
@@ -159,10 +247,16 @@ def _markdown(config_name, batch, rows, il, il_config, loss):
               "| Fornt et al.: zero gating in the PE | a step's energy with half the MACs "
               "gated against none | (switching energy saved; no figure) "
               f"| {rows[0]['gating_saving']:.1%} on {rows[0]['network']} (table above) | the "
-              "cycle model's counts, zero fraction assumed |", *_loss_rows(loss), ""]
+              "cycle model's counts, zero fraction assumed |",
+              "| Fornt et al.: zero gating in the PE | a step's energy with the measured zero "
+              "fractions gated against none (below) | (no figure) | "
+              + ", ".join(f"{m['gating_saving']:.1%} on {m['model']}" for m in measured)
+              + " | the cycle model's counts, zero fractions measured in PyTorch |",
+              *_loss_rows(loss), ""]
     if loss["refused"]:
         lines += [f"Left out of the loss comparison (refused by a flow): "
                   f"{len(loss['refused'])} layers, the first: {loss['refused'][0]}.", ""]
+    lines += _gating_lines(measured, config_name, batch) + [""]
     return "\n".join(lines) + "\n"
 
 
@@ -177,14 +271,16 @@ def energy_report(out_dir="docs/results", *, config_name="paper16", networks=Non
     rows = [network_energy(config, n, batch=batch, jobs=jobs) for n in networks]
     il = interleave_energy(load_config(il_config))
     loss = loss_energy(config, networks[0], batch=batch)
+    measured = measured_gating(config, batch=batch)
     command = command or (f"python -m bpsa.tools.energy_report --config {config_name} "
                           f"--batch {batch} --networks {','.join(networks)} -o {out_dir}")
     data = {"config": config_name, "batch": batch, "technology": TECH_45NM.name,
             "gated": GATED, "networks": rows, "interleave": dict(il, config=il_config),
-            "loss": loss}
+            "loss": loss, "measured_gating": measured}
     write_page(Path(out_dir) / "energy.md",
                f"Energy per training step ({config_name}, batch {batch}, {TECH_45NM.name})",
-               command, _markdown(config_name, batch, rows, il, il_config, loss), data=data)
+               command, _markdown(config_name, batch, rows, il, il_config, loss, measured),
+               data=data)
     return data
 
 
@@ -212,6 +308,10 @@ def main(argv=None):
         print(f"zero-free loss against the traditional flow, {data['loss']['network']}'s "
               f"{st['layers']} stride-{stride} layers: {st['pj_saving']:.1%} less energy, "
               f"{st['cycles_saving']:.1%} fewer cycles, {st['dma_saving']:.1%} fewer DMA bytes")
+    for m in data["measured_gating"]:
+        print(f"{m['model']}: measured zero fractions "
+              + ", ".join(f"{p} {f:.1%}" for p, f in m["phases"].items())
+              + f"; gating saves {m['gating_saving']:.1%} of the step's energy")
     print(f"wrote {args.out}/energy.md, energy.json ({time.perf_counter() - t0:.0f} s)")
 
 

@@ -16,7 +16,7 @@ import torch
 
 from bpsa.torch.offloading import offload
 
-__all__ = ["OPTIMIZERS", "digits_datasets", "load_datasets", "train"]
+__all__ = ["OPTIMIZERS", "digits_datasets", "load_datasets", "train", "train_float"]
 
 #: ``--optimizer`` names.
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
@@ -94,6 +94,17 @@ def _epochs(model, params, train_set, test_set, *, epochs, batch, lr, optimizer,
                             "train_cycles": cycles})
             bar.set_postfix(test=f"{history[-1]['test_accuracy']:.3f}")
     return history
+
+
+def train_float(model, train_set, test_set, *, epochs=15, batch=32, lr=0.25, optimizer="sgd",
+                seed=0):
+    """Train ``model`` in place in plain PyTorch float32 (the loop :func:`train` runs for its
+    reference); the history (a dict a epoch)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {optimizer!r}")
+    torch.manual_seed(seed)
+    return _epochs(model, model.parameters(), train_set, test_set, epochs=epochs, batch=batch,
+                   lr=lr, optimizer=optimizer, seed=seed, progress=False, desc="")
 
 
 def train(model, train_set, test_set, *, config="small_bf16", backend="model", epochs=15,
