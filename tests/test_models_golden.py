@@ -720,3 +720,39 @@ def test_pooling_refusals(call, needle):
     with pytest.raises(ValueError) as e:
         call(np.zeros((1, 1, 4, 4), dtype=int))
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("n,c,h,w,k,r,s,stride,pad,dil,groups", [
+    (2, 4, 7, 6, 6, 3, 3, 1, 1, 1, 2),          # grouped
+    (1, 6, 9, 9, 6, 3, 3, 2, 1, 1, 6),          # depthwise, stride 2
+    (2, 3, 8, 7, 6, 3, 2, 1, 2, 2, 3),          # depthwise x2 (two filters a channel), dilated
+    (1, 8, 5, 5, 4, 1, 1, 1, 0, 1, 4),          # grouped 1x1
+])
+def test_grouped_phases_equal_pytorch(n, c, h, w, k, r, s, stride, pad, dil, groups):
+    """conv2d(groups=...) forward and its autograd (float64: exact on these small integers)."""
+    import torch
+    rng = np.random.default_rng(c * 1000 + k * 10 + groups)
+    x = rng.integers(-8, 8, (n, c, h, w))
+    wt = rng.integers(-8, 8, (k, c // groups, r, s))
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    wtt = torch.tensor(wt, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.conv2d(xt, wtt, stride=stride, padding=pad, dilation=dil,
+                                   groups=groups)
+    dy = rng.integers(-8, 8, tuple(y.shape))
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    kw = {"stride": stride, "padding": pad, "dilation": dil, "groups": groups}
+    assert np.array_equal(golden.conv2d(x, wt, **kw), y.detach().numpy().astype(np.int64))
+    assert np.array_equal(golden.conv2d_input_grad(dy, wt, (h, w), **kw),
+                          xt.grad.numpy().astype(np.int64))
+    assert np.array_equal(golden.conv2d_weight_grad(x, dy, (r, s), **kw),
+                          wtt.grad.numpy().astype(np.int64))
+
+
+def test_grouped_refusals():
+    x, w = np.zeros((1, 6, 5, 5), int), np.zeros((4, 2, 3, 3), int)
+    with pytest.raises(ValueError, match=r"w has 2 input channels but x has 6 \(6 / groups 2"):
+        golden.conv2d(x, w, groups=2)
+    with pytest.raises(ValueError, match="groups = 4 must be a positive integer that divides"):
+        golden.conv2d(np.zeros((1, 8, 5, 5), int), np.zeros((6, 2, 3, 3), int), groups=4)
+    with pytest.raises(ValueError, match="groups must be a positive integer, not 0"):
+        golden.conv2d(x, w, groups=0)

@@ -190,3 +190,28 @@ def test_check_fields_names_what_does_not_fit():
     lay.check_fields(13)
     with pytest.raises(ValueError, match="^FC layer O = 5000 does not fit"):
         FcLayer(2, 3, 5000).check_fields(12)
+
+
+def test_grouped_layer():
+    from bpsa.spec.layer import ConvLayer, parse_layer
+    lay = parse_layer("C=32,H=14,K=64,R=3,pad=1,stride=2,N=2,groups=8")
+    assert lay.groups == 8 and lay.w_shape == (64, 4, 3, 3) and lay.crs == 36
+    assert lay.macs == 2 * 64 * 7 * 7 * 4 * 9
+    assert parse_layer(lay.text()) == lay and "groups=8" in lay.text()
+    one = lay.group_layer()
+    assert (one.channels, one.out_channels, one.groups) == (4, 8, 1)
+    assert one.macs * 8 == lay.macs and one.group_layer() is one
+    assert "groups" not in ConvLayer.conv(1, 4, 8, 8, 4, 3, 3).text()
+    dw = ConvLayer.conv(1, 16, 8, 8, 16, 3, 3, groups=16)
+    assert dw.w_shape == (16, 1, 3, 3) and ConvLayer.from_dict(dw.to_dict()) == dw
+    with pytest.raises(ValueError, match=r"groups = 3 must be a positive integer that divides "
+                       r"the input channels \(16\) and the output channels \(16\)"):
+        ConvLayer.conv(1, 16, 8, 8, 16, 3, 3, groups=3)
+    with pytest.raises(ValueError, match="layer key groups must be at least 1"):
+        parse_layer("C=4,H=8,K=4,R=3,groups=0")
+    # the descriptor fields are the group's: 2^16 channels in 2 groups fit 16-bit fields
+    ConvLayer.conv(1, 1 << 16, 1, 1, 2, 1, 1, groups=2).check_fields(16)
+    with pytest.raises(ValueError, match="a descriptor runs one group"):
+        from bpsa.plan.tiling import setup_descriptor
+        from bpsa.spec.regmap import Phase
+        setup_descriptor(Phase.FORWARD, dw)

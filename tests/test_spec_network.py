@@ -105,3 +105,24 @@ def test_missing_column_and_unknown_network(tmp_path):
         load_network("resnet1000")
     with pytest.raises(NetworkError, match=r"cannot read the network file"):
         load_network(tmp_path / "missing.csv")
+
+
+def test_groups_column(tmp_path):
+    from bpsa.spec.network import network_csv
+    path = tmp_path / "net.csv"
+    path.write_text(HEADER.strip() + ",groups\n" + "dw,conv,8,8,8,8,3,3,1,1,1,8\n"
+                    "pw,conv,8,8,8,16,1,1,1,0,1,\n")
+    net = load_network(path)
+    assert [lay.groups for lay in net] == [8, 1]
+    assert net.layers[0].macs == 8 * 8 * 8 * 9 and net.layers[1].macs == 16 * 64 * 8
+    again = tmp_path / "again.csv"
+    again.write_text(network_csv(net))
+    assert [(lay.name, lay.groups) for lay in load_network(again)] == [("dw", 8), ("pw", 1)]
+    # a file without the column: every layer one group, and written back without it
+    assert "groups" not in network_csv(load_network("resnet18")).splitlines()[0]
+    for row, needle in (("a,conv,8,8,8,6,3,3,1,1,1,4", "4 does not divide C = 8 and K = 6"),
+                        ("a,max_pool,8,8,8,,2,2,2,0,1,2", "another layer's 1"),
+                        ("a,conv,8,8,8,8,3,3,1,1,1,two", "'two' is not an integer")):
+        path.write_text(HEADER.strip() + ",groups\n" + row + "\n")
+        with pytest.raises(NetworkError, match=f"field 'groups': .*{needle}"):
+            load_network(path)

@@ -68,19 +68,19 @@ def test_every_operation_is_a_row_or_a_host_operation():
     t = trace(_Mixed(), (2, 3, 10, 10))
     assert _rows(t.network) == [
         ("conv", "conv", 3, 10, 10, 8, 3, 3, 1, 1, 1),
+        ("grouped", "conv", 8, 10, 10, 8, 3, 3, 1, 1, 1),
+        ("depthwise", "conv", 8, 10, 10, 8, 3, 3, 1, 1, 1),
         ("max_pool2d", "max_pool", 16, 10, 10, 16, 2, 2, 2, 0, 1),
         ("mean", "global_avg_pool", 4, 5, 5, 4, 5, 5, 1, 0, 1),
         ("fc", "fc", 4, 1, 1, 3, 1, 1, 1, 0, 1)]
     host = [(h.name, h.op, h.elements) for h in t.host_ops]
     assert host == [
-        ("conv.bias", "bias", 800), ("relu", "relu", 800), ("grouped", "conv", 800),
-        ("depthwise", "conv", 800),
+        ("conv.bias", "bias", 800), ("relu", "relu", 800),
         ("bn", "BatchNorm2d", 800), ("add", "add", 800), ("cat", "concat", 1600),
         ("max_pool2d_1", "max_pool", 144), ("rect", "conv", 60), ("up", "adaptive_avg_pool", 100),
         ("same", "adaptive_avg_pool", 100), ("drop", "Dropout", 4), ("softmax", "softmax", 3)]
     why = {h.name: h.reason for h in t.host_ops}
-    assert "depthwise convolution (8 groups)" in why["depthwise"]
-    assert "grouped convolution (2 groups)" in why["grouped"]
+    assert [lay.groups for lay in t.network if lay.name in ("grouped", "depthwise")] == [2, 8]
     assert "stride 1 x 2 is not square" in why["rect"]
     assert "ceil_mode" in why["max_pool2d_1"]
     assert "unequal" in why["up"] and "nothing to run" in why["same"]

@@ -50,7 +50,12 @@ def test_random_jobs_cover_every_phase_and_refusals(config):
                                   (lay["stride_h"], lay["stride_w"]),
                                   (lay["pad_h"], lay["pad_w"]), (lay["dil_h"], lay["dil_w"]))
         assert lay["batch"] * lay["out_channels"] * oh * ow * lay["channels"] \
-            * lay["kernel_h"] * lay["kernel_w"] <= MAX_MACS
+            // lay["groups"] * lay["kernel_h"] * lay["kernel_w"] <= MAX_MACS
+    # grouped layers, depthwise ones (a group an input channel) among them
+    grouped = [lay for lay in lays if lay["groups"] > 1]
+    assert len(grouped) >= 20 and any(lay["groups"] == lay["channels"] for lay in grouped)
+    assert all(lay["channels"] % lay["groups"] == lay["out_channels"] % lay["groups"] == 0
+               for lay in grouped)
 
 
 def test_phases_follow_the_dataflows():

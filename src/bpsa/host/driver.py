@@ -102,7 +102,11 @@ def expected_cycles(config, phase, layer, *, baseline=False):
     :class:`bpsa.spec.layer.ConvLayer`; ``fc_backward``: batch N, C inputs, K outputs, 1 x 1):
     its MACs at the phase's lowest measured utilization (the traditional flow's a third of
     it) plus its tensors moved once by the DMA (progress bars; :func:`cycle_budget`). A kernel
-    that does not fit counts no output (no exception)."""
+    that does not fit counts no output (no exception). A grouped layer: its groups' (run one
+    after the other)."""
+    if getattr(layer, "groups", 1) > 1:
+        return layer.groups * expected_cycles(config, phase, layer.group_layer(),
+                                              baseline=baseline)
     n, c, h, w = layer.x_shape
     k, r, s = layer.out_channels, layer.kernel_h, layer.kernel_w
     oh, ow = _layer_out_hw(layer)

@@ -10,7 +10,10 @@ W: K x C x R x S, Y and dY: N x K x OH x OW)::
     dW[k,c,r,q]  = sum_{n,oh,ow} dY[n,k,oh,ow] * X[n,c, oh*s + r*d - p, ow*s + q*d - p]
 
 with ``OH = (H + 2p - d(R-1) - 1) // s + 1`` (likewise ``OW``,
-:func:`bpsa.spec.layer.output_hw`); X outside ``[0,H) x [0,W)`` reads 0.
+:func:`bpsa.spec.layer.output_hw`); X outside ``[0,H) x [0,W)`` reads 0. With ``groups`` G,
+W is K x C/G x R x S and the sum over ``c`` runs over output channel ``k``'s group only:
+input channels ``g C/G + c'`` for ``k`` in ``[g K/G, (g+1) K/G)`` (each group an ordinary
+convolution of its slices).
 ``stride``, ``padding`` and ``dilation`` are each an ``int`` or an ``(h, w)`` pair.
 
 Two independent views are provided:
@@ -74,11 +77,23 @@ def _taps(size, s, d):
 
 # --- direct functions ----------------------------------------------------------------------------
 
-def conv2d(x, w, stride=1, padding=0, dilation=1):
+def _groups(groups, phase, **operands):
+    """The layer of ``operands`` with ``groups`` (checked) and each group's channel slices
+    ``(input channels, output channels)``."""
+    layer = conv_operands(phase, groups=groups, **operands)
+    return layer, layer.group_slices()
+
+
+def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
     """Forward convolution ``Y`` (N x K x OH x OW, int64) of ``x`` (N x C x H x W) by ``w``
-    (K x C x R x S)."""
+    (K x C/groups x R x S)."""
     x = _tensor(x, "x")
     w = _tensor(w, "w")
+    if groups != 1:
+        _, slices = _groups(groups, "forward", x=x, w=w, stride=stride, padding=padding,
+                            dilation=dilation)
+        return np.concatenate([conv2d(x[:, c], w[k], stride, padding, dilation)
+                               for c, k in slices], axis=1)
     layer = conv_operands("forward", x=x, w=w, stride=stride, padding=padding,
                           dilation=dilation)
     s, p, d = layer.stride, layer.pad, layer.dil
@@ -92,14 +107,20 @@ def conv2d(x, w, stride=1, padding=0, dilation=1):
     return y
 
 
-def conv2d_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1):
-    """Loss ``dX`` (N x C x H x W, int64) from ``dy`` (N x K x OH x OW) and ``w`` (K x C x R x S).
+def conv2d_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1, groups=1):
+    """Loss ``dX`` (N x C x H x W, int64) from ``dy`` (N x K x OH x OW) and ``w``
+    (K x C/groups x R x S).
 
     ``input_hw`` is ``(H, W)`` (an int means square); ``dy`` must have the output size of that
     forward convolution. Input pixels that no window reaches get 0.
     """
     dy = _tensor(dy, "dy")
     w = _tensor(w, "w")
+    if groups != 1:
+        _, slices = _groups(groups, "loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
+                            padding=padding, dilation=dilation)
+        return np.concatenate([conv2d_input_grad(dy[:, k], w[k], input_hw, stride, padding,
+                                                 dilation) for _, k in slices], axis=1)
     layer = conv_operands("loss", dy=dy, w=w, input_hw=input_hw, stride=stride,
                           padding=padding, dilation=dilation)
     s, p, d = layer.stride, layer.pad, layer.dil
@@ -113,11 +134,17 @@ def conv2d_input_grad(dy, w, input_hw, stride=1, padding=0, dilation=1):
     return np.ascontiguousarray(dxp[:, :, p[0]:p[0] + h, p[1]:p[1] + wd])
 
 
-def conv2d_weight_grad(x, dy, kernel_hw, stride=1, padding=0, dilation=1):
-    """Gradient ``dW`` (K x C x R x S, int64) from ``x`` (N x C x H x W) and ``dy``
+def conv2d_weight_grad(x, dy, kernel_hw, stride=1, padding=0, dilation=1, groups=1):
+    """Gradient ``dW`` (K x C/groups x R x S, int64) from ``x`` (N x C x H x W) and ``dy``
     (N x K x OH x OW); ``kernel_hw`` is ``(R, S)`` (an int means square)."""
     x = _tensor(x, "x")
     dy = _tensor(dy, "dy")
+    if groups != 1:
+        _, slices = _groups(groups, "gradient", x=x, dy=dy, kernel_hw=kernel_hw,
+                            stride=stride, padding=padding, dilation=dilation)
+        return np.concatenate([conv2d_weight_grad(x[:, c], dy[:, k], kernel_hw, stride,
+                                                  padding, dilation) for c, k in slices],
+                              axis=0)
     layer = conv_operands("gradient", x=x, dy=dy, kernel_hw=kernel_hw, stride=stride,
                           padding=padding, dilation=dilation)
     s, p, d = layer.stride, layer.pad, layer.dil

@@ -70,7 +70,7 @@ def _conv(layer, batch):
     if layer.op == "fc":
         return ConvLayer.conv(1, layer.c, 1, batch, layer.k, 1, 1)
     return ConvLayer.conv(batch, layer.c, layer.h, layer.w, layer.k, layer.r, layer.s,
-                          layer.stride, layer.pad, layer.dilation)
+                          layer.stride, layer.pad, layer.dilation, groups=layer.groups)
 
 
 #: Pooling kinds of the network files' ops.

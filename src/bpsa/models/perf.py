@@ -38,7 +38,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 1.3 %.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields as dc_fields, replace
 from functools import lru_cache
 from math import gcd, prod
 
@@ -148,7 +148,9 @@ class LayerCycles:
     is not padding); ``tiles``: channel-first weight tiles, summed over the runs.
 
     ``strips``: the column strips the driver cuts the layer into (1: it runs whole); the
-    figures are then the strips' summed (the largest of the bank and P words)."""
+    figures are then the strips' summed (the largest of the bank and P words). A grouped
+    layer runs group by group: the figures are a group's times the groups (``strips``: a
+    group's)."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -752,6 +754,20 @@ def _strip_cycles(config, phase, layer, why, *, requant, frontend, multi_tile):
     return _combined(config, phase, layer, parts, requant=requant, strips=len(cut))
 
 
+#: The :class:`LayerCycles` fields that do not add up over runs one after the other (the
+#: ratios, the largest bank and P words, the front end, the strips of one run).
+_NOT_SUMMED = ("utilization", "over_roofline", "bound", "a_words", "b_words", "p_words",
+               "space_to_depth", "frontend", "x_word_operands", "strips")
+
+
+def _grouped(m, groups):
+    """``m`` (one group's :class:`LayerCycles`) for ``groups`` groups run one after the other:
+    the counts summed (the ratios stay; the roofline of the grouped layer is the groups',
+    its MACs and compulsory bytes being the groups' summed)."""
+    return replace(m, **{f.name: getattr(m, f.name) * groups for f in dc_fields(LayerCycles)
+                         if f.name not in _NOT_SUMMED})
+
+
 def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
     ``"gradient"``, zero-free) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`, its
@@ -772,6 +788,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
     if phase not in ("forward", "loss", "gradient"):
         raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
                          f"not {phase!r}")
+    if layer.groups > 1:            # the driver runs the groups one after the other
+        return _grouped(layer_cycles(config, phase, layer.group_layer(), requant=requant,
+                                     frontend=frontend, multi_tile=multi_tile), layer.groups)
     if frontend is None:            # (a backward phase's front end is its mode's)
         frontend = capability.resolve_mode(config, "forward") if phase == "forward" \
             else "feeder"

@@ -28,7 +28,10 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     """Raise :exc:`ValueError` naming the reason when the accelerator generated for ``config``
     cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
     convolution; ``mode``: the front end or backward mode, ``requant``: a shift, both checked
-    by :func:`bpsa.plan.capability.check`); else returns the layer's tiling plan."""
+    by :func:`bpsa.plan.capability.check`); else returns the layer's tiling plan (a grouped
+    layer's: its group's, which every group runs)."""
+    if layer.groups > 1:
+        return check_job(config, layer.group_layer(), phase, baseline, mode, requant)
     if baseline and config.is_mx:
         raise ValueError(f"the traditional flow's baseline is not run in "
                          f"{config.arithmetic!r} (its zero-spaced operands would be quantized "

@@ -98,54 +98,11 @@ async def _mx_phase(cfg, drv, phase, layer, t, args, job, plan):
     return np.asarray(got, np.float32).view(np.uint32), np.asarray(want, np.uint32)
 
 
-async def run_job(cfg, drv, job, clock, plan=None):
-    """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
-    "mode", "requant", "space_to_depth"}``; the last ``False``: the driver rewrites no layer,
-    :mod:`bpsa.plan.space_to_depth`) through the driver ``drv``: random tensors from
-    ``seed``, the result
-    and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
-    operands as the forward's or zero-free loss's output then leaves) and a summary
-    (counters, match, useful MACs, simulated cycles by ``clock()``, wall seconds). ``plan``:
-    the convolution's tiling when the caller checked the job already
-    (:func:`bpsa.sim.accel_run.check_job`), handed on to the driver. Returns ``(got, want,
-    summary)``."""
-    layer = job_layer(job)
-    lay = {**layer.to_dict(), **job["layer"]}       # the summary's (pooling: kind, relu)
-    rng = np.random.default_rng(job.get("seed", 1))
-    t = job_tensors(cfg, layer, rng, job.get("zero_prob", 0.0))
-    args = dict(stride=layer.stride, padding=layer.pad, dilation=layer.dil)
-    phase = job["phase"]
-    drv.space_to_depth = job.get("space_to_depth", True)
-    t0, s0 = time.perf_counter(), clock()
-    if phase in ("pool_forward", "pool_backward"):     # the pooling unit
-        kind, relu = lay["kind"], bool(lay.get("relu"))
-        k = (layer.kernel_h, layer.kernel_w)
-        pargs = dict(stride=args["stride"], padding=args["padding"], relu=relu)
-        fmt = cfg.arithmetic
-        if phase == "pool_forward":
-            got = await drv.pool(t["x"], kind, k, **pargs)
-            if cfg.is_float:
-                want = float_pool.pool2d(t["x"], kind, k, args["stride"], args["padding"], fmt,
-                                         relu=relu)
-            else:
-                want = golden.pool2d(t["x"], kind, k, args["stride"], args["padding"])
-                want = np.maximum(want, 0) if relu else want
-        else:
-            got = await drv.pool_backward(t["dy"], t["x"], kind, k, **pargs)
-            if cfg.is_float:
-                want = float_pool.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
-                                                  args["padding"], fmt, relu=relu)
-            else:
-                want = golden.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
-                                              args["padding"])
-                want = want * (t["x"] > 0) if relu else want
-    elif phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
-        x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
-        dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
-        got = np.concatenate([dx.ravel(), dw.ravel()])
-        want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
-    elif cfg.is_mx and phase in ("forward", "loss", "gradient"):
-        got, want = await _mx_phase(cfg, drv, phase, layer, t, args, job, plan)
+async def _conv_phase(cfg, drv, phase, layer, t, args, job, plan):
+    """One convolution phase of an ungrouped ``layer`` through the driver and its golden
+    value (MX, floating point, integers; the traditional flow's baseline): ``(got, want)``."""
+    if cfg.is_mx:
+        return await _mx_phase(cfg, drv, phase, layer, t, args, job, plan)
     elif phase == "forward" and cfg.is_float:
         got = await drv.forward(t["x"], t["w"], requant=job.get("requant"),
                                 frontend=job.get("mode") or "feeder", plan=plan, **args)
@@ -202,6 +159,87 @@ async def run_job(cfg, drv, job, clock, plan=None):
                                      mode=job.get("mode"), plan=plan, **args)
         want = golden.conv2d_weight_grad(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
                                          args["stride"], args["padding"], args["dilation"])
+    return got, want
+
+
+async def _grouped_phase(cfg, drv, phase, layer, t, args, job, plan):
+    """A grouped layer's phase, group by group (the hardware runs one group: the group's
+    operand slices, :meth:`bpsa.spec.layer.ConvLayer.group_slices`), the results joined and
+    the counters summed; integers: checked against the grouped golden model itself, the
+    other arithmetics (whose golden value follows each run's order of additions) group by
+    group. ``plan``: a group's (every group has the same layer)."""
+    one, got, want, total = layer.group_layer(), [], [], {}
+    for cs, ks in layer.group_slices():
+        part = {"x": t["x"][:, cs], "w": t["w"][ks], "dy": t["dy"][:, ks]}
+        g, w = await _conv_phase(cfg, drv, phase, one, part, args, job, plan)
+        got.append(g)
+        want.append(w)
+        total = {name: v + total.get(name, 0) for name, v in drv.counters.items()}
+    drv.counters = total
+    axis = 0 if phase == "gradient" else 1
+    got, want = np.concatenate(got, axis), np.concatenate(want, axis)
+    if not (cfg.is_float or cfg.is_mx or job.get("baseline")):
+        kw = dict(args, groups=layer.groups)
+        if phase == "forward":
+            want = golden.conv2d(t["x"], t["w"], **kw)
+        elif phase == "loss":
+            want = golden.conv2d_input_grad(t["dy"], t["w"], (layer.height, layer.width), **kw)
+        else:
+            want = golden.conv2d_weight_grad(t["x"], t["dy"], (layer.kernel_h, layer.kernel_w),
+                                             **kw)
+    return got, want
+
+
+async def run_job(cfg, drv, job, clock, plan=None):
+    """Run one job (``{"phase", "layer", "seed", "zero_prob", "baseline", "interleaved",
+    "mode", "requant", "space_to_depth"}``; the last ``False``: the driver rewrites no layer,
+    :mod:`bpsa.plan.space_to_depth`) through the driver ``drv``: random tensors from
+    ``seed``, the result
+    and its golden value (wrapped to ``acc_width``; with ``requant``, a shift, requantized to
+    operands as the forward's or zero-free loss's output then leaves) and a summary
+    (counters, match, useful MACs, simulated cycles by ``clock()``, wall seconds). ``plan``:
+    the convolution's tiling when the caller checked the job already
+    (:func:`bpsa.sim.accel_run.check_job`), handed on to the driver. Returns ``(got, want,
+    summary)``."""
+    layer = job_layer(job)
+    lay = {**layer.to_dict(), **job["layer"]}       # the summary's (pooling: kind, relu)
+    rng = np.random.default_rng(job.get("seed", 1))
+    t = job_tensors(cfg, layer, rng, job.get("zero_prob", 0.0))
+    args = dict(stride=layer.stride, padding=layer.pad, dilation=layer.dil)
+    phase = job["phase"]
+    drv.space_to_depth = job.get("space_to_depth", True)
+    t0, s0 = time.perf_counter(), clock()
+    if phase in ("pool_forward", "pool_backward"):     # the pooling unit
+        kind, relu = lay["kind"], bool(lay.get("relu"))
+        k = (layer.kernel_h, layer.kernel_w)
+        pargs = dict(stride=args["stride"], padding=args["padding"], relu=relu)
+        fmt = cfg.arithmetic
+        if phase == "pool_forward":
+            got = await drv.pool(t["x"], kind, k, **pargs)
+            if cfg.is_float:
+                want = float_pool.pool2d(t["x"], kind, k, args["stride"], args["padding"], fmt,
+                                         relu=relu)
+            else:
+                want = golden.pool2d(t["x"], kind, k, args["stride"], args["padding"])
+                want = np.maximum(want, 0) if relu else want
+        else:
+            got = await drv.pool_backward(t["dy"], t["x"], kind, k, **pargs)
+            if cfg.is_float:
+                want = float_pool.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
+                                                  args["padding"], fmt, relu=relu)
+            else:
+                want = golden.pool2d_backward(t["dy"], t["x"], kind, k, args["stride"],
+                                              args["padding"])
+                want = want * (t["x"] > 0) if relu else want
+    elif phase == "fc_backward":      # a fully connected layer: N x C inputs, K outputs
+        x, w, dy = (t[name].reshape(t[name].shape[:2]) for name in ("x", "w", "dy"))
+        dx, dw = await drv.fc_backward(x, w, dy, interleaved=job.get("interleaved"))
+        got = np.concatenate([dx.ravel(), dw.ravel()])
+        want = np.concatenate([(dy @ w).ravel(), (dy.T @ x).ravel()])
+    elif layer.groups > 1:
+        got, want = await _grouped_phase(cfg, drv, phase, layer, t, args, job, plan)
+    else:
+        got, want = await _conv_phase(cfg, drv, phase, layer, t, args, job, plan)
     sim_cycles = int(clock() - s0)
     sim_seconds = time.perf_counter() - t0
     if not (cfg.is_float or cfg.is_mx):

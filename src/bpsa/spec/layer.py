@@ -2,17 +2,18 @@
 the one output-size formula.
 
 A convolution: X is ``batch x channels x height x width`` (N x C x H x W), W is
-``out_channels x channels x kernel_h x kernel_w`` (K x C x R x S), stride / padding / dilation
-per axis; ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` and ``OW`` likewise
+``out_channels x channels / groups x kernel_h x kernel_w`` (K x C/G x R x S), stride / padding /
+dilation per axis; with ``groups`` G > 1 the channels split into G groups, output channels
+``[g K/G, (g+1) K/G)`` reading input channels ``[g C/G, (g+1) C/G)`` (depthwise: G = C); ``OH = (H + 2 pad_h - dil_h (R - 1) - 1) // stride_h + 1`` and ``OW`` likewise
 (:func:`out_size`). An FC layer ``Y = X W^T``: X is ``batch x inputs``, W ``outputs x inputs``.
 
 Text form (``bpsa sim --layer``): ``C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,
-dilation=..,N=..`` and ``N=..,I=..,O=..``.
+dilation=..,N=..,groups=..`` and ``N=..,I=..,O=..``.
 """
 
 import numbers
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
@@ -95,7 +96,7 @@ _OPERAND_FORMS = {"x": "N x C x H x W", "w": "K x C x R x S", "dy": "N x K x OH 
 
 
 def conv_operands(phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=None,
-                  stride=1, padding=0, dilation=1, fit=True):
+                  stride=1, padding=0, dilation=1, fit=True, groups=1):
     """The :class:`ConvLayer` whose ``phase`` (``"forward"``: ``x``, ``w``; ``"loss"``:
     ``dy``, ``w``, ``input_hw``; ``"gradient"``: ``x``, ``dy``, ``kernel_hw``) the operands
     describe (arrays, or anything :func:`numpy.shape` reads; the other phases' operands are
@@ -103,6 +104,8 @@ def conv_operands(phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=No
     channels of ``w`` and ``x``, the output channels of ``w`` and ``dy``, the batch of ``x``
     and ``dy``, ``dy``'s plane against the layer's output, ``stride``, ``padding`` and
     ``dilation`` (:func:`conv_params`). :exc:`ValueError` names the first disagreement.
+
+    ``groups``: ``w`` has ``C / groups`` input channels (:class:`ConvLayer`'s ``groups``).
 
     ``fit``: a dilated kernel larger than the padded input is refused (:func:`output_hw`);
     ``False`` lets it through (``dy``'s plane is then not checked: the hardware refuses such a
@@ -119,12 +122,17 @@ def conv_operands(phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=No
         if len(shape[name]) != 4:
             raise ValueError(f"{name} must have 4 dimensions ({_OPERAND_FORMS[name]}), not "
                              f"shape {shape[name]}")
+    g = groups
+    if isinstance(g, bool) or not isinstance(g, numbers.Integral) or g < 1:
+        raise ValueError(f"groups must be a positive integer, not {g!r}")
     if phase == "forward":
         (n, c, h, wd), (k, c_w, r, s) = shape["x"], shape["w"]
-        if c_w != c:
-            raise ValueError(f"w has {c_w} input channels but x has {c}")
+        if c_w * g != c:
+            raise ValueError(f"w has {c_w} input channels but x has {c}"
+                             + (f" ({c} / groups {g} = {c / g:g})" if g != 1 else ""))
     elif phase == "loss":
         (n, k_dy), (k, c, r, s) = shape["dy"][:2], shape["w"]
+        c *= g
         h, wd = size_pair(input_hw, "input_hw")
         if k_dy != k:
             raise ValueError(f"dy has {k_dy} channels but w has {k} output channels")
@@ -142,7 +150,7 @@ def conv_operands(phase, *, x=None, w=None, dy=None, input_hw=None, kernel_hw=No
             f"dy must have shape (N, {k}, {out[0]}, {out[1]}) for input_hw {(h, wd)}, "
             f"kernel_hw {(r, s)}, stride {st}, padding {pad}, dilation {dil}; not "
             f"{shape['dy']}")
-    return ConvLayer.conv(n, c, h, wd, k, r, s, st, pad, dil)
+    return ConvLayer.conv(n, c, h, wd, k, r, s, st, pad, dil, groups=g)
 
 
 def check_fields(dim_width, what, **values):
@@ -197,7 +205,9 @@ class LayerGeometry:
 @dataclass(frozen=True)
 class ConvLayer(LayerGeometry):
     """One convolution layer (see the module docstring); ``pad_bottom`` pads the bottom
-    differently from the top (``None``: ``pad_h``, symmetric)."""
+    differently from the top (``None``: ``pad_h``, symmetric). ``groups``: :exc:`ValueError`
+    unless it divides ``channels`` and ``out_channels``. The hardware runs one group at a
+    time: :meth:`group_layer` is the layer a group is."""
     batch: int
     channels: int
     height: int
@@ -212,12 +222,43 @@ class ConvLayer(LayerGeometry):
     dil_h: int = 1
     dil_w: int = 1
     pad_bottom: int | None = None
+    groups: int = 1
+
+    def __post_init__(self):
+        g = self.groups
+        if g != 1 and (isinstance(g, bool) or not isinstance(g, numbers.Integral) or g < 1
+                       or self.channels % g or self.out_channels % g):
+            raise ValueError(f"groups = {g!r} must be a positive integer that divides the "
+                             f"input channels ({self.channels}) and the output channels "
+                             f"({self.out_channels})")
 
     @classmethod
-    def conv(cls, n, c, h, w, k, r, s, stride=1, pad=0, dil=1, pad_bottom=None):
+    def conv(cls, n, c, h, w, k, r, s, stride=1, pad=0, dil=1, pad_bottom=None, groups=1):
         """A layer from golden-style arguments (``stride``, ``pad``, ``dil``: int or (h, w))."""
         (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
-        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom)
+        return cls(n, c, h, w, k, r, s, sh, sw, ph, pw, dh, dw, pad_bottom, groups)
+
+    def group_layer(self):
+        """The ordinary convolution one group is (``channels / groups`` input and
+        ``out_channels / groups`` output channels); the layer itself when ``groups`` is 1."""
+        if self.groups == 1:
+            return self
+        return replace(self, channels=self.channels // self.groups,
+                       out_channels=self.out_channels // self.groups, groups=1)
+
+    def group_slices(self):
+        """Each group's ``(input channels, output channels)`` as slices, group 0 first: X's
+        and dX's channels ``[0]``, W's, Y's and dY's ``[1]`` (W's second axis is the group's
+        own ``channels / groups``)."""
+        cg, kg = self.channels // self.groups, self.out_channels // self.groups
+        return [(slice(g * cg, (g + 1) * cg), slice(g * kg, (g + 1) * kg))
+                for g in range(self.groups)]
+
+    @property
+    def macs(self):
+        """The layer's multiply-accumulates a phase: ``N K OH OW (C / groups) R S``."""
+        oh, ow = self.out_hw
+        return self.batch * self.out_channels * oh * ow * self.crs
 
     def to_dict(self):
         """The layer's fields as a JSON-able dict (a job's ``"layer"``; :meth:`from_dict`)."""
@@ -242,20 +283,21 @@ class ConvLayer(LayerGeometry):
 
     @property
     def w_shape(self):
-        return (self.out_channels, self.channels, self.kernel_h, self.kernel_w)
+        return (self.out_channels, self.channels // self.groups, self.kernel_h, self.kernel_w)
 
     @property
     def crs(self):
-        """Elements of one im2col row (the depth of a context): ``C*R*S``."""
-        return self.channels * self.kernel_h * self.kernel_w
+        """Elements of one im2col row (the depth of a context): ``(C / groups) R S``."""
+        return self.channels // self.groups * self.kernel_h * self.kernel_w
 
     def check_fields(self, dim_width):
         """:exc:`ValueError` naming the first of the layer's sizes (by its key in the text
         form, :data:`LAYER_KEYS`) that does not fit a descriptor's ``dim_width``-bit fields
         (:func:`check_fields`)."""
-        check_fields(dim_width, "layer", N=self.batch, C=self.channels, H=self.height,
-                     W=self.width, K=self.out_channels, R=self.kernel_h, S=self.kernel_w,
-                     stride=self.stride, pad=self.pad, dilation=self.dil)
+        g = self.group_layer()          # the hardware runs a group at a time
+        check_fields(dim_width, "layer", N=g.batch, C=g.channels, H=g.height, W=g.width,
+                     K=g.out_channels, R=g.kernel_h, S=g.kernel_w, stride=g.stride,
+                     pad=g.pad, dilation=g.dil)
 
     def baseline(self, phase):
         """The forward convolution that computes ``phase`` (loss or gradient) of this layer
@@ -279,12 +321,13 @@ class ConvLayer(LayerGeometry):
             return str(h) if h == w else f"{h}x{w}"
         return (f"C={self.channels},H={self.height},W={self.width},K={self.out_channels},"
                 f"R={self.kernel_h},S={self.kernel_w},stride={v(*self.stride)},"
-                f"pad={v(*self.pad)},dilation={v(*self.dil)},N={self.batch}")
+                f"pad={v(*self.pad)},dilation={v(*self.dil)},N={self.batch}"
+                + (f",groups={self.groups}" if self.groups != 1 else ""))
 
 
 #: Keys of a layer string, and the defaults of the optional ones.
-LAYER_KEYS = ("C", "H", "W", "K", "R", "S", "stride", "pad", "dilation", "N")
-_DEFAULTS = {"N": 1, "stride": 1, "pad": 0, "dilation": 1}
+LAYER_KEYS = ("C", "H", "W", "K", "R", "S", "stride", "pad", "dilation", "N", "groups")
+_DEFAULTS = {"N": 1, "stride": 1, "pad": 0, "dilation": 1, "groups": 1}
 _PAIR_KEYS = ("stride", "pad", "dilation")
 
 
@@ -302,8 +345,9 @@ def _value(key, text):
 
 def parse_layer(text):
     """A :class:`ConvLayer` from ``"C=..,H=..,W=..,K=..,R=..,S=..,stride=..,pad=..,
-    dilation=..,N=.."``. ``C``, ``H``, ``K`` and ``R`` are required; ``W`` defaults to ``H``,
-    ``S`` to ``R``, ``N`` to 1, ``stride`` to 1, ``pad`` to 0, ``dilation`` to 1. ``stride``,
+    dilation=..,N=..,groups=.."``. ``C``, ``H``, ``K`` and ``R`` are required; ``W`` defaults
+    to ``H``, ``S`` to ``R``, ``N`` to 1, ``stride`` to 1, ``pad`` to 0, ``dilation`` to 1,
+    ``groups`` to 1. ``stride``,
     ``pad`` and ``dilation`` may be ``HxW`` pairs. Raises :exc:`ValueError` for unknown,
     repeated, missing or malformed keys and for sizes that give no output."""
     values = {}
@@ -326,7 +370,7 @@ def parse_layer(text):
     values.setdefault("S", values["R"])
     for k, v in _DEFAULTS.items():
         values.setdefault(k, v)
-    for k in ("C", "H", "W", "K", "R", "S", "N"):
+    for k in ("C", "H", "W", "K", "R", "S", "N", "groups"):
         if values[k] < 1:
             raise ValueError(f"layer key {k} must be at least 1, not {values[k]}")
     for k in ("stride", "dilation"):
@@ -334,7 +378,7 @@ def parse_layer(text):
             raise ValueError(f"layer key {k} must be at least 1, not {values[k]}")
     layer = ConvLayer.conv(values["N"], values["C"], values["H"], values["W"], values["K"],
                            values["R"], values["S"], values["stride"], values["pad"],
-                           values["dilation"])
+                           values["dilation"], groups=values["groups"])
     layer.out_hw      # a kernel that does not fit the padded input raises here
     return layer
 

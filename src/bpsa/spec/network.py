@@ -2,10 +2,11 @@
 that checks them.
 
 A network file is CSV with ``#`` comment lines and the header
-``layer,op,C,H,W,K,R,S,stride,pad,dilation``, one row a layer of one image (the batch is the
-caller's). ``op`` is one of :data:`OPS`:
+``layer,op,C,H,W,K,R,S,stride,pad,dilation`` and optionally ``groups``, one row a layer of one
+image (the batch is the caller's). ``op`` is one of :data:`OPS`:
 
-- ``conv``: X ``C x H x W``, ``K`` outputs, an ``R x S`` kernel, symmetric ``pad``;
+- ``conv``: X ``C x H x W``, ``K`` outputs, an ``R x S`` kernel, symmetric ``pad``, ``groups``
+  (default 1; it divides ``C`` and ``K``: a depthwise layer has ``groups = C``);
 - ``fc``: ``C`` inputs, ``K`` outputs, ``H = W = R = S = 1``;
 - ``max_pool``, ``avg_pool``: ``R x S`` windows over ``C x H x W``, ``K`` empty (or ``C``);
 - ``global_avg_pool``: ``R = H`` and ``S = W``.
@@ -22,10 +23,12 @@ from pathlib import Path
 
 from bpsa.spec.layer import out_size
 
-__all__ = ["COLUMNS", "OPS", "NetLayer", "Network", "NetworkError", "load_network",
+__all__ = ["COLUMNS", "OPS", "OPTIONAL", "NetLayer", "Network", "NetworkError", "load_network",
            "network_csv", "network_from_rows", "network_names"]
 
 COLUMNS = ("layer", "op", "C", "H", "W", "K", "R", "S", "stride", "pad", "dilation")
+#: The columns a file may leave out, and their value then.
+OPTIONAL = {"groups": "1"}
 OPS = ("conv", "fc", "max_pool", "avg_pool", "global_avg_pool")
 POOLS = ("max_pool", "avg_pool", "global_avg_pool")
 
@@ -52,6 +55,7 @@ class NetLayer:
     pad: int
     dilation: int
     line: int
+    groups: int = 1
 
     @property
     def out_hw(self):
@@ -64,7 +68,7 @@ class NetLayer:
         if self.op in POOLS:
             return 0
         oh, ow = self.out_hw
-        return self.k * oh * ow * self.c * self.r * self.s
+        return self.k * oh * ow * self.c // self.groups * self.r * self.s
 
 
 @dataclass(frozen=True)
@@ -109,21 +113,27 @@ def load_network(name_or_path):
 
 
 def network_from_rows(name, source, rows):
-    """A :class:`Network` of ``rows`` (dicts with the :data:`COLUMNS` as keys, values as in a
-    file), checked as a file's rows are (``line``: the row's number from 1)."""
+    """A :class:`Network` of ``rows`` (dicts with the :data:`COLUMNS` as keys and maybe
+    :data:`OPTIONAL`'s, values as in a file), checked as a file's rows are (``line``: the
+    row's number from 1)."""
     seen = {}
     return Network(name, source, tuple(
-        _layer(source, i, {k: str(row[k]) for k in COLUMNS}, seen)
+        _layer(source, i, {**OPTIONAL, **{k: str(row[k]) for k in COLUMNS + tuple(OPTIONAL)
+                                          if k in row}}, seen)
         for i, row in enumerate(rows, 1)))
 
 
 def network_csv(network, comment=""):
-    """``network`` as the text of a network file (``comment``: ``#`` lines first)."""
-    lines = [f"# {line}" for line in comment.splitlines()] + [",".join(COLUMNS)]
+    """``network`` as the text of a network file (``comment``: ``#`` lines first; the
+    ``groups`` column when a layer is grouped)."""
+    grouped = any(lay.groups != 1 for lay in network)
+    lines = [f"# {line}" for line in comment.splitlines()] + [
+        ",".join(COLUMNS + (("groups",) if grouped else ()))]
     for lay in network:
         k = "" if lay.op in POOLS else lay.k
         lines.append(f"{lay.name},{lay.op},{lay.c},{lay.h},{lay.w},{k},{lay.r},{lay.s},"
-                     f"{lay.stride},{lay.pad},{lay.dilation}")
+                     f"{lay.stride},{lay.pad},{lay.dilation}"
+                     + (f",{lay.groups}" if grouped else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -146,7 +156,7 @@ def _parse(source, text):
         if len(cells) != len(header):
             raise NetworkError(f"{source}:{number}: {len(cells)} fields, the header has "
                                f"{len(header)}")
-        row = dict(zip(header, cells))
+        row = {**OPTIONAL, **dict(zip(header, cells))}
         yield _layer(source, number, row, seen)
 
 
@@ -180,9 +190,17 @@ def _layer(source, number, row, seen):
         fail("K", f"a pooling layer keeps its {values['C']} channels, not {values['K']}")
     if op == "global_avg_pool" and (values["R"], values["S"]) != (values["H"], values["W"]):
         fail("R", f"global_avg_pool's window is the whole {values['H']} x {values['W']} input")
+    try:
+        groups = int(row["groups"] or "1")
+    except ValueError:
+        fail("groups", f"{row['groups']!r} is not an integer")
+    if groups < 1 or (groups != 1 and op != "conv"):
+        fail("groups", f"{groups}: a conv layer's groups are at least 1, another layer's 1")
+    if values["C"] % groups or values["K"] % groups:
+        fail("groups", f"{groups} does not divide C = {values['C']} and K = {values['K']}")
     layer = NetLayer(name, op, values["C"], values["H"], values["W"], values["K"],
                      values["R"], values["S"], values["stride"], values["pad"],
-                     values["dilation"], number)
+                     values["dilation"], number, groups)
     if min(layer.out_hw) < 1:
         fail("R", f"the {layer.r} x {layer.s} kernel (dilation {layer.dilation}) does not "
                   f"fit the {layer.h} x {layer.w} input padded by {layer.pad}")

@@ -43,6 +43,7 @@ from torch import nn
 from bpsa.config import load_config
 from bpsa.host.digits_float import FloatModelOps
 from bpsa.torch.fusion import FORWARD_NOT_FUSED, MASK_NOT_FUSED, relu_fusion
+from bpsa.spec.layer import ConvLayer
 
 __all__ = ["IntegerModel", "MxModel", "OffloadedModel", "QuantizedBackend", "offload"]
 
@@ -299,18 +300,25 @@ class _ReluFn(torch.autograd.Function):
 
 
 class OffloadConv2d(_Layer):
-    """``nn.Conv2d`` (one group, zero padding) on the array; the bias added by PyTorch;
-    ``relu``: the ReLU after it fused into its store."""
+    """``nn.Conv2d`` (zero padding) on the array, a grouped one group by group (each group's
+    slices of X and W a call of the backend, the outputs joined; autograd splits dY); the
+    bias added by PyTorch; ``relu``: the ReLU after it fused into its store."""
 
     def __init__(self, name, owner, conv):
         super().__init__(name, owner)
-        self.weight, self.bias = conv.weight, conv.bias
+        self.weight, self.bias, self.groups = conv.weight, conv.bias, conv.groups
         self.geo = {"stride": _pair(conv.stride), "padding": _pair(conv.padding),
                     "dilation": _pair(conv.dilation)}
         self.relu = False
 
     def forward(self, x):
-        y = _ConvFn.apply(x, self.weight, self, self.geo, self.relu)
+        if self.groups == 1:
+            y = _ConvFn.apply(x, self.weight, self, self.geo, self.relu)
+        else:
+            (n, c, h, w), (k, _, r, s) = x.shape, self.weight.shape
+            slices = ConvLayer.conv(n, c, h, w, k, r, s, groups=self.groups).group_slices()
+            y = torch.cat([_ConvFn.apply(x[:, cs], self.weight[ks], self, self.geo, self.relu)
+                           for cs, ks in slices], dim=1)
         return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
 
 
@@ -363,8 +371,6 @@ class OffloadRelu(_Layer):
 def _replacement(name, mod, owner):
     """The offloaded layer of ``mod``, or the reason it stays in PyTorch."""
     if isinstance(mod, nn.Conv2d):
-        if mod.groups != 1:
-            return None, f"{mod.groups} groups (the array runs one)"
         if isinstance(mod.padding, str) or mod.padding_mode != "zeros":
             return None, "padding other than zeros given in elements"
         return OffloadConv2d(name, owner, mod), None

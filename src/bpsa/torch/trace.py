@@ -16,8 +16,10 @@ walks the graph in execution order:
   when also fused, in the backward of the max pooling after it); the parts not fused are host
   operations (``relu``: the forward, ``relu_mask``: the backward's mask); ``F.relu`` /
   ``relu``: a host operation (the offload replaces modules);
+- grouped and depthwise convolutions are ``conv`` rows with their ``groups`` (the accelerator
+  runs a group at a time);
 - everything else (batch norm, residual additions, concatenation, flatten, dropout, softmax,
-  a grouped or depthwise convolution, ...): :attr:`Traced.host_ops`, each with the elements
+  ...): :attr:`Traced.host_ops`, each with the elements
   it produces for one image, never dropped.
 
 Rows are per image (the batch is the caller's), named by the module's path in the model
@@ -135,10 +137,11 @@ class _Walker:
     def host_op(self, node, name, op, reason):
         self.host.append(HostOp(name, op, self.elements(node), reason))
 
-    def row(self, name, op, c, h, w, k, r, s, stride=1, pad=0, dilation=1):
+    def row(self, name, op, c, h, w, k, r, s, stride=1, pad=0, dilation=1, groups=1):
         self.rows.append({"layer": name, "op": op, "C": c, "H": h, "W": w,
                           "K": "" if op.endswith("pool") else k, "R": r, "S": s,
-                          "stride": stride, "pad": pad, "dilation": dilation})
+                          "stride": stride, "pad": pad, "dilation": dilation,
+                          "groups": groups})
 
     # --- modules and functions ---------------------------------------------------------------
     def conv(self, node, name, mod):
@@ -147,16 +150,13 @@ class _Walker:
                           dilation=mod.dilation)
         if isinstance(mod.padding, str):
             why = f"padding {mod.padding!r} (give the padding in elements)"
-        elif mod.groups != 1:
-            why = (f"{'depthwise' if mod.groups == c else 'grouped'} convolution "
-                   f"({mod.groups} groups): the array runs one group")
         elif mod.padding_mode != "zeros":
             why = f"padding_mode {mod.padding_mode!r} (the accelerator pads with zeros)"
         if why:
             return self.host_op(node, name, "conv", why)
         r, s = _pair(mod.kernel_size)
         self.row(name, "conv", c, h, w, mod.out_channels, r, s, sq["stride"], sq["padding"],
-                 sq["dilation"])
+                 sq["dilation"], mod.groups)
         if mod.bias is not None:
             self.host_op(node, f"{name}.bias", "bias", "the array adds no bias")
 

@@ -2,7 +2,9 @@
 
 Every job is a random layer of a phase the configuration generates (forward, loss, gradient,
 FC backward, pooling forward and backward), with random shapes, strides, padding, dilation
-(pooling: kind, ReLU) and batch, under random memory back-pressure. Most are layers the configuration runs (the driver tiles them, in column strips
+(pooling: kind, ReLU), batch and groups (a quarter of the convolutions grouped, half of
+those depthwise: the driver runs them group by group), under random memory back-pressure.
+Most are layers the configuration runs (the driver tiles them, in column strips
 when a row is too wide): each result is compared with :mod:`bpsa.models.golden`. About one in
 eight is a layer that one descriptor cannot hold: it is sent as one descriptor with the
 driver's own check off, and the hardware must refuse it with the error code of the set-up
@@ -73,8 +75,9 @@ def modes(config, phase):
 
 def _refusal(config, phase, lay, mode=None):
     """The error name the hardware answers ``lay`` sent as one descriptor with, or None."""
-    desc = {"phase": _PHASES[phase], "n": lay["batch"], "c": lay["channels"],
-            "h": lay["height"], "w": lay["width"], "k": lay["out_channels"],
+    g = lay.get("groups", 1)           # the hardware runs a group at a time
+    desc = {"phase": _PHASES[phase], "n": lay["batch"], "c": lay["channels"] // g,
+            "h": lay["height"], "w": lay["width"], "k": lay["out_channels"] // g,
             "r": lay["kernel_h"], "s": lay["kernel_w"],
             "mode": int(mode_value(mode)) if mode else 0,
             "pool_kind": _KIND.get(lay.get("kind"), 0), "relu": int(lay.get("relu", False))}
@@ -128,6 +131,15 @@ def _conv_layer(config, rng, wide):
         lay.update(height=int(rng.integers(1, 5)), width=int(rng.integers(bank // 4, 2 * bank)),
                    channels=int(rng.integers(1, 3)), out_channels=int(rng.integers(1, 3)),
                    batch=1)
+    elif rng.random() < 0.25:       # grouped, half of them depthwise (one or two filters)
+        if rng.random() < 0.5:
+            g = lay["channels"]
+            lay["out_channels"] = g * int(rng.integers(1, 3))
+        else:
+            g = int(rng.integers(2, 5))
+            lay["channels"] = g * max(1, lay["channels"] // g)
+            lay["out_channels"] = g * max(1, lay["out_channels"] // g)
+        lay["groups"] = g
     return lay
 
 
@@ -179,7 +191,7 @@ def random_job(config, rng):
             lay["kernel_h"], lay["kernel_w"], stride=(lay.get("stride_h", 1),
                                                       lay.get("stride_w", 1)),
             pad=(lay.get("pad_h", 0), lay.get("pad_w", 0)),
-            dil=(lay.get("dil_h", 1), lay.get("dil_w", 1))))
+            dil=(lay.get("dil_h", 1), lay.get("dil_w", 1)), groups=lay.get("groups", 1)))
         layer = ConvLayer(**lay)
         # a dimension no descriptor field holds
         if max(v for v in lay.values() if isinstance(v, int)) >= 1 << config.dim_width:
@@ -188,9 +200,7 @@ def random_job(config, rng):
             oh, ow = layer.out_hw
         except ValueError:
             continue
-        macs = lay["batch"] * lay["out_channels"] * oh * ow * lay["channels"] \
-            * lay["kernel_h"] * lay["kernel_w"]
-        if macs > MAX_MACS and not refuse:
+        if layer.macs > MAX_MACS and not refuse:
             continue
         job = {"phase": phase, "layer": lay, "seed": int(rng.integers(1 << 30)),
                "stall": float(STALLS[int(rng.integers(len(STALLS)))]), "mode": mode}
