@@ -38,6 +38,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 9 layers of ``small_cf`` (``tests/test_models_perf.py``): within 1.3 %.
 """
 
+import collections
 from dataclasses import dataclass, fields as dc_fields, replace
 from functools import lru_cache
 from math import gcd, prod
@@ -47,6 +48,7 @@ import numpy as np
 from bpsa.config import DRAIN_REGISTERS, FLOAT_REDUCE_LATENCY
 from bpsa.models.feeder_model import lane_word_cycles
 from bpsa.plan import capability, setup, tiling
+from bpsa.plan import groups as grouping
 from bpsa.plan.program import dy_piece
 from bpsa.plan.setup import STORE_CHUNK
 from bpsa.plan.grammar import Refusal
@@ -149,8 +151,8 @@ class LayerCycles:
 
     ``strips``: the column strips the driver cuts the layer into (1: it runs whole); the
     figures are then the strips' summed (the largest of the bank and P words). A grouped
-    layer runs group by group: the figures are a group's times the groups (``strips``: a
-    group's)."""
+    layer runs in packs of groups (:mod:`bpsa.plan.groups`): the figures are the packs'
+    summed (``strips``: a pack's), the MACs the layer's (not the packs' zero-weight slots)."""
     cycles: int
     compute_cycles: int
     macs: int
@@ -760,12 +762,25 @@ _NOT_SUMMED = ("utilization", "over_roofline", "bound", "a_words", "b_words", "p
                "space_to_depth", "frontend", "x_word_operands", "strips")
 
 
-def _grouped(m, groups):
-    """``m`` (one group's :class:`LayerCycles`) for ``groups`` groups run one after the other:
-    the counts summed (the ratios stay; the roofline of the grouped layer is the groups',
-    its MACs and compulsory bytes being the groups' summed)."""
-    return replace(m, **{f.name: getattr(m, f.name) * groups for f in dc_fields(LayerCycles)
+def _times(m, times):
+    """``m`` (a :class:`LayerCycles`) run ``times`` times one after the other: the counts
+    multiplied, the rest as it is."""
+    return replace(m, **{f.name: getattr(m, f.name) * times for f in dc_fields(LayerCycles)
                          if f.name not in _NOT_SUMMED})
+
+
+def _grouped(config, phase, layer, parts, *, requant):
+    """A grouped ``layer``'s :class:`LayerCycles` from its packs' (``parts``, each
+    :func:`_times` its runs): the counts summed; the MACs, utilization and roofline the
+    layer's own (the packs' zero-weight slots are not its MACs)."""
+    out = parts[0]
+    for m in parts[1:]:
+        out = replace(out, **{f.name: getattr(out, f.name) + getattr(m, f.name)
+                              for f in dc_fields(LayerCycles) if f.name not in _NOT_SUMMED})
+    roof = roofline_cycles(config, phase, layer, macs=layer.macs, requant=requant)
+    return replace(out, macs=layer.macs, roofline_cycles=roof, over_roofline=out.cycles / roof,
+                   utilization=layer.macs / (config.rows * config.cols * out.cycles),
+                   bound=max(parts, key=lambda m: m.cycles).bound)
 
 
 def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_tile=True):
@@ -788,9 +803,13 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
     if phase not in ("forward", "loss", "gradient"):
         raise ValueError(f"the model covers the forward and the zero-free loss and gradient, "
                          f"not {phase!r}")
-    if layer.groups > 1:            # the driver runs the groups one after the other
-        return _grouped(layer_cycles(config, phase, layer.group_layer(), requant=requant,
-                                     frontend=frontend, multi_tile=multi_tile), layer.groups)
+    if layer.groups > 1:            # packs of groups one after the other (plan.groups)
+        kw = dict(requant=requant, frontend=frontend, multi_tile=multi_tile)
+        p = grouping.packing(config, layer)
+        runs = collections.Counter(count for _, count in grouping.packs(layer, p))
+        parts = [_times(layer_cycles(config, phase, grouping.packed_layer(layer, count), **kw),
+                        times) for count, times in runs.items()]
+        return _grouped(config, phase, layer, parts, requant=requant)
     if frontend is None:            # (a backward phase's front end is its mode's)
         frontend = capability.resolve_mode(config, "forward") if phase == "forward" \
             else "feeder"

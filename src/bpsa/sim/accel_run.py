@@ -29,9 +29,16 @@ def check_job(config, layer, phase, baseline=False, mode=None, requant=None):
     cannot run ``phase`` of ``layer`` (with ``baseline``: the traditional flow's forward
     convolution; ``mode``: the front end or backward mode, ``requant``: a shift, both checked
     by :func:`bpsa.plan.capability.check`); else returns the layer's tiling plan (a grouped
-    layer's: its group's, which every group runs)."""
+    layer's: a full pack's of :mod:`bpsa.plan.groups`, which every pack but maybe the last
+    runs; the last, smaller, is checked too)."""
     if layer.groups > 1:
-        return check_job(config, layer.group_layer(), phase, baseline, mode, requant)
+        from bpsa.plan import groups
+        p = groups.packing(config, layer)
+        last = groups.packs(layer, p)[-1][1]
+        if last != p:
+            check_job(config, groups.packed_layer(layer, last), phase, baseline, mode, requant)
+        return check_job(config, groups.packed_layer(layer, p), phase, baseline, mode,
+                         requant)
     if baseline and config.is_mx:
         raise ValueError(f"the traditional flow's baseline is not run in "
                          f"{config.arithmetic!r} (its zero-spaced operands would be quantized "

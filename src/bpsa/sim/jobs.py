@@ -163,15 +163,23 @@ async def _conv_phase(cfg, drv, phase, layer, t, args, job, plan):
 
 
 async def _grouped_phase(cfg, drv, phase, layer, t, args, job, plan):
-    """A grouped layer's phase, group by group (the hardware runs one group: the group's
-    operand slices, :meth:`bpsa.spec.layer.ConvLayer.group_slices`), the results joined and
-    the counters summed; integers: checked against the grouped golden model itself, the
-    other arithmetics (whose golden value follows each run's order of additions) group by
-    group. ``plan``: a group's (every group has the same layer)."""
+    """A grouped layer's phase, a descriptor a pack of groups (:mod:`bpsa.plan.groups`: the
+    packs' operand slices, W block-diagonal, each dW's diagonal blocks), the results joined
+    and the counters summed; integers: checked against the grouped golden model itself, the
+    other arithmetics (whose golden value follows each run's order of additions) pack by
+    pack. ``plan``: a full pack's (:func:`bpsa.sim.accel_run.check_job`'s)."""
+    from bpsa.plan import groups
+    p = groups.packing(cfg, layer)
     one, got, want, total = layer.group_layer(), [], [], {}
-    for cs, ks in layer.group_slices():
-        part = {"x": t["x"][:, cs], "w": t["w"][ks], "dy": t["dy"][:, ks]}
-        g, w = await _conv_phase(cfg, drv, phase, one, part, args, job, plan)
+    cg, kg = one.channels, one.out_channels
+    for first, count in groups.packs(layer, p):
+        part = {"x": t["x"][:, first * cg:(first + count) * cg],
+                "w": groups.block_weights(t["w"], layer, first, count),
+                "dy": t["dy"][:, first * kg:(first + count) * kg]}
+        g, w = await _conv_phase(cfg, drv, phase, groups.packed_layer(layer, count), part,
+                                 args, job, plan if count == p else None)
+        if phase == "gradient":
+            g, w = (groups.diagonal_blocks(v, layer, count) for v in (g, w))
         got.append(g)
         want.append(w)
         total = {name: v + total.get(name, 0) for name, v in drv.counters.items()}

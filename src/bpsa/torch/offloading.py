@@ -43,6 +43,7 @@ from torch import nn
 from bpsa.config import load_config
 from bpsa.host.digits_float import FloatModelOps
 from bpsa.torch.fusion import FORWARD_NOT_FUSED, MASK_NOT_FUSED, relu_fusion
+from bpsa.plan.groups import block_weights, packing, packs
 from bpsa.spec.layer import ConvLayer
 
 __all__ = ["IntegerModel", "MxModel", "OffloadedModel", "QuantizedBackend", "offload"]
@@ -300,8 +301,9 @@ class _ReluFn(torch.autograd.Function):
 
 
 class OffloadConv2d(_Layer):
-    """``nn.Conv2d`` (zero padding) on the array, a grouped one group by group (each group's
-    slices of X and W a call of the backend, the outputs joined; autograd splits dY); the
+    """``nn.Conv2d`` (zero padding) on the array, a grouped one in packs of groups
+    (:mod:`bpsa.plan.groups`: a pack's slice of X and its groups' W block-diagonal a call of
+    the backend, the outputs joined; autograd splits dY and keeps dW's diagonal blocks); the
     bias added by PyTorch; ``relu``: the ReLU after it fused into its store."""
 
     def __init__(self, name, owner, conv):
@@ -315,10 +317,14 @@ class OffloadConv2d(_Layer):
         if self.groups == 1:
             y = _ConvFn.apply(x, self.weight, self, self.geo, self.relu)
         else:
-            (n, c, h, w), (k, _, r, s) = x.shape, self.weight.shape
-            slices = ConvLayer.conv(n, c, h, w, k, r, s, groups=self.groups).group_slices()
-            y = torch.cat([_ConvFn.apply(x[:, cs], self.weight[ks], self, self.geo, self.relu)
-                           for cs, ks in slices], dim=1)
+            (n, c, h, w), (k, cg, r, s) = x.shape, self.weight.shape
+            layer = ConvLayer.conv(n, c, h, w, k, r, s, groups=self.groups)
+            outs = []
+            for first, count in packs(layer, packing(self._owner[0].config, layer)):
+                blocks = block_weights(self.weight, layer, first, count, zeros=torch.zeros)
+                outs.append(_ConvFn.apply(x[:, first * cg:(first + count) * cg], blocks, self,
+                                          self.geo, self.relu))
+            y = torch.cat(outs, dim=1)
         return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
 
 
