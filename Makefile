@@ -18,7 +18,7 @@ export MAKEFLAGS += CFG_CXXFLAGS_PCH_I=-include
 # accelerator models at -O1 (a third less compiling than the default -O2; runs of seconds).
 TESTENV := PYTHONWARNINGS=error BPSA_NATIVE_OPT=-O1
 
-.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline energy rtl-layers mx-check figures sweep compare-scalesim compare-zigzag train train-float train-torch train-mx regmap clean clean-sim help
+.PHONY: install docs test test-durations test-long test-fast verilog sim synth synth-report bench-array bench-backward bench-pool bench-frontends bench-sim fuzz perf roofline energy grouped rtl-layers mx-check figures sweep compare-scalesim compare-zigzag train train-float train-torch train-mx regmap clean clean-sim help
 
 help:
 	@echo "make help      this list"
@@ -53,6 +53,7 @@ help:
 	@echo "make train-torch  three PyTorch models (the digits CNN, a LeNet, a residual network) trained through the offloaded accelerator next to plain PyTorch, and the digits CNN in int16: docs/figures/torch_*.png, docs/results/training.md (~20 min)"
 	@echo "make train-mx  the train-torch models in MXINT8 and MXFP8 E4M3, floor and ceil scales (the MX golden model): the number-format table of docs/results/training.md (~25 min)"
 	@echo "make compare-scalesim  SCALE-Sim 3.0 (own venv .venv-scalesim, numpy<2) next to the cycle model on the workload's forward layers"
+	@echo "make grouped    MobileNetV2 and ResNeXt-50's grouped and depthwise layers per phase against their roofline (docs/results/grouped.md)"
 	@echo "make compare-zigzag    ZigZag (own venv .venv-zigzag) next to the energy model on the workload's first ten forward layers (docs/results/zigzag.md)"
 	@echo "make regmap    the register map of CONFIG=$(CONFIG) as JSON, a C header and Markdown into $(BUILD)/regmap/"
 	@echo "make clean     remove $(BUILD), sim_build and the pytest cache"
@@ -154,6 +155,10 @@ roofline:
 # the five networks' training steps priced at 45 nm, and the papers' energy claims: docs/results/energy.md
 energy:
 	$(BIN)/python -m bpsa.tools.energy_report -o docs/results
+
+# MobileNetV2 and ResNeXt-50's grouped and depthwise layers on the cycle model: docs/results/grouped.md
+grouped:
+	$(BIN)/python -m bpsa.tools.grouped_report -o docs/results
 
 # seven full-size ResNet-50 layer phases through the RTL against the cycle model: docs/results/rtl_layers.md
 mx-check:

@@ -49,6 +49,10 @@ PAGES = (
     ("energy", "Energy per training step",
      "the cycle model's training step of five networks priced at 45 nm per-action energies, "
      "and the source papers' energy claims", "make energy"),
+    ("grouped", "Grouped and depthwise convolutions",
+     "MobileNetV2 and ResNeXt-50 training steps on the cycle model: dense, grouped and "
+     "depthwise layers per phase against their roofline, packed and a group at a time",
+     "make grouped"),
     ("zigzag", "ZigZag next to the energy model",
      "ZigZag (KU Leuven) and this project's energy model on ten forward layers with the same "
      "array, buffers and per-action energies", "make compare-zigzag"),
