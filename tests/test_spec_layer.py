@@ -211,7 +211,7 @@ def test_grouped_layer():
         parse_layer("C=4,H=8,K=4,R=3,groups=0")
     # the descriptor fields are the group's: 2^16 channels in 2 groups fit 16-bit fields
     ConvLayer.conv(1, 1 << 16, 1, 1, 2, 1, 1, groups=2).check_fields(16)
-    with pytest.raises(ValueError, match="a descriptor runs one group"):
+    with pytest.raises(ValueError, match="a descriptor runs an ordinary convolution"):
         from bpsa.plan.tiling import setup_descriptor
         from bpsa.spec.regmap import Phase
         setup_descriptor(Phase.FORWARD, dw)

@@ -147,11 +147,11 @@ def setup_descriptor(phase, layer, mode=Mode.BP_IM2COL):
     :class:`bpsa.spec.regmap.Phase`) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`) in
     ``mode`` (a :class:`bpsa.spec.regmap.Mode`). The descriptor pads the top and the bottom
     alike: :exc:`ValueError` for a layer whose ``pad_bottom`` differs from ``pad_h``, and for
-    a grouped layer (the hardware runs one group: :meth:`~bpsa.spec.layer.ConvLayer.
-    group_layer`)."""
+    a grouped layer (a descriptor runs an ordinary convolution: a pack of its groups,
+    :mod:`bpsa.plan.groups`)."""
     if layer.groups != 1:
-        raise ValueError(f"a descriptor runs one group: give the group's layer "
-                         f"(group_layer()), not a layer of {layer.groups} groups")
+        raise ValueError(f"a descriptor runs an ordinary convolution (a pack of groups: "
+                         f"bpsa.plan.groups), not a layer of {layer.groups} groups")
     if layer.pad_b != layer.pad_h:
         raise ValueError(f"the descriptor pads the bottom as the top (pad_h {layer.pad_h}), "
                          f"not pad_bottom {layer.pad_bottom}")

@@ -206,8 +206,9 @@ class LayerGeometry:
 class ConvLayer(LayerGeometry):
     """One convolution layer (see the module docstring); ``pad_bottom`` pads the bottom
     differently from the top (``None``: ``pad_h``, symmetric). ``groups``: :exc:`ValueError`
-    unless it divides ``channels`` and ``out_channels``. The hardware runs one group at a
-    time: :meth:`group_layer` is the layer a group is."""
+    unless it divides ``channels`` and ``out_channels``. A descriptor runs an ordinary
+    convolution: :meth:`group_layer` is the layer a group is (:mod:`bpsa.plan.groups` packs
+    groups side by side)."""
     batch: int
     channels: int
     height: int

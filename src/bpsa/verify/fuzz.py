@@ -3,7 +3,8 @@
 Every job is a random layer of a phase the configuration generates (forward, loss, gradient,
 FC backward, pooling forward and backward), with random shapes, strides, padding, dilation
 (pooling: kind, ReLU), batch and groups (a quarter of the convolutions grouped, half of
-those depthwise: the driver runs them group by group), under random memory back-pressure.
+those depthwise: they run in packs of groups, bpsa.plan.groups), under random memory
+back-pressure.
 Most are layers the configuration runs (the driver tiles them, in column strips
 when a row is too wide): each result is compared with :mod:`bpsa.models.golden`. About one in
 eight is a layer that one descriptor cannot hold: it is sent as one descriptor with the
