@@ -39,7 +39,7 @@ store command its beats plus ``cf_dma_command`` and the store machine's hand-off
 """
 
 import collections
-from dataclasses import dataclass, fields as dc_fields, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import gcd, prod
 
@@ -756,33 +756,6 @@ def _strip_cycles(config, phase, layer, why, *, requant, frontend, multi_tile):
     return _combined(config, phase, layer, parts, requant=requant, strips=len(cut))
 
 
-#: The :class:`LayerCycles` fields that do not add up over runs one after the other (the
-#: ratios, the largest bank and P words, the front end, the strips of one run).
-_NOT_SUMMED = ("utilization", "over_roofline", "bound", "a_words", "b_words", "p_words",
-               "space_to_depth", "frontend", "x_word_operands", "strips")
-
-
-def _times(m, times):
-    """``m`` (a :class:`LayerCycles`) run ``times`` times one after the other: the counts
-    multiplied, the rest as it is."""
-    return replace(m, **{f.name: getattr(m, f.name) * times for f in dc_fields(LayerCycles)
-                         if f.name not in _NOT_SUMMED})
-
-
-def _grouped(config, phase, layer, parts, *, requant):
-    """A grouped ``layer``'s :class:`LayerCycles` from its packs' (``parts``, each
-    :func:`_times` its runs): the counts summed; the MACs, utilization and roofline the
-    layer's own (the packs' zero-weight slots are not its MACs)."""
-    out = parts[0]
-    for m in parts[1:]:
-        out = replace(out, **{f.name: getattr(out, f.name) + getattr(m, f.name)
-                              for f in dc_fields(LayerCycles) if f.name not in _NOT_SUMMED})
-    roof = roofline_cycles(config, phase, layer, macs=layer.macs, requant=requant)
-    return replace(out, macs=layer.macs, roofline_cycles=roof, over_roofline=out.cycles / roof,
-                   utilization=layer.macs / (config.rows * config.cols * out.cycles),
-                   bound=max(parts, key=lambda m: m.cycles).bound)
-
-
 def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_tile=True):
     """The model's :class:`LayerCycles` of ``phase`` (``"forward"``, or ``"loss"`` or
     ``"gradient"``, zero-free) of ``layer`` (a :class:`bpsa.spec.layer.ConvLayer`, its
@@ -807,9 +780,9 @@ def layer_cycles(config, phase, layer, *, requant=False, frontend=None, multi_ti
         kw = dict(requant=requant, frontend=frontend, multi_tile=multi_tile)
         p = grouping.packing(config, layer)
         runs = collections.Counter(count for _, count in grouping.packs(layer, p))
-        parts = [_times(layer_cycles(config, phase, grouping.packed_layer(layer, count), **kw),
-                        times) for count, times in runs.items()]
-        return _grouped(config, phase, layer, parts, requant=requant)
+        parts = [m for count, times in runs.items() for m in [layer_cycles(
+            config, phase, grouping.packed_layer(layer, count), **kw)] * times]
+        return _combined(config, phase, layer, parts, requant=requant)
     if frontend is None:            # (a backward phase's front end is its mode's)
         frontend = capability.resolve_mode(config, "forward") if phase == "forward" \
             else "feeder"
