@@ -12,14 +12,14 @@ from bpsa.spec.network import NetworkError, load_network, network_names
 #: Forward multiply-accumulates of one 224 x 224 image (torchvision's models, as published:
 #: ResNet-50 4.09 G, ResNet-18 1.82 G, VGG-16 15.47 G, AlexNet 0.71 G, SqueezeNet 1.1 0.35 G).
 PUBLISHED_GMACS = {"resnet50": 4.09, "resnet18": 1.82, "vgg16": 15.47, "alexnet": 0.71,
-                   "squeezenet1_1": 0.35}
+                   "squeezenet1_1": 0.35, "mobilenet_v2": 0.30, "resnext50_32x4d": 4.23}
 
 
 def _macs(layer):
     """MACs counted here from the file's fields alone."""
     oh = (layer.h + 2 * layer.pad - layer.dilation * (layer.r - 1) - 1) // layer.stride + 1
     ow = (layer.w + 2 * layer.pad - layer.dilation * (layer.s - 1) - 1) // layer.stride + 1
-    return layer.k * oh * ow * layer.c * layer.r * layer.s
+    return layer.k * oh * ow * layer.c // layer.groups * layer.r * layer.s
 
 
 def test_shipped_networks():

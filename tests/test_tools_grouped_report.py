@@ -15,22 +15,38 @@ from bpsa.tools.grouped_report import _markdown, grouped_figures
 SMALL_CF = load_config("small_cf")
 
 
-def test_mobilenet_figures_on_small():
-    got = grouped_figures(SMALL_CF, "mobilenet_v2", batch=1)
-    dw = got["kinds"]["depthwise"]
-    assert {p: dw[p]["layers"] for p in dw} == {"forward": 17, "loss": 17, "gradient": 17}
-    assert got["kinds"]["dense"]["forward"]["layers"] == 35
-    assert "grouped" not in got["kinds"]
-    # the first depthwise layer (32 channels, 112 x 112, 3 x 3) a group at a time
-    one = layer_cycles(SMALL_CF, "gradient", ConvLayer.conv(1, 1, 112, 112, 1, 3, 3, 1, 1))
-    assert dw["gradient"]["one_group_cycles"] >= 32 * one.cycles
-    for kind in got["kinds"].values():
-        for k in kind.values():
-            assert k["cycles"] >= k["roofline_cycles"] > 0 and k["macs"] > 0
-    assert got["step"]["cycles"] > sum(k["cycles"] for kind in got["kinds"].values()
-                                       for k in kind.values())
-    md = _markdown(SMALL_CF, [got])
-    assert "| mobilenet_v2 | depthwise | loss | 17 |" in md
+NET = """layer,op,C,H,W,K,R,S,stride,pad,dilation,groups
+stem,conv,3,16,16,8,3,3,2,1,1,1
+dw,conv,8,8,8,8,3,3,1,1,1,8
+pw,conv,8,8,8,16,1,1,1,0,1,1
+gr,conv,16,8,8,16,3,3,1,1,1,4
+"""
+
+
+def test_figures_by_kind_and_phase(tmp_path):
+    path = tmp_path / "net.csv"
+    path.write_text(NET)
+    got = grouped_figures(SMALL_CF, str(path), batch=2)
+    kinds = got["kinds"]
+    assert {k: sorted(v) for k, v in kinds.items()} == {
+        k: ["forward", "gradient", "loss"] for k in ("dense", "depthwise", "grouped")}
+    assert kinds["dense"]["forward"]["layers"] == 2 and kinds["dense"]["loss"]["layers"] == 1
+    dw = ConvLayer.conv(2, 8, 8, 8, 8, 3, 3, 1, 1, groups=8)
+    gr = ConvLayer.conv(2, 16, 8, 8, 16, 3, 3, 1, 1, groups=4)
+    for phase in ("forward", "loss", "gradient"):
+        for kind, lay in (("depthwise", dw), ("grouped", gr)):
+            k, m = kinds[kind][phase], layer_cycles(SMALL_CF, phase, lay)
+            assert (k["macs"], k["roofline_cycles"]) == (lay.macs, m.roofline_cycles)
+            fronts = [m.cycles] + ([layer_cycles(SMALL_CF, phase, lay,
+                                                 frontend="channel_first").cycles]
+                                   if phase == "forward" else [])
+            assert k["cycles"] == min(fronts)         # the faster front end
+        # a group at a time: the depthwise layer's 8 one-channel convolutions
+        one = layer_cycles(SMALL_CF, "gradient", dw.group_layer()).cycles
+        assert kinds["depthwise"]["gradient"]["one_group_cycles"] == 8 * one
+    assert got["step"]["cycles"] == sum(k["cycles"] for kind in kinds.values()
+                                        for k in kind.values())
+    assert "| net | depthwise | loss | 1 |" in _markdown(SMALL_CF, [dict(got, model="net")])
 
 
 def test_page_is_written(tmp_path, monkeypatch):

@@ -2,7 +2,9 @@
 PyTorch models themselves (needs the torch extra, torchvision included).
 
 Each network is its ``nn.Module`` (torchvision's ``alexnet``, ``vgg16``, ``resnet18``,
-``resnet50`` v1.5 and ``squeezenet1_1``, ``weights=None``, at ImageNet resolution 224 x 224;
+``resnet50`` v1.5, ``squeezenet1_1``, ``mobilenet_v2`` and ``resnext50_32x4d`` (their
+grouped and depthwise convolutions with a ``groups`` column), ``weights=None``, at ImageNet
+resolution 224 x 224;
 the digits CNN of the training example, :class:`bpsa.torch.models.DigitsCNN`, on 8 x 8
 images) traced by :func:`bpsa.torch.trace.trace`: the rows are the layers the accelerator
 runs, in execution order, named by their module paths. The host operations the trace lists
@@ -31,6 +33,10 @@ NETWORKS = {
                  "ResNet-50 v1.5 (torchvision resnet50), 3 x 224 x 224"),
     "squeezenet1_1": ("torchvision.models:squeezenet1_1", (3, 224, 224),
                       "SqueezeNet 1.1 (torchvision squeezenet1_1), 3 x 224 x 224"),
+    "mobilenet_v2": ("torchvision.models:mobilenet_v2", (3, 224, 224),
+                     "MobileNetV2 (torchvision mobilenet_v2), 3 x 224 x 224"),
+    "resnext50_32x4d": ("torchvision.models:resnext50_32x4d", (3, 224, 224),
+                        "ResNeXt-50 32x4d (torchvision resnext50_32x4d), 3 x 224 x 224"),
     "digits": ("bpsa.torch.models:digits_cnn", (1, 8, 8),
                "digits CNN of bpsa train (sklearn load_digits), 1 x 8 x 8"),
 }

@@ -1,6 +1,7 @@
 """Grouped and depthwise convolutions on the array (``make grouped``, ``python -m
-bpsa.tools.grouped_report``): torchvision's MobileNetV2 and ResNeXt-50 (32x4d) traced at
-batch 8 and run through the cycle model's training step on a configuration (the faster
+bpsa.tools.grouped_report``): MobileNetV2 and ResNeXt-50 (32x4d) (the network files traced
+from torchvision, :mod:`bpsa.tools.gen_networks`) at batch 8 through the cycle model's
+training step on a configuration (the faster
 forward front end per layer), per kind of convolution (dense, grouped, depthwise) and phase:
 layers, MACs, cycles, utilization, the utilization the layers would have at their roofline
 (a DMA-bound layer cannot do better), cycles over the roofline, and the cycles of the same
@@ -15,6 +16,7 @@ from bpsa.config import load_config
 from bpsa.models.network_perf import network_step
 from bpsa.models.perf import layer_cycles
 from bpsa.spec.layer import ConvLayer
+from bpsa.spec.network import load_network
 from bpsa.tools.results import current_command, write_page
 
 __all__ = ["MODELS", "grouped_figures", "main"]
@@ -35,11 +37,7 @@ def grouped_figures(config, model_name, *, batch=8):
     """One model's step (see the module docstring): ``{"model", "step": {cycles, roofline},
     "kinds": {kind: {phase: {layers, macs, cycles, roofline_cycles, one_group_cycles}}}}``;
     ``one_group_cycles``: the grouped rows run a group at a time."""
-    import torchvision
-
-    from bpsa.torch.trace import trace
-    model = getattr(torchvision.models, model_name)()
-    net = trace(model, (batch, 3, 224, 224)).network
+    net = load_network(model_name)
     by_name = {lay.name: lay for lay in net}
     rows = network_step(config, net, batch=batch, frontend="best").rows
     kinds, step = {}, {"cycles": 0, "roofline_cycles": 0}
@@ -69,10 +67,10 @@ def grouped_figures(config, model_name, *, batch=8):
 
 def _markdown(config, results):
     peak = config.rows * config.cols
-    lines = [f"torchvision's models traced at batch {results[0]['batch']} and run through the "
-             f"cycle model's training step on `{config.name}` ({config.rows}x{config.cols}, "
-             f"{config.dma_data_width}-bit DMA; `bpsa perf --model torchvision.models:NAME "
-             f"--input 8,3,224,224 --config {config.name} --frontend best`). A grouped layer "
+    lines = [f"The networks traced from torchvision at batch {results[0]['batch']} through "
+             f"the cycle model's training step on `{config.name}` ({config.rows}x"
+             f"{config.cols}, {config.dma_data_width}-bit DMA; `bpsa perf --network NAME "
+             f"--batch 8 --config {config.name} --frontend best`). A grouped layer "
              "runs in packs of groups side by side (`bpsa.plan.groups`); *a group at a time*: "
              "the same layers without packing. *At its roofline*: the MACs over the array's "
              "peak for the roofline's cycles (a layer bound by its DMA bytes cannot do "
