@@ -18,6 +18,7 @@ from bpsa.gateware.frontends.conv_forward import (
     COUNTERS,
     ConvForward,
     WeightFetcher,
+    conv_layer_layout,
     check_layer,
 )
 from bpsa.spec.layer import ConvLayer, parse_layer
@@ -60,8 +61,8 @@ def simulate(cfg, runs, max_cycles=20000):
 
     async def tb(ctx):
         for run in runs:
-            if isinstance(run, dict):
-                desc = run
+            if isinstance(run, dict):     # the layout's fields of a raw descriptor
+                desc = {name: run[name] for name, _ in conv_layer_layout(cfg)}
             else:
                 layer, x, w, x_base, w_base = run
                 first, xw = x_image(cfg, layer, x, x_base)
